@@ -1,0 +1,24 @@
+//! Sluice: a userspace packet dataplane.
+//!
+//! The layers, lowest first — each imports only those below it:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`ring`] | bounded lock-free rings: SP/SC and MP/MC, bulk and burst, zero-copy reserve/commit |
+//! | [`mempool`] | fixed-size elements in one hugepage-or-anonymous region, an MP/MC free ring, per-lcore caches |
+//! | [`mbuf`] | the 128-byte packet buffer header, the owned [`mbuf::Mbuf`] handle and the [`mbuf::Burst`] |
+//! | [`lcore`] | lcore ids (one thread-local load), registration and pinned thread launch |
+//! | [`tsc`] | the time-stamp counter: cycle counts and its measured frequency |
+//!
+//! The architecture, buffer ownership and threads are described in
+//! `docs/architecture.md`.
+#![warn(missing_docs)]
+#![deny(unsafe_op_in_unsafe_fn)]
+#![warn(clippy::undocumented_unsafe_blocks)]
+
+pub mod lcore;
+pub mod mbuf;
+pub mod mempool;
+pub mod ring;
+pub(crate) mod sync;
+pub mod tsc;

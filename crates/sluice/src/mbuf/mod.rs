@@ -1,0 +1,1 @@
+//! mbuf (being written).

@@ -1,0 +1,1 @@
+//! mempool (being written).
