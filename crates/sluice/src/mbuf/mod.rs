@@ -33,7 +33,7 @@ mod handle;
 pub mod layout;
 mod pool;
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use burst::{Burst, DEFAULT_BURST, DrainFront};

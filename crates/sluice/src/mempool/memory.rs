@@ -172,7 +172,7 @@ pub fn page_size() -> usize {
     if p > 0 { p as usize } else { 4096 }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

@@ -61,8 +61,11 @@ mod cache;
 mod memory;
 mod pool;
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
 
 pub use cache::{MAX_CACHE_SIZE, flush_threshold};
 pub use memory::{Backing, HUGEPAGE_SIZE, HugepagePolicy, Region};

@@ -48,7 +48,7 @@ mod ends;
 #[cfg(not(loom))]
 mod chunk;
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 #[cfg(all(test, loom))]
