@@ -1,0 +1,624 @@
+//! The pool: region, free ring, per-lcore caches and the get/put paths.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64 as StdAtomicU64, AtomicUsize as StdAtomicUsize};
+
+use crossbeam_utils::CachePadded;
+
+use super::cache::{CACHE_STACK, LocalCache, flush_threshold, stack_mut};
+use super::memory::Region;
+use super::{
+    ELT_ALIGN, Elem, MAX_CACHE_SIZE, MAX_ELT_SIZE, MAX_POOL_SIZE, MempoolConfig, MempoolError,
+    MempoolStats,
+};
+use crate::lcore::{self, MAX_LCORES};
+use crate::ring::SharedRing;
+use crate::sync::Ordering;
+
+/// A handle to a pool. Cheap to clone; `Send` and `Sync`.
+///
+/// The pool lives while any handle does. When the last handle goes, the pool
+/// is freed if every element is back (in the ring or a cache); otherwise it is
+/// deliberately leaked, with a warning on stderr, so that elements still held
+/// (for instance by buffers in flight on another thread) never point into
+/// freed memory.
+pub struct Mempool {
+    inner: NonNull<PoolInner>,
+}
+
+// SAFETY: `PoolInner` is shared through `&` only; its mutable state is atomics,
+// the MP/MC ring and per-lcore caches that only their owner thread touches.
+unsafe impl Send for Mempool {}
+// SAFETY: as above.
+unsafe impl Sync for Mempool {}
+
+/// The pool proper. Lives at a fixed address for the pool's whole life, so
+/// buffers may keep a raw pointer to it.
+pub(crate) struct PoolInner {
+    name: String,
+    /// Number of elements.
+    size: u32,
+    /// Bytes asked for per element.
+    elt_size: usize,
+    /// Distance between elements: `elt_size` rounded up to `ELT_ALIGN`.
+    stride: usize,
+    /// Per-lcore cache size (0: no caches).
+    cache_size: u32,
+    /// Flush threshold, 1.5 × `cache_size`.
+    flush_thresh: u32,
+    /// Free elements not in any cache. Its capacity is at least `size`, so a
+    /// put to it never fails.
+    ring: SharedRing<Elem>,
+    /// One cache per lcore id; empty when `cache_size` is 0.
+    caches: Box<[CachePadded<LocalCache>]>,
+    /// Handles alive. The last one to go decides whether the pool is freed.
+    handles: StdAtomicUsize,
+    /// Failed gets (slow path only, so a shared counter is fine).
+    get_failures: StdAtomicU64,
+    /// `debug` feature: one state byte per element (0 free, 1 in use).
+    #[cfg(feature = "debug")]
+    states: Box<[std::sync::atomic::AtomicU8]>,
+    /// The elements. Dropped last.
+    region: Region,
+}
+
+/// Cache slots reserved by [`Mempool::zc_put_bulk`]: write elements into
+/// [`slots`](ZcPut::slots), then [`commit`](ZcPut::commit). Dropping it
+/// without committing puts nothing.
+pub struct ZcPut<'a> {
+    #[cfg(feature = "debug")]
+    pool: &'a PoolInner,
+    cache: &'a LocalCache,
+    start: usize,
+    n: usize,
+}
+
+impl Mempool {
+    /// Builds a pool, mapping its region and putting every element in the
+    /// ring. Errors name the offending value.
+    pub fn new(config: MempoolConfig) -> Result<Mempool, MempoolError> {
+        Self::with_init(config, |_, _| {})
+    }
+
+    /// Like [`new`](Self::new), and calls `init(bytes, index)` once for each
+    /// element before it is first handed out (DPDK's `obj_init`).
+    pub fn with_init(
+        config: MempoolConfig,
+        mut init: impl FnMut(&mut [u8], u32),
+    ) -> Result<Mempool, MempoolError> {
+        let MempoolConfig {
+            name,
+            size,
+            elt_size,
+            cache_size,
+            hugepages,
+        } = config;
+        if size == 0 {
+            return Err(MempoolError::ZeroSize);
+        }
+        if size > MAX_POOL_SIZE {
+            return Err(MempoolError::TooManyElements(size));
+        }
+        if elt_size == 0 {
+            return Err(MempoolError::ZeroEltSize);
+        }
+        if elt_size > MAX_ELT_SIZE {
+            return Err(MempoolError::EltTooLarge(elt_size));
+        }
+        if cache_size as usize > MAX_CACHE_SIZE {
+            return Err(MempoolError::CacheTooLarge(cache_size));
+        }
+        let flush_thresh = flush_threshold(cache_size as usize) as u32;
+        if flush_thresh > size {
+            return Err(MempoolError::CacheExceedsPool { cache_size, size });
+        }
+        let stride = elt_size.next_multiple_of(ELT_ALIGN);
+        let region = Region::new(stride * size as usize, hugepages).map_err(MempoolError::Memory)?;
+        let ring = SharedRing::new((size as usize).next_power_of_two())
+            .expect("a power of two no larger than MAX_POOL_SIZE is a valid ring capacity");
+        let caches = if cache_size == 0 {
+            Box::default()
+        } else {
+            (0..MAX_LCORES)
+                .map(|_| CachePadded::new(LocalCache::new()))
+                .collect()
+        };
+        let base = region.base().as_ptr();
+        let mut batch = Vec::with_capacity(256);
+        for i in 0..size {
+            // SAFETY: element `i` lies inside the region (`stride * size`
+            // bytes were mapped) and nothing else refers to it yet.
+            let bytes = unsafe {
+                std::slice::from_raw_parts_mut(base.add(i as usize * stride), elt_size)
+            };
+            init(bytes, i);
+            batch.push(Elem::from_ptr(NonNull::from(bytes).cast()));
+            if batch.len() == batch.capacity() || i + 1 == size {
+                let moved = ring.enqueue(&batch, true);
+                debug_assert_eq!(moved.n, batch.len());
+                batch.clear();
+            }
+        }
+        let inner = Box::new(PoolInner {
+            name,
+            size,
+            elt_size,
+            stride,
+            cache_size,
+            flush_thresh,
+            ring,
+            caches,
+            handles: StdAtomicUsize::new(1),
+            get_failures: StdAtomicU64::new(0),
+            #[cfg(feature = "debug")]
+            states: (0..size)
+                .map(|_| std::sync::atomic::AtomicU8::new(0))
+                .collect(),
+            region,
+        });
+        Ok(Mempool {
+            inner: NonNull::from(Box::leak(inner)),
+        })
+    }
+
+    #[inline(always)]
+    pub(crate) fn inner(&self) -> &PoolInner {
+        // SAFETY: the inner lives while any handle does, and we are one.
+        unsafe { self.inner.as_ref() }
+    }
+
+    /// Address of the pool proper, for buffers that point back at it. Valid
+    /// while any handle lives or any element is out (see the type's docs).
+    #[inline(always)]
+    pub(crate) fn inner_ptr(&self) -> NonNull<PoolInner> {
+        self.inner
+    }
+
+    /// Gets one element, or `None` when the pool is empty.
+    #[inline]
+    pub fn get(&self) -> Option<Elem> {
+        let mut e = [Elem::DANGLING];
+        self.inner().get_bulk(&mut e).ok().map(|()| e[0])
+    }
+
+    /// Fills all of `dst` with elements, or takes none.
+    #[inline]
+    pub fn get_bulk(&self, dst: &mut [Elem]) -> Result<(), MempoolError> {
+        self.inner().get_bulk(dst)
+    }
+
+    /// Puts one element back.
+    ///
+    /// # Safety
+    /// `elem` was got from this pool and is not free (not put back since), and
+    /// the caller no longer uses it.
+    #[inline]
+    pub unsafe fn put(&self, elem: Elem) {
+        // SAFETY: forwarded.
+        unsafe { self.inner().put_bulk(&[elem]) }
+    }
+
+    /// Puts elements back.
+    ///
+    /// # Safety
+    /// As [`put`](Self::put), for each element; no element appears twice.
+    #[inline]
+    pub unsafe fn put_bulk(&self, src: &[Elem]) {
+        // SAFETY: forwarded.
+        unsafe { self.inner().put_bulk(src) }
+    }
+
+    /// Reserves `n` slots at the top of the calling lcore's cache (flushing it
+    /// first if they would take it past its threshold), for the caller to
+    /// write `n` elements into and commit. `None` when the caller has no cache
+    /// (not an lcore, or caches disabled) or `n` exceeds the flush threshold:
+    /// use [`put_bulk`](Self::put_bulk) then.
+    ///
+    /// # Safety
+    /// Until the returned guard is committed or dropped, the calling thread
+    /// makes no other call on this pool (the slots are the cache's top).
+    #[inline]
+    pub unsafe fn zc_put_bulk(&self, n: usize) -> Option<ZcPut<'_>> {
+        // SAFETY: forwarded.
+        unsafe { self.inner().zc_put_bulk(n) }
+    }
+
+    /// Pool name.
+    pub fn name(&self) -> &str {
+        &self.inner().name
+    }
+
+    /// Number of elements.
+    pub fn size(&self) -> u32 {
+        self.inner().size
+    }
+
+    /// Bytes per element, as configured.
+    pub fn elt_size(&self) -> usize {
+        self.inner().elt_size
+    }
+
+    /// Distance in bytes between consecutive elements.
+    pub fn stride(&self) -> usize {
+        self.inner().stride
+    }
+
+    /// Per-lcore cache size.
+    pub fn cache_size(&self) -> u32 {
+        self.inner().cache_size
+    }
+
+    /// Flush threshold of the caches.
+    pub fn flush_threshold(&self) -> u32 {
+        self.inner().flush_thresh
+    }
+
+    /// What the region sits on.
+    pub fn backing(&self) -> super::Backing {
+        self.inner().region.backing()
+    }
+
+    /// The region holding the elements.
+    pub fn region(&self) -> &Region {
+        &self.inner().region
+    }
+
+    /// True when `elem` is an element of this pool (inside the region, at an
+    /// element boundary).
+    pub fn contains(&self, elem: Elem) -> bool {
+        self.inner().index_of(elem).is_some()
+    }
+
+    /// Index of `elem` in the pool, if it is one of its elements.
+    pub fn index_of(&self, elem: Elem) -> Option<u32> {
+        self.inner().index_of(elem)
+    }
+
+    /// IO address of an element: its byte offset in the region.
+    #[inline]
+    pub fn iova(&self, elem: Elem) -> u64 {
+        self.inner().iova(elem)
+    }
+
+    /// Free elements now in the calling lcore's cache (0 for other threads).
+    pub fn local_cache_len(&self) -> usize {
+        self.inner().local_cache().map_or(0, LocalCache::len)
+    }
+
+    /// Moves every element in the calling lcore's cache to the ring. Call it
+    /// before an lcore thread ends, so its cached elements are not stranded
+    /// until another thread takes the same lcore id.
+    pub fn flush_local_cache(&self) {
+        self.inner().flush_local_cache();
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> MempoolStats {
+        self.inner().stats()
+    }
+
+    /// True when every element is free (in the ring or a cache).
+    pub fn is_full(&self) -> bool {
+        self.inner().all_home()
+    }
+}
+
+impl Clone for Mempool {
+    fn clone(&self) -> Self {
+        // Relaxed: a new handle is made from an existing one, which keeps the
+        // pool alive meanwhile (the `Arc` argument).
+        self.inner().handles.fetch_add(1, Ordering::Relaxed);
+        Mempool { inner: self.inner }
+    }
+}
+
+impl Drop for Mempool {
+    fn drop(&mut self) {
+        // Release pairs with the Acquire fence below in whichever drop is last,
+        // so every handle's use of the pool happens-before the decision.
+        if self.inner().handles.fetch_sub(1, Ordering::Release) != 1 {
+            return;
+        }
+        std::sync::atomic::fence(Ordering::Acquire);
+        let inner = self.inner();
+        if inner.all_home() {
+            // SAFETY: the last handle is going and every element is home, so
+            // no buffer refers to the pool: `inner` came from `Box::leak`.
+            drop(unsafe { Box::from_raw(self.inner.as_ptr()) });
+        } else {
+            let s = inner.stats();
+            eprintln!(
+                "sluice: mempool '{}' dropped with {} of {} elements still in use; \
+                 leaking it so they stay valid",
+                inner.name, s.in_use, s.size
+            );
+        }
+    }
+}
+
+impl std::fmt::Debug for Mempool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let i = self.inner();
+        f.debug_struct("Mempool")
+            .field("name", &i.name)
+            .field("size", &i.size)
+            .field("elt_size", &i.elt_size)
+            .field("cache_size", &i.cache_size)
+            .field("backing", &i.region.backing())
+            .finish()
+    }
+}
+
+impl PoolInner {
+    /// The calling thread's cache, if it is an lcore and caches are on.
+    #[inline(always)]
+    fn local_cache(&self) -> Option<&LocalCache> {
+        if self.caches.is_empty() {
+            return None;
+        }
+        let id = lcore::current()?;
+        self.caches.get(id).map(|c| &**c)
+    }
+
+    /// Fills all of `dst` or takes nothing.
+    #[inline]
+    pub(crate) fn get_bulk(&self, dst: &mut [Elem]) -> Result<(), MempoolError> {
+        let n = dst.len();
+        if n == 0 {
+            return Ok(());
+        }
+        let ok = match self.local_cache() {
+            Some(cache) => self.get_cached(cache, dst),
+            None => self.ring.dequeue(dst, true).n == n,
+        };
+        if !ok {
+            self.get_failures.fetch_add(1, Ordering::Relaxed);
+            return Err(MempoolError::Empty { requested: n });
+        }
+        #[cfg(feature = "debug")]
+        for &e in dst.iter() {
+            self.debug_mark(e, true);
+        }
+        Ok(())
+    }
+
+    #[inline(always)]
+    fn get_cached(&self, cache: &LocalCache, dst: &mut [Elem]) -> bool {
+        let n = dst.len();
+        // SAFETY: `local_cache` returned the caller's own cache, and this is
+        // the only reference into its stack for the rest of the function.
+        let stack = unsafe { stack_mut(cache) };
+        let mut len = cache.len();
+        if n > len {
+            LocalCache::bump(&cache.misses);
+            let size = self.cache_size as usize;
+            // Refill so that after serving `n` the cache holds `size`. The
+            // stack has room: len < n <= size, so len + need = size + n <= 2 × size.
+            let need = size + n - len;
+            if n > size || self.ring.dequeue(&mut stack[len..len + need], true).n != need {
+                return self.get_bypassing_cache(cache, stack, len, dst);
+            }
+            LocalCache::bump(&cache.refills);
+            len += need;
+        } else {
+            LocalCache::bump(&cache.hits);
+        }
+        // Pop from the top: the most recently freed (cache-hot) first.
+        for (d, s) in dst.iter_mut().zip(stack[len - n..len].iter().rev()) {
+            *d = *s;
+        }
+        cache.len.store((len - n) as u32, Ordering::Relaxed);
+        true
+    }
+
+    /// A get the cache cannot serve by itself: from the ring directly, and if
+    /// the ring is short, the ring's part plus everything in the cache.
+    #[cold]
+    fn get_bypassing_cache(
+        &self,
+        cache: &LocalCache,
+        stack: &mut [Elem; CACHE_STACK],
+        len: usize,
+        dst: &mut [Elem],
+    ) -> bool {
+        let n = dst.len();
+        if self.ring.dequeue(dst, true).n == n {
+            return true;
+        }
+        if len == 0 || len >= n {
+            return false;
+        }
+        let from_ring = n - len;
+        if self.ring.dequeue(&mut dst[..from_ring], true).n != from_ring {
+            return false;
+        }
+        dst[from_ring..].copy_from_slice(&stack[..len]);
+        cache.len.store(0, Ordering::Relaxed);
+        true
+    }
+
+    /// Puts `src` back.
+    ///
+    /// # Safety
+    /// Each element was got from this pool, is not free, appears once, and is
+    /// no longer used by the caller.
+    #[inline]
+    pub(crate) unsafe fn put_bulk(&self, src: &[Elem]) {
+        let n = src.len();
+        #[cfg(feature = "debug")]
+        for &e in src {
+            self.debug_mark(e, false);
+        }
+        match self.local_cache() {
+            Some(cache) if n <= self.flush_thresh as usize => {
+                // SAFETY: our own cache, sole reference for this block.
+                let stack = unsafe { stack_mut(cache) };
+                let len = self.make_room(cache, stack, n);
+                stack[len..len + n].copy_from_slice(src);
+                // Release: this store is the last access to the pool by a
+                // put, and it is what the final handle's drop reads (Acquire
+                // in `stats`) to decide the pool may be freed.
+                cache.len.store((len + n) as u32, Ordering::Release);
+            }
+            _ => {
+                let moved = self.ring.enqueue(src, true);
+                // The ring holds every element, so there is always room.
+                debug_assert_eq!(moved.n, n, "pool '{}' ring overflow", self.name);
+            }
+        }
+    }
+
+    /// Flushes the cache to the ring if `n` more would pass the threshold;
+    /// returns the length to write the `n` new entries at.
+    #[inline(always)]
+    fn make_room(&self, cache: &LocalCache, stack: &[Elem; CACHE_STACK], n: usize) -> usize {
+        let len = cache.len();
+        if len + n <= self.flush_thresh as usize {
+            return len;
+        }
+        LocalCache::bump(&cache.flushes);
+        let moved = self.ring.enqueue(&stack[..len], true);
+        debug_assert_eq!(moved.n, len, "pool '{}' ring overflow", self.name);
+        cache.len.store(0, Ordering::Relaxed);
+        0
+    }
+
+    /// See [`Mempool::zc_put_bulk`].
+    ///
+    /// # Safety
+    /// See [`Mempool::zc_put_bulk`].
+    #[inline]
+    pub(crate) unsafe fn zc_put_bulk(&self, n: usize) -> Option<ZcPut<'_>> {
+        let cache = self.local_cache()?;
+        if n > self.flush_thresh as usize {
+            return None;
+        }
+        // SAFETY: our own cache; the caller makes no other call on the pool
+        // until the guard is gone, so this is the only reference.
+        let stack = unsafe { stack_mut(cache) };
+        let start = self.make_room(cache, stack, n);
+        Some(ZcPut {
+            #[cfg(feature = "debug")]
+            pool: self,
+            cache,
+            start,
+            n,
+        })
+    }
+
+    fn flush_local_cache(&self) {
+        if let Some(cache) = self.local_cache() {
+            // SAFETY: our own cache, sole reference for this block.
+            let stack = unsafe { stack_mut(cache) };
+            let len = cache.len();
+            if len > 0 {
+                let moved = self.ring.enqueue(&stack[..len], true);
+                debug_assert_eq!(moved.n, len);
+                LocalCache::bump(&cache.flushes);
+                cache.len.store(0, Ordering::Release);
+            }
+        }
+    }
+
+    /// Index of `elem`, if it is an element of this pool.
+    #[inline]
+    pub(crate) fn index_of(&self, elem: Elem) -> Option<u32> {
+        let base = self.region.base().as_ptr() as usize;
+        let off = (elem.as_ptr() as usize).checked_sub(base)?;
+        let idx = off / self.stride;
+        (off % self.stride == 0 && idx < self.size as usize).then_some(idx as u32)
+    }
+
+    #[inline(always)]
+    pub(crate) fn iova(&self, elem: Elem) -> u64 {
+        (elem.as_ptr() as usize - self.region.base().as_ptr() as usize) as u64
+    }
+
+    #[cfg(feature = "debug")]
+    fn debug_mark(&self, elem: Elem, in_use: bool) {
+        let Some(idx) = self.index_of(elem) else {
+            panic!(
+                "mempool '{}': {:p} is not an element of this pool",
+                self.name,
+                elem.as_ptr()
+            );
+        };
+        let was = self.states[idx as usize].swap(in_use as u8, Ordering::AcqRel);
+        if in_use && was != 0 {
+            panic!("mempool '{}': element {idx} handed out twice", self.name);
+        }
+        if !in_use && was == 0 {
+            panic!("mempool '{}': double free of element {idx}", self.name);
+        }
+    }
+
+    pub(crate) fn stats(&self) -> MempoolStats {
+        let mut s = MempoolStats {
+            size: self.size,
+            in_ring: self.ring.ring().len() as u32,
+            get_failures: self.get_failures.load(Ordering::Relaxed),
+            ..Default::default()
+        };
+        for c in self.caches.iter() {
+            // Acquire pairs with the Release length store that ends a put.
+            s.cached += c.len.load(Ordering::Acquire);
+            s.cache_hits += c.hits.load(Ordering::Relaxed);
+            s.cache_misses += c.misses.load(Ordering::Relaxed);
+            s.ring_refills += c.refills.load(Ordering::Relaxed);
+            s.flushes += c.flushes.load(Ordering::Relaxed);
+        }
+        s.available = s.in_ring + s.cached;
+        s.in_use = s.size.saturating_sub(s.available);
+        s
+    }
+
+    fn all_home(&self) -> bool {
+        let s = self.stats();
+        s.available == s.size
+    }
+}
+
+impl ZcPut<'_> {
+    /// The reserved slots, to be filled with the elements being freed.
+    #[inline]
+    pub fn slots(&mut self) -> &mut [Elem] {
+        // SAFETY: the guard exists only on the owner thread of `cache`, and
+        // the `zc_put_bulk` contract excludes any other use of the pool (and
+        // so of this stack) while it lives.
+        let stack = unsafe { stack_mut(self.cache) };
+        &mut stack[self.start..self.start + self.n]
+    }
+
+    /// Number of reserved slots.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.n
+    }
+
+    /// True when no slot was reserved.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// Adds the written slots to the cache.
+    ///
+    /// # Safety
+    /// Every slot holds an element of this pool that is not free and no longer
+    /// used by the caller, each once.
+    #[inline]
+    pub unsafe fn commit(self) {
+        #[cfg(feature = "debug")]
+        {
+            // SAFETY: as in `slots`.
+            let stack = unsafe { stack_mut(self.cache) };
+            for &e in &stack[self.start..self.start + self.n] {
+                self.pool.debug_mark(e, false);
+            }
+        }
+        // Release: see `PoolInner::put_bulk`.
+        self.cache
+            .len
+            .store((self.start + self.n) as u32, Ordering::Release);
+    }
+}

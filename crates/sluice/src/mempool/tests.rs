@@ -1,0 +1,335 @@
+//! Mempool tests: every element, cache accounting, flush threshold, zero-copy
+//! put, bad configurations, and a multi-thread stress test. Each ends with the
+//! pool full again.
+
+use std::collections::HashSet;
+
+use super::*;
+use crate::lcore;
+
+fn pool(size: u32, cache_size: u32) -> Mempool {
+    Mempool::new(MempoolConfig {
+        name: format!("test-{size}-{cache_size}"),
+        size,
+        elt_size: 200,
+        cache_size,
+        hugepages: HugepagePolicy::Auto,
+    })
+    .unwrap()
+}
+
+/// Gets every element one by one, stamps its index into it, checks they are
+/// distinct, aligned and in the region, that one more get fails, and puts
+/// them all back.
+fn every_element_round_trips(p: &Mempool) {
+    let size = p.size() as usize;
+    let mut got = Vec::with_capacity(size);
+    while let Some(e) = p.get() {
+        assert!(p.contains(e));
+        assert_eq!(e.as_ptr() as usize % ELT_ALIGN, 0);
+        let idx = p.index_of(e).unwrap();
+        assert_eq!(p.iova(e), idx as u64 * p.stride() as u64);
+        // SAFETY: we hold the element; it is `elt_size` (>= 8) bytes.
+        unsafe { e.as_ptr().cast::<u64>().write(idx as u64 * 7 + 1) };
+        got.push(e);
+        assert!(got.len() <= size, "handed out more than the pool holds");
+    }
+    assert_eq!(got.len(), size);
+    let distinct: HashSet<_> = got.iter().collect();
+    assert_eq!(distinct.len(), size);
+    assert_eq!(p.stats().in_use as usize, size);
+    assert!(matches!(
+        p.get_bulk(&mut [Elem::DANGLING]),
+        Err(MempoolError::Empty { requested: 1 })
+    ));
+    for &e in &got {
+        let idx = p.index_of(e).unwrap();
+        // SAFETY: still ours.
+        assert_eq!(unsafe { e.as_ptr().cast::<u64>().read() }, idx as u64 * 7 + 1);
+    }
+    // SAFETY: each element came from `p` and goes back once.
+    unsafe { p.put_bulk(&got) };
+    assert!(p.is_full());
+}
+
+#[test]
+fn every_element_without_cache() {
+    every_element_round_trips(&pool(1000, 0));
+}
+
+#[test]
+fn every_element_through_an_lcore_cache() {
+    let _l = lcore::register().unwrap();
+    let p = pool(1000, 32);
+    every_element_round_trips(&p);
+    assert!(p.stats().cache_hits > 0);
+    p.flush_local_cache();
+    assert_eq!(p.stats().in_ring, 1000);
+}
+
+#[test]
+fn non_lcore_threads_bypass_the_cache() {
+    let p = pool(100, 16);
+    let e = p.get().unwrap();
+    // SAFETY: from `p`, put back once.
+    unsafe { p.put(e) };
+    let s = p.stats();
+    assert_eq!((s.cached, s.cache_hits, s.cache_misses), (0, 0, 0));
+    assert!(p.is_full());
+}
+
+#[test]
+fn cache_accounting_refill_and_flush_at_threshold() {
+    let _l = lcore::register().unwrap();
+    let p = pool(255, 32);
+    assert_eq!(p.flush_threshold(), 48);
+
+    // A first get misses and refills the cache to 32 after serving 1.
+    let e = p.get().unwrap();
+    let s = p.stats();
+    assert_eq!((s.cache_misses, s.ring_refills, s.cached), (1, 1, 32));
+    assert_eq!(s.in_ring, 255 - 33);
+    assert_eq!(s.available + s.in_use, s.size);
+    assert_eq!(s.in_use, 1);
+
+    // The next 32 hit.
+    let mut held = vec![e];
+    for _ in 0..32 {
+        held.push(p.get().unwrap());
+    }
+    let s = p.stats();
+    assert_eq!((s.cache_hits, s.cached, s.in_use), (32, 0, 33));
+
+    // Take 67 more so 100 are out, then put back one at a time: up to the
+    // threshold (48) they stay cached; the 49th flushes the cache and starts
+    // it again with that one element.
+    let mut more = [Elem::DANGLING; 67];
+    p.get_bulk(&mut more).unwrap();
+    held.extend_from_slice(&more);
+    let flushes_before = p.stats().flushes;
+    let cached_before = p.stats().cached as usize;
+    let room = 48 - cached_before;
+    for (i, &e) in held[..room].iter().enumerate() {
+        // SAFETY: from `p`, each put once.
+        unsafe { p.put(e) };
+        assert_eq!(p.stats().cached as usize, cached_before + i + 1);
+    }
+    assert_eq!(p.stats().flushes, flushes_before);
+    // SAFETY: as above.
+    unsafe { p.put(held[room]) };
+    let s = p.stats();
+    assert_eq!(s.flushes, flushes_before + 1);
+    assert_eq!(s.cached, 1);
+    assert_eq!(s.available + s.in_use, s.size);
+    // SAFETY: the rest, once each.
+    unsafe { p.put_bulk(&held[room + 1..]) };
+    assert!(p.is_full());
+}
+
+#[test]
+fn gets_larger_than_the_cache_and_ring_shortfall_use_own_cache() {
+    let _l = lcore::register().unwrap();
+    let p = pool(64, 16);
+    // Larger than the cache: straight from the ring.
+    let mut big = [Elem::DANGLING; 40];
+    p.get_bulk(&mut big).unwrap();
+    assert_eq!(p.stats().cached, 0);
+    // SAFETY: from `p`, once.
+    unsafe { p.put_bulk(&big[..20]) };
+    // 20 cached, 24 in the ring, 20 out. A get of 30 cannot be served by the
+    // ring alone (24), but ring + own cache (44) can.
+    let s = p.stats();
+    assert_eq!((s.cached, s.in_ring), (20, 24));
+    let mut mid = [Elem::DANGLING; 30];
+    p.get_bulk(&mut mid).unwrap();
+    let s = p.stats();
+    assert_eq!(s.in_use, 50);
+    // 14 left: a get of 15 fails and takes nothing.
+    let mut too_many = [Elem::DANGLING; 15];
+    assert!(p.get_bulk(&mut too_many).is_err());
+    assert_eq!(p.stats().in_use, 50);
+    assert_eq!(p.stats().get_failures, 1);
+    let all: HashSet<_> = big[20..].iter().chain(mid.iter()).collect();
+    assert_eq!(all.len(), 50);
+    // SAFETY: from `p`, once each.
+    unsafe {
+        p.put_bulk(&big[20..]);
+        p.put_bulk(&mid);
+    }
+    assert!(p.is_full());
+}
+
+#[test]
+fn zero_copy_put_writes_into_the_cache() {
+    let _l = lcore::register().unwrap();
+    let p = pool(255, 32);
+    let mut held = [Elem::DANGLING; 10];
+    p.get_bulk(&mut held).unwrap();
+    let cached = p.stats().cached;
+    // SAFETY: no other call on `p` until the guard is gone.
+    let mut zc = unsafe { p.zc_put_bulk(10) }.unwrap();
+    assert_eq!(zc.len(), 10);
+    zc.slots().copy_from_slice(&held);
+    // SAFETY: the slots hold our 10 elements, once each.
+    unsafe { zc.commit() };
+    assert_eq!(p.stats().cached, cached + 10);
+    // Over the threshold: no zero-copy slots.
+    // SAFETY: the guard (none here) is not used.
+    assert!(unsafe { p.zc_put_bulk(49) }.is_none());
+    // A dropped guard puts nothing.
+    // SAFETY: nothing else touches `p` while the guard lives.
+    drop(unsafe { p.zc_put_bulk(5) });
+    assert!(p.is_full());
+}
+
+#[test]
+fn zero_copy_put_needs_an_lcore() {
+    let p = pool(64, 16);
+    // SAFETY: guard unused.
+    assert!(unsafe { p.zc_put_bulk(1) }.is_none());
+}
+
+#[test]
+fn bad_configurations_are_errors_naming_the_value() {
+    let cfg = |size, elt_size, cache_size| MempoolConfig {
+        name: "bad".into(),
+        size,
+        elt_size,
+        cache_size,
+        hugepages: HugepagePolicy::Never,
+    };
+    let msg = |c| Mempool::new(c).unwrap_err().to_string();
+    assert!(matches!(
+        Mempool::new(cfg(0, 64, 0)),
+        Err(MempoolError::ZeroSize)
+    ));
+    assert!(msg(cfg(0, 64, 0)).contains("size 0"));
+    assert!(msg(cfg(10, 0, 0)).contains("element size 0"));
+    assert!(msg(cfg(10, MAX_ELT_SIZE + 1, 0)).contains(&(MAX_ELT_SIZE + 1).to_string()));
+    assert!(msg(cfg(10_000, 64, 513)).contains("513"));
+    let m = msg(cfg(100, 64, 256));
+    assert!(m.contains("256") && m.contains("100"), "{m}");
+    assert!(msg(cfg(MAX_POOL_SIZE + 1, 64, 0)).contains(&(MAX_POOL_SIZE + 1).to_string()));
+    // The largest cache a pool can back is accepted.
+    assert!(Mempool::new(cfg(48, 64, 32)).is_ok());
+    assert!(Mempool::new(cfg(47, 64, 32)).is_err());
+}
+
+#[test]
+fn init_callback_sees_every_element_once() {
+    let mut seen = Vec::new();
+    let p = Mempool::with_init(
+        MempoolConfig {
+            name: "init".into(),
+            size: 37,
+            elt_size: 100,
+            cache_size: 0,
+            hugepages: HugepagePolicy::Never,
+        },
+        |bytes, i| {
+            assert_eq!(bytes.len(), 100);
+            bytes[0] = i as u8;
+            seen.push(i);
+        },
+    )
+    .unwrap();
+    assert_eq!(seen, (0..37).collect::<Vec<_>>());
+    let mut all = [Elem::DANGLING; 37];
+    p.get_bulk(&mut all).unwrap();
+    for e in all {
+        // SAFETY: we hold the element.
+        assert_eq!(unsafe { *e.as_ptr() }, p.index_of(e).unwrap() as u8);
+    }
+    // SAFETY: from `p`, once each.
+    unsafe { p.put_bulk(&all) };
+    assert!(p.is_full());
+}
+
+#[test]
+fn dropping_the_last_handle_with_elements_out_keeps_them_valid() {
+    let p = pool(16, 0);
+    let e = p.get().unwrap();
+    let p2 = p.clone();
+    drop(p);
+    drop(p2);
+    // The pool was leaked, not freed: the element is still writable memory.
+    // SAFETY: we hold the element and its pool was not unmapped.
+    unsafe { e.as_ptr().write_bytes(0xab, 200) };
+}
+
+/// Threads (lcores and not) get and put random-sized batches, stamping each
+/// element with their id while they hold it and checking the stamp before
+/// putting it back: an element handed to two holders at once would be caught.
+#[test]
+fn multi_thread_stress_ends_full() {
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 20_000;
+    let p = pool(2047, 64);
+    std::thread::scope(|s| {
+        for t in 0..THREADS {
+            let p = p.clone();
+            s.spawn(move || {
+                // Threads 0..3 are lcores; the last is not.
+                let _l = (t + 1 < THREADS).then(|| lcore::register().unwrap());
+                let mut rng = 0x9e37_79b9_7f4a_7c15u64 ^ t as u64;
+                let mut batch = [Elem::DANGLING; 64];
+                let mut got = 0u64;
+                for _ in 0..ROUNDS {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let n = 1 + (rng % 64) as usize;
+                    if p.get_bulk(&mut batch[..n]).is_err() {
+                        continue;
+                    }
+                    got += n as u64;
+                    let stamp = ((t as u64) << 32) | (got & 0xffff_ffff);
+                    for e in &batch[..n] {
+                        // SAFETY: we hold the element.
+                        unsafe { e.as_ptr().cast::<u64>().write(stamp) };
+                    }
+                    std::hint::spin_loop();
+                    for e in &batch[..n] {
+                        // SAFETY: we hold the element.
+                        let v = unsafe { e.as_ptr().cast::<u64>().read() };
+                        assert_eq!(v, stamp, "element handed to two threads at once");
+                    }
+                    // SAFETY: from `p`, once each.
+                    unsafe { p.put_bulk(&batch[..n]) };
+                }
+                p.flush_local_cache();
+            });
+        }
+    });
+    let s = p.stats();
+    assert_eq!(s.in_use, 0, "{s:?}");
+    assert_eq!(s.in_ring, 2047, "every cache was flushed");
+}
+
+#[cfg(feature = "debug")]
+mod debug {
+    use super::*;
+
+    #[test]
+    #[should_panic(expected = "double free")]
+    fn double_free_is_caught() {
+        let p = pool(8, 0);
+        let e = p.get().unwrap();
+        // SAFETY: deliberately wrong: the second put is the bug under test,
+        // caught before it reaches the ring.
+        unsafe {
+            p.put(e);
+            p.put(e);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "not an element of this pool")]
+    fn foreign_element_is_caught() {
+        let p = pool(8, 0);
+        let q = pool(8, 0);
+        let e = q.get().unwrap();
+        // SAFETY: deliberately wrong: caught before it reaches the ring.
+        unsafe { p.put(e) };
+    }
+}

@@ -1,0 +1,269 @@
+//! Zero-copy access: reserve slots and write them in place, or peek at entries
+//! and read them in place, then commit.
+//!
+//! Only single-threaded ends have it: a multi-threaded claim is visible to
+//! other producers the moment the head moves, so it could not be shrunk at
+//! commit time. A chunk borrows its end mutably, so nothing else happens on
+//! that end until it is committed or dropped; dropping a chunk commits nothing.
+//! A claim covers up to two runs of slots, before and after the wrap; the
+//! slices come in that order.
+
+use std::mem::MaybeUninit;
+
+use super::core::Claim;
+use super::{Consumer, Producer, Single};
+
+/// Slots reserved by [`Producer::reserve`]: write them, then commit.
+#[derive(Debug)]
+pub struct WriteChunk<'a, T> {
+    producer: &'a mut Producer<T, Single>,
+    claim: Claim,
+}
+
+/// Entries borrowed by [`Consumer::peek`]: read them, then commit to release.
+#[derive(Debug)]
+pub struct ReadChunk<'a, T> {
+    consumer: &'a mut Consumer<T, Single>,
+    claim: Claim,
+}
+
+impl<T> Producer<T, Single> {
+    /// Reserves exactly `n` slots, or `None` if fewer are free.
+    #[inline]
+    pub fn reserve(&mut self, n: usize) -> Option<WriteChunk<'_, T>> {
+        let n = u32::try_from(n).ok()?;
+        let claim = self.claim(n, true);
+        (claim.n == n).then_some(WriteChunk {
+            producer: self,
+            claim,
+        })
+    }
+
+    /// Reserves as many slots as are free, up to `max` (possibly none).
+    #[inline]
+    pub fn reserve_burst(&mut self, max: usize) -> WriteChunk<'_, T> {
+        let max = max.min(super::MAX_CAPACITY) as u32;
+        let claim = self.claim(max, false);
+        WriteChunk {
+            producer: self,
+            claim,
+        }
+    }
+}
+
+impl<'a, T> WriteChunk<'a, T> {
+    /// Number of reserved slots.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.claim.n as usize
+    }
+
+    /// True when nothing was reserved.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.claim.n == 0
+    }
+
+    /// The reserved slots: the run before the wrap, then the run after it.
+    #[inline]
+    pub fn as_mut_slices(&mut self) -> (&mut [MaybeUninit<T>], &mut [MaybeUninit<T>]) {
+        let ring = &*self.producer.ring;
+        let (first, second) = ring.split_at_wrap(self.claim.head, self.claim.n);
+        let a = ring.slot_ptr(self.claim.head);
+        let b = ring.slot_ptr(self.claim.head.wrapping_add(first as u32));
+        // SAFETY: the slots are claimed by this end (which the chunk borrows
+        // mutably) and unpublished, so nobody else accesses them; the first
+        // run ends at the array end, the second starts at slot 0, so they are
+        // in bounds and disjoint; `UnsafeCell<MaybeUninit<T>>` has the layout
+        // of `MaybeUninit<T>`.
+        unsafe {
+            (
+                std::slice::from_raw_parts_mut(a, first),
+                std::slice::from_raw_parts_mut(b, second),
+            )
+        }
+    }
+
+    /// Publishes the first `k` reserved slots (in slice order).
+    ///
+    /// # Safety
+    /// The first `k` slots of [`as_mut_slices`](Self::as_mut_slices), taken
+    /// in order, must have been initialised. `k` must be at most
+    /// [`len`](Self::len).
+    #[inline]
+    pub unsafe fn commit(self, k: usize) {
+        assert!(
+            k <= self.len(),
+            "commit of {k} slots, {} reserved",
+            self.len()
+        );
+        let claim = Claim {
+            n: k as u32,
+            ..self.claim
+        };
+        self.producer.publish(claim);
+    }
+
+    /// Moves values from `iter` into the reserved slots until either runs out,
+    /// publishes them and returns how many were written.
+    pub fn fill_from_iter<I: IntoIterator<Item = T>>(mut self, iter: I) -> usize {
+        let mut iter = iter.into_iter();
+        let mut written = 0;
+        let (a, b) = self.as_mut_slices();
+        for slot in a.iter_mut().chain(b.iter_mut()) {
+            match iter.next() {
+                Some(v) => {
+                    slot.write(v);
+                    written += 1;
+                }
+                None => break,
+            }
+        }
+        // SAFETY: exactly the first `written` slots were initialised above.
+        unsafe { self.commit(written) };
+        written
+    }
+}
+
+impl<T: Copy> WriteChunk<'_, T> {
+    /// Copies `src` (at most [`len`](Self::len) values, from its front) into
+    /// the slots, publishes them and returns how many.
+    pub fn copy_from_slice(self, src: &[T]) -> usize {
+        let n = src.len().min(self.len());
+        // SAFETY: the claim covers `n` slots from its head; we write exactly
+        // those, and publish them just below.
+        unsafe { self.producer.ring.write_slice(self.claim.head, &src[..n]) };
+        // SAFETY: the first `n` slots were initialised just above.
+        unsafe { self.commit(n) };
+        n
+    }
+}
+
+impl<T> Consumer<T, Single> {
+    /// Borrows exactly `n` entries in place, or `None` if fewer are waiting.
+    #[inline]
+    pub fn peek(&mut self, n: usize) -> Option<ReadChunk<'_, T>> {
+        let n = u32::try_from(n).ok()?;
+        let claim = self.claim(n, true);
+        (claim.n == n).then_some(ReadChunk {
+            consumer: self,
+            claim,
+        })
+    }
+
+    /// Borrows as many entries as are waiting, up to `max` (possibly none).
+    #[inline]
+    pub fn peek_burst(&mut self, max: usize) -> ReadChunk<'_, T> {
+        let max = max.min(super::MAX_CAPACITY) as u32;
+        let claim = self.claim(max, false);
+        ReadChunk {
+            consumer: self,
+            claim,
+        }
+    }
+}
+
+impl<'a, T> ReadChunk<'a, T> {
+    /// Number of borrowed entries.
+    #[inline]
+    pub fn len(&self) -> usize {
+        self.claim.n as usize
+    }
+
+    /// True when nothing was borrowed.
+    #[inline]
+    pub fn is_empty(&self) -> bool {
+        self.claim.n == 0
+    }
+
+    /// The entries: the run before the wrap, then the run after it.
+    #[inline]
+    pub fn as_slices(&self) -> (&[T], &[T]) {
+        let ring = &*self.consumer.ring;
+        let (first, second) = ring.split_at_wrap(self.claim.head, self.claim.n);
+        let a = ring.slot_ptr(self.claim.head) as *const T;
+        let b = ring.slot_ptr(self.claim.head.wrapping_add(first as u32)) as *const T;
+        // SAFETY: the entries are published (initialised) and claimed by this
+        // end, which the chunk borrows; producers do not touch them until we
+        // publish `cons.tail`. Bounds and layout as in `WriteChunk`.
+        unsafe {
+            (
+                std::slice::from_raw_parts(a, first),
+                std::slice::from_raw_parts(b, second),
+            )
+        }
+    }
+
+    /// Releases the first `k` entries (in slice order), dropping them.
+    /// The rest stay in the ring for the next read.
+    pub fn commit(self, k: usize) {
+        let k = k.min(self.len());
+        if std::mem::needs_drop::<T>() {
+            let ring = &*self.consumer.ring;
+            for i in 0..k as u32 {
+                // SAFETY: the entry is claimed and initialised; after this
+                // read it is released without being read again.
+                drop(unsafe { ring.read(self.claim.head.wrapping_add(i)) });
+            }
+        }
+        let claim = Claim {
+            n: k as u32,
+            ..self.claim
+        };
+        self.consumer.publish(claim);
+    }
+
+    /// Releases every borrowed entry, dropping them.
+    pub fn commit_all(self) {
+        let n = self.len();
+        self.commit(n);
+    }
+
+    /// Moves the entries out, in order; each is released as it is taken, and
+    /// entries the iterator did not reach stay in the ring.
+    pub fn drain(self) -> Drain<'a, T> {
+        Drain {
+            chunk: self,
+            taken: 0,
+        }
+    }
+}
+
+/// Iterator returned by [`ReadChunk::drain`].
+#[derive(Debug)]
+pub struct Drain<'a, T> {
+    chunk: ReadChunk<'a, T>,
+    taken: u32,
+}
+
+impl<T> Iterator for Drain<'_, T> {
+    type Item = T;
+
+    fn next(&mut self) -> Option<T> {
+        if self.taken == self.chunk.claim.n {
+            return None;
+        }
+        let idx = self.chunk.claim.head.wrapping_add(self.taken);
+        self.taken += 1;
+        // SAFETY: the entry is claimed and initialised, and is read exactly
+        // once: `taken` moves past it and `Drop` publishes it as consumed.
+        Some(unsafe { self.chunk.consumer.ring.read(idx) })
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let left = (self.chunk.claim.n - self.taken) as usize;
+        (left, Some(left))
+    }
+}
+
+impl<T> ExactSizeIterator for Drain<'_, T> {}
+
+impl<T> Drop for Drain<'_, T> {
+    fn drop(&mut self) {
+        let claim = Claim {
+            n: self.taken,
+            ..self.chunk.claim
+        };
+        self.chunk.consumer.publish(claim);
+    }
+}
