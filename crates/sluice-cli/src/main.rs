@@ -39,10 +39,10 @@ fn main() -> ExitCode {
 
 /// `sluice` with no arguments.
 fn demo() -> Result<(), String> {
-    println!("Sluice: a userspace packet dataplane.");
-    println!(
+    bench::emit("Sluice: a userspace packet dataplane.");
+    bench::emit(
         "The emulated-NIC forwarding demo arrives with the `soft` driver; until then, a short \
-         benchmark summary (`sluice bench ring|mempool|mbuf|all` runs the full sets)."
+         benchmark summary (`sluice bench ring|mempool|mbuf|all` runs the full sets).",
     );
     bench::summary()
 }

@@ -249,10 +249,10 @@ impl Ctx {
             self.note(n);
         }
         if !self.json {
-            println!(
+            emit(&format!(
                 "{:<28} {:>5} {:>10} {:>10}  {:<14} detail",
                 "case", "cores", "cycles/op", "Mops", "DPDK 22.11"
-            );
+            ));
         }
     }
 
@@ -261,7 +261,7 @@ impl Ctx {
         if self.json {
             eprintln!("{msg}");
         } else {
-            println!("{msg}");
+            emit(msg);
         }
     }
 
@@ -275,7 +275,7 @@ impl Ctx {
         if self.json {
             eprintln!("{case}: FAILED: {err}");
         } else {
-            println!("{case:<28} FAILED: {err}");
+            emit(&format!("{case:<28} FAILED: {err}"));
         }
     }
 
@@ -283,7 +283,7 @@ impl Ctx {
     pub fn row(&self, r: &BenchResult) {
         if self.json {
             match serde_json::to_string(r) {
-                Ok(line) => println!("{line}"),
+                Ok(line) => emit(&line),
                 Err(e) => eprintln!("{}: cannot encode result: {e}", r.case),
             }
         } else {
@@ -299,7 +299,7 @@ impl Ctx {
             if let Some(b) = &r.backing {
                 detail.push(b.clone());
             }
-            println!(
+            let line = format!(
                 "{:<28} {:>5} {:>10.2} {:>10.1}  {:<14} {}",
                 r.case,
                 r.cores,
@@ -308,8 +308,8 @@ impl Ctx {
                 dpdk,
                 detail.join(", ")
             );
+            emit(line.trim_end());
         }
-        let _ = std::io::stdout().flush();
     }
 
     /// Prints `result` as a row, or the error as a failed case, so that one
@@ -328,6 +328,21 @@ impl Ctx {
     /// Number of cases that failed so far.
     pub fn failures(&self) -> usize {
         self.failures
+    }
+}
+
+/// Writes one line to stdout and flushes it (results appear as they are
+/// measured). If stdout is a closed pipe (`sluice bench ring --json | head`),
+/// the reader wants no more: exit quietly with success.
+pub fn emit(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let r = writeln!(out, "{line}").and_then(|()| out.flush());
+    if let Err(e) = r {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        eprintln!("sluice: cannot write to stdout: {e}");
+        std::process::exit(1);
     }
 }
 
