@@ -31,7 +31,7 @@ const BULKS: [usize; 3] = [1, 4, 32];
 /// Elements per core per case by default.
 const DEFAULT_OPS: u64 = 1 << 23;
 /// Elements per core per case in the summary of `sluice` with no arguments.
-const SUMMARY_OPS: u64 = 1 << 22;
+const SUMMARY_OPS: u64 = 1 << 23;
 
 /// DPDK 22.11's rate for a case, in million elements per second (ANCHORS.md).
 fn dpdk_ref(cache: u32, bulk: usize, cores: u32) -> Option<f64> {
@@ -63,7 +63,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     };
     let wanted = |cache: u32, bulk: usize, cores: u32| match sel {
         Selection::Full => true,
-        Selection::Summary => matches!((cache, bulk, cores), (256, 32, _) | (512, 1, 1)),
+        Selection::Summary => matches!((cache, bulk, cores), (256, 32, _) | (512, 1 | 32, 1)),
     };
     let mut notes = vec![format!(
         "{POOL_SIZE} elements of {ELT_SIZE} B; one op = one element got and put back; \

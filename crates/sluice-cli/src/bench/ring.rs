@@ -30,7 +30,7 @@ const EMPTY_BULK: usize = 8;
 /// Elements per case by default.
 const DEFAULT_OPS: u64 = 1 << 24;
 /// Elements per case in the summary of `sluice` with no arguments.
-const SUMMARY_OPS: u64 = 1 << 22;
+const SUMMARY_OPS: u64 = 1 << 23;
 
 /// Producer/consumer synchronisation modes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
