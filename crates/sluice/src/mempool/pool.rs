@@ -113,8 +113,7 @@ impl Mempool {
             return Err(MempoolError::CacheExceedsPool { cache_size, size });
         }
         let stride = elt_size.next_multiple_of(ELT_ALIGN);
-        let region =
-            Region::new(stride * size as usize, hugepages).map_err(MempoolError::Memory)?;
+        let region = Region::new(stride * size as usize, hugepages).map_err(MempoolError::Memory)?;
         let ring = SharedRing::new((size as usize).next_power_of_two())
             .expect("a power of two no larger than MAX_POOL_SIZE is a valid ring capacity");
         let caches = if cache_size == 0 {
@@ -129,8 +128,9 @@ impl Mempool {
         for i in 0..size {
             // SAFETY: element `i` lies inside the region (`stride * size`
             // bytes were mapped) and nothing else refers to it yet.
-            let bytes =
-                unsafe { std::slice::from_raw_parts_mut(base.add(i as usize * stride), elt_size) };
+            let bytes = unsafe {
+                std::slice::from_raw_parts_mut(base.add(i as usize * stride), elt_size)
+            };
             init(bytes, i);
             batch.push(Elem::from_ptr(NonNull::from(bytes).cast()));
             if batch.len() == batch.capacity() || i + 1 == size {

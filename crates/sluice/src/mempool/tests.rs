@@ -45,10 +45,7 @@ fn every_element_round_trips(p: &Mempool) {
     for &e in &got {
         let idx = p.index_of(e).unwrap();
         // SAFETY: still ours.
-        assert_eq!(
-            unsafe { e.as_ptr().cast::<u64>().read() },
-            idx as u64 * 7 + 1
-        );
+        assert_eq!(unsafe { e.as_ptr().cast::<u64>().read() }, idx as u64 * 7 + 1);
     }
     // SAFETY: each element came from `p` and goes back once.
     unsafe { p.put_bulk(&got) };
