@@ -12,8 +12,9 @@ use crate::sync::{AtomicU32, AtomicU64, Ordering, UnsafeCell};
 /// Largest per-lcore cache size.
 pub const MAX_CACHE_SIZE: usize = 512;
 
-/// Entries a cache stack can hold.
-pub(crate) const CACHE_STACK: usize = 2 * MAX_CACHE_SIZE;
+/// Entries a cache stack can hold: twice the largest cache. Loom models run
+/// on small coroutine stacks and use tiny caches, so they get 16.
+pub(crate) const CACHE_STACK: usize = if cfg!(loom) { 16 } else { 2 * MAX_CACHE_SIZE };
 
 /// The flush threshold for a cache size: 1.5 × size.
 #[inline]

@@ -61,13 +61,16 @@ mod cache;
 mod memory;
 mod pool;
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
+
+#[cfg(all(test, loom))]
+mod loom_tests;
 
 pub use cache::{MAX_CACHE_SIZE, flush_threshold};
 pub use memory::{Backing, HUGEPAGE_SIZE, HugepagePolicy, Region};
-pub use pool::{Mempool, ZcPut};
 pub(crate) use pool::PoolInner;
+pub use pool::{Mempool, ZcPut};
 
 use std::ptr::NonNull;
 
@@ -181,16 +184,24 @@ pub enum MempoolError {
 impl std::fmt::Display for MempoolError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            MempoolError::ZeroSize => write!(f, "mempool size 0: a pool needs at least one element"),
+            MempoolError::ZeroSize => {
+                write!(f, "mempool size 0: a pool needs at least one element")
+            }
             MempoolError::TooManyElements(n) => {
                 write!(f, "mempool size {n} exceeds the maximum {MAX_POOL_SIZE}")
             }
             MempoolError::ZeroEltSize => write!(f, "mempool element size 0"),
             MempoolError::EltTooLarge(n) => {
-                write!(f, "mempool element size {n} exceeds the maximum {MAX_ELT_SIZE}")
+                write!(
+                    f,
+                    "mempool element size {n} exceeds the maximum {MAX_ELT_SIZE}"
+                )
             }
             MempoolError::CacheTooLarge(n) => {
-                write!(f, "mempool cache size {n} exceeds the maximum {MAX_CACHE_SIZE}")
+                write!(
+                    f,
+                    "mempool cache size {n} exceeds the maximum {MAX_CACHE_SIZE}"
+                )
             }
             MempoolError::CacheExceedsPool { cache_size, size } => write!(
                 f,

@@ -15,6 +15,10 @@ use crate::lcore::{self, MAX_LCORES};
 use crate::ring::SharedRing;
 use crate::sync::Ordering;
 
+/// Caches per pool: one per possible lcore id. Loom models use few threads,
+/// and every cache is a handful of tracked atomics, so they get 4.
+const NB_CACHES: usize = if cfg!(loom) { 4 } else { MAX_LCORES };
+
 /// A handle to a pool. Cheap to clone; `Send` and `Sync`.
 ///
 /// The pool lives while any handle does. When the last handle goes, the pool
@@ -49,7 +53,7 @@ pub(crate) struct PoolInner {
     /// Free elements not in any cache. Its capacity is at least `size`, so a
     /// put to it never fails.
     ring: SharedRing<Elem>,
-    /// One cache per lcore id; empty when `cache_size` is 0.
+    /// One cache per lcore id (`NB_CACHES`); empty when `cache_size` is 0.
     caches: Box<[CachePadded<LocalCache>]>,
     /// Handles alive. The last one to go decides whether the pool is freed.
     handles: StdAtomicUsize,
@@ -105,7 +109,7 @@ impl Mempool {
         if elt_size > MAX_ELT_SIZE {
             return Err(MempoolError::EltTooLarge(elt_size));
         }
-        if cache_size as usize > MAX_CACHE_SIZE {
+        if cache_size as usize > MAX_CACHE_SIZE || 2 * cache_size as usize > CACHE_STACK {
             return Err(MempoolError::CacheTooLarge(cache_size));
         }
         let flush_thresh = flush_threshold(cache_size as usize) as u32;
@@ -113,13 +117,14 @@ impl Mempool {
             return Err(MempoolError::CacheExceedsPool { cache_size, size });
         }
         let stride = elt_size.next_multiple_of(ELT_ALIGN);
-        let region = Region::new(stride * size as usize, hugepages).map_err(MempoolError::Memory)?;
+        let region =
+            Region::new(stride * size as usize, hugepages).map_err(MempoolError::Memory)?;
         let ring = SharedRing::new((size as usize).next_power_of_two())
             .expect("a power of two no larger than MAX_POOL_SIZE is a valid ring capacity");
         let caches = if cache_size == 0 {
             Box::default()
         } else {
-            (0..MAX_LCORES)
+            (0..NB_CACHES)
                 .map(|_| CachePadded::new(LocalCache::new()))
                 .collect()
         };
@@ -128,14 +133,14 @@ impl Mempool {
         for i in 0..size {
             // SAFETY: element `i` lies inside the region (`stride * size`
             // bytes were mapped) and nothing else refers to it yet.
-            let bytes = unsafe {
-                std::slice::from_raw_parts_mut(base.add(i as usize * stride), elt_size)
-            };
+            let bytes =
+                unsafe { std::slice::from_raw_parts_mut(base.add(i as usize * stride), elt_size) };
             init(bytes, i);
             batch.push(Elem::from_ptr(NonNull::from(bytes).cast()));
             if batch.len() == batch.capacity() || i + 1 == size {
                 let moved = ring.enqueue(&batch, true);
-                debug_assert_eq!(moved.n, batch.len());
+                // Single-threaded here: the ring has room for every element.
+                assert_eq!(moved.n, batch.len(), "fresh pool ring too small");
                 batch.clear();
             }
         }
@@ -460,11 +465,7 @@ impl PoolInner {
                 // in `stats`) to decide the pool may be freed.
                 cache.len.store((len + n) as u32, Ordering::Release);
             }
-            _ => {
-                let moved = self.ring.enqueue(src, true);
-                // The ring holds every element, so there is always room.
-                debug_assert_eq!(moved.n, n, "pool '{}' ring overflow", self.name);
-            }
+            _ => self.ring_put(src),
         }
     }
 
@@ -477,10 +478,29 @@ impl PoolInner {
             return len;
         }
         LocalCache::bump(&cache.flushes);
-        let moved = self.ring.enqueue(&stack[..len], true);
-        debug_assert_eq!(moved.n, len, "pool '{}' ring overflow", self.name);
+        self.ring_put(&stack[..len]);
         cache.len.store(0, Ordering::Relaxed);
         0
+    }
+
+    /// Puts elements into the ring, all of them.
+    ///
+    /// The ring's capacity is at least the pool size, so there is always room
+    /// for every free element. But a producer may read a consumer tail older
+    /// than the latest (a store still on its way from another core; under the
+    /// C11 model, any value not older than what happened-before), and then
+    /// sees less room than there is; a bulk enqueue would then fail
+    /// spuriously. Losing elements is not an option, so take what fits and
+    /// retry: the consumers' tail stores become visible in finite time. On the
+    /// common path this is one burst enqueue. (The loom model of the cache
+    /// hand-off found the lost elements before this loop existed.)
+    #[inline]
+    fn ring_put(&self, src: &[Elem]) {
+        let mut done = self.ring.enqueue(src, false).n;
+        while done < src.len() {
+            crate::sync::spin_loop();
+            done += self.ring.enqueue(&src[done..], false).n;
+        }
     }
 
     /// See [`Mempool::zc_put_bulk`].
@@ -512,8 +532,7 @@ impl PoolInner {
             let stack = unsafe { stack_mut(cache) };
             let len = cache.len();
             if len > 0 {
-                let moved = self.ring.enqueue(&stack[..len], true);
-                debug_assert_eq!(moved.n, len);
+                self.ring_put(&stack[..len]);
                 LocalCache::bump(&cache.flushes);
                 cache.len.store(0, Ordering::Release);
             }

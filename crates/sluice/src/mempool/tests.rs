@@ -45,7 +45,8 @@ fn every_element_round_trips(p: &Mempool) {
     for &e in &got {
         let idx = p.index_of(e).unwrap();
         // SAFETY: still ours.
-        assert_eq!(unsafe { e.as_ptr().cast::<u64>().read() }, idx as u64 * 7 + 1);
+        let stamp = unsafe { e.as_ptr().cast::<u64>().read() };
+        assert_eq!(stamp, idx as u64 * 7 + 1);
     }
     // SAFETY: each element came from `p` and goes back once.
     unsafe { p.put_bulk(&got) };
@@ -176,9 +177,10 @@ fn zero_copy_put_writes_into_the_cache() {
     // Over the threshold: no zero-copy slots.
     // SAFETY: the guard (none here) is not used.
     assert!(unsafe { p.zc_put_bulk(49) }.is_none());
-    // A dropped guard puts nothing.
+    // A guard dropped without commit puts nothing.
     // SAFETY: nothing else touches `p` while the guard lives.
-    drop(unsafe { p.zc_put_bulk(5) });
+    let unused = unsafe { p.zc_put_bulk(5) };
+    assert!(unused.is_some_and(|g| g.len() == 5));
     assert!(p.is_full());
 }
 

@@ -272,6 +272,7 @@ impl<T> Ring<T> {
 
     /// Splits `n` slots starting at `idx` into the part before the wrap and the
     /// part after it: `(first_len, second_len)`.
+    #[cfg(not(loom))]
     #[inline(always)]
     pub(crate) fn split_at_wrap(&self, idx: u32, n: u32) -> (usize, usize) {
         let pos = (idx & self.mask) as usize;

@@ -48,7 +48,7 @@ mod ends;
 #[cfg(not(loom))]
 mod chunk;
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 #[cfg(all(test, loom))]
@@ -142,34 +142,38 @@ pub(crate) fn check_capacity(capacity: usize) -> Result<(), RingError> {
     }
 }
 
+/// The two ends of a new ring.
+pub type Ends<T, P, C> = (Producer<T, P>, Consumer<T, C>);
+
 impl<T: Send> Ring<T> {
     /// Creates a ring of `capacity` slots (a power of two) and returns its
     /// two ends, with the producer and consumer modes chosen by `P` and `C`.
-    pub fn new<P: SyncMode, C: SyncMode>(
-        capacity: usize,
-    ) -> Result<(Producer<T, P>, Consumer<T, C>), RingError> {
+    // A ring is only ever used through its ends, so the constructor returns
+    // them (like `std::sync::mpsc::channel`).
+    #[allow(clippy::new_ret_no_self)]
+    pub fn new<P: SyncMode, C: SyncMode>(capacity: usize) -> Result<Ends<T, P, C>, RingError> {
         check_capacity(capacity)?;
         let ring = Arc::new(Ring::with_capacity(capacity));
         Ok((Producer::new(ring.clone()), Consumer::new(ring)))
     }
 
     /// Single producer, single consumer.
-    pub fn spsc(capacity: usize) -> Result<(Producer<T, Single>, Consumer<T, Single>), RingError> {
+    pub fn spsc(capacity: usize) -> Result<Ends<T, Single, Single>, RingError> {
         Self::new(capacity)
     }
 
     /// Multi producer, multi consumer.
-    pub fn mpmc(capacity: usize) -> Result<(Producer<T, Multi>, Consumer<T, Multi>), RingError> {
+    pub fn mpmc(capacity: usize) -> Result<Ends<T, Multi, Multi>, RingError> {
         Self::new(capacity)
     }
 
     /// Multi producer, single consumer.
-    pub fn mpsc(capacity: usize) -> Result<(Producer<T, Multi>, Consumer<T, Single>), RingError> {
+    pub fn mpsc(capacity: usize) -> Result<Ends<T, Multi, Single>, RingError> {
         Self::new(capacity)
     }
 
     /// Single producer, multi consumer.
-    pub fn spmc(capacity: usize) -> Result<(Producer<T, Single>, Consumer<T, Multi>), RingError> {
+    pub fn spmc(capacity: usize) -> Result<Ends<T, Single, Multi>, RingError> {
         Self::new(capacity)
     }
 }

@@ -1,0 +1,79 @@
+//! External buffers: packet data that lives outside the mbuf's own element
+//! (a page-pool fragment, an application buffer), attached to an mbuf header.
+//!
+//! The memory is described by an [`ExtSharedInfo`], which counts the mbufs
+//! attached to it and calls its free callback when the last one detaches —
+//! on whichever thread that happens. Detaching restores the mbuf's own buffer,
+//! so the header goes back to its pool as a normal buffer.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// Called with the buffer address and the opaque value when the last mbuf
+/// attached to an external buffer lets go of it.
+pub type ExtFreeCallback = fn(buf: NonNull<u8>, opaque: *mut ());
+
+/// The shared description of an external buffer.
+///
+/// Lives at a stable address for as long as any mbuf is attached (typically
+/// inside the memory it describes, or in a `Box` the callback frees).
+#[derive(Debug)]
+pub struct ExtSharedInfo {
+    free_cb: ExtFreeCallback,
+    opaque: *mut (),
+    /// Mbufs attached. The one that takes it to 0 calls `free_cb`.
+    refcnt: AtomicU32,
+}
+
+// SAFETY: the callback and opaque value are handed over to whichever thread
+// detaches last; whoever builds the info vouches (in `new`'s contract) that
+// this is fine for their opaque value.
+unsafe impl Send for ExtSharedInfo {}
+// SAFETY: shared access only reads `free_cb`/`opaque` and updates `refcnt`
+// atomically.
+unsafe impl Sync for ExtSharedInfo {}
+
+impl ExtSharedInfo {
+    /// A shared info with no mbuf attached yet.
+    ///
+    /// # Safety
+    /// `free_cb(buf, opaque)` must be sound to call once, from any thread, when
+    /// the last attached mbuf detaches.
+    pub const unsafe fn new(free_cb: ExtFreeCallback, opaque: *mut ()) -> Self {
+        ExtSharedInfo {
+            free_cb,
+            opaque,
+            refcnt: AtomicU32::new(0),
+        }
+    }
+
+    /// Mbufs attached now (a snapshot).
+    pub fn refcnt(&self) -> u32 {
+        self.refcnt.load(Ordering::Relaxed)
+    }
+
+    /// One more mbuf attaches.
+    #[inline]
+    pub(crate) fn get(&self) {
+        // Relaxed: as for `Arc::clone`, the new reference is made from one the
+        // caller already holds (or from the creator, before any sharing).
+        self.refcnt.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// One mbuf detaches from `buf`; the last calls the free callback.
+    #[inline]
+    pub(crate) fn put(&self, buf: NonNull<u8>) {
+        // Release pairs with the Acquire fence of whoever ends up last, so
+        // every holder's use of the buffer happens-before it is freed.
+        if self.refcnt.fetch_sub(1, Ordering::Release) == 1 {
+            std::sync::atomic::fence(Ordering::Acquire);
+            (self.free_cb)(buf, self.opaque);
+        }
+    }
+
+    /// True when more than one mbuf shares the data.
+    #[inline]
+    pub(crate) fn is_shared(&self) -> bool {
+        self.refcnt.load(Ordering::Acquire) > 1
+    }
+}

@@ -1,0 +1,246 @@
+//! The mbuf header: 128 bytes, two cache lines, at the start of every pool
+//! element; the buffer (headroom, then data room) follows it.
+//!
+//! The first cache line holds what the Rx path writes for every packet: the
+//! buffer address, the rearm word, offload flags and the fields filled from the
+//! Rx descriptor write-back. The second holds what Tx and free need: the next
+//! segment, the pool and the Tx offload lengths. Offsets are named in
+//! [`offset`] and checked by tests, as a NIC driver relies on them.
+
+use std::sync::atomic::AtomicU16;
+
+use crate::mempool::PoolInner;
+
+use super::extbuf::ExtSharedInfo;
+
+/// Size of the header.
+pub const HEADER_SIZE: usize = 128;
+
+/// Byte offsets of the header fields.
+pub mod offset {
+    /// Buffer start (headroom begins here).
+    pub const BUF_ADDR: usize = 0;
+    /// IO address of the buffer start.
+    pub const BUF_IOVA: usize = 8;
+    /// The 8-byte rearm word: `data_off`, `refcnt`, `nb_segs`, `port`.
+    pub const REARM_DATA: usize = 16;
+    /// Offset of the packet data from the buffer start.
+    pub const DATA_OFF: usize = 16;
+    /// Reference count.
+    pub const REFCNT: usize = 18;
+    /// Segments in the chain (first segment only).
+    pub const NB_SEGS: usize = 20;
+    /// Input port.
+    pub const PORT: usize = 22;
+    /// Offload flags.
+    pub const OL_FLAGS: usize = 24;
+    /// Packet type (start of the fields an Rx descriptor fills).
+    pub const PACKET_TYPE: usize = 32;
+    /// Length of the whole chain (first segment only).
+    pub const PKT_LEN: usize = 36;
+    /// Length of this segment's data.
+    pub const DATA_LEN: usize = 40;
+    /// VLAN TCI.
+    pub const VLAN_TCI: usize = 42;
+    /// RSS hash.
+    pub const RSS_HASH: usize = 44;
+    /// Flow director id or other per-packet mark.
+    pub const FDIR_ID: usize = 48;
+    /// Outer VLAN TCI.
+    pub const VLAN_TCI_OUTER: usize = 52;
+    /// Buffer length (headroom + data room).
+    pub const BUF_LEN: usize = 54;
+    /// Free for the application (e.g. a timestamp).
+    pub const UDATA64: usize = 56;
+    /// Next segment (second cache line).
+    pub const NEXT: usize = 64;
+    /// Owning pool.
+    pub const POOL: usize = 72;
+    /// Tx offload lengths, packed.
+    pub const TX_OFFLOAD: usize = 80;
+    /// Shared info of an attached external buffer, or null.
+    pub const SHINFO: usize = 88;
+}
+
+/// The rearm word: what a driver resets on every Rx refill, with one store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, align(8))]
+pub struct RearmData {
+    /// Offset of the data from the buffer start (the headroom).
+    pub data_off: u16,
+    /// Reference count (1 for a fresh buffer).
+    pub refcnt: u16,
+    /// Segments (1 for a fresh buffer).
+    pub nb_segs: u16,
+    /// Input port.
+    pub port: u16,
+}
+
+/// Port value of a buffer that came from no port.
+pub const PORT_NONE: u16 = u16::MAX;
+
+/// The header. Private fields: use [`Mbuf`](super::Mbuf)'s accessors.
+#[repr(C, align(64))]
+pub struct MbufHeader {
+    // ---- cache line 0: Rx hot ----
+    pub(crate) buf_addr: *mut u8,
+    pub(crate) buf_iova: u64,
+    // The rearm word, as four fields; `refcnt` is atomic because clones on
+    // other threads update it. The whole word is written at once only while
+    // the buffer is unshared (refcnt 1, one owner), so that plain store never
+    // races with an atomic access.
+    pub(crate) data_off: u16,
+    pub(crate) refcnt: AtomicU16,
+    pub(crate) nb_segs: u16,
+    pub(crate) port: u16,
+    pub(crate) ol_flags: u64,
+    pub(crate) packet_type: u32,
+    pub(crate) pkt_len: u32,
+    pub(crate) data_len: u16,
+    pub(crate) vlan_tci: u16,
+    pub(crate) rss_hash: u32,
+    pub(crate) fdir_id: u32,
+    pub(crate) vlan_tci_outer: u16,
+    pub(crate) buf_len: u16,
+    pub(crate) udata64: u64,
+    // ---- cache line 1: Tx and free ----
+    pub(crate) next: *mut MbufHeader,
+    pub(crate) pool: *const PoolInner,
+    pub(crate) tx_offload: u64,
+    pub(crate) shinfo: *const ExtSharedInfo,
+    /// The buffer's own address, IOVA and length, to restore when an
+    /// external buffer is detached.
+    pub(crate) own_buf_addr: *mut u8,
+    pub(crate) own_buf_iova: u64,
+    pub(crate) own_buf_len: u16,
+    /// Headroom a fresh buffer starts with.
+    pub(crate) default_headroom: u16,
+    _reserved: [u8; 12],
+}
+
+const _: () = assert!(std::mem::size_of::<MbufHeader>() == HEADER_SIZE);
+const _: () = assert!(std::mem::align_of::<MbufHeader>() == 64);
+const _: () = assert!(std::mem::size_of::<RearmData>() == 8);
+
+impl MbufHeader {
+    /// Pointer to the rearm word, to write it with one 8-byte store.
+    #[inline(always)]
+    pub(crate) fn rearm_ptr(this: *mut MbufHeader) -> *mut RearmData {
+        // SAFETY: only computes an address inside `*this`: `data_off` is at
+        // offset 16, 8-byte aligned (the header is 64-byte aligned), and the
+        // four rearm fields span 16..24 in `RearmData`'s order.
+        unsafe { std::ptr::addr_of_mut!((*this).data_off).cast::<RearmData>() }
+    }
+
+    /// Writes the header of a new element (all fields), for pool creation.
+    pub(crate) fn init(
+        this: *mut MbufHeader,
+        buf_addr: *mut u8,
+        buf_iova: u64,
+        buf_len: u16,
+        headroom: u16,
+        pool: *const PoolInner,
+    ) {
+        let hdr = MbufHeader {
+            buf_addr,
+            buf_iova,
+            data_off: headroom,
+            refcnt: AtomicU16::new(1),
+            nb_segs: 1,
+            port: PORT_NONE,
+            ol_flags: 0,
+            packet_type: 0,
+            pkt_len: 0,
+            data_len: 0,
+            vlan_tci: 0,
+            rss_hash: 0,
+            fdir_id: 0,
+            vlan_tci_outer: 0,
+            buf_len,
+            udata64: 0,
+            next: std::ptr::null_mut(),
+            pool,
+            tx_offload: 0,
+            shinfo: std::ptr::null(),
+            own_buf_addr: buf_addr,
+            own_buf_iova: buf_iova,
+            own_buf_len: buf_len,
+            default_headroom: headroom,
+            _reserved: [0; 12],
+        };
+        // SAFETY: the caller passes the start of a fresh pool element, which
+        // is 64-byte aligned and at least `HEADER_SIZE` bytes long.
+        unsafe { this.write(hdr) };
+    }
+}
+
+/// Tx offload lengths, packed into one `u64` as DPDK does.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TxOffload {
+    /// L2 header length (7 bits).
+    pub l2_len: u8,
+    /// L3 header length (9 bits).
+    pub l3_len: u16,
+    /// L4 header length (8 bits).
+    pub l4_len: u8,
+    /// TCP segment size for TSO (16 bits).
+    pub tso_segsz: u16,
+    /// Outer L3 length for tunnels (9 bits).
+    pub outer_l3_len: u16,
+    /// Outer L2 length for tunnels (7 bits).
+    pub outer_l2_len: u8,
+}
+
+impl TxOffload {
+    /// Packs the lengths (each masked to its width).
+    pub fn pack(self) -> u64 {
+        (self.l2_len as u64 & 0x7f)
+            | (self.l3_len as u64 & 0x1ff) << 7
+            | (self.l4_len as u64) << 16
+            | (self.tso_segsz as u64) << 24
+            | (self.outer_l3_len as u64 & 0x1ff) << 40
+            | (self.outer_l2_len as u64 & 0x7f) << 49
+    }
+
+    /// Unpacks.
+    pub fn unpack(v: u64) -> TxOffload {
+        TxOffload {
+            l2_len: (v & 0x7f) as u8,
+            l3_len: ((v >> 7) & 0x1ff) as u16,
+            l4_len: ((v >> 16) & 0xff) as u8,
+            tso_segsz: ((v >> 24) & 0xffff) as u16,
+            outer_l3_len: ((v >> 40) & 0x1ff) as u16,
+            outer_l2_len: ((v >> 49) & 0x7f) as u8,
+        }
+    }
+}
+
+/// Offload flag bits (`ol_flags`), named after DPDK's.
+pub mod ol {
+    /// Rx: the RSS hash field is valid.
+    pub const RX_RSS_HASH: u64 = 1 << 1;
+    /// Rx: the VLAN TCI field is valid (stripped by the device).
+    pub const RX_VLAN: u64 = 1 << 0;
+    /// Rx: the IP checksum was checked and is good.
+    pub const RX_IP_CKSUM_GOOD: u64 = 1 << 7;
+    /// Rx: the IP checksum is bad.
+    pub const RX_IP_CKSUM_BAD: u64 = 1 << 4;
+    /// Rx: the L4 checksum was checked and is good.
+    pub const RX_L4_CKSUM_GOOD: u64 = 1 << 8;
+    /// Rx: the L4 checksum is bad.
+    pub const RX_L4_CKSUM_BAD: u64 = 1 << 3;
+    /// Tx: compute the IPv4 header checksum.
+    pub const TX_IP_CKSUM: u64 = 1 << 54;
+    /// Tx: compute the TCP checksum.
+    pub const TX_TCP_CKSUM: u64 = 1 << 52;
+    /// Tx: compute the UDP checksum.
+    pub const TX_UDP_CKSUM: u64 = 3 << 52;
+    /// Tx: TCP segmentation offload.
+    pub const TX_TCP_SEG: u64 = 1 << 50;
+    /// Tx: insert the VLAN TCI.
+    pub const TX_VLAN: u64 = 1 << 57;
+    /// Tx: the packet is IPv4.
+    pub const TX_IPV4: u64 = 1 << 55;
+    /// Tx: the packet is IPv6.
+    pub const TX_IPV6: u64 = 1 << 56;
+}

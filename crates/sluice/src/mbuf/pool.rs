@@ -1,0 +1,247 @@
+//! Packet buffer pools: a mempool whose elements are mbufs.
+
+use std::ptr::NonNull;
+
+use super::layout::{HEADER_SIZE, MbufHeader, PORT_NONE, RearmData};
+use super::{Burst, Mbuf, MbufError};
+use crate::mempool::{Elem, HugepagePolicy, Mempool, MempoolConfig, MempoolError, MempoolStats};
+
+/// Default headroom before the packet data.
+pub const DEFAULT_HEADROOM: u16 = 128;
+/// Default data room.
+pub const DEFAULT_DATA_ROOM: u16 = 2048;
+
+/// How to build an [`MbufPool`].
+#[derive(Debug, Clone)]
+pub struct MbufPoolConfig {
+    /// Name, for statistics and errors.
+    pub name: String,
+    /// Number of mbufs.
+    pub size: u32,
+    /// Per-lcore cache size (0 disables).
+    pub cache_size: u32,
+    /// Bytes reserved before the data of a fresh buffer.
+    pub headroom: u16,
+    /// Bytes for packet data after the headroom.
+    pub data_room: u16,
+    /// Whether to use hugepages.
+    pub hugepages: HugepagePolicy,
+}
+
+impl Default for MbufPoolConfig {
+    fn default() -> Self {
+        MbufPoolConfig {
+            name: "mbuf_pool".into(),
+            size: 8191,
+            cache_size: 256,
+            headroom: DEFAULT_HEADROOM,
+            data_room: DEFAULT_DATA_ROOM,
+            hugepages: HugepagePolicy::Auto,
+        }
+    }
+}
+
+/// A pool of packet buffers. Cheap to clone; `Send` and `Sync`.
+///
+/// Each element is a 128-byte [`MbufHeader`], then `headroom + data_room`
+/// bytes of buffer.
+#[derive(Debug, Clone)]
+pub struct MbufPool {
+    pool: Mempool,
+    headroom: u16,
+    data_room: u16,
+}
+
+impl MbufPool {
+    /// Builds a pool. Errors name the bad value (zero or oversized rooms, and
+    /// everything [`Mempool::new`] checks).
+    pub fn new(config: MbufPoolConfig) -> Result<MbufPool, MbufError> {
+        let MbufPoolConfig {
+            name,
+            size,
+            cache_size,
+            headroom,
+            data_room,
+            hugepages,
+        } = config;
+        if data_room == 0 {
+            return Err(MbufError::BadConfig(format!(
+                "mbuf pool '{name}': data room 0"
+            )));
+        }
+        let buf_len = headroom as u32 + data_room as u32;
+        if buf_len > u16::MAX as u32 {
+            return Err(MbufError::BadConfig(format!(
+                "mbuf pool '{name}': headroom {headroom} + data room {data_room} = {buf_len} \
+                 exceeds {}",
+                u16::MAX
+            )));
+        }
+        let elt_size = HEADER_SIZE + buf_len as usize;
+        // The headers point back at the pool, whose address is known only once
+        // it exists: write everything else at init, the pool pointer after.
+        let pool = Mempool::with_init(
+            MempoolConfig {
+                name,
+                size,
+                elt_size,
+                cache_size,
+                hugepages,
+            },
+            |_, _| {},
+        )
+        .map_err(MbufError::Pool)?;
+        let inner = pool.inner_ptr().as_ptr().cast_const();
+        let base = pool.region().base().as_ptr();
+        for i in 0..size as usize {
+            // SAFETY: element `i` starts at `base + i * stride` inside the
+            // region; no element has been handed out yet.
+            let hdr = unsafe { base.add(i * pool.stride()) }.cast::<MbufHeader>();
+            // SAFETY: as above; the buffer follows the header in the element.
+            let buf = unsafe { hdr.cast::<u8>().add(HEADER_SIZE) };
+            let iova = (i * pool.stride() + HEADER_SIZE) as u64;
+            MbufHeader::init(hdr, buf, iova, buf_len as u16, headroom, inner);
+        }
+        Ok(MbufPool {
+            pool,
+            headroom,
+            data_room,
+        })
+    }
+
+    /// Allocates one mbuf, reset: empty data at the default headroom, one
+    /// segment, no flags. `None` when the pool is empty.
+    #[inline]
+    pub fn alloc(&self) -> Option<Mbuf> {
+        let e = self.pool.get()?;
+        // SAFETY: a fresh element of this mbuf pool: its header was initialised
+        // at creation and restored to the free-buffer invariants on free.
+        let mut m = unsafe { Mbuf::from_elem(e) };
+        m.reset();
+        Some(m)
+    }
+
+    /// Allocates an mbuf holding a copy of `data`.
+    pub fn alloc_from_slice(&self, data: &[u8]) -> Result<Mbuf, MbufError> {
+        let mut m = self
+            .alloc()
+            .ok_or(MbufError::Pool(MempoolError::Empty { requested: 1 }))?;
+        m.append(data.len())?.copy_from_slice(data);
+        Ok(m)
+    }
+
+    /// Appends `n` reset mbufs to `burst`, all or none.
+    #[inline]
+    pub fn alloc_bulk<const N: usize>(
+        &self,
+        burst: &mut Burst<N>,
+        n: usize,
+    ) -> Result<(), MbufError> {
+        if n > burst.free() {
+            return Err(MbufError::BurstFull {
+                requested: n,
+                free: burst.free(),
+            });
+        }
+        let mut elems = [Elem::DANGLING; 64];
+        let mut done = 0;
+        while done < n {
+            let k = (n - done).min(elems.len());
+            if let Err(e) = self.pool.get_bulk(&mut elems[..k]) {
+                // Undo the part already in the burst: all or none.
+                burst.truncate(burst.len() - done);
+                return Err(MbufError::Pool(e));
+            }
+            for &e in &elems[..k] {
+                // SAFETY: a fresh element of this pool (see `alloc`).
+                let mut m = unsafe { Mbuf::from_elem(e) };
+                m.reset();
+                // Room was checked above.
+                let _ = burst.push(m);
+            }
+            done += k;
+        }
+        Ok(())
+    }
+
+    /// The rearm word for a fresh buffer of this pool received on `port`.
+    pub fn rearm_data(&self, port: u16) -> RearmData {
+        RearmData {
+            data_off: self.headroom,
+            refcnt: 1,
+            nb_segs: 1,
+            port,
+        }
+    }
+
+    /// Headroom of a fresh buffer.
+    pub fn headroom(&self) -> u16 {
+        self.headroom
+    }
+
+    /// Data room after the headroom.
+    pub fn data_room(&self) -> u16 {
+        self.data_room
+    }
+
+    /// The underlying mempool.
+    pub fn mempool(&self) -> &Mempool {
+        &self.pool
+    }
+
+    /// Number of mbufs.
+    pub fn size(&self) -> u32 {
+        self.pool.size()
+    }
+
+    /// A snapshot of the pool counters.
+    pub fn stats(&self) -> MempoolStats {
+        self.pool.stats()
+    }
+
+    /// True when every mbuf is free.
+    pub fn is_full(&self) -> bool {
+        self.pool.is_full()
+    }
+
+    /// Free mbufs (ring and caches).
+    pub fn available(&self) -> u32 {
+        self.pool.stats().available
+    }
+
+    /// See [`Mempool::flush_local_cache`].
+    pub fn flush_local_cache(&self) {
+        self.pool.flush_local_cache()
+    }
+
+    /// True when `m`'s header belongs to this pool.
+    pub fn owns(&self, m: &Mbuf) -> bool {
+        self.pool
+            .contains(Elem::from_ptr(NonNull::from(m.header()).cast()))
+    }
+}
+
+impl Mbuf {
+    /// Resets an unshared mbuf to an empty single-segment buffer.
+    #[inline(always)]
+    pub(crate) fn reset(&mut self) {
+        let h = self.header_mut();
+        let rearm = RearmData {
+            data_off: h.default_headroom,
+            refcnt: 1,
+            nb_segs: 1,
+            port: PORT_NONE,
+        };
+        h.ol_flags = 0;
+        h.packet_type = 0;
+        h.pkt_len = 0;
+        h.data_len = 0;
+        h.vlan_tci = 0;
+        h.rss_hash = 0;
+        h.vlan_tci_outer = 0;
+        h.tx_offload = 0;
+        // SAFETY: the buffer is unshared (fresh from the pool), so the plain
+        // store to the rearm word races with no atomic access of `refcnt`.
+        unsafe { MbufHeader::rearm_ptr(self.as_header_ptr()).write(rearm) };
+    }
+}

@@ -1,0 +1,515 @@
+//! Mbuf tests: layout, accessors, clones, chains, external buffers, bursts,
+//! and random operation sequences that must end with the pool full.
+
+use std::mem::offset_of;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use proptest::prelude::*;
+
+use super::layout::offset;
+use super::*;
+use crate::mempool::HugepagePolicy;
+
+fn pool(size: u32) -> MbufPool {
+    MbufPool::new(MbufPoolConfig {
+        name: "mbuf-test".into(),
+        size,
+        cache_size: 0,
+        hugepages: HugepagePolicy::Auto,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+#[test]
+fn header_layout_matches_the_documented_offsets() {
+    assert_eq!(std::mem::size_of::<MbufHeader>(), 128);
+    assert_eq!(std::mem::align_of::<MbufHeader>(), 64);
+    assert_eq!(offset_of!(MbufHeader, buf_addr), offset::BUF_ADDR);
+    assert_eq!(offset_of!(MbufHeader, buf_iova), offset::BUF_IOVA);
+    assert_eq!(offset_of!(MbufHeader, data_off), offset::DATA_OFF);
+    assert_eq!(offset_of!(MbufHeader, data_off), offset::REARM_DATA);
+    assert_eq!(offset_of!(MbufHeader, refcnt), offset::REFCNT);
+    assert_eq!(offset_of!(MbufHeader, nb_segs), offset::NB_SEGS);
+    assert_eq!(offset_of!(MbufHeader, port), offset::PORT);
+    assert_eq!(offset_of!(MbufHeader, ol_flags), offset::OL_FLAGS);
+    assert_eq!(offset_of!(MbufHeader, packet_type), offset::PACKET_TYPE);
+    assert_eq!(offset_of!(MbufHeader, pkt_len), offset::PKT_LEN);
+    assert_eq!(offset_of!(MbufHeader, data_len), offset::DATA_LEN);
+    assert_eq!(offset_of!(MbufHeader, vlan_tci), offset::VLAN_TCI);
+    assert_eq!(offset_of!(MbufHeader, rss_hash), offset::RSS_HASH);
+    assert_eq!(offset_of!(MbufHeader, fdir_id), offset::FDIR_ID);
+    assert_eq!(
+        offset_of!(MbufHeader, vlan_tci_outer),
+        offset::VLAN_TCI_OUTER
+    );
+    assert_eq!(offset_of!(MbufHeader, buf_len), offset::BUF_LEN);
+    assert_eq!(offset_of!(MbufHeader, udata64), offset::UDATA64);
+    assert_eq!(offset_of!(MbufHeader, next), offset::NEXT);
+    assert_eq!(offset_of!(MbufHeader, pool), offset::POOL);
+    assert_eq!(offset_of!(MbufHeader, tx_offload), offset::TX_OFFLOAD);
+    assert_eq!(offset_of!(MbufHeader, shinfo), offset::SHINFO);
+    // Hot Rx fields in the first cache line, Tx/free in the second.
+    for off in [
+        offset::BUF_ADDR,
+        offset::REARM_DATA,
+        offset::OL_FLAGS,
+        offset::PKT_LEN,
+        offset::DATA_LEN,
+        offset::RSS_HASH,
+        offset::VLAN_TCI,
+    ] {
+        assert!(off < 64);
+    }
+    for off in [offset::NEXT, offset::POOL, offset::TX_OFFLOAD] {
+        assert!((64..128).contains(&off));
+    }
+    // The rearm word is one aligned 8-byte word.
+    assert_eq!(offset::REARM_DATA % 8, 0);
+    assert_eq!(offset::PORT + 2 - offset::REARM_DATA, 8);
+}
+
+#[test]
+fn rearm_word_is_one_store_of_the_four_fields() {
+    let p = pool(7);
+    let mut m = p.alloc().unwrap();
+    let rearm = p.rearm_data(3);
+    // SAFETY: fresh, unshared buffer.
+    unsafe { MbufHeader::rearm_ptr(m.as_header_ptr()).write(rearm) };
+    assert_eq!(
+        (m.headroom(), m.refcnt(), m.nb_segs(), m.port()),
+        (DEFAULT_HEADROOM, 1, 1, 3)
+    );
+    m.set_port(9).unwrap();
+    drop(m);
+    assert!(p.is_full());
+}
+
+#[test]
+fn buffer_geometry_and_iova() {
+    let p = MbufPool::new(MbufPoolConfig {
+        size: 15,
+        cache_size: 0,
+        headroom: 64,
+        data_room: 1000,
+        ..Default::default()
+    })
+    .unwrap();
+    let m = p.alloc().unwrap();
+    assert_eq!((m.headroom(), m.tailroom(), m.buf_len()), (64, 1000, 1064));
+    let hdr_addr = m.header() as *const MbufHeader as usize;
+    let base = p.mempool().region().base().as_ptr() as usize;
+    assert_eq!(m.data_iova(), (hdr_addr - base + HEADER_SIZE + 64) as u64);
+    assert_eq!(m.header().buf_addr as usize, hdr_addr + HEADER_SIZE);
+    assert!(p.owns(&m));
+    drop(m);
+    assert!(p.is_full());
+}
+
+#[test]
+fn prepend_append_adj_trim() {
+    let p = pool(7);
+    let mut m = p.alloc().unwrap();
+    m.append(4).unwrap().copy_from_slice(b"abcd");
+    m.prepend(2).unwrap().copy_from_slice(b"xy");
+    assert_eq!(m.data(), b"xyabcd");
+    assert_eq!((m.pkt_len(), m.data_len()), (6, 6));
+    m.adj(1).unwrap();
+    m.trim(2).unwrap();
+    assert_eq!(m.data(), b"yab");
+    m.data_mut().unwrap()[0] = b'Y';
+    assert_eq!(m.data(), b"Yab");
+    // Errors name the sizes and change nothing.
+    let e = m.prepend(1000).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            MbufError::NoHeadroom {
+                need: 1000,
+                have: 127
+            }
+        ),
+        "{e}"
+    );
+    assert!(matches!(
+        m.append(5000),
+        Err(MbufError::NoTailroom { need: 5000, .. })
+    ));
+    assert!(matches!(
+        m.adj(4),
+        Err(MbufError::TooShort { need: 4, have: 3 })
+    ));
+    assert!(matches!(
+        m.trim(4),
+        Err(MbufError::TooShort { need: 4, have: 3 })
+    ));
+    assert_eq!(m.data(), b"Yab");
+    drop(m);
+    assert!(p.is_full());
+}
+
+#[test]
+fn alloc_resets_what_the_last_user_left() {
+    let p = pool(1);
+    let mut m = p.alloc().unwrap();
+    m.append(100).unwrap();
+    m.adj(10).unwrap();
+    m.set_ol_flags(ol::TX_IP_CKSUM).unwrap();
+    m.set_rss_hash(7).unwrap();
+    m.set_port(2).unwrap();
+    drop(m);
+    let m = p.alloc().unwrap();
+    assert_eq!(
+        (m.pkt_len(), m.data_len(), m.headroom()),
+        (0, 0, DEFAULT_HEADROOM)
+    );
+    assert_eq!((m.ol_flags(), m.rss_hash(), m.port()), (0, 0, PORT_NONE));
+    drop(m);
+    assert!(p.is_full());
+}
+
+#[test]
+fn clones_share_the_buffer_and_block_writes() {
+    let p = pool(3);
+    let mut m = p.alloc_from_slice(b"hello").unwrap();
+    let c = m.clone();
+    assert_eq!((m.refcnt(), c.refcnt()), (2, 2));
+    assert!(m.is_shared());
+    assert!(matches!(m.data_mut(), Err(MbufError::Shared)));
+    assert!(matches!(m.append(1), Err(MbufError::Shared)));
+    assert!(matches!(m.set_port(1), Err(MbufError::Shared)));
+    assert_eq!(c.data(), b"hello");
+    // Dropping one reference does not free the buffer.
+    drop(c);
+    assert_eq!(p.available(), 2);
+    assert_eq!(m.refcnt(), 1);
+    m.data_mut().unwrap()[0] = b'j';
+    // A clone sent to another thread and dropped there.
+    let c = m.clone();
+    std::thread::spawn(move || assert_eq!(c.data(), b"jello"))
+        .join()
+        .unwrap();
+    assert_eq!(m.refcnt(), 1);
+    drop(m);
+    assert!(p.is_full());
+}
+
+#[test]
+fn chains_carry_length_and_free_every_segment() {
+    let p = pool(8);
+    let mut head = p.alloc_from_slice(b"one-").unwrap();
+    let mut tail = p.alloc_from_slice(b"two-").unwrap();
+    tail.chain(p.alloc_from_slice(b"three").unwrap()).unwrap();
+    head.chain(tail).unwrap();
+    assert_eq!(
+        (head.nb_segs(), head.pkt_len(), head.data_len()),
+        (3, 13, 4)
+    );
+    assert_eq!(head.to_vec(), b"one-two-three");
+    assert_eq!(head.segments().count(), 3);
+    // append/trim act on the last segment.
+    head.append(1).unwrap().copy_from_slice(b"!");
+    head.trim(2).unwrap();
+    assert_eq!(head.to_vec(), b"one-two-thre");
+    assert_eq!(p.available(), 5);
+    // A shared tail is refused and given back.
+    let t = p.alloc().unwrap();
+    let t2 = t.clone();
+    let (err, t) = head.chain(t).unwrap_err();
+    assert!(matches!(err, MbufError::Shared));
+    drop((t, t2));
+    // A clone of the chain keeps every segment alive.
+    let c = head.clone();
+    drop(head);
+    assert_eq!(p.available(), 5);
+    assert_eq!(c.to_vec(), b"one-two-thre");
+    drop(c);
+    assert!(p.is_full());
+}
+
+static EXT_FREED: AtomicUsize = AtomicUsize::new(0);
+
+fn ext_free(buf: NonNull<u8>, opaque: *mut ()) {
+    // SAFETY: `opaque` is the `Box<[u8]>` leaked by the test; the buffer is
+    // its start.
+    let b = unsafe { Box::from_raw(opaque as *mut [u8; 256]) };
+    assert_eq!(b.as_ptr(), buf.as_ptr().cast_const());
+    EXT_FREED.fetch_add(1, Ordering::SeqCst);
+}
+
+#[test]
+fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
+    let p = pool(4);
+    let mem: *mut [u8; 256] = Box::into_raw(Box::new([0u8; 256]));
+    // SAFETY: `ext_free` frees exactly that box, once.
+    let info = Box::leak(Box::new(unsafe {
+        ExtSharedInfo::new(ext_free, mem.cast())
+    }));
+    let info_ptr = NonNull::from(&*info);
+    let buf = NonNull::new(mem.cast::<u8>()).unwrap();
+    let mut a = p.alloc().unwrap();
+    let mut b = p.alloc().unwrap();
+    let own = a.header().buf_addr;
+    // SAFETY: the box lives until `ext_free`; `info` is leaked (lives forever).
+    unsafe {
+        a.attach_extbuf(buf, 0x1000, 256, 16, info_ptr).unwrap();
+        b.attach_extbuf(buf, 0x1000, 256, 16, info_ptr).unwrap();
+    }
+    assert_eq!(info.refcnt(), 2);
+    assert!(
+        a.has_extbuf() && a.is_shared(),
+        "data shared via the ext buffer"
+    );
+    assert!(a.data_mut().is_err());
+    assert_eq!((a.headroom(), a.data_iova()), (16, 0x1010));
+    let before = EXT_FREED.load(Ordering::SeqCst);
+    drop(b);
+    assert_eq!(EXT_FREED.load(Ordering::SeqCst), before);
+    a.append(3).unwrap().copy_from_slice(b"ext");
+    assert_eq!(a.data(), b"ext");
+    drop(a);
+    assert_eq!(EXT_FREED.load(Ordering::SeqCst), before + 1);
+    assert!(p.is_full());
+    // Every header went back with its own buffer (right after the header).
+    let mut all: Burst = Burst::new();
+    p.alloc_bulk(&mut all, 4).unwrap();
+    assert!(all.iter().any(|m| m.header().buf_addr == own));
+    for m in &all {
+        let hdr = m.header() as *const MbufHeader as usize;
+        assert_eq!(m.header().buf_addr as usize, hdr + HEADER_SIZE);
+        assert!(!m.has_extbuf());
+    }
+    drop(all);
+    assert!(p.is_full());
+}
+
+#[test]
+fn burst_push_pop_drain_retain_and_drop_free_everything() {
+    let p = pool(40);
+    let mut b: Burst = Burst::new();
+    p.alloc_bulk(&mut b, 10).unwrap();
+    for (i, m) in b.iter_mut().enumerate() {
+        m.append(1).unwrap()[0] = i as u8;
+    }
+    // The driver took 4 from the front; 2 of them were not consumed by the
+    // caller and are freed when the iterator goes.
+    let mut d = b.drain_front(4);
+    let first = d.next().unwrap();
+    let second = d.next().unwrap();
+    drop(d);
+    assert_eq!((first.data()[0], second.data()[0]), (0, 1));
+    assert_eq!(b.len(), 6);
+    assert_eq!(b[0].data()[0], 4);
+    assert_eq!(p.available(), 40 - 8);
+    b.retain(|m| m.data()[0] % 2 == 0);
+    let kept: Vec<u8> = b.iter().map(|m| m.data()[0]).collect();
+    assert_eq!(kept, vec![4, 6, 8]);
+    let last = b.pop().unwrap();
+    assert_eq!(last.data()[0], 8);
+    assert!(b.push(last).is_ok());
+    // Over capacity: all or none.
+    assert!(matches!(
+        p.alloc_bulk(&mut b, 30),
+        Err(MbufError::BurstFull {
+            requested: 30,
+            free: 29
+        })
+    ));
+    drop((first, second));
+    drop(b);
+    assert!(p.is_full());
+}
+
+#[test]
+fn alloc_bulk_is_all_or_nothing_when_the_pool_runs_dry() {
+    let p = pool(20);
+    let mut b: Burst<64> = Burst::new();
+    assert!(p.alloc_bulk(&mut b, 21).is_err());
+    assert!(b.is_empty());
+    assert!(p.is_full());
+    p.alloc_bulk(&mut b, 20).unwrap();
+    assert!(p.alloc().is_none());
+    b.clear();
+    assert!(p.is_full());
+}
+
+#[test]
+fn bursts_mixing_pools_return_each_buffer_home() {
+    let p = pool(10);
+    let q = pool(10);
+    let mut b: Burst = Burst::new();
+    for i in 0..20 {
+        let m = if i % 3 == 0 { p.alloc() } else { q.alloc() };
+        if let Some(m) = m {
+            b.push(m).unwrap();
+        }
+    }
+    let extra = b[0].clone();
+    drop(b);
+    assert_eq!(p.available() + q.available(), 19);
+    drop(extra);
+    assert!(p.is_full() && q.is_full());
+}
+
+#[test]
+fn bad_pool_configurations_are_errors() {
+    let bad = |headroom, data_room| {
+        MbufPool::new(MbufPoolConfig {
+            size: 7,
+            cache_size: 0,
+            headroom,
+            data_room,
+            ..Default::default()
+        })
+        .unwrap_err()
+        .to_string()
+    };
+    assert!(bad(128, 0).contains("data room 0"));
+    let m = bad(1000, 65000);
+    assert!(m.contains("66000"), "{m}");
+    let e = MbufPool::new(MbufPoolConfig {
+        size: 0,
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("size 0"));
+}
+
+/// One step of a random mbuf program.
+#[derive(Debug, Clone)]
+enum Op {
+    Alloc(u8),
+    Free(usize),
+    Clone(usize),
+    Append(usize, u16),
+    Prepend(usize, u8),
+    Adj(usize, u16),
+    Trim(usize, u16),
+    Chain(usize, usize),
+    BulkToBurst(u8),
+    DrainBurst(u8),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        any::<u8>().prop_map(Op::Alloc),
+        any::<usize>().prop_map(Op::Free),
+        any::<usize>().prop_map(Op::Clone),
+        (any::<usize>(), 0u16..3000).prop_map(|(i, n)| Op::Append(i, n)),
+        (any::<usize>(), 0u8..200).prop_map(|(i, n)| Op::Prepend(i, n)),
+        (any::<usize>(), 0u16..300).prop_map(|(i, n)| Op::Adj(i, n)),
+        (any::<usize>(), 0u16..300).prop_map(|(i, n)| Op::Trim(i, n)),
+        (any::<usize>(), any::<usize>()).prop_map(|(i, j)| Op::Chain(i, j)),
+        (0u8..40).prop_map(Op::BulkToBurst),
+        (0u8..40).prop_map(Op::DrainBurst),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(200))]
+
+    /// Random sequences of alloc/clone/chain/append/trim/free on a small pool,
+    /// against a model of each handle's bytes: contents always match, errors
+    /// change nothing, and at the end the pool is full again.
+    #[test]
+    fn random_sequences_end_with_the_pool_full(ops in proptest::collection::vec(op(), 1..120)) {
+        let p = pool(48);
+        let mut held: Vec<(Mbuf, Vec<u8>)> = Vec::new();
+        let mut burst: Burst = Burst::new();
+        for op in ops {
+            let pick = |i: usize, n: usize| if n == 0 { None } else { Some(i % n) };
+            match op {
+                Op::Alloc(b) => {
+                    if let Ok(m) = p.alloc_from_slice(&[b; 3]) {
+                        held.push((m, vec![b; 3]));
+                    }
+                }
+                Op::Free(i) => {
+                    if let Some(i) = pick(i, held.len()) {
+                        held.swap_remove(i);
+                    }
+                }
+                Op::Clone(i) => {
+                    if let Some(i) = pick(i, held.len()) {
+                        let (m, v) = &held[i];
+                        let c = (m.clone(), v.clone());
+                        held.push(c);
+                    }
+                }
+                Op::Append(i, n) => {
+                    if let Some(i) = pick(i, held.len()) {
+                        let (m, v) = &mut held[i];
+                        let before = m.to_vec();
+                        match m.append(n as usize) {
+                            Ok(s) => {
+                                s.fill(n as u8);
+                                v.extend(std::iter::repeat_n(n as u8, n as usize));
+                            }
+                            Err(_) => prop_assert_eq!(m.to_vec(), before),
+                        }
+                    }
+                }
+                Op::Prepend(i, n) => {
+                    if let Some(i) = pick(i, held.len()) {
+                        let (m, v) = &mut held[i];
+                        if let Ok(s) = m.prepend(n as usize) {
+                            s.fill(0xee);
+                            v.splice(0..0, std::iter::repeat_n(0xee, n as usize));
+                        }
+                    }
+                }
+                Op::Adj(i, n) => {
+                    if let Some(i) = pick(i, held.len()) {
+                        let (m, v) = &mut held[i];
+                        if m.adj(n as usize).is_ok() {
+                            v.drain(..n as usize);
+                        }
+                    }
+                }
+                Op::Trim(i, n) => {
+                    if let Some(i) = pick(i, held.len()) {
+                        let (m, v) = &mut held[i];
+                        if m.trim(n as usize).is_ok() {
+                            v.truncate(v.len() - n as usize);
+                        }
+                    }
+                }
+                Op::Chain(i, j) => {
+                    if held.len() >= 2 {
+                        let i = i % held.len();
+                        let mut j = j % held.len();
+                        if i == j {
+                            j = (j + 1) % held.len();
+                        }
+                        let (tail, tv) = held.swap_remove(j);
+                        let i = if i == held.len() { j } else { i };
+                        let (m, v) = &mut held[i];
+                        match m.chain(tail) {
+                            Ok(()) => v.extend(tv),
+                            Err((_, tail)) => held.push((tail, tv)),
+                        }
+                    }
+                }
+                Op::BulkToBurst(n) => {
+                    let before = p.available();
+                    if p.alloc_bulk(&mut burst, n as usize).is_err() {
+                        prop_assert_eq!(p.available(), before);
+                    }
+                }
+                Op::DrainBurst(n) => {
+                    let _ = burst.drain_front(n as usize).take(n as usize / 2).count();
+                }
+            }
+            for (m, v) in &held {
+                prop_assert_eq!(&m.to_vec(), v);
+                prop_assert_eq!(m.pkt_len() as usize, v.len());
+            }
+            let s = p.stats();
+            prop_assert_eq!(s.available + s.in_use, s.size);
+        }
+        drop(held);
+        drop(burst);
+        prop_assert!(p.is_full());
+    }
+}
