@@ -798,7 +798,8 @@ mod tests {
     fn launch_all_is_all_or_nothing() {
         let ran = Arc::new(AtomicBool::new(false));
         let good = available_cpus()[0];
-        let jobs: Vec<(Option<usize>, Box<dyn FnOnce() + Send>)> = vec![
+        type Job = Box<dyn FnOnce() + Send>;
+        let jobs: Vec<(Option<usize>, Job)> = vec![
             (Some(good), {
                 let ran = Arc::clone(&ran);
                 Box::new(move || ran.store(true, Ordering::SeqCst))
