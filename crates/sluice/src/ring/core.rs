@@ -315,7 +315,9 @@ impl<T: Copy> Ring<T> {
             // else accesses them; `src` is a distinct borrow, so no overlap.
             unsafe {
                 std::ptr::copy_nonoverlapping(src.as_ptr(), base.add(pos), first);
-                std::ptr::copy_nonoverlapping(src.as_ptr().add(first), base, second);
+                if second != 0 {
+                    std::ptr::copy_nonoverlapping(src.as_ptr().add(first), base, second);
+                }
             }
         }
         #[cfg(loom)]
@@ -341,7 +343,9 @@ impl<T: Copy> Ring<T> {
             // they were published by a producer and claimed by us.
             unsafe {
                 std::ptr::copy_nonoverlapping(base.add(pos), dst.as_mut_ptr(), first);
-                std::ptr::copy_nonoverlapping(base, dst.as_mut_ptr().add(first), second);
+                if second != 0 {
+                    std::ptr::copy_nonoverlapping(base, dst.as_mut_ptr().add(first), second);
+                }
             }
         }
         #[cfg(loom)]
