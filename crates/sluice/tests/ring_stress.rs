@@ -525,7 +525,7 @@ fn stress_mpmc_circulation_four_workers() {
         Moved { n: ELEMS, left: 0 },
         "every element back in the ring"
     );
-    let mut seen = vec![false; ELEMS];
+    let mut seen = [false; ELEMS];
     for e in &out[..ELEMS] {
         e.verify("final check");
         assert!(

@@ -466,10 +466,8 @@ impl ZeroCopyProducer for Producer<u32, Single> {
         let values =
             |k: usize| -> Vec<u32> { (0..k as u32).map(|i| first_value.wrapping_add(i)).collect() };
         let committed = match how {
-            WriteHow::Drop => {
-                drop(chunk);
-                0
-            }
+            // The chunk goes out of scope uncommitted.
+            WriteHow::Drop => 0,
             WriteHow::Commit => {
                 let k = k % (len + 1);
                 let (a, b) = chunk.as_mut_slices();
@@ -519,10 +517,8 @@ impl ZeroCopyConsumer for Consumer<u32, Single> {
         let seen = [a, b].concat();
         let mut drained = Vec::new();
         let released = match how {
-            ReadHow::Drop => {
-                drop(chunk);
-                0
-            }
+            // The chunk goes out of scope uncommitted.
+            ReadHow::Drop => 0,
             ReadHow::Commit => {
                 let k = k % (len + 4);
                 chunk.commit(k);
@@ -865,7 +861,8 @@ fn check_drops(cap: usize, start: u32, ops: &[Op]) -> Result<(), TestCaseError> 
                     let want: Vec<u32> = m.q.iter().take(take).copied().collect();
                     prop_assert_eq!(seen, want, "op {}: peeked", i);
                     match how {
-                        ReadHow::Drop => drop(chunk),
+                        // Out of scope uncommitted.
+                        ReadHow::Drop => {}
                         ReadHow::Commit => {
                             let k = k % (take + 1);
                             chunk.commit(k);
