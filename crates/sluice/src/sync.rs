@@ -6,12 +6,15 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::Arc;
+// AtomicU64 and AtomicUsize are for the mempool (in progress).
 #[cfg(loom)]
+#[allow(unused_imports)]
 pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 #[cfg(not(loom))]
 pub(crate) use std::sync::Arc;
 #[cfg(not(loom))]
+#[allow(unused_imports)]
 pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// Spin-wait hint; under loom a yield so the model explores other threads.

@@ -310,6 +310,8 @@ impl<T> Ring<T> {
 
     /// Splits `n` slots starting at `idx` into the part before the wrap and the
     /// part after it: `(first_len, second_len)`.
+    // Under loom the slice copies go slot by slot and there are no chunks.
+    #[cfg_attr(loom, allow(dead_code))]
     #[inline(always)]
     pub(crate) fn split_at_wrap(&self, idx: u32, n: u32) -> (usize, usize) {
         let pos = (idx & self.mask) as usize;
