@@ -156,6 +156,21 @@ fn read_commit_beyond_the_borrow_releases_only_what_was_borrowed() {
     assert_eq!(c.pop(), Some(3));
 }
 
+#[test]
+fn read_chunks_are_send_and_sync_exactly_when_their_values_allow() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    send::<ReadChunk<'static, u32>>();
+    sync::<ReadChunk<'static, u32>>();
+    send::<Drain<'static, u32>>();
+    sync::<Drain<'static, u32>>();
+    // `Cell` is `Send` but not `Sync`: its chunks may move between threads but
+    // not be shared (the `compile_fail` example on `ReadChunk` checks the
+    // second half).
+    send::<ReadChunk<'static, std::cell::Cell<u32>>>();
+    send::<WriteChunk<'static, std::cell::Cell<u32>>>();
+}
+
 // ---------------------------------------------------------------------------
 // Property tests: random operation sequences against a `VecDeque` model.
 //
