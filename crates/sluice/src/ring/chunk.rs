@@ -230,12 +230,13 @@ impl<'a, T> ReadChunk<'a, T> {
     pub fn commit(self, k: usize) {
         let k = k.min(self.len());
         if std::mem::needs_drop::<T>() {
-            let ring = &*self.consumer.ring;
-            for i in 0..k as u32 {
-                // SAFETY: the entry is claimed and initialised; after this
-                // read it is released without being read again.
-                drop(unsafe { ring.read(self.claim.head.wrapping_add(i)) });
-            }
+            // Through `Drain`, which counts an entry as taken before handing
+            // it out and publishes what it took when dropped: if one of these
+            // drops panics, the entries already dropped (and the one whose
+            // drop panicked) are released during the unwind, not left in the
+            // ring to be read and dropped again.
+            self.drain().take(k).for_each(drop);
+            return;
         }
         let claim = Claim {
             n: k as u32,
