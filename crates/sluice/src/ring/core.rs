@@ -52,6 +52,11 @@ use crossbeam_utils::CachePadded;
 
 use crate::sync::{AtomicU32, Ordering, UnsafeCell, spin_loop};
 
+/// Spins of a multi-threaded publisher waiting for earlier claimers before
+/// it starts yielding its core (see [`Ring::publish_multi`]). A power of two.
+#[cfg(not(loom))]
+const SPINS_BEFORE_YIELD: u32 = 128;
+
 /// One side's head and tail.
 #[derive(Debug, Default)]
 pub(crate) struct HeadTail {
@@ -236,11 +241,29 @@ impl<T> Ring<T> {
 
     /// Step 3 for a multi-threaded side: waits for the callers that claimed
     /// before us to publish, then publishes `[head, head + n)`.
+    ///
+    /// The wait spins [`SPINS_BEFORE_YIELD`] times, then yields the core
+    /// between further checks. A caller that claimed before us and is running
+    /// publishes well within the spins (it only has its copy left); one that
+    /// was preempted between its claim and its publish cannot publish until
+    /// it gets a core back, and a pure spin would hold that core for the rest
+    /// of our time slice, and the same for every later claimer on this side.
     #[inline(always)]
     pub(crate) fn publish_multi(side: &HeadTail, head: u32, n: u32) {
+        #[cfg(not(loom))]
+        let mut spins = 0u32;
         // Acquire pairs with the previous claimer's Release store below, so
         // its slot accesses happen-before our store (see module header).
         while side.tail.load(Ordering::Acquire) != head {
+            // (Under loom `spin_loop` already yields to the other threads.)
+            #[cfg(not(loom))]
+            {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(SPINS_BEFORE_YIELD) {
+                    std::thread::yield_now();
+                    continue;
+                }
+            }
             spin_loop();
         }
         // Pairs with the other side's Acquire load of this tail.
