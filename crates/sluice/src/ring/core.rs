@@ -50,7 +50,9 @@ use std::mem::MaybeUninit;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicU32, Ordering, UnsafeCell, spin_loop};
+#[cfg(loom)]
+use crate::sync::UnsafeCell;
+use crate::sync::{AtomicU32, Ordering, spin_loop};
 
 /// Spins of a multi-threaded publisher waiting for earlier claimers before
 /// it starts yielding its core (see [`Ring::publish_multi`]). A power of two.
@@ -91,8 +93,13 @@ pub struct Ring<T> {
     mask: u32,
     /// Slot `i & mask` holds an initialised `T` exactly when
     /// `cons.tail <= i < prod.tail` (wrapping) and no consumer has claimed it.
-    slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    slots: SlotArray<T>,
 }
+
+#[cfg(not(loom))]
+type SlotArray<T> = super::slots::Slots<T>;
+#[cfg(loom)]
+type SlotArray<T> = Box<[UnsafeCell<MaybeUninit<T>>]>;
 
 // SAFETY: the ring hands each `T` from exactly one producer to exactly one
 // consumer (claims are disjoint and published with Release/Acquire), so sharing
@@ -116,6 +123,9 @@ impl<T> Ring<T> {
     /// `capacity` (a power of two, 1..=2^31).
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         debug_assert!(capacity.is_power_of_two() && capacity <= super::MAX_CAPACITY);
+        #[cfg(not(loom))]
+        let slots = super::slots::Slots::new(capacity);
+        #[cfg(loom)]
         let slots = (0..capacity)
             .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
             .collect();

@@ -44,6 +44,8 @@
 
 mod core;
 mod ends;
+#[cfg(not(loom))]
+mod slots;
 
 #[cfg(not(loom))]
 mod chunk;

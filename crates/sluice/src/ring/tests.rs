@@ -978,3 +978,14 @@ proptest! {
         check_drops(cap, start, &ops)?;
     }
 }
+
+#[test]
+fn slot_array_is_aligned_to_two_cache_lines() {
+    // A bulk of 8 pointers must fill exactly one cache line, never straddle two.
+    for cap in [1usize, 8, 64, 4096] {
+        let (p, _c) = Ring::<usize>::spsc(cap).unwrap();
+        assert_eq!(p.ring().slot_ptr(0) as usize % 128, 0, "capacity {cap}");
+    }
+    let (p, _c) = Ring::<[u8; 3]>::mpmc(16).unwrap();
+    assert_eq!(p.ring().slot_ptr(0) as usize % 128, 0);
+}
