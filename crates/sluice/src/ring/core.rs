@@ -32,10 +32,19 @@
 //!   (Acquire) ↔ the previous caller's tail store (Release): the previous
 //!   caller's copies happen-before this caller's store, so whoever acquires this
 //!   caller's tail value sees both ranges complete;
-//! * a multi-threaded caller loads the shared head with Acquire before it loads
-//!   the other side's tail, so the tail it reads is never older than the head
-//!   (otherwise `capacity + tail - head` could wrap and over-claim). A stale head
-//!   only makes the compare-and-swap fail and the loop retry.
+//! * a multi-threaded claimer's successful compare-and-swap of the shared head
+//!   (Release) ↔ the next claimer's load of that head (Acquire): the previous
+//!   claimer read the other side's tail *before* its swap and claimed no more
+//!   than that tail allowed, so once the next claimer has acquired the head it
+//!   wrote, the tail it reads next is at least as new (read-read coherence
+//!   along happens-before), and `base + tail - head` cannot go below zero. With
+//!   a Relaxed swap nothing orders the two tail reads: a claimer could see the
+//!   head moved by another claimer and yet an older tail, compute a "negative"
+//!   count that wraps to about 2^32, and claim slots that are not free (two
+//!   producers writing one slot) or entries not yet published (a consumer
+//!   reading a slot as it is written). The loom models found exactly that.
+//!   A head older than the current one only makes the compare-and-swap fail
+//!   and the loop retry.
 
 use std::mem::MaybeUninit;
 
@@ -171,8 +180,10 @@ impl<T> Ring<T> {
         bulk: bool,
     ) -> Claim {
         loop {
-            // Acquire keeps the other side's tail load below from being
-            // satisfied before this one (see the module header).
+            // Acquire pairs with the Release swap of whoever moved the head
+            // to this value: the tail that claimer read happens-before the
+            // tail load below, which therefore cannot return an older value
+            // (see the module header). It also keeps that load after this one.
             let head = side.head.load(Ordering::Acquire);
             // Pairs with the other side's Release tail store.
             let other = other_tail.load(Ordering::Acquire);
@@ -195,20 +206,24 @@ impl<T> Ring<T> {
                     left: avail.min(capacity),
                 };
             }
-            // Relaxed suffices on success: the slots are handed over by the
-            // tails, not the head; the head only arbitrates between claimers.
+            // Release on success: the next claimer that loads this head value
+            // (Acquire, above) must then read the other side's tail at least
+            // as new as `other`, or its count can wrap and over-claim. The
+            // slots themselves are handed over by the tails. Relaxed on
+            // failure: the loop reloads the head with Acquire.
             if side
                 .head
                 .compare_exchange_weak(
                     head,
                     head.wrapping_add(take),
-                    Ordering::Relaxed,
+                    Ordering::Release,
                     Ordering::Relaxed,
                 )
                 .is_ok()
             {
-                // The head did not move between its load and the swap, so
-                // the tail read after it is consistent and `avail` exact.
+                // The head did not move between its load and the swap, and
+                // the tail was read after the head: `avail` is a true count
+                // of slots at the time of that read.
                 return Claim {
                     head,
                     n: take,

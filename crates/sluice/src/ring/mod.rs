@@ -48,6 +48,8 @@ mod ends;
 #[cfg(not(loom))]
 mod chunk;
 
+// Loom's atomics only work inside a loom model, and the zero-copy chunks do
+// not exist under loom, so the ordinary tests are built without it.
 #[cfg(all(test, not(loom)))]
 mod tests;
 

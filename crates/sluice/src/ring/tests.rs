@@ -133,3 +133,783 @@ fn zero_copy_partial_commit_and_drop_commit_nothing() {
     drop(d); // only 7 consumed
     assert_eq!(c.pop(), Some(8));
 }
+#[test]
+#[should_panic(expected = "commit of 3 slots, 2 reserved")]
+fn write_commit_beyond_the_reservation_panics() {
+    let (mut p, _c) = Ring::<u32>::spsc(2).unwrap();
+    let mut chunk = p.reserve(2).unwrap();
+    let (a, b) = chunk.as_mut_slices();
+    for slot in a.iter_mut().chain(b.iter_mut()) {
+        slot.write(1);
+    }
+    // SAFETY: both reserved slots are initialised; the third is refused by
+    // the assertion before anything is published.
+    unsafe { chunk.commit(3) };
+}
+
+#[test]
+fn read_commit_beyond_the_borrow_releases_only_what_was_borrowed() {
+    let (mut p, mut c) = Ring::<u32>::spsc(4).unwrap();
+    assert_eq!(p.enqueue_bulk(&[1, 2, 3]).n, 3);
+    c.peek(2).unwrap().commit(10);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c.pop(), Some(3));
+}
+
+// ---------------------------------------------------------------------------
+// Property tests: random operation sequences against a `VecDeque` model.
+//
+// # What `Moved::left` promises with one thread
+//
+// A multi-threaded end reads the other side's tail afresh on every claim, so
+// when only one thread uses the ring its `left` is exact: the free slots
+// (enqueue) or waiting entries (dequeue) after the move.
+//
+// A single-threaded end is exact only when it had to reread the other side's
+// tail. It keeps a cached copy of that tail (`cached_cons_tail` in a
+// `Producer<_, Single>`, `cached_prod_tail` in a `Consumer<_, Single>`) and
+// computes the room from the copy; it rereads the shared tail only when the
+// copy says there is not enough room for the request. When the copy suffices,
+// `left` is counted from the old tail and misses whatever the other side moved
+// since, even on the same thread. Example, capacity 8: enqueue 4 (`left` 4,
+// the copy of `cons.tail` is 0), dequeue 4, enqueue 1: the copy still says 4
+// are free, so `left` is 3 while 7 slots are free. So for a single-threaded end
+// `left` is a lower bound, exact whenever the request did not fit in the
+// cached view (including every failed bulk operation). The model below tracks
+// the cached copies and checks the exact value each end must report, and that
+// it never exceeds the true value.
+
+use std::collections::VecDeque;
+
+use proptest::prelude::*;
+
+#[derive(Debug, Clone, Copy)]
+enum WriteHow {
+    /// Drop the chunk: nothing is published.
+    Drop,
+    /// Write the first `k` slots through `as_mut_slices`, then `commit(k)`.
+    Commit,
+    /// `fill_from_iter` with `k` values (possibly more than reserved).
+    FillFromIter,
+    /// `copy_from_slice` with `k` values (possibly more than reserved).
+    CopyFromSlice,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ReadHow {
+    /// Drop the chunk: nothing is released.
+    Drop,
+    /// `commit(k)`, `k` possibly more than borrowed.
+    Commit,
+    /// `commit_all`.
+    CommitAll,
+    /// `drain`, take `k`, drop the iterator.
+    Drain,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Push,
+    Pop,
+    Enqueue {
+        n: usize,
+        bulk: bool,
+    },
+    Dequeue {
+        n: usize,
+        bulk: bool,
+    },
+    Reserve {
+        n: usize,
+        burst: bool,
+        k: usize,
+        how: WriteHow,
+    },
+    Peek {
+        n: usize,
+        burst: bool,
+        k: usize,
+        how: ReadHow,
+    },
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let write_how = prop_oneof![
+        Just(WriteHow::Drop),
+        Just(WriteHow::Commit),
+        Just(WriteHow::FillFromIter),
+        Just(WriteHow::CopyFromSlice),
+    ];
+    let read_how = prop_oneof![
+        Just(ReadHow::Drop),
+        Just(ReadHow::Commit),
+        Just(ReadHow::CommitAll),
+        Just(ReadHow::Drain),
+    ];
+    prop_oneof![
+        2 => Just(Op::Push),
+        2 => Just(Op::Pop),
+        3 => (0..=40usize, any::<bool>()).prop_map(|(n, bulk)| Op::Enqueue { n, bulk }),
+        3 => (0..=40usize, any::<bool>()).prop_map(|(n, bulk)| Op::Dequeue { n, bulk }),
+        2 => (0..=40usize, any::<bool>(), 0..64usize, write_how)
+            .prop_map(|(n, burst, k, how)| Op::Reserve { n, burst, k, how }),
+        2 => (0..=40usize, any::<bool>(), 0..64usize, read_how)
+            .prop_map(|(n, burst, k, how)| Op::Peek { n, burst, k, how }),
+    ]
+}
+
+fn capacity_strategy() -> impl Strategy<Value = usize> {
+    prop::sample::select(vec![1usize, 2, 8, 64])
+}
+
+/// Where the free-running indices start: 0, just before the `u32` wrap
+/// (so the indices wrap within the first few batches), or anywhere.
+fn start_strategy() -> impl Strategy<Value = u32> {
+    prop_oneof![Just(0u32), Just(u32::MAX - 39), any::<u32>()]
+}
+
+/// Moves the indices of a fresh, empty ring to `idx`, as if `idx` elements
+/// had already passed through it.
+fn start_at<T, P: SyncMode, C: SyncMode>(p: &mut Producer<T, P>, c: &mut Consumer<T, C>, idx: u32) {
+    let ring = p.ring.clone();
+    for side in [ring.prod(), ring.cons()] {
+        side.head.store(idx, crate::sync::Ordering::Relaxed);
+        side.tail.store(idx, crate::sync::Ordering::Relaxed);
+    }
+    p.head = idx;
+    p.cached_cons_tail = idx;
+    c.head = idx;
+    c.cached_prod_tail = idx;
+}
+
+/// The reference: a `VecDeque`, plus the cached tails of single-threaded ends.
+struct Model {
+    cap: usize,
+    q: VecDeque<u32>,
+    /// Next value to enqueue (values are distinct and increasing).
+    next: u32,
+    /// Elements published and consumed since the start.
+    pushed: usize,
+    popped: usize,
+    /// `popped` when a single-threaded producer last read `cons.tail`.
+    cached_cons: usize,
+    /// `pushed` when a single-threaded consumer last read `prod.tail`.
+    cached_prod: usize,
+    p_multi: bool,
+    c_multi: bool,
+}
+
+impl Model {
+    fn new(cap: usize, p_multi: bool, c_multi: bool) -> Self {
+        Model {
+            cap,
+            q: VecDeque::new(),
+            next: 0,
+            pushed: 0,
+            popped: 0,
+            cached_cons: 0,
+            cached_prod: 0,
+            p_multi,
+            c_multi,
+        }
+    }
+
+    fn free(&self) -> usize {
+        self.cap - self.q.len()
+    }
+
+    /// A producer claim of `n`: `(taken, left)` as the end must report them.
+    /// Nothing is enqueued yet.
+    fn prod_claim(&mut self, n: usize, bulk: bool) -> (usize, usize) {
+        let free = if self.p_multi {
+            self.free()
+        } else {
+            let mut view = self.cap - (self.pushed - self.cached_cons);
+            if view < n {
+                self.cached_cons = self.popped;
+                view = self.free();
+            }
+            view
+        };
+        assert!(free <= self.free(), "model: the view is a lower bound");
+        let take = if n <= free {
+            n
+        } else if bulk {
+            0
+        } else {
+            free
+        };
+        (take, free - take)
+    }
+
+    /// A consumer claim of `n`: `(taken, left)`. Nothing is dequeued yet.
+    fn cons_claim(&mut self, n: usize, bulk: bool) -> (usize, usize) {
+        let avail = if self.c_multi {
+            self.q.len()
+        } else {
+            let mut view = self.cached_prod - self.popped;
+            if view < n {
+                self.cached_prod = self.pushed;
+                view = self.q.len();
+            }
+            view
+        };
+        assert!(avail <= self.q.len(), "model: the view is a lower bound");
+        let take = if n <= avail {
+            n
+        } else if bulk {
+            0
+        } else {
+            avail
+        };
+        (take, avail - take)
+    }
+
+    fn values(&self, k: usize) -> Vec<u32> {
+        (0..k as u32).map(|i| self.next.wrapping_add(i)).collect()
+    }
+
+    fn enqueue(&mut self, k: usize) {
+        for v in self.values(k) {
+            self.q.push_back(v);
+        }
+        self.next = self.next.wrapping_add(k as u32);
+        self.pushed += k;
+        assert!(self.q.len() <= self.cap);
+    }
+
+    fn dequeue(&mut self, k: usize) -> Vec<u32> {
+        self.popped += k;
+        self.q.drain(..k).collect()
+    }
+}
+
+/// What a zero-copy reservation saw and did.
+struct Reserved {
+    /// Slots reserved, and the lengths of the two slices.
+    len: usize,
+    first: usize,
+    second: usize,
+    /// Slots published.
+    committed: usize,
+}
+
+/// What a zero-copy peek saw and did.
+struct Peeked {
+    /// The borrowed entries, first slice then second, and the first's length.
+    seen: Vec<u32>,
+    first: usize,
+    /// Entries moved out by `drain`, and entries released.
+    drained: Vec<u32>,
+    released: usize,
+}
+
+/// The zero-copy producer operations, which only a single-threaded end has.
+trait ZeroCopyProducer {
+    /// `None` when the end has no zero-copy API; `Some(None)` when an exact
+    /// reservation found too few slots.
+    fn reserve_op(
+        &mut self,
+        n: usize,
+        burst: bool,
+        k: usize,
+        how: WriteHow,
+        first_value: u32,
+    ) -> Option<Option<Reserved>>;
+}
+
+/// The zero-copy consumer operations, which only a single-threaded end has.
+trait ZeroCopyConsumer {
+    fn peek_op(&mut self, n: usize, burst: bool, k: usize, how: ReadHow) -> Option<Option<Peeked>>;
+}
+
+impl ZeroCopyProducer for Producer<u32, Multi> {
+    fn reserve_op(
+        &mut self,
+        _: usize,
+        _: bool,
+        _: usize,
+        _: WriteHow,
+        _: u32,
+    ) -> Option<Option<Reserved>> {
+        None
+    }
+}
+
+impl ZeroCopyConsumer for Consumer<u32, Multi> {
+    fn peek_op(&mut self, _: usize, _: bool, _: usize, _: ReadHow) -> Option<Option<Peeked>> {
+        None
+    }
+}
+
+impl ZeroCopyProducer for Producer<u32, Single> {
+    fn reserve_op(
+        &mut self,
+        n: usize,
+        burst: bool,
+        k: usize,
+        how: WriteHow,
+        first_value: u32,
+    ) -> Option<Option<Reserved>> {
+        let chunk = if burst {
+            Some(self.reserve_burst(n))
+        } else {
+            self.reserve(n)
+        };
+        let Some(mut chunk) = chunk else {
+            return Some(None);
+        };
+        let len = chunk.len();
+        assert_eq!(chunk.is_empty(), len == 0);
+        let (a, b) = chunk.as_mut_slices();
+        let (first, second) = (a.len(), b.len());
+        let values =
+            |k: usize| -> Vec<u32> { (0..k as u32).map(|i| first_value.wrapping_add(i)).collect() };
+        let committed = match how {
+            WriteHow::Drop => {
+                drop(chunk);
+                0
+            }
+            WriteHow::Commit => {
+                let k = k % (len + 1);
+                let (a, b) = chunk.as_mut_slices();
+                for (slot, v) in a.iter_mut().chain(b.iter_mut()).zip(values(k)) {
+                    slot.write(v);
+                }
+                // SAFETY: the first `k` slots, in slice order, were written.
+                unsafe { chunk.commit(k) };
+                k
+            }
+            WriteHow::FillFromIter => {
+                let k = k % (len + 4);
+                let done = chunk.fill_from_iter(values(k));
+                assert_eq!(done, k.min(len));
+                done
+            }
+            WriteHow::CopyFromSlice => {
+                let k = k % (len + 4);
+                let done = chunk.copy_from_slice(&values(k));
+                assert_eq!(done, k.min(len));
+                done
+            }
+        };
+        Some(Some(Reserved {
+            len,
+            first,
+            second,
+            committed,
+        }))
+    }
+}
+
+impl ZeroCopyConsumer for Consumer<u32, Single> {
+    fn peek_op(&mut self, n: usize, burst: bool, k: usize, how: ReadHow) -> Option<Option<Peeked>> {
+        let chunk = if burst {
+            Some(self.peek_burst(n))
+        } else {
+            self.peek(n)
+        };
+        let Some(chunk) = chunk else {
+            return Some(None);
+        };
+        let len = chunk.len();
+        assert_eq!(chunk.is_empty(), len == 0);
+        let (a, b) = chunk.as_slices();
+        let first = a.len();
+        let seen = [a, b].concat();
+        let mut drained = Vec::new();
+        let released = match how {
+            ReadHow::Drop => {
+                drop(chunk);
+                0
+            }
+            ReadHow::Commit => {
+                let k = k % (len + 4);
+                chunk.commit(k);
+                k.min(len)
+            }
+            ReadHow::CommitAll => {
+                chunk.commit_all();
+                len
+            }
+            ReadHow::Drain => {
+                let k = k % (len + 1);
+                let mut it = chunk.drain();
+                assert_eq!(it.len(), len);
+                drained.extend(it.by_ref().take(k));
+                assert_eq!(it.len(), len - k);
+                drop(it);
+                k
+            }
+        };
+        Some(Some(Peeked {
+            seen,
+            first,
+            drained,
+            released,
+        }))
+    }
+}
+
+/// Runs `ops` on a ring of the given modes and on the model, checking every
+/// result, then empties the ring.
+fn check_against_model<P: SyncMode, C: SyncMode>(
+    cap: usize,
+    start: u32,
+    ops: &[Op],
+) -> Result<(), TestCaseError>
+where
+    Producer<u32, P>: ZeroCopyProducer,
+    Consumer<u32, C>: ZeroCopyConsumer,
+{
+    let (mut p, mut c) = Ring::<u32>::new::<P, C>(cap).unwrap();
+    start_at(&mut p, &mut c, start);
+    let mut m = Model::new(cap, P::MULTI, C::MULTI);
+    // Slot position of the next index to produce / consume.
+    let pos = |done: usize| (start as usize).wrapping_add(done) & (cap - 1);
+    for (i, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Push => {
+                let v = m.next;
+                let (take, _) = m.prod_claim(1, true);
+                let got = p.push(v);
+                if take == 1 {
+                    prop_assert_eq!(got, Ok(()), "op {}: push into a ring with room", i);
+                    m.enqueue(1);
+                } else {
+                    prop_assert_eq!(got, Err(v), "op {}: push into a full ring", i);
+                }
+            }
+            Op::Pop => {
+                let (take, _) = m.cons_claim(1, true);
+                let want = m.dequeue(take).pop();
+                prop_assert_eq!(c.pop(), want, "op {}: pop", i);
+            }
+            Op::Enqueue { n, bulk } => {
+                let src = m.values(n);
+                let (take, left) = m.prod_claim(n, bulk);
+                let free_before = m.free();
+                let moved = if bulk {
+                    p.enqueue_bulk(&src)
+                } else {
+                    p.enqueue_burst(&src)
+                };
+                prop_assert_eq!(moved, Moved { n: take, left }, "op {}: {:?}", i, op);
+                m.enqueue(take);
+                prop_assert!(moved.left <= free_before - take, "left is a lower bound");
+                if P::MULTI {
+                    prop_assert_eq!(moved.left, m.free(), "multi-producer left is exact");
+                }
+            }
+            Op::Dequeue { n, bulk } => {
+                let (take, left) = m.cons_claim(n, bulk);
+                // Poison the buffer so stale contents cannot pass for values.
+                let mut dst = vec![u32::MAX; n];
+                let moved = if bulk {
+                    c.dequeue_bulk(&mut dst)
+                } else {
+                    c.dequeue_burst(&mut dst)
+                };
+                prop_assert_eq!(moved, Moved { n: take, left }, "op {}: {:?}", i, op);
+                let want = m.dequeue(take);
+                prop_assert_eq!(&dst[..take], &want[..], "op {}: values", i);
+                prop_assert!(dst[take..].iter().all(|&v| v == u32::MAX), "wrote past n");
+                prop_assert!(moved.left <= m.q.len(), "left is a lower bound");
+                if C::MULTI {
+                    prop_assert_eq!(moved.left, m.q.len(), "multi-consumer left is exact");
+                }
+            }
+            Op::Reserve { n, burst, k, how } => {
+                let at = pos(m.pushed);
+                let first_value = m.next;
+                let Some(res) = p.reserve_op(n, burst, k, how, first_value) else {
+                    continue;
+                };
+                let (take, _) = m.prod_claim(n, !burst);
+                match res {
+                    None => prop_assert!(!burst && take == 0, "op {}: reserve({}) refused", i, n),
+                    Some(r) => {
+                        prop_assert_eq!(r.len, take, "op {}: reserved", i);
+                        prop_assert_eq!(r.first, take.min(cap - at), "op {}: wrap split", i);
+                        prop_assert_eq!(r.first + r.second, take);
+                        m.enqueue(r.committed);
+                    }
+                }
+            }
+            Op::Peek { n, burst, k, how } => {
+                let at = pos(m.popped);
+                let Some(res) = c.peek_op(n, burst, k, how) else {
+                    continue;
+                };
+                let (take, _) = m.cons_claim(n, !burst);
+                match res {
+                    None => prop_assert!(!burst && take == 0, "op {}: peek({}) refused", i, n),
+                    Some(r) => {
+                        let want: Vec<u32> = m.q.iter().take(take).copied().collect();
+                        prop_assert_eq!(&r.seen, &want, "op {}: peeked values", i);
+                        prop_assert_eq!(r.first, take.min(cap - at), "op {}: wrap split", i);
+                        let released = m.dequeue(r.released);
+                        if matches!(how, ReadHow::Drain) {
+                            prop_assert_eq!(&r.drained, &released, "op {}: drained", i);
+                        }
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(p.ring().len(), m.q.len(), "op {}: len after {:?}", i, op);
+        prop_assert_eq!(c.len(), m.q.len());
+        prop_assert_eq!(c.is_empty(), m.q.is_empty());
+        prop_assert_eq!(p.free(), m.free());
+        prop_assert_eq!(p.capacity(), cap);
+    }
+    // Whatever is left comes out in order.
+    let mut rest = vec![0u32; cap + 1];
+    let moved = c.dequeue_burst(&mut rest);
+    prop_assert_eq!(
+        moved,
+        Moved {
+            n: m.q.len(),
+            left: 0
+        }
+    );
+    let want: Vec<u32> = m.q.iter().copied().collect();
+    prop_assert_eq!(&rest[..moved.n], &want[..]);
+    prop_assert!(c.is_empty());
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn prop_spsc_matches_model(
+        cap in capacity_strategy(),
+        start in start_strategy(),
+        ops in prop::collection::vec(op_strategy(), 0..200),
+    ) {
+        check_against_model::<Single, Single>(cap, start, &ops)?;
+    }
+
+    #[test]
+    fn prop_spmc_matches_model(
+        cap in capacity_strategy(),
+        start in start_strategy(),
+        ops in prop::collection::vec(op_strategy(), 0..200),
+    ) {
+        check_against_model::<Single, Multi>(cap, start, &ops)?;
+    }
+
+    #[test]
+    fn prop_mpsc_matches_model(
+        cap in capacity_strategy(),
+        start in start_strategy(),
+        ops in prop::collection::vec(op_strategy(), 0..200),
+    ) {
+        check_against_model::<Multi, Single>(cap, start, &ops)?;
+    }
+
+    #[test]
+    fn prop_mpmc_matches_model(
+        cap in capacity_strategy(),
+        start in start_strategy(),
+        ops in prop::collection::vec(op_strategy(), 0..200),
+    ) {
+        check_against_model::<Multi, Multi>(cap, start, &ops)?;
+    }
+}
+
+/// Runs enqueue/dequeue sequences on a [`SharedRing`] (used through `&self`,
+/// multi-producer and multi-consumer): with one thread `left` is exact.
+fn check_shared_ring(
+    cap: usize,
+    start: u32,
+    ops: &[(bool, usize, bool)],
+) -> Result<(), TestCaseError> {
+    let shared = SharedRing::<u32>::new(cap).unwrap();
+    for side in [shared.ring().prod(), shared.ring().cons()] {
+        side.head.store(start, crate::sync::Ordering::Relaxed);
+        side.tail.store(start, crate::sync::Ordering::Relaxed);
+    }
+    let mut m = Model::new(cap, true, true);
+    for (i, &(enqueue, n, bulk)) in ops.iter().enumerate() {
+        if enqueue {
+            let src = m.values(n);
+            let (take, left) = m.prod_claim(n, bulk);
+            let moved = shared.enqueue(&src, bulk);
+            prop_assert_eq!(
+                moved,
+                Moved { n: take, left },
+                "op {}: enqueue {} bulk {}",
+                i,
+                n,
+                bulk
+            );
+            m.enqueue(take);
+            prop_assert_eq!(moved.left, m.free());
+        } else {
+            let (take, left) = m.cons_claim(n, bulk);
+            let mut dst = vec![u32::MAX; n];
+            let moved = shared.dequeue(&mut dst, bulk);
+            prop_assert_eq!(
+                moved,
+                Moved { n: take, left },
+                "op {}: dequeue {} bulk {}",
+                i,
+                n,
+                bulk
+            );
+            let want = m.dequeue(take);
+            prop_assert_eq!(&dst[..take], &want[..], "op {}: values", i);
+            prop_assert!(dst[take..].iter().all(|&v| v == u32::MAX), "wrote past n");
+            prop_assert_eq!(moved.left, m.q.len());
+        }
+        prop_assert_eq!(shared.ring().len(), m.q.len(), "op {}: len", i);
+        prop_assert_eq!(shared.ring().free(), m.free());
+        prop_assert_eq!(shared.ring().capacity(), cap);
+    }
+    Ok(())
+}
+
+/// A value that counts how many of its kind are alive.
+#[derive(Debug)]
+struct Tracked {
+    v: u32,
+    live: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Tracked {
+    fn new(v: u32, live: &std::sync::Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        live.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Tracked {
+            v,
+            live: live.clone(),
+        }
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.live.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Non-`Copy` values through an SP/SC ring: `push`, `pop`, reservations
+/// filled from an iterator, and peeks that commit (dropping in place), drain or
+/// release nothing. Every value is dropped exactly once: the live count always
+/// equals the model's length, and is 0 once both ends are gone.
+fn check_drops(cap: usize, start: u32, ops: &[Op]) -> Result<(), TestCaseError> {
+    let live = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = || live.load(std::sync::atomic::Ordering::Relaxed);
+    let (mut p, mut c) = Ring::<Tracked>::spsc(cap).unwrap();
+    start_at(&mut p, &mut c, start);
+    let mut m = Model::new(cap, false, false);
+    for (i, op) in ops.iter().enumerate() {
+        match *op {
+            Op::Push | Op::Enqueue { .. } => {
+                let n = if let Op::Enqueue { n, .. } = *op {
+                    n
+                } else {
+                    1
+                };
+                for _ in 0..n {
+                    let (take, _) = m.prod_claim(1, true);
+                    let got = p.push(Tracked::new(m.next, &live));
+                    prop_assert_eq!(got.is_ok(), take == 1, "op {}: push", i);
+                    m.enqueue(take);
+                    // A refused value comes back and is dropped here.
+                }
+            }
+            Op::Pop | Op::Dequeue { .. } => {
+                let n = if let Op::Dequeue { n, .. } = *op {
+                    n
+                } else {
+                    1
+                };
+                for _ in 0..n {
+                    let (take, _) = m.cons_claim(1, true);
+                    let want = m.dequeue(take).pop();
+                    prop_assert_eq!(c.pop().map(|t| t.v), want, "op {}: pop", i);
+                }
+            }
+            Op::Reserve { n, burst, k, .. } => {
+                let (take, _) = m.prod_claim(n, !burst);
+                let chunk = if burst {
+                    Some(p.reserve_burst(n))
+                } else {
+                    p.reserve(n)
+                };
+                prop_assert_eq!(chunk.is_some(), burst || take == n);
+                if let Some(chunk) = chunk {
+                    prop_assert_eq!(chunk.len(), take);
+                    let k = k % (take + 4);
+                    let values: Vec<Tracked> = (0..k as u32)
+                        .map(|j| Tracked::new(m.next.wrapping_add(j), &live))
+                        .collect();
+                    // Values the chunk had no room for are dropped by the iterator.
+                    let done = chunk.fill_from_iter(values);
+                    prop_assert_eq!(done, k.min(take));
+                    m.enqueue(done);
+                }
+            }
+            Op::Peek { n, burst, k, how } => {
+                let (take, _) = m.cons_claim(n, !burst);
+                let chunk = if burst {
+                    Some(c.peek_burst(n))
+                } else {
+                    c.peek(n)
+                };
+                prop_assert_eq!(chunk.is_some(), burst || take == n);
+                if let Some(chunk) = chunk {
+                    let (a, b) = chunk.as_slices();
+                    let seen: Vec<u32> = a.iter().chain(b).map(|t| t.v).collect();
+                    let want: Vec<u32> = m.q.iter().take(take).copied().collect();
+                    prop_assert_eq!(seen, want, "op {}: peeked", i);
+                    match how {
+                        ReadHow::Drop => drop(chunk),
+                        ReadHow::Commit => {
+                            let k = k % (take + 1);
+                            chunk.commit(k);
+                            m.dequeue(k);
+                        }
+                        ReadHow::CommitAll => {
+                            chunk.commit_all();
+                            m.dequeue(take);
+                        }
+                        ReadHow::Drain => {
+                            let k = k % (take + 1);
+                            let got: Vec<u32> = chunk.drain().take(k).map(|t| t.v).collect();
+                            prop_assert_eq!(got, m.dequeue(k), "op {}: drained", i);
+                        }
+                    }
+                }
+            }
+        }
+        prop_assert_eq!(count(), m.q.len(), "op {}: live values after {:?}", i, op);
+        prop_assert_eq!(c.len(), m.q.len());
+    }
+    drop((p, c));
+    prop_assert_eq!(count(), 0, "values left in the ring are dropped with it");
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(256))]
+
+    #[test]
+    fn prop_shared_ring_matches_model(
+        cap in capacity_strategy(),
+        start in start_strategy(),
+        ops in prop::collection::vec((any::<bool>(), 0..=40usize, any::<bool>()), 0..200),
+    ) {
+        check_shared_ring(cap, start, &ops)?;
+    }
+
+    #[test]
+    fn prop_non_copy_values_are_dropped_exactly_once(
+        cap in capacity_strategy(),
+        start in start_strategy(),
+        ops in prop::collection::vec(op_strategy(), 0..100),
+    ) {
+        check_drops(cap, start, &ops)?;
+    }
+}
