@@ -366,8 +366,38 @@ impl PoolInner {
     }
 
     /// Fills all of `dst` or takes nothing.
-    #[inline]
+    ///
+    /// The cache hit is inlined into the caller: one thread-local load, the
+    /// cache length, the copy and a length store. Everything else (refill,
+    /// ring, failure) is in the outlined [`get_bulk_slow`](Self::get_bulk_slow).
+    #[inline(always)]
     pub(crate) fn get_bulk(&self, dst: &mut [Elem]) -> Result<(), MempoolError> {
+        let n = dst.len();
+        if let Some(cache) = self.local_cache() {
+            let len = cache.len();
+            if n <= len {
+                // SAFETY: `local_cache` returned the caller's own cache, and
+                // this is the only reference into its stack here.
+                let stack = unsafe { stack_mut(cache) };
+                // Pop from the top: the most recently freed (cache-hot) first.
+                for (d, s) in dst.iter_mut().zip(stack[len - n..len].iter().rev()) {
+                    *d = *s;
+                }
+                cache.len.store((len - n) as u32, Ordering::Relaxed);
+                LocalCache::bump(&cache.hits);
+                #[cfg(feature = "debug")]
+                for &e in dst.iter() {
+                    self.debug_mark(e, true);
+                }
+                return Ok(());
+            }
+        }
+        self.get_bulk_slow(dst)
+    }
+
+    /// A get the caller's cache cannot serve alone (or a caller without one).
+    #[inline(never)]
+    fn get_bulk_slow(&self, dst: &mut [Elem]) -> Result<(), MempoolError> {
         let n = dst.len();
         if n == 0 {
             return Ok(());
@@ -447,8 +477,36 @@ impl PoolInner {
     /// # Safety
     /// Each element was got from this pool, is not free, appears once, and is
     /// no longer used by the caller.
-    #[inline]
+    #[inline(always)]
     pub(crate) unsafe fn put_bulk(&self, src: &[Elem]) {
+        let n = src.len();
+        if let Some(cache) = self.local_cache() {
+            let len = cache.len();
+            if len + n <= self.flush_thresh as usize {
+                #[cfg(feature = "debug")]
+                for &e in src {
+                    self.debug_mark(e, false);
+                }
+                // SAFETY: our own cache, sole reference for this block.
+                let stack = unsafe { stack_mut(cache) };
+                copy_elems(&mut stack[len..len + n], src);
+                // Release: this store is the last access to the pool by a
+                // put, and it is what the final handle's drop reads (Acquire
+                // in `stats`) to decide the pool may be freed.
+                cache.len.store((len + n) as u32, Ordering::Release);
+                return;
+            }
+        }
+        // SAFETY: forwarded.
+        unsafe { self.put_bulk_slow(src) }
+    }
+
+    /// A put that flushes the cache first, bypasses it, or has none.
+    ///
+    /// # Safety
+    /// As [`put_bulk`](Self::put_bulk).
+    #[inline(never)]
+    unsafe fn put_bulk_slow(&self, src: &[Elem]) {
         let n = src.len();
         #[cfg(feature = "debug")]
         for &e in src {
@@ -459,10 +517,8 @@ impl PoolInner {
                 // SAFETY: our own cache, sole reference for this block.
                 let stack = unsafe { stack_mut(cache) };
                 let len = self.make_room(cache, stack, n);
-                stack[len..len + n].copy_from_slice(src);
-                // Release: this store is the last access to the pool by a
-                // put, and it is what the final handle's drop reads (Acquire
-                // in `stats`) to decide the pool may be freed.
+                copy_elems(&mut stack[len..len + n], src);
+                // Release: see `put_bulk`.
                 cache.len.store((len + n) as u32, Ordering::Release);
             }
             _ => self.ring_put(src),
@@ -639,5 +695,28 @@ impl ZcPut<'_> {
         self.cache
             .len
             .store((self.start + self.n) as u32, Ordering::Release);
+    }
+}
+
+/// Copies element addresses: short runs (the usual bulk of 1 to 8) with
+/// inline moves, longer ones with `memcpy`. A call into `memcpy` costs about
+/// as much as the whole cache put of a few elements.
+#[inline(always)]
+fn copy_elems(dst: &mut [Elem], src: &[Elem]) {
+    debug_assert_eq!(dst.len(), src.len());
+    let n = src.len().min(dst.len());
+    if n > 8 {
+        dst[..n].copy_from_slice(&src[..n]);
+        return;
+    }
+    // Pairs, then one: each a fixed-size copy the compiler emits inline.
+    let mut i = 0;
+    while i + 2 <= n {
+        let pair: &[Elem; 2] = src[i..i + 2].try_into().expect("two elements");
+        dst[i..i + 2].copy_from_slice(pair);
+        i += 2;
+    }
+    if i < n {
+        dst[i] = src[i];
     }
 }

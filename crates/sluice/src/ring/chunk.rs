@@ -8,6 +8,8 @@
 //! A claim covers up to two runs of slots, before and after the wrap; the
 //! slices come in that order.
 
+use std::cell::Cell;
+use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 
 use super::core::Claim;
@@ -21,11 +23,38 @@ pub struct WriteChunk<'a, T> {
 }
 
 /// Entries borrowed by [`Consumer::peek`]: read them, then commit to release.
+///
+/// [`as_slices`](Self::as_slices) lends the entries through `&self`, so a
+/// chunk shared between threads shares its `T`s: it is `Sync` only when `T`
+/// is. A chunk of `Cell`s stays on one thread:
+///
+/// ```compile_fail,E0277
+/// use sluice::ring::{ReadChunk, Ring};
+/// use std::cell::Cell;
+///
+/// fn shared<T: Sync>(_: &T) {}
+/// let (mut tx, mut rx) = Ring::<Cell<u32>>::spsc(2).unwrap();
+/// tx.push(Cell::new(1)).unwrap();
+/// let chunk: ReadChunk<'_, Cell<u32>> = rx.peek(1).unwrap();
+/// shared(&chunk); // error: `Cell<u32>` cannot be shared between threads
+/// ```
 #[derive(Debug)]
 pub struct ReadChunk<'a, T> {
     consumer: &'a mut Consumer<T, Single>,
     claim: Claim,
+    /// Not `Sync` by itself (`Cell<()>` is `Send` but not `Sync`): without
+    /// it the chunk would be `Sync` whenever `T: Send`, through `&mut
+    /// Consumer`, and two threads could then hold `&T` to one entry of a
+    /// `Send + !Sync` type. The `Sync` impl below adds back `T: Sync`.
+    _not_sync: PhantomData<Cell<()>>,
 }
+
+// SAFETY: through `&ReadChunk` a thread can only read the claim (`len`,
+// `is_empty`) and get `&T` to the borrowed entries (`as_slices`); both are
+// safe to share when `T: Sync`. Everything that touches the consumer or moves
+// entries takes the chunk by value. `T: Send` is what the consumer field
+// already required.
+unsafe impl<T: Send + Sync> Sync for ReadChunk<'_, T> {}
 
 impl<T> Producer<T, Single> {
     /// Reserves exactly `n` slots, or `None` if fewer are free.
@@ -148,6 +177,7 @@ impl<T> Consumer<T, Single> {
         (claim.n == n).then_some(ReadChunk {
             consumer: self,
             claim,
+            _not_sync: PhantomData,
         })
     }
 
@@ -159,6 +189,7 @@ impl<T> Consumer<T, Single> {
         ReadChunk {
             consumer: self,
             claim,
+            _not_sync: PhantomData,
         }
     }
 }
@@ -199,12 +230,13 @@ impl<'a, T> ReadChunk<'a, T> {
     pub fn commit(self, k: usize) {
         let k = k.min(self.len());
         if std::mem::needs_drop::<T>() {
-            let ring = &*self.consumer.ring;
-            for i in 0..k as u32 {
-                // SAFETY: the entry is claimed and initialised; after this
-                // read it is released without being read again.
-                drop(unsafe { ring.read(self.claim.head.wrapping_add(i)) });
-            }
+            // Through `Drain`, which counts an entry as taken before handing
+            // it out and publishes what it took when dropped: if one of these
+            // drops panics, the entries already dropped (and the one whose
+            // drop panicked) are released during the unwind, not left in the
+            // ring to be read and dropped again.
+            self.drain().take(k).for_each(drop);
+            return;
         }
         let claim = Claim {
             n: k as u32,

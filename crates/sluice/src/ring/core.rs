@@ -50,7 +50,14 @@ use std::mem::MaybeUninit;
 
 use crossbeam_utils::CachePadded;
 
-use crate::sync::{AtomicU32, Ordering, UnsafeCell, spin_loop};
+#[cfg(loom)]
+use crate::sync::UnsafeCell;
+use crate::sync::{AtomicU32, Ordering, spin_loop};
+
+/// Spins of a multi-threaded publisher waiting for earlier claimers before
+/// it starts yielding its core (see [`Ring::publish_multi`]). A power of two.
+#[cfg(not(loom))]
+const SPINS_BEFORE_YIELD: u32 = 128;
 
 /// One side's head and tail.
 #[derive(Debug, Default)]
@@ -86,8 +93,13 @@ pub struct Ring<T> {
     mask: u32,
     /// Slot `i & mask` holds an initialised `T` exactly when
     /// `cons.tail <= i < prod.tail` (wrapping) and no consumer has claimed it.
-    slots: Box<[UnsafeCell<MaybeUninit<T>>]>,
+    slots: SlotArray<T>,
 }
+
+#[cfg(not(loom))]
+type SlotArray<T> = super::slots::Slots<T>;
+#[cfg(loom)]
+type SlotArray<T> = Box<[UnsafeCell<MaybeUninit<T>>]>;
 
 // SAFETY: the ring hands each `T` from exactly one producer to exactly one
 // consumer (claims are disjoint and published with Release/Acquire), so sharing
@@ -111,6 +123,9 @@ impl<T> Ring<T> {
     /// `capacity` (a power of two, 1..=2^31).
     pub(crate) fn with_capacity(capacity: usize) -> Self {
         debug_assert!(capacity.is_power_of_two() && capacity <= super::MAX_CAPACITY);
+        #[cfg(not(loom))]
+        let slots = super::slots::Slots::new(capacity);
+        #[cfg(loom)]
         let slots = (0..capacity)
             .map(|_| UnsafeCell::new(MaybeUninit::uninit()))
             .collect();
@@ -236,11 +251,29 @@ impl<T> Ring<T> {
 
     /// Step 3 for a multi-threaded side: waits for the callers that claimed
     /// before us to publish, then publishes `[head, head + n)`.
+    ///
+    /// The wait spins [`SPINS_BEFORE_YIELD`] times, then yields the core
+    /// between further checks. A caller that claimed before us and is running
+    /// publishes well within the spins (it only has its copy left); one that
+    /// was preempted between its claim and its publish cannot publish until
+    /// it gets a core back, and a pure spin would hold that core for the rest
+    /// of our time slice, and the same for every later claimer on this side.
     #[inline(always)]
     pub(crate) fn publish_multi(side: &HeadTail, head: u32, n: u32) {
+        #[cfg(not(loom))]
+        let mut spins = 0u32;
         // Acquire pairs with the previous claimer's Release store below, so
         // its slot accesses happen-before our store (see module header).
         while side.tail.load(Ordering::Acquire) != head {
+            // (Under loom `spin_loop` already yields to the other threads.)
+            #[cfg(not(loom))]
+            {
+                spins = spins.wrapping_add(1);
+                if spins.is_multiple_of(SPINS_BEFORE_YIELD) {
+                    std::thread::yield_now();
+                    continue;
+                }
+            }
             spin_loop();
         }
         // Pairs with the other side's Acquire load of this tail.
@@ -315,7 +348,9 @@ impl<T: Copy> Ring<T> {
             // else accesses them; `src` is a distinct borrow, so no overlap.
             unsafe {
                 std::ptr::copy_nonoverlapping(src.as_ptr(), base.add(pos), first);
-                std::ptr::copy_nonoverlapping(src.as_ptr().add(first), base, second);
+                if second != 0 {
+                    std::ptr::copy_nonoverlapping(src.as_ptr().add(first), base, second);
+                }
             }
         }
         #[cfg(loom)]
@@ -341,7 +376,9 @@ impl<T: Copy> Ring<T> {
             // they were published by a producer and claimed by us.
             unsafe {
                 std::ptr::copy_nonoverlapping(base.add(pos), dst.as_mut_ptr(), first);
-                std::ptr::copy_nonoverlapping(base, dst.as_mut_ptr().add(first), second);
+                if second != 0 {
+                    std::ptr::copy_nonoverlapping(base, dst.as_mut_ptr().add(first), second);
+                }
             }
         }
         #[cfg(loom)]

@@ -156,6 +156,74 @@ fn read_commit_beyond_the_borrow_releases_only_what_was_borrowed() {
     assert_eq!(c.pop(), Some(3));
 }
 
+#[test]
+fn read_chunks_are_send_and_sync_exactly_when_their_values_allow() {
+    fn send<T: Send>() {}
+    fn sync<T: Sync>() {}
+    send::<ReadChunk<'static, u32>>();
+    sync::<ReadChunk<'static, u32>>();
+    send::<Drain<'static, u32>>();
+    sync::<Drain<'static, u32>>();
+    // `Cell` is `Send` but not `Sync`: its chunks may move between threads but
+    // not be shared (the `compile_fail` example on `ReadChunk` checks the
+    // second half).
+    send::<ReadChunk<'static, std::cell::Cell<u32>>>();
+    send::<WriteChunk<'static, std::cell::Cell<u32>>>();
+}
+
+/// Counts drops per value, and panics in the drop of one chosen value.
+struct Bomb {
+    id: usize,
+    drops: std::sync::Arc<Vec<std::sync::atomic::AtomicUsize>>,
+    explode: bool,
+}
+
+impl Drop for Bomb {
+    fn drop(&mut self) {
+        self.drops[self.id].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        if self.explode {
+            panic!("drop of value {} panics", self.id);
+        }
+    }
+}
+
+/// Pushes values 0..4 (value 1 panics when dropped), runs `consume` on the
+/// consumer (expected to panic), then drops the ring: every value must have
+/// been dropped exactly once.
+fn check_panicking_drop(consume: impl FnOnce(&mut Consumer<Bomb, Single>)) {
+    let drops = std::sync::Arc::new((0..4).map(|_| Default::default()).collect::<Vec<_>>());
+    let (mut p, mut c) = Ring::<Bomb>::spsc(4).unwrap();
+    for id in 0..4 {
+        let bomb = Bomb {
+            id,
+            drops: drops.clone(),
+            explode: id == 1,
+        };
+        assert!(p.push(bomb).is_ok());
+    }
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| consume(&mut c)));
+    assert!(result.is_err(), "the drop of value 1 panics");
+    // Values 0 and 1 were released (1's drop ran, then panicked); 2 and 3
+    // are still in the ring.
+    assert_eq!(c.len(), 2, "what was dropped is no longer in the ring");
+    drop((p, c));
+    let counts: Vec<usize> = drops
+        .iter()
+        .map(|d| d.load(std::sync::atomic::Ordering::Relaxed))
+        .collect();
+    assert_eq!(counts, [1, 1, 1, 1], "drops per value");
+}
+
+#[test]
+fn read_commit_is_panic_safe() {
+    check_panicking_drop(|c| c.peek(3).unwrap().commit(3));
+}
+
+#[test]
+fn drain_is_panic_safe() {
+    check_panicking_drop(|c| c.peek(3).unwrap().drain().take(3).for_each(drop));
+}
+
 // ---------------------------------------------------------------------------
 // Property tests: random operation sequences against a `VecDeque` model.
 //
@@ -466,10 +534,8 @@ impl ZeroCopyProducer for Producer<u32, Single> {
         let values =
             |k: usize| -> Vec<u32> { (0..k as u32).map(|i| first_value.wrapping_add(i)).collect() };
         let committed = match how {
-            WriteHow::Drop => {
-                drop(chunk);
-                0
-            }
+            // The chunk goes out of scope uncommitted.
+            WriteHow::Drop => 0,
             WriteHow::Commit => {
                 let k = k % (len + 1);
                 let (a, b) = chunk.as_mut_slices();
@@ -519,10 +585,8 @@ impl ZeroCopyConsumer for Consumer<u32, Single> {
         let seen = [a, b].concat();
         let mut drained = Vec::new();
         let released = match how {
-            ReadHow::Drop => {
-                drop(chunk);
-                0
-            }
+            // The chunk goes out of scope uncommitted.
+            ReadHow::Drop => 0,
             ReadHow::Commit => {
                 let k = k % (len + 4);
                 chunk.commit(k);
@@ -865,7 +929,8 @@ fn check_drops(cap: usize, start: u32, ops: &[Op]) -> Result<(), TestCaseError> 
                     let want: Vec<u32> = m.q.iter().take(take).copied().collect();
                     prop_assert_eq!(seen, want, "op {}: peeked", i);
                     match how {
-                        ReadHow::Drop => drop(chunk),
+                        // Out of scope uncommitted.
+                        ReadHow::Drop => {}
                         ReadHow::Commit => {
                             let k = k % (take + 1);
                             chunk.commit(k);
@@ -912,4 +977,15 @@ proptest! {
     ) {
         check_drops(cap, start, &ops)?;
     }
+}
+
+#[test]
+fn slot_array_is_aligned_to_two_cache_lines() {
+    // A bulk of 8 pointers must fill exactly one cache line, never straddle two.
+    for cap in [1usize, 8, 64, 4096] {
+        let (p, _c) = Ring::<usize>::spsc(cap).unwrap();
+        assert_eq!(p.ring().slot_ptr(0) as usize % 128, 0, "capacity {cap}");
+    }
+    let (p, _c) = Ring::<[u8; 3]>::mpmc(16).unwrap();
+    assert_eq!(p.ring().slot_ptr(0) as usize % 128, 0);
 }
