@@ -92,6 +92,14 @@ pub struct BenchResult {
     /// Two-core ring cases: consumer cycles per element.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consumer_cycles: Option<f64>,
+    /// Two-core ring cases: attempts that found the ring full, per successful
+    /// enqueue call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub producer_waits: Option<f64>,
+    /// Two-core ring cases: attempts that found the ring empty, per successful
+    /// dequeue call.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumer_waits: Option<f64>,
     /// Mempool cases: the memory the pool sits on.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub backing: Option<String>,
@@ -124,6 +132,8 @@ impl BenchResult {
             tsc_hz: tsc::tsc_hz(),
             producer_cycles: None,
             consumer_cycles: None,
+            producer_waits: None,
+            consumer_waits: None,
             backing: None,
             dpdk_cycles_per_op: None,
             dpdk_mops: None,
@@ -296,6 +306,9 @@ impl Ctx {
             if let (Some(p), Some(c)) = (r.producer_cycles, r.consumer_cycles) {
                 detail.push(format!("enq {p:.2} + deq {c:.2}"));
             }
+            if let (Some(p), Some(c)) = (r.producer_waits, r.consumer_waits) {
+                detail.push(format!("waits/call: full {p:.2}, empty {c:.2}"));
+            }
             if let Some(b) = &r.backing {
                 detail.push(b.clone());
             }
@@ -380,6 +393,12 @@ pub fn summary() -> Result<(), String> {
     }
 }
 
+/// `T` on a 128-byte boundary and alone in its 128 bytes (two cache lines, as
+/// adjacent-line prefetchers pull pairs), so state private to one core never
+/// shares a line with another core's.
+#[repr(align(128))]
+pub struct Padded<T>(pub T);
+
 /// A one-shot barrier for worker threads: `wait` spins until all `n` arrived,
 /// so the workers leave it within a few hundred cycles of each other (a
 /// sleeping barrier would add the wake-up latency of the last one).
@@ -419,6 +438,7 @@ impl SpinBarrier {
 /// attempts, and every 2^20 of them in a row look at the clock.
 pub struct Stall {
     fails: u64,
+    total: u64,
     since: Option<Instant>,
     who: &'static str,
 }
@@ -428,6 +448,7 @@ impl Stall {
     pub fn new(who: &'static str) -> Self {
         Stall {
             fails: 0,
+            total: 0,
             since: None,
             who,
         }
@@ -438,12 +459,18 @@ impl Stall {
     #[inline(always)]
     pub fn failed(&mut self) -> Result<(), String> {
         self.fails += 1;
+        self.total += 1;
         if self.fails & 0xF_FFFF == 0 {
             self.check()
         } else {
             spin_loop();
             Ok(())
         }
+    }
+
+    /// Failed attempts since the last call (or since creation); resets the count.
+    pub fn take_total(&mut self) -> u64 {
+        std::mem::take(&mut self.total)
     }
 
     /// Call after an attempt that moved something.

@@ -19,7 +19,9 @@ use std::sync::Arc;
 use sluice::ring::{Consumer, Multi, Producer, Ring, Single, SyncMode};
 use sluice::tsc::rdtsc_ordered;
 
-use super::{BenchResult, Ctx, Sample, Selection, SpinBarrier, Stall, Worker, on_lcore, on_lcores};
+use super::{
+    BenchResult, Ctx, Padded, Sample, Selection, SpinBarrier, Stall, Worker, on_lcore, on_lcores,
+};
 
 /// Slots in the ring (DPDK's `RING_SIZE`).
 const RING_SIZE: usize = 4096;
@@ -156,13 +158,15 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
                 Mode::Spsc => two_core::<Single, Single>(cpus, bulk, ops),
                 Mode::Mpmc => two_core::<Multi, Multi>(cpus, bulk, ops),
             }
-            .map(|(prod, cons)| {
-                let (p, c) = (prod.cycles_per_op(), cons.cycles_per_op());
-                let mut r = BenchResult::new("ring", case.clone(), 2, p + c, cons.mops());
+            .map(|t| {
+                let (p, c) = (t.producer.cycles_per_op(), t.consumer.cycles_per_op());
+                let mut r = BenchResult::new("ring", case.clone(), 2, p + c, t.consumer.mops());
                 r.bulk = Some(bulk);
-                r.ops = cons.ops;
+                r.ops = t.consumer.ops;
                 r.producer_cycles = Some(p);
                 r.consumer_cycles = Some(c);
+                r.producer_waits = Some(t.producer_waits);
+                r.consumer_waits = Some(t.consumer_waits);
                 r.dpdk_cycles_per_op = dpdk_ref(mode, bulk, 2);
                 r
             });
@@ -341,37 +345,54 @@ fn consume_n<C: SyncMode>(
     Ok(sum)
 }
 
+/// What a two-core case measured.
+struct TwoCore {
+    producer: Sample,
+    consumer: Sample,
+    /// Failed enqueue attempts (ring full) per successful call.
+    producer_waits: f64,
+    /// Failed dequeue attempts (ring empty) per successful call.
+    consumer_waits: f64,
+}
+
 /// Two cores: a producer lcore on `cpus.0` and a consumer lcore on `cpus.1`
-/// move `ops` elements; returns (producer, consumer) samples.
+/// move `ops` elements.
 fn two_core<P: SyncMode + Send, C: SyncMode + Send>(
     cpus: (usize, usize),
     bulk: usize,
     ops: u64,
-) -> Result<(Sample, Sample), String> {
-    let (mut p, mut c) = Ring::<usize>::new::<P, C>(RING_SIZE).map_err(|e| e.to_string())?;
+) -> Result<TwoCore, String> {
+    let (p, c) = Ring::<usize>::new::<P, C>(RING_SIZE).map_err(|e| e.to_string())?;
+    // Each end keeps its hot state (its head, the other side's cached tail)
+    // inside itself, and each end lives in its worker's boxed closure. Two small
+    // boxes made one after the other can share a cache line: pad the ends so
+    // the producer's and consumer's private state never do.
+    let (mut p, mut c) = (Padded(p), Padded(c));
     let bulk = black_box(bulk);
     let (iters, warm) = iterations(ops, bulk);
     let n = iters * bulk as u64;
     let barrier = Arc::new(SpinBarrier::new(2));
 
     let start_line = Arc::clone(&barrier);
-    let producer: Worker<Sample> = Box::new(move || {
+    let producer: Worker<(Sample, u64)> = Box::new(move || {
         let src: [usize; MAX_BULK] = array::from_fn(|i| i);
         let mut stall = Stall::new("producer");
-        produce_n(&mut p, bulk, warm, &src, &mut stall)?;
+        produce_n(&mut p.0, bulk, warm, &src, &mut stall)?;
+        stall.take_total();
         start_line.wait()?;
         let start = rdtsc_ordered();
-        produce_n(&mut p, bulk, iters, &src, &mut stall)?;
+        produce_n(&mut p.0, bulk, iters, &src, &mut stall)?;
         let end = rdtsc_ordered();
-        Ok(Sample { ops: n, start, end })
+        Ok((Sample { ops: n, start, end }, stall.take_total()))
     });
-    let consumer: Worker<Sample> = Box::new(move || {
+    let consumer: Worker<(Sample, u64)> = Box::new(move || {
         let mut dst = [0usize; MAX_BULK];
         let mut stall = Stall::new("consumer");
-        consume_n(&mut c, bulk, warm, &mut dst, &mut stall)?;
+        consume_n(&mut c.0, bulk, warm, &mut dst, &mut stall)?;
+        stall.take_total();
         barrier.wait()?;
         let start = rdtsc_ordered();
-        let sum = consume_n(&mut c, bulk, iters, &mut dst, &mut stall)?;
+        let sum = consume_n(&mut c.0, bulk, iters, &mut dst, &mut stall)?;
         let end = rdtsc_ordered();
         let want = if bulk == 1 {
             triangle(iters)
@@ -383,12 +404,17 @@ fn two_core<P: SyncMode + Send, C: SyncMode + Send>(
                 "consumer saw the wrong elements: sum {sum}, expected {want}"
             ));
         }
-        Ok(Sample { ops: n, start, end })
+        Ok((Sample { ops: n, start, end }, stall.take_total()))
     });
 
     let mut samples = on_lcores(vec![(cpus.0, producer), (cpus.1, consumer)])?;
     match (samples.pop(), samples.pop()) {
-        (Some(cons), Some(prod)) => Ok((prod, cons)),
+        (Some(cons), Some(prod)) => Ok(TwoCore {
+            producer: prod.0,
+            consumer: cons.0,
+            producer_waits: prod.1 as f64 / iters as f64,
+            consumer_waits: cons.1 as f64 / iters as f64,
+        }),
         _ => Err("a worker returned no sample".to_owned()),
     }
 }
@@ -420,10 +446,11 @@ mod tests {
         // On one CPU both workers share it; the case still has to complete.
         let pair = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
         for bulk in [1, 8, 32] {
-            let (p, c) = two_core::<Single, Single>(pair, bulk, 10_000).unwrap();
-            assert_eq!(p.ops, c.ops);
-            let (p, c) = two_core::<Multi, Multi>(pair, bulk, 10_000).unwrap();
-            assert_eq!(p.ops, c.ops);
+            let t = two_core::<Single, Single>(pair, bulk, 10_000).unwrap();
+            assert_eq!(t.producer.ops, t.consumer.ops);
+            assert!(t.producer.ops >= 10_000);
+            let t = two_core::<Multi, Multi>(pair, bulk, 10_000).unwrap();
+            assert_eq!(t.producer.ops, t.consumer.ops);
         }
     }
 
