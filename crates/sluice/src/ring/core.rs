@@ -79,6 +79,19 @@ pub(crate) struct Claim {
     pub(crate) left: u32,
 }
 
+/// How many of `n` to claim when `avail` are available: all `n`, or with
+/// `bulk` none, or otherwise as many as there are.
+#[inline(always)]
+fn take(n: u32, avail: u32, bulk: bool) -> u32 {
+    if n <= avail {
+        n
+    } else if bulk {
+        0
+    } else {
+        avail
+    }
+}
+
 /// A bounded lock-free ring of `T`, shared by its producer and consumer ends.
 ///
 /// Create one with [`Ring::spsc`], [`Ring::mpmc`], [`Ring::mpsc`], [`Ring::spmc`]
@@ -205,13 +218,7 @@ impl<T> Ring<T> {
             let avail = base.wrapping_add(other).wrapping_sub(head);
             // A head read long before the tail can make `avail` exceed what
             // exists; the compare-and-swap below then fails and we retry.
-            let take = if n <= avail {
-                n
-            } else if bulk {
-                0
-            } else {
-                avail
-            };
+            let take = take(n, avail, bulk);
             if take == 0 {
                 // Nothing claimed: `avail` is only a snapshot, possibly from
                 // a stale head, so keep it within what can exist.
@@ -246,6 +253,37 @@ impl<T> Ring<T> {
                 };
             }
             spin_loop();
+        }
+    }
+
+    /// Step 1 for a single-threaded side, whose head lives in its end:
+    /// claims up to `n` slots from `head` (all or nothing with `bulk`).
+    /// `cached` is the end's copy of the other side's tail; it is reread from
+    /// `other_tail` only when it shows fewer than `n` available, so the other
+    /// core's cache line is touched once per "looked full/empty", not per
+    /// call. `base` as in [`claim_multi`](Self::claim_multi).
+    #[inline(always)]
+    pub(crate) fn claim_single(
+        head: u32,
+        cached: &mut u32,
+        other_tail: &AtomicU32,
+        base: u32,
+        n: u32,
+        bulk: bool,
+    ) -> Claim {
+        let mut avail = base.wrapping_add(*cached).wrapping_sub(head);
+        if avail < n {
+            // Pairs with the other side's Release tail store: a producer sees
+            // the slots freed only after the consumer read them, a consumer
+            // sees the values only after the producer wrote them.
+            *cached = other_tail.load(Ordering::Acquire);
+            avail = base.wrapping_add(*cached).wrapping_sub(head);
+        }
+        let take = take(n, avail, bulk);
+        Claim {
+            head,
+            n: take,
+            left: avail - take,
         }
     }
 

@@ -11,7 +11,7 @@ use std::marker::PhantomData;
 
 use super::core::{Claim, Ring};
 use super::{Moved, Multi, Single, SyncMode};
-use crate::sync::{Arc, Ordering};
+use crate::sync::Arc;
 
 /// The enqueue end of a ring.
 ///
@@ -122,29 +122,14 @@ impl<T, M: SyncMode> Producer<T, M> {
         if M::MULTI {
             return Ring::<T>::claim_multi(ring.prod(), &ring.cons().tail, cap, cap, n, bulk);
         }
-        let mut free = cap
-            .wrapping_add(self.cached_cons_tail)
-            .wrapping_sub(self.head);
-        if free < n {
-            // Pairs with the consumer's Release store of `cons.tail`: the
-            // slots it freed are no longer read when we overwrite them.
-            self.cached_cons_tail = ring.cons().tail.load(Ordering::Acquire);
-            free = cap
-                .wrapping_add(self.cached_cons_tail)
-                .wrapping_sub(self.head);
-        }
-        let take = if n <= free {
-            n
-        } else if bulk {
-            0
-        } else {
-            free
-        };
-        Claim {
-            head: self.head,
-            n: take,
-            left: free - take,
-        }
+        Ring::<T>::claim_single(
+            self.head,
+            &mut self.cached_cons_tail,
+            &ring.cons().tail,
+            cap,
+            n,
+            bulk,
+        )
     }
 
     /// Step 3: hands the claimed, written slots to the consumers.
@@ -255,25 +240,14 @@ impl<T, M: SyncMode> Consumer<T, M> {
             let cap = ring.capacity_u32();
             return Ring::<T>::claim_multi(ring.cons(), &ring.prod().tail, 0, cap, n, bulk);
         }
-        let mut avail = self.cached_prod_tail.wrapping_sub(self.head);
-        if avail < n {
-            // Pairs with the producer's Release store of `prod.tail`: the
-            // values it wrote are visible before we read them.
-            self.cached_prod_tail = ring.prod().tail.load(Ordering::Acquire);
-            avail = self.cached_prod_tail.wrapping_sub(self.head);
-        }
-        let take = if n <= avail {
-            n
-        } else if bulk {
-            0
-        } else {
-            avail
-        };
-        Claim {
-            head: self.head,
-            n: take,
-            left: avail - take,
-        }
+        Ring::<T>::claim_single(
+            self.head,
+            &mut self.cached_prod_tail,
+            &ring.prod().tail,
+            0,
+            n,
+            bulk,
+        )
     }
 
     /// Step 3: hands the claimed, read slots back to the producers.
