@@ -100,11 +100,9 @@ impl<'a, T> WriteChunk<'a, T> {
         let (first, second) = ring.split_at_wrap(self.claim.head, self.claim.n);
         let a = ring.slot_ptr(self.claim.head);
         let b = ring.slot_ptr(self.claim.head.wrapping_add(first as u32));
-        // SAFETY: the slots are claimed by this end (which the chunk borrows
-        // mutably) and unpublished, so nobody else accesses them; the first
-        // run ends at the array end, the second starts at slot 0, so they are
-        // in bounds and disjoint; `UnsafeCell<MaybeUninit<T>>` has the layout
-        // of `MaybeUninit<T>`.
+        // SAFETY: claimed, unpublished slots of this (mutably borrowed) end; the runs end at
+        // the array end / start at slot 0, so in bounds and disjoint; `UnsafeCell<MaybeUninit<T>>`
+        // has the layout of `MaybeUninit<T>`.
         unsafe {
             (
                 std::slice::from_raw_parts_mut(a, first),

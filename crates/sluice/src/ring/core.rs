@@ -380,10 +380,9 @@ impl<T: Copy> Ring<T> {
             let (first, second) = self.split_at_wrap(idx, src.len() as u32);
             let base = self.slots.as_ptr() as *mut T;
             let pos = (idx & self.mask) as usize;
-            // SAFETY: `UnsafeCell<MaybeUninit<T>>` has the layout of `T`; both
-            // ranges lie inside the slot array (`pos + first <= capacity`,
-            // `second <= capacity`) and are claimed by the caller, so nothing
-            // else accesses them; `src` is a distinct borrow, so no overlap.
+            // SAFETY: the cells have `T`'s layout; both ranges are inside the array (`pos + first`
+            // and `second` <= capacity) and claimed by the caller, so unshared; `src` is a
+            // distinct borrow, so no overlap.
             unsafe {
                 std::ptr::copy_nonoverlapping(src.as_ptr(), base.add(pos), first);
                 if second != 0 {
