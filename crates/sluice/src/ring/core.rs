@@ -384,9 +384,9 @@ impl<T: Copy> Ring<T> {
             // and `second` <= capacity) and claimed by the caller, so unshared; `src` is a
             // distinct borrow, so no overlap.
             unsafe {
-                std::ptr::copy_nonoverlapping(src.as_ptr(), base.add(pos), first);
+                copy_run(src.as_ptr(), base.add(pos), first);
                 if second != 0 {
-                    std::ptr::copy_nonoverlapping(src.as_ptr().add(first), base, second);
+                    copy_run(src.as_ptr().add(first), base, second);
                 }
             }
         }
@@ -412,9 +412,9 @@ impl<T: Copy> Ring<T> {
             // SAFETY: as in `write_slice`; the slots are initialised because
             // they were published by a producer and claimed by us.
             unsafe {
-                std::ptr::copy_nonoverlapping(base.add(pos), dst.as_mut_ptr(), first);
+                copy_run(base.add(pos), dst.as_mut_ptr(), first);
                 if second != 0 {
-                    std::ptr::copy_nonoverlapping(base, dst.as_mut_ptr().add(first), second);
+                    copy_run(base, dst.as_mut_ptr().add(first), second);
                 }
             }
         }
@@ -423,6 +423,29 @@ impl<T: Copy> Ring<T> {
             // SAFETY: forwarded from the caller's claim.
             *v = unsafe { self.read(idx.wrapping_add(i as u32)) };
         }
+    }
+}
+
+/// Copies `n` values: runs of up to one cache line with an inline loop,
+/// longer ones with `memcpy`. A call into `memcpy` costs about as much as the
+/// rest of a bulk-8 enqueue; DPDK copies inline too.
+///
+/// # Safety
+/// As `ptr::copy_nonoverlapping::<T>(src, dst, n)`.
+#[cfg(not(loom))]
+#[inline(always)]
+unsafe fn copy_run<T: Copy>(src: *const T, dst: *mut T, n: usize) {
+    // Not a fixed 64-byte copy for the bulk-8 case either: its 16-byte moves
+    // measured slower across two cores than 8-byte ones (SP/SC bulk 8, 16 →
+    // 20 cycles per element).
+    if n * std::mem::size_of::<T>() <= 64 {
+        for i in 0..n {
+            // SAFETY: `i < n`, within both ranges (the caller's contract).
+            unsafe { dst.add(i).write(src.add(i).read()) };
+        }
+    } else {
+        // SAFETY: the caller's contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
     }
 }
 
