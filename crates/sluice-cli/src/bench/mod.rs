@@ -393,12 +393,6 @@ pub fn summary() -> Result<(), String> {
     }
 }
 
-/// `T` on a 128-byte boundary and alone in its 128 bytes (two cache lines, as
-/// adjacent-line prefetchers pull pairs), so state private to one core never
-/// shares a line with another core's.
-#[repr(align(128))]
-pub struct Padded<T>(pub T);
-
 /// A one-shot barrier for worker threads: `wait` spins until all `n` arrived,
 /// so the workers leave it within a few hundred cycles of each other (a
 /// sleeping barrier would add the wake-up latency of the last one).

@@ -20,9 +20,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use sluice::ring::{Consumer, Multi, Producer, Ring, Single, SyncMode};
 use sluice::tsc::rdtsc_ordered;
 
-use super::{
-    BenchResult, Ctx, Padded, Sample, Selection, SpinBarrier, Stall, Worker, on_lcore, on_lcores,
-};
+use super::{BenchResult, Ctx, Sample, Selection, SpinBarrier, Stall, Worker, on_lcore, on_lcores};
 
 /// Slots in the ring (DPDK's `RING_SIZE`).
 const RING_SIZE: usize = 4096;
@@ -438,12 +436,9 @@ fn two_core<P: SyncMode + Send, C: SyncMode + Send>(
     bulk: usize,
     ops: u64,
 ) -> Result<TwoCore, String> {
-    let (p, c) = Ring::<usize>::new::<P, C>(RING_SIZE).map_err(|e| e.to_string())?;
-    // Each end keeps its hot state (its head, the other side's cached tail)
-    // inside itself, and each end lives in its worker's boxed closure. Two small
-    // boxes made one after the other can share a cache line: pad the ends so
-    // the producer's and consumer's private state never do.
-    let (mut p, mut c) = (Padded(p), Padded(c));
+    // Each end is 128-byte aligned by the library, so the two ends' private
+    // state cannot share a line even though both closures box theirs.
+    let (mut p, mut c) = Ring::<usize>::new::<P, C>(RING_SIZE).map_err(|e| e.to_string())?;
     let bulk = black_box(bulk);
     let (iters, warm) = iterations(ops, bulk);
     let n = iters * bulk as u64;
@@ -453,22 +448,22 @@ fn two_core<P: SyncMode + Send, C: SyncMode + Send>(
     let producer: Worker<(Sample, u64)> = Box::new(move || {
         let src: [usize; MAX_BULK] = array::from_fn(|i| i);
         let mut stall = Stall::new("producer");
-        produce_n(&mut p.0, bulk, warm, &src, &mut stall)?;
+        produce_n(&mut p, bulk, warm, &src, &mut stall)?;
         stall.take_total();
         start_line.wait()?;
         let start = rdtsc_ordered();
-        produce_n(&mut p.0, bulk, iters, &src, &mut stall)?;
+        produce_n(&mut p, bulk, iters, &src, &mut stall)?;
         let end = rdtsc_ordered();
         Ok((Sample { ops: n, start, end }, stall.take_total()))
     });
     let consumer: Worker<(Sample, u64)> = Box::new(move || {
         let mut dst = [0usize; MAX_BULK];
         let mut stall = Stall::new("consumer");
-        consume_n(&mut c.0, bulk, warm, &mut dst, &mut stall)?;
+        consume_n(&mut c, bulk, warm, &mut dst, &mut stall)?;
         stall.take_total();
         barrier.wait()?;
         let start = rdtsc_ordered();
-        let sum = consume_n(&mut c.0, bulk, iters, &mut dst, &mut stall)?;
+        let sum = consume_n(&mut c, bulk, iters, &mut dst, &mut stall)?;
         let end = rdtsc_ordered();
         let want = if bulk == 1 {
             triangle(iters)
