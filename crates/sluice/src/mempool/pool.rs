@@ -5,7 +5,9 @@ use std::sync::atomic::{AtomicU64 as StdAtomicU64, AtomicUsize as StdAtomicUsize
 
 use crossbeam_utils::CachePadded;
 
-use super::cache::{CACHE_STACK, LocalCache, flush_threshold, stack_mut};
+use super::cache::{
+    CACHE_STACK, HIT, LocalCache, flush_threshold, stack_mut, state_hits, state_len,
+};
 use super::memory::Region;
 use super::{
     ELT_ALIGN, Elem, MAX_CACHE_SIZE, MAX_ELT_SIZE, MAX_POOL_SIZE, MempoolConfig, MempoolError,
@@ -374,15 +376,16 @@ impl PoolInner {
     pub(crate) fn get_bulk(&self, dst: &mut [Elem]) -> Result<(), MempoolError> {
         let n = dst.len();
         if let Some(cache) = self.local_cache() {
-            let len = cache.len();
+            let st = cache.state();
+            let len = state_len(st);
             if n <= len {
                 // SAFETY: `local_cache` returned the caller's own cache, and
                 // this is the only reference into its stack here.
                 let stack = unsafe { stack_mut(cache) };
                 // Pop the top `n`: the most recently freed, so cache-hot.
                 copy_elems(dst, &stack[len - n..len]);
-                cache.len.store((len - n) as u32, Ordering::Relaxed);
-                LocalCache::bump(&cache.hits);
+                // The new length and one more hit, in one store.
+                cache.state.store(st - n as u64 + HIT, Ordering::Relaxed);
                 #[cfg(feature = "debug")]
                 for &e in dst.iter() {
                     self.debug_mark(e, true);
@@ -433,14 +436,12 @@ impl PoolInner {
             }
             LocalCache::bump(&cache.refills);
             len += need;
-        } else {
-            LocalCache::bump(&cache.hits);
+            cache.set_len(len, Ordering::Relaxed);
         }
-        // Pop from the top: the most recently freed (cache-hot) first.
-        for (d, s) in dst.iter_mut().zip(stack[len - n..len].iter().rev()) {
-            *d = *s;
-        }
-        cache.len.store((len - n) as u32, Ordering::Relaxed);
+        // Pop the top `n` (the caller saw the cache too short, so this
+        // follows a refill).
+        copy_elems(dst, &stack[len - n..len]);
+        cache.set_len(len - n, Ordering::Relaxed);
         true
     }
 
@@ -466,7 +467,7 @@ impl PoolInner {
             return false;
         }
         dst[from_ring..].copy_from_slice(&stack[..len]);
-        cache.len.store(0, Ordering::Relaxed);
+        cache.set_len(0, Ordering::Relaxed);
         true
     }
 
@@ -479,7 +480,8 @@ impl PoolInner {
     pub(crate) unsafe fn put_bulk(&self, src: &[Elem]) {
         let n = src.len();
         if let Some(cache) = self.local_cache() {
-            let len = cache.len();
+            let st = cache.state();
+            let len = state_len(st);
             if len + n <= self.flush_thresh as usize {
                 #[cfg(feature = "debug")]
                 for &e in src {
@@ -491,7 +493,7 @@ impl PoolInner {
                 // Release: this store is the last access to the pool by a
                 // put, and it is what the final handle's drop reads (Acquire
                 // in `stats`) to decide the pool may be freed.
-                cache.len.store((len + n) as u32, Ordering::Release);
+                cache.state.store(st + n as u64, Ordering::Release);
                 return;
             }
         } else {
@@ -525,7 +527,7 @@ impl PoolInner {
                 let len = self.make_room(cache, stack, n);
                 copy_elems(&mut stack[len..len + n], src);
                 // Release: see `put_bulk`.
-                cache.len.store((len + n) as u32, Ordering::Release);
+                cache.set_len(len + n, Ordering::Release);
             }
             _ => self.ring_put(src),
         }
@@ -541,7 +543,7 @@ impl PoolInner {
         }
         LocalCache::bump(&cache.flushes);
         self.ring_put(&stack[..len]);
-        cache.len.store(0, Ordering::Relaxed);
+        cache.set_len(0, Ordering::Relaxed);
         0
     }
 
@@ -605,7 +607,7 @@ impl PoolInner {
             if len > 0 {
                 self.ring_put(&stack[..len]);
                 LocalCache::bump(&cache.flushes);
-                cache.len.store(0, Ordering::Release);
+                cache.set_len(0, Ordering::Release);
             }
         }
     }
@@ -650,9 +652,10 @@ impl PoolInner {
             ..Default::default()
         };
         for c in self.caches.iter() {
-            // Acquire pairs with the Release length store that ends a put.
-            s.cached += c.len.load(Ordering::Acquire);
-            s.cache_hits += c.hits.load(Ordering::Relaxed);
+            // Acquire pairs with the Release state store that ends a put.
+            let st = c.state.load(Ordering::Acquire);
+            s.cached += state_len(st) as u32;
+            s.cache_hits += state_hits(st);
             s.cache_misses += c.misses.load(Ordering::Relaxed);
             s.ring_refills += c.refills.load(Ordering::Relaxed);
             s.flushes += c.flushes.load(Ordering::Relaxed);
@@ -707,9 +710,7 @@ impl ZcPut<'_> {
             }
         }
         // Release: see `PoolInner::put_bulk`.
-        self.cache
-            .len
-            .store((self.start + self.n) as u32, Ordering::Release);
+        self.cache.set_len(self.start + self.n, Ordering::Release);
     }
 }
 
