@@ -5,10 +5,8 @@
 //! when it is cleared or dropped is freed — with the puts batched per pool, as
 //! `rte_pktmbuf_free_bulk` does — so no mbuf is ever lost.
 
-use std::mem::MaybeUninit;
-
-use super::Mbuf;
 use super::handle::{prefree, put_bulk_to_pool};
+use super::{Mbuf, MbufHeader};
 use crate::mempool::Elem;
 
 /// Default burst size.
@@ -31,9 +29,14 @@ pub const DEFAULT_BURST: usize = 32;
 /// assert!(pool.is_full());
 /// ```
 pub struct Burst<const N: usize = DEFAULT_BURST> {
-    /// `slots[..len]` hold owned mbufs; the rest are uninitialised.
+    /// `slots[..len]` hold owned mbufs.
     len: usize,
-    slots: [MaybeUninit<Mbuf>; N],
+    /// Buffer addresses. Always initialised (to a dangling placeholder when a
+    /// burst is made), so a pool can fill them directly and a bulk free can
+    /// reuse them as its scratch space; only `len` says which are owned. An
+    /// `Mbuf` is a transparent wrapper of the same pointer, so the owned part
+    /// is viewed as `[Mbuf]`.
+    slots: [Elem; N],
 }
 
 impl<const N: usize> Default for Burst<N> {
@@ -48,7 +51,7 @@ impl<const N: usize> Burst<N> {
     pub const fn new() -> Self {
         Burst {
             len: 0,
-            slots: [const { MaybeUninit::uninit() }; N],
+            slots: [Elem::DANGLING; N],
         }
     }
 
@@ -88,7 +91,7 @@ impl<const N: usize> Burst<N> {
         if self.len == N {
             return Err(m);
         }
-        self.slots[self.len].write(m);
+        self.slots[self.len] = Elem::from_ptr(m.into_raw().cast());
         self.len += 1;
         Ok(())
     }
@@ -102,22 +105,22 @@ impl<const N: usize> Burst<N> {
         self.len -= 1;
         // SAFETY: slot `len` held an owned mbuf, now moved out and no longer
         // counted.
-        Some(unsafe { self.slots[self.len].assume_init_read() })
+        Some(unsafe { take(&self.slots, self.len) })
     }
 
     /// The mbufs.
     #[inline(always)]
     pub fn as_slice(&self) -> &[Mbuf] {
-        // SAFETY: `slots[..len]` are initialised; `MaybeUninit<Mbuf>` has
-        // `Mbuf`'s layout.
-        unsafe { std::slice::from_raw_parts(self.slots.as_ptr().cast(), self.len) }
+        // SAFETY: `slots[..len]` hold owned mbufs, and `Mbuf` is a transparent
+        // wrapper of the same pointer an `Elem` wraps.
+        unsafe { std::slice::from_raw_parts(self.slots.as_ptr().cast::<Mbuf>(), self.len) }
     }
 
     /// The mbufs, mutably.
     #[inline(always)]
     pub fn as_mut_slice(&mut self) -> &mut [Mbuf] {
         // SAFETY: as in `as_slice`.
-        unsafe { std::slice::from_raw_parts_mut(self.slots.as_mut_ptr().cast(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.slots.as_mut_ptr().cast::<Mbuf>(), self.len) }
     }
 
     /// Iterates over the mbufs.
@@ -141,7 +144,7 @@ impl<const N: usize> Burst<N> {
         // Shrink first: if a free callback panics, nothing is freed twice.
         self.len = len;
         // SAFETY: `slots[len..old]` held owned mbufs, no longer counted.
-        unsafe { free_bulk(self.slots[len..old].as_ptr().cast(), old - len) };
+        unsafe { free_bulk(&mut self.slots[len..old]) };
     }
 
     /// Frees every mbuf.
@@ -157,9 +160,9 @@ impl<const N: usize> Burst<N> {
         for i in 0..old {
             // SAFETY: slot `i` holds an owned mbuf (indices >= the new `len`
             // are read at most once each, in order).
-            let mut m = unsafe { self.slots[i].assume_init_read() };
+            let mut m = unsafe { take(&self.slots, i) };
             if keep(&mut m) {
-                self.slots[self.len].write(m);
+                self.slots[self.len] = Elem::from_ptr(m.into_raw().cast());
                 self.len += 1;
             }
         }
@@ -187,38 +190,67 @@ impl<const N: usize> Burst<N> {
         }
         k
     }
+
+    /// `n` slots after the owned ones, for a pool to fill (all of them or, on
+    /// error, none) before [`set_len`](Self::set_len).
+    #[inline(always)]
+    pub(crate) fn spare_slots(&mut self, n: usize) -> &mut [Elem] {
+        &mut self.slots[self.len..self.len + n]
+    }
+
+    /// Counts the first `len` slots as owned.
+    ///
+    /// # Safety
+    /// `slots[..len]` hold owned mbufs.
+    #[inline(always)]
+    pub(crate) unsafe fn set_len(&mut self, len: usize) {
+        debug_assert!(len <= N);
+        self.len = len;
+    }
 }
 
-/// Gives up `n` mbufs at `first`, batching the puts of consecutive plain
-/// buffers of one pool.
+/// Moves the mbuf out of slot `i`.
 ///
 /// # Safety
-/// `first..first + n` are owned mbufs that the caller no longer uses.
-unsafe fn free_bulk(first: *const Mbuf, n: usize) {
-    let mut batch = [Elem::DANGLING; DEFAULT_BURST];
+/// Slot `i` holds an owned mbuf, and the caller stops counting it as owned.
+#[inline(always)]
+unsafe fn take(slots: &[Elem], i: usize) -> Mbuf {
+    // SAFETY: the slot holds an mbuf's header address, owned (caller's
+    // contract) and now handed to the returned handle.
+    unsafe { Mbuf::from_raw(slots[i].as_non_null().cast::<MbufHeader>()) }
+}
+
+/// Gives up the mbufs in `slots`, putting plain buffers back in one bulk put
+/// per run of one pool. The slots double as the scratch space: plain buffers
+/// are compacted to the front as they are found (a slot is written only after
+/// it has been read), so no other array is touched.
+///
+/// # Safety
+/// Every slot holds an owned mbuf that the caller no longer uses or counts.
+unsafe fn free_bulk(slots: &mut [Elem]) {
     let mut k = 0;
     let mut pool = std::ptr::null();
-    for i in 0..n {
-        // SAFETY: owned by the caller, handed over here, read once.
-        let m = unsafe { first.add(i).read() };
-        let p = m.into_raw();
+    for i in 0..slots.len() {
+        let p = slots[i].as_non_null().cast::<MbufHeader>();
         // SAFETY: we own this reference and give it up.
         let Some(h) = (unsafe { prefree(p) }) else {
             continue;
         };
         // SAFETY: a live header (its last reference is ours).
         let hp = unsafe { h.as_ref() }.pool;
-        if hp != pool || k == batch.len() {
-            // SAFETY: the batch holds plain, unreferenced buffers of `pool`.
-            unsafe { put_bulk_to_pool(pool, &batch[..k]) };
+        if hp != pool {
+            // SAFETY: `slots[..k]` are plain, unreferenced buffers of `pool`.
+            unsafe { put_bulk_to_pool(pool, &slots[..k]) };
             pool = hp;
             k = 0;
         }
-        batch[k] = Elem::from_ptr(h.cast::<u8>());
+        if k != i {
+            slots[k] = slots[i];
+        }
         k += 1;
     }
     // SAFETY: as above.
-    unsafe { put_bulk_to_pool(pool, &batch[..k]) };
+    unsafe { put_bulk_to_pool(pool, &slots[..k]) };
 }
 
 impl<const N: usize> Drop for Burst<N> {
@@ -278,7 +310,7 @@ impl<const N: usize> Iterator for DrainFront<'_, N> {
         self.next += 1;
         // SAFETY: slot `i` is in the drained range and read once; `Drop`
         // accounts for it as moved out.
-        Some(unsafe { self.burst.slots[i].assume_init_read() })
+        Some(unsafe { take(&self.burst.slots, i) })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -296,18 +328,10 @@ impl<const N: usize> Drop for DrainFront<'_, N> {
         // Nothing is counted as owned while we shuffle.
         b.len = 0;
         // SAFETY: `slots[next..end]` are drained but not yielded: free them.
-        unsafe {
-            free_bulk(
-                b.slots[self.next..self.end].as_ptr().cast(),
-                self.end - self.next,
-            )
-        };
+        unsafe { free_bulk(&mut b.slots[self.next..self.end]) };
         // Move the undrained tail to the front.
         let rest = old - self.end;
-        // SAFETY: `slots[end..old]` are owned; `copy` handles the overlap.
-        unsafe {
-            std::ptr::copy(b.slots.as_ptr().add(self.end), b.slots.as_mut_ptr(), rest);
-        }
+        b.slots.copy_within(self.end..old, 0);
         b.len = rest;
     }
 }

@@ -27,6 +27,10 @@ use super::layout::{MbufHeader, TxOffload};
 use crate::mempool::{Elem, PoolInner};
 
 /// An owned reference to a packet buffer.
+///
+/// A transparent wrapper of the header pointer, so a [`Burst`](super::Burst)
+/// can keep its slots as plain addresses.
+#[repr(transparent)]
 pub struct Mbuf {
     ptr: NonNull<MbufHeader>,
 }
@@ -70,7 +74,7 @@ impl Mbuf {
         Mbuf { ptr }
     }
 
-    #[inline(always)]
+    #[cfg(test)]
     pub(crate) fn as_header_ptr(&self) -> *mut MbufHeader {
         self.ptr.as_ptr()
     }

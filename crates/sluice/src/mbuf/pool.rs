@@ -143,24 +143,18 @@ impl MbufPool {
                 free: burst.free(),
             });
         }
-        let mut elems = [Elem::DANGLING; 64];
-        let mut done = 0;
-        while done < n {
-            let k = (n - done).min(elems.len());
-            if let Err(e) = self.pool.get_bulk(&mut elems[..k]) {
-                // Undo the part already in the burst: all or none.
-                burst.truncate(burst.len() - done);
-                return Err(MbufError::Pool(e));
-            }
-            for &e in &elems[..k] {
-                // SAFETY: a fresh element of this pool (see `alloc`).
-                let mut m = unsafe { Mbuf::from_elem(e) };
-                m.reset();
-                // Room was checked above.
-                let _ = burst.push(m);
-            }
-            done += k;
+        // Straight into the burst's own slots: no intermediate array.
+        self.pool
+            .get_bulk(burst.spare_slots(n))
+            .map_err(MbufError::Pool)?;
+        for e in burst.spare_slots(n).iter() {
+            // SAFETY: a fresh element of this pool, owned by us and not yet in
+            // any handle: exclusive access to its initialised header.
+            unsafe { &mut *e.as_ptr().cast::<MbufHeader>() }.reset();
         }
+        let len = burst.len() + n;
+        // SAFETY: the slots now hold `n` fresh, reset mbufs, owned by the burst.
+        unsafe { burst.set_len(len) };
         Ok(())
     }
 
@@ -225,23 +219,32 @@ impl Mbuf {
     /// Resets an unshared mbuf to an empty single-segment buffer.
     #[inline(always)]
     pub(crate) fn reset(&mut self) {
-        let h = self.header_mut();
+        self.header_mut().reset();
+    }
+}
+
+impl MbufHeader {
+    /// Resets a header the caller has exclusive access to (a fresh buffer) to
+    /// an empty single-segment buffer at the default headroom.
+    #[inline(always)]
+    pub(crate) fn reset(&mut self) {
         let rearm = RearmData {
-            data_off: h.default_headroom,
+            data_off: self.default_headroom,
             refcnt: 1,
             nb_segs: 1,
             port: PORT_NONE,
         };
-        h.ol_flags = 0;
-        h.packet_type = 0;
-        h.pkt_len = 0;
-        h.data_len = 0;
-        h.vlan_tci = 0;
-        h.rss_hash = 0;
-        h.vlan_tci_outer = 0;
-        h.tx_offload = 0;
-        // SAFETY: the buffer is unshared (fresh from the pool), so the plain
-        // store to the rearm word races with no atomic access of `refcnt`.
-        unsafe { MbufHeader::rearm_ptr(self.as_header_ptr()).write(rearm) };
+        self.ol_flags = 0;
+        self.packet_type = 0;
+        self.pkt_len = 0;
+        self.data_len = 0;
+        self.vlan_tci = 0;
+        self.rss_hash = 0;
+        self.vlan_tci_outer = 0;
+        self.tx_offload = 0;
+        // SAFETY: `&mut self` is exclusive (the buffer is fresh and unshared),
+        // so the plain store to the rearm word races with no atomic access of
+        // `refcnt`.
+        unsafe { MbufHeader::rearm_ptr(self).write(rearm) };
     }
 }
