@@ -7,6 +7,7 @@
 //! | [`ring`] | bounded lock-free rings: SP/SC and MP/MC, bulk and burst, zero-copy reserve/commit |
 //! | [`mempool`] | fixed-size elements in one hugepage-or-anonymous region, an MP/MC free ring, per-lcore caches |
 //! | [`mbuf`] | the 128-byte packet buffer header, the owned [`mbuf::Mbuf`] handle and the [`mbuf::Burst`] |
+//! | [`net`] | zero-copy header views (Ethernet, VLAN, IPv4, IPv6, UDP, TCP) and checksums |
 //! | [`port`] | ports; today the `driver:key=value,…` spec strings that name them |
 //! | [`lcore`] | lcore ids (one thread-local load), registration and pinned thread launch |
 //! | [`tsc`] | the time-stamp counter: cycle counts and its measured frequency |
@@ -20,6 +21,7 @@
 pub mod lcore;
 pub mod mbuf;
 pub mod mempool;
+pub mod net;
 pub mod port;
 pub mod ring;
 pub(crate) mod sync;

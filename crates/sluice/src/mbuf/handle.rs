@@ -74,7 +74,7 @@ impl Mbuf {
         Mbuf { ptr }
     }
 
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn as_header_ptr(&self) -> *mut MbufHeader {
         self.ptr.as_ptr()
     }

@@ -1,0 +1,153 @@
+//! UDP datagrams.
+
+use super::checksum;
+use super::{NetError, be16, check_len, set_be16};
+
+/// Byte ranges of the UDP header.
+pub mod field {
+    use std::ops::Range;
+    /// Source port.
+    pub const SRC_PORT: Range<usize> = 0..2;
+    /// Destination port.
+    pub const DST_PORT: Range<usize> = 2..4;
+    /// Length (header and payload).
+    pub const LENGTH: Range<usize> = 4..6;
+    /// Checksum.
+    pub const CHECKSUM: Range<usize> = 6..8;
+}
+
+/// Length of the UDP header.
+pub const HEADER_LEN: usize = 8;
+
+/// A view of a UDP datagram.
+#[derive(Debug, Clone)]
+pub struct UdpDatagram<T> {
+    buffer: T,
+}
+
+impl<T: AsRef<[u8]>> UdpDatagram<T> {
+    /// Wraps `buffer` after checking the header and that the length field
+    /// fits the buffer.
+    pub fn new_checked(buffer: T) -> Result<Self, NetError> {
+        let b = buffer.as_ref();
+        check_len("udp", b, HEADER_LEN)?;
+        let len = be16(b, field::LENGTH.start) as usize;
+        if len < HEADER_LEN {
+            return Err(NetError::Malformed {
+                header: "udp",
+                what: "length below 8 bytes",
+            });
+        }
+        check_len("udp", b, len)?;
+        Ok(UdpDatagram { buffer })
+    }
+
+    /// Source port.
+    pub fn src_port(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::SRC_PORT.start)
+    }
+
+    /// Destination port.
+    pub fn dst_port(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::DST_PORT.start)
+    }
+
+    /// Length field.
+    pub fn len(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::LENGTH.start)
+    }
+
+    /// Always false: a datagram has at least its header.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Checksum field (0: none, over IPv4).
+    pub fn checksum(&self) -> u16 {
+        be16(self.buffer.as_ref(), field::CHECKSUM.start)
+    }
+
+    /// The payload, up to the length field.
+    pub fn payload(&self) -> &[u8] {
+        &self.buffer.as_ref()[HEADER_LEN..self.len() as usize]
+    }
+
+    /// True when the checksum, with the pseudo-header sum `pseudo` (from
+    /// [`checksum::pseudo_ipv4`] or [`checksum::pseudo_ipv6`]), is correct or
+    /// absent (0).
+    pub fn verify_checksum(&self, pseudo: u32) -> bool {
+        self.checksum() == 0
+            || checksum::fold(checksum::sum(
+                pseudo,
+                &self.buffer.as_ref()[..self.len() as usize],
+            )) == 0xffff
+    }
+}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpDatagram<T> {
+    /// Sets the source port.
+    pub fn set_src_port(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), field::SRC_PORT.start, v);
+    }
+
+    /// Sets the destination port.
+    pub fn set_dst_port(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), field::DST_PORT.start, v);
+    }
+
+    /// Sets the length field.
+    pub fn set_len(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), field::LENGTH.start, v);
+    }
+
+    /// Sets the checksum field.
+    pub fn set_checksum(&mut self, v: u16) {
+        set_be16(self.buffer.as_mut(), field::CHECKSUM.start, v);
+    }
+
+    /// Computes the checksum with the pseudo-header sum `pseudo` and writes
+    /// it (a computed 0 is sent as 0xffff).
+    pub fn fill_checksum(&mut self, pseudo: u32) {
+        self.set_checksum(0);
+        let len = self.len() as usize;
+        let c = !checksum::fold(checksum::sum(pseudo, &self.buffer.as_ref()[..len]));
+        self.set_checksum(if c == 0 { 0xffff } else { c });
+    }
+
+    /// The payload, writable.
+    pub fn payload_mut(&mut self) -> &mut [u8] {
+        let len = self.len() as usize;
+        &mut self.buffer.as_mut()[HEADER_LEN..len]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::net::ip_proto;
+
+    #[test]
+    fn fields_and_checksum_against_literal_bytes() {
+        // 10.0.0.1:1234 -> 10.0.0.2:80, payload "hi", checksum by hand:
+        // pseudo = 0a00+0001+0a00+0002+0011+000a = 0x141e; header+data
+        // = 04d2+0050+000a+0000+6869 = 0x6d95; sum 0x81b3; complement 0x7e4c.
+        let mut b = [0x04, 0xd2, 0x00, 0x50, 0x00, 0x0a, 0x00, 0x00, b'h', b'i'];
+        let pseudo = checksum::pseudo_ipv4([10, 0, 0, 1], [10, 0, 0, 2], ip_proto::UDP, 10);
+        let mut u = UdpDatagram::new_checked(&mut b[..]).unwrap();
+        assert_eq!((u.src_port(), u.dst_port(), u.len()), (1234, 80, 10));
+        assert_eq!(u.payload(), b"hi");
+        u.fill_checksum(pseudo);
+        assert_eq!(u.checksum(), 0x7e4c);
+        assert!(u.verify_checksum(pseudo));
+        u.payload_mut()[0] = b'H';
+        assert!(!u.verify_checksum(pseudo));
+    }
+
+    #[test]
+    fn bad_lengths_are_errors() {
+        let e = |b: &[u8]| UdpDatagram::new_checked(b).unwrap_err().to_string();
+        assert_eq!(e(&[0; 7]), "udp: 7 bytes, need 8");
+        assert_eq!(e(&[0, 0, 0, 0, 0, 4, 0, 0]), "udp: length below 8 bytes");
+        assert_eq!(e(&[0, 0, 0, 0, 0, 20, 0, 0, 1]), "udp: 9 bytes, need 20");
+    }
+}
