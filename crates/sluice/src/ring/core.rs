@@ -287,6 +287,22 @@ impl<T> Ring<T> {
         }
     }
 
+    /// Step 3 for an end of mode `M`: a multi-threaded side publishes in
+    /// claim order; a single-threaded one advances its own `head` and stores
+    /// the tail.
+    #[inline(always)]
+    pub(crate) fn publish<M: super::SyncMode>(side: &HeadTail, head: &mut u32, claim: Claim) {
+        if claim.n == 0 {
+            return;
+        }
+        if M::MULTI {
+            Self::publish_multi(side, claim.head, claim.n);
+        } else {
+            *head = claim.head.wrapping_add(claim.n);
+            Self::publish_single(side, *head);
+        }
+    }
+
     /// Step 3 for a multi-threaded side: waits for the callers that claimed
     /// before us to publish, then publishes `[head, head + n)`.
     ///

@@ -135,15 +135,7 @@ impl<T, M: SyncMode> Producer<T, M> {
     /// Step 3: hands the claimed, written slots to the consumers.
     #[inline(always)]
     pub(super) fn publish(&mut self, claim: Claim) {
-        if claim.n == 0 {
-            return;
-        }
-        if M::MULTI {
-            Ring::<T>::publish_multi(self.ring.prod(), claim.head, claim.n);
-        } else {
-            self.head = claim.head.wrapping_add(claim.n);
-            Ring::<T>::publish_single(self.ring.prod(), self.head);
-        }
+        Ring::<T>::publish::<M>(self.ring.prod(), &mut self.head, claim);
     }
 
     /// Enqueues one value, or gives it back when the ring is full.
@@ -253,15 +245,7 @@ impl<T, M: SyncMode> Consumer<T, M> {
     /// Step 3: hands the claimed, read slots back to the producers.
     #[inline(always)]
     pub(super) fn publish(&mut self, claim: Claim) {
-        if claim.n == 0 {
-            return;
-        }
-        if M::MULTI {
-            Ring::<T>::publish_multi(self.ring.cons(), claim.head, claim.n);
-        } else {
-            self.head = claim.head.wrapping_add(claim.n);
-            Ring::<T>::publish_single(self.ring.cons(), self.head);
-        }
+        Ring::<T>::publish::<M>(self.ring.cons(), &mut self.head, claim);
     }
 
     /// Dequeues one value, or `None` when the ring is empty.
