@@ -10,6 +10,7 @@
 //! | [`net`] | zero-copy header views (Ethernet, VLAN, IPv4, IPv6, UDP, TCP) and checksums |
 //! | [`port`] | ports; today the `driver:key=value,…` spec strings that name them |
 //! | [`lcore`] | lcore ids (one thread-local load), registration and pinned thread launch |
+//! | [`counter`] | statistics counters with one writer and any number of readers |
 //! | [`tsc`] | the time-stamp counter: cycle counts and its measured frequency |
 //!
 //! The architecture, buffer ownership and threads are described in
@@ -18,6 +19,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub mod counter;
 pub mod lcore;
 pub mod mbuf;
 pub mod mempool;

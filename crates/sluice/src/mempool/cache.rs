@@ -7,6 +7,7 @@
 //! than the threshold plus a refill, so no operation can overrun it.
 
 use super::Elem;
+use crate::counter::Counter;
 use crate::sync::{AtomicU64, Ordering, UnsafeCell};
 
 /// Largest per-lcore cache size.
@@ -56,11 +57,11 @@ pub(crate) struct LocalCache {
     /// Written only by the owner, with plain stores (a `mov` on x86-64).
     pub(crate) state: AtomicU64,
     /// Gets that went to the ring (refill or direct).
-    pub(crate) misses: AtomicU64,
+    pub(crate) misses: Counter,
     /// Refills from the ring.
-    pub(crate) refills: AtomicU64,
+    pub(crate) refills: Counter,
     /// Flushes to the ring.
-    pub(crate) flushes: AtomicU64,
+    pub(crate) flushes: Counter,
     /// The stack. Only the owner touches it. Entries at and above `len` are
     /// stale (or [`Elem::DANGLING`]) and never handed out.
     pub(crate) stack: UnsafeCell<[Elem; CACHE_STACK]>,
@@ -70,9 +71,9 @@ impl LocalCache {
     pub(crate) fn new() -> Self {
         LocalCache {
             state: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
-            refills: AtomicU64::new(0),
-            flushes: AtomicU64::new(0),
+            misses: Counter::new(),
+            refills: Counter::new(),
+            flushes: Counter::new(),
             stack: UnsafeCell::new([Elem::DANGLING; CACHE_STACK]),
         }
     }
@@ -94,16 +95,6 @@ impl LocalCache {
     pub(crate) fn set_len(&self, len: usize, order: Ordering) {
         let st = self.state();
         self.state.store((st & !LEN_MASK) | len as u64, order);
-    }
-
-    /// Adds one to an owner-written counter without a read-modify-write:
-    /// only the owner writes it, so load + store cannot lose an update.
-    #[inline(always)]
-    pub(crate) fn bump(counter: &AtomicU64) {
-        counter.store(
-            counter.load(Ordering::Relaxed).wrapping_add(1),
-            Ordering::Relaxed,
-        );
     }
 }
 

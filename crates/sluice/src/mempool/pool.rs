@@ -426,7 +426,7 @@ impl PoolInner {
         let stack = unsafe { stack_mut(cache) };
         let mut len = cache.len();
         if n > len {
-            LocalCache::bump(&cache.misses);
+            cache.misses.inc();
             let size = self.cache_size as usize;
             // Refill so that after serving `n` the cache holds `size`. The
             // stack has room: len < n <= size, so len + need = size + n <= 2 × size.
@@ -434,7 +434,7 @@ impl PoolInner {
             if n > size || self.ring.dequeue(&mut stack[len..len + need], true).n != need {
                 return self.get_bypassing_cache(cache, stack, len, dst);
             }
-            LocalCache::bump(&cache.refills);
+            cache.refills.inc();
             len += need;
             cache.set_len(len, Ordering::Relaxed);
         }
@@ -541,7 +541,7 @@ impl PoolInner {
         if len + n <= self.flush_thresh as usize {
             return len;
         }
-        LocalCache::bump(&cache.flushes);
+        cache.flushes.inc();
         self.ring_put(&stack[..len]);
         cache.set_len(0, Ordering::Relaxed);
         0
@@ -606,7 +606,7 @@ impl PoolInner {
             let len = cache.len();
             if len > 0 {
                 self.ring_put(&stack[..len]);
-                LocalCache::bump(&cache.flushes);
+                cache.flushes.inc();
                 cache.set_len(0, Ordering::Release);
             }
         }
@@ -656,9 +656,9 @@ impl PoolInner {
             let st = c.state.load(Ordering::Acquire);
             s.cached += state_len(st) as u32;
             s.cache_hits += state_hits(st);
-            s.cache_misses += c.misses.load(Ordering::Relaxed);
-            s.ring_refills += c.refills.load(Ordering::Relaxed);
-            s.flushes += c.flushes.load(Ordering::Relaxed);
+            s.cache_misses += c.misses.get();
+            s.ring_refills += c.refills.get();
+            s.flushes += c.flushes.get();
         }
         s.available = s.in_ring + s.cached;
         s.in_use = s.size.saturating_sub(s.available);

@@ -1,0 +1,200 @@
+//! Port statistics: per-queue counters, burst-size histograms and the port
+//! snapshot, named as DPDK names them (`rx_packets`, `rx_nombuf`, …).
+//!
+//! A queue's counters are written only by the thread polling it
+//! ([`Counter`]: a plain add, no locked instruction) and read by anyone;
+//! [`PortStats::sum`] adds the queues up into a snapshot.
+
+use crate::counter::Counter;
+
+/// Counters of one Rx queue.
+#[derive(Debug, Default)]
+pub struct RxQueueStats {
+    /// Packets received.
+    pub packets: Counter,
+    /// Bytes received.
+    pub bytes: Counter,
+    /// Packets the device dropped because the queue had no free descriptor.
+    pub missed: Counter,
+    /// Times a refill found the mempool empty.
+    pub nombuf: Counter,
+    /// Packets received with errors (and dropped).
+    pub errors: Counter,
+}
+
+/// Counters of one Tx queue.
+#[derive(Debug, Default)]
+pub struct TxQueueStats {
+    /// Packets sent.
+    pub packets: Counter,
+    /// Bytes sent.
+    pub bytes: Counter,
+    /// Packets that could not be sent (and were dropped).
+    pub errors: Counter,
+}
+
+/// How many bursts carried 0, 1, …, `capacity` packets (a burst larger than
+/// the capacity counts in the last bucket).
+#[derive(Debug)]
+pub struct BurstHistogram {
+    counts: Box<[Counter]>,
+}
+
+impl BurstHistogram {
+    /// A histogram for bursts of up to `capacity` packets.
+    pub fn new(capacity: usize) -> Self {
+        BurstHistogram {
+            counts: (0..=capacity).map(|_| Counter::new()).collect(),
+        }
+    }
+
+    /// Counts one burst of `n` packets (single writer: the polling thread).
+    #[inline(always)]
+    pub fn record(&self, n: usize) {
+        let last = self.counts.len() - 1;
+        self.counts[n.min(last)].inc();
+    }
+
+    /// Bursts per size, index = packets in the burst.
+    pub fn counts(&self) -> Vec<u64> {
+        self.counts.iter().map(Counter::get).collect()
+    }
+
+    /// Total bursts counted.
+    pub fn bursts(&self) -> u64 {
+        self.counts.iter().map(Counter::get).sum()
+    }
+
+    /// Mean packets per burst (0 when no burst was counted).
+    pub fn mean(&self) -> f64 {
+        let (mut bursts, mut pkts) = (0u64, 0u64);
+        for (size, c) in self.counts.iter().enumerate() {
+            bursts += c.get();
+            pkts += c.get() * size as u64;
+        }
+        if bursts == 0 {
+            0.0
+        } else {
+            pkts as f64 / bursts as f64
+        }
+    }
+}
+
+/// A snapshot of one queue's counters (Rx fields for an Rx queue, Tx for Tx).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct QueueCounts {
+    /// Packets.
+    pub packets: u64,
+    /// Bytes.
+    pub bytes: u64,
+    /// Errors.
+    pub errors: u64,
+}
+
+/// A snapshot of a port's counters.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortStats {
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Bytes received.
+    pub rx_bytes: u64,
+    /// Packets dropped for want of an Rx descriptor.
+    pub rx_missed: u64,
+    /// Rx refills that found the mempool empty.
+    pub rx_nombuf: u64,
+    /// Packets received with errors.
+    pub rx_errors: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Bytes sent.
+    pub tx_bytes: u64,
+    /// Packets that could not be sent.
+    pub tx_errors: u64,
+    /// Per Rx queue.
+    pub rx_queues: Vec<QueueCounts>,
+    /// Per Tx queue.
+    pub tx_queues: Vec<QueueCounts>,
+}
+
+impl PortStats {
+    /// Adds up the queues' counters.
+    pub fn sum<'a>(
+        rx: impl IntoIterator<Item = &'a RxQueueStats>,
+        tx: impl IntoIterator<Item = &'a TxQueueStats>,
+    ) -> PortStats {
+        let mut s = PortStats::default();
+        for q in rx {
+            let c = QueueCounts {
+                packets: q.packets.get(),
+                bytes: q.bytes.get(),
+                errors: q.errors.get(),
+            };
+            s.rx_packets += c.packets;
+            s.rx_bytes += c.bytes;
+            s.rx_errors += c.errors;
+            s.rx_missed += q.missed.get();
+            s.rx_nombuf += q.nombuf.get();
+            s.rx_queues.push(c);
+        }
+        for q in tx {
+            let c = QueueCounts {
+                packets: q.packets.get(),
+                bytes: q.bytes.get(),
+                errors: q.errors.get(),
+            };
+            s.tx_packets += c.packets;
+            s.tx_bytes += c.bytes;
+            s.tx_errors += c.errors;
+            s.tx_queues.push(c);
+        }
+        s
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_buckets_by_burst_size() {
+        let h = BurstHistogram::new(32);
+        for n in [0, 0, 1, 31, 32, 32, 40] {
+            h.record(n);
+        }
+        let c = h.counts();
+        assert_eq!(c.len(), 33);
+        assert_eq!((c[0], c[1], c[31], c[32]), (2, 1, 1, 3), "40 counts as 32");
+        assert_eq!(h.bursts(), 7);
+        assert!((h.mean() - (1.0 + 31.0 + 32.0 * 3.0) / 7.0).abs() < 1e-9);
+        assert_eq!(BurstHistogram::new(4).mean(), 0.0);
+    }
+
+    #[test]
+    fn port_stats_add_up_the_queues() {
+        let rx = [RxQueueStats::default(), RxQueueStats::default()];
+        let tx = [TxQueueStats::default()];
+        rx[0].packets.add(10);
+        rx[0].bytes.add(640);
+        rx[1].packets.add(5);
+        rx[1].bytes.add(320);
+        rx[1].missed.add(2);
+        rx[1].nombuf.inc();
+        rx[1].errors.inc();
+        tx[0].packets.add(14);
+        tx[0].bytes.add(896);
+        tx[0].errors.inc();
+        let s = PortStats::sum(&rx, &tx);
+        assert_eq!((s.rx_packets, s.rx_bytes, s.rx_missed), (15, 960, 2));
+        assert_eq!((s.rx_nombuf, s.rx_errors), (1, 1));
+        assert_eq!((s.tx_packets, s.tx_bytes, s.tx_errors), (14, 896, 1));
+        assert_eq!(
+            s.rx_queues[1],
+            QueueCounts {
+                packets: 5,
+                bytes: 320,
+                errors: 1
+            }
+        );
+        assert_eq!(s.tx_queues.len(), 1);
+    }
+}
