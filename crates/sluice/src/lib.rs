@@ -8,7 +8,8 @@
 //! | [`mempool`] | fixed-size elements in one hugepage-or-anonymous region, an MP/MC free ring, per-lcore caches |
 //! | [`mbuf`] | the 128-byte packet buffer header, the owned [`mbuf::Mbuf`] handle and the [`mbuf::Burst`] |
 //! | [`net`] | zero-copy header views (Ethernet, VLAN, IPv4, IPv6, UDP, TCP) and checksums |
-//! | [`port`] | ports; today the `driver:key=value,…` spec strings that name them |
+//! | [`port`] | ports; today the `driver:key=value,…` spec strings that name them and the statistics types |
+//! | [`driver`] | drivers, one folder each; today the pcap file format |
 //! | [`lcore`] | lcore ids (one thread-local load), registration and pinned thread launch |
 //! | [`counter`] | statistics counters with one writer and any number of readers |
 //! | [`tsc`] | the time-stamp counter: cycle counts and its measured frequency |
@@ -20,6 +21,7 @@
 #![warn(clippy::undocumented_unsafe_blocks)]
 
 pub mod counter;
+pub mod driver;
 pub mod lcore;
 pub mod mbuf;
 pub mod mempool;
