@@ -1,4 +1,5 @@
-//! Packet headers: zero-copy views over byte buffers, and checksums.
+//! Packet headers: zero-copy views over byte buffers, checksums and the RSS
+//! (Toeplitz) hash.
 //!
 //! Each header type wraps any `T: AsRef<[u8]>` (and `AsMut<[u8]>` for the
 //! setters), in the style of smoltcp's `wire`: the byte ranges of the fields
@@ -29,6 +30,7 @@ pub mod checksum;
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
+pub mod rss;
 pub mod tcp;
 pub mod udp;
 
