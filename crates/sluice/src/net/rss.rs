@@ -78,9 +78,12 @@ pub fn ipv6(key: &[u8], src: [u8; 16], dst: [u8; 16], ports: Option<(u16, u16)>)
 mod tests {
     use super::*;
 
-    /// Microsoft's RSS verification suite, IPv4: (destination, destination
-    /// port, source, source port, hash of the addresses, hash with TCP ports).
-    const IPV4: [([u8; 4], u16, [u8; 4], u16, u32, u32); 5] = [
+    /// One verification case: destination, destination port, source, source
+    /// port, hash of the addresses, hash with the TCP ports.
+    type Case<A> = (A, u16, A, u16, u32, u32);
+
+    /// Microsoft's RSS verification suite, IPv4.
+    const IPV4: [Case<[u8; 4]>; 5] = [
         (
             [161, 142, 100, 80],
             1766,
@@ -140,7 +143,7 @@ mod tests {
     }
 
     /// The suite's IPv6 cases, as above.
-    const IPV6: [(&str, u16, &str, u16, u32, u32); 3] = [
+    const IPV6: [Case<&str>; 3] = [
         (
             "3ffe:2501:200:3::1",
             1766,
