@@ -20,6 +20,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![warn(clippy::undocumented_unsafe_blocks)]
 
+pub(crate) mod copy;
 pub mod counter;
 pub mod driver;
 pub mod lcore;

@@ -13,6 +13,7 @@ use super::{
     ELT_ALIGN, Elem, MAX_CACHE_SIZE, MAX_ELT_SIZE, MAX_POOL_SIZE, MempoolConfig, MempoolError,
     MempoolStats,
 };
+use crate::copy::copy_slice;
 use crate::lcore::{self, MAX_LCORES};
 use crate::ring::SharedRing;
 use crate::sync::Ordering;
@@ -383,7 +384,7 @@ impl PoolInner {
                 // this is the only reference into its stack here.
                 let stack = unsafe { stack_mut(cache) };
                 // Pop the top `n`: the most recently freed, so cache-hot.
-                copy_elems(dst, &stack[len - n..len]);
+                copy_slice(dst, &stack[len - n..len]);
                 // The new length and one more hit, in one store.
                 cache.state.store(st - n as u64 + HIT, Ordering::Relaxed);
                 #[cfg(feature = "debug")]
@@ -396,7 +397,9 @@ impl PoolInner {
         self.get_bulk_slow(dst)
     }
 
-    /// A get the caller's cache cannot serve alone (or a caller without one).
+    /// A get the caller's cache cannot serve alone, or a get by a caller
+    /// without one. (It looks the cache up again rather than taking it from
+    /// the inlined part: carrying it across costs the hit path a register.)
     #[inline(never)]
     fn get_bulk_slow(&self, dst: &mut [Elem]) -> Result<(), MempoolError> {
         let n = dst.len();
@@ -418,30 +421,29 @@ impl PoolInner {
         Ok(())
     }
 
+    /// A get with fewer than `dst.len()` elements in the cache: refill the
+    /// cache from the ring so that after serving the get it holds
+    /// `cache_size`, or, for a get larger than the cache or a ring too short
+    /// for the refill, serve it past the cache.
     #[inline(always)]
     fn get_cached(&self, cache: &LocalCache, dst: &mut [Elem]) -> bool {
         let n = dst.len();
-        // SAFETY: `local_cache` returned the caller's own cache, and this is
-        // the only reference into its stack for the rest of the function.
+        // SAFETY: the caller's own cache (from `local_cache`), and this is the
+        // only reference into its stack for the rest of the function.
         let stack = unsafe { stack_mut(cache) };
-        let mut len = cache.len();
-        if n > len {
-            cache.misses.inc();
-            let size = self.cache_size as usize;
-            // Refill so that after serving `n` the cache holds `size`. The
-            // stack has room: len < n <= size, so len + need = size + n <= 2 × size.
-            let need = size + n - len;
-            if n > size || self.ring.dequeue(&mut stack[len..len + need], true).n != need {
-                return self.get_bypassing_cache(cache, stack, len, dst);
-            }
-            cache.refills.inc();
-            len += need;
-            cache.set_len(len, Ordering::Relaxed);
+        let len = cache.len();
+        debug_assert!(n > len, "a get the cache can serve is inlined");
+        cache.misses.inc();
+        let size = self.cache_size as usize;
+        // The stack has room: len < n <= size, so len + need = size + n <= 2 × size.
+        let need = size + n - len;
+        if n > size || self.ring.dequeue(&mut stack[len..len + need], true).n != need {
+            return self.get_bypassing_cache(cache, stack, len, dst);
         }
-        // Pop the top `n` (the caller saw the cache too short, so this
-        // follows a refill).
-        copy_elems(dst, &stack[len - n..len]);
-        cache.set_len(len - n, Ordering::Relaxed);
+        cache.refills.inc();
+        // Serve the top `n`; `size` stay.
+        copy_slice(dst, &stack[size..len + need]);
+        cache.set_len(size, Ordering::Relaxed);
         true
     }
 
@@ -479,24 +481,7 @@ impl PoolInner {
     #[inline(always)]
     pub(crate) unsafe fn put_bulk(&self, src: &[Elem]) {
         let n = src.len();
-        if let Some(cache) = self.local_cache() {
-            let st = cache.state();
-            let len = state_len(st);
-            if len + n <= self.flush_thresh as usize {
-                #[cfg(feature = "debug")]
-                for &e in src {
-                    self.debug_mark(e, false);
-                }
-                // SAFETY: our own cache, sole reference for this block.
-                let stack = unsafe { stack_mut(cache) };
-                copy_elems(&mut stack[len..len + n], src);
-                // Release: this store is the last access to the pool by a
-                // put, and it is what the final handle's drop reads (Acquire
-                // in `stats`) to decide the pool may be freed.
-                cache.state.store(st + n as u64, Ordering::Release);
-                return;
-            }
-        } else {
+        let Some(cache) = self.local_cache() else {
             // No cache for this caller: the ring directly.
             #[cfg(feature = "debug")]
             for &e in src {
@@ -504,33 +489,50 @@ impl PoolInner {
             }
             self.ring_put(src);
             return;
+        };
+        let st = cache.state();
+        let len = state_len(st);
+        if len + n > self.flush_thresh as usize {
+            // SAFETY: forwarded.
+            unsafe { self.put_bulk_slow(cache, src) };
+            return;
         }
-        // SAFETY: forwarded.
-        unsafe { self.put_bulk_slow(src) }
+        #[cfg(feature = "debug")]
+        for &e in src {
+            self.debug_mark(e, false);
+        }
+        // SAFETY: our own cache, sole reference for this block.
+        let stack = unsafe { stack_mut(cache) };
+        copy_slice(&mut stack[len..len + n], src);
+        // Release: this store is the last access to the pool by a put, and it
+        // is what the final handle's drop reads (Acquire in `stats`) to decide
+        // the pool may be freed.
+        cache.state.store(st + n as u64, Ordering::Release);
     }
 
-    /// A put that flushes the cache first, bypasses it, or has none.
+    /// A put that flushes the caller's cache (`cache`, found by the inlined
+    /// part) first, or bypasses it.
     ///
     /// # Safety
     /// As [`put_bulk`](Self::put_bulk).
     #[inline(never)]
-    unsafe fn put_bulk_slow(&self, src: &[Elem]) {
+    unsafe fn put_bulk_slow(&self, cache: &LocalCache, src: &[Elem]) {
         let n = src.len();
         #[cfg(feature = "debug")]
         for &e in src {
             self.debug_mark(e, false);
         }
-        match self.local_cache() {
-            Some(cache) if n <= self.flush_thresh as usize => {
-                // SAFETY: our own cache, sole reference for this block.
-                let stack = unsafe { stack_mut(cache) };
-                let len = self.make_room(cache, stack, n);
-                copy_elems(&mut stack[len..len + n], src);
-                // Release: see `put_bulk`.
-                cache.set_len(len + n, Ordering::Release);
-            }
-            _ => self.ring_put(src),
+        if n > self.flush_thresh as usize {
+            // More than the cache may ever hold: straight to the ring.
+            self.ring_put(src);
+            return;
         }
+        // SAFETY: our own cache, sole reference for this block.
+        let stack = unsafe { stack_mut(cache) };
+        let len = self.make_room(cache, stack, n);
+        copy_slice(&mut stack[len..len + n], src);
+        // Release: see `put_bulk`.
+        cache.set_len(len + n, Ordering::Release);
     }
 
     /// Flushes the cache to the ring if `n` more would pass the threshold;
@@ -711,25 +713,5 @@ impl ZcPut<'_> {
         }
         // Release: see `PoolInner::put_bulk`.
         self.cache.set_len(self.start + self.n, Ordering::Release);
-    }
-}
-
-/// Copies element addresses: short runs (the usual bulk of 1 to 8) one
-/// 8-byte element at a time, longer ones with `memcpy`.
-///
-/// Short runs are copied element by element, not in 16-byte pairs: the
-/// elements a get hands out are usually put back soon after, and a 16-byte
-/// load that spans two recent 8-byte stores cannot be forwarded from the store
-/// buffer and stalls. (Measured: bulk 4 get+put 3.7 → 3.2 cycles per element.)
-#[inline(always)]
-fn copy_elems(dst: &mut [Elem], src: &[Elem]) {
-    debug_assert_eq!(dst.len(), src.len());
-    let n = src.len().min(dst.len());
-    if n > 8 {
-        dst[..n].copy_from_slice(&src[..n]);
-        return;
-    }
-    for (d, s) in dst[..n].iter_mut().zip(&src[..n]) {
-        *d = *s;
     }
 }

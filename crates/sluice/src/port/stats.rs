@@ -123,12 +123,13 @@ impl PortStats {
         tx: impl IntoIterator<Item = &'a TxQueueStats>,
     ) -> PortStats {
         let mut s = PortStats::default();
+        let counts = |packets: &Counter, bytes: &Counter, errors: &Counter| QueueCounts {
+            packets: packets.get(),
+            bytes: bytes.get(),
+            errors: errors.get(),
+        };
         for q in rx {
-            let c = QueueCounts {
-                packets: q.packets.get(),
-                bytes: q.bytes.get(),
-                errors: q.errors.get(),
-            };
+            let c = counts(&q.packets, &q.bytes, &q.errors);
             s.rx_packets += c.packets;
             s.rx_bytes += c.bytes;
             s.rx_errors += c.errors;
@@ -137,11 +138,7 @@ impl PortStats {
             s.rx_queues.push(c);
         }
         for q in tx {
-            let c = QueueCounts {
-                packets: q.packets.get(),
-                bytes: q.bytes.get(),
-                errors: q.errors.get(),
-            };
+            let c = counts(&q.packets, &q.bytes, &q.errors);
             s.tx_packets += c.packets;
             s.tx_bytes += c.bytes;
             s.tx_errors += c.errors;

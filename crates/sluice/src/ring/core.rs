@@ -400,9 +400,9 @@ impl<T: Copy> Ring<T> {
             // and `second` <= capacity) and claimed by the caller, so unshared; `src` is a
             // distinct borrow, so no overlap.
             unsafe {
-                copy_run(src.as_ptr(), base.add(pos), first);
+                crate::copy::copy_run(src.as_ptr(), base.add(pos), first);
                 if second != 0 {
-                    copy_run(src.as_ptr().add(first), base, second);
+                    crate::copy::copy_run(src.as_ptr().add(first), base, second);
                 }
             }
         }
@@ -428,9 +428,9 @@ impl<T: Copy> Ring<T> {
             // SAFETY: as in `write_slice`; the slots are initialised because
             // they were published by a producer and claimed by us.
             unsafe {
-                copy_run(base.add(pos), dst.as_mut_ptr(), first);
+                crate::copy::copy_run(base.add(pos), dst.as_mut_ptr(), first);
                 if second != 0 {
-                    copy_run(base, dst.as_mut_ptr().add(first), second);
+                    crate::copy::copy_run(base, dst.as_mut_ptr().add(first), second);
                 }
             }
         }
@@ -439,29 +439,6 @@ impl<T: Copy> Ring<T> {
             // SAFETY: forwarded from the caller's claim.
             *v = unsafe { self.read(idx.wrapping_add(i as u32)) };
         }
-    }
-}
-
-/// Copies `n` values: runs of up to one cache line with an inline loop,
-/// longer ones with `memcpy`. A call into `memcpy` costs about as much as the
-/// rest of a bulk-8 enqueue; DPDK copies inline too.
-///
-/// # Safety
-/// As `ptr::copy_nonoverlapping::<T>(src, dst, n)`.
-#[cfg(not(loom))]
-#[inline(always)]
-unsafe fn copy_run<T: Copy>(src: *const T, dst: *mut T, n: usize) {
-    // Not a fixed 64-byte copy for the bulk-8 case either: its 16-byte moves
-    // measured slower across two cores than 8-byte ones (SP/SC bulk 8, 16 →
-    // 20 cycles per element).
-    if n * std::mem::size_of::<T>() <= 64 {
-        for i in 0..n {
-            // SAFETY: `i < n`, within both ranges (the caller's contract).
-            unsafe { dst.add(i).write(src.add(i).read()) };
-        }
-    } else {
-        // SAFETY: the caller's contract.
-        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) };
     }
 }
 
