@@ -28,6 +28,11 @@ pub const DEFAULT_BURST: usize = 32;
 /// drop(burst);
 /// assert!(pool.is_full());
 /// ```
+///
+/// Every method lives on [`BurstSlice`], which a `Burst<N>` derefs to (as an
+/// array derefs to a slice): I/O calls take `&mut BurstSlice`, so one queue
+/// trait serves bursts of any capacity.
+#[repr(C)]
 pub struct Burst<const N: usize = DEFAULT_BURST> {
     /// `slots[..len]` hold owned mbufs.
     len: usize,
@@ -55,6 +60,42 @@ impl<const N: usize> Burst<N> {
         }
     }
 
+}
+
+/// A burst of any capacity, as `[T]` is an array of any length: what a
+/// [`Burst<N>`] derefs to, and what every I/O call takes. It exists only
+/// behind a reference.
+#[repr(C)]
+pub struct BurstSlice {
+    /// `slots[..len]` hold owned mbufs.
+    len: usize,
+    /// As in [`Burst`]: always initialised, only `len` says which are owned.
+    slots: [Elem],
+}
+
+impl<const N: usize> std::ops::Deref for Burst<N> {
+    type Target = BurstSlice;
+    #[inline(always)]
+    fn deref(&self) -> &BurstSlice {
+        let p = std::ptr::slice_from_raw_parts(std::ptr::from_ref(self).cast::<Elem>(), N);
+        // SAFETY: `Burst<N>` and `BurstSlice` are both `repr(C)` with the same
+        // fields, the slot array last, so the fat pointer made of the burst's
+        // address and `N` describes exactly the burst (a slice-tailed DST's
+        // metadata is its tail's length).
+        unsafe { &*(p as *const BurstSlice) }
+    }
+}
+
+impl<const N: usize> std::ops::DerefMut for Burst<N> {
+    #[inline(always)]
+    fn deref_mut(&mut self) -> &mut BurstSlice {
+        let p = std::ptr::slice_from_raw_parts_mut(std::ptr::from_mut(self).cast::<Elem>(), N);
+        // SAFETY: as in `deref`; the `&mut self` borrow is exclusive.
+        unsafe { &mut *(p as *mut BurstSlice) }
+    }
+}
+
+impl BurstSlice {
     /// Mbufs held.
     #[inline(always)]
     pub fn len(&self) -> usize {
@@ -67,28 +108,28 @@ impl<const N: usize> Burst<N> {
         self.len == 0
     }
 
-    /// Capacity, `N`.
+    /// Capacity (`N` of the `Burst<N>` viewed).
     #[inline(always)]
-    pub const fn capacity(&self) -> usize {
-        N
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
     }
 
     /// Room left.
     #[inline(always)]
     pub fn free(&self) -> usize {
-        N - self.len
+        self.slots.len() - self.len
     }
 
     /// True when full.
     #[inline(always)]
     pub fn is_full(&self) -> bool {
-        self.len == N
+        self.len == self.slots.len()
     }
 
     /// Appends `m`, or gives it back when full.
     #[inline]
     pub fn push(&mut self, m: Mbuf) -> Result<(), Mbuf> {
-        if self.len == N {
+        if self.len == self.slots.len() {
             return Err(m);
         }
         self.slots[self.len] = Elem::from_ptr(m.into_raw().cast());
@@ -171,7 +212,7 @@ impl<const N: usize> Burst<N> {
     /// Moves the first `n` mbufs (at most `len`) out, in order; when the
     /// iterator is dropped, those it did not yield are freed and the rest of
     /// the burst moves to the front.
-    pub fn drain_front(&mut self, n: usize) -> DrainFront<'_, N> {
+    pub fn drain_front(&mut self, n: usize) -> DrainFront<'_> {
         let n = n.min(self.len);
         DrainFront {
             burst: self,
@@ -182,7 +223,7 @@ impl<const N: usize> Burst<N> {
 
     /// Appends the mbufs of `other` that fit; the rest stay in `other`.
     /// Returns how many moved.
-    pub fn append_from<const M: usize>(&mut self, other: &mut Burst<M>) -> usize {
+    pub fn append_from(&mut self, other: &mut BurstSlice) -> usize {
         let k = self.free().min(other.len);
         for m in other.drain_front(k) {
             // Room was checked above.
@@ -198,13 +239,35 @@ impl<const N: usize> Burst<N> {
         &mut self.slots[self.len..self.len + n]
     }
 
+    /// The owned slots as raw header addresses, for a driver to copy into
+    /// its ring before [`forget_front`](Self::forget_front).
+    #[inline(always)]
+    pub(crate) fn raw(&self) -> &[Elem] {
+        &self.slots[..self.len]
+    }
+
+    /// Stops owning the first `n` mbufs without freeing them (a driver has
+    /// taken them) and moves the rest to the front.
+    ///
+    /// # Safety
+    /// `n <= len`, and the caller has taken ownership of those `n` mbufs.
+    #[inline(always)]
+    pub(crate) unsafe fn forget_front(&mut self, n: usize) {
+        debug_assert!(n <= self.len);
+        let old = self.len;
+        if n < old {
+            self.slots.copy_within(n..old, 0);
+        }
+        self.len = old - n;
+    }
+
     /// Counts the first `len` slots as owned.
     ///
     /// # Safety
     /// `slots[..len]` hold owned mbufs.
     #[inline(always)]
     pub(crate) unsafe fn set_len(&mut self, len: usize) {
-        debug_assert!(len <= N);
+        debug_assert!(len <= self.slots.len());
         self.len = len;
     }
 }
@@ -261,23 +324,37 @@ impl<const N: usize> Drop for Burst<N> {
 
 impl<const N: usize> std::fmt::Debug for Burst<N> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl std::fmt::Debug for BurstSlice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Burst")
             .field("len", &self.len)
-            .field("capacity", &N)
+            .field("capacity", &self.capacity())
             .finish()
     }
 }
 
-impl<const N: usize> std::ops::Index<usize> for Burst<N> {
+impl std::ops::Index<usize> for BurstSlice {
     type Output = Mbuf;
     fn index(&self, i: usize) -> &Mbuf {
         &self.as_slice()[i]
     }
 }
 
-impl<const N: usize> std::ops::IndexMut<usize> for Burst<N> {
+impl std::ops::IndexMut<usize> for BurstSlice {
     fn index_mut(&mut self, i: usize) -> &mut Mbuf {
         &mut self.as_mut_slice()[i]
+    }
+}
+
+impl<'a> IntoIterator for &'a BurstSlice {
+    type Item = &'a Mbuf;
+    type IntoIter = std::slice::Iter<'a, Mbuf>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
     }
 }
 
@@ -289,16 +366,16 @@ impl<'a, const N: usize> IntoIterator for &'a Burst<N> {
     }
 }
 
-/// Iterator from [`Burst::drain_front`].
-pub struct DrainFront<'a, const N: usize> {
-    burst: &'a mut Burst<N>,
+/// Iterator from [`BurstSlice::drain_front`].
+pub struct DrainFront<'a> {
+    burst: &'a mut BurstSlice,
     /// Next slot to yield.
     next: usize,
     /// End of the drained range.
     end: usize,
 }
 
-impl<const N: usize> Iterator for DrainFront<'_, N> {
+impl Iterator for DrainFront<'_> {
     type Item = Mbuf;
 
     #[inline]
@@ -319,9 +396,9 @@ impl<const N: usize> Iterator for DrainFront<'_, N> {
     }
 }
 
-impl<const N: usize> ExactSizeIterator for DrainFront<'_, N> {}
+impl ExactSizeIterator for DrainFront<'_> {}
 
-impl<const N: usize> Drop for DrainFront<'_, N> {
+impl Drop for DrainFront<'_> {
     fn drop(&mut self) {
         let b = &mut *self.burst;
         let old = b.len;

@@ -132,6 +132,39 @@ impl MbufHeader {
         unsafe { std::ptr::addr_of_mut!((*this).data_off).cast::<RearmData>() }
     }
 
+    /// Writes the rearm word with one 8-byte store: what a driver does to
+    /// each buffer it puts on an Rx ring.
+    #[inline(always)]
+    pub(crate) fn rearm(&mut self, rearm: RearmData) {
+        // SAFETY: `&mut self` is exclusive (a free buffer the driver owns),
+        // so the plain store races with no atomic access of `refcnt`.
+        unsafe { MbufHeader::rearm_ptr(self).write(rearm) };
+    }
+
+    /// Writes the fields an Rx descriptor's write-back fills — offload
+    /// flags, packet type, lengths, VLAN tag, RSS hash — all in the first
+    /// cache line, for a single-segment packet of `len` bytes. With
+    /// [`rearm`](Self::rearm) that is every field a received packet needs:
+    /// the second line (next segment, pool, Tx offloads) is left alone; the
+    /// free-buffer invariants keep `next` null, and the Tx offload lengths
+    /// mean nothing unless `ol_flags` asks for a Tx offload.
+    #[inline(always)]
+    pub(crate) fn set_rx(
+        &mut self,
+        ol_flags: u64,
+        packet_type: u32,
+        len: u16,
+        vlan_tci: u16,
+        rss_hash: u32,
+    ) {
+        self.ol_flags = ol_flags;
+        self.packet_type = packet_type;
+        self.pkt_len = len as u32;
+        self.data_len = len;
+        self.vlan_tci = vlan_tci;
+        self.rss_hash = rss_hash;
+    }
+
     /// Writes the header of a new element (all fields), for pool creation.
     pub(crate) fn init(
         this: *mut MbufHeader,

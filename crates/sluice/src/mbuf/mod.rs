@@ -36,7 +36,7 @@ mod pool;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-pub use burst::{Burst, DEFAULT_BURST, DrainFront};
+pub use burst::{Burst, BurstSlice, DEFAULT_BURST, DrainFront};
 pub use extbuf::{ExtFreeCallback, ExtSharedInfo};
 pub use handle::{Mbuf, Segments};
 pub use layout::{HEADER_SIZE, MbufHeader, PORT_NONE, RearmData, TxOffload, ol};

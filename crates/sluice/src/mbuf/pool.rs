@@ -3,7 +3,7 @@
 use std::ptr::NonNull;
 
 use super::layout::{HEADER_SIZE, MbufHeader, PORT_NONE, RearmData};
-use super::{Burst, Mbuf, MbufError};
+use super::{BurstSlice, Mbuf, MbufError};
 use crate::mempool::{Elem, HugepagePolicy, Mempool, MempoolConfig, MempoolError, MempoolStats};
 
 /// Default headroom before the packet data.
@@ -132,11 +132,7 @@ impl MbufPool {
 
     /// Appends `n` reset mbufs to `burst`, all or none.
     #[inline]
-    pub fn alloc_bulk<const N: usize>(
-        &self,
-        burst: &mut Burst<N>,
-        n: usize,
-    ) -> Result<(), MbufError> {
+    pub fn alloc_bulk(&self, burst: &mut BurstSlice, n: usize) -> Result<(), MbufError> {
         if n > burst.free() {
             return Err(MbufError::BurstFull {
                 requested: n,
@@ -242,9 +238,6 @@ impl MbufHeader {
         self.rss_hash = 0;
         self.vlan_tci_outer = 0;
         self.tx_offload = 0;
-        // SAFETY: `&mut self` is exclusive (the buffer is fresh and unshared),
-        // so the plain store to the rearm word races with no atomic access of
-        // `refcnt`.
-        unsafe { MbufHeader::rearm_ptr(self).write(rearm) };
+        self.rearm(rearm);
     }
 }

@@ -20,6 +20,30 @@ pub struct RxQueueStats {
     pub nombuf: Counter,
     /// Packets received with errors (and dropped).
     pub errors: Counter,
+    /// Packets per `rx_burst` call, when the port keeps burst statistics.
+    pub bursts: Option<BurstHistogram>,
+}
+
+impl RxQueueStats {
+    /// Counters at zero, with a burst-size histogram (capacity 32, larger
+    /// bursts in the last bucket) when `burst_stats`.
+    pub fn new(burst_stats: bool) -> RxQueueStats {
+        RxQueueStats {
+            bursts: burst_stats.then(|| BurstHistogram::new(HISTOGRAM_MAX)),
+            ..Default::default()
+        }
+    }
+
+    /// Counts one `rx_burst` that delivered `n` packets of `bytes` bytes in
+    /// all (single writer: the polling thread).
+    #[inline(always)]
+    pub fn record_burst(&self, n: usize, bytes: u64) {
+        self.packets.add(n as u64);
+        self.bytes.add(bytes);
+        if let Some(h) = &self.bursts {
+            h.record(n);
+        }
+    }
 }
 
 /// Counters of one Tx queue.
@@ -31,6 +55,62 @@ pub struct TxQueueStats {
     pub bytes: Counter,
     /// Packets that could not be sent (and were dropped).
     pub errors: Counter,
+    /// Packets per `tx_burst` call (those accepted), when the port keeps
+    /// burst statistics.
+    pub bursts: Option<BurstHistogram>,
+}
+
+impl TxQueueStats {
+    /// Counters at zero, with a burst-size histogram when `burst_stats`.
+    pub fn new(burst_stats: bool) -> TxQueueStats {
+        TxQueueStats {
+            bursts: burst_stats.then(|| BurstHistogram::new(HISTOGRAM_MAX)),
+            ..Default::default()
+        }
+    }
+
+    /// Counts one `tx_burst` that accepted `n` packets of `bytes` bytes in
+    /// all (single writer: the polling thread).
+    #[inline(always)]
+    pub fn record_burst(&self, n: usize, bytes: u64) {
+        self.packets.add(n as u64);
+        self.bytes.add(bytes);
+        if let Some(h) = &self.bursts {
+            h.record(n);
+        }
+    }
+}
+
+/// Largest burst size a histogram tells apart (DPDK's usual burst).
+pub const HISTOGRAM_MAX: usize = 32;
+
+/// Every counter of a port, shared (`Arc`) between its queues, which write
+/// them, and whoever reads them — a stats thread can hold this while the
+/// queues are lent to polling threads.
+#[derive(Debug)]
+pub struct PortCounters {
+    /// Per Rx queue.
+    pub rx: Box<[RxQueueStats]>,
+    /// Per Tx queue.
+    pub tx: Box<[TxQueueStats]>,
+    /// The driver's named counters.
+    pub xstats: super::Xstats,
+}
+
+impl PortCounters {
+    /// Counters for `rx` Rx and `tx` Tx queues.
+    pub fn new(rx: usize, tx: usize, burst_stats: bool) -> PortCounters {
+        PortCounters {
+            rx: (0..rx).map(|_| RxQueueStats::new(burst_stats)).collect(),
+            tx: (0..tx).map(|_| TxQueueStats::new(burst_stats)).collect(),
+            xstats: super::Xstats::new(),
+        }
+    }
+
+    /// A snapshot of the basic counters.
+    pub fn stats(&self) -> PortStats {
+        PortStats::sum(self.rx.iter(), self.tx.iter())
+    }
 }
 
 /// How many bursts carried 0, 1, …, `capacity` packets (a burst larger than

@@ -1,0 +1,53 @@
+//! The queue traits: what one polling thread calls, with `&mut self` and a
+//! burst, never a lock.
+//!
+//! A queue is `Send` (it moves to, or is lent to, the thread that polls it)
+//! and not shared: one thread polls one queue. The calls follow DPDK's
+//! `rte_eth_rx_burst` / `rte_eth_tx_burst`, with ownership made explicit:
+//! `rx_burst` appends received mbufs to the burst; `tx_burst` takes the
+//! packets it accepted from the burst's front and leaves the rest there, so
+//! the caller decides whether to retry or drop them — nothing is lost.
+
+use crate::mbuf::BurstSlice;
+
+use super::PortError;
+
+/// A receive queue.
+pub trait RxQueue: Send {
+    /// Receives up to `burst.free()` packets, appended to `burst`; returns
+    /// how many. Never blocks: 0 when nothing has arrived.
+    fn rx_burst(&mut self, burst: &mut BurstSlice) -> usize;
+
+    /// Makes the queue ready to receive: fills its ring with buffers. Called
+    /// by [`Port::start`](super::Port::start).
+    fn start(&mut self) -> Result<(), PortError>;
+
+    /// Stops receiving and gives back every buffer the queue holds (its ring
+    /// and any packet it had not yet delivered). Called by
+    /// [`Port::stop`](super::Port::stop) after the device has stopped.
+    fn stop(&mut self);
+}
+
+/// A transmit queue.
+pub trait TxQueue: Send {
+    /// Queues packets from the front of `burst` for sending and removes them
+    /// from it; returns how many. Those it could not take (ring full) stay in
+    /// `burst`, in order.
+    fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize;
+
+    /// Frees buffers of packets whose transmission completed, up to `max`
+    /// (DPDK's `rte_eth_tx_done_cleanup`); returns how many. The default
+    /// frees nothing.
+    fn tx_done_cleanup(&mut self, max: usize) -> usize {
+        let _ = max;
+        0
+    }
+
+    /// Makes the queue ready to send.
+    fn start(&mut self) -> Result<(), PortError>;
+
+    /// Stops sending and gives back every buffer the queue holds (sent or
+    /// not). Called by [`Port::stop`](super::Port::stop) after the device has
+    /// stopped.
+    fn stop(&mut self);
+}
