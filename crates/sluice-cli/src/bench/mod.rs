@@ -58,7 +58,7 @@ pub enum Part {
 pub enum Selection {
     /// Every case.
     Full,
-    /// The handful shown by `sluice` with no arguments.
+    /// A handful of cases, for a short look.
     Summary,
 }
 
@@ -376,17 +376,6 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::All => unreachable!("expanded above"),
         }
     }
-    match ctx.failures() {
-        0 => Ok(()),
-        n => Err(format!("{n} benchmark case(s) failed")),
-    }
-}
-
-/// Runs the short summary `sluice` shows with no arguments.
-pub fn summary() -> Result<(), String> {
-    let mut ctx = Ctx::new(false, None, false);
-    ring::run(&mut ctx, Selection::Summary);
-    mempool::run(&mut ctx, Selection::Summary);
     match ctx.failures() {
         0 => Ok(()),
         n => Err(format!("{n} benchmark case(s) failed")),

@@ -59,7 +59,6 @@ impl<const N: usize> Burst<N> {
             slots: [Elem::DANGLING; N],
         }
     }
-
 }
 
 /// A burst of any capacity, as `[T]` is an array of any length: what a
@@ -219,6 +218,39 @@ impl BurstSlice {
             next: 0,
             end: n,
         }
+    }
+
+    /// This burst seen with a smaller capacity: `cap`, raised to `len` and
+    /// cut to the capacity. An `rx_burst` into the view receives at most
+    /// `cap - len` packets — how an application asks for bursts smaller than
+    /// its `Burst<N>` (testpmd's `--burst`). What the view's calls add or
+    /// remove is the burst's own content.
+    ///
+    /// ```
+    /// use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+    ///
+    /// let pool = MbufPool::new(MbufPoolConfig { size: 127, cache_size: 0, ..Default::default() }).unwrap();
+    /// let mut burst: Burst<64> = Burst::new();
+    /// let view = burst.capped(8);
+    /// assert_eq!((view.capacity(), view.free()), (8, 8));
+    /// pool.alloc_bulk(view, 8).unwrap();
+    /// assert!(view.is_full());
+    /// assert_eq!((burst.len(), burst.free()), (8, 56));
+    /// assert_eq!(burst.capped(4).capacity(), 8, "never below len");
+    /// drop(burst);
+    /// assert!(pool.is_full());
+    /// ```
+    #[inline(always)]
+    pub fn capped(&mut self, cap: usize) -> &mut BurstSlice {
+        let cap = cap.clamp(self.len, self.slots.len());
+        let p = std::ptr::slice_from_raw_parts_mut(std::ptr::from_mut(self).cast::<Elem>(), cap);
+        // SAFETY: the fat pointer has this burst's address and a tail length
+        // `cap` no larger than its own, so it describes the `len` field and a
+        // prefix of the same slot array (a slice-tailed DST's metadata is its
+        // tail's length). `len <= cap`, so the owned slots are all inside
+        // the view, and every method keeps `len <= capacity`. The `&mut self`
+        // borrow is exclusive and outlives the view.
+        unsafe { &mut *(p as *mut BurstSlice) }
     }
 
     /// Appends the mbufs of `other` that fit; the rest stay in `other`.

@@ -322,6 +322,35 @@ fn burst_push_pop_drain_retain_and_drop_free_everything() {
 }
 
 #[test]
+fn capped_view_limits_room_and_shares_the_content() {
+    let pool = pool(127);
+    let mut burst: Burst<64> = Burst::new();
+    pool.alloc_bulk(burst.capped(16), 16).unwrap();
+    assert!(
+        pool.alloc_bulk(burst.capped(16), 1).is_err(),
+        "the view is full"
+    );
+    assert_eq!((burst.len(), burst.free()), (16, 48));
+    {
+        let view = burst.capped(20);
+        assert_eq!((view.len(), view.capacity(), view.free()), (16, 20, 4));
+        let sent: Vec<Mbuf> = view.drain_front(10).collect();
+        assert_eq!(view.len(), 6);
+        drop(sent);
+        view.truncate(2);
+    }
+    assert_eq!(burst.len(), 2);
+    assert_eq!(burst.capped(0).capacity(), 2, "never below len");
+    assert_eq!(
+        burst.capped(1000).capacity(),
+        64,
+        "never above the capacity"
+    );
+    drop(burst);
+    assert!(pool.is_full());
+}
+
+#[test]
 fn alloc_bulk_is_all_or_nothing_when_the_pool_runs_dry() {
     let p = pool(20);
     let mut b: Burst<64> = Burst::new();

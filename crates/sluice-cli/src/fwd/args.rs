@@ -1,0 +1,237 @@
+//! `sluice fwd` arguments, named as testpmd names them.
+
+use clap::{Args, ValueEnum};
+use sluice::net::MacAddr;
+
+/// Arguments of `sluice fwd`.
+#[derive(Args, Debug, Clone)]
+pub struct FwdArgs {
+    /// Port spec strings (`null`, `pair:name=p0,end=0`, `soft:tester=t,gen=udp`,
+    /// `pcap:rx=in.pcap`, ...), in port order. Ports forward in pairs, 0<->1,
+    /// 2<->3; with an odd count the last forwards to itself.
+    #[arg(value_name = "SPEC")]
+    pub specs: Vec<String>,
+    /// A port spec; may be repeated (and mixed with positional specs, which
+    /// come after).
+    #[arg(long = "port", short = 'p', value_name = "SPEC")]
+    pub ports: Vec<String>,
+    /// Forwarding engine.
+    #[arg(long, value_enum, default_value_t = Engine::Io)]
+    pub engine: Engine,
+    /// Packets asked for per Rx call.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub burst: u16,
+    /// Rx descriptors per queue.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
+    pub rxd: u16,
+    /// Tx descriptors per queue.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
+    pub txd: u16,
+    /// Mempool per-lcore cache size.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=512))]
+    pub cache: u32,
+    /// Mbufs in the pool (default: enough for every descriptor, cache and
+    /// burst, at least 8191).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pool_size: Option<u32>,
+    /// Forwarding lcores. Each port gets this many Rx and Tx queues when its
+    /// driver allows (else one); the (port, queue) streams are spread over the
+    /// lcores.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub cores: u16,
+    /// How long to forward, in seconds (then the pipeline is drained).
+    #[arg(long, default_value_t = 5.0, value_parser = parse_seconds)]
+    pub duration: f64,
+    /// Seconds between live stats lines.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
+    pub stats_period: f64,
+    /// One JSON object per line (stats lines and the summary) on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// Per-queue burst-size histograms in the summary.
+    #[arg(long)]
+    pub hist: bool,
+    /// Tx attempts more for packets a Tx queue did not take, before they are
+    /// dropped.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub tx_retry: u32,
+    /// `mac` engine: the destination MAC, `MAC` for every port or `PORT,MAC`
+    /// for one (repeatable). Default 02:00:00:00:00:PORT.
+    #[arg(long, value_name = "[PORT,]MAC", value_parser = parse_eth_peer)]
+    pub eth_peer: Vec<EthPeer>,
+    /// `txonly` engine: frame length in bytes (without FCS).
+    #[arg(long, default_value_t = 64, value_name = "SIZE",
+          value_parser = clap::value_parser!(u16).range(42..=9000))]
+    pub txpkts: u16,
+}
+
+impl FwdArgs {
+    /// Arguments with every default and these port specs (for the demo and
+    /// tests).
+    pub fn with_specs(specs: Vec<String>) -> FwdArgs {
+        FwdArgs {
+            specs,
+            ports: Vec::new(),
+            engine: Engine::Io,
+            burst: 32,
+            rxd: 1024,
+            txd: 1024,
+            cache: 256,
+            pool_size: None,
+            cores: 1,
+            duration: 5.0,
+            stats_period: 1.0,
+            json: false,
+            hist: false,
+            tx_retry: 0,
+            eth_peer: Vec::new(),
+            txpkts: 64,
+        }
+    }
+
+    /// Every port spec, `--port` ones first.
+    pub fn all_specs(&self) -> Vec<String> {
+        self.ports.iter().chain(&self.specs).cloned().collect()
+    }
+
+    /// The peer MAC of port `port` for the `mac` engine.
+    pub fn peer_mac(&self, port: usize) -> MacAddr {
+        let mut mac = MacAddr([0x02, 0, 0, 0, 0, port as u8]);
+        for p in &self.eth_peer {
+            match p.port {
+                None => mac = p.mac,
+                Some(q) if q as usize == port => mac = p.mac,
+                Some(_) => {}
+            }
+        }
+        mac
+    }
+}
+
+/// The forwarding engines (testpmd's `--forward-mode`).
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    /// Forward packets unchanged.
+    Io,
+    /// Set the source MAC to the Tx port's and the destination to its peer's.
+    Mac,
+    /// Swap the source and destination MACs.
+    Macswap,
+    /// Receive and free.
+    Rxonly,
+    /// Send generated UDP frames (`--txpkts` bytes).
+    Txonly,
+}
+
+impl Engine {
+    /// The name, as given on the command line.
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Io => "io",
+            Engine::Mac => "mac",
+            Engine::Macswap => "macswap",
+            Engine::Rxonly => "rxonly",
+            Engine::Txonly => "txonly",
+        }
+    }
+}
+
+/// One `--eth-peer`: a MAC for one port, or for all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EthPeer {
+    /// The port, or `None` for every port.
+    pub port: Option<u16>,
+    /// The MAC.
+    pub mac: MacAddr,
+}
+
+fn parse_eth_peer(s: &str) -> Result<EthPeer, String> {
+    match s.split_once(',') {
+        Some((port, mac)) => Ok(EthPeer {
+            port: Some(
+                port.parse()
+                    .map_err(|_| format!("'{port}' is not a port number"))?,
+            ),
+            mac: parse_mac(mac)?,
+        }),
+        None => Ok(EthPeer {
+            port: None,
+            mac: parse_mac(s)?,
+        }),
+    }
+}
+
+/// Parses `aa:bb:cc:dd:ee:ff` (or with `-`).
+pub fn parse_mac(s: &str) -> Result<MacAddr, String> {
+    let bad = || format!("'{s}' is not a MAC address (expected aa:bb:cc:dd:ee:ff)");
+    let mut out = [0u8; 6];
+    let mut parts = s.split([':', '-']);
+    for b in out.iter_mut() {
+        let p = parts.next().ok_or_else(bad)?;
+        if p.is_empty() || p.len() > 2 {
+            return Err(bad());
+        }
+        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+    }
+    if parts.next().is_some() {
+        return Err(bad());
+    }
+    Ok(MacAddr(out))
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 1e6 => Ok(v),
+        _ => Err(format!("'{s}' is not a number of seconds in (0, 1e6]")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn macs_parse_and_bad_ones_are_rejected() {
+        assert_eq!(
+            parse_mac("02:00:0a:ff:00:01").unwrap(),
+            MacAddr([2, 0, 0xa, 0xff, 0, 1])
+        );
+        assert_eq!(
+            parse_mac("2-0-0-0-0-1").unwrap(),
+            MacAddr([2, 0, 0, 0, 0, 1])
+        );
+        for bad in [
+            "",
+            "02:00:00:00:00",
+            "02:00:00:00:00:00:00",
+            "0g:00:00:00:00:00",
+            "002:0:0:0:0:0",
+        ] {
+            assert_eq!(
+                parse_mac(bad).unwrap_err(),
+                format!("'{bad}' is not a MAC address (expected aa:bb:cc:dd:ee:ff)")
+            );
+        }
+    }
+
+    #[test]
+    fn eth_peer_for_one_port_overrides_the_default() {
+        let mut a = FwdArgs::with_specs(vec![]);
+        assert_eq!(a.peer_mac(3), MacAddr([2, 0, 0, 0, 0, 3]));
+        a.eth_peer = vec![
+            parse_eth_peer("aa:aa:aa:aa:aa:aa").unwrap(),
+            parse_eth_peer("1,bb:bb:bb:bb:bb:bb").unwrap(),
+        ];
+        assert_eq!(a.peer_mac(0), MacAddr([0xaa; 6]));
+        assert_eq!(a.peer_mac(1), MacAddr([0xbb; 6]));
+        assert!(parse_eth_peer("x,aa:aa:aa:aa:aa:aa").is_err());
+    }
+
+    #[test]
+    fn seconds_must_be_positive_and_finite() {
+        assert_eq!(parse_seconds("0.25"), Ok(0.25));
+        for bad in ["0", "-1", "nan", "inf", "x"] {
+            assert!(parse_seconds(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,314 @@
+//! The forwarding engines and one stream's poll: get a burst (receive, or
+//! generate for `txonly`), rewrite it, send it to the peer port, drop what
+//! the Tx queue did not take (after `--tx-retry` more tries), as testpmd does.
+//!
+//! Each engine is a zero-sized type implementing [`Fwd`]; the lcore loop is
+//! generic over it, so the per-packet work is inlined and the only dynamic
+//! calls are the queues' `rx_burst` / `tx_burst`, once per burst.
+
+use sluice::mbuf::{BurstSlice, MbufPool};
+use sluice::net::MacAddr;
+use sluice::port::{RxQueue, TxQueue};
+
+/// One stream: an Rx queue of one port and the Tx queue of the same number
+/// on its peer port. Polled by one lcore.
+pub struct Stream<'a> {
+    /// Index in the run's stream table (for its counters).
+    pub id: usize,
+    /// The Tx port.
+    pub tx_port: usize,
+    /// Where packets come from.
+    pub rx: &'a mut dyn RxQueue,
+    /// Where they go.
+    pub tx: &'a mut dyn TxQueue,
+    /// `mac`: the new source (the Tx port's MAC).
+    pub src_mac: MacAddr,
+    /// `mac`: the new destination (the Tx port's peer).
+    pub dst_mac: MacAddr,
+    /// `txonly`: the frame sent, and the pool it is allocated from.
+    pub frame: Option<(Box<[u8]>, MbufPool)>,
+}
+
+/// What one poll moved.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// Packets received (or generated).
+    pub rx: usize,
+    /// Packets the Tx queue took.
+    pub tx: usize,
+    /// Packets dropped because the Tx queue did not take them.
+    pub dropped: usize,
+}
+
+/// A forwarding engine.
+pub trait Fwd: Copy + Send + Sync {
+    /// Whether the packets are sent (else freed).
+    const SENDS: bool = true;
+
+    /// Fills `burst` (empty) with up to `burst.free()` packets; how many.
+    #[inline(always)]
+    fn input(self, s: &mut Stream<'_>, burst: &mut BurstSlice) -> usize {
+        s.rx.rx_burst(burst)
+    }
+
+    /// Rewrites the packets before they are sent.
+    #[inline(always)]
+    fn rewrite(self, s: &Stream<'_>, burst: &mut BurstSlice) {
+        let _ = (s, burst);
+    }
+}
+
+/// `io`: unchanged.
+#[derive(Clone, Copy)]
+pub struct Io;
+impl Fwd for Io {}
+
+/// `mac`: source = the Tx port's MAC, destination = its peer's.
+#[derive(Clone, Copy)]
+pub struct Mac;
+impl Fwd for Mac {
+    #[inline(always)]
+    fn rewrite(self, s: &Stream<'_>, burst: &mut BurstSlice) {
+        for m in burst.iter_mut() {
+            if let Ok(d) = m.data_mut()
+                && d.len() >= 12
+            {
+                d[0..6].copy_from_slice(&s.dst_mac.0);
+                d[6..12].copy_from_slice(&s.src_mac.0);
+            }
+        }
+    }
+}
+
+/// `macswap`: source and destination swapped.
+#[derive(Clone, Copy)]
+pub struct MacSwap;
+impl Fwd for MacSwap {
+    #[inline(always)]
+    fn rewrite(self, _s: &Stream<'_>, burst: &mut BurstSlice) {
+        for m in burst.iter_mut() {
+            if let Ok(d) = m.data_mut()
+                && d.len() >= 12
+            {
+                let (dst, rest) = d.split_at_mut(6);
+                dst.swap_with_slice(&mut rest[..6]);
+            }
+        }
+    }
+}
+
+/// `rxonly`: received and freed.
+#[derive(Clone, Copy)]
+pub struct RxOnly;
+impl Fwd for RxOnly {
+    const SENDS: bool = false;
+}
+
+/// `txonly`: generated frames sent; nothing received.
+#[derive(Clone, Copy)]
+pub struct TxOnly;
+impl Fwd for TxOnly {
+    #[inline(always)]
+    fn input(self, s: &mut Stream<'_>, burst: &mut BurstSlice) -> usize {
+        let Some((frame, pool)) = &s.frame else {
+            return 0;
+        };
+        let n = burst.free();
+        if pool.alloc_bulk(burst, n).is_err() {
+            return 0;
+        }
+        for m in burst.iter_mut() {
+            match m.append(frame.len()) {
+                Ok(d) => d.copy_from_slice(frame),
+                // The pool's data room was sized for the frame at setup.
+                Err(_) => return 0,
+            }
+        }
+        n
+    }
+}
+
+/// Polls one stream once: input, rewrite, send, drop the rest. `burst` is
+/// empty (and left empty); its free room is the burst size asked for.
+#[inline(always)]
+pub fn poll<E: Fwd>(e: E, s: &mut Stream<'_>, burst: &mut BurstSlice, tx_retry: u32) -> Moved {
+    let rx = e.input(s, burst);
+    if rx == 0 {
+        // A failed input may leave packets (txonly with a short data room).
+        burst.clear();
+        return Moved::default();
+    }
+    if !E::SENDS {
+        burst.clear();
+        return Moved {
+            rx,
+            tx: 0,
+            dropped: 0,
+        };
+    }
+    e.rewrite(s, burst);
+    let mut tx = s.tx.tx_burst(burst);
+    let mut tries = tx_retry;
+    while !burst.is_empty() && tries > 0 {
+        tx += s.tx.tx_burst(burst);
+        tries -= 1;
+    }
+    let dropped = burst.len();
+    if dropped != 0 {
+        burst.clear();
+    }
+    Moved { rx, tx, dropped }
+}
+
+/// The `txonly` frame: Ethernet/IPv4/UDP, `len` bytes, 198.18.0.1:9 ->
+/// 198.18.0.2:9 (testpmd's addresses), valid IPv4 checksum, UDP checksum 0
+/// (none), zero payload.
+pub fn udp_frame(len: u16, src: MacAddr, dst: MacAddr) -> Box<[u8]> {
+    let len = len.max(42) as usize;
+    let mut f = vec![0u8; len];
+    f[0..6].copy_from_slice(&dst.0);
+    f[6..12].copy_from_slice(&src.0);
+    f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
+    let ip_len = ((len - 14).min(u16::MAX as usize)) as u16;
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&ip_len.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[198, 18, 0, 1]);
+    f[30..34].copy_from_slice(&[198, 18, 0, 2]);
+    let ck = sluice::net::checksum::checksum(&f[14..34]);
+    f[24..26].copy_from_slice(&ck.to_be_bytes());
+    f[34..36].copy_from_slice(&9u16.to_be_bytes());
+    f[36..38].copy_from_slice(&9u16.to_be_bytes());
+    f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+    f.into_boxed_slice()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice::mbuf::{Burst, MbufPoolConfig};
+    use sluice::port::PortConfig;
+
+    fn pool() -> MbufPool {
+        MbufPool::new(MbufPoolConfig {
+            size: 511,
+            cache_size: 0,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn udp_frame_has_a_valid_ipv4_header() {
+        let f = udp_frame(64, MacAddr([2, 0, 0, 0, 0, 1]), MacAddr([2, 0, 0, 0, 0, 2]));
+        assert_eq!(f.len(), 64);
+        assert_eq!(&f[0..6], &[2, 0, 0, 0, 0, 2]);
+        assert_eq!(&f[6..12], &[2, 0, 0, 0, 0, 1]);
+        assert_eq!(sluice::net::checksum::checksum(&f[14..34]), 0);
+        assert_eq!(u16::from_be_bytes([f[16], f[17]]), 50);
+        assert_eq!(u16::from_be_bytes([f[38], f[39]]), 30);
+    }
+
+    /// Runs `e` over one null-port stream (port 0 Rx -> port 1 Tx) once.
+    fn one_poll<E: Fwd>(e: E, make: bool, burst_size: usize) -> (Moved, Vec<u8>, MbufPool) {
+        let pool = pool();
+        let cfg = |id| PortConfig::new(Some(pool.clone())).port_id(id);
+        let mut p0 = sluice::driver::open("null:size=64,copy=1", cfg(0)).unwrap();
+        let mut p1 = sluice::driver::open("null", cfg(1)).unwrap();
+        p0.start().unwrap();
+        p1.start().unwrap();
+        let src = MacAddr([2, 0, 0, 0, 0, 0x11]);
+        let dst = MacAddr([2, 0, 0, 0, 0, 0x22]);
+        let mut s = Stream {
+            id: 0,
+            tx_port: 1,
+            rx: p0.rx_queue(0).unwrap(),
+            tx: p1.tx_queue(0).unwrap(),
+            src_mac: src,
+            dst_mac: dst,
+            frame: make.then(|| (udp_frame(60, src, dst), pool.clone())),
+        };
+        let mut burst: Burst<64> = Burst::new();
+        let moved = poll(e, &mut s, burst.capped(burst_size), 0);
+        assert!(burst.is_empty());
+        let mut seen = Burst::<1>::new();
+        // What a mac rewrite does to a frame, seen on the next received one.
+        let rx = s.rx.rx_burst(&mut seen);
+        assert_eq!(rx, 1);
+        e.rewrite(&s, &mut seen);
+        let head = seen[0].data()[..12].to_vec();
+        drop(seen);
+        drop(s);
+        let tx_packets = p1.stats().tx_packets;
+        assert_eq!(tx_packets, moved.tx as u64);
+        (moved, head, pool)
+    }
+
+    #[test]
+    fn engines_move_the_burst_asked_and_rewrite_macs() {
+        let (m, head, pool) = one_poll(Io, false, 7);
+        assert_eq!(
+            m,
+            Moved {
+                rx: 7,
+                tx: 7,
+                dropped: 0
+            }
+        );
+        assert_eq!(&head[..6], &[0xff; 6], "io leaves the frame alone");
+        assert!(pool.is_full());
+
+        let (m, head, pool) = one_poll(Mac, false, 32);
+        assert_eq!(
+            m,
+            Moved {
+                rx: 32,
+                tx: 32,
+                dropped: 0
+            }
+        );
+        assert_eq!(&head[..6], &[2, 0, 0, 0, 0, 0x22]);
+        assert_eq!(&head[6..12], &[2, 0, 0, 0, 0, 0x11]);
+        assert!(pool.is_full());
+
+        let (m, head, pool) = one_poll(MacSwap, false, 64);
+        assert_eq!(
+            m,
+            Moved {
+                rx: 64,
+                tx: 64,
+                dropped: 0
+            }
+        );
+        assert_eq!(
+            &head[..6],
+            &[0x02, 0, 0, 0x4e, 0x55, 0],
+            "null's source, swapped"
+        );
+        assert_eq!(&head[6..12], &[0xff; 6]);
+        assert!(pool.is_full());
+
+        let (m, _, pool) = one_poll(RxOnly, false, 16);
+        assert_eq!(
+            m,
+            Moved {
+                rx: 16,
+                tx: 0,
+                dropped: 0
+            }
+        );
+        assert!(pool.is_full());
+
+        let (m, _, pool) = one_poll(TxOnly, true, 5);
+        assert_eq!(
+            m,
+            Moved {
+                rx: 5,
+                tx: 5,
+                dropped: 0
+            }
+        );
+        assert!(pool.is_full());
+    }
+}

@@ -1,0 +1,449 @@
+//! `sluice fwd`: testpmd-style forwarding between ports given by spec.
+//!
+//! # Threads and who touches what
+//! - The main thread opens the ports (one shared mbuf pool, per-lcore cache
+//!   `--cache`), starts them, and builds the *streams*: stream (p, q) receives
+//!   on port p's Rx queue q and sends on Tx queue q of p's peer (0<->1,
+//!   2<->3; an odd last port is its own peer). Peering is one-to-one, so
+//!   every Rx queue and every Tx queue belongs to exactly one stream.
+//! - Streams are dealt round-robin to `--cores` forwarding lcores, started
+//!   under `std::thread::scope`: each gets `&mut` borrows of its own queues
+//!   (the borrow checker proves no queue is shared), pins itself, registers
+//!   as an lcore and polls its streams until told to stop.
+//! - Meanwhile the main thread prints a stats line each `--stats-period`
+//!   from the ports' shared counters (`Port::counters()`) and the per-stream
+//!   drop counters; it never touches a queue.
+//! - After `--duration` the main thread waits until nothing moves (bounded:
+//!   the pipeline drains, so testers see every packet), stops the lcores,
+//!   joins them, stops the ports (every buffer goes home) and prints the
+//!   summary with each tester's report.
+
+pub mod args;
+pub mod engine;
+pub mod lcore;
+pub mod stats;
+pub mod summary;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice::mbuf::{MbufPool, MbufPoolConfig};
+use sluice::port::{Port, PortConfig, PortError};
+
+pub use args::{Engine, FwdArgs};
+use engine::{Stream, udp_frame};
+use lcore::{LcoreConfig, LcoreCycles, StreamCounters, lcore_main};
+use stats::{Live, Sources};
+use summary::{PortSummary, Summary, TesterSummary, cycles_per_packet};
+
+/// Longest the drain after `--duration` may take.
+const DRAIN_MAX: Duration = Duration::from_millis(300);
+/// The drain ends after this many looks, `DRAIN_STEP` apart, saw nothing move.
+const DRAIN_IDLE_LOOKS: u32 = 4;
+const DRAIN_STEP: Duration = Duration::from_millis(5);
+
+/// Set by SIGINT: end the run early (the summary is still printed).
+static INTERRUPTED: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    INTERRUPTED.store(true, Ordering::Relaxed);
+}
+
+fn catch_sigint() {
+    let handler: extern "C" fn(libc::c_int) = on_sigint;
+    // SAFETY: the handler only stores to an atomic, which is
+    // async-signal-safe; `signal` has no other precondition.
+    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
+}
+
+/// The peer of port `p` among `n`: 0<->1, 2<->3, an odd last one itself.
+pub fn peer(p: usize, n: usize) -> usize {
+    let q = p ^ 1;
+    if q < n { q } else { p }
+}
+
+/// Mbufs to give the pool by default: every descriptor of every queue, each
+/// lcore's cache (1.5x, its flush threshold) and burst, with room to spare;
+/// at least 8191 and one less than a power of two.
+pub fn default_pool_size(ports: usize, queues: usize, args: &FwdArgs) -> u32 {
+    let desc = ports * queues * (args.rxd as usize + args.txd as usize);
+    let lcores = args.cores as usize * (args.cache as usize * 3 / 2 + 2 * 64);
+    let need = (desc + lcores + 1024).max(8191);
+    let size = (need + 1).next_power_of_two() - 1;
+    size.min(u32::MAX as usize) as u32
+}
+
+/// Runs `sluice fwd`. `Ok(true)` when every tester report is clean (or there
+/// is no tester).
+pub fn run(args: &FwdArgs) -> Result<bool, String> {
+    let specs = args.all_specs();
+    if specs.is_empty() {
+        return Err(
+            "no port given: name ports by spec, e.g. `sluice fwd --port null --port null`".into(),
+        );
+    }
+    if specs.len() > u16::MAX as usize {
+        return Err(format!("{} ports given; at most {}", specs.len(), u16::MAX));
+    }
+    let queues = args.cores as usize;
+    let pool_size = args
+        .pool_size
+        .unwrap_or_else(|| default_pool_size(specs.len(), queues, args));
+    let data_room = if args.engine == Engine::Txonly {
+        args.txpkts.max(2048)
+    } else {
+        2048
+    };
+    let pool = MbufPool::new(MbufPoolConfig {
+        name: "fwd".into(),
+        size: pool_size,
+        cache_size: args.cache,
+        data_room,
+        ..Default::default()
+    })
+    .map_err(|e| format!("mbuf pool: {e}"))?;
+    let mut ports = open_ports(&specs, &pool, queues, args)?;
+    for p in ports.iter_mut() {
+        p.start()
+            .map_err(|e| format!("port {} ({}): {e}", p.id(), p.name()))?;
+    }
+    catch_sigint();
+    let (lcores, secs, stream_drops) = forward(&mut ports, &pool, args)?;
+
+    let counters: Vec<_> = ports.iter().map(Port::counters).collect();
+    let device_cycles: u64 = counters
+        .iter()
+        .filter_map(|c| c.xstats.get("device_cycles"))
+        .sum();
+    for p in ports.iter_mut() {
+        p.stop();
+    }
+    let port_rows: Vec<PortSummary> = counters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| PortSummary::new(i, ports[i].name(), c, stream_drops[i], secs))
+        .collect();
+    drop(ports);
+    let testers = tester_reports();
+    let (busy_cycles, busy_packets, cpp) = cycles_per_packet(&lcores, device_cycles);
+    let rx: u64 = port_rows.iter().map(|p| p.rx_packets).sum();
+    let tx: u64 = port_rows.iter().map(|p| p.tx_packets).sum();
+    let clean = testers.iter().all(|t| t.clean);
+    let summary = Summary {
+        kind: "summary",
+        engine: args.engine.name(),
+        cores: lcores.len(),
+        burst: args.burst as usize,
+        duration_s: secs,
+        drops: port_rows.iter().map(|p| p.drops).sum(),
+        ports: port_rows,
+        rx_packets: rx,
+        tx_packets: tx,
+        rx_mpps: rx as f64 / secs / 1e6,
+        tx_mpps: tx as f64 / secs / 1e6,
+        busy_cycles,
+        busy_packets,
+        device_cycles,
+        cycles_per_packet: cpp,
+        tsc_hz: sluice::tsc::tsc_hz(),
+        pool_full: pool.is_full(),
+        testers,
+        clean,
+    };
+    summary.print(args.json);
+    Ok(clean)
+}
+
+/// Opens every port with `queues` Rx and Tx queues; if a driver cannot have
+/// that many, all are opened again with one (so every port has the same
+/// count and each stream's Tx queue exists).
+fn open_ports(
+    specs: &[String],
+    pool: &MbufPool,
+    queues: usize,
+    args: &FwdArgs,
+) -> Result<Vec<Port>, String> {
+    match open_all(specs, pool, queues, args) {
+        Err(PortError::Config(msg)) if queues > 1 => {
+            eprintln!("sluice fwd: {msg}; using one queue per port");
+            open_all(specs, pool, 1, args).map_err(|e| e.to_string())
+        }
+        r => r.map_err(|e| e.to_string()),
+    }
+}
+
+fn open_all(
+    specs: &[String],
+    pool: &MbufPool,
+    queues: usize,
+    args: &FwdArgs,
+) -> Result<Vec<Port>, PortError> {
+    let mut ports = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        let mut config = PortConfig::new(Some(pool.clone()))
+            .port_id(i as u16)
+            .queues(queues as u16, queues as u16)
+            .nb_rxd(args.rxd)
+            .nb_txd(args.txd);
+        config.burst_stats = args.hist;
+        ports.push(sluice::driver::open(spec, config)?);
+    }
+    Ok(ports)
+}
+
+/// The forwarding phase: streams, lcores, live stats, drain. Returns each
+/// lcore's cycles, the seconds forwarded and the drops per Tx port.
+fn forward(
+    ports: &mut [Port],
+    pool: &MbufPool,
+    args: &FwdArgs,
+) -> Result<(Vec<LcoreCycles>, f64, Vec<u64>), String> {
+    let n = ports.len();
+    let macs: Vec<_> = ports.iter().map(Port::mac).collect();
+    let counters: Vec<_> = ports.iter().map(Port::counters).collect();
+    // Every queue, to be handed out one by one.
+    let mut rxq: Vec<Vec<Option<&mut dyn sluice::port::RxQueue>>> = Vec::new();
+    let mut txq: Vec<Vec<Option<&mut dyn sluice::port::TxQueue>>> = Vec::new();
+    for p in ports.iter_mut() {
+        let (rx, tx) = p.queues_mut().map_err(|e| e.to_string())?;
+        rxq.push(rx.iter_mut().map(|q| Some(q.as_mut())).collect());
+        txq.push(tx.iter_mut().map(|q| Some(q.as_mut())).collect());
+    }
+    let mut streams: Vec<Stream<'_>> = Vec::new();
+    for (p, port_rx) in rxq.iter_mut().enumerate() {
+        let t = peer(p, n);
+        for (q, slot) in port_rx.iter_mut().enumerate() {
+            let (Some(rx), Some(tx)) = (slot.take(), txq[t].get_mut(q).and_then(Option::take))
+            else {
+                return Err(format!(
+                    "port {p} Rx queue {q} has no Tx queue {q} on port {t} to forward to"
+                ));
+            };
+            let src_mac = macs[t];
+            let dst_mac = args.peer_mac(t);
+            streams.push(Stream {
+                id: streams.len(),
+                tx_port: t,
+                rx,
+                tx,
+                src_mac,
+                dst_mac,
+                frame: (args.engine == Engine::Txonly)
+                    .then(|| (udp_frame(args.txpkts, src_mac, dst_mac), pool.clone())),
+            });
+        }
+    }
+    let stream_counters: Vec<StreamCounters> =
+        streams.iter().map(|_| StreamCounters::default()).collect();
+    let stream_tx_port: Vec<usize> = streams.iter().map(|s| s.tx_port).collect();
+    let nb_lcores = (args.cores as usize).min(streams.len()).max(1);
+    let mut per_lcore: Vec<Vec<Stream<'_>>> = (0..nb_lcores).map(|_| Vec::new()).collect();
+    for (i, s) in streams.into_iter().enumerate() {
+        per_lcore[i % nb_lcores].push(s);
+    }
+    let cpus = sluice::lcore::available_cpus();
+    if nb_lcores >= cpus.len() && cpus.len() > 1 {
+        eprintln!(
+            "sluice fwd: warning: {nb_lcores} forwarding lcore(s) on {} CPU(s): they share CPUs",
+            cpus.len()
+        );
+    }
+    let stop = AtomicBool::new(false);
+    let src = Sources {
+        ports: counters,
+        stream_tx_port,
+        streams: &stream_counters,
+    };
+    let cfg = LcoreConfig {
+        engine: args.engine,
+        burst: args.burst as usize,
+        tx_retry: args.tx_retry,
+        counters: &stream_counters,
+        stop: &stop,
+    };
+    let (results, secs) = std::thread::scope(|scope| {
+        let handles: Vec<_> = per_lcore
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut streams)| {
+                // The main lcore stays on the first CPU, as testpmd's does.
+                let cpu = (cpus.len() > 1).then(|| cpus[(i + 1) % cpus.len()]);
+                std::thread::Builder::new()
+                    .name(format!("fwd-{i}"))
+                    .spawn_scoped(scope, move || lcore_main(cpu, &mut streams, cfg, pool))
+            })
+            .collect();
+        let live = Live::new(&src, args.json);
+        let started = live.start();
+        if handles.iter().all(|h| h.is_ok()) {
+            main_loop(live, &src, args);
+        }
+        stop.store(true, Ordering::Relaxed);
+        let secs = started.elapsed().as_secs_f64();
+        let results: Vec<Result<LcoreCycles, String>> = handles
+            .into_iter()
+            .map(|h| match h {
+                Ok(h) => h
+                    .join()
+                    .map_err(|p| {
+                        format!(
+                            "forwarding lcore panicked: {}",
+                            crate::bench::panic_message(&*p)
+                        )
+                    })
+                    .and_then(|r| r),
+                Err(e) => Err(format!("cannot start a forwarding thread: {e}")),
+            })
+            .collect();
+        (results, secs)
+    });
+    let lcores = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    let drops = src.sample().iter().map(|s| s.drops).collect();
+    Ok((lcores, secs, drops))
+}
+
+/// Stats lines until the duration is over (or SIGINT), then the drain:
+/// forwarding goes on until nothing moved for a few looks, at most
+/// [`DRAIN_MAX`].
+fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs) {
+    let start = live.start();
+    let end = start + Duration::from_secs_f64(args.duration);
+    let period = Duration::from_secs_f64(args.stats_period);
+    let mut next = start + period;
+    loop {
+        let now = Instant::now();
+        if now >= end || INTERRUPTED.load(Ordering::Relaxed) {
+            break;
+        }
+        // Short sleeps, so SIGINT is seen soon.
+        let wake = next.min(end).min(now + Duration::from_millis(50));
+        std::thread::sleep(wake - now);
+        if Instant::now() >= next {
+            live.line(src);
+            next += period;
+        }
+    }
+    if !has_testers() {
+        return;
+    }
+    quiesce_generators();
+    let drain_end = Instant::now() + DRAIN_MAX;
+    let mut last = src.moved();
+    let mut idle = 0;
+    while idle < DRAIN_IDLE_LOOKS && Instant::now() < drain_end {
+        std::thread::sleep(DRAIN_STEP);
+        let cur = src.moved();
+        if cur == last {
+            idle += 1;
+        } else {
+            idle = 0;
+            last = cur;
+        }
+    }
+}
+
+/// Asks every traffic generator to stop, so the drain can empty the
+/// pipeline. (Nothing to ask until the tester exists.)
+fn quiesce_generators() {}
+
+/// Whether a tester watches the traffic (only then is the pipeline drained).
+fn has_testers() -> bool {
+    false
+}
+
+/// Each registered tester's report.
+fn tester_reports() -> Vec<TesterSummary> {
+    Vec::new()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ports_pair_up_and_an_odd_last_one_is_its_own_peer() {
+        assert_eq!((0..4).map(|p| peer(p, 4)).collect::<Vec<_>>(), [1, 0, 3, 2]);
+        assert_eq!((0..3).map(|p| peer(p, 3)).collect::<Vec<_>>(), [1, 0, 2]);
+        assert_eq!(peer(0, 1), 0);
+    }
+
+    #[test]
+    fn default_pool_holds_every_descriptor_and_cache() {
+        let a = FwdArgs::with_specs(vec![]);
+        assert_eq!(default_pool_size(2, 1, &a), 8191);
+        let mut a = FwdArgs::with_specs(vec![]);
+        a.cores = 4;
+        a.rxd = 4096;
+        a.txd = 4096;
+        let s = default_pool_size(4, 4, &a);
+        assert!(s as usize >= 4 * 4 * 8192 + 4 * 384);
+        assert!((s + 1).is_power_of_two());
+    }
+
+    fn quick(specs: &[&str], engine: Engine, cores: u16) -> FwdArgs {
+        let mut a = FwdArgs::with_specs(specs.iter().map(|s| s.to_string()).collect());
+        a.engine = engine;
+        a.cores = cores;
+        a.duration = 0.05;
+        a.stats_period = 10.0;
+        a.rxd = 64;
+        a.txd = 64;
+        a.cache = 32;
+        a.pool_size = Some(2047);
+        a
+    }
+
+    #[test]
+    fn forwarding_over_null_ports_moves_packets_and_returns_every_buffer() {
+        for engine in [
+            Engine::Io,
+            Engine::Mac,
+            Engine::Macswap,
+            Engine::Rxonly,
+            Engine::Txonly,
+        ] {
+            let args = quick(&["null", "null", "null"], engine, 2);
+            let pool = MbufPool::new(MbufPoolConfig {
+                size: 2047,
+                cache_size: 32,
+                ..Default::default()
+            })
+            .unwrap();
+            let mut ports = open_ports(&args.all_specs(), &pool, 2, &args).unwrap();
+            ports.iter_mut().for_each(|p| p.start().unwrap());
+            let (lcores, secs, drops) = forward(&mut ports, &pool, &args).unwrap();
+            assert_eq!(lcores.len(), 2);
+            assert!(secs > 0.0);
+            assert_eq!(drops, [0, 0, 0], "null Tx takes everything");
+            let s: Vec<_> = ports.iter().map(Port::stats).collect();
+            let rx: u64 = s.iter().map(|s| s.rx_packets).sum();
+            let tx: u64 = s.iter().map(|s| s.tx_packets).sum();
+            let busy: u64 = lcores.iter().map(|c| c.packets).sum();
+            match engine {
+                Engine::Rxonly => assert!(rx > 0 && tx == 0),
+                Engine::Txonly => assert!(tx > 0 && tx == busy),
+                _ => assert!(rx > 0 && rx == tx && rx == busy, "{engine:?}"),
+            }
+            // Port 2 forwards to itself: its Tx counts what its Rx got.
+            if matches!(engine, Engine::Io | Engine::Mac | Engine::Macswap) {
+                assert_eq!(s[2].rx_packets, s[2].tx_packets);
+                assert_eq!(s[0].rx_packets, s[1].tx_packets);
+            }
+            drop(ports);
+            assert!(pool.is_full(), "{engine:?}");
+        }
+    }
+
+    #[test]
+    fn a_bad_spec_is_an_error_naming_it() {
+        let args = quick(&["null", "null:size=5"], Engine::Io, 1);
+        assert_eq!(
+            run(&args).unwrap_err(),
+            "port spec 'null:size=5': key 'size' = '5' is not a number in 14..=9000"
+        );
+        assert_eq!(
+            run(&quick(&[], Engine::Io, 1)).unwrap_err(),
+            "no port given: name ports by spec, e.g. `sluice fwd --port null --port null`"
+        );
+    }
+}

@@ -1,0 +1,313 @@
+//! The end-of-run summary: per port packets, Mpps, drops and burst-size
+//! histograms; cycles per packet on the forwarding lcores (busy polls only,
+//! minus the cycles an inline device model spent inside them, which it
+//! reports as the `device_cycles` xstat); and each tester's report. Printed
+//! as text, or as one JSON object.
+
+use serde::Serialize;
+use sluice::port::{BurstHistogram, PortCounters};
+
+use super::lcore::LcoreCycles;
+use crate::bench::emit;
+
+/// One queue's burst-size histogram.
+#[derive(Serialize, Debug, Clone)]
+pub struct QueueHist {
+    /// `rx` or `tx`.
+    pub dir: &'static str,
+    /// The queue.
+    pub queue: usize,
+    /// Bursts counted.
+    pub bursts: u64,
+    /// Mean packets per burst.
+    pub mean: f64,
+    /// Bursts per size (index = packets; the last bucket holds larger ones).
+    pub counts: Vec<u64>,
+}
+
+impl QueueHist {
+    fn new(dir: &'static str, queue: usize, h: &BurstHistogram) -> QueueHist {
+        QueueHist {
+            dir,
+            queue,
+            bursts: h.bursts(),
+            mean: h.mean(),
+            counts: h.counts(),
+        }
+    }
+}
+
+/// One port.
+#[derive(Serialize, Debug, Clone)]
+pub struct PortSummary {
+    /// Port number.
+    pub port: usize,
+    /// Its spec.
+    pub spec: String,
+    /// Rx and Tx queues.
+    pub queues: usize,
+    /// Packets received.
+    pub rx_packets: u64,
+    /// Packets sent.
+    pub tx_packets: u64,
+    /// Received, millions per second.
+    pub rx_mpps: f64,
+    /// Sent, millions per second.
+    pub tx_mpps: f64,
+    /// Packets its Tx queues did not take, freed.
+    pub drops: u64,
+    /// Packets dropped by the device for want of an Rx descriptor.
+    pub rx_missed: u64,
+    /// Rx refills that found the pool empty.
+    pub rx_nombuf: u64,
+    /// Packets received with errors.
+    pub rx_errors: u64,
+    /// Packets that failed to send.
+    pub tx_errors: u64,
+    /// The driver's named counters.
+    pub xstats: Vec<(String, u64)>,
+    /// Burst-size histograms (with `--hist`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub histograms: Vec<QueueHist>,
+}
+
+impl PortSummary {
+    /// Reads port `port`'s counters; `drops` comes from the stream counters.
+    pub fn new(port: usize, spec: &str, c: &PortCounters, drops: u64, secs: f64) -> PortSummary {
+        let s = c.stats();
+        let mut histograms = Vec::new();
+        for (q, rx) in c.rx.iter().enumerate() {
+            if let Some(h) = &rx.bursts {
+                histograms.push(QueueHist::new("rx", q, h));
+            }
+        }
+        for (q, tx) in c.tx.iter().enumerate() {
+            if let Some(h) = &tx.bursts {
+                histograms.push(QueueHist::new("tx", q, h));
+            }
+        }
+        PortSummary {
+            port,
+            spec: spec.to_owned(),
+            queues: c.rx.len(),
+            rx_packets: s.rx_packets,
+            tx_packets: s.tx_packets,
+            rx_mpps: s.rx_packets as f64 / secs / 1e6,
+            tx_mpps: s.tx_packets as f64 / secs / 1e6,
+            drops,
+            rx_missed: s.rx_missed,
+            rx_nombuf: s.rx_nombuf,
+            rx_errors: s.rx_errors,
+            tx_errors: s.tx_errors,
+            xstats: c.xstats.snapshot(),
+            histograms,
+        }
+    }
+}
+
+/// One tester's report.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct TesterSummary {
+    /// The tester's name.
+    pub name: String,
+    /// Frames generated.
+    pub sent: u64,
+    /// Frames checked.
+    pub received: u64,
+    /// Sent and never received.
+    pub lost: u64,
+    /// Received out of order within their flow.
+    pub reordered: u64,
+    /// Received twice.
+    pub duplicates: u64,
+    /// Failed the payload, stamp or header check.
+    pub corrupt: u64,
+    /// Not tester frames.
+    pub foreign: u64,
+    /// Lost, reordered, duplicates and corrupt all 0.
+    pub clean: bool,
+    /// The report as the tester words it.
+    pub report: String,
+}
+
+/// The whole run.
+#[derive(Serialize, Debug, Clone)]
+pub struct Summary {
+    /// Always `"summary"` (stats lines have `"stats"`).
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The engine.
+    pub engine: &'static str,
+    /// Forwarding lcores that ran.
+    pub cores: usize,
+    /// Packets asked per Rx call.
+    pub burst: usize,
+    /// Seconds from the start of forwarding to its end (drain included).
+    pub duration_s: f64,
+    /// Per port.
+    pub ports: Vec<PortSummary>,
+    /// All ports' received packets.
+    pub rx_packets: u64,
+    /// All ports' sent packets.
+    pub tx_packets: u64,
+    /// All drops.
+    pub drops: u64,
+    /// Received, millions per second, all ports.
+    pub rx_mpps: f64,
+    /// Sent, millions per second, all ports.
+    pub tx_mpps: f64,
+    /// TSC ticks the lcores spent in polls that received packets.
+    pub busy_cycles: u64,
+    /// Packets received (generated for `txonly`) in those polls.
+    pub busy_packets: u64,
+    /// The `device_cycles` xstats of every port: an inline device model's
+    /// work done inside the lcores' calls, subtracted.
+    pub device_cycles: u64,
+    /// `(busy_cycles - device_cycles) / busy_packets`; `None` when nothing
+    /// moved.
+    pub cycles_per_packet: Option<f64>,
+    /// The TSC frequency.
+    pub tsc_hz: u64,
+    /// Whether every buffer was back in the pool after the ports stopped.
+    pub pool_full: bool,
+    /// Each tester's report.
+    pub testers: Vec<TesterSummary>,
+    /// Every tester report clean (true when there is none).
+    pub clean: bool,
+}
+
+/// Cycles per packet, `device` excluded (never below 0).
+pub fn cycles_per_packet(lcores: &[LcoreCycles], device: u64) -> (u64, u64, Option<f64>) {
+    let busy: u64 = lcores.iter().map(|c| c.busy_cycles).sum();
+    let packets: u64 = lcores.iter().map(|c| c.packets).sum();
+    let cpp = (packets > 0).then(|| busy.saturating_sub(device) as f64 / packets as f64);
+    (busy, packets, cpp)
+}
+
+impl Summary {
+    /// Prints the summary: one JSON line, or text.
+    pub fn print(&self, json: bool) {
+        if json {
+            match serde_json::to_string(self) {
+                Ok(s) => emit(&s),
+                Err(e) => eprintln!("sluice fwd: cannot encode the summary: {e}"),
+            }
+            return;
+        }
+        emit(&format!(
+            "---- summary: {} forwarding, {} lcore(s), burst {}, {:.2} s ----",
+            self.engine, self.cores, self.burst, self.duration_s
+        ));
+        for p in &self.ports {
+            emit(&format!(
+                "port {} ({}, {} queue{}): rx {} ({:.2} Mpps)  tx {} ({:.2} Mpps)  drops {}  \
+                 rx_missed {}  rx_nombuf {}  errors rx {} tx {}",
+                p.port,
+                p.spec,
+                p.queues,
+                if p.queues == 1 { "" } else { "s" },
+                p.rx_packets,
+                p.rx_mpps,
+                p.tx_packets,
+                p.tx_mpps,
+                p.drops,
+                p.rx_missed,
+                p.rx_nombuf,
+                p.rx_errors,
+                p.tx_errors
+            ));
+            for h in &p.histograms {
+                let buckets: Vec<String> = h
+                    .counts
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, c)| **c != 0)
+                    .map(|(size, c)| format!("{size}:{c}"))
+                    .collect();
+                emit(&format!(
+                    "  {}q{} bursts {} mean {:.1} [{}]",
+                    h.dir,
+                    h.queue,
+                    h.bursts,
+                    h.mean,
+                    buckets.join(" ")
+                ));
+            }
+        }
+        emit(&format!(
+            "total: rx {} ({:.2} Mpps)  tx {} ({:.2} Mpps)  drops {}",
+            self.rx_packets, self.rx_mpps, self.tx_packets, self.tx_mpps, self.drops
+        ));
+        match self.cycles_per_packet {
+            Some(c) if self.device_cycles > 0 => emit(&format!(
+                "forwarding lcores: {c:.1} cycles/packet ({} busy cycles - {} device cycles, \
+                 {} packets)",
+                self.busy_cycles, self.device_cycles, self.busy_packets
+            )),
+            Some(c) => emit(&format!(
+                "forwarding lcores: {c:.1} cycles/packet ({} busy cycles, {} packets)",
+                self.busy_cycles, self.busy_packets
+            )),
+            None => emit("forwarding lcores: no packet moved"),
+        }
+        for t in &self.testers {
+            emit(&format!(
+                "tester {}: {} — {}",
+                t.name,
+                t.report,
+                if t.clean { "clean" } else { "NOT CLEAN" }
+            ));
+        }
+        if !self.pool_full {
+            emit("warning: the mbuf pool is not full after the ports stopped");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cycles_per_packet_counts_busy_polls_minus_the_device() {
+        let l = [
+            LcoreCycles {
+                busy_cycles: 1000,
+                packets: 50,
+                ..Default::default()
+            },
+            LcoreCycles {
+                busy_cycles: 600,
+                packets: 30,
+                ..Default::default()
+            },
+        ];
+        assert_eq!(cycles_per_packet(&l, 0), (1600, 80, Some(20.0)));
+        assert_eq!(cycles_per_packet(&l, 800), (1600, 80, Some(10.0)));
+        assert_eq!(cycles_per_packet(&l, 5000).2, Some(0.0));
+        assert_eq!(cycles_per_packet(&[LcoreCycles::default()], 0).2, None);
+    }
+
+    #[test]
+    fn port_summary_reads_counters_and_histograms() {
+        let c = PortCounters::new(2, 2, true);
+        c.rx[0].record_burst(32, 2048);
+        c.rx[1].record_burst(0, 0);
+        c.tx[1].record_burst(32, 2048);
+        let p = PortSummary::new(1, "null", &c, 4, 2.0);
+        assert_eq!(
+            (p.rx_packets, p.tx_packets, p.drops, p.queues),
+            (32, 32, 4, 2)
+        );
+        assert_eq!(p.rx_mpps, 16e-6);
+        assert_eq!(p.histograms.len(), 4);
+        assert_eq!(p.histograms[0].counts[32], 1);
+        assert_eq!(p.histograms[1].counts[0], 1);
+        assert_eq!((p.histograms[3].dir, p.histograms[3].queue), ("tx", 1));
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["histograms"][0]["bursts"], 1);
+        let c = PortCounters::new(1, 1, false);
+        let v = serde_json::to_value(PortSummary::new(0, "null", &c, 0, 1.0)).unwrap();
+        assert!(v.get("histograms").is_none());
+    }
+}

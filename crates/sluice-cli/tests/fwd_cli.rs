@@ -1,0 +1,75 @@
+//! `sluice fwd` end to end: the built binary, its JSON summary and its
+//! errors.
+
+use std::process::Command;
+
+fn sluice(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .output()
+        .expect("the sluice binary runs")
+}
+
+#[test]
+fn fwd_over_null_ports_prints_a_json_summary_with_packets() {
+    let out = sluice(&[
+        "fwd",
+        "--port",
+        "null",
+        "--port",
+        "null",
+        "--duration",
+        "0.3",
+        "--json",
+        "--rxd",
+        "128",
+        "--txd",
+        "128",
+    ]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "exit {:?}, stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect();
+    let summary = lines.last().expect("a summary line");
+    assert_eq!(summary["type"], "summary");
+    assert_eq!(summary["engine"], "io");
+    let ports = summary["ports"].as_array().unwrap();
+    assert_eq!(ports.len(), 2);
+    for p in ports {
+        let rx = p["rx_packets"].as_u64().unwrap();
+        assert!(rx > 0, "{p}");
+        assert_eq!(p["drops"], 0);
+    }
+    // Io over two null ports: what port 0 receives, port 1 sends.
+    assert_eq!(ports[0]["rx_packets"], ports[1]["tx_packets"]);
+    assert!(summary["cycles_per_packet"].as_f64().unwrap() > 0.0);
+    assert_eq!(summary["pool_full"], true);
+    assert_eq!(summary["clean"], true);
+}
+
+#[test]
+fn a_bad_spec_prints_the_error_and_fails() {
+    let out = sluice(&[
+        "fwd",
+        "--port",
+        "null",
+        "--port",
+        "null:size=5",
+        "--duration",
+        "0.1",
+    ]);
+    assert!(!out.status.success());
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "sluice: error: port spec 'null:size=5': key 'size' = '5' is not a number in 14..=9000\n"
+    );
+    assert!(out.stdout.is_empty());
+}
