@@ -9,6 +9,7 @@
 //! Output is a table, or with `--json` one JSON object per result line on
 //! stdout (notes and skipped cases then go to stderr).
 
+pub mod fwd;
 pub mod mbuf;
 pub mod mempool;
 pub mod ring;
@@ -49,6 +50,8 @@ pub enum Part {
     Mempool,
     /// Mbuf: alloc + free, single and bulk 32.
     Mbuf,
+    /// Forwarding: io between two ports on one core (null, pair, soft).
+    Fwd,
     /// All of the above.
     All,
 }
@@ -65,7 +68,7 @@ pub enum Selection {
 /// One measured case.
 #[derive(Serialize, Debug, Clone)]
 pub struct BenchResult {
-    /// The benchmark set: `ring`, `mempool`, `mbuf`.
+    /// The benchmark set: `ring`, `mempool`, `mbuf`, `fwd`.
     pub bench: &'static str,
     /// The case, unique within its set.
     pub case: String,
@@ -363,16 +366,18 @@ pub fn emit(line: &str) {
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     let mut ctx = Ctx::new(args.json, args.iters, args.quick);
     let parts: &[Part] = match args.part {
-        Part::All => &[Part::Ring, Part::Mempool, Part::Mbuf],
+        Part::All => &[Part::Ring, Part::Mempool, Part::Mbuf, Part::Fwd],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
         Part::Mbuf => &[Part::Mbuf],
+        Part::Fwd => &[Part::Fwd],
     };
     for part in parts {
         match part {
             Part::Ring => ring::run(&mut ctx, Selection::Full),
             Part::Mempool => mempool::run(&mut ctx, Selection::Full),
             Part::Mbuf => mbuf::run(&mut ctx, Selection::Full),
+            Part::Fwd => fwd::run(&mut ctx, Selection::Full),
             Part::All => unreachable!("expanded above"),
         }
     }

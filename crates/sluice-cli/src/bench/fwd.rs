@@ -1,0 +1,311 @@
+//! `sluice bench fwd`: io forwarding between two ports on one core, as
+//! testpmd measures it (64-byte packets, burst 32, mempool cache 256).
+//!
+//! One op is one packet forwarded: received on one port and sent on the
+//! other, both directions polled in turn. The figure is the whole timed
+//! region's TSC ticks on the forwarding core divided by the packets moved
+//! (every poll counts, busy or not), minus what an inline device model
+//! reports spending inside the driver calls (`device_cycles`): what is left
+//! is driver and application work.
+//!
+//! Cases, each only if its driver exists (`sluice::driver::DRIVERS`):
+//! - `null io` / `null mac`: two `null` ports (Rx allocates, Tx frees: the
+//!   whole buffer cycle); DPDK testpmd over `net_null`: ≈ 17 / ≈ 21 cycles.
+//! - `pair io`: the two ends of one `pair` (pointers only, no alloc/free),
+//!   with mbufs preloaded to circulate; testpmd over `net_ring`: ≈ 2.3.
+//! - `soft io (inline)`: two `soft` ports on the built-in tester, the device
+//!   model running inline, its cycles excluded.
+
+use std::sync::Arc;
+
+use sluice::driver::DRIVERS;
+use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+use sluice::port::{Port, PortConfig, PortCounters};
+use sluice::tsc::rdtsc_ordered;
+
+use super::{BenchResult, Ctx, Sample, Selection, Stall, on_lcore};
+use crate::fwd::args::Engine;
+use crate::fwd::engine::{Fwd, Io, Mac, Stream, poll};
+
+/// Packets asked per Rx call.
+const BURST: usize = 32;
+/// Per-lcore mempool cache.
+const CACHE: u32 = 256;
+/// Mbufs in the pool.
+const POOL_SIZE: u32 = 8191;
+/// Descriptors per queue.
+const DESC: u16 = 1024;
+/// Packets per case by default.
+const DEFAULT_OPS: u64 = 1 << 25;
+
+/// One case.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// Its name in the table.
+    pub name: &'static str,
+    /// The driver it needs.
+    pub driver: &'static str,
+    /// The two ports.
+    pub specs: [&'static str; 2],
+    /// The engine.
+    pub engine: Engine,
+    /// Mbufs sent into port 0 before timing, to circulate (for ports that
+    /// make no packets of their own).
+    pub preload: usize,
+    /// DPDK testpmd's cycles per packet for the same case.
+    pub dpdk: Option<f64>,
+}
+
+/// Every case, whether or not its driver exists.
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "null io",
+            driver: "null",
+            specs: ["null:size=64", "null:size=64"],
+            engine: Engine::Io,
+            preload: 0,
+            dpdk: Some(17.0),
+        },
+        Case {
+            name: "null mac",
+            driver: "null",
+            specs: ["null:size=64", "null:size=64"],
+            engine: Engine::Mac,
+            preload: 0,
+            dpdk: Some(21.0),
+        },
+        Case {
+            name: "pair io",
+            driver: "pair",
+            specs: ["pair:name=bench_fwd,end=0", "pair:name=bench_fwd,end=1"],
+            engine: Engine::Io,
+            preload: 1024,
+            dpdk: Some(2.3),
+        },
+        Case {
+            name: "soft io (inline)",
+            driver: "soft",
+            specs: [
+                "soft:tester=bench_fwd,gen=udp,flows=1024,size=64,device=inline",
+                "soft:tester=bench_fwd,gen=udp,flows=1024,size=64,device=inline",
+            ],
+            engine: Engine::Io,
+            preload: 0,
+            dpdk: None,
+        },
+    ]
+}
+
+/// Runs the fwd cases (none in the summary selection).
+pub fn run(ctx: &mut Ctx, sel: Selection) {
+    if sel == Selection::Summary {
+        return;
+    }
+    let ops = ctx.ops(DEFAULT_OPS);
+    let notes = vec![format!(
+        "Two ports, one forwarding core, burst {BURST}, mempool cache {CACHE}, {POOL_SIZE} \
+         mbufs, {DESC} descriptors; one op = one packet forwarded; {ops} packets per case \
+         after a warm-up. An inline device's own cycles are excluded."
+    )];
+    ctx.section("fwd (io forwarding, two ports, one core)", &notes);
+    for case in cases() {
+        if !DRIVERS.contains(&case.driver) {
+            ctx.skip(case.name, &format!("no `{}` driver yet", case.driver));
+            continue;
+        }
+        let r = measure(ctx.main_cpu(), &case, ops);
+        ctx.report(case.name, r);
+    }
+}
+
+/// Measures one case on `cpu`.
+pub fn measure(cpu: usize, case: &Case, ops: u64) -> Result<BenchResult, String> {
+    let pool = MbufPool::new(MbufPoolConfig {
+        name: "bench-fwd".into(),
+        size: POOL_SIZE,
+        cache_size: CACHE,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut ports = Vec::new();
+    for (i, spec) in case.specs.iter().enumerate() {
+        let config = PortConfig::new(Some(pool.clone()))
+            .port_id(i as u16)
+            .nb_rxd(DESC)
+            .nb_txd(DESC);
+        ports.push(sluice::driver::open(spec, config).map_err(|e| e.to_string())?);
+    }
+    let (engine, preload) = (case.engine, case.preload);
+    let p = pool.clone();
+    let (sample, device) = on_lcore(cpu, move || {
+        let r = match engine {
+            Engine::Mac => timed(Mac, &mut ports, &p, preload, ops),
+            _ => timed(Io, &mut ports, &p, preload, ops),
+        };
+        ports.iter_mut().for_each(Port::stop);
+        drop(ports);
+        // Hand the cached buffers back before the lcore goes away.
+        p.flush_local_cache();
+        r
+    })?;
+    if !pool.is_full() {
+        return Err("the mbuf pool is not full after the run".into());
+    }
+    let cycles = sample.cycles().saturating_sub(device);
+    let ops = sample.ops.max(1);
+    let mut r = BenchResult::new(
+        "fwd",
+        case.name.to_owned(),
+        1,
+        cycles as f64 / ops as f64,
+        super::mops(ops, sample.cycles()),
+    );
+    r.bulk = Some(BURST);
+    r.cache = Some(CACHE);
+    r.ops = sample.ops;
+    r.dpdk_cycles_per_op = case.dpdk;
+    r.backing = Some(pool.mempool().backing().to_string());
+    Ok(r)
+}
+
+/// Device cycles of the ports.
+fn device_cycles(counters: &[Arc<PortCounters>]) -> u64 {
+    counters
+        .iter()
+        .filter_map(|c| c.xstats.get("device_cycles"))
+        .sum()
+}
+
+/// Starts the ports, preloads, warms up, then forwards `ops` packets both
+/// ways; returns the timed sample and the device cycles inside it.
+fn timed<E: Fwd>(
+    e: E,
+    ports: &mut [Port],
+    pool: &MbufPool,
+    preload: usize,
+    ops: u64,
+) -> Result<(Sample, u64), String> {
+    let err = |e: sluice::port::PortError| e.to_string();
+    for p in ports.iter_mut() {
+        p.start().map_err(err)?;
+    }
+    if preload > 0 {
+        preload_port(&mut ports[0], pool, preload)?;
+    }
+    let counters: Vec<_> = ports.iter().map(Port::counters).collect();
+    let [a, b] = ports else {
+        return Err("two ports are needed".into());
+    };
+    let (arx, atx) = a.queues_mut().map_err(err)?;
+    let (brx, btx) = b.queues_mut().map_err(err)?;
+    let mac = sluice::net::MacAddr([2, 0, 0, 0, 0, 1]);
+    let stream = |id, tx_port, rx, tx| Stream {
+        id,
+        tx_port,
+        rx,
+        tx,
+        src_mac: mac,
+        dst_mac: mac,
+        frame: None,
+    };
+    let mut streams = [
+        stream(0, 1, arx[0].as_mut(), btx[0].as_mut()),
+        stream(1, 0, brx[0].as_mut(), atx[0].as_mut()),
+    ];
+    let mut burst: Burst<64> = Burst::new();
+    forward(e, &mut streams, &mut burst, (ops / 16).max(1024))?;
+    let dev0 = device_cycles(&counters);
+    let start = rdtsc_ordered();
+    let moved = forward(e, &mut streams, &mut burst, ops)?;
+    let end = rdtsc_ordered();
+    let device = device_cycles(&counters).saturating_sub(dev0);
+    Ok((
+        Sample {
+            ops: moved,
+            start,
+            end,
+        },
+        device,
+    ))
+}
+
+/// Sends `n` 64-byte packets (or as many as it takes) on `port`'s Tx queue
+/// 0, to circulate between ports that make none of their own.
+fn preload_port(port: &mut Port, pool: &MbufPool, n: usize) -> Result<(), String> {
+    let mut b: Burst<64> = Burst::new();
+    let tx = port.tx_queue(0).map_err(|e| e.to_string())?;
+    let mut left = n;
+    while left > 0 {
+        let k = left.min(b.free());
+        pool.alloc_bulk(&mut b, k).map_err(|e| e.to_string())?;
+        for m in b.iter_mut() {
+            m.append(64).map_err(|e| e.to_string())?.fill(0);
+        }
+        let sent = tx.tx_burst(&mut b);
+        if sent < k {
+            // The ring is full: what it holds circulates (the rest is freed
+            // with `b`).
+            break;
+        }
+        left -= sent;
+    }
+    Ok(())
+}
+
+/// Polls both streams in turn until `ops` packets were forwarded; returns
+/// how many were. Dropped packets are an error (a forwarding bench must not
+/// lose them).
+#[inline(never)]
+fn forward<E: Fwd>(
+    e: E,
+    streams: &mut [Stream<'_>; 2],
+    burst: &mut Burst<64>,
+    ops: u64,
+) -> Result<u64, String> {
+    let mut moved = 0u64;
+    let mut stall = Stall::new("forwarding core");
+    while moved < ops {
+        let mut n = 0;
+        for s in streams.iter_mut() {
+            let m = poll(e, s, burst.capped(BURST), 0);
+            if m.dropped != 0 {
+                return Err(format!("{} packets dropped on Tx", m.dropped));
+            }
+            n += m.tx;
+        }
+        if n == 0 {
+            stall.failed()?;
+        } else {
+            stall.progressed();
+            moved += n as u64;
+        }
+    }
+    Ok(moved)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn null_cases_forward_and_return_every_buffer() {
+        let cpu = sluice::lcore::available_cpus()[0];
+        for case in cases().iter().filter(|c| DRIVERS.contains(&c.driver)) {
+            let r = measure(cpu, case, 4096).unwrap_or_else(|e| panic!("{}: {e}", case.name));
+            assert!(r.ops >= 4096, "{}: {}", case.name, r.ops);
+            assert!(r.cycles_per_op > 0.0 && r.mops > 0.0);
+            assert_eq!((r.bench, r.bulk, r.cache), ("fwd", Some(32), Some(256)));
+        }
+    }
+
+    #[test]
+    fn case_names_are_unique_and_null_is_always_there() {
+        let c = cases();
+        let mut names: Vec<_> = c.iter().map(|c| c.name).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), c.len());
+        assert!(DRIVERS.contains(&"null"));
+    }
+}
