@@ -1,0 +1,139 @@
+//! The smallest complete forwarder: two ports, bursts both ways, stats on
+//! Ctrl-C.
+//!
+//! ```text
+//! cargo run --release -p sluice --example forwarder [SPEC0 SPEC1 [LIMIT]]
+//! ```
+//! SPEC0 and SPEC1 name the ports (default: two `null` ports); LIMIT stops
+//! the run after that many packets (`10000000`) or seconds (`2.5s`).
+//! Without it the forwarder runs until Ctrl-C.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+use sluice::port::{Port, PortConfig};
+
+/// Set by the SIGINT handler.
+static STOP: AtomicBool = AtomicBool::new(false);
+
+extern "C" fn on_sigint(_: libc::c_int) {
+    STOP.store(true, Ordering::Relaxed);
+}
+
+/// When to stop, besides Ctrl-C.
+enum Limit {
+    None,
+    Packets(u64),
+    Time(Duration),
+}
+
+fn parse_limit(s: &str) -> Result<Limit, String> {
+    if let Some(secs) = s.strip_suffix('s') {
+        return secs
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite() && *v > 0.0)
+            .map(|v| Limit::Time(Duration::from_secs_f64(v)))
+            .ok_or_else(|| format!("'{s}' is not a number of seconds"));
+    }
+    s.parse::<u64>()
+        .map(Limit::Packets)
+        .map_err(|_| format!("'{s}' is not a packet count or a duration like 2.5s"))
+}
+
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("forwarder: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<(), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (specs, limit) = match args.as_slice() {
+        [] => (["null", "null"], Limit::None),
+        [a, b] => ([a.as_str(), b.as_str()], Limit::None),
+        [a, b, l] => ([a.as_str(), b.as_str()], parse_limit(l)?),
+        _ => return Err("usage: forwarder [SPEC0 SPEC1 [PACKETS | SECONDSs]]".into()),
+    };
+
+    // One pool for both ports; its per-lcore cache needs a registered thread.
+    let _lcore = sluice::lcore::register().map_err(|e| e.to_string())?;
+    let pool = MbufPool::new(MbufPoolConfig {
+        size: 8191,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut ports: Vec<Port> = Vec::new();
+    for (id, spec) in specs.iter().enumerate() {
+        let config = PortConfig::new(Some(pool.clone())).port_id(id as u16);
+        let mut port = sluice::driver::open(spec, config).map_err(|e| e.to_string())?;
+        port.start().map_err(|e| e.to_string())?;
+        ports.push(port);
+    }
+
+    let handler: extern "C" fn(libc::c_int) = on_sigint;
+    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
+
+    let start = Instant::now();
+    let mut forwarded = 0u64;
+    let mut dropped = 0u64;
+    {
+        let [a, b] = ports.as_mut_slice() else {
+            unreachable!("two ports")
+        };
+        let (a_rx, a_tx) = a.queues_mut().map_err(|e| e.to_string())?;
+        let (b_rx, b_tx) = b.queues_mut().map_err(|e| e.to_string())?;
+        let mut burst: Burst = Burst::new();
+        let mut polls = 0u64;
+        while !STOP.load(Ordering::Relaxed) {
+            // a -> b, then b -> a. What Tx does not take is dropped (freed).
+            for (rx, tx) in [(&mut a_rx[0], &mut b_tx[0]), (&mut b_rx[0], &mut a_tx[0])] {
+                if rx.rx_burst(&mut burst) > 0 {
+                    forwarded += tx.tx_burst(&mut burst) as u64;
+                    dropped += burst.len() as u64;
+                    burst.clear();
+                }
+            }
+            polls += 1;
+            let done = match limit {
+                Limit::None => false,
+                Limit::Packets(n) => forwarded >= n,
+                // Look at the clock now and then only.
+                Limit::Time(d) => polls % 1024 == 0 && start.elapsed() >= d,
+            };
+            if done {
+                break;
+            }
+        }
+    }
+
+    let secs = start.elapsed().as_secs_f64();
+    for p in ports.iter_mut() {
+        p.stop();
+    }
+    for p in &ports {
+        let s = p.stats();
+        println!(
+            "port {} ({}): rx {} tx {} rx_missed {} rx_nombuf {}",
+            p.id(),
+            p.name(),
+            s.rx_packets,
+            s.tx_packets,
+            s.rx_missed,
+            s.rx_nombuf
+        );
+    }
+    println!(
+        "forwarded {forwarded} packets in {secs:.2} s ({:.2} Mpps), dropped {dropped}",
+        forwarded as f64 / secs / 1e6
+    );
+    drop(ports);
+    pool.flush_local_cache();
+    Ok(())
+}
