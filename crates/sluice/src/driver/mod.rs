@@ -10,7 +10,7 @@
 //! |---|---|
 //! | [`null`] | Rx makes packets, Tx frees them: the buffer cycle alone |
 //! | [`pair`] | two ports joined by rings: what one end sends, the other receives (zero copy) |
-//! | [`pcap`] | the pcap file format (the port driver is being built) |
+//! | [`pcap`] | packets from and to pcap files (tshark/Wireshark's format) |
 
 pub mod null;
 pub mod pair;
@@ -19,7 +19,7 @@ pub mod pcap;
 use crate::port::{Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
-pub const DRIVERS: &[&str] = &["null", "pair"];
+pub const DRIVERS: &[&str] = &["null", "pair", "pcap"];
 
 /// Makes a port from a spec string (`null:size=64`, …) and a configuration.
 /// The port is not started. Errors name the spec and what is wrong with it:
@@ -30,6 +30,7 @@ pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
     let driver: Box<dyn PortDriver> = match spec.driver() {
         "null" => Box::new(null::NullDriver::from_spec(&spec)?),
         "pair" => Box::new(pair::PairDriver::from_spec(&spec)?),
+        "pcap" => Box::new(pcap::PcapDriver::from_spec(&spec)?),
         _ => return Err(spec.unknown_driver(DRIVERS).into()),
     };
     Port::new(spec.as_str(), driver, config)
