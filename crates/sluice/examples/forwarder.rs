@@ -105,7 +105,7 @@ fn run() -> Result<(), String> {
                 Limit::None => false,
                 Limit::Packets(n) => forwarded >= n,
                 // Look at the clock now and then only.
-                Limit::Time(d) => polls % 1024 == 0 && start.elapsed() >= d,
+                Limit::Time(d) => polls.is_multiple_of(1024) && start.elapsed() >= d,
             };
             if done {
                 break;

@@ -78,7 +78,7 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "pair io",
             driver: "pair",
-            specs: ["pair:name=bench_fwd,end=0", "pair:name=bench_fwd,end=1"],
+            specs: ["pair:name=bench_fwd", "pair:name=bench_fwd"],
             engine: Engine::Io,
             preload: 1024,
             dpdk: Some(2.3),

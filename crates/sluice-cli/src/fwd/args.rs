@@ -6,7 +6,7 @@ use sluice::net::MacAddr;
 /// Arguments of `sluice fwd`.
 #[derive(Args, Debug, Clone)]
 pub struct FwdArgs {
-    /// Port spec strings (`null`, `pair:name=p0,end=0`, `soft:tester=t,gen=udp`,
+    /// Port spec strings (`null`, `pair:name=p0`, `soft:tester=t,gen=udp`,
     /// `pcap:rx=in.pcap`, ...), in port order. Ports forward in pairs, 0<->1,
     /// 2<->3; with an odd count the last forwards to itself.
     #[arg(value_name = "SPEC")]
@@ -59,7 +59,12 @@ pub struct FwdArgs {
     /// for one (repeatable). Default 02:00:00:00:00:PORT.
     #[arg(long, value_name = "[PORT,]MAC", value_parser = parse_eth_peer)]
     pub eth_peer: Vec<EthPeer>,
-    /// `txonly` engine: frame length in bytes (without FCS).
+    /// Send one burst of generated frames (`--txpkts` bytes) on every
+    /// stream before forwarding starts: traffic for ports that make none
+    /// (a `pair`), as testpmd's `--tx-first`.
+    #[arg(long)]
+    pub tx_first: bool,
+    /// `txonly` engine and `--tx-first`: frame length in bytes (without FCS).
     #[arg(long, default_value_t = 64, value_name = "SIZE",
           value_parser = clap::value_parser!(u16).range(42..=9000))]
     pub txpkts: u16,
@@ -85,6 +90,7 @@ impl FwdArgs {
             hist: false,
             tx_retry: 0,
             eth_peer: Vec::new(),
+            tx_first: false,
             txpkts: 64,
         }
     }

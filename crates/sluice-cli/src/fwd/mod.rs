@@ -27,7 +27,7 @@ pub mod summary;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice::mbuf::{MbufPool, MbufPoolConfig};
+use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{Port, PortConfig, PortError};
 
 pub use args::{Engine, FwdArgs};
@@ -89,7 +89,7 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
     let pool_size = args
         .pool_size
         .unwrap_or_else(|| default_pool_size(specs.len(), queues, args));
-    let data_room = if args.engine == Engine::Txonly {
+    let data_room = if args.engine == Engine::Txonly || args.tx_first {
         args.txpkts.max(2048)
     } else {
         2048
@@ -233,6 +233,11 @@ fn forward(
             });
         }
     }
+    if args.tx_first {
+        for s in streams.iter_mut() {
+            send_first_burst(s, pool, args);
+        }
+    }
     let stream_counters: Vec<StreamCounters> =
         streams.iter().map(|_| StreamCounters::default()).collect();
     let stream_tx_port: Vec<usize> = streams.iter().map(|s| s.tx_port).collect();
@@ -300,6 +305,23 @@ fn forward(
     let lcores = results.into_iter().collect::<Result<Vec<_>, _>>()?;
     let drops = src.sample().iter().map(|s| s.drops).collect();
     Ok((lcores, secs, drops))
+}
+
+/// `--tx-first`: one burst of generated frames on the stream's Tx queue
+/// (what it does not take is freed).
+fn send_first_burst(s: &mut Stream<'_>, pool: &MbufPool, args: &FwdArgs) {
+    let frame = udp_frame(args.txpkts, s.src_mac, s.dst_mac);
+    let mut burst: Burst<64> = Burst::new();
+    let n = args.burst as usize;
+    if pool.alloc_bulk(&mut burst, n).is_err() {
+        return;
+    }
+    for m in burst.iter_mut() {
+        if let Ok(d) = m.append(frame.len()) {
+            d.copy_from_slice(&frame);
+        }
+    }
+    s.tx.tx_burst(&mut burst);
 }
 
 /// Stats lines until the duration is over (or SIGINT), then the drain:
@@ -432,6 +454,31 @@ mod tests {
             drop(ports);
             assert!(pool.is_full(), "{engine:?}");
         }
+    }
+
+    #[test]
+    fn tx_first_sets_traffic_circulating_between_pair_ends() {
+        let mut args = quick(&["pair:name=fwd_test", "pair:name=fwd_test"], Engine::Io, 1);
+        args.tx_first = true;
+        let pool = MbufPool::new(MbufPoolConfig {
+            size: 2047,
+            cache_size: 32,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
+        ports.iter_mut().for_each(|p| p.start().unwrap());
+        let (lcores, _, drops) = forward(&mut ports, &pool, &args).unwrap();
+        assert_eq!(drops, [0, 0]);
+        let s: Vec<_> = ports.iter().map(Port::stats).collect();
+        // Each stream sent one burst first, then forwarded all it received
+        // (port 0 Rx -> port 1 Tx and back).
+        assert!(s[0].rx_packets > 64, "{:?}", s[0]);
+        assert_eq!(s[1].tx_packets, s[0].rx_packets + 32);
+        assert_eq!(s[0].tx_packets, s[1].rx_packets + 32);
+        assert_eq!(lcores[0].packets, s[0].rx_packets + s[1].rx_packets);
+        drop(ports);
+        assert!(pool.is_full());
     }
 
     #[test]
