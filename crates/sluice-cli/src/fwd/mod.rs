@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
-use sluice::port::{Port, PortConfig, PortError};
+use sluice::port::{Port, PortConfig, PortCounters, PortError, PortSpec};
 
 pub use args::{Engine, FwdArgs};
 use engine::{Stream, udp_frame};
@@ -111,9 +111,10 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
     let (lcores, secs, stream_drops) = forward(&mut ports, &pool, args)?;
 
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
-    let device_cycles: u64 = counters
+    let device_cycles: u64 = ports
         .iter()
-        .filter_map(|c| c.xstats.get("device_cycles"))
+        .zip(&counters)
+        .map(|(p, c)| inline_device_cycles(p.name(), c))
         .sum();
     for p in ports.iter_mut() {
         p.stop();
@@ -152,6 +153,18 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
     };
     summary.print(args.json);
     Ok(clean)
+}
+
+/// The cycles port `spec`'s device model spent inside the forwarding
+/// lcores' queue calls: its `device_cycles` xstat, unless the device runs on
+/// its own thread (`device=threaded`), whose cycles are not the lcores'.
+pub fn inline_device_cycles(spec: &str, c: &PortCounters) -> u64 {
+    let threaded = PortSpec::parse(spec).is_ok_and(|s| s.get("device") == Some("threaded"));
+    if threaded {
+        0
+    } else {
+        c.xstats.get("device_cycles").unwrap_or(0)
+    }
 }
 
 /// Opens every port with `queues` Rx and Tx queues; if a driver cannot have
@@ -479,6 +492,16 @@ mod tests {
         assert_eq!(lcores[0].packets, s[0].rx_packets + s[1].rx_packets);
         drop(ports);
         assert!(pool.is_full());
+    }
+
+    #[test]
+    fn only_an_inline_device_has_its_cycles_subtracted() {
+        let c = PortCounters::new(1, 1, false);
+        assert_eq!(inline_device_cycles("null", &c), 0);
+        c.xstats.register("device_cycles").add(500);
+        assert_eq!(inline_device_cycles("soft:device=inline", &c), 500);
+        assert_eq!(inline_device_cycles("soft", &c), 500);
+        assert_eq!(inline_device_cycles("soft:device=threaded", &c), 0);
     }
 
     #[test]
