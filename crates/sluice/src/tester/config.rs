@@ -157,8 +157,7 @@ impl TesterConfig {
     pub fn from_args(args: &mut SpecArgs<'_>) -> Result<Option<TesterConfig>, SpecError> {
         let gen_kind = args.choice("gen", GEN_NAMES)?;
         let flows = args.u64_in("flows", 1..=u64::from(MAX_FLOWS))?;
-        let size =
-            args.parse::<FrameSize>("size", "a frame size in 60..=9000 or imix")?;
+        let size = args.parse::<FrameSize>("size", "a frame size in 60..=9000 or imix")?;
         let rate = args.parse::<Rate>("rate", "a rate in frames/s above 0")?;
         let count = args.u64_in("count", 1..=u64::MAX)?;
         if gen_kind.is_none()

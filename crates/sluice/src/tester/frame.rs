@@ -31,7 +31,7 @@
 //! repeated and starts at an even offset. No frame byte is read back.
 //!
 //! **Flow tuples.** Flow `f` of stream `s`: IPv4 `10.s.f>>8.f → 198.18.0.1`
-//! (RFC 2544's benchmarking network), IPv6 `2001:2:0:1::s:f>>16:f →
+//! (RFC 2544's benchmarking network), IPv6 `2001:2:0:1:0:s:f>>16:f →
 //! 2001:2:0:2::1` (RFC 5180's), source port `1024 + (f >> 16)`, destination
 //! port 9. Tuples are distinct for every flow of a stream, and across streams
 //! for IPv6 (IPv4 repeats every 256 streams).

@@ -198,12 +198,10 @@ impl Generator {
             FrameSize::Fixed(len) => ([len; IMIX_ORDER.len()], 1),
             FrameSize::Imix => (IMIX_ORDER, IMIX_ORDER.len()),
         };
-        let pacer = c.rate_pps.filter(|_| !flows.is_empty()).map(|pps| {
-            Pacer::new(
-                pps * flows.len() as f64 / f64::from(n),
-                tsc::tsc_hz(),
-            )
-        });
+        let pacer = c
+            .rate_pps
+            .filter(|_| !flows.is_empty())
+            .map(|pps| Pacer::new(pps * flows.len() as f64 / f64::from(n), tsc::tsc_hz()));
         let min_len = tester.layout.payload_off;
         Generator {
             tester,
@@ -261,7 +259,11 @@ impl Generator {
         if let Some(b) = self.budget {
             // Some flow has frames left (remaining > 0): skip those that have not.
             while self.seqs[idx] >= flow_budget(b, self.flows[idx]) {
-                idx = if idx + 1 == self.flows.len() { 0 } else { idx + 1 };
+                idx = if idx + 1 == self.flows.len() {
+                    0
+                } else {
+                    idx + 1
+                };
             }
         }
         if let Some(p) = &mut self.pacer
@@ -282,7 +284,11 @@ impl Generator {
             size_pos: self.size_pos,
             len,
         });
-        self.pos = if idx + 1 == self.flows.len() { 0 } else { idx + 1 };
+        self.pos = if idx + 1 == self.flows.len() {
+            0
+        } else {
+            idx + 1
+        };
         self.size_pos += 1;
         if self.size_pos == self.n_sizes {
             self.size_pos = 0;
@@ -315,8 +321,7 @@ impl Generator {
             return;
         };
         self.seqs[l.idx] -= 1;
-        self.stream.next_seq[self.flows[l.idx] as usize]
-            .store(self.seqs[l.idx], Ordering::Relaxed);
+        self.stream.next_seq[self.flows[l.idx] as usize].store(self.seqs[l.idx], Ordering::Relaxed);
         self.pos = l.pos;
         self.size_pos = l.size_pos;
         if let Some(r) = &mut self.remaining {
