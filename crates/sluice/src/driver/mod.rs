@@ -1,7 +1,7 @@
 //! Drivers, one folder each, and [`open`], which makes a port from a spec
 //! string.
 //!
-//! A driver implements [`PortDriver`](crate::port::PortDriver) (the device's
+//! A driver implements [`PortDriver`] (the device's
 //! control path) and the [`RxQueue`](crate::port::RxQueue) /
 //! [`TxQueue`](crate::port::TxQueue) traits (its hot path). Drivers see the
 //! port layer, never each other.
@@ -9,15 +9,17 @@
 //! | driver | what it is |
 //! |---|---|
 //! | [`null`] | Rx makes packets, Tx frees them: the buffer cycle alone |
-//! | [`pcap`] | the pcap file format (the port driver is being built) |
+//! | [`pair`] | two ports joined by rings: what one end sends, the other receives (zero copy) |
+//! | [`pcap`] | packets from and to pcap files (tshark/Wireshark's format) |
 
 pub mod null;
+pub mod pair;
 pub mod pcap;
 
 use crate::port::{Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
-pub const DRIVERS: &[&str] = &["null"];
+pub const DRIVERS: &[&str] = &["null", "pair", "pcap"];
 
 /// Makes a port from a spec string (`null:size=64`, …) and a configuration.
 /// The port is not started. Errors name the spec and what is wrong with it:
@@ -27,6 +29,8 @@ pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
     let spec = PortSpec::parse(spec)?;
     let driver: Box<dyn PortDriver> = match spec.driver() {
         "null" => Box::new(null::NullDriver::from_spec(&spec)?),
+        "pair" => Box::new(pair::PairDriver::from_spec(&spec)?),
+        "pcap" => Box::new(pcap::PcapDriver::from_spec(&spec)?),
         _ => return Err(spec.unknown_driver(DRIVERS).into()),
     };
     Port::new(spec.as_str(), driver, config)

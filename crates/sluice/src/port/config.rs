@@ -67,7 +67,15 @@ impl Offloads {
     /// The offload named `name` (`fast_free`, `multi_seg`, `ipv4_cksum`,
     /// `udp_cksum`, `tcp_cksum`, `tso`, `rss_hash`).
     pub fn from_name(name: &str) -> Option<Offloads> {
-        Self::NAMES.iter().find(|(_, n)| *n == name).map(|(o, _)| *o)
+        Self::NAMES
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(o, _)| *o)
+    }
+
+    /// Every offload name [`from_name`](Self::from_name) knows.
+    pub fn all_names() -> impl Iterator<Item = &'static &'static str> {
+        Self::NAMES.iter().map(|(_, n)| n)
     }
 
     /// Names of the bits set, in a fixed order.
