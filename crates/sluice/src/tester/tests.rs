@@ -729,10 +729,7 @@ fn checkers_on_two_threads_sharing_flows_count_exactly() {
         (r.sent, r.received, r.duplicates),
         (N as u64, N as u64, N as u64)
     );
-    assert_eq!(
-        (r.lost, r.corrupt, r.foreign),
-        (0, 0, (N / STEP) as u64)
-    );
+    assert_eq!((r.lost, r.corrupt, r.foreign), (0, 0, (N / STEP) as u64));
 }
 
 #[test]
