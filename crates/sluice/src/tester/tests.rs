@@ -824,3 +824,13 @@ proptest::proptest! {
         proptest::prop_assert_eq!(r.corrupt + r.foreign, 0);
     }
 }
+
+#[test]
+fn testers_are_shared_and_their_parts_move_between_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    fn send<T: Send>() {}
+    send_sync::<Tester>();
+    send_sync::<Arc<Tester>>();
+    send::<Generator>();
+    send::<Checker>();
+}
