@@ -2,6 +2,7 @@
 
 mod bench;
 mod fwd;
+mod traffic_gen;
 
 use std::process::ExitCode;
 
@@ -22,6 +23,9 @@ struct Cli {
 enum Command {
     /// Forward packets between ports, as DPDK's testpmd does.
     Fwd(fwd::FwdArgs),
+    /// Send the built-in tester's traffic on a port (and check what comes
+    /// back, with `--check`).
+    Gen(traffic_gen::GenArgs),
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd` or `all`.
     Bench(bench::BenchArgs),
 }
@@ -31,6 +35,11 @@ fn main() -> ExitCode {
     let result = match cli.command {
         None => demo(),
         Some(Command::Fwd(args)) => fwd_checked(&args),
+        Some(Command::Gen(args)) => match traffic_gen::run(&args) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("the tester report is not clean".into()),
+            Err(e) => Err(e),
+        },
         Some(Command::Bench(args)) => bench::run(&args),
     };
     match result {

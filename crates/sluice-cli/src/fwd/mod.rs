@@ -24,11 +24,13 @@ pub mod lcore;
 pub mod stats;
 pub mod summary;
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{Port, PortConfig, PortCounters, PortError, PortSpec};
+use sluice::tester::Tester;
 
 pub use args::{Engine, FwdArgs};
 use engine::{Stream, udp_frame};
@@ -108,7 +110,10 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
             .map_err(|e| format!("port {} ({}): {e}", p.id(), p.name()))?;
     }
     catch_sigint();
-    let (lcores, secs, stream_drops) = forward(&mut ports, &pool, args)?;
+    // The testers the ports are cabled to (held here, so their reports
+    // outlive the ports).
+    let testers = sluice::tester::registered();
+    let (lcores, secs, stream_drops) = forward(&mut ports, &pool, args, &testers)?;
 
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     let device_cycles: u64 = ports
@@ -125,7 +130,7 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
         .map(|(i, c)| PortSummary::new(i, ports[i].name(), c, stream_drops[i], secs))
         .collect();
     drop(ports);
-    let testers = tester_reports();
+    let testers = tester_reports(testers);
     let (busy_cycles, busy_packets, cpp) = cycles_per_packet(&lcores, device_cycles);
     let rx: u64 = port_rows.iter().map(|p| p.rx_packets).sum();
     let tx: u64 = port_rows.iter().map(|p| p.tx_packets).sum();
@@ -204,12 +209,14 @@ fn open_all(
     Ok(ports)
 }
 
-/// The forwarding phase: streams, lcores, live stats, drain. Returns each
+/// The forwarding phase: streams, lcores, live stats, and, when `testers`
+/// watch the traffic, their pause and the drain. Returns each
 /// lcore's cycles, the seconds forwarded and the drops per Tx port.
 fn forward(
     ports: &mut [Port],
     pool: &MbufPool,
     args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
 ) -> Result<(Vec<LcoreCycles>, f64, Vec<u64>), String> {
     let n = ports.len();
     let macs: Vec<_> = ports.iter().map(Port::mac).collect();
@@ -294,7 +301,7 @@ fn forward(
         let live = Live::new(&src, args.json);
         let started = live.start();
         if handles.iter().all(|h| h.is_ok()) {
-            main_loop(live, &src, args);
+            main_loop(live, &src, args, testers);
         }
         stop.store(true, Ordering::Relaxed);
         let secs = started.elapsed().as_secs_f64();
@@ -337,10 +344,10 @@ fn send_first_burst(s: &mut Stream<'_>, pool: &MbufPool, args: &FwdArgs) {
     s.tx.tx_burst(&mut burst);
 }
 
-/// Stats lines until the duration is over (or SIGINT), then the drain:
-/// forwarding goes on until nothing moved for a few looks, at most
-/// [`DRAIN_MAX`].
-fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs) {
+/// Stats lines until the duration is over (or SIGINT); then, with testers,
+/// the drain: they are paused and forwarding goes on until nothing moved
+/// for a few looks, at most [`DRAIN_MAX`].
+fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs, testers: &[(String, Arc<Tester>)]) {
     let start = live.start();
     let end = start + Duration::from_secs_f64(args.duration);
     let period = Duration::from_secs_f64(args.stats_period);
@@ -358,10 +365,12 @@ fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs) {
             next += period;
         }
     }
-    if !has_testers() {
+    if testers.is_empty() {
         return;
     }
-    quiesce_generators();
+    for (_, t) in testers {
+        t.pause(true);
+    }
     let drain_end = Instant::now() + DRAIN_MAX;
     let mut last = src.moved();
     let mut idle = 0;
@@ -377,18 +386,27 @@ fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs) {
     }
 }
 
-/// Asks every traffic generator to stop, so the drain can empty the
-/// pipeline. (Nothing to ask until the tester exists.)
-fn quiesce_generators() {}
-
-/// Whether a tester watches the traffic (only then is the pipeline drained).
-fn has_testers() -> bool {
-    false
-}
-
 /// Each registered tester's report.
-fn tester_reports() -> Vec<TesterSummary> {
-    Vec::new()
+fn tester_reports(mut testers: Vec<(String, Arc<Tester>)>) -> Vec<TesterSummary> {
+    testers.sort_by(|a, b| a.0.cmp(&b.0));
+    testers
+        .into_iter()
+        .map(|(name, t)| {
+            let r = t.report();
+            TesterSummary {
+                name,
+                sent: r.sent,
+                received: r.received,
+                lost: r.lost,
+                reordered: r.reordered,
+                duplicates: r.duplicates,
+                corrupt: r.corrupt,
+                foreign: r.foreign,
+                clean: r.is_clean(),
+                report: r.to_string(),
+            }
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -446,7 +464,7 @@ mod tests {
             .unwrap();
             let mut ports = open_ports(&args.all_specs(), &pool, 2, &args).unwrap();
             ports.iter_mut().for_each(|p| p.start().unwrap());
-            let (lcores, secs, drops) = forward(&mut ports, &pool, &args).unwrap();
+            let (lcores, secs, drops) = forward(&mut ports, &pool, &args, &[]).unwrap();
             assert_eq!(lcores.len(), 2);
             assert!(secs > 0.0);
             assert_eq!(drops, [0, 0, 0], "null Tx takes everything");
@@ -481,7 +499,7 @@ mod tests {
         .unwrap();
         let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
         ports.iter_mut().for_each(|p| p.start().unwrap());
-        let (lcores, _, drops) = forward(&mut ports, &pool, &args).unwrap();
+        let (lcores, _, drops) = forward(&mut ports, &pool, &args, &[]).unwrap();
         assert_eq!(drops, [0, 0]);
         let s: Vec<_> = ports.iter().map(Port::stats).collect();
         // Each stream sent one burst first, then forwarded all it received

@@ -242,12 +242,13 @@ impl Generator {
     /// Writes the next frame into `buf[..len]` and returns `len`.
     ///
     /// `None` when the rate allows no frame at `now_tsc`, when the count is
-    /// reached, when the generator has no flows, or when `buf` is shorter
+    /// reached, when the generator has no flows, when the tester is paused
+    /// ([`Tester::pause`]), or when `buf` is shorter
     /// than [`frame_len`](Self::frame_len) (counted in the report's
     /// `short_buffers`); nothing is consumed then.
     #[inline]
     pub fn fill(&mut self, buf: &mut [u8], now_tsc: u64) -> Option<usize> {
-        if self.flows.is_empty() || self.remaining == Some(0) {
+        if self.flows.is_empty() || self.remaining == Some(0) || self.tester.is_paused() {
             return None;
         }
         let len = self.frame_len();
@@ -303,9 +304,9 @@ impl Generator {
 
     /// How many frames [`fill`](Self::fill) would write at `now_tsc`: what
     /// the rate allows (`u64::MAX` at full speed), at most what the count
-    /// leaves; 0 for a generator without flows.
+    /// leaves; 0 for a generator without flows or a paused tester.
     pub fn ready(&self, now_tsc: u64) -> u64 {
-        if self.flows.is_empty() {
+        if self.flows.is_empty() || self.tester.is_paused() {
             return 0;
         }
         let rate = self.pacer.as_ref().map_or(u64::MAX, |p| p.ready(now_tsc));

@@ -51,7 +51,7 @@ mod report;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 pub use checker::Checker;
@@ -85,6 +85,8 @@ pub struct Tester {
     streams: RwLock<Vec<Arc<StreamState>>>,
     generators: Mutex<Vec<Arc<GenStats>>>,
     checkers: Mutex<Vec<Arc<CheckStats>>>,
+    /// Generators send nothing while set ([`pause`](Tester::pause)).
+    paused: AtomicBool,
 }
 
 impl Tester {
@@ -99,6 +101,7 @@ impl Tester {
             streams: RwLock::new(Vec::new()),
             generators: Mutex::new(Vec::new()),
             checkers: Mutex::new(Vec::new()),
+            paused: AtomicBool::new(false),
         })
     }
 
@@ -191,6 +194,21 @@ impl Tester {
             .unwrap_or_else(PoisonError::into_inner)
             .push(stats.clone());
         Checker::new(self.clone(), stats)
+    }
+
+    /// Stops (`true`) or resumes (`false`) every generator of this tester:
+    /// while paused, [`Generator::fill`] writes nothing and
+    /// [`Generator::ready`] is 0. An application pauses the tester at the end
+    /// of a run and forwards until nothing is in flight, so that `lost` is
+    /// final.
+    pub fn pause(&self, paused: bool) {
+        self.paused.store(paused, Ordering::Relaxed);
+    }
+
+    /// Whether the generators are paused.
+    #[inline]
+    pub fn is_paused(&self) -> bool {
+        self.paused.load(Ordering::Relaxed)
     }
 
     /// The counts so far, summed over all generators and checkers. `lost` is

@@ -834,3 +834,20 @@ fn testers_are_shared_and_their_parts_move_between_threads() {
     send::<Generator>();
     send::<Checker>();
 }
+
+#[test]
+fn a_paused_tester_generates_nothing_until_resumed() {
+    let t = Tester::new(TesterConfig::default());
+    let s = t.add_stream();
+    let mut g = t.generator(s, (0..4).collect());
+    let mut buf = [0u8; 2048];
+    assert!(g.fill(&mut buf, 0).is_some());
+    t.pause(true);
+    assert!(t.is_paused());
+    assert_eq!(g.ready(0), 0);
+    assert_eq!(g.fill(&mut buf, 0), None);
+    t.pause(false);
+    assert_eq!(g.ready(0), u64::MAX);
+    assert!(g.fill(&mut buf, 0).is_some());
+    assert_eq!(t.report().sent, 2, "nothing counted while paused");
+}

@@ -1,0 +1,303 @@
+//! `sluice gen`: the built-in tester's generator onto any port.
+//!
+//! The main thread (registered as an lcore) fills mbufs with the tester's
+//! stamped frames and sends them on Tx queue 0, never dropping one: frames
+//! the queue does not take stay in the burst and go first next time, and
+//! only the free room is filled with new ones. With `--check` it also
+//! receives on Rx queue 0 and checks every frame (for a port whose traffic
+//! comes back: a `pair` looped through `sluice fwd`, a `soft` port cabled to
+//! a wire, ...). At the end it stops generating, keeps receiving until
+//! nothing arrives (bounded), stops the port and prints the tester report.
+
+use std::time::{Duration, Instant};
+
+use clap::Args;
+use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+use sluice::port::{PortConfig, PortSpec, SpecArgs};
+use sluice::tester::{TESTER_KEYS, Tester, TesterConfig, TesterReport};
+use sluice::tsc::rdtsc;
+
+use crate::bench::emit;
+
+/// Arguments of `sluice gen`.
+#[derive(Args, Debug, Clone)]
+pub struct GenArgs {
+    /// The port to send on (a spec string).
+    #[arg(long, short = 'p', value_name = "SPEC")]
+    pub port: String,
+    /// How long to send, in seconds.
+    #[arg(long, default_value_t = 1.0)]
+    pub duration: f64,
+    /// Frames per second (default: full speed).
+    #[arg(long, value_name = "PPS")]
+    pub rate: Option<String>,
+    /// Protocols: udp, tcp, udp6 or tcp6.
+    #[arg(long = "gen", value_name = "KIND", default_value = "udp")]
+    pub kind: String,
+    /// Flows.
+    #[arg(long, default_value = "16")]
+    pub flows: String,
+    /// Frame size without FCS (60..=9000) or `imix`.
+    #[arg(long, default_value = "64")]
+    pub size: String,
+    /// Frames to send at most.
+    #[arg(long)]
+    pub count: Option<String>,
+    /// Also receive on the same port and check what comes back.
+    #[arg(long)]
+    pub check: bool,
+    /// Frames per Tx call.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub burst: u16,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl GenArgs {
+    /// The tester configuration, read through the tester's own spec keys
+    /// (so values are checked, and errors worded, as in a port spec).
+    pub fn tester_config(&self) -> Result<TesterConfig, String> {
+        let mut text = format!(
+            "gen:gen={},flows={},size={}",
+            self.kind, self.flows, self.size
+        );
+        if let Some(r) = &self.rate {
+            text += &format!(",rate={r}");
+        }
+        if let Some(c) = &self.count {
+            text += &format!(",count={c}");
+        }
+        let spec = PortSpec::parse(&text).map_err(|e| e.to_string())?;
+        let mut args = SpecArgs::new(&spec, TESTER_KEYS);
+        let config = TesterConfig::from_args(&mut args)
+            .map_err(|e| e.to_string())?
+            .unwrap_or_default();
+        args.finish().map_err(|e| e.to_string())?;
+        Ok(config)
+    }
+}
+
+/// The report as printed with `--json`.
+#[derive(serde::Serialize)]
+struct GenReport {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    port: String,
+    duration_s: f64,
+    sent: u64,
+    received: u64,
+    lost: u64,
+    reordered: u64,
+    duplicates: u64,
+    corrupt: u64,
+    foreign: u64,
+    bytes_sent: u64,
+    tx_mpps: f64,
+    clean: Option<bool>,
+}
+
+/// Runs `sluice gen`; `Ok(false)` when `--check` found the report unclean.
+pub fn run(args: &GenArgs) -> Result<bool, String> {
+    if !(args.duration.is_finite() && args.duration > 0.0) {
+        return Err(format!(
+            "--duration {}: not a number of seconds above 0",
+            args.duration
+        ));
+    }
+    let config = args.tester_config()?;
+    let _lcore = sluice::lcore::register().map_err(|e| e.to_string())?;
+    let pool = MbufPool::new(MbufPoolConfig {
+        name: "gen".into(),
+        size: 8191,
+        cache_size: 256,
+        data_room: 9216,
+        ..Default::default()
+    })
+    .map_err(|e| format!("mbuf pool: {e}"))?;
+    let mut port = sluice::driver::open(&args.port, PortConfig::new(Some(pool.clone())))
+        .map_err(|e| e.to_string())?;
+    port.start().map_err(|e| e.to_string())?;
+    let tester = Tester::new(config);
+    let stream = tester.add_stream();
+    let flows = tester.config().flows;
+    let mut generator = tester.generator(stream, (0..flows).collect());
+    let mut checker = args.check.then(|| tester.checker());
+
+    let burst_size = args.burst as usize;
+    let mut tx: Burst<64> = Burst::new();
+    let mut rx: Burst<64> = Burst::new();
+    let start = Instant::now();
+    let end = start + Duration::from_secs_f64(args.duration);
+    let mut polls = 0u64;
+    {
+        let (rxq, txq) = port.queues_mut().map_err(|e| e.to_string())?;
+        let (rxq, txq) = (&mut rxq[0], &mut txq[0]);
+        loop {
+            polls += 1;
+            if polls.is_multiple_of(256) && Instant::now() >= end {
+                break;
+            }
+            // New frames only into the free room: unsent ones go first.
+            let now = rdtsc();
+            let view = tx.capped(burst_size);
+            let want = (view.free() as u64).min(generator.ready(now)) as usize;
+            if want > 0 && pool.alloc_bulk(view, want).is_ok() {
+                let first = view.len() - want;
+                let mut filled = first;
+                for i in first..view.len() {
+                    let len = generator.frame_len();
+                    let m = &mut view[i];
+                    let Ok(buf) = m.append(len) else { break };
+                    match generator.fill(buf, now) {
+                        Some(n) => {
+                            if n < len {
+                                let _ = m.trim(len - n);
+                            }
+                            filled += 1;
+                        }
+                        None => break,
+                    }
+                }
+                view.truncate(filled);
+            }
+            if !tx.is_empty() {
+                txq.tx_burst(&mut tx);
+            }
+            if let Some(c) = &mut checker {
+                check_burst(rxq.as_mut(), &mut rx, c);
+            }
+        }
+        // Frames never sent are taken back, the last one exactly; the rest
+        // cannot be un-sent and would count as lost, so send them.
+        let mut tries = 0;
+        while !tx.is_empty() && tries < 1 << 16 {
+            txq.tx_burst(&mut tx);
+            if let Some(c) = &mut checker {
+                check_burst(rxq.as_mut(), &mut rx, c);
+            }
+            tries += 1;
+        }
+        if let Some(c) = &mut checker {
+            let until = Instant::now() + Duration::from_millis(300);
+            let mut idle = 0;
+            while idle < 1000 && Instant::now() < until {
+                if check_burst(rxq.as_mut(), &mut rx, c) == 0 {
+                    idle += 1;
+                    std::thread::sleep(Duration::from_micros(100));
+                } else {
+                    idle = 0;
+                }
+            }
+        }
+    }
+    let secs = start.elapsed().as_secs_f64();
+    tx.clear();
+    port.stop();
+    let stats = port.stats();
+    drop(port);
+    drop(checker);
+    let r = tester.report();
+    let clean = args.check.then(|| r.is_clean());
+    print_report(args, &r, stats.tx_packets, secs, clean);
+    pool.flush_local_cache();
+    if !pool.is_full() {
+        return Err("the mbuf pool is not full after the port stopped".into());
+    }
+    Ok(clean.unwrap_or(true))
+}
+
+/// Receives one burst and checks each frame; how many arrived.
+fn check_burst(
+    rxq: &mut dyn sluice::port::RxQueue,
+    rx: &mut Burst<64>,
+    checker: &mut sluice::tester::Checker,
+) -> usize {
+    let n = rxq.rx_burst(rx.capped(32));
+    for m in rx.iter() {
+        if m.nb_segs() == 1 {
+            checker.check(m.data());
+        } else {
+            checker.check(&m.to_vec());
+        }
+    }
+    rx.clear();
+    n
+}
+
+fn print_report(args: &GenArgs, r: &TesterReport, tx_packets: u64, secs: f64, clean: Option<bool>) {
+    if args.json {
+        let j = GenReport {
+            kind: "gen",
+            port: args.port.clone(),
+            duration_s: secs,
+            sent: r.sent,
+            received: r.received,
+            lost: r.lost,
+            reordered: r.reordered,
+            duplicates: r.duplicates,
+            corrupt: r.corrupt,
+            foreign: r.foreign,
+            bytes_sent: r.bytes_sent,
+            tx_mpps: tx_packets as f64 / secs / 1e6,
+            clean,
+        };
+        match serde_json::to_string(&j) {
+            Ok(s) => emit(&s),
+            Err(e) => eprintln!("sluice gen: cannot encode the report: {e}"),
+        }
+        return;
+    }
+    emit(&format!(
+        "port {}: sent {} frames in {:.2} s ({:.2} Mpps)",
+        args.port,
+        tx_packets,
+        secs,
+        tx_packets as f64 / secs / 1e6
+    ));
+    emit(&format!("tester: {r}"));
+    match clean {
+        Some(true) => emit("clean: nothing lost, reordered, duplicated or corrupted"),
+        Some(false) => emit("NOT CLEAN"),
+        None => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        gen_args: GenArgs,
+    }
+
+    fn parse(args: &[&str]) -> GenArgs {
+        Cli::try_parse_from(std::iter::once("gen").chain(args.iter().copied()))
+            .unwrap()
+            .gen_args
+    }
+
+    #[test]
+    fn tester_keys_are_checked_as_in_a_spec() {
+        let a = parse(&[
+            "--port", "null", "--gen", "tcp6", "--flows", "4", "--size", "imix",
+        ]);
+        let c = a.tester_config().unwrap();
+        assert_eq!((c.gen_name(), c.flows), ("tcp6", 4));
+        let a = parse(&["--port", "null", "--flows", "0"]);
+        assert_eq!(
+            a.tester_config().unwrap_err(),
+            "port spec 'gen:gen=udp,flows=0,size=64': key 'flows' = '0' is not a number in \
+             1..=1048576"
+        );
+    }
+
+    #[test]
+    fn gen_on_a_null_port_sends_and_returns_every_buffer() {
+        let a = parse(&["--port", "null", "--duration", "0.05", "--count", "1000"]);
+        assert_eq!(run(&a), Ok(true));
+    }
+}
