@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
-use sluice::port::{PortConfig, PortSpec, SpecArgs};
+use sluice::port::{PortConfig, PortSpec, SpecArgs, SpecError};
 use sluice::tester::{TESTER_KEYS, Tester, TesterConfig, TesterReport};
 use sluice::tsc::rdtsc;
 
@@ -68,12 +68,22 @@ impl GenArgs {
         if let Some(c) = &self.count {
             text += &format!(",count={c}");
         }
-        let spec = PortSpec::parse(&text).map_err(|e| e.to_string())?;
+        // Worded for the command line: `--size 50: not a frame size ...`.
+        let err = |e: SpecError| match e {
+            SpecError::BadValue {
+                key,
+                value,
+                expected,
+                ..
+            } => format!("--{key} {value}: not {expected}"),
+            other => other.to_string(),
+        };
+        let spec = PortSpec::parse(&text).map_err(err)?;
         let mut args = SpecArgs::new(&spec, TESTER_KEYS);
         let config = TesterConfig::from_args(&mut args)
-            .map_err(|e| e.to_string())?
+            .map_err(err)?
             .unwrap_or_default();
-        args.finish().map_err(|e| e.to_string())?;
+        args.finish().map_err(err)?;
         Ok(config)
     }
 }
@@ -290,8 +300,12 @@ mod tests {
         let a = parse(&["--port", "null", "--flows", "0"]);
         assert_eq!(
             a.tester_config().unwrap_err(),
-            "port spec 'gen:gen=udp,flows=0,size=64': key 'flows' = '0' is not a number in \
-             1..=1048576"
+            "--flows 0: not a number in 1..=1048576"
+        );
+        let a = parse(&["--port", "null", "--size", "50"]);
+        assert_eq!(
+            a.tester_config().unwrap_err(),
+            "--size 50: not a frame size in 60..=9000 or imix"
         );
     }
 
