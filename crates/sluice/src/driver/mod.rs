@@ -10,14 +10,16 @@
 //! |---|---|
 //! | [`null`] | Rx makes packets, Tx frees them: the buffer cycle alone |
 //! | [`pcap`] | the pcap file format (the port driver is being built) |
+//! | [`soft`] | the emulated NIC: descriptor rings, a device model, cabled to the tester or another soft port |
 
 pub mod null;
 pub mod pcap;
+pub mod soft;
 
 use crate::port::{Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
-pub const DRIVERS: &[&str] = &["null"];
+pub const DRIVERS: &[&str] = &["null", "soft"];
 
 /// Makes a port from a spec string (`null:size=64`, …) and a configuration.
 /// The port is not started. Errors name the spec and what is wrong with it:
@@ -27,6 +29,7 @@ pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
     let spec = PortSpec::parse(spec)?;
     let driver: Box<dyn PortDriver> = match spec.driver() {
         "null" => Box::new(null::NullDriver::from_spec(&spec)?),
+        "soft" => Box::new(soft::SoftDriver::from_spec(&spec)?),
         _ => return Err(spec.unknown_driver(DRIVERS).into()),
     };
     Port::new(spec.as_str(), driver, config)
