@@ -59,7 +59,6 @@ impl<const N: usize> Burst<N> {
             slots: [Elem::DANGLING; N],
         }
     }
-
 }
 
 /// A burst of any capacity, as `[T]` is an array of any length: what a

@@ -67,7 +67,10 @@ impl Offloads {
     /// The offload named `name` (`fast_free`, `multi_seg`, `ipv4_cksum`,
     /// `udp_cksum`, `tcp_cksum`, `tso`, `rss_hash`).
     pub fn from_name(name: &str) -> Option<Offloads> {
-        Self::NAMES.iter().find(|(_, n)| *n == name).map(|(o, _)| *o)
+        Self::NAMES
+            .iter()
+            .find(|(_, n)| *n == name)
+            .map(|(o, _)| *o)
     }
 
     /// Names of the bits set, in a fixed order.

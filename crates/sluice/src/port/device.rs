@@ -21,9 +21,7 @@ use std::sync::Arc;
 
 use crate::net::MacAddr;
 
-use super::{
-    DeviceInfo, PortConfig, PortCounters, PortError, PortStats, RxQueue, TxQueue,
-};
+use super::{DeviceInfo, PortConfig, PortCounters, PortError, PortStats, RxQueue, TxQueue};
 
 /// The queues a driver builds for a port.
 pub struct Queues {

@@ -37,14 +37,12 @@ pub mod stats;
 mod xstats;
 
 pub use config::{
-    DEFAULT_MTU, DEFAULT_NB_RXD, DEFAULT_NB_TXD, DeviceInfo, Offloads, PortConfig,
-    RxQueueConfig, TxQueueConfig,
+    DEFAULT_MTU, DEFAULT_NB_RXD, DEFAULT_NB_TXD, DeviceInfo, Offloads, PortConfig, RxQueueConfig,
+    TxQueueConfig,
 };
 pub use device::{Port, PortDriver, Queues};
 pub use error::PortError;
 pub use queue::{RxQueue, TxQueue};
 pub use spec::{PortSpec, SpecArgs, SpecError};
-pub use stats::{
-    BurstHistogram, PortCounters, PortStats, QueueCounts, RxQueueStats, TxQueueStats,
-};
+pub use stats::{BurstHistogram, PortCounters, PortStats, QueueCounts, RxQueueStats, TxQueueStats};
 pub use xstats::Xstats;

@@ -16,8 +16,8 @@ use std::sync::Arc;
 use crate::mbuf::{BurstSlice, MbufHeader, MbufPool, RearmData};
 use crate::net::MacAddr;
 use crate::port::{
-    DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, Queues, RxQueue,
-    SpecArgs, PortSpec, TxQueue,
+    DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
+    RxQueue, SpecArgs, TxQueue,
 };
 
 /// Spec keys.

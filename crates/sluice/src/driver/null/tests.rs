@@ -14,7 +14,11 @@ fn pool(size: u32) -> MbufPool {
 #[test]
 fn rx_makes_packets_of_the_size_and_tx_frees_them() {
     let pool = pool(255);
-    let mut port = open("null:size=128", PortConfig::new(Some(pool.clone())).port_id(3)).unwrap();
+    let mut port = open(
+        "null:size=128",
+        PortConfig::new(Some(pool.clone())).port_id(3),
+    )
+    .unwrap();
     assert!(port.rx_queue(0).is_err(), "a stopped port lends no queue");
     port.start().unwrap();
     let mut burst: Burst<64> = Burst::new();
@@ -37,7 +41,11 @@ fn rx_makes_packets_of_the_size_and_tx_frees_them() {
 #[test]
 fn copy_writes_a_udp_frame() {
     let pool = pool(63);
-    let mut port = open("null:size=60,copy=true", PortConfig::new(Some(pool.clone()))).unwrap();
+    let mut port = open(
+        "null:size=60,copy=true",
+        PortConfig::new(Some(pool.clone())),
+    )
+    .unwrap();
     port.start().unwrap();
     let mut burst: Burst<4> = Burst::new();
     port.rx_queue(0).unwrap().rx_burst(&mut burst);
@@ -45,7 +53,11 @@ fn copy_writes_a_udp_frame() {
     assert_eq!(d.len(), 60);
     assert_eq!(&d[12..14], &[0x08, 0x00]);
     assert_eq!(d[23], 17, "UDP");
-    assert_eq!(crate::net::checksum::checksum(&d[14..34]), 0, "valid IPv4 checksum");
+    assert_eq!(
+        crate::net::checksum::checksum(&d[14..34]),
+        0,
+        "valid IPv4 checksum"
+    );
     drop(burst);
     drop(port);
     assert!(pool.is_full());
@@ -57,7 +69,11 @@ fn empty_pool_counts_nombuf_and_returns_nothing() {
     let mut port = open("null", PortConfig::new(Some(pool.clone()))).unwrap();
     port.start().unwrap();
     let mut burst: Burst<32> = Burst::new();
-    assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 0, "all or none");
+    assert_eq!(
+        port.rx_queue(0).unwrap().rx_burst(&mut burst),
+        0,
+        "all or none"
+    );
     assert_eq!(port.stats().rx_nombuf, 1);
     let mut small: Burst<8> = Burst::new();
     assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut small), 8);
@@ -83,15 +99,24 @@ fn config_and_spec_errors_name_the_fault() {
         "port 'null': Rx queue 0: driver null receives into mbufs and no Rx mempool was given"
     );
     assert_eq!(
-        msg(open("null", PortConfig::new(Some(pool.clone())).queues(65, 1))),
+        msg(open(
+            "null",
+            PortConfig::new(Some(pool.clone())).queues(65, 1)
+        )),
         "port 'null': 65 Rx queues asked, driver null has at most 64"
     );
     let mut c = PortConfig::new(Some(pool.clone()));
     c.tx_offloads |= Offloads::TSO | Offloads::FAST_FREE;
-    assert_eq!(msg(open("null", c)), "port 'null': driver null has no Tx offload tso");
+    assert_eq!(
+        msg(open("null", c)),
+        "port 'null': driver null has no Tx offload tso"
+    );
     let mut c = PortConfig::new(Some(pool.clone()));
     c.mtu = 9001;
-    assert_eq!(msg(open("null", c)), "port 'null': MTU 9001: driver null takes 68 to 9000");
+    assert_eq!(
+        msg(open("null", c)),
+        "port 'null': MTU 9001: driver null takes 68 to 9000"
+    );
     assert_eq!(
         msg(open("null:size=4000", PortConfig::new(Some(pool.clone())))),
         "null: packets of 4000 bytes do not fit the pool's data room of 2048"

@@ -182,6 +182,12 @@ impl DescRing {
         self.mask as usize + 1
     }
 
+    /// Always false: a ring has at least 4 descriptors.
+    #[inline(always)]
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
     /// Index mask (`len - 1`).
     #[inline(always)]
     pub fn mask(&self) -> u32 {
@@ -219,15 +225,19 @@ mod tests {
         assert_eq!((w1 >> rx::LEN_SHIFT) as u16, 1514);
         assert_eq!((w1 >> rx::VLAN_SHIFT) as u16, 0x0123);
         assert_eq!(rx::ERR_IP | rx::ERR_L4 | rx::ERR_OVERSIZE, 0xe000_0000);
-        // The read format's header address (0) clears DD.
-        assert_eq!(0 & rx::DD, 0);
+        // DD is bit 0 of qword 1: the read format's header address (0,
+        // or any 2-byte-aligned address) leaves it clear.
+        assert_eq!(rx::DD, 1);
     }
 
     #[test]
     fn tx_fields_sit_at_their_bits() {
         let q1 = tx::q1(60, tx::CMD_EOP | tx::CMD_RS | tx::CMD_UDP_CKSUM, 0x0fff);
         assert_eq!(q1, 0x0fff_0000_000b_003c);
-        assert_eq!(tx::CMD_IP_CKSUM | tx::CMD_TCP_CKSUM | tx::CMD_VLAN, 0x34_0000);
+        assert_eq!(
+            tx::CMD_IP_CKSUM | tx::CMD_TCP_CKSUM | tx::CMD_VLAN,
+            0x34_0000
+        );
         assert_eq!(tx::DD, 0x1_0000_0000);
         assert_eq!(q1 & tx::LEN_MASK, 60);
     }

@@ -167,10 +167,9 @@ impl Bus {
         if n == 0 {
             return 0;
         }
-        let last = start.wrapping_add(n - 1);
-        // Rings are multiples of 4 descriptors, so free-running indices
-        // fall on lines as ring indices do.
-        (last / 4).wrapping_sub(start / 4) as u64 + 1
+        // Rings are multiples of 4 descriptors (and so is 2^32), so
+        // free-running indices fall on lines as ring indices do.
+        ((start & 3) + n).div_ceil(4) as u64
     }
 
     /// Descriptor fetch of `[start, start + n)`.
@@ -434,13 +433,7 @@ pub struct TxEngine {
 impl TxEngine {
     /// An engine sending into `sink`; frames longer than `p.max_frame` are
     /// dropped (counted in `device_tx_errors`).
-    pub fn new(
-        regs: Arc<QueueRegs>,
-        sink: TxSink,
-        p: TxParams,
-        bus: Bus,
-        x: &Xstats,
-    ) -> TxEngine {
+    pub fn new(regs: Arc<QueueRegs>, sink: TxSink, p: TxParams, bus: Bus, x: &Xstats) -> TxEngine {
         TxEngine {
             regs,
             head: 0,
@@ -547,8 +540,7 @@ impl TxEngine {
             self.head = i;
             pkts += 1;
         }
-        self.bus
-            .desc_fetch(start, self.head.wrapping_sub(start));
+        self.bus.desc_fetch(start, self.head.wrapping_sub(start));
         self.bus.cycles.add(rdtsc().wrapping_sub(t0));
         pkts
     }

@@ -283,7 +283,12 @@ mod tests {
         assert_eq!(ty, rx::RSS_IPV4_L4);
         // Microsoft's verification suite: 66.9.149.187:2794 -> 161.142.100.80:1766.
         assert_eq!(hash, 0x51cc_c178);
-        let want = rss::ipv4(&DEFAULT_KEY, [66, 9, 149, 187], [161, 142, 100, 80], Some((2794, 1766)));
+        let want = rss::ipv4(
+            &DEFAULT_KEY,
+            [66, 9, 149, 187],
+            [161, 142, 100, 80],
+            Some((2794, 1766)),
+        );
         assert_eq!(hash, want);
         let input: Vec<u8> = (0..36u8).map(|i| i.wrapping_mul(37)).collect();
         assert_eq!(h.hash(&input), rss::toeplitz(&DEFAULT_KEY, &input));
@@ -296,10 +301,16 @@ mod tests {
         assert_eq!(rx_checksums(&good, &p, true, true), rx::IPCS | rx::L4CS);
         assert_eq!(rx_checksums(&good, &p, false, false), 0);
         let bad = udp4_frame(true);
-        assert_eq!(rx_checksums(&bad, &p, true, true), rx::IPCS | rx::L4CS | rx::ERR_IP);
+        assert_eq!(
+            rx_checksums(&bad, &p, true, true),
+            rx::IPCS | rx::L4CS | rx::ERR_IP
+        );
         let mut l4bad = good.clone();
         l4bad[50] ^= 0xff;
-        assert_eq!(rx_checksums(&l4bad, &p, true, true), rx::IPCS | rx::L4CS | rx::ERR_L4);
+        assert_eq!(
+            rx_checksums(&l4bad, &p, true, true),
+            rx::IPCS | rx::L4CS | rx::ERR_L4
+        );
         // Zeroed fields come back as they were.
         let mut z = good.clone();
         z[24..26].fill(0);

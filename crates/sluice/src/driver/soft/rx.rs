@@ -179,7 +179,10 @@ impl RxQueue for SoftRx {
         let mut n = 0;
         let mut bytes = 0u64;
         let mask = self.mask;
-        while n < max {
+        // Only descriptors handed to the device can be done: past `tail`
+        // lie delivered ones, their DD still set until they are rearmed.
+        let end = self.tail;
+        while n < max && self.next != end {
             let d = self.regs.descs.get(self.next);
             let q1 = d.q1.load(Ordering::Acquire);
             if q1 & rx::DD == 0 {

@@ -182,7 +182,12 @@ impl Tester {
 
     pub fn flow_tuple(&self, stream: u16, flow: u32) -> FlowTuple {
         FlowTuple {
-            src: IpAddr::V4(Ipv4Addr::new(10, stream as u8, (flow >> 8) as u8, flow as u8)),
+            src: IpAddr::V4(Ipv4Addr::new(
+                10,
+                stream as u8,
+                (flow >> 8) as u8,
+                flow as u8,
+            )),
             dst: IpAddr::V4(Ipv4Addr::new(192, 168, stream as u8, 1)),
             src_port: 1024 + (flow % 50000) as u16,
             dst_port: 5000,
@@ -382,9 +387,7 @@ pub fn attach(name: &str, config: Option<TesterConfig>) -> Result<Arc<Tester>, S
         if let Some(c) = config
             && c != t.config
         {
-            return Err(format!(
-                "tester '{name}' exists with another configuration"
-            ));
+            return Err(format!("tester '{name}' exists with another configuration"));
         }
         return Ok(t);
     }

@@ -151,9 +151,7 @@ impl SoftTx {
         for i in 0..self.sw_ring.len() {
             if self.sw_ring[i] != Elem::DANGLING {
                 // SAFETY: an mbuf we own, once; the device no longer reads it.
-                drop(unsafe {
-                    Mbuf::from_raw(self.sw_ring[i].as_non_null().cast::<MbufHeader>())
-                });
+                drop(unsafe { Mbuf::from_raw(self.sw_ring[i].as_non_null().cast::<MbufHeader>()) });
                 self.sw_ring[i] = Elem::DANGLING;
             }
         }
@@ -212,7 +210,11 @@ impl TxQueue for SoftTx {
                 break;
             }
             let cmd = self.cmd(h.ol_flags);
-            let vlan = if cmd & tx::CMD_VLAN != 0 { h.vlan_tci } else { 0 };
+            let vlan = if cmd & tx::CMD_VLAN != 0 {
+                h.vlan_tci
+            } else {
+                0
+            };
             let mut seg = hp;
             for s in 0..segs {
                 // SAFETY: segment `s` of a chain the burst owns.
@@ -222,8 +224,7 @@ impl TxQueue for SoftTx {
                 let addr = unsafe { sh.buf_addr.add(sh.data_off as usize) } as u64;
                 let d = self.regs.descs.get(self.tail);
                 d.q0.store(addr, Ordering::Relaxed);
-                d.q1
-                    .store(tx::q1(sh.data_len, cmd | eop, vlan), Ordering::Relaxed);
+                d.q1.store(tx::q1(sh.data_len, cmd | eop, vlan), Ordering::Relaxed);
                 if eop != 0 {
                     self.sw_ring[(self.tail & self.mask) as usize] = e;
                 }

@@ -224,7 +224,9 @@ struct EndSlot {
 
 impl std::fmt::Debug for EndSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EndSlot").field("taken", &self.taken).finish()
+        f.debug_struct("EndSlot")
+            .field("taken", &self.taken)
+            .finish()
     }
 }
 
