@@ -9,6 +9,7 @@
 //! | [`mbuf`] | the 128-byte packet buffer header, the owned [`mbuf::Mbuf`] handle and the [`mbuf::Burst`] |
 //! | [`net`] | zero-copy header views (Ethernet, VLAN, IPv4, IPv6, UDP, TCP) and checksums |
 //! | [`port`] | ports; today the `driver:key=value,…` spec strings that name them and the statistics types |
+//! | [`tester`] | the built-in traffic tester: stamped UDP/TCP over IPv4/IPv6 frames, per-flow loss, order, duplicate and corruption counts |
 //! | [`driver`] | drivers, one folder each; today the pcap file format |
 //! | [`lcore`] | lcore ids (one thread-local load), registration and pinned thread launch |
 //! | [`counter`] | statistics counters with one writer and any number of readers |
@@ -30,4 +31,5 @@ pub mod net;
 pub mod port;
 pub mod ring;
 pub(crate) mod sync;
+pub mod tester;
 pub mod tsc;

@@ -1,7 +1,7 @@
 //! Drivers, one folder each, and [`open`], which makes a port from a spec
 //! string.
 //!
-//! A driver implements [`PortDriver`](crate::port::PortDriver) (the device's
+//! A driver implements [`PortDriver`] (the device's
 //! control path) and the [`RxQueue`](crate::port::RxQueue) /
 //! [`TxQueue`](crate::port::TxQueue) traits (its hot path). Drivers see the
 //! port layer, never each other.
@@ -9,17 +9,19 @@
 //! | driver | what it is |
 //! |---|---|
 //! | [`null`] | Rx makes packets, Tx frees them: the buffer cycle alone |
-//! | [`pcap`] | the pcap file format (the port driver is being built) |
-//! | [`soft`] | the emulated NIC: descriptor rings, a device model, cabled to the tester or another soft port |
+//! | [`pair`] | two ports joined by rings: what one end sends, the other receives (zero copy) |
+//! | [`pcap`] | packets from and to pcap files (tshark/Wireshark's format) |
+//! | [`soft`] | the emulated NIC: descriptor rings and a device model, cabled to the tester or another soft port |
 
 pub mod null;
+pub mod pair;
 pub mod pcap;
 pub mod soft;
 
 use crate::port::{Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
-pub const DRIVERS: &[&str] = &["null", "soft"];
+pub const DRIVERS: &[&str] = &["null", "pair", "pcap", "soft"];
 
 /// Makes a port from a spec string (`null:size=64`, …) and a configuration.
 /// The port is not started. Errors name the spec and what is wrong with it:
@@ -29,6 +31,8 @@ pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
     let spec = PortSpec::parse(spec)?;
     let driver: Box<dyn PortDriver> = match spec.driver() {
         "null" => Box::new(null::NullDriver::from_spec(&spec)?),
+        "pair" => Box::new(pair::PairDriver::from_spec(&spec)?),
+        "pcap" => Box::new(pcap::PcapDriver::from_spec(&spec)?),
         "soft" => Box::new(soft::SoftDriver::from_spec(&spec)?),
         _ => return Err(spec.unknown_driver(DRIVERS).into()),
     };

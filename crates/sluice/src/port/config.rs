@@ -73,6 +73,11 @@ impl Offloads {
             .map(|(o, _)| *o)
     }
 
+    /// Every offload name [`from_name`](Self::from_name) knows.
+    pub fn all_names() -> impl Iterator<Item = &'static &'static str> {
+        Self::NAMES.iter().map(|(_, n)| n)
+    }
+
     /// Names of the bits set, in a fixed order.
     pub fn names(self) -> Vec<&'static str> {
         Self::NAMES

@@ -36,6 +36,9 @@ pub mod spec;
 pub mod stats;
 mod xstats;
 
+#[cfg(all(test, not(loom)))]
+mod tests;
+
 pub use config::{
     DEFAULT_MTU, DEFAULT_NB_RXD, DEFAULT_NB_TXD, DeviceInfo, Offloads, PortConfig, RxQueueConfig,
     TxQueueConfig,

@@ -338,6 +338,12 @@ impl<W: Write> PcapWriter<W> {
         Ok(())
     }
 
+    /// Pushes buffered records to the output.
+    pub fn flush(&mut self) -> Result<(), PcapError> {
+        self.output.flush()?;
+        Ok(())
+    }
+
     /// Flushes and gives the output back.
     pub fn finish(mut self) -> Result<W, PcapError> {
         self.output.flush()?;

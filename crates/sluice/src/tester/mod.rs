@@ -1,0 +1,219 @@
+//! The built-in traffic tester: generates stamped Ethernet/IP/UDP|TCP frames
+//! and checks every frame that comes back.
+//!
+//! A [`Tester`] is shared (`Arc<Tester>`) by the places that send and receive
+//! its traffic — typically `soft` ports cabled to it, or `sluice gen`. It
+//! works on byte slices only.
+//!
+//! - Each attached port adds a **stream** ([`Tester::add_stream`]); a stream
+//!   has `flows` flows, each with its own 5-tuple ([`Tester::flow_tuple`]) and
+//!   its own sequence numbers from 0.
+//! - A [`Generator`] sends a subset of one stream's flows (for instance those
+//!   RSS maps to one Rx queue), round-robin, at full speed or a share of the
+//!   stream's rate, up to its share of the stream's count. The stream's
+//!   sequence numbers live in the tester, so a generator made again for the
+//!   same flows (a port restarted) continues where the last one stopped.
+//! - A [`Checker`] checks frames at one egress point; any number of checkers
+//!   share per-flow order state in atomics (no lock on the per-packet path).
+//! - [`Tester::report`] sums everything at any time: sent, received, lost,
+//!   reordered, duplicates, corrupt, foreign.
+//!
+//! What a frame carries and why the checksums cost O(1) per frame is in
+//! [`frame`]; how frames are counted is in [`Checker`].
+//!
+//! ```
+//! use sluice::tester::{Tester, TesterConfig};
+//!
+//! let t = Tester::new(TesterConfig { count: Some(4), ..TesterConfig::default() });
+//! let stream = t.add_stream();
+//! let mut generator = t.generator(stream, (0..16).collect());
+//! let mut checker = t.checker();
+//! let mut buf = [0u8; 2048];
+//! while let Some(len) = generator.fill(&mut buf, 0) {
+//!     checker.check(&buf[..len]);
+//! }
+//! let r = t.report();
+//! assert_eq!((r.sent, r.received, r.lost), (4, 4, 0));
+//! assert!(r.is_clean(), "{r}");
+//! ```
+//!
+//! Testers can be named and found again through a registry of weak
+//! references ([`attach`], [`registered`]): a tester lives while something
+//! holds it.
+
+mod checker;
+mod config;
+pub mod frame;
+mod generator;
+mod registry;
+mod report;
+
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+
+pub use checker::Checker;
+pub use config::{
+    DEFAULT_DST_MAC, DEFAULT_SEED, DEFAULT_SRC_MAC, FrameSize, L3, L4, MAX_FRAME, MIN_FRAME,
+    TESTER_KEYS, TesterConfig,
+};
+pub use frame::{FlowTuple, MAX_FLOWS, MAX_STREAMS};
+pub use generator::{Generator, IMIX_ORDER};
+pub use registry::{attach, registered};
+pub use report::TesterReport;
+
+use checker::{CheckStats, FlowOrder};
+use frame::Layout;
+use generator::GenStats;
+
+/// One stream's state shared by its generators and all checkers.
+#[derive(Debug)]
+pub(crate) struct StreamState {
+    /// Per flow: receive order (checkers).
+    order: Box<[FlowOrder]>,
+    /// Per flow: the next sequence number to send (generators).
+    next_seq: Box<[AtomicU64]>,
+}
+
+/// A traffic generator and checker (see the [module docs](self)).
+#[derive(Debug)]
+pub struct Tester {
+    config: TesterConfig,
+    layout: Layout,
+    streams: RwLock<Vec<Arc<StreamState>>>,
+    generators: Mutex<Vec<Arc<GenStats>>>,
+    checkers: Mutex<Vec<Arc<CheckStats>>>,
+}
+
+impl Tester {
+    /// A tester for `config`. Out-of-range values are brought into range:
+    /// `flows` to 1..=[`MAX_FLOWS`], a fixed size to 60..=9000, a rate that
+    /// is not above 0 (or not finite) to full speed, a count of 0 to 1.
+    pub fn new(config: TesterConfig) -> Arc<Tester> {
+        let config = Self::new_config(config);
+        Arc::new(Tester {
+            layout: Layout::new(&config),
+            config,
+            streams: RwLock::new(Vec::new()),
+            generators: Mutex::new(Vec::new()),
+            checkers: Mutex::new(Vec::new()),
+        })
+    }
+
+    /// `config` brought into range, as [`new`](Self::new) does.
+    fn new_config(mut config: TesterConfig) -> TesterConfig {
+        config.flows = config.flows.clamp(1, MAX_FLOWS);
+        if let FrameSize::Fixed(n) = config.size {
+            config.size = FrameSize::Fixed(n.clamp(MIN_FRAME, MAX_FRAME));
+        }
+        if config.rate_pps.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
+            config.rate_pps = None;
+        }
+        config.count = config.count.map(|n| n.max(1));
+        config
+    }
+
+    /// The configuration (after [`new`](Self::new) brought it into range).
+    pub fn config(&self) -> &TesterConfig {
+        &self.config
+    }
+
+    /// Adds a stream (one per attached port) and returns its number, from 0.
+    ///
+    /// # Panics
+    /// When the tester already has [`MAX_STREAMS`] streams.
+    pub fn add_stream(&self) -> u16 {
+        let flows = self.config.flows as usize;
+        let state = Arc::new(StreamState {
+            order: (0..flows).map(|_| FlowOrder::default()).collect(),
+            next_seq: (0..flows).map(|_| AtomicU64::new(0)).collect(),
+        });
+        let mut streams = self.streams.write().unwrap_or_else(PoisonError::into_inner);
+        assert!(
+            streams.len() < MAX_STREAMS as usize,
+            "a tester has at most {MAX_STREAMS} streams"
+        );
+        streams.push(state);
+        (streams.len() - 1) as u16
+    }
+
+    /// How many streams have been added.
+    pub fn streams(&self) -> u16 {
+        self.streams
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len() as u16
+    }
+
+    pub(crate) fn stream(&self, stream: u16) -> Option<Arc<StreamState>> {
+        self.streams
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(usize::from(stream))
+            .cloned()
+    }
+
+    /// The addresses, ports and protocol of `flow` of `stream` (any values;
+    /// the flow is taken modulo [`MAX_FLOWS`]).
+    pub fn flow_tuple(&self, stream: u16, flow: u32) -> FlowTuple {
+        self.layout.flow_tuple(stream, flow & (MAX_FLOWS - 1))
+    }
+
+    /// A generator for `flows` of `stream`, sent round-robin in ascending
+    /// order (duplicates in `flows` are ignored; an empty list makes a
+    /// generator that never sends).
+    ///
+    /// Each flow should belong to one live generator at a time: two sending
+    /// the same flow at once send the same sequence numbers, which checkers
+    /// count as duplicates.
+    ///
+    /// # Panics
+    /// When `stream` was not added or a flow is not below `flows`.
+    pub fn generator(self: &Arc<Self>, stream: u16, flows: Vec<u32>) -> Generator {
+        let state = self
+            .stream(stream)
+            .unwrap_or_else(|| panic!("tester stream {stream} was not added"));
+        let stats = Arc::new(GenStats::default());
+        self.generators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(stats.clone());
+        Generator::new(self.clone(), stream, state, flows, stats)
+    }
+
+    /// A checker: one per egress point, any number.
+    pub fn checker(self: &Arc<Self>) -> Checker {
+        let stats = Arc::new(CheckStats::default());
+        self.checkers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(stats.clone());
+        Checker::new(self.clone(), stats)
+    }
+
+    /// The counts so far, summed over all generators and checkers. `lost` is
+    /// final once every frame sent has been checked or dropped.
+    pub fn report(&self) -> TesterReport {
+        let mut r = TesterReport::default();
+        for g in self
+            .generators
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            g.add_to(&mut r);
+        }
+        for c in self
+            .checkers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .iter()
+        {
+            c.add_to(&mut r);
+        }
+        r.lost = r.sent.saturating_sub(r.received);
+        r
+    }
+}
