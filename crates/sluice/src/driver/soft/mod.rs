@@ -42,7 +42,6 @@ mod device;
 mod frame;
 mod runner;
 mod rx;
-mod stub_tester;
 mod tx;
 mod wire;
 
@@ -58,11 +57,11 @@ use crate::port::{
     RxQueue, SpecArgs, TxQueue,
 };
 
+use crate::tester;
 use device::{
     Bus, EngineCell, PortEngines, QueueRegs, RxEngine, RxParams, RxSource, TxEngine, TxSink,
 };
 use frame::{Reta, RssHasher};
-use stub_tester as tester;
 use tester::{TESTER_KEYS, Tester, TesterConfig};
 use wire::{Lane, RxSide, WireEnd};
 
