@@ -11,15 +11,17 @@
 //! | [`null`] | Rx makes packets, Tx frees them: the buffer cycle alone |
 //! | [`pair`] | two ports joined by rings: what one end sends, the other receives (zero copy) |
 //! | [`pcap`] | packets from and to pcap files (tshark/Wireshark's format) |
+//! | [`soft`] | the emulated NIC: descriptor rings and a device model, cabled to the tester or another soft port |
 
 pub mod null;
 pub mod pair;
 pub mod pcap;
+pub mod soft;
 
 use crate::port::{Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
-pub const DRIVERS: &[&str] = &["null", "pair", "pcap"];
+pub const DRIVERS: &[&str] = &["null", "pair", "pcap", "soft"];
 
 /// Makes a port from a spec string (`null:size=64`, …) and a configuration.
 /// The port is not started. Errors name the spec and what is wrong with it:
@@ -31,6 +33,7 @@ pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
         "null" => Box::new(null::NullDriver::from_spec(&spec)?),
         "pair" => Box::new(pair::PairDriver::from_spec(&spec)?),
         "pcap" => Box::new(pcap::PcapDriver::from_spec(&spec)?),
+        "soft" => Box::new(soft::SoftDriver::from_spec(&spec)?),
         _ => return Err(spec.unknown_driver(DRIVERS).into()),
     };
     Port::new(spec.as_str(), driver, config)

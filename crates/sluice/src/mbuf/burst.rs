@@ -322,7 +322,7 @@ unsafe fn take(slots: &[Elem], i: usize) -> Mbuf {
 ///
 /// # Safety
 /// Every slot holds an owned mbuf that the caller no longer uses or counts.
-unsafe fn free_bulk(slots: &mut [Elem]) {
+pub(crate) unsafe fn free_bulk(slots: &mut [Elem]) {
     let mut k = 0;
     let mut pool = std::ptr::null();
     for i in 0..slots.len() {

@@ -37,7 +37,11 @@ mod pool;
 mod tests;
 
 pub use burst::{Burst, BurstSlice, DEFAULT_BURST, DrainFront};
+// For drivers: free owned mbufs given as raw addresses, batched per pool;
+// put plain buffers of one pool back in one bulk put (fast free).
+pub(crate) use burst::free_bulk;
 pub use extbuf::{ExtFreeCallback, ExtSharedInfo};
+pub(crate) use handle::put_bulk_to_pool;
 pub use handle::{Mbuf, Segments};
 pub use layout::{HEADER_SIZE, MbufHeader, PORT_NONE, RearmData, TxOffload, ol};
 pub use pool::{DEFAULT_DATA_ROOM, DEFAULT_HEADROOM, MbufPool, MbufPoolConfig};

@@ -1,0 +1,604 @@
+//! The device model: per-queue Rx and Tx engines, the registers they share
+//! with the driver, and the bus accounting.
+//!
+//! # Memory interface
+//! A queue's [`QueueRegs`] are what a real NIC exposes: the descriptor ring
+//! (in host memory) and the tail register (a doorbell the driver writes).
+//! The device keeps its own head. It uses IOVA = virtual address, as DPDK's
+//! `--iova-mode=va`: a descriptor's buffer address is the buffer's virtual
+//! address (`buf_addr + data_off`), and the device "DMAs" by reading or
+//! writing through that pointer — only after reading the descriptor, which
+//! it reads only below a tail value it loaded with acquire. The driver
+//! stores the tail with release after writing descriptors and rearming
+//! buffers, and reads the done bit with acquire before touching a buffer
+//! again, so every buffer access is ordered (see `desc`).
+//!
+//! # Engines
+//! - Rx: loads the tail, takes frames from its source (a tester generator
+//!   over the flows the RETA maps to this queue, or its lane of a wire),
+//!   writes each into the next buffer, parses it (packet type, RSS hash,
+//!   checksums if the Rx offloads ask) and writes the descriptor back, the
+//!   `DD` word last with release. A frame longer than the buffer or the MTU
+//!   gets the oversize error. Without a free descriptor, with flow control
+//!   (`fc=on`, 802.3x PAUSE) the source is not asked; with `fc=off` the
+//!   frame is received anyway and dropped (`rx_missed`).
+//! - Tx: loads the tail, reads each packet's descriptors and data into its
+//!   frame FIFO, inserts a VLAN tag and fills checksums when the command
+//!   bits ask, hands the frame to its sink (a tester checker or the wire)
+//!   and writes `DD` back on descriptors that carry `RS`.
+//!
+//! An engine step does at most [`STEP`] frames. Inline, the Rx step of a
+//! queue runs at the start of its `rx_burst` and the Tx step at the end of
+//! `tx_burst`; threaded, the device thread (`runner`) steps every engine.
+//! Each engine sits in an [`EngineCell`], a try-lock, so even a misuse
+//! cannot run one engine on two threads at once; uncontended, it costs one
+//! compare-and-swap per step.
+//!
+//! # Bus accounting
+//! Every transaction counts its payload plus `bus_overhead` bytes (default
+//! 24: PCIe TLP header, framing, sequence number and LCRC):
+//! - descriptor fetches (`bus_desc_bytes`): the device reads descriptors in
+//!   cache-line reads, up to 4 descriptors (64 bytes) per transaction;
+//! - write-backs (`bus_writeback_bytes`): Rx descriptors are written back
+//!   per cache line as fetched; Tx `DD` write-backs are one 16-byte write per
+//!   `RS` descriptor;
+//! - data (`bus_data_bytes`): frame DMA both ways, split into transactions
+//!   of at most 256 bytes (a common max payload size);
+//! - doorbells (`bus_doorbells`): tail register writes, counted by the
+//!   driver queues (a 4-byte MMIO write each).
+//!
+//! The device's own cycles (each step, measured with `tsc`) add up in
+//! `device_cycles`, so a driver-side figure can exclude them.
+
+use std::cell::UnsafeCell;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+use crossbeam_utils::CachePadded;
+
+use crate::counter::Counter;
+use crate::port::{PortCounters, Xstats};
+use crate::tsc::rdtsc;
+
+use super::desc::{DescRing, rx, tx};
+use super::frame::{RssHasher, parse, rx_checksums, tx_checksums};
+use super::tester::{Checker, Generator};
+use super::wire::{LaneRx, Sent, WireTx};
+
+/// Most frames an engine handles per step.
+pub const STEP: usize = 64;
+/// Largest data transaction, in bytes.
+pub const MAX_PAYLOAD: usize = 256;
+
+/// What the driver and the device share for one queue.
+#[derive(Debug)]
+pub struct QueueRegs {
+    /// The descriptor ring.
+    pub descs: DescRing,
+    /// The tail register: free-running count of descriptors handed to the
+    /// device (Rx: armed; Tx: filled).
+    pub tail: CachePadded<AtomicU32>,
+}
+
+impl QueueRegs {
+    /// Registers for a ring of `n` descriptors.
+    pub fn new(n: usize) -> Arc<QueueRegs> {
+        Arc::new(QueueRegs {
+            descs: DescRing::new(n),
+            tail: CachePadded::new(AtomicU32::new(0)),
+        })
+    }
+}
+
+/// An engine behind a try-lock.
+pub struct EngineCell<E> {
+    busy: AtomicBool,
+    engine: UnsafeCell<E>,
+}
+
+// SAFETY: the engine is reached only through `try_with`/`with`, which hold
+// the `busy` flag (acquire on taking, release on leaving), so one thread at
+// a time has it, and each sees the previous holder's writes.
+unsafe impl<E: Send> Sync for EngineCell<E> {}
+
+impl<E> EngineCell<E> {
+    /// A cell holding `e`.
+    pub fn new(e: E) -> EngineCell<E> {
+        EngineCell {
+            busy: AtomicBool::new(false),
+            engine: UnsafeCell::new(e),
+        }
+    }
+
+    /// Runs `f` on the engine unless another thread has it.
+    #[inline]
+    pub fn try_with<R>(&self, f: impl FnOnce(&mut E) -> R) -> Option<R> {
+        if self
+            .busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            return None;
+        }
+        // SAFETY: we hold the flag: no one else reaches the engine. If `f`
+        // panics the flag stays set and the engine is never touched again.
+        let r = f(unsafe { &mut *self.engine.get() });
+        self.busy.store(false, Ordering::Release);
+        Some(r)
+    }
+
+    /// Runs `f` on the engine, waiting for another holder to finish its
+    /// step (control path only).
+    pub fn with<R>(&self, f: impl FnOnce(&mut E) -> R) -> R {
+        let mut f = Some(f);
+        loop {
+            if let Some(r) = self.try_with(|e| (f.take().expect("runs once"))(e)) {
+                return r;
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Bus and cycle counters of one engine (single writer: the engine holder).
+pub struct Bus {
+    overhead: u64,
+    desc: Arc<Counter>,
+    writeback: Arc<Counter>,
+    data: Arc<Counter>,
+    cycles: Arc<Counter>,
+}
+
+impl Bus {
+    /// Registers the counters in `x`.
+    pub fn new(x: &Xstats, overhead: u64) -> Bus {
+        Bus {
+            overhead,
+            desc: x.register("bus_desc_bytes"),
+            writeback: x.register("bus_writeback_bytes"),
+            data: x.register("bus_data_bytes"),
+            cycles: x.register("device_cycles"),
+        }
+    }
+
+    /// Cache-line transactions covering descriptors `[start, start + n)`.
+    #[inline]
+    fn lines(start: u32, n: u32) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        // Rings are multiples of 4 descriptors (and so is 2^32), so
+        // free-running indices fall on lines as ring indices do.
+        ((start & 3) + n).div_ceil(4) as u64
+    }
+
+    /// Descriptor fetch of `[start, start + n)`.
+    #[inline]
+    pub fn desc_fetch(&self, start: u32, n: u32) {
+        if n != 0 {
+            self.desc
+                .add(16 * n as u64 + self.overhead * Bus::lines(start, n));
+        }
+    }
+
+    /// Rx write-back of `[start, start + n)`.
+    #[inline]
+    pub fn rx_writeback(&self, start: u32, n: u32) {
+        if n != 0 {
+            self.writeback
+                .add(16 * n as u64 + self.overhead * Bus::lines(start, n));
+        }
+    }
+
+    /// One 16-byte Tx write-back.
+    #[inline]
+    pub fn tx_writeback(&self) {
+        self.writeback.add(16 + self.overhead);
+    }
+
+    /// A DMA of `len` bytes.
+    #[inline]
+    pub fn data(&self, len: usize) {
+        let tlps = len.div_ceil(MAX_PAYLOAD).max(1) as u64;
+        self.data.add(len as u64 + self.overhead * tlps);
+    }
+}
+
+/// Where an Rx engine's frames come from.
+pub enum RxSource {
+    /// Nothing arrives (no flow maps to this queue).
+    Idle,
+    /// A tester generator.
+    Gen(Box<Generator>),
+    /// This queue's lane of a wire.
+    Wire(Box<LaneRx>),
+}
+
+/// Where a Tx engine's frames go.
+pub enum TxSink {
+    /// A tester checker.
+    Check(Box<Checker>),
+    /// The wire.
+    Wire(Box<WireTx>),
+}
+
+/// What an Rx engine is configured with.
+pub struct RxParams {
+    /// Buffer size (the pool's data room) — the device's per-queue buffer
+    /// size register.
+    pub buf_size: usize,
+    /// Longest frame accepted (MTU + Ethernet header + one VLAN tag).
+    pub max_frame: usize,
+    /// Check IPv4 header checksums.
+    pub check_ip: bool,
+    /// Check TCP/UDP checksums.
+    pub check_l4: bool,
+    /// Link flow control.
+    pub fc: bool,
+}
+
+/// One Rx queue's engine.
+pub struct RxEngine {
+    regs: Arc<QueueRegs>,
+    head: u32,
+    source: RxSource,
+    p: RxParams,
+    hasher: Arc<RssHasher>,
+    scratch: Box<[u8]>,
+    bus: Bus,
+    counters: Arc<PortCounters>,
+    q: usize,
+}
+
+impl RxEngine {
+    /// An engine for queue `q`.
+    pub fn new(
+        regs: Arc<QueueRegs>,
+        source: RxSource,
+        p: RxParams,
+        hasher: Arc<RssHasher>,
+        bus: Bus,
+        counters: Arc<PortCounters>,
+        q: usize,
+    ) -> RxEngine {
+        RxEngine {
+            regs,
+            head: 0,
+            source,
+            scratch: vec![0; 9216 + 64].into_boxed_slice(),
+            p,
+            hasher,
+            bus,
+            counters,
+            q,
+        }
+    }
+
+    /// Back to descriptor 0 (the queue is starting; the ring is empty).
+    pub fn reset(&mut self) {
+        self.head = 0;
+    }
+
+    /// Writes back descriptor `head` for a frame of `len` bytes now in the
+    /// buffer at `buf`; `rss` is the hash and type when already known.
+    #[inline]
+    fn write_back(&self, buf: &[u8], rss: Option<(u32, u64)>) {
+        let p = parse(buf);
+        let (hash, ty) = rss.unwrap_or_else(|| self.hasher.frame(buf, &p));
+        let mut st = rx::DD | rx::EOP;
+        st |= rx_checksums(buf, &p, self.p.check_ip, self.p.check_l4);
+        let vlan = match p.vlan {
+            Some(v) => {
+                st |= rx::VP;
+                v
+            }
+            None => 0,
+        };
+        let d = self.regs.descs.get(self.head);
+        d.q0.store(rx::wb0(ty, p.ptype as u64, hash), Ordering::Relaxed);
+        d.q1.store(rx::wb1(st, buf.len() as u16, vlan), Ordering::Release);
+    }
+
+    /// Writes back an oversize error for descriptor `head`: the buffer
+    /// holds the frame's first `len` bytes.
+    fn write_back_oversize(&self, len: usize) {
+        let d = self.regs.descs.get(self.head);
+        d.q0.store(0, Ordering::Relaxed);
+        let st = rx::DD | rx::EOP | rx::ERR_OVERSIZE;
+        d.q1.store(rx::wb1(st, len as u16, 0), Ordering::Release);
+    }
+
+    /// The buffer of descriptor `head`, `buf_size` bytes.
+    ///
+    /// # Safety
+    /// Descriptor `head` is below the tail the caller loaded (acquire): the
+    /// driver armed it with a buffer of at least `buf_size` bytes that no
+    /// one touches until the device writes the descriptor back.
+    #[inline]
+    unsafe fn buffer<'b>(&self) -> &'b mut [u8] {
+        let addr = self.regs.descs.get(self.head).q0.load(Ordering::Relaxed) as *mut u8;
+        // SAFETY: the caller's contract; the slice is dropped before the
+        // write-back hands the buffer back.
+        unsafe { std::slice::from_raw_parts_mut(addr, self.p.buf_size) }
+    }
+
+    /// One step: up to [`STEP`] frames into the ring. Returns how many
+    /// frames were delivered or dropped.
+    pub fn step(&mut self) -> usize {
+        let t0 = rdtsc();
+        let tail = self.regs.tail.load(Ordering::Acquire);
+        let avail = (tail.wrapping_sub(self.head) as usize).min(STEP);
+        let start = self.head;
+        let room = self.p.buf_size.min(self.p.max_frame);
+        let missed = &self.counters.rx[self.q].missed;
+        let mut dropped = 0u64;
+        let mut source = std::mem::replace(&mut self.source, RxSource::Idle);
+        match &mut source {
+            RxSource::Idle => {}
+            RxSource::Gen(g) => {
+                let ready = g.ready(t0).min(STEP as u64) as usize;
+                let k = ready.min(avail);
+                for _ in 0..k {
+                    // SAFETY: `head` is below the tail loaded above.
+                    let buf = unsafe { self.buffer() };
+                    if g.frame_len() <= room {
+                        let Some(len) = g.fill(buf, t0) else { break };
+                        self.bus.data(len);
+                        self.write_back(&buf[..len], None);
+                    } else {
+                        let Some(len) = g.fill(&mut self.scratch, t0) else {
+                            break;
+                        };
+                        let n = len.min(self.p.buf_size);
+                        buf[..n].copy_from_slice(&self.scratch[..n]);
+                        self.bus.data(n);
+                        self.write_back_oversize(n);
+                    }
+                    self.head = self.head.wrapping_add(1);
+                }
+                if !self.p.fc {
+                    // No descriptor for the rest: received, then dropped.
+                    for _ in k..ready {
+                        if g.fill(&mut self.scratch, t0).is_none() {
+                            break;
+                        }
+                        dropped += 1;
+                    }
+                }
+            }
+            RxSource::Wire(lane) => {
+                if lane.lane().dropped.load(Ordering::Relaxed) != 0 {
+                    dropped += lane.lane().dropped.swap(0, Ordering::Relaxed);
+                }
+                let mut k = 0;
+                while k < avail {
+                    let Some((i, bytes, meta)) = lane.pop() else {
+                        break;
+                    };
+                    // SAFETY: `head` is below the tail loaded above.
+                    let buf = unsafe { self.buffer() };
+                    if bytes.len() <= room {
+                        buf[..bytes.len()].copy_from_slice(bytes);
+                        self.bus.data(bytes.len());
+                        self.write_back(&buf[..bytes.len()], Some((meta.hash, meta.rss_type)));
+                    } else {
+                        let n = bytes.len().min(self.p.buf_size);
+                        buf[..n].copy_from_slice(&bytes[..n]);
+                        self.bus.data(n);
+                        self.write_back_oversize(n);
+                    }
+                    lane.release(i);
+                    self.head = self.head.wrapping_add(1);
+                    k += 1;
+                }
+                if !self.p.fc && k == avail {
+                    while (k as u64 + dropped) < STEP as u64 {
+                        let Some((i, _, _)) = lane.pop() else { break };
+                        lane.release(i);
+                        dropped += 1;
+                    }
+                }
+            }
+        }
+        self.source = source;
+        let n = self.head.wrapping_sub(start);
+        self.bus.desc_fetch(start, n);
+        self.bus.rx_writeback(start, n);
+        if dropped != 0 {
+            missed.add(dropped);
+        }
+        self.bus.cycles.add(rdtsc().wrapping_sub(t0));
+        n as usize + dropped as usize
+    }
+}
+
+/// What a Tx engine is configured with.
+pub struct TxParams {
+    /// Frame FIFO size: the longest frame the device sends.
+    pub max_frame: usize,
+}
+
+/// One Tx queue's engine.
+pub struct TxEngine {
+    regs: Arc<QueueRegs>,
+    head: u32,
+    sink: TxSink,
+    /// Frame FIFO; the frame starts at offset 4, leaving room to insert a
+    /// VLAN tag.
+    frame: Box<[u8]>,
+    bus: Bus,
+    errors: Arc<Counter>,
+}
+
+impl TxEngine {
+    /// An engine sending into `sink`; frames longer than `p.max_frame` are
+    /// dropped (counted in `device_tx_errors`).
+    pub fn new(regs: Arc<QueueRegs>, sink: TxSink, p: TxParams, bus: Bus, x: &Xstats) -> TxEngine {
+        TxEngine {
+            regs,
+            head: 0,
+            sink,
+            frame: vec![0; p.max_frame + 4].into_boxed_slice(),
+            bus,
+            errors: x.register("device_tx_errors"),
+        }
+    }
+
+    /// Back to descriptor 0 (the queue is starting; the ring is empty).
+    pub fn reset(&mut self) {
+        self.head = 0;
+    }
+
+    /// One step: up to [`STEP`] packets off the ring. Returns how many.
+    pub fn step(&mut self) -> usize {
+        let t0 = rdtsc();
+        let tail = self.regs.tail.load(Ordering::Acquire);
+        if let TxSink::Wire(w) = &mut self.sink {
+            w.refresh();
+        }
+        let start = self.head;
+        let mut pkts = 0;
+        'packets: while self.head != tail && pkts < STEP {
+            // Gather one packet: descriptors up to EOP.
+            let mut i = self.head;
+            let mut len = 0usize;
+            let mut over = false;
+            let first = self.regs.descs.get(i).q1.load(Ordering::Relaxed);
+            loop {
+                let d = self.regs.descs.get(i);
+                let addr = d.q0.load(Ordering::Relaxed) as *const u8;
+                let q1 = d.q1.load(Ordering::Relaxed);
+                let seg = (q1 & tx::LEN_MASK) as usize;
+                if 4 + len + seg <= self.frame.len() {
+                    // SAFETY: the descriptor is below the tail loaded with
+                    // acquire: the driver wrote it and holds its buffer of
+                    // at least `seg` bytes until we write DD back.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(
+                            addr,
+                            self.frame.as_mut_ptr().add(4 + len),
+                            seg,
+                        )
+                    };
+                    self.bus.data(seg);
+                } else {
+                    over = true;
+                }
+                len += seg;
+                i = i.wrapping_add(1);
+                if q1 & tx::CMD_EOP != 0 {
+                    break;
+                }
+                if i == tail {
+                    // The driver hands over whole packets; wait if not.
+                    break 'packets;
+                }
+            }
+            if over {
+                self.errors.inc();
+            } else {
+                let mut at = 4;
+                if first & tx::CMD_VLAN != 0 && len >= 12 {
+                    self.frame.copy_within(4..16, 0);
+                    self.frame[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
+                    let tag = (first >> tx::VLAN_SHIFT) as u16;
+                    self.frame[14..16].copy_from_slice(&tag.to_be_bytes());
+                    at = 0;
+                    len += 4;
+                }
+                let f = &mut self.frame[at..at + len];
+                let ck = first & (tx::CMD_IP_CKSUM | tx::CMD_UDP_CKSUM | tx::CMD_TCP_CKSUM);
+                if ck != 0 {
+                    tx_checksums(
+                        f,
+                        ck & tx::CMD_IP_CKSUM != 0,
+                        ck & tx::CMD_UDP_CKSUM != 0,
+                        ck & tx::CMD_TCP_CKSUM != 0,
+                    );
+                }
+                match &mut self.sink {
+                    TxSink::Check(c) => c.check(f),
+                    TxSink::Wire(w) => {
+                        if w.send(f) == Sent::Pause {
+                            // Link paused: leave the packet for the next step.
+                            break 'packets;
+                        }
+                    }
+                }
+            }
+            // Report status on the descriptors that asked.
+            let mut j = self.head;
+            while j != i {
+                let d = self.regs.descs.get(j);
+                let q1 = d.q1.load(Ordering::Relaxed);
+                if q1 & tx::CMD_RS != 0 {
+                    d.q1.store(q1 | tx::DD, Ordering::Release);
+                    self.bus.tx_writeback();
+                }
+                j = j.wrapping_add(1);
+            }
+            self.head = i;
+            pkts += 1;
+        }
+        self.bus.desc_fetch(start, self.head.wrapping_sub(start));
+        self.bus.cycles.add(rdtsc().wrapping_sub(t0));
+        pkts
+    }
+}
+
+/// Every engine of a port: what the device thread steps.
+pub struct PortEngines {
+    /// Rx engines, by queue.
+    pub rx: Box<[EngineCell<RxEngine>]>,
+    /// Tx engines, by queue.
+    pub tx: Box<[EngineCell<TxEngine>]>,
+}
+
+impl PortEngines {
+    /// Steps every engine that no one else is running; returns the frames
+    /// handled.
+    pub fn step_all(&self) -> usize {
+        let mut n = 0;
+        for e in self.rx.iter() {
+            n += e.try_with(RxEngine::step).unwrap_or(0);
+        }
+        for e in self.tx.iter() {
+            n += e.try_with(TxEngine::step).unwrap_or(0);
+        }
+        n
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn descriptor_fetches_count_cache_lines() {
+        assert_eq!(Bus::lines(0, 4), 1);
+        assert_eq!(Bus::lines(3, 2), 2);
+        assert_eq!(Bus::lines(0, 32), 8);
+        assert_eq!(Bus::lines(2, 32), 9);
+        assert_eq!(Bus::lines(u32::MAX, 2), 2, "wraps");
+        let x = Xstats::new();
+        let b = Bus::new(&x, 24);
+        b.desc_fetch(0, 4);
+        b.data(60);
+        b.data(1514);
+        b.tx_writeback();
+        assert_eq!(x.get("bus_desc_bytes"), Some(64 + 24));
+        assert_eq!(x.get("bus_data_bytes"), Some(60 + 24 + 1514 + 6 * 24));
+        assert_eq!(x.get("bus_writeback_bytes"), Some(16 + 24));
+    }
+
+    #[test]
+    fn engine_cell_refuses_a_second_holder() {
+        let c = EngineCell::new(5u32);
+        let inner = c.try_with(|v| {
+            *v += 1;
+            c.try_with(|_| ())
+        });
+        assert_eq!(inner, Some(None));
+        assert_eq!(c.with(|v| *v), 6);
+    }
+}

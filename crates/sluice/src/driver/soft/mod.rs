@@ -1,0 +1,429 @@
+//! `soft`: the emulated NIC — a device model with the memory interface of a
+//! real NIC, cabled to the built-in tester or to another soft port.
+//!
+//! - [`desc`]: 16-byte Rx and Tx descriptors (read and write-back formats)
+//!   in 64-byte-aligned rings of atomic words.
+//! - `rx` / `tx`: the driver's queues — descriptor ring, software ring of
+//!   mbufs, rearm in batches with one doorbell per batch, Tx completions
+//!   every `tx_rs_thresh` descriptors freed in batches (fast free or not).
+//! - `device`: the device's Rx and Tx engines (DMA through IOVA = VA
+//!   descriptors, RSS, checksum offloads, write-back with release), and bus
+//!   accounting.
+//! - `runner`: the one device thread of threaded ports.
+//! - `wire`: two soft ports cabled together.
+//! - `frame`: the device's parser (RSS hash, checksums).
+//!
+//! Spec: `soft[:key=value,...]`
+//! - tester keys (`gen`, `flows`, `size`, `rate`, `count`, see
+//!   `crate::tester`) and `tester=NAME`: the port is cabled to tester NAME
+//!   (default `t0`) and adds one stream of its own. With no source key at
+//!   all the port joins tester `t0` as it is (or with its defaults).
+//! - `wire=NAME`: cabled to the other soft port with the same `wire`
+//!   (exclusive with the tester keys).
+//! - `device=inline|threaded` (default inline): where the device runs —
+//!   inside the queue calls (deterministic) or on the process's device
+//!   thread.
+//! - `fc=on|off` (default on): link flow control. On: a full Rx ring holds
+//!   the source back (802.3x PAUSE). Off: frames with no descriptor are
+//!   dropped and counted in `rx_missed`.
+//! - `rx_free_thresh` (default 32): Rx refill batch; a power of two,
+//!   4..=`nb_rxd`.
+//! - `tx_rs_thresh` (default 32): report status every so many Tx
+//!   descriptors; a power of two, 4..=`nb_txd`.
+//! - `tx_free_thresh` (default 32): free completed Tx buffers when fewer
+//!   descriptors than this are free; `tx_rs_thresh..=nb_txd`.
+//! - `bus_overhead` (default 24, 0..=256): bytes each bus transaction adds.
+//!
+//! Xstats: `bus_desc_bytes`, `bus_writeback_bytes`, `bus_data_bytes`,
+//! `bus_doorbells`, `device_cycles`, `device_tx_errors`.
+
+pub mod desc;
+mod device;
+mod frame;
+mod runner;
+mod rx;
+mod tx;
+mod wire;
+
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+use std::sync::Arc;
+
+use crate::mbuf::ol;
+use crate::net::MacAddr;
+use crate::port::{
+    DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
+    RxQueue, SpecArgs, TxQueue,
+};
+
+use crate::tester;
+use device::{
+    Bus, EngineCell, PortEngines, QueueRegs, RxEngine, RxParams, RxSource, TxEngine, TxSink,
+};
+use frame::{Reta, RssHasher};
+use tester::{TESTER_KEYS, Tester, TesterConfig};
+use wire::{Lane, RxSide, WireEnd};
+
+/// Spec keys: the tester's, then the driver's own.
+const KEYS: &[&str] = &[
+    "gen",
+    "flows",
+    "size",
+    "rate",
+    "count",
+    "tester",
+    "wire",
+    "device",
+    "fc",
+    "rx_free_thresh",
+    "tx_rs_thresh",
+    "tx_free_thresh",
+    "bus_overhead",
+];
+
+/// Where the device runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceMode {
+    /// Inside the queue calls, on the polling thread.
+    Inline,
+    /// On the process's device thread.
+    Threaded,
+}
+
+enum Source {
+    Tester(Arc<Tester>),
+    Wire(WireEnd),
+}
+
+/// The `soft` driver.
+pub struct SoftDriver {
+    info: DeviceInfo,
+    spec: String,
+    source: Source,
+    mode: DeviceMode,
+    fc: bool,
+    rx_free_thresh: u32,
+    tx_rs_thresh: u32,
+    tx_free_thresh: u32,
+    bus_overhead: u64,
+    engines: Option<Arc<PortEngines>>,
+    running: bool,
+}
+
+impl std::fmt::Debug for SoftDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftDriver")
+            .field("spec", &self.spec)
+            .field("mode", &self.mode)
+            .finish()
+    }
+}
+
+impl SoftDriver {
+    /// Reads the spec's arguments and plugs the port into its tester or
+    /// wire.
+    pub fn from_spec(spec: &PortSpec) -> Result<SoftDriver, PortError> {
+        let mut args = SpecArgs::new(spec, KEYS);
+        let tcfg = TesterConfig::from_args(&mut args)?;
+        let tname = args.str("tester");
+        let wname = args.str("wire");
+        let mode = match args.choice("device", &["inline", "threaded"])? {
+            Some("threaded") => DeviceMode::Threaded,
+            _ => DeviceMode::Inline,
+        };
+        let fc = args.choice("fc", &["on", "off"])? != Some("off");
+        let pow2 = |args: &mut SpecArgs, key: &str| -> Result<Option<u32>, PortError> {
+            match args.u64_in(key, 4..=4096)? {
+                Some(v) if !v.is_power_of_two() => Err(PortError::config(format!(
+                    "port spec '{}': {key} {v} is not a power of two",
+                    spec.as_str()
+                ))),
+                v => Ok(v.map(|v| v as u32)),
+            }
+        };
+        let rx_free_thresh = pow2(&mut args, "rx_free_thresh")?.unwrap_or(32);
+        let tx_rs_thresh = pow2(&mut args, "tx_rs_thresh")?.unwrap_or(32);
+        let tx_free_thresh = args.u64_in("tx_free_thresh", 4..=4096)?.unwrap_or(32) as u32;
+        let bus_overhead = args.u64_in("bus_overhead", 0..=256)?.unwrap_or(24);
+        args.finish()?;
+        debug_assert!(TESTER_KEYS.iter().all(|k| KEYS.contains(k)));
+        let source = match wname {
+            Some(w) => {
+                if tcfg.is_some() || tname.is_some() {
+                    return Err(PortError::config(format!(
+                        "port spec '{}': wire= and the tester keys exclude each other",
+                        spec.as_str()
+                    )));
+                }
+                Source::Wire(WireEnd::attach(w).map_err(|e| {
+                    PortError::config(format!("port spec '{}': {e}", spec.as_str()))
+                })?)
+            }
+            None => {
+                let name = tname.unwrap_or("t0").to_string();
+                let tester = tester::attach(&name, tcfg).map_err(|e| {
+                    PortError::config(format!("port spec '{}': {e}", spec.as_str()))
+                })?;
+                Source::Tester(tester)
+            }
+        };
+        Ok(SoftDriver {
+            info: DeviceInfo {
+                driver: "soft",
+                max_rx_queues: 16,
+                max_tx_queues: 16,
+                nb_rxd: (64, 4096),
+                nb_txd: (64, 4096),
+                desc_pow2: true,
+                max_mtu: 9000,
+                rx_offload_capa: Offloads::CHECKSUMS | Offloads::RSS_HASH,
+                tx_offload_capa: Offloads::FAST_FREE | Offloads::MULTI_SEG | Offloads::CHECKSUMS,
+                needs_rx_pool: true,
+                mac: MacAddr([0x02, 0, 0, 0x50, 0x46, 0]),
+            },
+            spec: spec.as_str().to_string(),
+            source,
+            mode,
+            fc,
+            rx_free_thresh,
+            tx_rs_thresh,
+            tx_free_thresh,
+            bus_overhead,
+            engines: None,
+            running: false,
+        })
+    }
+
+    /// Where the device runs.
+    pub fn mode(&self) -> DeviceMode {
+        self.mode
+    }
+
+    fn check_thresholds(&self, config: &PortConfig) -> Result<(), PortError> {
+        let err = |m: String| Err(PortError::config(format!("port '{}': {m}", self.spec)));
+        for (i, q) in config.rxq.iter().enumerate() {
+            if self.rx_free_thresh > q.nb_rxd as u32 {
+                return err(format!(
+                    "Rx queue {i}: rx_free_thresh {} exceeds its {} descriptors",
+                    self.rx_free_thresh, q.nb_rxd
+                ));
+            }
+        }
+        for (i, q) in config.txq.iter().enumerate() {
+            let nb = q.nb_txd as u32;
+            if self.tx_rs_thresh > self.tx_free_thresh || self.tx_free_thresh > nb {
+                return err(format!(
+                    "Tx queue {i}: needs tx_rs_thresh {} <= tx_free_thresh {} <= {} descriptors",
+                    self.tx_rs_thresh, self.tx_free_thresh, nb
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+impl PortDriver for SoftDriver {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn setup(
+        &mut self,
+        config: &PortConfig,
+        counters: &Arc<PortCounters>,
+    ) -> Result<Queues, PortError> {
+        self.check_thresholds(config)?;
+        let nrx = config.rxq.len();
+        let max_frame = config.mtu as usize + 14 + 4;
+        let hasher = Arc::new(RssHasher::default_key());
+        let x = &counters.xstats;
+
+        // Rx sources: a generator per queue over the flows the RETA sends
+        // there, or one wire lane per queue.
+        let mut sources: Vec<RxSource> = Vec::with_capacity(nrx);
+        match &self.source {
+            Source::Tester(tester) => {
+                let stream = tester.add_stream();
+                let reta = Reta::new(nrx);
+                let mut flows: Vec<Vec<u32>> = vec![Vec::new(); nrx];
+                for f in 0..tester.config().flows {
+                    let q = if nrx == 1 {
+                        0
+                    } else {
+                        reta.queue(flow_hash(&hasher, &tester.flow_tuple(stream, f)))
+                    };
+                    flows[q].push(f);
+                }
+                for fl in flows {
+                    sources.push(if fl.is_empty() {
+                        RxSource::Idle
+                    } else {
+                        RxSource::Gen(Box::new(tester.generator(stream, fl)))
+                    });
+                }
+            }
+            Source::Wire(end) => {
+                let slot = max_frame.div_ceil(64) * 64;
+                let mut lanes = Vec::with_capacity(nrx);
+                for _ in 0..nrx {
+                    let (lane, rx) = Lane::new(slot, self.fc);
+                    lanes.push(lane);
+                    sources.push(RxSource::Wire(Box::new(rx)));
+                }
+                end.set_rx(RxSide::new(lanes));
+            }
+        }
+
+        let rx_regs: Vec<Arc<QueueRegs>> = config
+            .rxq
+            .iter()
+            .map(|q| QueueRegs::new(q.nb_rxd as usize))
+            .collect();
+        let tx_regs: Vec<Arc<QueueRegs>> = config
+            .txq
+            .iter()
+            .map(|q| QueueRegs::new(q.nb_txd as usize))
+            .collect();
+        let rxo = config.rx_offloads;
+        let mut rx_engines = Vec::with_capacity(nrx);
+        for (q, source) in sources.into_iter().enumerate() {
+            let pool = config.rx_pool_of(q).expect("checked by Port::new");
+            rx_engines.push(EngineCell::new(RxEngine::new(
+                Arc::clone(&rx_regs[q]),
+                source,
+                RxParams {
+                    buf_size: pool.data_room() as usize,
+                    max_frame,
+                    check_ip: rxo.contains(Offloads::IPV4_CKSUM),
+                    check_l4: rxo.contains(Offloads::UDP_CKSUM)
+                        || rxo.contains(Offloads::TCP_CKSUM),
+                    fc: self.fc,
+                },
+                Arc::clone(&hasher),
+                Bus::new(x, self.bus_overhead),
+                Arc::clone(counters),
+                q,
+            )));
+        }
+        let mut tx_engines = Vec::with_capacity(config.txq.len());
+        for regs in &tx_regs {
+            let sink = match &self.source {
+                Source::Tester(tester) => TxSink::Check(Box::new(tester.checker())),
+                Source::Wire(end) => TxSink::Wire(Box::new(end.sender())),
+            };
+            tx_engines.push(EngineCell::new(TxEngine::new(
+                Arc::clone(regs),
+                sink,
+                device::TxParams { max_frame },
+                Bus::new(x, self.bus_overhead),
+                x,
+            )));
+        }
+        let engines = Arc::new(PortEngines {
+            rx: rx_engines.into_boxed_slice(),
+            tx: tx_engines.into_boxed_slice(),
+        });
+        let inline = self.mode == DeviceMode::Inline;
+
+        let rss_hash = rxo.contains(Offloads::RSS_HASH);
+        let mut rx: Vec<Box<dyn RxQueue>> = Vec::with_capacity(nrx);
+        for (q, regs) in rx_regs.into_iter().enumerate() {
+            let pool = config.rx_pool_of(q).expect("checked by Port::new").clone();
+            rx.push(Box::new(rx::SoftRx::new(
+                regs,
+                pool,
+                config.port_id,
+                self.rx_free_thresh,
+                rss_hash,
+                Arc::clone(&engines),
+                inline,
+                q,
+                Arc::clone(counters),
+            )));
+        }
+        let txo = config.tx_offloads;
+        let mut ol_mask = 0;
+        if txo.contains(Offloads::IPV4_CKSUM) {
+            ol_mask |= ol::TX_IP_CKSUM;
+        }
+        if txo.contains(Offloads::UDP_CKSUM) {
+            ol_mask |= ol::TX_UDP_CKSUM;
+        }
+        if txo.contains(Offloads::TCP_CKSUM) {
+            ol_mask |= ol::TX_TCP_CKSUM;
+        }
+        ol_mask |= ol::TX_VLAN;
+        let params = tx::TxParams {
+            rs_thresh: self.tx_rs_thresh,
+            free_thresh: self.tx_free_thresh,
+            fast_free: txo.contains(Offloads::FAST_FREE) && !txo.contains(Offloads::MULTI_SEG),
+            multi_seg: txo.contains(Offloads::MULTI_SEG),
+            ol_mask,
+        };
+        let tx: Vec<Box<dyn TxQueue>> = tx_regs
+            .into_iter()
+            .enumerate()
+            .map(|(q, regs)| {
+                Box::new(tx::SoftTx::new(
+                    regs,
+                    params,
+                    Arc::clone(&engines),
+                    inline,
+                    q,
+                    Arc::clone(counters),
+                )) as Box<dyn TxQueue>
+            })
+            .collect();
+        self.engines = Some(engines);
+        Ok(Queues { rx, tx })
+    }
+
+    fn start(&mut self) -> Result<(), PortError> {
+        if self.mode == DeviceMode::Threaded
+            && let Some(e) = &self.engines
+        {
+            runner::add(e)?;
+            self.running = true;
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        if self.running
+            && let Some(e) = &self.engines
+        {
+            runner::remove(e);
+            self.running = false;
+        }
+    }
+}
+
+impl Drop for SoftDriver {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// The RSS hash of a tester flow, as the device will compute it from the
+/// flow's frames.
+fn flow_hash(h: &RssHasher, t: &tester::FlowTuple) -> u32 {
+    use std::net::IpAddr;
+    let mut input = [0u8; 36];
+    let n = match (t.src, t.dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            input[..4].copy_from_slice(&s.octets());
+            input[4..8].copy_from_slice(&d.octets());
+            8
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            input[..16].copy_from_slice(&s.octets());
+            input[16..32].copy_from_slice(&d.octets());
+            32
+        }
+        _ => return 0,
+    };
+    input[n..n + 2].copy_from_slice(&t.src_port.to_be_bytes());
+    input[n + 2..n + 4].copy_from_slice(&t.dst_port.to_be_bytes());
+    h.hash(&input[..n + 4])
+}
