@@ -60,29 +60,54 @@ fn fwd_checked(args: &fwd::FwdArgs) -> Result<(), String> {
     }
 }
 
-/// The ports of the demo, one spec each.
-///
-/// Until the `soft` driver and the tester exist, two `null` ports stand in.
+/// The ports of the demo, one spec each: two `soft` ports cabled to one
+/// tester, the device model on its own thread when there are two CPUs or
+/// more (else inline, in the forwarding lcore's calls).
 fn demo_port_specs(cpus: usize) -> Vec<String> {
-    let _ = cpus;
-    vec!["null".to_owned(), "null".to_owned()]
+    let device = if cpus >= 2 { "threaded" } else { "inline" };
+    let spec = format!("soft:tester=demo,gen=udp,flows=1024,size=64,device={device}");
+    vec![spec.clone(), spec]
 }
+
+/// Tx attempts more in the demo before a packet is dropped: the device
+/// thread drains Tx rings in its own time, and the demo shows a lossless
+/// pipeline (`sluice fwd` drops after one try by default, as testpmd).
+const DEMO_TX_RETRY: u32 = 1 << 20;
 
 /// `sluice` with no arguments: the demo.
 fn demo() -> Result<(), String> {
     let cpus = sluice::lcore::available_cpus().len();
     let specs = demo_port_specs(cpus);
     bench::emit(&format!(
-        "Sluice demo: io forwarding for 5 s between {} (`sluice fwd --help` for more).",
-        specs.join(" and ")
+        "Sluice demo: two emulated NIC ports (`soft`) cabled to the built-in tester, io \
+         forwarding on one lcore for 5 s, the device model {}.",
+        if cpus >= 2 {
+            "on its own thread"
+        } else {
+            "inline (one CPU)"
+        }
     ));
-    fwd_checked(&fwd::FwdArgs::with_specs(specs))
+    bench::emit(&format!(
+        "Same as: sluice fwd --tx-retry {DEMO_TX_RETRY} --port {} --port {}",
+        specs[0], specs[1]
+    ));
+    let mut args = fwd::FwdArgs::with_specs(specs);
+    args.tx_retry = DEMO_TX_RETRY;
+    fwd_checked(&args)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn demo_threads_its_device_with_two_cpus() {
+        let one = demo_port_specs(1);
+        assert_eq!(one.len(), 2);
+        assert!(one[0].ends_with("device=inline"), "{}", one[0]);
+        assert!(demo_port_specs(2)[1].ends_with("device=threaded"));
+    }
 
     #[test]
     fn cli_is_well_formed() {

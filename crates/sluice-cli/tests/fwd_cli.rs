@@ -73,3 +73,47 @@ fn a_bad_spec_prints_the_error_and_fails() {
     );
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+fn fwd_between_soft_ports_and_the_tester_loses_nothing() {
+    let spec = "soft:tester=cli_test,gen=udp,flows=64,size=64,device=inline";
+    let out = sluice(&[
+        "fwd",
+        "--port",
+        spec,
+        "--port",
+        spec,
+        "--duration",
+        "0.2",
+        "--json",
+        "--rxd",
+        "256",
+        "--txd",
+        "256",
+        "--cores",
+        "2",
+    ]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "exit {:?}, stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let t = &summary["testers"][0];
+    assert_eq!(t["name"], "cli_test");
+    let sent = t["sent"].as_u64().unwrap();
+    assert!(sent > 0, "{t}");
+    assert_eq!(t["received"].as_u64(), Some(sent));
+    for k in ["lost", "reordered", "duplicates", "corrupt", "foreign"] {
+        assert_eq!(t[k], 0, "{k}: {t}");
+    }
+    assert_eq!(summary["clean"], true);
+    assert_eq!(summary["pool_full"], true);
+    // Two lcores, two queues per port (RSS), every packet forwarded.
+    assert_eq!(summary["cores"], 2);
+    assert_eq!(summary["ports"][0]["queues"], 2);
+    assert_eq!(summary["rx_packets"], summary["tx_packets"]);
+    assert_eq!(summary["rx_packets"].as_u64(), Some(sent));
+}

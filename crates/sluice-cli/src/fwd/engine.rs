@@ -150,6 +150,7 @@ pub fn poll<E: Fwd>(e: E, s: &mut Stream<'_>, burst: &mut BurstSlice, tx_retry: 
     let mut tx = s.tx.tx_burst(burst);
     let mut tries = tx_retry;
     while !burst.is_empty() && tries > 0 {
+        std::hint::spin_loop();
         tx += s.tx.tx_burst(burst);
         tries -= 1;
     }

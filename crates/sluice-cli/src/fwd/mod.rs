@@ -104,6 +104,14 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
         ..Default::default()
     })
     .map_err(|e| format!("mbuf pool: {e}"))?;
+    // The main thread on the first CPU, as testpmd's main lcore (a threaded
+    // device's thread then goes to another one: see `lcore_cpus`).
+    let cpus = sluice::lcore::available_cpus();
+    if cpus.len() > 1
+        && let Err(e) = sluice::lcore::pin_current_thread(cpus[0])
+    {
+        eprintln!("sluice fwd: warning: main thread not pinned: {e}");
+    }
     let mut ports = open_ports(&specs, &pool, queues, args)?;
     for p in ports.iter_mut() {
         p.start()
@@ -164,12 +172,34 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
 /// lcores' queue calls: its `device_cycles` xstat, unless the device runs on
 /// its own thread (`device=threaded`), whose cycles are not the lcores'.
 pub fn inline_device_cycles(spec: &str, c: &PortCounters) -> u64 {
-    let threaded = PortSpec::parse(spec).is_ok_and(|s| s.get("device") == Some("threaded"));
-    if threaded {
+    if has_threaded_device(spec) {
         0
     } else {
         c.xstats.get("device_cycles").unwrap_or(0)
     }
+}
+
+/// Whether port `spec` runs its device model on a device thread.
+fn has_threaded_device(spec: &str) -> bool {
+    PortSpec::parse(spec).is_ok_and(|s| s.get("device") == Some("threaded"))
+}
+
+/// The CPUs forwarding lcores take, in order, from the process's `cpus`:
+/// the main thread is pinned to the first (as testpmd's main lcore), so
+/// lcores start at the second. A threaded device model's thread is pinned
+/// to the first CPU other than the one its port was started from — the
+/// second — so with `threaded` devices lcores start at the third and the
+/// first comes last (the main thread mostly sleeps). Never empty.
+pub fn lcore_cpus(cpus: &[usize], threaded: bool) -> Vec<usize> {
+    let skip = if threaded { 2 } else { 1 };
+    if cpus.len() <= skip {
+        return if threaded && cpus.len() == 2 {
+            vec![cpus[0]]
+        } else {
+            cpus.to_vec()
+        };
+    }
+    cpus[skip..].iter().chain(&cpus[..1]).copied().collect()
 }
 
 /// Opens every port with `queues` Rx and Tx queues; if a driver cannot have
@@ -220,6 +250,7 @@ fn forward(
 ) -> Result<(Vec<LcoreCycles>, f64, Vec<u64>), String> {
     let n = ports.len();
     let macs: Vec<_> = ports.iter().map(Port::mac).collect();
+    let threaded = ports.iter().any(|p| has_threaded_device(p.name()));
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     // Every queue, to be handed out one by one.
     let mut rxq: Vec<Vec<Option<&mut dyn sluice::port::RxQueue>>> = Vec::new();
@@ -266,10 +297,11 @@ fn forward(
     for (i, s) in streams.into_iter().enumerate() {
         per_lcore[i % nb_lcores].push(s);
     }
-    let cpus = sluice::lcore::available_cpus();
-    if nb_lcores >= cpus.len() && cpus.len() > 1 {
+    let cpus = lcore_cpus(&sluice::lcore::available_cpus(), threaded);
+    if nb_lcores > cpus.len() {
         eprintln!(
-            "sluice fwd: warning: {nb_lcores} forwarding lcore(s) on {} CPU(s): they share CPUs",
+            "sluice fwd: warning: {nb_lcores} forwarding lcore(s) on {} free CPU(s): they share \
+             CPUs",
             cpus.len()
         );
     }
@@ -291,8 +323,7 @@ fn forward(
             .into_iter()
             .enumerate()
             .map(|(i, mut streams)| {
-                // The main lcore stays on the first CPU, as testpmd's does.
-                let cpu = (cpus.len() > 1).then(|| cpus[(i + 1) % cpus.len()]);
+                let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
                 std::thread::Builder::new()
                     .name(format!("fwd-{i}"))
                     .spawn_scoped(scope, move || lcore_main(cpu, &mut streams, cfg, pool))
@@ -510,6 +541,16 @@ mod tests {
         assert_eq!(lcores[0].packets, s[0].rx_packets + s[1].rx_packets);
         drop(ports);
         assert!(pool.is_full());
+    }
+
+    #[test]
+    fn lcores_avoid_the_main_and_the_device_thread_cpus() {
+        assert_eq!(lcore_cpus(&[0], false), [0]);
+        assert_eq!(lcore_cpus(&[0], true), [0]);
+        assert_eq!(lcore_cpus(&[0, 1], false), [1, 0]);
+        assert_eq!(lcore_cpus(&[0, 1], true), [0]);
+        assert_eq!(lcore_cpus(&[2, 3, 5, 7], false), [3, 5, 7, 2]);
+        assert_eq!(lcore_cpus(&[2, 3, 5, 7], true), [5, 7, 2]);
     }
 
     #[test]
