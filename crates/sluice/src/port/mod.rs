@@ -45,7 +45,7 @@ pub use config::{
 };
 pub use device::{Port, PortDriver, Queues};
 pub use error::PortError;
-pub use queue::{RxQueue, TxQueue};
+pub use queue::{RxQueue, SinkTx, TxQueue};
 pub use spec::{PortSpec, SpecArgs, SpecError};
 pub use stats::{BurstHistogram, PortCounters, PortStats, QueueCounts, RxQueueStats, TxQueueStats};
 pub use xstats::Xstats;

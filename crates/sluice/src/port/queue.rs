@@ -8,9 +8,11 @@
 //! packets it accepted from the burst's front and leaves the rest there, so
 //! the caller decides whether to retry or drop them — nothing is lost.
 
+use std::sync::Arc;
+
 use crate::mbuf::BurstSlice;
 
-use super::PortError;
+use super::{PortCounters, PortError};
 
 /// A receive queue.
 pub trait RxQueue: Send {
@@ -50,4 +52,39 @@ pub trait TxQueue: Send {
     /// not). Called by [`Port::stop`](super::Port::stop) after the device has
     /// stopped.
     fn stop(&mut self);
+}
+
+/// A Tx queue that frees every packet it is given and counts it as sent: the
+/// transmit side of a driver whose packets go nowhere (`null`, a `pcap` port
+/// without a `tx` file).
+pub struct SinkTx {
+    counters: Arc<PortCounters>,
+    q: usize,
+}
+
+impl SinkTx {
+    /// Tx queue `q` of the port whose counters are `counters`.
+    pub fn new(counters: &Arc<PortCounters>, q: usize) -> SinkTx {
+        SinkTx {
+            counters: Arc::clone(counters),
+            q,
+        }
+    }
+}
+
+impl TxQueue for SinkTx {
+    #[inline]
+    fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize {
+        let n = burst.len();
+        let bytes: u64 = burst.iter().map(|m| m.pkt_len() as u64).sum();
+        burst.clear();
+        self.counters.tx[self.q].record_burst(n, bytes);
+        n
+    }
+
+    fn start(&mut self) -> Result<(), PortError> {
+        Ok(())
+    }
+
+    fn stop(&mut self) {}
 }

@@ -38,11 +38,7 @@ impl RxQueueStats {
     /// all (single writer: the polling thread).
     #[inline(always)]
     pub fn record_burst(&self, n: usize, bytes: u64) {
-        self.packets.add(n as u64);
-        self.bytes.add(bytes);
-        if let Some(h) = &self.bursts {
-            h.record(n);
-        }
+        record(&self.packets, &self.bytes, &self.bursts, n, bytes);
     }
 }
 
@@ -73,11 +69,23 @@ impl TxQueueStats {
     /// all (single writer: the polling thread).
     #[inline(always)]
     pub fn record_burst(&self, n: usize, bytes: u64) {
-        self.packets.add(n as u64);
-        self.bytes.add(bytes);
-        if let Some(h) = &self.bursts {
-            h.record(n);
-        }
+        record(&self.packets, &self.bytes, &self.bursts, n, bytes);
+    }
+}
+
+/// Counts one burst of `n` packets and `bytes` bytes.
+#[inline(always)]
+fn record(
+    packets: &Counter,
+    bytes_c: &Counter,
+    bursts: &Option<BurstHistogram>,
+    n: usize,
+    bytes: u64,
+) {
+    packets.add(n as u64);
+    bytes_c.add(bytes);
+    if let Some(h) = bursts {
+        h.record(n);
     }
 }
 

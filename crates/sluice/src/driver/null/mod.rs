@@ -17,7 +17,7 @@ use crate::mbuf::{BurstSlice, MbufHeader, MbufPool, RearmData};
 use crate::net::MacAddr;
 use crate::port::{
     DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
-    RxQueue, SpecArgs, TxQueue,
+    RxQueue, SinkTx, SpecArgs, TxQueue,
 };
 
 /// Spec keys.
@@ -96,12 +96,7 @@ impl PortDriver for NullDriver {
             }));
         }
         let tx = (0..config.txq.len())
-            .map(|q| {
-                Box::new(NullTx {
-                    counters: Arc::clone(counters),
-                    q,
-                }) as Box<dyn TxQueue>
-            })
+            .map(|q| Box::new(SinkTx::new(counters, q)) as Box<dyn TxQueue>)
             .collect();
         Ok(Queues { rx, tx })
     }
@@ -157,29 +152,6 @@ impl RxQueue for NullRx {
         // SAFETY: the `n` spare slots now hold fresh mbufs we own.
         unsafe { burst.set_len(len) };
         stats.record_burst(n, n as u64 * self.size as u64);
-        n
-    }
-
-    fn start(&mut self) -> Result<(), PortError> {
-        Ok(())
-    }
-
-    fn stop(&mut self) {}
-}
-
-/// A Tx queue: frees what it is given.
-struct NullTx {
-    counters: Arc<PortCounters>,
-    q: usize,
-}
-
-impl TxQueue for NullTx {
-    #[inline]
-    fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize {
-        let n = burst.len();
-        let bytes: u64 = burst.iter().map(|m| m.pkt_len() as u64).sum();
-        burst.clear();
-        self.counters.tx[self.q].record_burst(n, bytes);
         n
     }
 

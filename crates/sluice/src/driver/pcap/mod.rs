@@ -32,12 +32,12 @@ use std::sync::Arc;
 use crate::net::MacAddr;
 use crate::port::{
     DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
-    RxQueue, SpecArgs, SpecError, TxQueue,
+    RxQueue, SinkTx, SpecArgs, SpecError, TxQueue,
 };
 
 use format::MAX_CAPTURE;
 use rx::{Capture, Clock, PcapRx};
-use tx::{PcapTx, SinkTx};
+use tx::PcapTx;
 
 /// Spec keys.
 const KEYS: &[&str] = &["rx", "tx", "loop", "timing", "snaplen"];
@@ -136,10 +136,7 @@ impl PortDriver for PcapDriver {
                 Some(path) => {
                     Box::new(PcapTx::create(path, self.snaplen, Arc::clone(counters), q)?)
                 }
-                None => Box::new(SinkTx {
-                    counters: Arc::clone(counters),
-                    q,
-                }),
+                None => Box::new(SinkTx::new(counters, q)),
             });
         }
         Ok(Queues { rx, tx })

@@ -100,26 +100,3 @@ impl Drop for PcapTx {
         self.flush();
     }
 }
-
-/// The Tx queue of a pcap port without a `tx` file: frees what it is given
-/// and counts it as sent.
-pub(crate) struct SinkTx {
-    pub(crate) counters: Arc<PortCounters>,
-    pub(crate) q: usize,
-}
-
-impl TxQueue for SinkTx {
-    fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize {
-        let n = burst.len();
-        let bytes: u64 = burst.iter().map(|m| m.pkt_len() as u64).sum();
-        burst.clear();
-        self.counters.tx[self.q].record_burst(n, bytes);
-        n
-    }
-
-    fn start(&mut self) -> Result<(), PortError> {
-        Ok(())
-    }
-
-    fn stop(&mut self) {}
-}
