@@ -77,10 +77,11 @@ impl<const N: usize> std::ops::Deref for Burst<N> {
     #[inline(always)]
     fn deref(&self) -> &BurstSlice {
         let p = std::ptr::slice_from_raw_parts(std::ptr::from_ref(self).cast::<Elem>(), N);
-        // SAFETY: `Burst<N>` and `BurstSlice` are both `repr(C)` with the same
-        // fields, the slot array last, so the fat pointer made of the burst's
-        // address and `N` describes exactly the burst (a slice-tailed DST's
-        // metadata is its tail's length).
+        // `Burst<N>` and `BurstSlice` are both `repr(C)` with the same fields,
+        // the slot array last; a slice-tailed DST's metadata is its tail's
+        // length.
+        // SAFETY: so the fat pointer (burst address, `N`) describes exactly
+        // the burst, borrowed for as long as `self`.
         unsafe { &*(p as *const BurstSlice) }
     }
 }
@@ -244,12 +245,12 @@ impl BurstSlice {
     pub fn capped(&mut self, cap: usize) -> &mut BurstSlice {
         let cap = cap.clamp(self.len, self.slots.len());
         let p = std::ptr::slice_from_raw_parts_mut(std::ptr::from_mut(self).cast::<Elem>(), cap);
-        // SAFETY: the fat pointer has this burst's address and a tail length
-        // `cap` no larger than its own, so it describes the `len` field and a
-        // prefix of the same slot array (a slice-tailed DST's metadata is its
-        // tail's length). `len <= cap`, so the owned slots are all inside
-        // the view, and every method keeps `len <= capacity`. The `&mut self`
-        // borrow is exclusive and outlives the view.
+        // The fat pointer has this burst's address and a tail length `cap` no
+        // larger than its own (a slice-tailed DST's metadata is its tail's
+        // length), so it describes the `len` field and a prefix of the same
+        // slot array; `len <= cap` keeps the owned slots inside the view.
+        // SAFETY: a sub-view of this burst, under the exclusive `&mut self`
+        // borrow; every method keeps `len <= capacity`.
         unsafe { &mut *(p as *mut BurstSlice) }
     }
 
