@@ -247,6 +247,32 @@ impl Port {
         Ok((&mut self.rx, &mut self.tx))
     }
 
+    /// Whether Rx queue `q` can be refilled by a Tx queue
+    /// ([`recycle_mbufs`](super::recycle_mbufs)). Any time, started or not.
+    pub fn rx_queue_recycles(&self, q: usize) -> Result<bool, PortError> {
+        match self.rx.get(q) {
+            Some(b) => Ok(b.recycle_rx_capable()),
+            None => Err(PortError::NoQueue {
+                dir: "Rx",
+                queue: q,
+                count: self.rx.len(),
+            }),
+        }
+    }
+
+    /// Whether Tx queue `q` can feed an Rx queue's ring
+    /// ([`recycle_mbufs`](super::recycle_mbufs)). Any time, started or not.
+    pub fn tx_queue_recycles(&self, q: usize) -> Result<bool, PortError> {
+        match self.tx.get(q) {
+            Some(b) => Ok(b.recycle_tx_capable()),
+            None => Err(PortError::NoQueue {
+                dir: "Tx",
+                queue: q,
+                count: self.tx.len(),
+            }),
+        }
+    }
+
     /// The counters, shared: hold this to read statistics from another
     /// thread while the queues are being polled.
     pub fn counters(&self) -> Arc<PortCounters> {

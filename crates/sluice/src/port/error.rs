@@ -33,6 +33,9 @@ pub enum PortError {
         /// The error.
         source: std::io::Error,
     },
+    /// The queue or driver does not do what was asked (buffer recycling on
+    /// a driver without it, say).
+    Unsupported(String),
     /// Anything else the driver reports.
     Driver(String),
 }
@@ -56,7 +59,9 @@ impl fmt::Display for PortError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             PortError::Spec(e) => e.fmt(f),
-            PortError::Config(m) | PortError::Driver(m) => f.write_str(m),
+            PortError::Config(m) | PortError::Unsupported(m) | PortError::Driver(m) => {
+                f.write_str(m)
+            }
             PortError::Started => f.write_str("the port is started; stop it first"),
             PortError::Stopped => f.write_str("the port is stopped; start it first"),
             PortError::NoQueue { dir, queue, count } => {

@@ -32,6 +32,7 @@ mod config;
 mod device;
 mod error;
 mod queue;
+pub mod recycle;
 pub mod spec;
 pub mod stats;
 mod xstats;
@@ -46,6 +47,7 @@ pub use config::{
 pub use device::{Port, PortDriver, Queues};
 pub use error::PortError;
 pub use queue::{RxQueue, SinkTx, TxQueue};
+pub use recycle::{RecycleRxInfo, recycle_mbufs};
 pub use spec::{PortSpec, SpecArgs, SpecError};
 pub use stats::{BurstHistogram, PortCounters, PortStats, QueueCounts, RxQueueStats, TxQueueStats};
 pub use xstats::Xstats;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::mbuf::BurstSlice;
 
-use super::{PortCounters, PortError};
+use super::{PortCounters, PortError, RecycleRxInfo};
 
 /// A receive queue.
 pub trait RxQueue: Send {
@@ -26,8 +26,32 @@ pub trait RxQueue: Send {
 
     /// Stops receiving and gives back every buffer the queue holds (its ring
     /// and any packet it had not yet delivered). Called by
-    /// [`Port::stop`](super::Port::stop) after the device has stopped.
+    /// [`Port::stop`](super::Port::stop) after the device has stopped;
+    /// a driver whose queues can also stop alone (DPDK's
+    /// `rte_eth_dev_rx_queue_stop`) makes it safe while the device runs.
+    /// Stopping a stopped queue does nothing.
     fn stop(&mut self);
+
+    /// Whether a Tx queue can refill this queue's ring directly
+    /// ([`recycle_mbufs`](super::recycle_mbufs)). The default: no.
+    fn recycle_rx_capable(&self) -> bool {
+        false
+    }
+
+    /// Lends the software-ring slots due for refill, for one recycle step.
+    /// [`PortError::Unsupported`] if the queue cannot,
+    /// [`PortError::Stopped`] if it is stopped.
+    fn recycle_rx_info(&mut self) -> Result<RecycleRxInfo<'_>, PortError> {
+        Err(PortError::Unsupported(
+            "this Rx queue's driver does not support buffer recycling".into(),
+        ))
+    }
+
+    /// Rearms the descriptors whose buffers a Tx queue committed into the
+    /// ring since the last call, with no mempool access; returns how many.
+    fn recycle_rx_refill(&mut self) -> usize {
+        0
+    }
 }
 
 /// A transmit queue.
@@ -50,8 +74,27 @@ pub trait TxQueue: Send {
 
     /// Stops sending and gives back every buffer the queue holds (sent or
     /// not). Called by [`Port::stop`](super::Port::stop) after the device has
-    /// stopped.
+    /// stopped; a driver whose queues can also stop alone makes it safe
+    /// while the device runs. Stopping a stopped queue does nothing.
     fn stop(&mut self);
+
+    /// Whether this queue can put its completed buffers straight into an Rx
+    /// queue's ring ([`recycle_mbufs`](super::recycle_mbufs)). The
+    /// default: no.
+    fn recycle_tx_capable(&self) -> bool {
+        false
+    }
+
+    /// Moves buffers of completed transmissions into `rx`'s slots, under
+    /// the rules of [`recycle`](super::recycle); returns how many.
+    /// [`PortError::Unsupported`] if the queue cannot,
+    /// [`PortError::Stopped`] if it is stopped.
+    fn recycle_tx_mbufs(&mut self, rx: &mut RecycleRxInfo<'_>) -> Result<usize, PortError> {
+        let _ = rx;
+        Err(PortError::Unsupported(
+            "this Tx queue's driver does not support buffer recycling".into(),
+        ))
+    }
 }
 
 /// A Tx queue that frees every packet it is given and counts it as sent: the

@@ -33,9 +33,16 @@
 //! - `tx_free_thresh` (default 32): free completed Tx buffers when fewer
 //!   descriptors than this are free; `tx_rs_thresh..=nb_txd`.
 //! - `bus_overhead` (default 24, 0..=256): bytes each bus transaction adds.
+//! - `tx_free=normal|zc` (default normal): how completed Tx buffers go back
+//!   to the mempool — a bulk put, or a zero-copy put straight into the
+//!   lcore cache's slots.
+//!
+//! Both queue kinds support Tx→Rx buffer recycling
+//! ([`crate::port::recycle`]); the Rx refill unit is `rx_free_thresh`.
 //!
 //! Xstats: `bus_desc_bytes`, `bus_writeback_bytes`, `bus_data_bytes`,
-//! `bus_doorbells`, `device_cycles`, `device_tx_errors`.
+//! `bus_doorbells`, `device_cycles`, `device_tx_errors`, `rx_recycled`,
+//! `tx_recycled`, `recycle_fallbacks`.
 
 pub mod desc;
 mod device;
@@ -80,6 +87,7 @@ const KEYS: &[&str] = &[
     "tx_rs_thresh",
     "tx_free_thresh",
     "bus_overhead",
+    "tx_free",
 ];
 
 /// Where the device runs.
@@ -107,6 +115,7 @@ pub struct SoftDriver {
     tx_rs_thresh: u32,
     tx_free_thresh: u32,
     bus_overhead: u64,
+    zc_free: bool,
     engines: Option<Arc<PortEngines>>,
     running: bool,
 }
@@ -146,6 +155,7 @@ impl SoftDriver {
         let tx_rs_thresh = pow2(&mut args, "tx_rs_thresh")?.unwrap_or(32);
         let tx_free_thresh = args.u64_in("tx_free_thresh", 4..=4096)?.unwrap_or(32) as u32;
         let bus_overhead = args.u64_in("bus_overhead", 0..=256)?.unwrap_or(24);
+        let zc_free = args.choice("tx_free", &["normal", "zc"])? == Some("zc");
         args.finish()?;
         debug_assert!(TESTER_KEYS.iter().all(|k| KEYS.contains(k)));
         let source = match wname {
@@ -190,6 +200,7 @@ impl SoftDriver {
             tx_rs_thresh,
             tx_free_thresh,
             bus_overhead,
+            zc_free,
             engines: None,
             running: false,
         })
@@ -360,6 +371,7 @@ impl PortDriver for SoftDriver {
             fast_free: txo.contains(Offloads::FAST_FREE) && !txo.contains(Offloads::MULTI_SEG),
             multi_seg: txo.contains(Offloads::MULTI_SEG),
             ol_mask,
+            zc_free: self.zc_free,
         };
         let tx: Vec<Box<dyn TxQueue>> = tx_regs
             .into_iter()

@@ -9,17 +9,28 @@
 //!
 //! Descriptors `[next, tail)` hold buffers the queue owns (armed, written
 //! back or not); `[tail - nb, next)` were delivered and are due for refill.
+//! Of those, `[tail, tail + committed)` already hold buffers a Tx queue
+//! recycled into the software ring (owned by this queue, not yet rearmed).
 //!
 //! # Refill
-//! Refill is in batches of `rx_free_thresh` (a divisor of the ring size, so
-//! a batch never wraps): fill software-ring slots `[tail, tail + n)` with
-//! buffers from the sources — first buffers of dropped frames kept for
-//! reuse, then the mempool (one bulk get) — then write each buffer's rearm
-//! word and its descriptor's read format, then one tail store (the
-//! doorbell). The buffer source is separate from the rearm, so a recycle
-//! path (a Tx queue dropping completed buffers straight into the slots due)
-//! can replace the mempool. An empty pool counts `rx_nombuf` and leaves the
-//! batch for the next call: no descriptor is lost and nothing waits.
+//! Refill runs at the start of `rx_burst` (as DPDK's vector drivers do, so
+//! a recycle step just before it finds the slots still due), in batches of
+//! `rx_free_thresh` (a divisor of the ring size, so a batch never wraps and
+//! `tail` stays a multiple of it): fill software-ring slots
+//! `[tail, tail + n)` with buffers from a source, then write each buffer's
+//! rearm word and its descriptor's read format, then one tail store (the
+//! doorbell). The sources, in order:
+//! 1. buffers a Tx queue recycled into the slots ([`RecycleRxInfo`]: the
+//!    refill unit is `rx_free_thresh`, so `tail` stays aligned);
+//! 2. first buffers of dropped frames kept for reuse;
+//! 3. the mempool, one bulk get per batch. An empty pool counts
+//!    `rx_nombuf` and leaves the batch for the next call: no descriptor is
+//!    lost and nothing waits.
+//!
+//! # Stopping
+//! `stop` and `start` run under the queue's device-engine lock, so a queue
+//! can stop and start alone while a threaded device runs: the device never
+//! sees a descriptor whose buffer went back to the pool.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -27,7 +38,7 @@ use std::sync::atomic::Ordering;
 use crate::counter::Counter;
 use crate::mbuf::{BurstSlice, MbufHeader, MbufPool, RearmData, ol};
 use crate::mempool::Elem;
-use crate::port::{PortCounters, PortError, RxQueue};
+use crate::port::{PortCounters, PortError, RecycleRxInfo, RxQueue};
 
 use super::desc::rx;
 use super::device::{PortEngines, QueueRegs};
@@ -43,8 +54,13 @@ pub struct SoftRx {
     pool: MbufPool,
     rearm: RearmData,
     /// Buffers of dropped frames, reused before the pool's (never more than
-    /// the ring holds, so pushing never allocates).
+    /// the ring holds: past that they go back to the pool, so pushing never
+    /// allocates).
     reuse: Vec<Elem>,
+    /// Slots from `tail` holding buffers a Tx queue recycled, not rearmed.
+    committed: u32,
+    /// `start` has run and `stop` has not since.
+    started: bool,
     /// Deliver the RSS hash.
     rss_hash: bool,
     engines: Arc<PortEngines>,
@@ -52,6 +68,8 @@ pub struct SoftRx {
     q: usize,
     counters: Arc<PortCounters>,
     doorbells: Arc<Counter>,
+    /// Descriptors rearmed with recycled buffers.
+    rx_recycled: Arc<Counter>,
 }
 
 // SAFETY: the raw buffer addresses in the rings are buffers this queue owns;
@@ -74,6 +92,7 @@ impl SoftRx {
     ) -> SoftRx {
         let nb = regs.descs.len();
         let doorbells = counters.xstats.register("bus_doorbells");
+        let rx_recycled = counters.xstats.register("rx_recycled");
         SoftRx {
             mask: nb as u32 - 1,
             sw_ring: vec![Elem::DANGLING; nb].into_boxed_slice(),
@@ -84,12 +103,15 @@ impl SoftRx {
             rearm: pool.rearm_data(port_id),
             pool,
             reuse: Vec::with_capacity(nb),
+            committed: 0,
+            started: false,
             rss_hash,
             engines,
             inline,
             q,
             counters,
             doorbells,
+            rx_recycled,
         }
     }
 
@@ -116,10 +138,52 @@ impl SoftRx {
         true
     }
 
-    /// Rearms every whole batch due: buffers into the software ring, rearm
-    /// words and descriptors, one doorbell per batch.
+    /// Rearms descriptors `[tail, tail + n)`, whose software-ring slots
+    /// hold buffers this queue owns: each buffer's rearm word, the
+    /// descriptor's read format, then one doorbell.
+    #[inline]
+    fn rearm(&mut self, n: u32) {
+        for k in 0..n {
+            let i = self.tail.wrapping_add(k);
+            let h = self.sw_ring[(i & self.mask) as usize]
+                .as_ptr()
+                .cast::<MbufHeader>();
+            // SAFETY: a free buffer of our pool, now ours alone (from the
+            // pool, a dropped frame, or a recycle commit): its header is
+            // initialised and no one else reaches it.
+            let h = unsafe { &mut *h };
+            h.rearm(self.rearm);
+            // SAFETY: `data_off` (the headroom) is inside the buffer.
+            let addr = unsafe { h.buf_addr.add(self.rearm.data_off as usize) } as u64;
+            let d = self.regs.descs.get(i);
+            d.q0.store(addr, Ordering::Relaxed);
+            d.q1.store(0, Ordering::Relaxed);
+        }
+        self.tail = self.tail.wrapping_add(n);
+        // The doorbell: the descriptors and rearmed headers above are
+        // visible to a device that loads this (acquire).
+        self.regs.tail.store(self.tail, Ordering::Release);
+        self.doorbells.inc();
+    }
+
+    /// Rearms the slots a Tx queue recycled into; how many.
+    #[inline]
+    fn rearm_committed(&mut self) -> usize {
+        let n = self.committed;
+        if n == 0 {
+            return 0;
+        }
+        self.rearm(n);
+        self.committed = 0;
+        self.rx_recycled.add(n as u64);
+        n as usize
+    }
+
+    /// Rearms what was recycled, then every whole batch due from the reuse
+    /// list and the pool.
     #[inline]
     fn refill(&mut self) {
+        self.rearm_committed();
         let n = self.free_thresh;
         while self.due() >= n {
             let start = (self.tail & self.mask) as usize;
@@ -128,33 +192,19 @@ impl SoftRx {
                 self.counters.rx[self.q].nombuf.inc();
                 return;
             }
-            for (k, e) in slots.iter().enumerate() {
-                let h = e.as_ptr().cast::<MbufHeader>();
-                // SAFETY: a free buffer of our pool, now ours alone: its
-                // header is initialised and no one else reaches it.
-                let h = unsafe { &mut *h };
-                h.rearm(self.rearm);
-                // SAFETY: `data_off` (the headroom) is inside the buffer.
-                let addr = unsafe { h.buf_addr.add(self.rearm.data_off as usize) } as u64;
-                let d = self.regs.descs.get(self.tail.wrapping_add(k as u32));
-                d.q0.store(addr, Ordering::Relaxed);
-                d.q1.store(0, Ordering::Relaxed);
-            }
-            self.tail = self.tail.wrapping_add(n);
-            // The doorbell: the descriptors and rearmed headers above are
-            // visible to a device that loads this (acquire).
-            self.regs.tail.store(self.tail, Ordering::Release);
-            self.doorbells.inc();
+            self.rearm(n);
         }
     }
 
     /// Gives back every buffer the queue holds.
     fn release_all(&mut self) {
         let mut i = self.next;
-        while i != self.tail {
+        let end = self.tail.wrapping_add(self.committed);
+        while i != end {
             let e = self.sw_ring[(i & self.mask) as usize];
-            // SAFETY: descriptors `[next, tail)` hold buffers we own (armed,
-            // and the device is stopped), each once.
+            // SAFETY: slots `[next, tail + committed)` hold buffers we own
+            // (armed, with the device stopped or locked out, or recycled
+            // into the ring), each once.
             unsafe { self.pool.mempool().put_bulk(&[e]) };
             i = i.wrapping_add(1);
         }
@@ -164,12 +214,19 @@ impl SoftRx {
         self.sw_ring.fill(Elem::DANGLING);
         self.next = 0;
         self.tail = 0;
+        self.committed = 0;
     }
 }
 
 impl RxQueue for SoftRx {
     #[inline]
     fn rx_burst(&mut self, burst: &mut BurstSlice) -> usize {
+        if !self.started {
+            return 0;
+        }
+        if self.committed != 0 || self.due() >= self.free_thresh {
+            self.refill();
+        }
         if self.inline {
             self.engines.rx[self.q].try_with(|e| e.step());
         }
@@ -193,8 +250,14 @@ impl RxQueue for SoftRx {
             self.next = self.next.wrapping_add(1);
             if q1 & rx::ERR_DROP != 0 {
                 self.counters.rx[self.q].errors.inc();
-                // `reuse` holds at most the ring's buffers: no allocation.
-                self.reuse.push(e);
+                if self.reuse.len() < self.reuse.capacity() {
+                    self.reuse.push(e);
+                } else {
+                    // Recycling has kept the ring full while frames were
+                    // dropped: the list is full, the buffer goes home.
+                    // SAFETY: a buffer we own and no longer use, once.
+                    unsafe { self.pool.mempool().put_bulk(&[e]) };
+                }
                 continue;
             }
             let len = (q1 >> rx::LEN_SHIFT) as u16;
@@ -235,34 +298,76 @@ impl RxQueue for SoftRx {
         // up (their ring entries are due for refill).
         unsafe { burst.set_len(base + n) };
         self.counters.rx[self.q].record_burst(n, bytes);
-        if self.due() >= self.free_thresh {
-            self.refill();
-        }
         n
     }
 
     fn start(&mut self) -> Result<(), PortError> {
-        self.regs.descs.clear();
-        self.regs.tail.store(0, Ordering::Release);
-        self.engines.rx[self.q].with(|e| e.reset());
+        if self.started {
+            return Ok(());
+        }
+        let engines = Arc::clone(&self.engines);
+        engines.rx[self.q].with(|e| {
+            self.regs.descs.clear();
+            self.regs.tail.store(0, Ordering::Release);
+            e.reset();
+        });
         self.next = 0;
         self.tail = 0;
+        self.committed = 0;
         // Every descriptor is due: fill the ring, batch by batch.
         self.refill();
+        self.started = true;
         Ok(())
     }
 
     fn stop(&mut self) {
-        self.release_all();
-        self.regs.descs.clear();
-        self.regs.tail.store(0, Ordering::Release);
+        if !self.started {
+            return;
+        }
+        self.started = false;
+        // Under the engine lock: a running device is not in the middle of
+        // a step on this queue, and once the tail register is 0 and its head
+        // reset it arms nothing more.
+        let engines = Arc::clone(&self.engines);
+        engines.rx[self.q].with(|e| {
+            self.regs.tail.store(0, Ordering::Release);
+            self.regs.descs.clear();
+            e.reset();
+            self.release_all();
+        });
+    }
+
+    fn recycle_rx_capable(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn recycle_rx_info(&mut self) -> Result<RecycleRxInfo<'_>, PortError> {
+        if !self.started {
+            return Err(PortError::Stopped);
+        }
+        self.rearm_committed();
+        let due = self.due();
+        Ok(RecycleRxInfo::new(
+            &mut self.sw_ring,
+            self.tail,
+            due,
+            self.free_thresh,
+            &self.pool,
+            &mut self.committed,
+        ))
+    }
+
+    #[inline]
+    fn recycle_rx_refill(&mut self) -> usize {
+        self.rearm_committed()
     }
 }
 
 impl Drop for SoftRx {
     fn drop(&mut self) {
         // Port::stop has normally run; if not, the buffers still go back.
-        if self.next != self.tail || !self.reuse.is_empty() {
+        if self.next != self.tail || self.committed != 0 || !self.reuse.is_empty() {
             self.release_all();
         }
     }

@@ -13,21 +13,35 @@
 //! of its last descriptor (`EOP`); the other slots of a chain stay empty, so
 //! a chain is freed whole once its last descriptor completes.
 //!
+//! Descriptors `[next_dd + 1 - tx_rs_thresh, tail)` are not yet retired:
+//! their EOP slots hold the mbufs, the other slots [`Elem::DANGLING`]
+//! (written by `tx_burst`), so a stop frees exactly those.
+//!
 //! # Freeing
 //! When fewer than `tx_free_thresh` descriptors are free, `tx_burst` first
 //! frees completed batches of `tx_rs_thresh`, until `tx_free_thresh` are
 //! free or the next batch is not done. With the fast-free offload (all
 //! buffers from one pool, reference count 1, one segment) a batch is one
 //! bulk put into the first buffer's pool; otherwise each mbuf is freed
-//! normally (reference counts, chains), puts batched per pool.
+//! normally (reference counts, chains), puts batched per pool. With
+//! `tx_free=zc` a batch of plain buffers of one pool is written straight
+//! into reserved slots of the lcore's mempool cache instead (zero-copy put).
+//!
+//! # Recycling
+//! `recycle_tx_mbufs` retires completed batches into an Rx queue's software
+//! ring instead ([`crate::port::recycle`]): a batch moves whole if it fits
+//! the Rx slots due and passes the checks (fast free: the first buffer's
+//! pool is the Rx pool; otherwise every buffer is a plain buffer of that
+//! pool whose last reference we hold), else it takes the free path above
+//! and counts `recycle_fallbacks`.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::counter::Counter;
 use crate::mbuf::{BurstSlice, Mbuf, MbufHeader, free_bulk, ol, put_bulk_to_pool};
-use crate::mempool::Elem;
-use crate::port::{PortCounters, PortError, TxQueue};
+use crate::mempool::{Elem, PoolInner};
+use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
 use super::desc::tx;
 use super::device::{PortEngines, QueueRegs};
@@ -45,6 +59,8 @@ pub struct TxParams {
     pub multi_seg: bool,
     /// Offload flags honoured (`ol::TX_*` bits the port enabled).
     pub ol_mask: u64,
+    /// Free batches with a zero-copy cache put (`tx_free=zc`).
+    pub zc_free: bool,
 }
 
 /// A Tx queue of a soft port.
@@ -62,6 +78,12 @@ pub struct SoftTx {
     q: usize,
     counters: Arc<PortCounters>,
     doorbells: Arc<Counter>,
+    /// Buffers moved into an Rx ring.
+    tx_recycled: Arc<Counter>,
+    /// Batches that could not be recycled and were freed.
+    recycle_fallbacks: Arc<Counter>,
+    /// `start` has run and `stop` has not since.
+    started: bool,
 }
 
 // SAFETY: the raw addresses in the software ring are mbufs this queue owns;
@@ -72,6 +94,36 @@ unsafe impl Send for SoftTx {}
 #[inline(always)]
 fn before(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
+}
+
+/// The header of the mbuf in a software-ring slot.
+///
+/// # Safety
+/// The slot holds an mbuf this queue owns (not [`Elem::DANGLING`]).
+#[inline(always)]
+unsafe fn header<'a>(e: Elem) -> &'a MbufHeader {
+    // SAFETY: the caller's contract: a live mbuf we hold a reference to.
+    unsafe { &*e.as_ptr().cast::<MbufHeader>() }
+}
+
+/// Whether the mbuf in `e` is a plain buffer of `pool` whose last
+/// reference we hold: what may go back to a pool or an Rx ring as it is.
+///
+/// # Safety
+/// As [`header`]; the device is done with the buffer.
+#[inline(always)]
+unsafe fn plain_of(e: Elem, pool: *const PoolInner) -> bool {
+    if e == Elem::DANGLING {
+        return false;
+    }
+    // SAFETY: forwarded.
+    let h = unsafe { header(e) };
+    // Acquire: pairs with the Release decrement of a clone dropped on
+    // another thread, as in `prefree`.
+    h.pool == pool
+        && h.refcnt.load(Ordering::Acquire) == 1
+        && h.next.is_null()
+        && h.shinfo.is_null()
 }
 
 impl SoftTx {
@@ -86,6 +138,8 @@ impl SoftTx {
     ) -> SoftTx {
         let nb = regs.descs.len();
         let doorbells = counters.xstats.register("bus_doorbells");
+        let tx_recycled = counters.xstats.register("tx_recycled");
+        let recycle_fallbacks = counters.xstats.register("recycle_fallbacks");
         SoftTx {
             mask: nb as u32 - 1,
             sw_ring: vec![Elem::DANGLING; nb].into_boxed_slice(),
@@ -100,61 +154,102 @@ impl SoftTx {
             q,
             counters,
             doorbells,
+            tx_recycled,
+            recycle_fallbacks,
+            started: false,
         }
     }
 
-    /// Frees the next batch of `tx_rs_thresh` descriptors if the device has
-    /// completed it; returns the packets freed, or `None` if not done.
-    #[inline]
-    fn free_batch(&mut self) -> Option<usize> {
+    /// The first software-ring slot of the next batch of `tx_rs_thresh`
+    /// descriptors, if the device has completed it.
+    #[inline(always)]
+    fn done_batch(&self) -> Option<usize> {
         if !before(self.next_dd, self.tail) {
             return None;
         }
         let d = self.regs.descs.get(self.next_dd);
+        // Acquire: pairs with the device's Release write-back of DD; the
+        // device is done with every buffer of the batch.
         if d.q1.load(Ordering::Acquire) & tx::DD == 0 {
             return None;
         }
+        let first = self.next_dd.wrapping_sub(self.p.rs_thresh - 1) & self.mask;
+        Some(first as usize)
+    }
+
+    /// Moves past the batch `done_batch` found: its descriptors are free.
+    #[inline(always)]
+    fn retire(&mut self) {
+        self.nb_free += self.p.rs_thresh;
+        self.next_dd = self.next_dd.wrapping_add(self.p.rs_thresh);
+    }
+
+    /// Frees the buffers of the completed batch at `first`; returns the
+    /// packets freed.
+    #[inline]
+    fn free_slots(&mut self, first: usize) -> usize {
         let rs = self.p.rs_thresh as usize;
-        let first = (self.next_dd.wrapping_sub(rs as u32 - 1) & self.mask) as usize;
         let batch = &mut self.sw_ring[first..first + rs];
-        let mut k = 0;
         if self.p.fast_free {
             // Fast free: every slot holds a one-segment mbuf of one pool
-            // with reference count 1.
-            k = rs;
-            // SAFETY: DD on the batch's last descriptor (acquire): the
-            // device is done with every buffer of the batch; the offload's
-            // contract makes them plain buffers of the first one's pool.
+            // with reference count 1 (the offload's contract).
+            // SAFETY: the batch is complete (`done_batch`), so the slots
+            // hold buffers we own and the device no longer reads; the
+            // offload's contract makes them plain buffers of the first
+            // one's pool.
             unsafe {
-                let pool = (*batch[0].as_ptr().cast::<MbufHeader>()).pool;
-                put_bulk_to_pool(pool, batch);
-            }
-        } else {
-            for i in 0..rs {
-                if batch[i] != Elem::DANGLING {
-                    batch[k] = batch[i];
-                    k += 1;
+                let pool = header(batch[0]).pool;
+                if !(self.p.zc_free && zc_put(pool, batch)) {
+                    put_bulk_to_pool(pool, batch);
                 }
             }
-            // SAFETY: as above, and the first `k` slots hold mbufs we own
-            // (each once), now given up.
-            unsafe { free_bulk(&mut batch[..k]) };
+            return rs;
         }
-        batch.fill(Elem::DANGLING);
-        self.nb_free += rs as u32;
-        self.next_dd = self.next_dd.wrapping_add(rs as u32);
+        if self.p.zc_free {
+            // SAFETY: as above; `plain_of` checks what fast free assumes.
+            unsafe {
+                let pool = header(batch[0]).pool;
+                if batch.iter().all(|&e| plain_of(e, pool)) && zc_put(pool, batch) {
+                    return rs;
+                }
+            }
+        }
+        let mut k = 0;
+        for i in 0..rs {
+            if batch[i] != Elem::DANGLING {
+                batch[k] = batch[i];
+                k += 1;
+            }
+        }
+        // SAFETY: the batch is complete; the first `k` slots hold mbufs we
+        // own (each once), now given up.
+        unsafe { free_bulk(&mut batch[..k]) };
+        k
+    }
+
+    /// Frees the next batch if the device has completed it; returns the
+    /// packets freed, or `None` if not done.
+    #[inline]
+    fn free_batch(&mut self) -> Option<usize> {
+        let first = self.done_batch()?;
+        let k = self.free_slots(first);
+        self.retire();
         Some(k)
     }
 
-    /// Frees every mbuf still in the ring (the device is stopped).
+    /// Frees every mbuf of the descriptors not yet retired (the device is
+    /// stopped or locked out).
     fn release_all(&mut self) {
-        for i in 0..self.sw_ring.len() {
-            if self.sw_ring[i] != Elem::DANGLING {
+        let mut i = self.next_dd.wrapping_sub(self.p.rs_thresh - 1);
+        while before(i, self.tail) {
+            let e = self.sw_ring[(i & self.mask) as usize];
+            if e != Elem::DANGLING {
                 // SAFETY: an mbuf we own, once; the device no longer reads it.
-                drop(unsafe { Mbuf::from_raw(self.sw_ring[i].as_non_null().cast::<MbufHeader>()) });
-                self.sw_ring[i] = Elem::DANGLING;
+                drop(unsafe { Mbuf::from_raw(e.as_non_null().cast::<MbufHeader>()) });
             }
+            i = i.wrapping_add(1);
         }
+        self.sw_ring.fill(Elem::DANGLING);
         self.tail = 0;
         self.nb_free = self.mask + 1;
         self.next_rs = self.p.rs_thresh - 1;
@@ -187,6 +282,9 @@ impl SoftTx {
 impl TxQueue for SoftTx {
     #[inline]
     fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize {
+        if !self.started {
+            return 0;
+        }
         if self.nb_free < self.p.free_thresh {
             while self.nb_free < self.p.free_thresh && self.free_batch().is_some() {}
         }
@@ -225,9 +323,10 @@ impl TxQueue for SoftTx {
                 let d = self.regs.descs.get(self.tail);
                 d.q0.store(addr, Ordering::Relaxed);
                 d.q1.store(tx::q1(sh.data_len, cmd | eop, vlan), Ordering::Relaxed);
-                if eop != 0 {
-                    self.sw_ring[(self.tail & self.mask) as usize] = e;
-                }
+                // The head goes in the EOP slot; the others are marked
+                // empty, so a stop frees only what is there.
+                self.sw_ring[(self.tail & self.mask) as usize] =
+                    if eop != 0 { e } else { Elem::DANGLING };
                 self.tail = self.tail.wrapping_add(1);
                 seg = sh.next;
             }
@@ -271,21 +370,111 @@ impl TxQueue for SoftTx {
     }
 
     fn start(&mut self) -> Result<(), PortError> {
-        self.regs.descs.clear();
-        self.regs.tail.store(0, Ordering::Release);
-        self.engines.tx[self.q].with(|e| e.reset());
+        if self.started {
+            return Ok(());
+        }
+        let engines = Arc::clone(&self.engines);
+        engines.tx[self.q].with(|e| {
+            self.regs.descs.clear();
+            self.regs.tail.store(0, Ordering::Release);
+            e.reset();
+        });
+        self.started = true;
         Ok(())
     }
 
     fn stop(&mut self) {
-        self.release_all();
-        self.regs.descs.clear();
-        self.regs.tail.store(0, Ordering::Release);
+        if !self.started {
+            return;
+        }
+        self.started = false;
+        // Under the engine lock: a running device is not reading a buffer
+        // of this queue, and with the tail register and its head at 0 it
+        // reads nothing more.
+        let engines = Arc::clone(&self.engines);
+        engines.tx[self.q].with(|e| {
+            self.regs.tail.store(0, Ordering::Release);
+            self.regs.descs.clear();
+            e.reset();
+            self.release_all();
+        });
     }
+
+    fn recycle_tx_capable(&self) -> bool {
+        true
+    }
+
+    #[inline]
+    fn recycle_tx_mbufs(&mut self, rx: &mut RecycleRxInfo<'_>) -> Result<usize, PortError> {
+        if !self.started {
+            return Err(PortError::Stopped);
+        }
+        let rs = self.p.rs_thresh;
+        let unit = rx.refill_requirement();
+        if unit != 0 && rs % unit != 0 {
+            // Our batches cannot be cut into the Rx queue's refill units.
+            return Ok(0);
+        }
+        let pool = rx.pool_ptr();
+        let mut moved = 0;
+        while let Some(first) = self.done_batch() {
+            let Some(dst) = rx.slots(rs) else {
+                break;
+            };
+            let batch = &self.sw_ring[first..first + rs as usize];
+            // SAFETY: the batch is complete (`done_batch`): its slots hold
+            // mbufs we own that the device no longer reads.
+            let ok = unsafe {
+                if self.p.fast_free {
+                    header(batch[0]).pool == pool
+                } else {
+                    batch.iter().all(|&e| plain_of(e, pool))
+                }
+            };
+            if ok {
+                dst.copy_from_slice(batch);
+                // SAFETY: `dst` now holds the batch's buffers: distinct,
+                // of the Rx pool, plain (checked above, or promised by the
+                // fast-free offload), and we give up every reference to
+                // them by retiring the batch without freeing it.
+                unsafe { rx.commit(rs) };
+                moved += rs as usize;
+            } else {
+                self.free_slots(first);
+                self.recycle_fallbacks.inc();
+            }
+            self.retire();
+        }
+        if moved != 0 {
+            self.tx_recycled.add(moved as u64);
+        }
+        Ok(moved)
+    }
+}
+
+/// Puts a batch of plain buffers of `pool` into the calling lcore's cache
+/// through reserved slots (one copy, no staging); false if the caller has
+/// no cache or the batch exceeds its threshold (nothing was put).
+///
+/// # Safety
+/// As [`put_bulk_to_pool`].
+#[inline(always)]
+unsafe fn zc_put(pool: *const PoolInner, batch: &[Elem]) -> bool {
+    // SAFETY: the pool outlives its buffers; nothing else touches the pool
+    // on this thread until the guard is committed.
+    let Some(mut z) = (unsafe { (*pool).zc_put_bulk(batch.len()) }) else {
+        return false;
+    };
+    z.slots().copy_from_slice(batch);
+    // SAFETY: the slots hold the batch: plain buffers of the pool, given
+    // up (caller's contract), each once.
+    unsafe { z.commit() };
+    true
 }
 
 impl Drop for SoftTx {
     fn drop(&mut self) {
+        // Port::stop has normally run; if not, the buffers still go back.
         self.release_all();
     }
 }

@@ -1,0 +1,249 @@
+//! Tx→Rx buffer recycling (technique T1, DPDK's "mbufs recycle mode").
+//!
+//! # The three ways a buffer gets back to an Rx ring
+//! 1. **Normal:** the Tx queue frees a completed batch into the lcore's
+//!    mempool cache (one copy of the batch's addresses), and the Rx queue
+//!    refills from that cache (a second copy, plus the cache bookkeeping).
+//! 2. **Zero-copy cache put:** the Tx queue writes the addresses straight
+//!    into reserved cache slots ([`Mempool::zc_put_bulk`]); the Rx side is
+//!    as above.
+//! 3. **Recycle (this module):** the Tx queue writes the addresses of a
+//!    completed batch straight into the Rx queue's software ring, in the
+//!    slots due for refill, and the Rx queue rearms those descriptors. One
+//!    copy, and the mempool is not touched at all.
+//!
+//! # The protocol, one step
+//! 1. [`RxQueue::recycle_rx_info`] lends a [`RecycleRxInfo`]: the Rx
+//!    queue's software ring, its mask, the refill head and how many slots
+//!    are due from it, the refill unit, and the pool its buffers must come
+//!    from.
+//! 2. [`TxQueue::recycle_tx_mbufs`] checks its next completed batch
+//!    against the rules below; if it passes, it copies the batch's
+//!    addresses into [`RecycleRxInfo::slots`] and
+//!    [`commits`](RecycleRxInfo::commit) them. From the commit on, the Rx
+//!    queue owns those buffers (the count lives in the Rx queue, not in the
+//!    info), so nothing that happens next can lose them.
+//! 3. [`RxQueue::recycle_rx_refill`] rearms the committed descriptors, with
+//!    one doorbell. (An Rx queue also rearms them itself on its next
+//!    `rx_burst`, `recycle_rx_info` or `stop`.)
+//!
+//! [`recycle_mbufs`] runs the three steps. Any Tx queue may feed any Rx
+//! queue, across ports and drivers, and the pairing may change between
+//! steps: nothing is registered.
+//!
+//! # The rules a Tx queue keeps
+//! - A buffer is recycled only if it is a plain buffer whose last reference
+//!   the Tx queue holds (reference count 1, one segment, no attached
+//!   external buffer) of the Rx queue's pool. With the fast-free offload the
+//!   application has promised that of every buffer, so only the first
+//!   buffer's pool is checked; otherwise every buffer is checked. A batch
+//!   that fails goes whole to the normal free path (a clone held elsewhere
+//!   just loses one reference) and counts one `recycle_fallbacks`.
+//! - Buffers go into one contiguous run of slots, never across the ring's
+//!   wrap, and in whole refill units: a batch that does not fit waits
+//!   ([`RecycleRxInfo::room`] says what fits).
+//! - A stopped queue, on either side, refuses ([`PortError::Stopped`]).
+
+use crate::mbuf::MbufPool;
+use crate::mempool::{Elem, PoolInner};
+
+use super::{PortError, RxQueue, TxQueue};
+
+#[cfg(doc)]
+use crate::mempool::Mempool;
+
+/// An Rx queue's software-ring slots due for refill, lent to a Tx queue for
+/// one recycle step (DPDK's `rte_eth_recycle_rxq_info`).
+///
+/// Slot `i` (a free-running index) is `ring[i & mask]`. The slots due are
+/// `[refill_head, refill_head + due)`; a Tx queue fills a prefix of them
+/// that does not cross the wrap.
+pub struct RecycleRxInfo<'a> {
+    /// The Rx queue's software ring: one buffer address per descriptor.
+    /// Entries of due slots are stale until committed.
+    ring: &'a mut [Elem],
+    /// `ring.len() - 1`; the length is a power of two.
+    mask: u32,
+    /// The first slot due, free-running. Advances with each commit.
+    refill_head: u32,
+    /// Slots due from `refill_head`. Shrinks with each commit.
+    due: u32,
+    /// The Rx queue rearms in units of this many slots and keeps its refill
+    /// head a multiple of it (0: any count). A divisor of the ring size.
+    refill_requirement: u32,
+    /// Where the Rx queue's buffers come from, and must go back to.
+    pool: &'a MbufPool,
+    /// The Rx queue's own count of committed, not yet rearmed slots: the
+    /// commit writes through to it, so ownership moves at once.
+    committed: &'a mut u32,
+}
+
+impl<'a> RecycleRxInfo<'a> {
+    /// The view an Rx queue hands out (for drivers). `ring.len()` is a power
+    /// of two, `due` at most that, `refill_requirement` 0 or a divisor of it
+    /// with `refill_head` a multiple of it; `committed` is the queue's count
+    /// of slots from `refill_head` it owns but has not rearmed (0 when the
+    /// view is made).
+    ///
+    /// # Panics
+    /// If those conditions do not hold (a driver bug).
+    pub fn new(
+        ring: &'a mut [Elem],
+        refill_head: u32,
+        due: u32,
+        refill_requirement: u32,
+        pool: &'a MbufPool,
+        committed: &'a mut u32,
+    ) -> RecycleRxInfo<'a> {
+        let size = ring.len();
+        assert!(
+            size.is_power_of_two() && size <= 1 << 31,
+            "ring size {size}"
+        );
+        assert!(due as usize <= size, "due {due} > ring size {size}");
+        assert!(
+            refill_requirement == 0
+                || (size % refill_requirement as usize == 0
+                    && refill_head % refill_requirement == 0),
+            "refill requirement {refill_requirement}, head {refill_head}, ring {size}"
+        );
+        RecycleRxInfo {
+            mask: size as u32 - 1,
+            ring,
+            refill_head,
+            due,
+            refill_requirement,
+            pool,
+            committed,
+        }
+    }
+
+    /// Descriptors (and slots) in the Rx ring.
+    #[inline]
+    pub fn ring_size(&self) -> u32 {
+        self.mask + 1
+    }
+
+    /// The ring mask: slot `i` is at `i & mask`.
+    #[inline]
+    pub fn mask(&self) -> u32 {
+        self.mask
+    }
+
+    /// The first slot due for refill (free-running index).
+    #[inline]
+    pub fn refill_head(&self) -> u32 {
+        self.refill_head
+    }
+
+    /// Slots due from the refill head.
+    #[inline]
+    pub fn due(&self) -> u32 {
+        self.due
+    }
+
+    /// The refill unit (0: any count).
+    #[inline]
+    pub fn refill_requirement(&self) -> u32 {
+        self.refill_requirement
+    }
+
+    /// The pool recycled buffers must belong to.
+    #[inline]
+    pub fn pool(&self) -> &MbufPool {
+        self.pool
+    }
+
+    /// The pool's identity, as written in each buffer's header.
+    #[inline(always)]
+    pub(crate) fn pool_ptr(&self) -> *const PoolInner {
+        self.pool.mempool().inner_ptr().as_ptr().cast_const()
+    }
+
+    /// The most slots a Tx queue may fill now: due, before the wrap, and a
+    /// whole number of refill units.
+    #[inline]
+    pub fn room(&self) -> u32 {
+        let to_wrap = self.ring_size() - (self.refill_head & self.mask);
+        let n = self.due.min(to_wrap);
+        match self.refill_requirement {
+            0 => n,
+            r => n - n % r,
+        }
+    }
+
+    /// Whether `n` slots may be filled now (see [`room`](Self::room)).
+    #[inline]
+    pub fn fits(&self, n: u32) -> bool {
+        n != 0
+            && n <= self.room()
+            && (self.refill_requirement == 0 || n % self.refill_requirement == 0)
+    }
+
+    /// The next `n` slots due, to write buffer addresses into, or `None` if
+    /// `n` does not [fit](Self::fits). Writing them gives nothing away:
+    /// only [`commit`](Self::commit) does.
+    #[inline]
+    pub fn slots(&mut self, n: u32) -> Option<&mut [Elem]> {
+        if !self.fits(n) {
+            return None;
+        }
+        let start = (self.refill_head & self.mask) as usize;
+        Some(&mut self.ring[start..start + n as usize])
+    }
+
+    /// Hands the Rx queue the buffers written into the first `n` slots
+    /// [`slots`](Self::slots) returned; the refill head moves past them.
+    ///
+    /// # Safety
+    /// Those slots hold `n` distinct buffers of [`pool`](Self::pool), each
+    /// a free buffer in all but name: reference count 1, one segment (no
+    /// next), no external buffer attached, and no reference to it left with
+    /// the caller or anyone else.
+    ///
+    /// # Panics
+    /// If `n` does not [fit](Self::fits).
+    #[inline]
+    pub unsafe fn commit(&mut self, n: u32) {
+        assert!(self.fits(n), "commit of {n} slots: room {}", self.room());
+        self.refill_head = self.refill_head.wrapping_add(n);
+        self.due -= n;
+        *self.committed += n;
+    }
+}
+
+impl std::fmt::Debug for RecycleRxInfo<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecycleRxInfo")
+            .field("ring_size", &self.ring_size())
+            .field("refill_head", &self.refill_head)
+            .field("due", &self.due)
+            .field("refill_requirement", &self.refill_requirement)
+            .field("pool", &self.pool.mempool().name())
+            .field("committed", &*self.committed)
+            .finish()
+    }
+}
+
+/// One recycle step (DPDK's `rte_eth_recycle_mbufs`): moves completed
+/// buffers from `tx` straight into `rx`'s ring and rearms them; returns how
+/// many moved (0 when `tx` has no completed batch that fits, or the batch
+/// fell back to the normal free path).
+///
+/// Call it before `rx.rx_burst`. Either queue not supporting recycling is
+/// [`PortError::Unsupported`]; either queue stopped is
+/// [`PortError::Stopped`]. Nothing moves in either case.
+pub fn recycle_mbufs<R, T>(rx: &mut R, tx: &mut T) -> Result<usize, PortError>
+where
+    R: RxQueue + ?Sized,
+    T: TxQueue + ?Sized,
+{
+    let moved = {
+        let mut info = rx.recycle_rx_info()?;
+        tx.recycle_tx_mbufs(&mut info)?
+    };
+    if moved != 0 {
+        rx.recycle_rx_refill();
+    }
+    Ok(moved)
+}
