@@ -103,8 +103,8 @@ impl<'a> RecycleRxInfo<'a> {
         assert!(due as usize <= size, "due {due} > ring size {size}");
         assert!(
             refill_requirement == 0
-                || (size % refill_requirement as usize == 0
-                    && refill_head % refill_requirement == 0),
+                || (size.is_multiple_of(refill_requirement as usize)
+                    && refill_head.is_multiple_of(refill_requirement)),
             "refill requirement {refill_requirement}, head {refill_head}, ring {size}"
         );
         RecycleRxInfo {
@@ -177,7 +177,7 @@ impl<'a> RecycleRxInfo<'a> {
     pub fn fits(&self, n: u32) -> bool {
         n != 0
             && n <= self.room()
-            && (self.refill_requirement == 0 || n % self.refill_requirement == 0)
+            && (self.refill_requirement == 0 || n.is_multiple_of(self.refill_requirement))
     }
 
     /// The next `n` slots due, to write buffer addresses into, or `None` if

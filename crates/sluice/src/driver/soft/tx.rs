@@ -411,7 +411,7 @@ impl TxQueue for SoftTx {
         }
         let rs = self.p.rs_thresh;
         let unit = rx.refill_requirement();
-        if unit != 0 && rs % unit != 0 {
+        if unit != 0 && !rs.is_multiple_of(unit) {
             // Our batches cannot be cut into the Rx queue's refill units.
             return Ok(0);
         }
