@@ -45,7 +45,7 @@
 //! - A stopped queue, on either side, refuses ([`PortError::Stopped`]).
 
 use crate::mbuf::MbufPool;
-use crate::mempool::{Elem, PoolInner};
+use crate::mempool::Elem;
 
 use super::{PortError, RxQueue, TxQueue};
 
@@ -69,10 +69,19 @@ pub struct RecycleRxInfo<'a> {
     /// Slots due from `refill_head`. Shrinks with each commit.
     due: u32,
     /// The Rx queue rearms in units of this many slots and keeps its refill
-    /// head a multiple of it (0: any count). A divisor of the ring size.
+    /// head a multiple of it (0: any count). A power of two, at most the
+    /// ring size.
     refill_requirement: u32,
+    /// `max(refill_requirement, 1) - 1`: counts and heads are whole units
+    /// when these bits are clear (a mask, so the hot path divides nothing).
+    unit_mask: u32,
     /// Where the Rx queue's buffers come from, and must go back to.
     pool: &'a MbufPool,
+    /// The pool's region, `[pool_base, pool_base + pool_len)`: a buffer
+    /// belongs to the pool if and only if its address lies there (regions
+    /// never overlap), which a Tx queue can check without touching it.
+    pool_base: usize,
+    pool_len: usize,
     /// The Rx queue's own count of committed, not yet rearmed slots: the
     /// commit writes through to it, so ownership moves at once.
     committed: &'a mut u32,
@@ -80,10 +89,10 @@ pub struct RecycleRxInfo<'a> {
 
 impl<'a> RecycleRxInfo<'a> {
     /// The view an Rx queue hands out (for drivers). `ring.len()` is a power
-    /// of two, `due` at most that, `refill_requirement` 0 or a divisor of it
-    /// with `refill_head` a multiple of it; `committed` is the queue's count
-    /// of slots from `refill_head` it owns but has not rearmed (0 when the
-    /// view is made).
+    /// of two, `due` at most that, `refill_requirement` 0 or a power of two
+    /// no larger, with `refill_head` a multiple of it; `committed` is the
+    /// queue's count of slots from `refill_head` it owns but has not
+    /// rearmed (0 when the view is made).
     ///
     /// # Panics
     /// If those conditions do not hold (a driver bug).
@@ -96,23 +105,28 @@ impl<'a> RecycleRxInfo<'a> {
         committed: &'a mut u32,
     ) -> RecycleRxInfo<'a> {
         let size = ring.len();
+        let unit = refill_requirement.max(1);
+        let unit_mask = unit - 1;
+        // Cheap checks (no division): this runs once per recycle step.
         assert!(
-            size.is_power_of_two() && size <= 1 << 31,
-            "ring size {size}"
+            size.is_power_of_two()
+                && size <= 1 << 31
+                && due as usize <= size
+                && unit.is_power_of_two()
+                && unit as usize <= size
+                && refill_head & unit_mask == 0,
+            "bad recycle view: ring {size}, due {due}, unit {refill_requirement}, head {refill_head}"
         );
-        assert!(due as usize <= size, "due {due} > ring size {size}");
-        assert!(
-            refill_requirement == 0
-                || (size.is_multiple_of(refill_requirement as usize)
-                    && refill_head.is_multiple_of(refill_requirement)),
-            "refill requirement {refill_requirement}, head {refill_head}, ring {size}"
-        );
+        let region = pool.mempool().region();
         RecycleRxInfo {
+            pool_base: region.base().as_ptr() as usize,
+            pool_len: region.len(),
             mask: size as u32 - 1,
             ring,
             refill_head,
             due,
             refill_requirement,
+            unit_mask,
             pool,
             committed,
         }
@@ -154,10 +168,11 @@ impl<'a> RecycleRxInfo<'a> {
         self.pool
     }
 
-    /// The pool's identity, as written in each buffer's header.
+    /// Whether the pool element at `e` belongs to [`pool`](Self::pool),
+    /// from its address alone (the buffer's memory is not read).
     #[inline(always)]
-    pub(crate) fn pool_ptr(&self) -> *const PoolInner {
-        self.pool.mempool().inner_ptr().as_ptr().cast_const()
+    pub fn in_pool(&self, e: Elem) -> bool {
+        (e.as_ptr() as usize).wrapping_sub(self.pool_base) < self.pool_len
     }
 
     /// The most slots a Tx queue may fill now: due, before the wrap, and a
@@ -165,19 +180,13 @@ impl<'a> RecycleRxInfo<'a> {
     #[inline]
     pub fn room(&self) -> u32 {
         let to_wrap = self.ring_size() - (self.refill_head & self.mask);
-        let n = self.due.min(to_wrap);
-        match self.refill_requirement {
-            0 => n,
-            r => n - n % r,
-        }
+        self.due.min(to_wrap) & !self.unit_mask
     }
 
     /// Whether `n` slots may be filled now (see [`room`](Self::room)).
     #[inline]
     pub fn fits(&self, n: u32) -> bool {
-        n != 0
-            && n <= self.room()
-            && (self.refill_requirement == 0 || n.is_multiple_of(self.refill_requirement))
+        n != 0 && n <= self.room() && n & self.unit_mask == 0
     }
 
     /// The next `n` slots due, to write buffer addresses into, or `None` if

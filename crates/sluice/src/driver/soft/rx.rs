@@ -17,9 +17,11 @@
 //! a recycle step just before it finds the slots still due), in batches of
 //! `rx_free_thresh` (a divisor of the ring size, so a batch never wraps and
 //! `tail` stays a multiple of it): fill software-ring slots
-//! `[tail, tail + n)` with buffers from a source, then write each buffer's
-//! rearm word and its descriptor's read format, then one tail store (the
-//! doorbell). The sources, in order:
+//! `[tail, tail + n)` with buffers from a source, then write each
+//! descriptor's read format (the address follows from the element's, so
+//! the buffer's header is not touched until the packet is delivered, when
+//! its rearm word is written beside the write-back fields), then one tail
+//! store (the doorbell). The sources, in order:
 //! 1. buffers a Tx queue recycled into the slots ([`RecycleRxInfo`]: the
 //!    refill unit is `rx_free_thresh`, so `tail` stays aligned);
 //! 2. first buffers of dropped frames kept for reuse;
@@ -36,7 +38,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::counter::Counter;
-use crate::mbuf::{BurstSlice, MbufHeader, MbufPool, RearmData, ol};
+use crate::mbuf::{BurstSlice, HEADER_SIZE, MbufHeader, MbufPool, RearmData, ol};
 use crate::mempool::Elem;
 use crate::port::{PortCounters, PortError, RecycleRxInfo, RxQueue};
 
@@ -139,29 +141,25 @@ impl SoftRx {
     }
 
     /// Rearms descriptors `[tail, tail + n)`, whose software-ring slots
-    /// hold buffers this queue owns: each buffer's rearm word, the
-    /// descriptor's read format, then one doorbell.
+    /// hold free buffers this queue owns: each descriptor's read format,
+    /// then one doorbell. The buffers' headers are not touched: a free
+    /// buffer has its own memory (the free-buffer invariants), which starts
+    /// [`HEADER_SIZE`] bytes into its element, so the DMA address follows
+    /// from the element's address; the header gets its rearm word when the
+    /// packet is delivered, in the same cache line as the write-back fields.
     #[inline]
     fn rearm(&mut self, n: u32) {
+        let off = HEADER_SIZE + self.rearm.data_off as usize;
         for k in 0..n {
             let i = self.tail.wrapping_add(k);
-            let h = self.sw_ring[(i & self.mask) as usize]
-                .as_ptr()
-                .cast::<MbufHeader>();
-            // SAFETY: a free buffer of our pool, now ours alone (from the
-            // pool, a dropped frame, or a recycle commit): its header is
-            // initialised and no one else reaches it.
-            let h = unsafe { &mut *h };
-            h.rearm(self.rearm);
-            // SAFETY: `data_off` (the headroom) is inside the buffer.
-            let addr = unsafe { h.buf_addr.add(self.rearm.data_off as usize) } as u64;
+            let e = self.sw_ring[(i & self.mask) as usize];
             let d = self.regs.descs.get(i);
-            d.q0.store(addr, Ordering::Relaxed);
+            d.q0.store(e.as_ptr() as u64 + off as u64, Ordering::Relaxed);
             d.q1.store(0, Ordering::Relaxed);
         }
         self.tail = self.tail.wrapping_add(n);
-        // The doorbell: the descriptors and rearmed headers above are
-        // visible to a device that loads this (acquire).
+        // The doorbell: the descriptors above are visible to a device that
+        // loads this (acquire).
         self.regs.tail.store(self.tail, Ordering::Release);
         self.doorbells.inc();
     }
@@ -289,6 +287,7 @@ impl RxQueue for SoftRx {
             // SAFETY: DD is set (acquire): the device is done with this
             // buffer, which we own (armed by us) and hand to the burst.
             let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
+            h.rearm(self.rearm);
             h.set_rx(flags, ptype, len, vlan, hash);
             slots[n] = e;
             n += 1;

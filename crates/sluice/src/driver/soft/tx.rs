@@ -39,7 +39,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::counter::Counter;
-use crate::mbuf::{BurstSlice, Mbuf, MbufHeader, free_bulk, ol, put_bulk_to_pool};
+use crate::mbuf::{BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, free_bulk, ol, put_bulk_to_pool};
 use crate::mempool::{Elem, PoolInner};
 use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
@@ -256,6 +256,28 @@ impl SoftTx {
         self.next_dd = self.p.rs_thresh - 1;
     }
 
+    /// Writes the descriptors of a chain of `segs` segments whose head is
+    /// `e` (at `hp`): the head goes in the EOP slot, the other slots are
+    /// marked empty, so a stop frees only what is there.
+    #[inline(never)]
+    fn write_chain(&mut self, hp: *const MbufHeader, segs: u32, cmd: u64, vlan: u16, e: Elem) {
+        let mut seg = hp;
+        for s in 0..segs {
+            // SAFETY: segment `s` of a chain the burst owns.
+            let sh = unsafe { &*seg };
+            let eop = if s + 1 == segs { tx::CMD_EOP } else { 0 };
+            // SAFETY: `data_off` is inside the buffer.
+            let addr = unsafe { sh.buf_addr.add(sh.data_off as usize) } as u64;
+            let d = self.regs.descs.get(self.tail);
+            d.q0.store(addr, Ordering::Relaxed);
+            d.q1.store(tx::q1(sh.data_len, cmd | eop, vlan), Ordering::Relaxed);
+            self.sw_ring[(self.tail & self.mask) as usize] =
+                if eop != 0 { e } else { Elem::DANGLING };
+            self.tail = self.tail.wrapping_add(1);
+            seg = sh.next;
+        }
+    }
+
     /// The command bits for a packet's offload flags.
     #[inline(always)]
     fn cmd(&self, flags: u64) -> u64 {
@@ -313,22 +335,20 @@ impl TxQueue for SoftTx {
             } else {
                 0
             };
-            let mut seg = hp;
-            for s in 0..segs {
-                // SAFETY: segment `s` of a chain the burst owns.
-                let sh = unsafe { &*seg };
-                let eop = if s + 1 == segs { tx::CMD_EOP } else { 0 };
+            if segs == 1 {
+                // One segment: the second header line (`next`) stays cold.
                 // SAFETY: `data_off` is inside the buffer.
-                let addr = unsafe { sh.buf_addr.add(sh.data_off as usize) } as u64;
+                let addr = unsafe { h.buf_addr.add(h.data_off as usize) } as u64;
                 let d = self.regs.descs.get(self.tail);
                 d.q0.store(addr, Ordering::Relaxed);
-                d.q1.store(tx::q1(sh.data_len, cmd | eop, vlan), Ordering::Relaxed);
-                // The head goes in the EOP slot; the others are marked
-                // empty, so a stop frees only what is there.
-                self.sw_ring[(self.tail & self.mask) as usize] =
-                    if eop != 0 { e } else { Elem::DANGLING };
+                d.q1.store(
+                    tx::q1(h.data_len, cmd | tx::CMD_EOP, vlan),
+                    Ordering::Relaxed,
+                );
+                self.sw_ring[(self.tail & self.mask) as usize] = e;
                 self.tail = self.tail.wrapping_add(1);
-                seg = sh.next;
+            } else {
+                self.write_chain(hp, segs, cmd, vlan, e);
             }
             self.nb_free -= segs;
             bytes += h.pkt_len as u64;
@@ -410,26 +430,38 @@ impl TxQueue for SoftTx {
             return Err(PortError::Stopped);
         }
         let rs = self.p.rs_thresh;
-        let unit = rx.refill_requirement();
-        if unit != 0 && !rs.is_multiple_of(unit) {
+        // The refill unit is a power of two (or 0: any count).
+        let unit = rx.refill_requirement().max(1);
+        if rs & (unit - 1) != 0 {
             // Our batches cannot be cut into the Rx queue's refill units.
             return Ok(0);
         }
-        let pool = rx.pool_ptr();
         let mut moved = 0;
-        while let Some(first) = self.done_batch() {
-            let Some(dst) = rx.slots(rs) else {
+        // Room first: once the Rx slots due are filled, the next batch's
+        // descriptor (likely a cache miss) is not even looked at.
+        while rx.fits(rs) {
+            let Some(first) = self.done_batch() else {
                 break;
             };
             let batch = &self.sw_ring[first..first + rs as usize];
-            // SAFETY: the batch is complete (`done_batch`): its slots hold
-            // mbufs we own that the device no longer reads.
-            let ok = unsafe {
-                if self.p.fast_free {
-                    header(batch[0]).pool == pool
-                } else {
-                    batch.iter().all(|&e| plain_of(e, pool))
-                }
+            // The checks read no more than the first header line, which
+            // `tx_burst` touched: the Rx pool is known, so its region tells
+            // by address what the free path reads from the second line.
+            let ok = if self.p.fast_free {
+                // The offload's contract: every buffer of the queue is a
+                // plain buffer of one pool.
+                rx.in_pool(batch[0])
+            } else {
+                let plain = |e: Elem| {
+                    // SAFETY: the batch is complete (`done_batch`): its
+                    // slots hold mbufs we own that the device no longer
+                    // reads (`DANGLING` ones are not looked at).
+                    e != Elem::DANGLING && rx.in_pool(e) && unsafe { plain_line0(e) }
+                };
+                batch.iter().all(|&e| plain(e))
+            };
+            let Some(dst) = rx.slots(rs) else {
+                break;
             };
             if ok {
                 dst.copy_from_slice(batch);
@@ -450,6 +482,23 @@ impl TxQueue for SoftTx {
         }
         Ok(moved)
     }
+}
+
+/// Whether the mbuf in `e` is plain — reference count 1 (ours), one
+/// segment (so no next), its own buffer (no external one attached) — read
+/// from the first header line only: a head with one segment has no next,
+/// and an attached external buffer moves `buf_addr` off the element.
+///
+/// # Safety
+/// As [`header`].
+#[inline(always)]
+unsafe fn plain_line0(e: Elem) -> bool {
+    // SAFETY: forwarded.
+    let h = unsafe { header(e) };
+    // Acquire: as in `plain_of`.
+    h.nb_segs == 1
+        && h.buf_addr.cast_const() == e.as_ptr().wrapping_add(HEADER_SIZE).cast_const()
+        && h.refcnt.load(Ordering::Acquire) == 1
 }
 
 /// Puts a batch of plain buffers of `pool` into the calling lcore's cache
