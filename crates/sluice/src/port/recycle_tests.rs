@@ -1,0 +1,290 @@
+//! Unit tests of [`RecycleRxInfo`]: what a Tx queue may fill, against small
+//! rings. The rings hold [`Elem::DANGLING`] placeholders; the one test that
+//! commits fills the slots with real buffers of the pool first (the commit
+//! contract) and plays the Rx queue, putting them back afterwards.
+
+use crate::mbuf::{MbufPool, MbufPoolConfig};
+use crate::mempool::Elem;
+
+use super::RecycleRxInfo;
+
+fn pool() -> MbufPool {
+    MbufPool::new(MbufPoolConfig {
+        name: "recycle-unit".into(),
+        size: 63,
+        cache_size: 0,
+        data_room: 256,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// A distinct address that is no buffer, to see where a write lands.
+fn marker(i: usize) -> Elem {
+    Elem::from_ptr(
+        std::ptr::NonNull::new(std::ptr::without_provenance_mut(0x1000 + i * 8)).unwrap(),
+    )
+}
+
+fn ring(n: usize) -> Vec<Elem> {
+    vec![Elem::DANGLING; n]
+}
+
+/// Fills the `n` slots `info` offers with buffers from its pool and commits
+/// them; returns the buffers, which the caller (playing the Rx queue that
+/// now owns them) must put back.
+fn fill_and_commit(info: &mut RecycleRxInfo<'_>, n: u32) -> Vec<Elem> {
+    let mut bufs = vec![Elem::DANGLING; n as usize];
+    info.pool().mempool().get_bulk(&mut bufs).unwrap();
+    info.slots(n).unwrap().copy_from_slice(&bufs);
+    // SAFETY: the slots hold `n` distinct free buffers of the info's pool,
+    // just taken from it: reference count 1, one segment, nothing attached,
+    // no other reference (the copy in `bufs` is the Rx queue's, given back
+    // by the caller).
+    unsafe { info.commit(n) };
+    bufs
+}
+
+#[test]
+fn the_view_reports_what_the_rx_queue_lent() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    let info = RecycleRxInfo::new(&mut r, 48, 7, 4, &pool, &mut committed);
+    assert_eq!(info.ring_size(), 16);
+    assert_eq!(info.mask(), 15);
+    assert_eq!(info.refill_head(), 48);
+    assert_eq!(info.due(), 7);
+    assert_eq!(info.refill_requirement(), 4);
+    assert!(std::ptr::eq(info.pool().mempool(), pool.mempool()));
+    let s = format!("{info:?}");
+    assert!(s.contains("ring_size: 16") && s.contains("due: 7"), "{s}");
+}
+
+#[test]
+fn room_is_the_slots_due_in_whole_refill_units() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    let info = RecycleRxInfo::new(&mut r, 0, 10, 4, &pool, &mut committed);
+    assert_eq!(info.room(), 8, "10 due, in units of 4");
+    assert!(info.fits(4) && info.fits(8));
+    assert!(!info.fits(0), "nothing is not a fill");
+    assert!(!info.fits(6), "not a whole unit");
+    assert!(!info.fits(10), "more than the units due");
+    assert!(!info.fits(12), "more than due");
+    let mut committed = 0;
+    let info = RecycleRxInfo::new(&mut r, 4, 3, 4, &pool, &mut committed);
+    assert_eq!(info.room(), 0, "less than a unit due");
+    assert!(!info.fits(4));
+}
+
+#[test]
+fn room_never_reaches_past_the_slots_due() {
+    let pool = pool();
+    let mut r = ring(16);
+    for due in 0..=16u32 {
+        let mut committed = 0;
+        let info = RecycleRxInfo::new(&mut r, 0, due, 0, &pool, &mut committed);
+        assert_eq!(info.room(), due);
+        assert!(!info.fits(due + 1), "due {due}");
+    }
+}
+
+#[test]
+fn room_stops_at_the_wrap_of_the_ring() {
+    let pool = pool();
+    let mut r = ring(16);
+    // The head 4 slots before the end, the whole ring due: 4 fit.
+    for head in [12u32, 28, 12 + (1 << 20)] {
+        let mut committed = 0;
+        let mut info = RecycleRxInfo::new(&mut r, head, 16, 4, &pool, &mut committed);
+        assert_eq!(info.room(), 4, "head {head}");
+        assert!(info.fits(4));
+        assert!(!info.fits(8), "8 would cross the wrap");
+        assert!(info.slots(8).is_none());
+        assert_eq!(info.slots(4).unwrap().len(), 4);
+    }
+    // Without a refill unit too: 3 slots to the wrap.
+    let mut r8 = ring(8);
+    let mut committed = 0;
+    let info = RecycleRxInfo::new(&mut r8, 5, 6, 0, &pool, &mut committed);
+    assert_eq!(info.room(), 3);
+    assert!(info.fits(1) && info.fits(3) && !info.fits(4));
+    // A batch larger than what is left before the wrap does not fit, even
+    // with the whole ring due.
+    let mut committed = 0;
+    let mut r32 = ring(32);
+    let info = RecycleRxInfo::new(&mut r32, 24, 32, 8, &pool, &mut committed);
+    assert_eq!(info.room(), 8, "8 to the wrap of 32");
+    assert!(!info.fits(16));
+}
+
+#[test]
+fn slots_are_the_ring_entries_from_the_refill_head() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    {
+        let mut info = RecycleRxInfo::new(&mut r, 16 + 8, 8, 4, &pool, &mut committed);
+        let s = info.slots(4).unwrap();
+        for (i, e) in s.iter_mut().enumerate() {
+            *e = marker(i);
+        }
+    }
+    for (i, e) in r.iter().enumerate() {
+        let want = if (8..12).contains(&i) {
+            marker(i - 8)
+        } else {
+            Elem::DANGLING
+        };
+        assert_eq!(*e, want, "slot {i}");
+    }
+    assert_eq!(committed, 0, "writing slots hands nothing over");
+}
+
+#[test]
+fn commit_moves_the_head_and_hands_the_count_to_the_queue() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    let mut taken = Vec::new();
+    {
+        let mut info = RecycleRxInfo::new(&mut r, 8, 12, 4, &pool, &mut committed);
+        assert_eq!(info.room(), 8, "8 to the wrap");
+        taken.extend(fill_and_commit(&mut info, 4));
+        assert_eq!((info.refill_head(), info.due(), info.room()), (12, 8, 4));
+        taken.extend(fill_and_commit(&mut info, 4));
+        assert_eq!((info.refill_head(), info.due()), (16, 4));
+        // Past the wrap now: the rest due is at the front of the ring.
+        assert_eq!(info.room(), 4);
+        taken.extend(fill_and_commit(&mut info, 4));
+        assert_eq!((info.refill_head(), info.due(), info.room()), (20, 0, 0));
+        assert!(info.slots(4).is_none());
+    }
+    assert_eq!(committed, 12);
+    let mut want: Vec<Elem> = r[8..16].to_vec();
+    want.extend_from_slice(&r[..4]);
+    assert_eq!(want, taken, "the buffers sit in slots 8..16 then 0..4");
+    assert_eq!(r[4..8], [Elem::DANGLING; 4]);
+    // SAFETY: the Rx queue's part: it owns the committed buffers, each
+    // once, and gives them back.
+    unsafe { pool.mempool().put_bulk(&taken) };
+    assert!(pool.is_full());
+}
+
+#[test]
+fn the_refill_head_runs_free_across_u32_wrap() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    let head = u32::MAX - 3; // slot 12, a multiple of 4
+    let mut info = RecycleRxInfo::new(&mut r, head, 8, 4, &pool, &mut committed);
+    assert_eq!(info.room(), 4);
+    let taken = fill_and_commit(&mut info, 4);
+    assert_eq!((info.refill_head(), info.due(), info.room()), (0, 4, 4));
+    drop(info);
+    assert_eq!(r[12..16], taken[..]);
+    // SAFETY: as above, the committed buffers go back once.
+    unsafe { pool.mempool().put_bulk(&taken) };
+    assert!(pool.is_full());
+}
+
+#[test]
+#[should_panic(expected = "commit of 8 slots: room 4")]
+fn a_commit_across_the_wrap_panics() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    let mut info = RecycleRxInfo::new(&mut r, 12, 16, 4, &pool, &mut committed);
+    // SAFETY: the count does not fit, so commit panics before it takes
+    // anything: no slot is handed over.
+    unsafe { info.commit(8) };
+}
+
+#[test]
+#[should_panic(expected = "commit of 8 slots: room 4")]
+fn a_commit_of_more_than_due_panics() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    let mut info = RecycleRxInfo::new(&mut r, 0, 4, 4, &pool, &mut committed);
+    // SAFETY: as above: the commit panics before taking anything.
+    unsafe { info.commit(8) };
+}
+
+#[test]
+#[should_panic(expected = "commit of 6 slots: room 8")]
+fn a_commit_of_part_of_a_refill_unit_panics() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    let mut info = RecycleRxInfo::new(&mut r, 0, 8, 4, &pool, &mut committed);
+    // SAFETY: as above: the commit panics before taking anything.
+    unsafe { info.commit(6) };
+}
+
+#[test]
+#[should_panic(expected = "commit of 0 slots")]
+fn a_commit_of_nothing_panics() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    let mut info = RecycleRxInfo::new(&mut r, 0, 8, 4, &pool, &mut committed);
+    // SAFETY: as above: the commit panics before taking anything.
+    unsafe { info.commit(0) };
+}
+
+#[test]
+#[should_panic(expected = "ring size 12")]
+fn a_ring_whose_size_is_not_a_power_of_two_is_refused() {
+    let pool = pool();
+    let mut r = ring(12);
+    let mut committed = 0;
+    RecycleRxInfo::new(&mut r, 0, 4, 4, &pool, &mut committed);
+}
+
+#[test]
+#[should_panic(expected = "ring size 0")]
+fn an_empty_ring_is_refused() {
+    let pool = pool();
+    let mut r = ring(0);
+    let mut committed = 0;
+    RecycleRxInfo::new(&mut r, 0, 0, 0, &pool, &mut committed);
+}
+
+#[test]
+#[should_panic(expected = "due 17 > ring size 16")]
+fn more_slots_due_than_the_ring_holds_is_refused() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    RecycleRxInfo::new(&mut r, 0, 17, 4, &pool, &mut committed);
+}
+
+#[test]
+#[should_panic(expected = "refill requirement 4, head 6, ring 16")]
+fn a_refill_head_off_the_refill_unit_is_refused() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    RecycleRxInfo::new(&mut r, 6, 4, 4, &pool, &mut committed);
+}
+
+#[test]
+#[should_panic(expected = "refill requirement 3, head 0, ring 16")]
+fn a_refill_unit_that_does_not_divide_the_ring_is_refused() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    RecycleRxInfo::new(&mut r, 0, 4, 3, &pool, &mut committed);
+}
+
+#[test]
+#[should_panic(expected = "refill requirement 32, head 0, ring 16")]
+fn a_refill_unit_larger_than_the_ring_is_refused() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    RecycleRxInfo::new(&mut r, 0, 16, 32, &pool, &mut committed);
+}
