@@ -53,6 +53,8 @@ mod tx;
 mod wire;
 
 #[cfg(all(test, not(loom)))]
+mod recycle_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 use std::sync::Arc;
