@@ -179,11 +179,14 @@ fn the_refill_head_runs_free_across_u32_wrap() {
     let mut r = ring(16);
     let mut committed = 0;
     let head = u32::MAX - 3; // slot 12, a multiple of 4
-    let mut info = RecycleRxInfo::new(&mut r, head, 8, 4, &pool, &mut committed);
-    assert_eq!(info.room(), 4);
-    let taken = fill_and_commit(&mut info, 4);
-    assert_eq!((info.refill_head(), info.due(), info.room()), (0, 4, 4));
-    drop(info);
+    let taken = {
+        let mut info = RecycleRxInfo::new(&mut r, head, 8, 4, &pool, &mut committed);
+        assert_eq!(info.room(), 4);
+        let taken = fill_and_commit(&mut info, 4);
+        assert_eq!((info.refill_head(), info.due(), info.room()), (0, 4, 4));
+        taken
+    };
+    assert_eq!(committed, 4);
     assert_eq!(r[12..16], taken[..]);
     // SAFETY: as above, the committed buffers go back once.
     unsafe { pool.mempool().put_bulk(&taken) };

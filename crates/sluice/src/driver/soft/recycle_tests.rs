@@ -405,7 +405,7 @@ fn forward_through_the_wrap(
         assert!((head & (ring - 1)) + moved <= ring);
         assert_eq!(moved % tx_rs_thresh, 0);
         assert_eq!(moved % rx_free_thresh, 0);
-        if tx_rs_thresh % rx_free_thresh != 0 {
+        if !tx_rs_thresh.is_multiple_of(rx_free_thresh) {
             assert_eq!(moved, 0, "batches that are not whole refill units");
         }
         if due >= tx_rs_thresh && room < tx_rs_thresh {
@@ -518,15 +518,16 @@ fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after
                 let mut burst: Burst<32> = Burst::new();
                 assert_eq!(rx.rx_burst(&mut burst), 0);
             } else {
-                let mut info = rx.recycle_rx_info().unwrap();
-                let (head, due) = (info.refill_head(), info.due());
-                assert!(due > 0);
-                assert!(matches!(
-                    tx.recycle_tx_mbufs(&mut info),
-                    Err(PortError::Stopped)
-                ));
-                assert_eq!((info.refill_head(), info.due()), (head, due));
-                drop(info);
+                {
+                    let mut info = rx.recycle_rx_info().unwrap();
+                    let (head, due) = (info.refill_head(), info.due());
+                    assert!(due > 0);
+                    assert!(matches!(
+                        tx.recycle_tx_mbufs(&mut info),
+                        Err(PortError::Stopped)
+                    ));
+                    assert_eq!((info.refill_head(), info.due()), (head, due));
+                }
                 assert_eq!(rx.recycle_rx_refill(), 0, "nothing was committed");
             }
         }
@@ -784,4 +785,679 @@ fn any_tx_queue_feeds_any_rx_queue_across_ports_with_the_pairing_changed_every_s
     assert_clean(&r);
     drop(ports);
     assert!(pool.is_full());
+}
+
+// ---- the long randomized test ---------------------------------------------
+
+/// xorshift64*: a small reproducible random stream.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+
+    fn one_in(&mut self, n: u64) -> bool {
+        self.next().is_multiple_of(n)
+    }
+}
+
+/// An Rx queue of the randomized test.
+struct RxAt {
+    port: usize,
+    q: usize,
+    /// Index of its pool in `World::pools`.
+    pool: usize,
+    /// `rx_free_thresh` of its port.
+    unit: u32,
+    /// The Tx queue (index in `World::txqs`) its packets go to: fixed, so
+    /// each flow keeps its order.
+    dest: usize,
+}
+
+/// A Tx queue of the randomized test.
+struct TxAt {
+    port: usize,
+    q: usize,
+    /// `tx_rs_thresh` of its port.
+    rs: u32,
+    fast_free: bool,
+    /// Bit `k`: it may carry buffers of pool `k`.
+    carries: u32,
+}
+
+/// A clone held by the application.
+struct Held {
+    m: Mbuf,
+    bytes: Vec<u8>,
+    until: usize,
+}
+
+impl Held {
+    fn check(&self) {
+        assert_eq!(
+            self.m.data(),
+            &self.bytes[..],
+            "a held clone's bytes changed"
+        );
+    }
+}
+
+/// Ports, the test's model of which queues are up, and its accounting.
+struct World {
+    ports: Vec<Port>,
+    pools: Vec<MbufPool>,
+    rxqs: Vec<RxAt>,
+    txqs: Vec<TxAt>,
+    port_up: Vec<bool>,
+    rx_up: Vec<bool>,
+    tx_up: Vec<bool>,
+    /// When a stopped port, Rx queue or Tx queue starts again.
+    port_back: Vec<Option<usize>>,
+    rx_back: Vec<Option<usize>>,
+    tx_back: Vec<Option<usize>>,
+    /// Per Rx queue: received, not yet sent (in order).
+    pending: Vec<Burst<32>>,
+    held: Vec<Held>,
+    /// Frames the test dropped (drained from an Rx queue about to stop
+    /// with no room left in its pending burst).
+    dropped: u64,
+    /// Per Rx queue: buffers committed by a step cut short, not rearmed.
+    uncounted: Vec<u64>,
+    /// Committed buffers an Rx stop gave back before rearming them.
+    discarded_commits: u64,
+    /// Per Rx queue: buffers recycled into it.
+    moved_into: Vec<u64>,
+    /// Stops of Rx queues, Tx queues, ports; steps cut after the commit.
+    stops: [u64; 3],
+    cut_steps: u64,
+}
+
+impl World {
+    fn rx_live(&self, i: usize) -> bool {
+        self.port_up[self.rxqs[i].port] && self.rx_up[i]
+    }
+
+    fn tx_live(&self, j: usize) -> bool {
+        self.port_up[self.txqs[j].port] && self.tx_up[j]
+    }
+
+    /// One recycle step from Tx queue `j` into Rx queue `i`: the whole
+    /// protocol, or (`cut`) only the lend and the move, with the refill
+    /// done or not. Checks the outcome against the model; returns the
+    /// buffers moved.
+    fn recycle(&mut self, i: usize, j: usize, cut: Option<bool>) -> usize {
+        let (r, t) = (&self.rxqs[i], &self.txqs[j]);
+        let ports_up = self.port_up[r.port] && self.port_up[t.port];
+        let stopped = !self.rx_up[i] || !self.tx_up[j];
+        let (rx, tx) = match rx_tx(&mut self.ports, (r.port, r.q), (t.port, t.q)) {
+            Ok(q) => {
+                assert!(ports_up);
+                q
+            }
+            Err(PortError::Stopped) => {
+                assert!(!ports_up);
+                return 0;
+            }
+            Err(e) => panic!("{e}"),
+        };
+        let result = match cut {
+            None => recycle_mbufs(rx, tx),
+            Some(refill) => {
+                let moved = match rx.recycle_rx_info() {
+                    Ok(mut info) => tx.recycle_tx_mbufs(&mut info),
+                    Err(e) => Err(e),
+                };
+                if let Ok(n) = moved {
+                    self.cut_steps += 1;
+                    if refill {
+                        assert_eq!(rx.recycle_rx_refill(), n);
+                    } else {
+                        self.uncounted[i] = n as u64;
+                    }
+                }
+                moved
+            }
+        };
+        if self.rx_up[i] && (cut.is_none() || result.is_err()) {
+            // The Rx queue lent its slots: it rearmed what an earlier cut
+            // step had left.
+            self.uncounted[i] = 0;
+        }
+        match result {
+            Err(PortError::Stopped) => {
+                assert!(stopped, "rx {i} tx {j}: refused, both queues up");
+                0
+            }
+            Ok(n) => {
+                assert!(!stopped, "rx {i} tx {j}: a stopped queue recycled");
+                assert_eq!(n as u32 % t.rs, 0);
+                if t.carries & (1 << r.pool) == 0 || !t.rs.is_multiple_of(r.unit) {
+                    assert_eq!(n, 0, "rx {i} tx {j}: moved buffers it must not");
+                }
+                self.moved_into[i] += n as u64;
+                n
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Receives into Rx queue `i`'s pending burst (up to `cap`) and sends
+    /// what it can, once, maybe holding a clone of one packet first.
+    /// Returns (received, sent).
+    fn forward(&mut self, i: usize, s: usize, rng: &mut Rng) -> (usize, usize) {
+        if !self.rx_live(i) {
+            return (0, 0);
+        }
+        let (p, q) = (self.rxqs[i].port, self.rxqs[i].q);
+        let cap = (1 + rng.below(32)).max(self.pending[i].len());
+        let got = self.ports[p]
+            .rx_queue(q)
+            .unwrap()
+            .rx_burst(self.pending[i].capped(cap));
+        self.uncounted[i] = 0;
+        let d = self.rxqs[i].dest;
+        if !self.tx_live(d) || self.pending[i].is_empty() {
+            return (got, 0);
+        }
+        // Clones only of packets bound for a queue without fast free (its
+        // contract: reference count 1).
+        if !self.txqs[d].fast_free && rng.one_in(5) {
+            let k = rng.below(self.pending[i].len());
+            let m = self.pending[i][k].try_clone().unwrap();
+            let bytes = m.data().to_vec();
+            let until = s + 1 + rng.below(6);
+            self.held.push(Held { m, bytes, until });
+        }
+        let (tp, tq) = (self.txqs[d].port, self.txqs[d].q);
+        let sent = self.ports[tp]
+            .tx_queue(tq)
+            .unwrap()
+            .tx_burst(&mut self.pending[i]);
+        (got, sent)
+    }
+
+    /// Receives every frame Rx queue `i`'s ring holds into its pending
+    /// burst; what does not fit is dropped and counted. The tester must be
+    /// paused: then a burst that comes back short has read every frame the
+    /// device wrote (its step, just before, had no generator frame to add
+    /// and moved what it could from a wire lane), and no device step runs
+    /// before the queue's next call. Stopping after the short burst, not
+    /// after one more, leaves the slots it delivered due — so a recycle
+    /// commit can still land just before the stop.
+    fn drain_rx(&mut self, i: usize) {
+        let (p, q) = (self.rxqs[i].port, self.rxqs[i].q);
+        let rx = self.ports[p].rx_queue(q).unwrap();
+        let mut tmp: Burst<32> = Burst::new();
+        self.uncounted[i] = 0;
+        for _ in 0..1000 {
+            let n = rx.rx_burst(&mut tmp);
+            for m in tmp.drain_front(n) {
+                if self.pending[i].push(m).is_err() {
+                    self.dropped += 1;
+                }
+            }
+            if n < 32 {
+                return;
+            }
+        }
+        panic!("Rx queue {i} did not drain");
+    }
+
+    /// Stops Rx queue `i` (alone, through the queue trait) after draining
+    /// it, sometimes right after a recycle commit that was not rearmed.
+    fn stop_rx(&mut self, i: usize, s: usize, t: &Tester, rng: &mut Rng) {
+        t.pause(true);
+        self.drain_rx(i);
+        if rng.one_in(2) {
+            let j = rng.below(self.txqs.len());
+            self.recycle(i, j, Some(false));
+        }
+        let (p, q) = (self.rxqs[i].port, self.rxqs[i].q);
+        let rx: &mut dyn RxQueue = self.ports[p].rx_queue(q).unwrap();
+        rx.stop();
+        self.discarded_commits += std::mem::take(&mut self.uncounted[i]);
+        self.rx_up[i] = false;
+        self.rx_back[i] = Some(s + 1 + rng.below(20));
+        self.stops[0] += 1;
+        t.pause(false);
+    }
+
+    fn stop_tx(&mut self, j: usize, s: usize, rng: &mut Rng) {
+        // Nothing is in flight on a Tx queue of an inline device: each
+        // tx_burst (at most 32 packets) is sent before it returns.
+        let (p, q) = (self.txqs[j].port, self.txqs[j].q);
+        let tx: &mut dyn TxQueue = self.ports[p].tx_queue(q).unwrap();
+        tx.stop();
+        self.tx_up[j] = false;
+        self.tx_back[j] = Some(s + 1 + rng.below(20));
+        self.stops[1] += 1;
+    }
+
+    fn stop_port(&mut self, p: usize, s: usize, t: &Tester, rng: &mut Rng) {
+        t.pause(true);
+        let mine: Vec<usize> = (0..self.rxqs.len())
+            .filter(|&i| self.rxqs[i].port == p && self.rx_up[i])
+            .collect();
+        for &i in &mine {
+            self.drain_rx(i);
+        }
+        if !mine.is_empty() && rng.one_in(2) {
+            let i = mine[rng.below(mine.len())];
+            let j = rng.below(self.txqs.len());
+            self.recycle(i, j, Some(false));
+        }
+        self.ports[p].stop();
+        for i in mine {
+            self.discarded_commits += std::mem::take(&mut self.uncounted[i]);
+        }
+        self.port_up[p] = false;
+        self.port_back[p] = Some(s + 1 + rng.below(20));
+        self.stops[2] += 1;
+        t.pause(false);
+    }
+
+    fn start_port(&mut self, p: usize) {
+        self.ports[p].start().unwrap();
+        self.port_up[p] = true;
+        self.port_back[p] = None;
+        // Port::start starts every queue, those stopped alone too.
+        for i in 0..self.rxqs.len() {
+            if self.rxqs[i].port == p {
+                self.rx_up[i] = true;
+                self.rx_back[i] = None;
+            }
+        }
+        for j in 0..self.txqs.len() {
+            if self.txqs[j].port == p {
+                self.tx_up[j] = true;
+                self.tx_back[j] = None;
+            }
+        }
+    }
+
+    /// Starts what is due at step `s` (everything when `s` is `usize::MAX`).
+    fn restart_due(&mut self, s: usize) {
+        for p in 0..self.ports.len() {
+            if self.port_back[p].is_some_and(|b| b <= s) {
+                self.start_port(p);
+            }
+        }
+        for i in 0..self.rxqs.len() {
+            if self.rx_back[i].is_some_and(|b| b <= s) && self.port_up[self.rxqs[i].port] {
+                let (p, q) = (self.rxqs[i].port, self.rxqs[i].q);
+                self.ports[p].rx_queue(q).unwrap().start().unwrap();
+                self.rx_up[i] = true;
+                self.rx_back[i] = None;
+            }
+        }
+        for j in 0..self.txqs.len() {
+            if self.tx_back[j].is_some_and(|b| b <= s) && self.port_up[self.txqs[j].port] {
+                let (p, q) = (self.txqs[j].port, self.txqs[j].q);
+                self.ports[p].tx_queue(q).unwrap().start().unwrap();
+                self.tx_up[j] = true;
+                self.tx_back[j] = None;
+            }
+        }
+    }
+
+    /// Drops the clones due at step `s`, checking their bytes first.
+    fn release_clones(&mut self, s: usize) {
+        self.held.retain(|h| {
+            h.check();
+            h.until > s
+        });
+    }
+
+    /// One forwarding pass over every Rx queue in a random order, each
+    /// preceded by a recycle step from a random Tx queue. Returns the
+    /// packets received plus sent.
+    fn pass(&mut self, s: usize, rng: &mut Rng) -> usize {
+        let mut order: Vec<usize> = (0..self.rxqs.len()).collect();
+        for k in (1..order.len()).rev() {
+            order.swap(k, rng.below(k + 1));
+        }
+        let mut moved = 0;
+        for i in order {
+            let j = rng.below(self.txqs.len());
+            let cut = rng.one_in(10).then(|| rng.one_in(2));
+            self.recycle(i, j, cut);
+            let (got, sent) = self.forward(i, s, rng);
+            moved += got + sent;
+        }
+        moved
+    }
+}
+
+/// Five soft ports — three on one tester (two sharing a pool, one with fast
+/// free), two cabled by a wire, each with its own pool and `fc=off` —
+/// forward a fixed table while every step pairs each Rx queue with a random
+/// Tx queue for recycling, holds random clones for a few steps, and stops
+/// and starts random queues and ports.
+///
+/// Loss is accounted exactly: before an Rx queue (or a port) stops, the
+/// tester is paused and the queue drained into its pending burst, so the
+/// stop discards no frame; the frames that did not fit there are dropped
+/// and counted. A Tx queue holds no frame in flight (inline device). The
+/// wire's receivers have flow control off, so a frame finding a full lane
+/// or ring is dropped by the device and counted in `rx_missed` (with flow
+/// control on, a stopped receiver would hold frames in its sender's Tx
+/// ring, which a stop of that Tx queue would then discard uncounted). So
+/// at the end `lost` is exactly the test's drops plus `rx_missed`.
+#[test]
+fn a_long_random_run_of_pairings_clones_and_stops_delivers_every_packet_once_and_intact() {
+    let name = "t-rc-rand";
+    let pools: Vec<MbufPool> = ["a", "b", "c", "d"]
+        .iter()
+        .zip([2047, 1023, 511, 511])
+        .map(|(n, size)| pool(&format!("rc-rand-{n}"), size))
+        .collect();
+    let cfg = |pool: usize, rxq: u16, txq: u16, fast_free: bool| {
+        let mut c = PortConfig::new(Some(pools[pool].clone()))
+            .queues(rxq, txq)
+            .nb_rxd(128)
+            .nb_txd(128);
+        if fast_free {
+            c.tx_offloads |= Offloads::FAST_FREE;
+        }
+        c
+    };
+    let tester = format!("soft:tester={name},flows=16");
+    let ports = vec![
+        port(&tester, cfg(0, 2, 2, false)),
+        port(
+            &format!("{tester},rx_free_thresh=16,tx_rs_thresh=16"),
+            cfg(0, 2, 2, true),
+        ),
+        port(
+            &format!("{tester},tx_rs_thresh=64,tx_free_thresh=64"),
+            cfg(1, 2, 1, false),
+        ),
+        port(
+            "soft:wire=w-rc-rand,fc=off,rx_free_thresh=64",
+            cfg(2, 1, 1, false),
+        ),
+        port(
+            "soft:wire=w-rc-rand,fc=off,rx_free_thresh=16,tx_rs_thresh=64,tx_free_thresh=64",
+            cfg(3, 1, 1, false),
+        ),
+    ];
+    let t = tester_of(name);
+    const A: u32 = 1;
+    const B: u32 = 2;
+    const C: u32 = 4;
+    const D: u32 = 8;
+    let tx = |port, q, rs, fast_free, carries| TxAt {
+        port,
+        q,
+        rs,
+        fast_free,
+        carries,
+    };
+    let txqs = vec![
+        tx(0, 0, 32, false, A | D),
+        tx(0, 1, 32, false, A),
+        tx(1, 0, 16, true, A),
+        tx(1, 1, 16, true, A),
+        tx(2, 0, 64, false, C),
+        tx(3, 0, 32, false, B),
+        tx(4, 0, 64, false, B),
+    ];
+    let rx = |port, q, pool, unit, dest| RxAt {
+        port,
+        q,
+        pool,
+        unit,
+        dest,
+    };
+    let rxqs = vec![
+        rx(0, 0, 0, 32, 2), // P0 → P1 (fast free: pool A only)
+        rx(0, 1, 0, 32, 1), // P0 → P0
+        rx(1, 0, 0, 16, 3), // P1 → P1 (fast free)
+        rx(1, 1, 0, 16, 0), // P1 → P0
+        rx(2, 0, 1, 32, 5), // P2 → W1 → wire → W2
+        rx(2, 1, 1, 32, 6), // P2 → W2 → wire → W1
+        rx(3, 0, 2, 64, 4), // W1 → P2
+        rx(4, 0, 3, 16, 0), // W2 → P0 (pools A and D mixed)
+    ];
+    let (nrx, ntx, np) = (rxqs.len(), txqs.len(), ports.len());
+    let mut w = World {
+        ports,
+        pools,
+        rxqs,
+        txqs,
+        port_up: vec![true; np],
+        rx_up: vec![true; nrx],
+        tx_up: vec![true; ntx],
+        port_back: vec![None; np],
+        rx_back: vec![None; nrx],
+        tx_back: vec![None; ntx],
+        pending: (0..nrx).map(|_| Burst::new()).collect(),
+        held: Vec::new(),
+        dropped: 0,
+        uncounted: vec![0; nrx],
+        discarded_commits: 0,
+        moved_into: vec![0; nrx],
+        stops: [0; 3],
+        cut_steps: 0,
+    };
+    // A fixed seed; another through SLUICE_RECYCLE_SEED, to explore.
+    let seed = std::env::var("SLUICE_RECYCLE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0x5eed_1234_abcd_0001u64);
+    let mut rng = Rng(seed | 1);
+    const STEPS: usize = 4000;
+    for s in 0..STEPS {
+        w.restart_due(s);
+        if rng.one_in(25) {
+            let i = rng.below(nrx);
+            if w.rx_live(i) {
+                w.stop_rx(i, s, &t, &mut rng);
+            }
+        }
+        if rng.one_in(25) {
+            let j = rng.below(ntx);
+            if w.tx_live(j) {
+                w.stop_tx(j, s, &mut rng);
+            }
+        }
+        if rng.one_in(100) {
+            let p = rng.below(np);
+            if w.port_up[p] {
+                w.stop_port(p, s, &t, &mut rng);
+            }
+        }
+        w.pass(s, &mut rng);
+        w.release_clones(s);
+    }
+
+    // Everything up again, the tester paused, forwarding (still recycling
+    // at random) until two passes in a row move nothing.
+    w.restart_due(usize::MAX);
+    t.pause(true);
+    let mut quiet = 0;
+    for s in STEPS.. {
+        assert!(s < STEPS + 10_000, "the run did not drain: {}", t.report());
+        let busy = w.pass(s, &mut rng) != 0 || w.pending.iter().any(|b| !b.is_empty());
+        quiet = if busy { 0 } else { quiet + 1 };
+        if quiet == 2 {
+            break;
+        }
+    }
+    for h in std::mem::take(&mut w.held) {
+        h.check();
+    }
+
+    let r = t.report();
+    let missed: u64 = w.ports.iter().map(|p| p.stats().rx_missed).sum();
+    assert!(r.received > 100_000, "{r}");
+    assert_eq!(
+        (r.duplicates, r.corrupt, r.reordered, r.foreign),
+        (0, 0, 0, 0),
+        "{r}"
+    );
+    assert_eq!(
+        r.lost,
+        w.dropped + missed,
+        "{r}; dropped {} missed {missed}",
+        w.dropped
+    );
+    let sum = |k: usize| -> u64 {
+        w.ports
+            .iter()
+            .map(|p| {
+                let c = recycle_counts(p);
+                [c.0, c.1, c.2][k]
+            })
+            .sum()
+    };
+    let (rxr, txr, fb) = (sum(0), sum(1), sum(2));
+    assert_eq!(
+        txr,
+        rxr + w.discarded_commits,
+        "every commit rearmed or given back"
+    );
+    assert_eq!(w.moved_into.iter().sum::<u64>(), txr);
+    // Each Rx queue whose pool some Tx queue carries in whole refill units
+    // got buffers (W2's pool D travels only mixed with pool A).
+    for (i, &m) in w.moved_into.iter().enumerate().take(7) {
+        assert!(
+            m > 0,
+            "nothing recycled into Rx queue {i}: {:?}",
+            w.moved_into
+        );
+    }
+    assert!(fb > 0, "clones and mixed pools make batches fall back");
+    assert!(
+        w.stops.iter().all(|&n| n > 0) && w.cut_steps > 0 && w.discarded_commits > 0,
+        "stops {:?}, cut steps {}, discarded commits {}",
+        w.stops,
+        w.cut_steps,
+        w.discarded_commits
+    );
+    let pools = std::mem::take(&mut w.pools);
+    drop(w);
+    for (k, p) in pools.iter().enumerate() {
+        assert!(p.is_full(), "pool {k}: {} of {}", p.available(), p.size());
+    }
+}
+
+// ---- threaded stress ------------------------------------------------------
+
+/// Two ports whose device runs on the device thread forward each other's
+/// traffic; the polling thread (this one) recycles with a random pairing
+/// every step and stops and starts single Rx and Tx queues at random while
+/// frames flow. Stops discard frames in flight (not counted here); nothing
+/// may be duplicated, corrupted or reordered, and every buffer comes home.
+#[test]
+fn queues_stopping_at_random_under_a_threaded_device_while_recycling_lose_no_buffer() {
+    let name = "t-rc-thr";
+    let pool = pool(name, 4095);
+    let config = PortConfig::new(Some(pool.clone()))
+        .queues(2, 2)
+        .nb_rxd(128)
+        .nb_txd(128);
+    let mut fast_free = config.clone();
+    fast_free.tx_offloads |= Offloads::FAST_FREE;
+    let spec = format!("soft:tester={name},flows=64,device=threaded");
+    let mut ports = [port(&spec, config), port(&spec, fast_free)];
+    assert!(super::runner::running());
+    let t = tester_of(name);
+    let queues = [(0, 0), (0, 1), (1, 0), (1, 1)];
+    let dest = |i: usize| 2 * (1 - queues[i].0) + queues[i].1;
+    let mut rx_back: [Option<usize>; 4] = [None; 4];
+    let mut tx_back: [Option<usize>; 4] = [None; 4];
+    let mut pending: Vec<Burst<32>> = (0..4).map(|_| Burst::new()).collect();
+    let mut rng = Rng(0x7472_6561_6465_6401);
+    let mut stops = 0;
+    let mut refused = 0;
+    let mut moved = 0;
+    // Bounded in steps; the deadline only guards a stalled machine.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    for s in 0..1_000_000 {
+        if s % 256 == 0 && (t.report().received >= 60_000 || std::time::Instant::now() > deadline) {
+            break;
+        }
+        // Start what is due, stop one queue now and then.
+        for (back, is_rx) in [(&mut rx_back, true), (&mut tx_back, false)] {
+            for (k, b) in back.iter_mut().enumerate() {
+                if b.is_some_and(|b| b <= s) {
+                    *b = None;
+                    let (p, q) = queues[k];
+                    if is_rx {
+                        ports[p].rx_queue(q).unwrap().start().unwrap();
+                    } else {
+                        ports[p].tx_queue(q).unwrap().start().unwrap();
+                    }
+                }
+            }
+        }
+        if rng.one_in(200) {
+            let k = rng.below(4);
+            let (p, q) = queues[k];
+            let back = Some(s + 1 + rng.below(300));
+            if rng.one_in(2) && rx_back[k].is_none() {
+                let rx: &mut dyn RxQueue = ports[p].rx_queue(q).unwrap();
+                rx.stop();
+                rx_back[k] = back;
+                stops += 1;
+            } else if tx_back[k].is_none() {
+                let tx: &mut dyn TxQueue = ports[p].tx_queue(q).unwrap();
+                tx.stop();
+                tx_back[k] = back;
+                stops += 1;
+            }
+        }
+        for i in 0..4 {
+            let j = rng.below(4);
+            let (rx, tx) = rx_tx(&mut ports, queues[i], queues[j]).unwrap();
+            match recycle_mbufs(rx, tx) {
+                Ok(n) => {
+                    assert!(rx_back[i].is_none() && tx_back[j].is_none());
+                    assert_eq!(n % 32, 0);
+                    moved += n as u64;
+                }
+                Err(PortError::Stopped) => {
+                    assert!(rx_back[i].is_some() || tx_back[j].is_some());
+                    refused += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+            let d = dest(i);
+            let (rx, tx) = rx_tx(&mut ports, queues[i], queues[d]).unwrap();
+            rx.rx_burst(&mut pending[i]);
+            if tx_back[d].is_none() {
+                tx.tx_burst(&mut pending[i]);
+            }
+        }
+    }
+    t.pause(true);
+    let r = t.report();
+    assert_eq!(
+        (r.duplicates, r.corrupt, r.reordered, r.foreign),
+        (0, 0, 0, 0),
+        "{r}"
+    );
+    assert!(r.received > 0 && moved > 0, "{r}; moved {moved}");
+    assert!(stops > 0 && refused > 0);
+    let rxr: u64 = ports.iter().map(|p| recycle_counts(p).0).sum();
+    let txr: u64 = ports.iter().map(|p| recycle_counts(p).1).sum();
+    // recycle_mbufs rearms what it commits in the same call.
+    assert_eq!((rxr, txr), (moved, moved));
+    for p in &mut ports {
+        p.stop();
+    }
+    drop(pending);
+    assert!(pool.is_full(), "{} of {}", pool.available(), pool.size());
+    drop(ports);
 }
