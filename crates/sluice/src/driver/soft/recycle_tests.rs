@@ -9,11 +9,13 @@
 //! generator runs at full speed fills every burst of 32. Several tests rely
 //! on that lockstep to predict exactly which batch is recycled when.
 
+use std::ptr::NonNull;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::tester::{self, Tester, TesterReport};
 use crate::driver::open;
-use crate::mbuf::{Burst, BurstSlice, Mbuf, MbufPool, MbufPoolConfig};
+use crate::mbuf::{Burst, BurstSlice, ExtSharedInfo, Mbuf, MbufPool, MbufPoolConfig};
 use crate::port::{Offloads, Port, PortConfig, PortError, RxQueue, TxQueue, recycle_mbufs};
 
 fn pool(name: &str, size: u32) -> MbufPool {
@@ -48,6 +50,41 @@ fn recycle_counts(p: &Port) -> (u64, u64, u64) {
         xstat(p, "tx_recycled"),
         xstat(p, "recycle_fallbacks"),
     )
+}
+
+/// Owns what gives buffers back when dropped (ports, clones, the random
+/// test's world) and leaks it instead when the test is failing: after a
+/// recycling bug a ring may hold a buffer of another pool, or one a clone
+/// also holds, and giving those back while unwinding can put into a mempool
+/// ring that is already full, which never returns. So a broken rule fails
+/// its test instead of hanging it.
+struct Guarded<T>(Option<T>);
+
+fn guard<T>(t: T) -> Guarded<T> {
+    Guarded(Some(t))
+}
+
+impl<T> std::ops::Deref for Guarded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        self.0.as_ref().expect("present until dropped")
+    }
+}
+
+impl<T> std::ops::DerefMut for Guarded<T> {
+    fn deref_mut(&mut self) -> &mut T {
+        self.0.as_mut().expect("present until dropped")
+    }
+}
+
+impl<T> Drop for Guarded<T> {
+    fn drop(&mut self) {
+        if let Some(t) = self.0.take()
+            && std::thread::panicking()
+        {
+            std::mem::forget(t);
+        }
+    }
 }
 
 /// Asserts nothing was lost, reordered, duplicated, corrupted or foreign.
@@ -135,7 +172,10 @@ fn recycling_moves_every_completed_batch_without_touching_the_mempool() {
         if fast_free {
             config.tx_offloads |= Offloads::FAST_FREE;
         }
-        let mut p = port(&format!("soft:tester={name},count=3200,flows=16"), config);
+        let mut p = guard(port(
+            &format!("soft:tester={name},count=3200,flows=16"),
+            config,
+        ));
         let t = tester_of(&name);
         let mut burst: Burst<32> = Burst::new();
         let mut moved = Vec::new();
@@ -171,11 +211,14 @@ fn a_batch_holding_a_buffer_with_a_live_clone_falls_back_and_the_clone_keeps_its
     let name = "t-rc-clone";
     let pool = pool(name, 1023);
     let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
-    let mut p = port(&format!("soft:tester={name},count=3200,flows=16"), config);
+    let mut p = guard(port(
+        &format!("soft:tester={name},count=3200,flows=16"),
+        config,
+    ));
     let t = tester_of(name);
     let mut burst: Burst<32> = Burst::new();
     // (clone, its bytes when cloned, the step after which it is dropped)
-    let mut held: Vec<(Mbuf, Vec<u8>, usize)> = Vec::new();
+    let mut held: Guarded<Vec<(Mbuf, Vec<u8>, usize)>> = guard(Vec::new());
     let mut cloned_bursts = Vec::new();
     let mut moved = Vec::new();
     for k in 0..100 {
@@ -200,10 +243,10 @@ fn a_batch_holding_a_buffer_with_a_live_clone_falls_back_and_the_clone_keeps_its
             }
         }
         send_all(tx, &mut burst);
-        held.retain(|(c, bytes, until)| {
-            assert_eq!(c.data(), &bytes[..], "a clone's bytes changed");
-            *until > k
-        });
+        for (c, bytes, _) in held.iter() {
+            assert_eq!(c.data(), &bytes[..], "step {k}: a clone's bytes changed");
+        }
+        held.retain(|(_, _, until)| *until > k);
     }
     // Each batch is tried by the step after it was sent (batch 99 never
     // is): those with a live clone fall back, the others move whole.
@@ -219,8 +262,8 @@ fn a_batch_holding_a_buffer_with_a_live_clone_falls_back_and_the_clone_keeps_its
     let recycled = (99 - fallbacks) * 32;
     assert_eq!(recycle_counts(&p), (recycled, recycled, fallbacks));
     assert!(fallbacks > 0);
-    for (c, bytes, _) in &held {
-        assert_eq!(c.data(), &bytes[..]);
+    for (c, bytes, _) in held.iter() {
+        assert_eq!(c.data(), &bytes[..], "a clone's bytes changed");
     }
     let r = t.report();
     assert_eq!(r.received, 3200, "{r}");
@@ -228,6 +271,49 @@ fn a_batch_holding_a_buffer_with_a_live_clone_falls_back_and_the_clone_keeps_its
     p.stop();
     assert_eq!(pool.available() as usize, 1023 - held.len());
     held.clear();
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_batch_carrying_one_buffer_twice_falls_back_and_frees_each_reference() {
+    let name = "t-rc-twice";
+    let pool = pool(name, 1023);
+    let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
+    let mut p = guard(port(
+        &format!("soft:tester={name},count=3200,flows=16"),
+        config,
+    ));
+    let t = tester_of(name);
+    let mut burst: Burst<32> = Burst::new();
+    let mut twice = Vec::new();
+    for k in 0..100usize {
+        let (rx, tx) = loopback(&mut p);
+        let m = recycle_mbufs(rx, tx).unwrap();
+        assert_eq!(rx.rx_burst(&mut burst), 32);
+        let want = match k {
+            0 => 0,
+            _ if twice.last() == Some(&(k - 1)) => 0,
+            _ => 32,
+        };
+        assert_eq!(m, want, "step {k}");
+        if k % 7 == 3 {
+            // Packet i goes out twice (a second reference in place of the
+            // packet after it, which is dropped): one buffer, two slots of
+            // the batch, reference count 2 while both are in the ring.
+            let i = k % 31;
+            burst[i + 1] = burst[i].try_clone().unwrap();
+            twice.push(k);
+        }
+        send_all(tx, &mut burst);
+    }
+    let fallbacks = twice.iter().filter(|&&k| k < 99).count() as u64;
+    let recycled = (99 - fallbacks) * 32;
+    assert_eq!(recycle_counts(&p), (recycled, recycled, fallbacks));
+    let r = t.report();
+    let n = twice.len() as u64;
+    assert_eq!((r.received, r.duplicates, r.lost), (3200 - n, n, n), "{r}");
+    assert_eq!((r.corrupt, r.reordered, r.foreign), (0, 0, 0), "{r}");
+    p.stop();
     assert!(pool.is_full());
 }
 
@@ -249,7 +335,11 @@ fn buffers_of_another_pool_are_never_recycled_with_or_without_fast_free() {
         let spec = format!("soft:tester={name},count=3200,flows=16");
         // P receives into pool A and sends what Q received (pool B); Q the
         // other way round.
-        let mut ports = [port(&spec, config(&pool_a)), port(&spec, config(&pool_b))];
+        let mut ports = guard(vec![
+            port(&spec, config(&pool_a)),
+            port(&spec, config(&pool_b)),
+        ]);
+        let pools = [&pool_a, &pool_b];
         let t = tester_of(&name);
         let mut burst: Burst<32> = Burst::new();
         let mut moved = [0usize; 2];
@@ -265,6 +355,11 @@ fn buffers_of_another_pool_are_never_recycled_with_or_without_fast_free() {
                 moved[right as usize] += m;
                 let (rx, tx) = rx_tx(&mut ports, (me, 0), (other, 0)).unwrap();
                 assert_eq!(rx.rx_burst(&mut burst), 32);
+                assert!(right || m == 0, "step {k}: foreign buffers recycled");
+                assert!(
+                    burst.iter().all(|b| pools[me].owns(b)),
+                    "step {k}: a foreign buffer was received"
+                );
                 send_all(tx, &mut burst);
             }
             if k == 59 {
@@ -313,15 +408,29 @@ fn a_batch_mixing_pools_falls_back_wherever_the_foreign_buffer_sits() {
     let config = PortConfig::new(Some(pool_a.clone()))
         .nb_rxd(128)
         .nb_txd(128);
-    let mut p = port(&format!("soft:tester={name},count=3200,flows=16"), config);
+    let mut p = guard(port(
+        &format!("soft:tester={name},count=3200,flows=16"),
+        config,
+    ));
     let t = tester_of(name);
     let mut burst: Burst<32> = Burst::new();
     let mut moved = Vec::new();
     let mut mixed = Vec::new();
     for k in 0..100usize {
         let (rx, tx) = loopback(&mut p);
-        moved.push(recycle_mbufs(rx, tx).unwrap());
+        let m = recycle_mbufs(rx, tx).unwrap();
+        moved.push(m);
         assert_eq!(rx.rx_burst(&mut burst), 32);
+        let want = if mixed.last() == Some(&(k.wrapping_sub(1))) {
+            0
+        } else {
+            m
+        };
+        assert_eq!(
+            m, want,
+            "step {k}: a batch with a pool B buffer was recycled"
+        );
+        assert!(burst.iter().all(|b| pool_a.owns(b)), "step {k}");
         // One packet in three of four bursts moves to a copy in pool B:
         // first, in the middle, last.
         if let Some(i) = [Some(0), Some(15), Some(31), None][k % 4] {
@@ -343,6 +452,86 @@ fn a_batch_mixing_pools_falls_back_wherever_the_foreign_buffer_sits() {
     assert_clean(&r);
     p.stop();
     assert!(pool_a.is_full() && pool_b.is_full());
+}
+
+static EXT_FREED: AtomicU64 = AtomicU64::new(0);
+
+/// The free callback of the external buffers below: counts.
+fn ext_freed(_: NonNull<u8>, _: *mut ()) {
+    EXT_FREED.fetch_add(1, Ordering::SeqCst);
+}
+
+#[test]
+fn a_batch_holding_a_buffer_with_an_external_buffer_attached_falls_back() {
+    const N: usize = 40;
+    const EXT_LEN: usize = 256;
+    // The external memory and its infos outlive the port and every mbuf
+    // (declared first, dropped last).
+    let mut region = vec![0u8; N * EXT_LEN];
+    let infos: Vec<ExtSharedInfo> = (0..N)
+        // SAFETY: the callback only counts; it is sound from any thread.
+        .map(|_| unsafe { ExtSharedInfo::new(ext_freed, std::ptr::null_mut()) })
+        .collect();
+    let name = "t-rc-ext";
+    let pool = pool(name, 1023);
+    let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
+    let mut p = guard(port(
+        &format!("soft:tester={name},count=3200,flows=16"),
+        config,
+    ));
+    let t = tester_of(name);
+    let mut burst: Burst<32> = Burst::new();
+    let base = region.as_mut_ptr();
+    let mut ext = Vec::new();
+    for k in 0..100usize {
+        let (rx, tx) = loopback(&mut p);
+        let m = recycle_mbufs(rx, tx).unwrap();
+        assert_eq!(rx.rx_burst(&mut burst), 32);
+        // The batch the step before sent moves, unless it holds an mbuf
+        // whose data is an external buffer.
+        let want = match k {
+            0 => 0,
+            _ if ext.last() == Some(&(k - 1)) => 0,
+            _ => 32,
+        };
+        assert_eq!(m, want, "step {k}");
+        if k % 3 == 1 && ext.len() < N {
+            // A packet moves to a pool buffer with external data.
+            let i = ext.len();
+            let mut e = pool.alloc().unwrap();
+            // SAFETY: slot `i` of `region`, EXT_LEN bytes, and `infos[i]`
+            // live until the end of the test, after every mbuf; nothing
+            // else uses them.
+            unsafe {
+                let buf = NonNull::new(base.add(i * EXT_LEN)).unwrap();
+                e.attach_extbuf(
+                    buf,
+                    buf.as_ptr() as u64,
+                    EXT_LEN as u16,
+                    0,
+                    NonNull::from(&infos[i]),
+                )
+                .unwrap();
+            }
+            let j = k % 32;
+            let len = burst[j].data().len();
+            e.append(len).unwrap().copy_from_slice(burst[j].data());
+            burst[j] = e;
+            ext.push(k);
+        }
+        send_all(tx, &mut burst);
+    }
+    let fallbacks = ext.iter().filter(|&&k| k < 99).count() as u64;
+    let recycled = (99 - fallbacks) * 32;
+    assert_eq!(recycle_counts(&p), (recycled, recycled, fallbacks));
+    let r = t.report();
+    assert_eq!(r.received, 3200, "{r}");
+    assert_clean(&r);
+    p.stop();
+    assert!(pool.is_full());
+    // Every external buffer was let go once, by the normal free path.
+    assert_eq!(EXT_FREED.load(Ordering::SeqCst), ext.len() as u64);
+    assert!(infos.iter().all(|i| i.refcnt() == 0));
 }
 
 // ---- the ring's wrap ------------------------------------------------------
@@ -379,7 +568,7 @@ fn forward_through_the_wrap(
          tx_rs_thresh={tx_rs_thresh},tx_free_thresh={}",
         tx_rs_thresh.max(32)
     );
-    let mut p = port(&spec, config);
+    let mut p = guard(port(&spec, config));
     let t = tester_of(name);
     let mut burst: Burst<64> = Burst::new();
     let mut seen = WrapSeen::default();
@@ -490,7 +679,7 @@ fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after
     let name = "t-rc-stopped";
     let pool = pool(name, 1023);
     let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
-    let mut p = port(&format!("soft:tester={name},flows=16"), config);
+    let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
     let t = tester_of(name);
     assert!(run_loopback(&mut p, 20) > 0);
 
@@ -572,7 +761,7 @@ fn a_queue_stopped_between_the_commit_and_the_refill_leaks_nothing() {
     let name = "t-rc-middle";
     let pool = pool(name, 1023);
     let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
-    let mut p = port(&format!("soft:tester={name},flows=16"), config);
+    let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
     let t = tester_of(name);
     let mut lost_commits = 0;
     // First the Rx queue alone stops, then the whole port.
@@ -617,7 +806,7 @@ fn a_tx_queue_stopped_between_two_recycle_steps_gives_its_batches_back() {
     let name = "t-rc-txstop";
     let pool = pool(name, 1023);
     let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
-    let mut p = port(&format!("soft:tester={name},flows=16"), config);
+    let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
     let t = tester_of(name);
     let mut burst: Burst<32> = Burst::new();
     for round in 0..5 {
@@ -661,13 +850,13 @@ fn recycling_with_a_null_pair_or_pcap_queue_is_unsupported_and_loses_nothing() {
         std::env::temp_dir().join(format!("sluice-{}-rc-unsup.pcap", std::process::id()));
     let pcap_spec = format!("pcap:tx={}", pcap_path.display());
     // ports: soft, null, pair A, pair B, pcap
-    let mut ports = vec![
+    let mut ports = guard(vec![
         open(&format!("soft:tester={name},flows=16"), config()).unwrap(),
         open("null", config()).unwrap(),
         open("pair:name=rc-unsup", config()).unwrap(),
         open("pair:name=rc-unsup", config()).unwrap(),
         open(&pcap_spec, PortConfig::new(None)).unwrap(),
-    ];
+    ]);
     // Any time, started or not.
     for (i, p) in ports.iter().enumerate() {
         let soft = i == 0;
@@ -690,7 +879,7 @@ fn recycling_with_a_null_pair_or_pcap_queue_is_unsupported_and_loses_nothing() {
             })
         ));
     }
-    for p in &mut ports {
+    for p in ports.iter_mut() {
         p.start().unwrap();
     }
     assert!(ports[0].rx_queue_recycles(0).unwrap());
@@ -745,7 +934,7 @@ fn any_tx_queue_feeds_any_rx_queue_across_ports_with_the_pairing_changed_every_s
         .nb_rxd(128)
         .nb_txd(128);
     let spec = format!("soft:tester={name},count=8000,flows=64");
-    let mut ports = [port(&spec, config.clone()), port(&spec, config)];
+    let mut ports = guard(vec![port(&spec, config.clone()), port(&spec, config)]);
     let t = tester_of(name);
     let queues = [(0, 0), (0, 1), (1, 0), (1, 1)];
     // moved[rx][tx] over the four queues of each direction.
@@ -843,12 +1032,8 @@ struct Held {
 }
 
 impl Held {
-    fn check(&self) {
-        assert_eq!(
-            self.m.data(),
-            &self.bytes[..],
-            "a held clone's bytes changed"
-        );
+    fn intact(&self) -> bool {
+        self.m.data() == &self.bytes[..]
     }
 }
 
@@ -959,12 +1144,18 @@ impl World {
             return (0, 0);
         }
         let (p, q) = (self.rxqs[i].port, self.rxqs[i].q);
-        let cap = (1 + rng.below(32)).max(self.pending[i].len());
+        let before = self.pending[i].len();
+        let cap = (1 + rng.below(32)).max(before);
         let got = self.ports[p]
             .rx_queue(q)
             .unwrap()
             .rx_burst(self.pending[i].capped(cap));
         self.uncounted[i] = 0;
+        let pool = &self.pools[self.rxqs[i].pool];
+        assert!(
+            self.pending[i].iter().skip(before).all(|m| pool.owns(m)),
+            "step {s}: Rx queue {i} received a foreign buffer"
+        );
         let d = self.rxqs[i].dest;
         if !self.tx_live(d) || self.pending[i].is_empty() {
             return (got, 0);
@@ -1112,10 +1303,11 @@ impl World {
 
     /// Drops the clones due at step `s`, checking their bytes first.
     fn release_clones(&mut self, s: usize) {
-        self.held.retain(|h| {
-            h.check();
-            h.until > s
-        });
+        assert!(
+            self.held.iter().all(Held::intact),
+            "step {s}: a held clone's bytes changed"
+        );
+        self.held.retain(|h| h.until > s);
     }
 
     /// One forwarding pass over every Rx queue in a random order, each
@@ -1230,7 +1422,7 @@ fn a_long_random_run_of_pairings_clones_and_stops_delivers_every_packet_once_and
         rx(4, 0, 3, 16, 0), // W2 → P0 (pools A and D mixed)
     ];
     let (nrx, ntx, np) = (rxqs.len(), txqs.len(), ports.len());
-    let mut w = World {
+    let mut w = guard(World {
         ports,
         pools,
         rxqs,
@@ -1249,7 +1441,7 @@ fn a_long_random_run_of_pairings_clones_and_stops_delivers_every_packet_once_and
         moved_into: vec![0; nrx],
         stops: [0; 3],
         cut_steps: 0,
-    };
+    });
     // A fixed seed; another through SLUICE_RECYCLE_SEED, to explore.
     let seed = std::env::var("SLUICE_RECYCLE_SEED")
         .ok()
@@ -1294,9 +1486,8 @@ fn a_long_random_run_of_pairings_clones_and_stops_delivers_every_packet_once_and
             break;
         }
     }
-    for h in std::mem::take(&mut w.held) {
-        h.check();
-    }
+    w.release_clones(usize::MAX);
+    assert!(w.held.is_empty());
 
     let r = t.report();
     let missed: u64 = w.ports.iter().map(|p| p.stats().rx_missed).sum();
@@ -1370,7 +1561,7 @@ fn queues_stopping_at_random_under_a_threaded_device_while_recycling_lose_no_buf
     let mut fast_free = config.clone();
     fast_free.tx_offloads |= Offloads::FAST_FREE;
     let spec = format!("soft:tester={name},flows=64,device=threaded");
-    let mut ports = [port(&spec, config), port(&spec, fast_free)];
+    let mut ports = guard(vec![port(&spec, config), port(&spec, fast_free)]);
     assert!(super::runner::running());
     let t = tester_of(name);
     let queues = [(0, 0), (0, 1), (1, 0), (1, 1)];
@@ -1454,7 +1645,7 @@ fn queues_stopping_at_random_under_a_threaded_device_while_recycling_lose_no_buf
     let txr: u64 = ports.iter().map(|p| recycle_counts(p).1).sum();
     // recycle_mbufs rearms what it commits in the same call.
     assert_eq!((rxr, txr), (moved, moved));
-    for p in &mut ports {
+    for p in ports.iter_mut() {
         p.stop();
     }
     drop(pending);
