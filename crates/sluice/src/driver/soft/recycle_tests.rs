@@ -1576,8 +1576,11 @@ fn queues_stopping_at_random_under_a_threaded_device_while_recycling_lose_no_buf
     // Bounded in steps; the deadline only guards a stalled machine.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     for s in 0..1_000_000 {
-        if s % 256 == 0 && (t.report().received >= 60_000 || std::time::Instant::now() > deadline) {
-            break;
+        if s % 256 == 0 {
+            let done = stops >= 50 && t.report().received >= 60_000;
+            if done || std::time::Instant::now() > deadline {
+                break;
+            }
         }
         // Start what is due, stop one queue now and then.
         for (back, is_rx) in [(&mut rx_back, true), (&mut tx_back, false)] {
