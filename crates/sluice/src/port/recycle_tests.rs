@@ -62,6 +62,44 @@ fn the_view_reports_what_the_rx_queue_lent() {
 }
 
 #[test]
+fn a_buffer_belongs_to_the_pool_by_its_address() {
+    let pool = pool();
+    let other = MbufPool::new(MbufPoolConfig {
+        name: "recycle-unit-other".into(),
+        size: 7,
+        cache_size: 0,
+        data_room: 256,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut r = ring(16);
+    let mut committed = 0;
+    let info = RecycleRxInfo::new(&mut r, 0, 16, 4, &pool, &mut committed);
+    let mut mine = [Elem::DANGLING; 63];
+    pool.mempool().get_bulk(&mut mine).unwrap();
+    let mut theirs = [Elem::DANGLING; 7];
+    other.mempool().get_bulk(&mut theirs).unwrap();
+    assert!(mine.iter().all(|&e| info.in_pool(e)), "every element");
+    assert!(theirs.iter().all(|&e| !info.in_pool(e)), "no other pool's");
+    assert!(!info.in_pool(Elem::DANGLING));
+    let region = pool.mempool().region();
+    let (base, len) = (region.base().as_ptr(), region.len());
+    let at = |p: *mut u8| Elem::from_ptr(std::ptr::NonNull::new(p).unwrap());
+    assert!(info.in_pool(at(base)));
+    assert!(
+        !info.in_pool(at(base.wrapping_add(len))),
+        "one past the end"
+    );
+    assert!(!info.in_pool(at(base.wrapping_sub(1))), "one before");
+    // SAFETY: the elements just taken, each given back once.
+    unsafe {
+        pool.mempool().put_bulk(&mine);
+        other.mempool().put_bulk(&theirs);
+    }
+    assert!(pool.is_full() && other.is_full());
+}
+
+#[test]
 fn room_is_the_slots_due_in_whole_refill_units() {
     let pool = pool();
     let mut r = ring(16);
@@ -239,7 +277,7 @@ fn a_commit_of_nothing_panics() {
 }
 
 #[test]
-#[should_panic(expected = "ring size 12")]
+#[should_panic(expected = "bad recycle view: ring 12, due 4, unit 4, head 0")]
 fn a_ring_whose_size_is_not_a_power_of_two_is_refused() {
     let pool = pool();
     let mut r = ring(12);
@@ -248,7 +286,7 @@ fn a_ring_whose_size_is_not_a_power_of_two_is_refused() {
 }
 
 #[test]
-#[should_panic(expected = "ring size 0")]
+#[should_panic(expected = "bad recycle view: ring 0, due 0, unit 0, head 0")]
 fn an_empty_ring_is_refused() {
     let pool = pool();
     let mut r = ring(0);
@@ -257,7 +295,7 @@ fn an_empty_ring_is_refused() {
 }
 
 #[test]
-#[should_panic(expected = "due 17 > ring size 16")]
+#[should_panic(expected = "bad recycle view: ring 16, due 17, unit 4, head 0")]
 fn more_slots_due_than_the_ring_holds_is_refused() {
     let pool = pool();
     let mut r = ring(16);
@@ -266,7 +304,7 @@ fn more_slots_due_than_the_ring_holds_is_refused() {
 }
 
 #[test]
-#[should_panic(expected = "refill requirement 4, head 6, ring 16")]
+#[should_panic(expected = "bad recycle view: ring 16, due 4, unit 4, head 6")]
 fn a_refill_head_off_the_refill_unit_is_refused() {
     let pool = pool();
     let mut r = ring(16);
@@ -275,8 +313,8 @@ fn a_refill_head_off_the_refill_unit_is_refused() {
 }
 
 #[test]
-#[should_panic(expected = "refill requirement 3, head 0, ring 16")]
-fn a_refill_unit_that_does_not_divide_the_ring_is_refused() {
+#[should_panic(expected = "bad recycle view: ring 16, due 4, unit 3, head 0")]
+fn a_refill_unit_that_is_not_a_power_of_two_is_refused() {
     let pool = pool();
     let mut r = ring(16);
     let mut committed = 0;
@@ -284,7 +322,7 @@ fn a_refill_unit_that_does_not_divide_the_ring_is_refused() {
 }
 
 #[test]
-#[should_panic(expected = "refill requirement 32, head 0, ring 16")]
+#[should_panic(expected = "bad recycle view: ring 16, due 16, unit 32, head 0")]
 fn a_refill_unit_larger_than_the_ring_is_refused() {
     let pool = pool();
     let mut r = ring(16);
