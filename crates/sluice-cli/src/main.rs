@@ -26,7 +26,8 @@ enum Command {
     /// Send the built-in tester's traffic on a port (and check what comes
     /// back, with `--check`).
     Gen(traffic_gen::GenArgs),
-    /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd` or `all`.
+    /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle` or
+    /// `all`.
     Bench(bench::BenchArgs),
 }
 
