@@ -377,11 +377,19 @@ pub fn emit(line: &str) {
 /// Runs `part` as `sluice bench` does.
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.recycle.any() && !matches!(args.part, Part::Recycle | Part::All) {
-        return Err("--rxd, --txd, --cache and --source apply to `sluice bench recycle` only".into());
+        return Err(
+            "--rxd, --txd, --cache and --source apply to `sluice bench recycle` only".into(),
+        );
     }
     let mut ctx = Ctx::new(args.json, args.iters, args.quick);
     let parts: &[Part] = match args.part {
-        Part::All => &[Part::Ring, Part::Mempool, Part::Mbuf, Part::Fwd, Part::Recycle],
+        Part::All => &[
+            Part::Ring,
+            Part::Mempool,
+            Part::Mbuf,
+            Part::Fwd,
+            Part::Recycle,
+        ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
         Part::Mbuf => &[Part::Mbuf],

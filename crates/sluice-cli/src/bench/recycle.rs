@@ -46,17 +46,22 @@
 //! brings its rings back into the caches), the order rotating through all
 //! six permutations. A path's figure is the median over rounds; its ratio
 //! to `normal` is the median of the per-round ratios (each pair of slices
-//! measured within a fraction of a second of each other).
+//! measured within a fraction of a second of each other). Within a slice,
+//! every iteration (one poll of every stream, some ten µs) is timed, and
+//! one that took over 100 µs and ten times the usual — the thread was descheduled or the vCPU
+//! taken away, which no driver change would fix — is left out with its
+//! packets and device cycles; the share of time left out is printed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
+use sluice::counter::Counter;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{Offloads, Port, PortConfig, PortCounters, RxQueue, TxQueue};
 use sluice::tester::Tester;
-use sluice::tsc::{self, rdtsc_ordered};
+use sluice::tsc::{self, rdtsc};
 
 use super::{BenchResult, Ctx, Selection, Stall, emit, on_lcore};
 use crate::fwd::engine::{Fwd, Io, Recycle, Stream, poll, udp_frame};
@@ -68,11 +73,17 @@ const FRAME: u16 = 64;
 /// Frames preloaded per direction of a wire pair (at most half a ring).
 const PRELOAD: usize = 256;
 /// Packets timed per path and group by default (all rounds together).
-const DEFAULT_OPS: u64 = 1 << 24;
+const DEFAULT_OPS: u64 = 1 << 25;
 /// Most rounds per group.
-const MAX_ROUNDS: u64 = 12;
+const MAX_ROUNDS: u64 = 24;
 /// Fewest packets in one slice, so a slice is not all warm-up noise.
 const MIN_SLICE: u64 = 1 << 17;
+/// An iteration (one poll of every stream) longer than this many µs, and
+/// than [`CUT_FACTOR`] times the usual, did not run on the core all along:
+/// it is left out.
+const CUT_US: u64 = 100;
+/// See [`CUT_US`].
+const CUT_FACTOR: u64 = 10;
 /// Polls in a row that found nothing before a drain ends.
 const DRAIN_IDLE: u32 = 256;
 /// Every order of the three paths, one per round in turn.
@@ -155,7 +166,9 @@ impl Opts {
 
     /// Frames preloaded per direction of a wire pair.
     fn preload(&self) -> usize {
-        PRELOAD.min(self.rxd as usize / 2).min(self.txd as usize / 2)
+        PRELOAD
+            .min(self.rxd as usize / 2)
+            .min(self.txd as usize / 2)
     }
 }
 
@@ -208,9 +221,7 @@ pub fn groups(sel: Selection) -> Vec<Group> {
     };
     pairs
         .iter()
-        .flat_map(|&pairs| {
-            [false, true].map(|fast_free| Group { fast_free, pairs })
-        })
+        .flat_map(|&pairs| [false, true].map(|fast_free| Group { fast_free, pairs }))
         .collect()
 }
 
@@ -246,6 +257,9 @@ pub struct RecycleResult {
     pub cycles_min: f64,
     /// The worst round's.
     pub cycles_max: f64,
+    /// The share of timed TSC ticks left out: iterations longer than
+    /// 100 µs and ten times the usual (the thread off the core).
+    pub excluded_share: f64,
     /// Packets a Tx queue did not take, dropped (timed and warm-up).
     pub drops: u64,
 }
@@ -279,13 +293,19 @@ pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
              round(s) of one {slice}-packet slice each (after an untimed warm-up), the order \
              rotating through all six permutations; cycles/pkt and Mpps are medians over rounds, \
              'x normal' the median of per-round ratios; min-max is the spread over rounds. \
-             Full = share of bursts carrying {BURST} (Rx counts empty polls)."
+             Each iteration (one poll of every stream) is timed, and one longer than {CUT_US} \
+             µs and {CUT_FACTOR}x the usual (the thread was off the core) is left out with its packets and device cycles: \
+             'cut' is the share of time left out. Full = share of bursts carrying {BURST} (Rx \
+             counts empty polls)."
         ),
     ];
     if opts.cache == 0 {
         notes.push("With no cache, zc falls back to a normal put.".to_owned());
     }
-    ctx.title("recycle (Tx→Rx buffer recycling: normal vs zero-copy put vs recycle)", &notes);
+    ctx.title(
+        "recycle (Tx→Rx buffer recycling: normal vs zero-copy put vs recycle)",
+        &notes,
+    );
     if !ctx.json {
         emit(&format!(
             "{:<28} {:>10} {:>7} {:>8} {:>8} {:>9}  detail",
@@ -325,7 +345,12 @@ fn print_row(ctx: &Ctx, r: &RecycleResult) {
         }
         return;
     }
-    let mut detail = format!("min-max {:.1}-{:.1}", r.cycles_min, r.cycles_max);
+    let mut detail = format!(
+        "min-max {:.1}-{:.1}, {:.1}% cut",
+        r.cycles_min,
+        r.cycles_max,
+        100.0 * r.excluded_share
+    );
     if r.drops != 0 {
         detail.push_str(&format!(", {} dropped", r.drops));
     }
@@ -429,9 +454,9 @@ impl Bed {
         }
         let mac = sluice::net::MacAddr([2, 0, 0, 0, 0, 1]);
         let mut streams = Vec::with_capacity(rxq.len());
-        for p in 0..rxq.len() {
+        for (p, slot) in rxq.iter_mut().enumerate() {
             let t = p ^ 1;
-            let (Some(rx), Some(tx)) = (rxq[p].take(), txq[t].take()) else {
+            let (Some(rx), Some(tx)) = (slot.take(), txq[t].take()) else {
                 return Err(format!("port {p} or {t} has no queue 0"));
             };
             streams.push(Stream {
@@ -478,12 +503,14 @@ fn preload_port(port: &mut Port, pool: &MbufPool, n: usize) -> Result<u64, Strin
 /// What one slice measured.
 #[derive(Debug, Default, Clone, Copy)]
 struct Slice {
-    /// TSC ticks of the timed region.
+    /// TSC ticks of the iterations kept.
     cycles: u64,
-    /// The inline device's own, inside it.
+    /// The inline devices' own, inside them.
     device: u64,
-    /// Packets received (and forwarded or dropped).
+    /// Packets received in them (and forwarded or dropped).
     packets: u64,
+    /// TSC ticks of the iterations left out.
+    excluded: u64,
     /// Rx bursts with a full burst, and all Rx bursts.
     rx_full: u64,
     rx_bursts: u64,
@@ -502,19 +529,18 @@ impl Slice {
     }
 }
 
-/// The counters a slice reads before and after: device cycles, and full
-/// and all bursts, Rx and Tx.
-fn snapshot(counters: &[Arc<PortCounters>]) -> [u64; 5] {
-    let mut s = [0u64; 5];
+/// The burst counts a slice reads before and after: full and all bursts,
+/// Rx then Tx.
+fn bursts(counters: &[Arc<PortCounters>]) -> [u64; 4] {
+    let mut s = [0u64; 4];
     for c in counters {
-        s[0] += c.xstats.get("device_cycles").unwrap_or(0);
         for h in c.rx.iter().filter_map(|q| q.bursts.as_ref()) {
-            s[1] += h.counts().get(BURST).copied().unwrap_or(0);
-            s[2] += h.bursts();
+            s[0] += h.counts().get(BURST).copied().unwrap_or(0);
+            s[1] += h.bursts();
         }
         for h in c.tx.iter().filter_map(|q| q.bursts.as_ref()) {
-            s[3] += h.counts().get(BURST).copied().unwrap_or(0);
-            s[4] += h.bursts();
+            s[2] += h.counts().get(BURST).copied().unwrap_or(0);
+            s[3] += h.bursts();
         }
     }
     s
@@ -539,6 +565,7 @@ fn measure_group(
         beds.push(Bed::open(path, g, opts).map_err(|e| format!("{}: {e}", path.name()))?);
     }
     let counters: Vec<Vec<Arc<PortCounters>>> = beds.iter().map(|b| b.counters.clone()).collect();
+    let clocks: Vec<DeviceClock> = counters.iter().map(|c| DeviceClock::new(c)).collect();
     let checks: Vec<(Option<Arc<Tester>>, u64)> = beds
         .iter()
         .map(|b| (b.tester.clone(), b.preloaded))
@@ -553,30 +580,34 @@ fn measure_group(
         // Warm-up per slice: twice round every ring of every stream.
         let per_stream = 2 * (opts.rxd as u64 + opts.txd as u64);
         let warm = (per_stream * 2 * g.pairs as u64).max(8192);
+        // The first warm-up, longer, with every iteration kept, also sets
+        // the cut.
+        let mut cuts = Vec::with_capacity(PATHS.len());
         for (i, s) in streams.iter_mut().enumerate() {
-            let (_, d) = run_path(PATHS[i], s, &mut burst, (slice / 4).max(warm))?;
-            tallies[i].drops += d;
+            let first = (slice / 4).max(warm);
+            let r = run_path(PATHS[i], s, &mut burst, first, &clocks[i], u64::MAX)?;
+            tallies[i].drops += r.drops;
+            cuts.push(r.cut());
         }
-        for r in 0..rounds {
-            for &i in &ORDERS[r % ORDERS.len()] {
+        for round in 0..rounds {
+            for &i in &ORDERS[round % ORDERS.len()] {
                 let s = &mut streams[i];
-                let (_, d) = run_path(PATHS[i], s, &mut burst, warm)?;
-                tallies[i].drops += d;
-                let before = snapshot(&counters[i]);
-                let start = rdtsc_ordered();
-                let (packets, d) = run_path(PATHS[i], s, &mut burst, slice)?;
-                let end = rdtsc_ordered();
-                let after = snapshot(&counters[i]);
-                tallies[i].drops += d;
+                let r = run_path(PATHS[i], s, &mut burst, warm, &clocks[i], cuts[i])?;
+                tallies[i].drops += r.drops;
+                let before = bursts(&counters[i]);
+                let r = run_path(PATHS[i], s, &mut burst, slice, &clocks[i], cuts[i])?;
+                let after = bursts(&counters[i]);
+                tallies[i].drops += r.drops;
                 let diff = |k: usize| after[k].saturating_sub(before[k]);
                 tallies[i].slices.push(Slice {
-                    cycles: end.wrapping_sub(start),
-                    device: diff(0),
-                    packets,
-                    rx_full: diff(1),
-                    rx_bursts: diff(2),
-                    tx_full: diff(3),
-                    tx_bursts: diff(4),
+                    cycles: r.cycles,
+                    device: r.device,
+                    packets: r.packets,
+                    excluded: r.excluded,
+                    rx_full: diff(0),
+                    rx_bursts: diff(1),
+                    tx_full: diff(2),
+                    tx_bursts: diff(3),
                 });
             }
         }
@@ -696,6 +727,7 @@ fn results(g: Group, opts: Opts, tallies: &[Tally]) -> Vec<RecycleResult> {
                 rounds: cycles.len(),
                 cycles_min: cycles.iter().copied().fold(f64::INFINITY, f64::min),
                 cycles_max: cycles.iter().copied().fold(0.0, f64::max),
+                excluded_share: share(sum(|s| s.excluded), sum(|s| s.excluded + s.cycles)),
                 drops: t.drops,
             }
         })
@@ -717,47 +749,114 @@ pub fn median(v: &[f64]) -> f64 {
     }
 }
 
+/// The inline device models' `device_cycles` counters of one path's
+/// ports, read between polls.
+struct DeviceClock(Vec<Arc<Counter>>);
+
+impl DeviceClock {
+    fn new(counters: &[Arc<PortCounters>]) -> DeviceClock {
+        DeviceClock(
+            counters
+                .iter()
+                .flat_map(|c| c.xstats.counters("device_cycles"))
+                .collect(),
+        )
+    }
+
+    /// Device cycles so far.
+    #[inline(always)]
+    fn read(&self) -> u64 {
+        self.0.iter().map(|c| c.get()).sum()
+    }
+}
+
+/// What a forwarding run measured.
+#[derive(Debug, Default, Clone, Copy)]
+struct Run {
+    /// Packets received (forwarded or dropped), all iterations.
+    received: u64,
+    /// Packets a Tx queue did not take.
+    drops: u64,
+    /// TSC ticks of the iterations kept.
+    cycles: u64,
+    /// The devices' own cycles inside them.
+    device: u64,
+    /// Packets received in them.
+    packets: u64,
+    /// TSC ticks of the iterations left out (longer than the cut).
+    excluded: u64,
+    /// Iterations, kept or not.
+    iterations: u64,
+}
+
+impl Run {
+    /// The longest iteration to keep after this run, in TSC ticks: longer
+    /// than [`CUT_US`] and [`CUT_FACTOR`] times its mean iteration.
+    fn cut(&self) -> u64 {
+        let mean = (self.cycles + self.excluded) / self.iterations.max(1);
+        (tsc::tsc_hz() / 1_000_000 * CUT_US).max(CUT_FACTOR * mean)
+    }
+}
+
 /// Forwards `ops` packets over `streams` with `path`'s engine.
 fn run_path(
     path: Path,
     streams: &mut [Stream<'_>],
     burst: &mut Burst<64>,
     ops: u64,
-) -> Result<(u64, u64), String> {
+    clock: &DeviceClock,
+    cut: u64,
+) -> Result<Run, String> {
     match path {
-        Path::Recycle => forward(Recycle, streams, burst, ops),
-        Path::Normal | Path::Zc => forward(Io, streams, burst, ops),
+        Path::Recycle => forward(Recycle, streams, burst, ops, clock, cut),
+        Path::Normal | Path::Zc => forward(Io, streams, burst, ops, clock, cut),
     }
 }
 
-/// Polls every stream in turn until `ops` packets were received; returns
-/// how many were, and how many of them the Tx queues did not take
-/// (dropped).
+/// Polls every stream in turn until `ops` packets were received. Each
+/// iteration (one poll of every stream) is timed: one that took more than
+/// `cut` TSC ticks (the thread was descheduled, the vCPU taken away) is
+/// left out, its packets and device cycles with it.
 #[inline(never)]
 fn forward<E: Fwd>(
     e: E,
     streams: &mut [Stream<'_>],
     burst: &mut Burst<64>,
     ops: u64,
-) -> Result<(u64, u64), String> {
-    let mut moved = 0u64;
-    let mut drops = 0u64;
+    clock: &DeviceClock,
+    cut: u64,
+) -> Result<Run, String> {
+    let mut r = Run::default();
     let mut stall = Stall::new("forwarding core");
-    while moved < ops {
+    let mut t = rdtsc();
+    let mut d = clock.read();
+    while r.received < ops {
         let mut n = 0;
         for s in streams.iter_mut() {
             let m = poll(e, s, burst.capped(BURST), 0);
-            n += m.rx;
-            drops += m.dropped as u64;
+            n += m.rx as u64;
+            r.drops += m.dropped as u64;
         }
+        let t1 = rdtsc();
+        let d1 = clock.read();
+        let span = t1.wrapping_sub(t);
+        if span > cut {
+            r.excluded += span;
+        } else {
+            r.cycles += span;
+            r.device += d1.wrapping_sub(d);
+            r.packets += n;
+        }
+        (t, d) = (t1, d1);
+        r.iterations += 1;
         if n == 0 {
             stall.failed()?;
         } else {
             stall.progressed();
-            moved += n as u64;
+            r.received += n;
         }
     }
-    Ok((moved, drops))
+    Ok(r)
 }
 
 /// Runs the pipeline dry: with `forward`, forwards (a paused tester's last
@@ -833,16 +932,17 @@ mod tests {
                     assert_eq!(row.path, path.name());
                     assert_eq!((row.fast_free, row.pairs), (g.fast_free, g.pairs));
                     assert_eq!(row.rounds, 2);
-                    assert!(row.base.ops >= 2 * 4096, "{row:?}");
-                    assert!(row.base.cycles_per_op > 0.0 && row.base.mops > 0.0);
+                    // Packets timed: two slices of 4096 and a last
+                    // iteration, less those of iterations cut.
+                    let most = 2 * (4096 + 2 * g.pairs as u64 * BURST as u64);
+                    assert!(row.base.ops <= most, "{row:?}");
+                    assert!((0.0..=1.0).contains(&row.excluded_share));
                     assert!(row.rx_full_share > 0.0 && row.rx_full_share <= 1.0);
                     assert!(row.tx_full_share > 0.0 && row.tx_full_share <= 1.0);
                     assert_eq!(row.drops, 0, "flow control on");
                     assert!(row.cycles_min <= row.base.cycles_per_op);
                     assert!(row.base.cycles_per_op <= row.cycles_max);
                 }
-                assert_eq!(r[0].ratio_vs_normal, 1.0);
-                assert!(r[2].ratio_vs_normal > 0.0);
             }
         }
     }
@@ -859,6 +959,7 @@ mod tests {
             cycles: 1000,
             device: 600,
             packets: 10,
+            excluded: 1000,
             rx_full: 3,
             rx_bursts: 4,
             tx_full: 1,
@@ -870,26 +971,33 @@ mod tests {
             ..t.slices[0]
         });
         let rows = results(g, opts, &[t, Tally::default(), half]);
-        let v: serde_json::Value = serde_json::from_str(&serde_json::to_string(&rows[2]).unwrap())
-            .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&rows[2]).unwrap()).unwrap();
         assert_eq!(v["bench"], "recycle");
         assert_eq!(v["case"], "recycle ff, 2 pairs");
         assert_eq!(v["path"], "recycle");
         assert_eq!(v["cycles_per_op"], 20.0);
         assert_eq!(v["ratio_vs_normal"], 0.5);
-        assert_eq!((v["fast_free"].clone(), v["pairs"].clone()), (true.into(), 2.into()));
-        assert_eq!((v["rxd"].clone(), v["txd"].clone()), (1024.into(), 1024.into()));
+        assert_eq!(
+            (v["fast_free"].clone(), v["pairs"].clone()),
+            (true.into(), 2.into())
+        );
+        assert_eq!(
+            (v["rxd"].clone(), v["txd"].clone()),
+            (1024.into(), 1024.into())
+        );
         assert_eq!(v["cache"], 256);
         assert_eq!(v["source"], "wire");
         assert_eq!(v["cores"], 1);
         assert_eq!(v["ops"], 10);
         assert!(v["tsc_hz"].as_u64().unwrap() > 0);
         assert!(v["mops"].as_f64().unwrap() > 0.0);
-        let v: serde_json::Value = serde_json::from_str(&serde_json::to_string(&rows[0]).unwrap())
-            .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&rows[0]).unwrap()).unwrap();
         assert_eq!(v["rx_full_share"], 0.75);
         assert_eq!(v["tx_full_share"], 1.0);
         assert_eq!(v["ratio_vs_normal"], 1.0);
+        assert_eq!(v["excluded_share"], 0.5);
     }
 
     #[test]
