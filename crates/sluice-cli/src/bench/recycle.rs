@@ -20,7 +20,8 @@
 //! # Traffic
 //! By default (`--source wire`) each pair is two soft ports cabled to each
 //! other by a wire (`wire=NAME`, flow control on: lossless), with 256
-//! frames preloaded per direction, so the frames go round and round:
+//! frames preloaded per direction (`--preload`), so the frames go round and
+//! round:
 //! port 0 Rx → port 1 Tx → wire → port 0 Rx, and the other way. Every
 //! stream is a closed loop, and its Tx queue is exactly where its Rx
 //! queue's buffers come back from. The wire is the lightest honest device
@@ -32,6 +33,18 @@
 //! tester, it is paused, the pipeline drained and its report must be clean.
 //! A Tx queue that takes less than a burst drops the rest (counted, and
 //! printed; none are expected with flow control on).
+//!
+//! # What the gap is made of
+//! In this model the mempool cache is cheap (a hot per-lcore cache, 32
+//! pointers copied each way); most of a path's buffer cost is the rearm,
+//! which writes each buffer's header, and that depends on how long ago the
+//! header was last touched. A recycling Tx queue retires its oldest
+//! completed batch at every poll, so a recycled buffer was sent about
+//! `--preload` frames earlier on its stream (the completed backlog the
+//! preload leaves in the Tx ring); the normal path frees only when fewer
+//! than 32 Tx descriptors are free, about `--txd` frames after sending.
+//! The ratio to `normal` therefore grows with `--preload`, towards 1 as
+//! the preload nears the Tx ring size.
 //!
 //! # Measurement
 //! The device runs inline, in the forwarding core's queue calls; its
@@ -48,9 +61,10 @@
 //! to `normal` is the median of the per-round ratios (each pair of slices
 //! measured within a fraction of a second of each other). Within a slice,
 //! every iteration (one poll of every stream, some ten µs) is timed, and
-//! one that took over 100 µs and ten times the usual — the thread was descheduled or the vCPU
-//! taken away, which no driver change would fix — is left out with its
-//! packets and device cycles; the share of time left out is printed.
+//! one that took over 100 µs and ten times the usual — the thread was
+//! descheduled or the vCPU taken away, which no driver change would fix —
+//! is left out with its packets and device cycles; the share of time left
+//! out is printed.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -70,7 +84,7 @@ use crate::fwd::engine::{Fwd, Io, Recycle, Stream, poll, udp_frame};
 const BURST: usize = 32;
 /// Frame length (Ethernet header included, FCS excluded).
 const FRAME: u16 = 64;
-/// Frames preloaded per direction of a wire pair (at most half a ring).
+/// Frames preloaded per direction of a wire pair by default.
 const PRELOAD: usize = 256;
 /// Packets timed per path and group by default (all rounds together).
 const DEFAULT_OPS: u64 = 1 << 25;
@@ -113,12 +127,20 @@ pub struct RecycleArgs {
     /// `recycle` only: the traffic [default: wire].
     #[arg(long, value_enum)]
     pub source: Option<Source>,
+    /// `recycle` only, wire traffic: frames preloaded per direction, at
+    /// most half a ring [default: 256].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(32..=2048))]
+    pub preload: Option<u16>,
 }
 
 impl RecycleArgs {
     /// Whether any option was given.
     pub fn any(&self) -> bool {
-        self.rxd.is_some() || self.txd.is_some() || self.cache.is_some() || self.source.is_some()
+        self.rxd.is_some()
+            || self.txd.is_some()
+            || self.cache.is_some()
+            || self.source.is_some()
+            || self.preload.is_some()
     }
 }
 
@@ -151,6 +173,9 @@ pub struct Opts {
     pub cache: u32,
     /// The traffic.
     pub source: Source,
+    /// Wire traffic: frames preloaded per direction (capped at half a
+    /// ring).
+    pub preload: usize,
 }
 
 impl Opts {
@@ -161,12 +186,16 @@ impl Opts {
             txd: a.txd.unwrap_or(1024),
             cache: a.cache.unwrap_or(256),
             source: a.source.unwrap_or(Source::Wire),
+            preload: a.preload.map_or(PRELOAD, usize::from),
         }
     }
 
-    /// Frames preloaded per direction of a wire pair.
+    /// Frames preloaded per direction of a wire pair (0 with the tester).
     fn preload(&self) -> usize {
-        PRELOAD
+        if self.source == Source::Tester {
+            return 0;
+        }
+        self.preload
             .min(self.rxd as usize / 2)
             .min(self.txd as usize / 2)
     }
@@ -243,6 +272,8 @@ pub struct RecycleResult {
     pub txd: u16,
     /// The traffic.
     pub source: Source,
+    /// Wire traffic: frames going round per direction (0 with the tester).
+    pub preload: usize,
     /// Timed Rx bursts that carried a full 32, of all Rx bursts (empty
     /// polls included).
     pub rx_full_share: f64,
@@ -294,11 +325,21 @@ pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
              rotating through all six permutations; cycles/pkt and Mpps are medians over rounds, \
              'x normal' the median of per-round ratios; min-max is the spread over rounds. \
              Each iteration (one poll of every stream) is timed, and one longer than {CUT_US} \
-             µs and {CUT_FACTOR}x the usual (the thread was off the core) is left out with its packets and device cycles: \
-             'cut' is the share of time left out. Full = share of bursts carrying {BURST} (Rx \
-             counts empty polls)."
+             µs and {CUT_FACTOR}x the usual (the thread was off the core) is left out with its \
+             packets and device cycles: 'cut' is the share of time left out. Full = share of \
+             bursts carrying {BURST} (Rx counts empty polls)."
         ),
     ];
+    if opts.source == Source::Wire {
+        notes.push(format!(
+            "Recycling retires the oldest sent batch at every poll, so a recycled buffer was \
+             sent about {} frames (the preload) earlier on its stream; the normal path frees \
+             when the Tx ring is nearly full, about {} frames after sending. That reuse \
+             distance is most of the gap here: the ratio grows with --preload.",
+            opts.preload(),
+            opts.txd
+        ));
+    }
     if opts.cache == 0 {
         notes.push("With no cache, zc falls back to a normal put.".to_owned());
     }
@@ -382,10 +423,7 @@ impl Bed {
     /// Opens and starts `path`'s ports for `g`, and preloads the wires.
     fn open(path: Path, g: Group, opts: Opts) -> Result<Bed, String> {
         let nports = 2 * g.pairs;
-        let preload = match opts.source {
-            Source::Wire => opts.preload(),
-            Source::Tester => 0,
-        };
+        let preload = opts.preload();
         let need = nports * (opts.rxd as usize + opts.txd as usize + preload)
             + opts.cache as usize * 3 / 2
             + 1024;
@@ -721,6 +759,7 @@ fn results(g: Group, opts: Opts, tallies: &[Tally]) -> Vec<RecycleResult> {
                 rxd: opts.rxd,
                 txd: opts.txd,
                 source: opts.source,
+                preload: opts.preload(),
                 rx_full_share: share(sum(|s| s.rx_full), sum(|s| s.rx_bursts)),
                 tx_full_share: share(sum(|s| s.tx_full), sum(|s| s.tx_bursts)),
                 ratio_vs_normal: median(&ratios),
@@ -913,6 +952,7 @@ mod tests {
                 txd: 128,
                 cache: 64,
                 source,
+                preload: PRELOAD,
             };
             for g in [
                 Group {
@@ -988,6 +1028,7 @@ mod tests {
         );
         assert_eq!(v["cache"], 256);
         assert_eq!(v["source"], "wire");
+        assert_eq!(v["preload"], 256);
         assert_eq!(v["cores"], 1);
         assert_eq!(v["ops"], 10);
         assert!(v["tsc_hz"].as_u64().unwrap() > 0);
