@@ -378,7 +378,8 @@ pub fn emit(line: &str) {
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.recycle.any() && !matches!(args.part, Part::Recycle | Part::All) {
         return Err(
-            "--rxd, --txd, --cache and --source apply to `sluice bench recycle` only".into(),
+            "--rxd, --txd, --cache, --source and --preload apply to `sluice bench recycle` only"
+                .into(),
         );
     }
     let mut ctx = Ctx::new(args.json, args.iters, args.quick);
