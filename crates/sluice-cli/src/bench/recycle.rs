@@ -73,6 +73,7 @@ use clap::{Args, ValueEnum};
 use serde::Serialize;
 use sluice::counter::Counter;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+use sluice::mempool::Backing;
 use sluice::port::{Offloads, Port, PortConfig, PortCounters, RxQueue, TxQueue};
 use sluice::tester::Tester;
 use sluice::tsc::{self, rdtsc};
@@ -293,6 +294,10 @@ pub struct RecycleResult {
     pub excluded_share: f64,
     /// Packets a Tx queue did not take, dropped (timed and warm-up).
     pub drops: u64,
+    /// The path's pool sits on hugepages (else the text row says so: the
+    /// TLB misses of 4 KiB pages would weigh on that path alone).
+    #[serde(skip)]
+    pub hugepages: bool,
 }
 
 /// Runs the recycle bench: every group of `sel`.
@@ -394,6 +399,11 @@ fn print_row(ctx: &Ctx, r: &RecycleResult) {
     );
     if r.drops != 0 {
         detail.push_str(&format!(", {} dropped", r.drops));
+    }
+    if !r.hugepages
+        && let Some(b) = &r.base.backing
+    {
+        detail.push_str(&format!(", pool on {b}"));
     }
     emit(&format!(
         "{:<28} {:>10.1} {:>7.2} {:>7.1}% {:>7.1}% {:>9.3}  {detail}",
@@ -666,6 +676,7 @@ fn measure_group(
             account(name, tester.as_deref(), *preloaded, tallies[i].drops, left)?;
         }
     }
+    let backings: Vec<Backing> = beds.iter().map(|b| b.pool.mempool().backing()).collect();
     for (i, mut bed) in beds.into_iter().enumerate() {
         let name = PATHS[i].name();
         for (p, c) in bed.counters.iter().enumerate() {
@@ -692,7 +703,12 @@ fn measure_group(
             return Err(format!("{name}: the mbuf pool is not full after the run"));
         }
     }
-    Ok(results(g, opts, &tallies))
+    let mut rows = results(g, opts, &tallies);
+    for (row, b) in rows.iter_mut().zip(backings) {
+        row.base.backing = Some(b.to_string());
+        row.hugepages = b == Backing::Hugepages;
+    }
+    Ok(rows)
 }
 
 /// Checks that every frame is accounted: with a tester, its report is
@@ -768,6 +784,7 @@ fn results(g: Group, opts: Opts, tallies: &[Tally]) -> Vec<RecycleResult> {
                 cycles_max: cycles.iter().copied().fold(0.0, f64::max),
                 excluded_share: share(sum(|s| s.excluded), sum(|s| s.excluded + s.cycles)),
                 drops: t.drops,
+                hugepages: true,
             }
         })
         .collect()
