@@ -36,15 +36,14 @@
 //!
 //! # What the gap is made of
 //! In this model the mempool cache is cheap (a hot per-lcore cache, 32
-//! pointers copied each way); most of a path's buffer cost is the rearm,
-//! which writes each buffer's header, and that depends on how long ago the
-//! header was last touched. A recycling Tx queue retires its oldest
-//! completed batch at every poll, so a recycled buffer was sent about
-//! `--preload` frames earlier on its stream (the completed backlog the
-//! preload leaves in the Tx ring); the normal path frees only when fewer
-//! than 32 Tx descriptors are free, about `--txd` frames after sending.
-//! The ratio to `normal` therefore grows with `--preload`, towards 1 as
-//! the preload nears the Tx ring size.
+//! pointers copied each way); much of what separates the paths is how
+//! recently a buffer's header was last touched when the driver touches it
+//! again. A recycling Tx queue retires its oldest completed batch at every
+//! poll, so a recycled buffer was sent about `--preload` frames earlier on
+//! its stream (the completed backlog the preload leaves in the Tx ring);
+//! the normal path frees only when fewer than 32 Tx descriptors are free,
+//! about `--txd` frames after sending. The ratio to `normal` therefore
+//! grows with `--preload`, towards 1 as the preload nears the Tx ring size.
 //!
 //! # Measurement
 //! The device runs inline, in the forwarding core's queue calls; its
@@ -340,7 +339,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
             "Recycling retires the oldest sent batch at every poll, so a recycled buffer was \
              sent about {} frames (the preload) earlier on its stream; the normal path frees \
              when the Tx ring is nearly full, about {} frames after sending. That reuse \
-             distance is most of the gap here: the ratio grows with --preload.",
+             distance is a large part of the gap here: the ratio grows with --preload.",
             opts.preload(),
             opts.txd
         ));
