@@ -26,7 +26,8 @@ enum Command {
     /// Send the built-in tester's traffic on a port (and check what comes
     /// back, with `--check`).
     Gen(traffic_gen::GenArgs),
-    /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd` or `all`.
+    /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle` or
+    /// `all`.
     Bench(bench::BenchArgs),
 }
 
@@ -141,5 +142,53 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("rings"), "{err}");
+    }
+
+    #[test]
+    fn bench_recycle_options_parse_and_bad_ones_are_rejected() {
+        let cli = Cli::try_parse_from([
+            "sluice",
+            "bench",
+            "recycle",
+            "--rxd",
+            "512",
+            "--txd",
+            "256",
+            "--cache",
+            "64",
+            "--source",
+            "tester",
+            "--preload",
+            "128",
+        ])
+        .unwrap();
+        match cli.command {
+            Some(Command::Bench(a)) => {
+                assert_eq!(a.part, bench::Part::Recycle);
+                let r = &a.recycle;
+                assert_eq!((r.rxd, r.txd, r.cache), (Some(512), Some(256), Some(64)));
+                assert_eq!(r.source, Some(bench::recycle::Source::Tester));
+                assert_eq!(r.preload, Some(128));
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        for bad in [
+            &["sluice", "bench", "recycle", "--rxd", "100"][..],
+            &["sluice", "bench", "recycle", "--txd", "8192"],
+            &["sluice", "bench", "recycle", "--cache", "513"],
+            &["sluice", "bench", "recycle", "--source", "pair"],
+            &["sluice", "bench", "recycle", "--preload", "8"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+        // Given to another part, they are an error (before anything runs).
+        let cli = Cli::try_parse_from(["sluice", "bench", "ring", "--cache", "64"]).unwrap();
+        let Some(Command::Bench(a)) = cli.command else {
+            panic!("not bench");
+        };
+        assert_eq!(
+            bench::run(&a).unwrap_err(),
+            "--rxd, --txd, --cache, --source and --preload apply to `sluice bench recycle` only"
+        );
     }
 }

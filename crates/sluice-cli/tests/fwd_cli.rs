@@ -117,3 +117,72 @@ fn fwd_between_soft_ports_and_the_tester_loses_nothing() {
     assert_eq!(summary["rx_packets"], summary["tx_packets"]);
     assert_eq!(summary["rx_packets"].as_u64(), Some(sent));
 }
+
+#[test]
+fn recycle_engine_between_soft_ports_recycles_and_the_tester_sees_everything() {
+    let spec = "soft:tester=cli_recycle,gen=udp,flows=64,size=64,device=inline";
+    let out = sluice(&[
+        "fwd",
+        "--port",
+        spec,
+        "--port",
+        spec,
+        "--engine",
+        "recycle",
+        "--duration",
+        "0.2",
+        "--json",
+        "--rxd",
+        "256",
+        "--txd",
+        "256",
+    ]);
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        out.status.success(),
+        "exit {:?}, stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(summary["engine"], "recycle");
+    assert_eq!(summary["recycle_errors"], 0);
+    let t = &summary["testers"][0];
+    let sent = t["sent"].as_u64().unwrap();
+    assert!(sent > 0, "{t}");
+    assert_eq!(t["received"].as_u64(), Some(sent));
+    assert_eq!(summary["clean"], true);
+    assert_eq!(summary["pool_full"], true);
+    assert_eq!(summary["drops"], 0);
+    // Each port's Rx queue is fed by the other port's Tx queue.
+    let ports = summary["ports"].as_array().unwrap();
+    for (rx, tx) in [(0, 1), (1, 0)] {
+        let r = &ports[rx]["recycle"];
+        let t = &ports[tx]["recycle"];
+        assert!(r["rx_recycled"].as_u64().unwrap() > 0, "{r}");
+        assert_eq!(r["rx_recycled"], t["tx_recycled"]);
+        assert_eq!(t["recycle_fallbacks"], 0);
+    }
+}
+
+#[test]
+fn recycle_engine_on_null_ports_is_an_error_naming_the_queue() {
+    let out = sluice(&[
+        "fwd",
+        "--port",
+        "null",
+        "--port",
+        "null",
+        "--engine",
+        "recycle",
+        "--duration",
+        "0.1",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8(out.stderr).unwrap(),
+        "sluice: error: --engine recycle: port 0 (null) Rx queue 0 cannot recycle buffers: \
+         driver 'null' does not support it (soft ports do)\n"
+    );
+    assert!(out.stdout.is_empty());
+}

@@ -208,6 +208,7 @@ fn timed<E: Fwd>(
         src_mac: mac,
         dst_mac: mac,
         frame: None,
+        recycle_errors: 0,
     };
     let mut streams = [
         stream(0, 1, arx[0].as_mut(), btx[0].as_mut()),

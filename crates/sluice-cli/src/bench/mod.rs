@@ -12,6 +12,7 @@
 pub mod fwd;
 pub mod mbuf;
 pub mod mempool;
+pub mod recycle;
 pub mod ring;
 
 use std::hint::spin_loop;
@@ -39,6 +40,8 @@ pub struct BenchArgs {
     /// A quick look: 16x fewer operations per case (noisier figures).
     #[arg(long)]
     pub quick: bool,
+    #[command(flatten)]
+    pub recycle: recycle::RecycleArgs,
 }
 
 /// The benchmark sets.
@@ -52,6 +55,9 @@ pub enum Part {
     Mbuf,
     /// Forwarding: io between two ports on one core (null, pair, soft).
     Fwd,
+    /// Tx→Rx buffer recycling: normal free vs zero-copy cache put vs
+    /// recycle, io forwarding between soft ports.
+    Recycle,
     /// All of the above.
     All,
 }
@@ -255,17 +261,23 @@ impl Ctx {
 
     /// Starts a part's table: a title line, notes, then the column heads.
     pub fn section(&mut self, title: &str, notes: &[String]) {
-        self.header();
-        self.note("");
-        self.note(&format!("== {title} =="));
-        for n in notes {
-            self.note(n);
-        }
+        self.title(title, notes);
         if !self.json {
             emit(&format!(
                 "{:<28} {:>5} {:>10} {:>10}  {:<14} detail",
                 "case", "cores", "cycles/op", "Mops", "DPDK 22.11"
             ));
+        }
+    }
+
+    /// Starts a part's table with a title line and notes (a part with its
+    /// own columns prints their heads next).
+    pub fn title(&mut self, title: &str, notes: &[String]) {
+        self.header();
+        self.note("");
+        self.note(&format!("== {title} =="));
+        for n in notes {
+            self.note(n);
         }
     }
 
@@ -364,13 +376,26 @@ pub fn emit(line: &str) {
 
 /// Runs `part` as `sluice bench` does.
 pub fn run(args: &BenchArgs) -> Result<(), String> {
+    if args.recycle.any() && !matches!(args.part, Part::Recycle | Part::All) {
+        return Err(
+            "--rxd, --txd, --cache, --source and --preload apply to `sluice bench recycle` only"
+                .into(),
+        );
+    }
     let mut ctx = Ctx::new(args.json, args.iters, args.quick);
     let parts: &[Part] = match args.part {
-        Part::All => &[Part::Ring, Part::Mempool, Part::Mbuf, Part::Fwd],
+        Part::All => &[
+            Part::Ring,
+            Part::Mempool,
+            Part::Mbuf,
+            Part::Fwd,
+            Part::Recycle,
+        ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
         Part::Mbuf => &[Part::Mbuf],
         Part::Fwd => &[Part::Fwd],
+        Part::Recycle => &[Part::Recycle],
     };
     for part in parts {
         match part {
@@ -378,6 +403,15 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Mempool => mempool::run(&mut ctx, Selection::Full),
             Part::Mbuf => mbuf::run(&mut ctx, Selection::Full),
             Part::Fwd => fwd::run(&mut ctx, Selection::Full),
+            // In `all`, one port pair (half the time).
+            Part::Recycle => {
+                let sel = if args.part == Part::All {
+                    Selection::Summary
+                } else {
+                    Selection::Full
+                };
+                recycle::run(&mut ctx, sel, recycle::Opts::from_args(&args.recycle));
+            }
             Part::All => unreachable!("expanded above"),
         }
     }

@@ -127,6 +127,10 @@ pub enum Engine {
     Rxonly,
     /// Send generated UDP frames (`--txpkts` bytes).
     Txonly,
+    /// Io, with a recycle step before each receive: the stream's Tx queue
+    /// moves its sent buffers straight into the stream's Rx queue's ring
+    /// (ports whose queues support it, e.g. `soft`).
+    Recycle,
 }
 
 impl Engine {
@@ -138,6 +142,7 @@ impl Engine {
             Engine::Macswap => "macswap",
             Engine::Rxonly => "rxonly",
             Engine::Txonly => "txonly",
+            Engine::Recycle => "recycle",
         }
     }
 }

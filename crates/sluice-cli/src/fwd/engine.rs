@@ -4,11 +4,21 @@
 //!
 //! Each engine is a zero-sized type implementing [`Fwd`]; the lcore loop is
 //! generic over it, so the per-packet work is inlined and the only dynamic
-//! calls are the queues' `rx_burst` / `tx_burst`, once per burst.
+//! calls are the queues' `rx_burst` / `tx_burst`, once per burst (and, for
+//! `recycle`, the three calls of the recycle step).
+//!
+//! # Recycle
+//! A stream receives on its Rx queue and sends on its Tx queue, so the
+//! buffers its Tx queue has sent are the ones its Rx queue needs back: the
+//! `recycle` engine runs [`recycle_mbufs`]`(stream.rx, stream.tx)` before
+//! each `rx_burst`, moving completed Tx buffers straight into the Rx ring.
+//! The caller checks at setup that both queues support it; an error of one
+//! step (a queue stopped under it) only counts in
+//! [`Stream::recycle_errors`], and the stream goes on as io.
 
 use sluice::mbuf::{BurstSlice, MbufPool};
 use sluice::net::MacAddr;
-use sluice::port::{RxQueue, TxQueue};
+use sluice::port::{RxQueue, TxQueue, recycle_mbufs};
 
 /// One stream: an Rx queue of one port and the Tx queue of the same number
 /// on its peer port. Polled by one lcore.
@@ -27,6 +37,9 @@ pub struct Stream<'a> {
     pub dst_mac: MacAddr,
     /// `txonly`: the frame sent, and the pool it is allocated from.
     pub frame: Option<(Box<[u8]>, MbufPool)>,
+    /// `recycle`: recycle steps that failed (a queue stopped or unable),
+    /// counted by the polling lcore.
+    pub recycle_errors: u64,
 }
 
 /// What one poll moved.
@@ -125,6 +138,20 @@ impl Fwd for TxOnly {
             }
         }
         n
+    }
+}
+
+/// `recycle`: io, with the recycle step (the stream's Tx queue feeding its
+/// Rx queue) before each receive.
+#[derive(Clone, Copy)]
+pub struct Recycle;
+impl Fwd for Recycle {
+    #[inline(always)]
+    fn input(self, s: &mut Stream<'_>, burst: &mut BurstSlice) -> usize {
+        if recycle_mbufs(&mut *s.rx, &mut *s.tx).is_err() {
+            s.recycle_errors += 1;
+        }
+        s.rx.rx_burst(burst)
     }
 }
 
@@ -229,6 +256,7 @@ mod tests {
             src_mac: src,
             dst_mac: dst,
             frame: make.then(|| (udp_frame(60, src, dst), pool.clone())),
+            recycle_errors: 0,
         };
         let mut burst: Burst<64> = Burst::new();
         let moved = poll(e, &mut s, burst.capped(burst_size), 0);
@@ -310,6 +338,99 @@ mod tests {
                 dropped: 0
             }
         );
+        assert!(pool.is_full());
+    }
+
+    /// Two soft ports cabled by a wire, 64 descriptors per queue.
+    fn wire_ports(pool: &MbufPool, wire: &str) -> [sluice::port::Port; 2] {
+        let spec = format!("soft:wire={wire}");
+        let cfg = |id| {
+            PortConfig::new(Some(pool.clone()))
+                .port_id(id)
+                .nb_rxd(64)
+                .nb_txd(64)
+        };
+        let mut p0 = sluice::driver::open(&spec, cfg(0)).unwrap();
+        let mut p1 = sluice::driver::open(&spec, cfg(1)).unwrap();
+        p0.start().unwrap();
+        p1.start().unwrap();
+        [p0, p1]
+    }
+
+    #[test]
+    fn recycle_moves_the_tx_queues_sent_buffers_into_the_rx_ring() {
+        let pool = pool();
+        let [mut p0, mut p1] = wire_ports(&pool, "engine_recycle");
+        // 64 frames out of port 1, over the wire into port 0.
+        let mut b: Burst<64> = Burst::new();
+        pool.alloc_bulk(&mut b, 64).unwrap();
+        b.iter_mut().for_each(|m| m.append(60).unwrap().fill(7));
+        assert_eq!(p1.tx_queue(0).unwrap().tx_burst(&mut b), 64);
+        let c0 = p0.counters();
+        let c1 = p1.counters();
+        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
+        let mut s = Stream {
+            id: 0,
+            tx_port: 1,
+            rx: p0.rx_queue(0).unwrap(),
+            tx: p1.tx_queue(0).unwrap(),
+            src_mac: mac,
+            dst_mac: mac,
+            frame: None,
+            recycle_errors: 0,
+        };
+        // First poll: the Rx ring is full, nothing is due, nothing moves
+        // back; 32 frames go round (port 0 Rx -> port 1 Tx -> port 0).
+        let m = poll(Recycle, &mut s, b.capped(32), 0);
+        assert_eq!((m.rx, m.tx, m.dropped), (32, 32, 0));
+        assert_eq!(c0.xstats.get("rx_recycled"), Some(0));
+        // Second poll: the 32 slots received are due, and port 1's Tx
+        // queue has completed batches: one batch of 32 moves.
+        let m = poll(Recycle, &mut s, b.capped(32), 0);
+        assert_eq!((m.rx, m.tx), (32, 32));
+        assert_eq!(c1.xstats.get("tx_recycled"), Some(32));
+        assert_eq!(c0.xstats.get("rx_recycled"), Some(32));
+        assert_eq!(c1.xstats.get("recycle_fallbacks"), Some(0));
+        assert_eq!(s.recycle_errors, 0);
+        drop(s);
+        drop((p0, p1));
+        assert!(pool.is_full());
+    }
+
+    #[test]
+    fn a_failed_recycle_step_is_counted_and_the_stream_goes_on() {
+        let pool = pool();
+        let [mut p0, mut p1] = wire_ports(&pool, "engine_recycle_stop");
+        let mut b: Burst<64> = Burst::new();
+        pool.alloc_bulk(&mut b, 32).unwrap();
+        b.iter_mut().for_each(|m| m.append(60).unwrap().fill(7));
+        assert_eq!(p1.tx_queue(0).unwrap().tx_burst(&mut b), 32);
+        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
+        let mut s = Stream {
+            id: 0,
+            tx_port: 1,
+            rx: p0.rx_queue(0).unwrap(),
+            tx: p1.tx_queue(0).unwrap(),
+            src_mac: mac,
+            dst_mac: mac,
+            frame: None,
+            recycle_errors: 0,
+        };
+        s.tx.stop();
+        // Tx stopped: the step fails (counted), the receive still runs and
+        // what the Tx queue does not take is dropped.
+        let m = poll(Recycle, &mut s, b.capped(32), 0);
+        assert_eq!((m.rx, m.tx, m.dropped), (32, 0, 32));
+        assert_eq!(s.recycle_errors, 1);
+        s.rx.stop();
+        assert_eq!(poll(Recycle, &mut s, b.capped(32), 0), Moved::default());
+        assert_eq!(s.recycle_errors, 2);
+        s.rx.start().unwrap();
+        s.tx.start().unwrap();
+        assert_eq!(poll(Recycle, &mut s, b.capped(32), 0), Moved::default());
+        assert_eq!(s.recycle_errors, 2, "both queues run again");
+        drop(s);
+        drop((p0, p1));
         assert!(pool.is_full());
     }
 }

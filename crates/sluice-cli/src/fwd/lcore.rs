@@ -15,7 +15,7 @@ use sluice::tsc::rdtsc;
 use sluice::{lcore, tsc};
 
 use super::args::Engine;
-use super::engine::{Fwd, Io, Mac, MacSwap, RxOnly, Stream, TxOnly, poll};
+use super::engine::{Fwd, Io, Mac, MacSwap, Recycle, RxOnly, Stream, TxOnly, poll};
 
 /// Counters of one stream that the port counters do not have, written by
 /// its lcore and read by the stats thread.
@@ -23,6 +23,8 @@ use super::engine::{Fwd, Io, Mac, MacSwap, RxOnly, Stream, TxOnly, poll};
 pub struct StreamCounters {
     /// Packets the Tx queue did not take, freed.
     pub drops: Counter,
+    /// `recycle`: recycle steps that failed (added when the lcore ends).
+    pub recycle_errors: Counter,
 }
 
 /// What one lcore measured.
@@ -84,6 +86,7 @@ pub fn forward(streams: &mut [Stream<'_>], cfg: LcoreConfig<'_>) -> LcoreCycles 
         Engine::Macswap => run(MacSwap, streams, cfg),
         Engine::Rxonly => run(RxOnly, streams, cfg),
         Engine::Txonly => run(TxOnly, streams, cfg),
+        Engine::Recycle => run(Recycle, streams, cfg),
     }
 }
 
@@ -112,5 +115,12 @@ fn run<E: Fwd>(e: E, streams: &mut [Stream<'_>], cfg: LcoreConfig<'_>) -> LcoreC
         }
     }
     c.total_cycles = tsc::rdtsc_ordered().wrapping_sub(first);
+    for s in streams.iter_mut() {
+        if s.recycle_errors != 0 {
+            cfg.counters[s.id]
+                .recycle_errors
+                .add(std::mem::take(&mut s.recycle_errors));
+        }
+    }
     c
 }

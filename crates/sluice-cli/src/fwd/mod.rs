@@ -5,7 +5,10 @@
 //!   `--cache`), starts them, and builds the *streams*: stream (p, q) receives
 //!   on port p's Rx queue q and sends on Tx queue q of p's peer (0<->1,
 //!   2<->3; an odd last port is its own peer). Peering is one-to-one, so
-//!   every Rx queue and every Tx queue belongs to exactly one stream.
+//!   every Rx queue and every Tx queue belongs to exactly one stream. The
+//!   `recycle` engine pairs each stream's Tx queue with its Rx queue (the
+//!   buffers it sends come back to the queue they were received on); every
+//!   pair is checked at setup ([`check_recycle`]).
 //! - Streams are dealt round-robin to `--cores` forwarding lcores, started
 //!   under `std::thread::scope`: each gets `&mut` borrows of its own queues
 //!   (the borrow checker proves no queue is shared), pins itself, registers
@@ -121,7 +124,12 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
     // The testers the ports are cabled to (held here, so their reports
     // outlive the ports).
     let testers = sluice::tester::registered();
-    let (lcores, secs, stream_drops) = forward(&mut ports, &pool, args, &testers)?;
+    let Forwarded {
+        lcores,
+        secs,
+        drops: stream_drops,
+        recycle_errors,
+    } = forward(&mut ports, &pool, args, &testers)?;
 
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     let device_cycles: u64 = ports
@@ -135,7 +143,10 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
     let port_rows: Vec<PortSummary> = counters
         .iter()
         .enumerate()
-        .map(|(i, c)| PortSummary::new(i, ports[i].name(), c, stream_drops[i], secs))
+        .map(|(i, c)| {
+            PortSummary::new(i, ports[i].name(), c, stream_drops[i], secs)
+                .with_recycle_counts(args.engine == Engine::Recycle)
+        })
         .collect();
     drop(ports);
     let testers = tester_reports(testers);
@@ -160,6 +171,7 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
         device_cycles,
         cycles_per_packet: cpp,
         tsc_hz: sluice::tsc::tsc_hz(),
+        recycle_errors,
         pool_full: pool.is_full(),
         testers,
         clean,
@@ -239,15 +251,63 @@ fn open_all(
     Ok(ports)
 }
 
+/// Checks that every stream of `ports` can run the `recycle` engine: stream
+/// (p, q) recycles from Tx queue q of p's peer into Rx queue q of p, so both
+/// must support it. The error names the port, the queue and the driver.
+pub fn check_recycle(ports: &[Port]) -> Result<(), String> {
+    let n = ports.len();
+    for (p, port) in ports.iter().enumerate() {
+        let t = peer(p, n);
+        for q in 0..port.nb_rx_queues() {
+            let sides = [
+                ("Rx", p, port.rx_queue_recycles(q)),
+                ("Tx", t, ports[t].tx_queue_recycles(q)),
+            ];
+            for (dir, i, capable) in sides {
+                let port = &ports[i];
+                match capable {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        return Err(format!(
+                            "--engine recycle: port {i} ({}) {dir} queue {q} cannot recycle \
+                             buffers: driver '{}' does not support it (soft ports do)",
+                            port.name(),
+                            port.info().driver
+                        ));
+                    }
+                    Err(e) => {
+                        return Err(format!("--engine recycle: port {i} ({}): {e}", port.name()));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What the forwarding phase measured.
+struct Forwarded {
+    /// Each lcore's cycles.
+    lcores: Vec<LcoreCycles>,
+    /// Seconds forwarded (drain included).
+    secs: f64,
+    /// Drops per Tx port.
+    drops: Vec<u64>,
+    /// `recycle`: recycle steps that failed, all streams.
+    recycle_errors: u64,
+}
+
 /// The forwarding phase: streams, lcores, live stats, and, when `testers`
-/// watch the traffic, their pause and the drain. Returns each
-/// lcore's cycles, the seconds forwarded and the drops per Tx port.
+/// watch the traffic, their pause and the drain.
 fn forward(
     ports: &mut [Port],
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
-) -> Result<(Vec<LcoreCycles>, f64, Vec<u64>), String> {
+) -> Result<Forwarded, String> {
+    if args.engine == Engine::Recycle {
+        check_recycle(ports)?;
+    }
     let n = ports.len();
     let macs: Vec<_> = ports.iter().map(Port::mac).collect();
     let threaded = ports.iter().any(|p| has_threaded_device(p.name()));
@@ -281,6 +341,7 @@ fn forward(
                 dst_mac,
                 frame: (args.engine == Engine::Txonly)
                     .then(|| (udp_frame(args.txpkts, src_mac, dst_mac), pool.clone())),
+                recycle_errors: 0,
             });
         }
     }
@@ -355,7 +416,13 @@ fn forward(
     });
     let lcores = results.into_iter().collect::<Result<Vec<_>, _>>()?;
     let drops = src.sample().iter().map(|s| s.drops).collect();
-    Ok((lcores, secs, drops))
+    let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
+    Ok(Forwarded {
+        lcores,
+        secs,
+        drops,
+        recycle_errors,
+    })
 }
 
 /// `--tx-first`: one burst of generated frames on the stream's Tx queue
@@ -495,7 +562,12 @@ mod tests {
             .unwrap();
             let mut ports = open_ports(&args.all_specs(), &pool, 2, &args).unwrap();
             ports.iter_mut().for_each(|p| p.start().unwrap());
-            let (lcores, secs, drops) = forward(&mut ports, &pool, &args, &[]).unwrap();
+            let Forwarded {
+                lcores,
+                secs,
+                drops,
+                ..
+            } = forward(&mut ports, &pool, &args, &[]).unwrap();
             assert_eq!(lcores.len(), 2);
             assert!(secs > 0.0);
             assert_eq!(drops, [0, 0, 0], "null Tx takes everything");
@@ -530,7 +602,7 @@ mod tests {
         .unwrap();
         let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
         ports.iter_mut().for_each(|p| p.start().unwrap());
-        let (lcores, _, drops) = forward(&mut ports, &pool, &args, &[]).unwrap();
+        let Forwarded { lcores, drops, .. } = forward(&mut ports, &pool, &args, &[]).unwrap();
         assert_eq!(drops, [0, 0]);
         let s: Vec<_> = ports.iter().map(Port::stats).collect();
         // Each stream sent one burst first, then forwarded all it received
@@ -541,6 +613,78 @@ mod tests {
         assert_eq!(lcores[0].packets, s[0].rx_packets + s[1].rx_packets);
         drop(ports);
         assert!(pool.is_full());
+    }
+
+    #[test]
+    fn recycle_engine_over_soft_ports_recycles_and_loses_nothing() {
+        let name = "fwd_recycle_unit";
+        let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
+        let mut args = quick(&[&spec, &spec], Engine::Recycle, 1);
+        args.duration = 0.1;
+        let pool = MbufPool::new(MbufPoolConfig {
+            size: 2047,
+            cache_size: 32,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
+        ports.iter_mut().for_each(|p| p.start().unwrap());
+        let testers: Vec<_> = sluice::tester::registered()
+            .into_iter()
+            .filter(|(n, _)| n == name)
+            .collect();
+        assert_eq!(testers.len(), 1);
+        let f = forward(&mut ports, &pool, &args, &testers).unwrap();
+        assert_eq!(f.recycle_errors, 0);
+        assert_eq!(f.drops, [0, 0]);
+        let r: Vec<_> = ports
+            .iter()
+            .map(|p| summary::RecycleCounts::from_xstats(&p.xstats()))
+            .collect();
+        // Stream 0 receives on port 0 and sends on port 1, so port 1's Tx
+        // feeds port 0's Rx (and the other way round).
+        for (rx, tx) in [(0, 1), (1, 0)] {
+            assert!(r[rx].rx_recycled > 0, "{r:?}");
+            assert_eq!(r[rx].rx_recycled, r[tx].tx_recycled, "{r:?}");
+            assert_eq!(r[tx].recycle_fallbacks, 0, "{r:?}");
+        }
+        let s: Vec<_> = ports.iter().map(Port::stats).collect();
+        assert_eq!(s[0].rx_packets, s[1].tx_packets);
+        assert_eq!(s[1].rx_packets, s[0].tx_packets);
+        ports.iter_mut().for_each(Port::stop);
+        drop(ports);
+        let report = testers[0].1.report();
+        assert!(report.is_clean(), "{report}");
+        assert!(report.sent > 0);
+        assert_eq!(report.received, report.sent, "{report}");
+        assert!(pool.is_full());
+    }
+
+    #[test]
+    fn recycle_engine_on_ports_that_cannot_is_an_error_naming_them() {
+        let err = run(&quick(&["null", "null"], Engine::Recycle, 1)).unwrap_err();
+        assert_eq!(
+            err,
+            "--engine recycle: port 0 (null) Rx queue 0 cannot recycle buffers: driver 'null' \
+             does not support it (soft ports do)"
+        );
+        let pair = "pair:name=fwd_recycle_err";
+        let err = run(&quick(&[pair, pair], Engine::Recycle, 1)).unwrap_err();
+        assert_eq!(
+            err,
+            format!(
+                "--engine recycle: port 0 ({pair}) Rx queue 0 cannot recycle buffers: driver \
+                 'pair' does not support it (soft ports do)"
+            )
+        );
+        // A soft port's Rx queue can, but its stream sends on a null port.
+        let soft = "soft:tester=fwd_recycle_err,gen=udp,flows=4,size=64,device=inline";
+        let err = run(&quick(&[soft, "null"], Engine::Recycle, 1)).unwrap_err();
+        assert_eq!(
+            err,
+            "--engine recycle: port 1 (null) Tx queue 0 cannot recycle buffers: driver 'null' \
+             does not support it (soft ports do)"
+        );
     }
 
     #[test]

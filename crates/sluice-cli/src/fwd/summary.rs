@@ -69,6 +69,38 @@ pub struct PortSummary {
     /// Burst-size histograms (with `--hist`).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub histograms: Vec<QueueHist>,
+    /// The buffer-recycling counters, when one is not 0 (always with the
+    /// `recycle` engine).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub recycle: Option<RecycleCounts>,
+}
+
+/// A port's buffer-recycling xstats (0 when the driver has none).
+#[derive(Serialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RecycleCounts {
+    /// Rx descriptors rearmed with recycled buffers.
+    pub rx_recycled: u64,
+    /// Buffers the Tx queues moved into an Rx ring.
+    pub tx_recycled: u64,
+    /// Completed Tx batches that could not be recycled and were freed.
+    pub recycle_fallbacks: u64,
+}
+
+impl RecycleCounts {
+    /// Reads them from a port's xstats.
+    pub fn from_xstats(x: &[(String, u64)]) -> RecycleCounts {
+        let get = |name: &str| x.iter().find(|(n, _)| n == name).map_or(0, |&(_, v)| v);
+        RecycleCounts {
+            rx_recycled: get("rx_recycled"),
+            tx_recycled: get("tx_recycled"),
+            recycle_fallbacks: get("recycle_fallbacks"),
+        }
+    }
+
+    /// Whether every counter is 0.
+    pub fn is_zero(&self) -> bool {
+        *self == RecycleCounts::default()
+    }
 }
 
 impl PortSummary {
@@ -101,7 +133,16 @@ impl PortSummary {
             tx_errors: s.tx_errors,
             xstats: c.xstats.snapshot(),
             histograms,
+            recycle: None,
         }
+    }
+
+    /// Fills [`recycle`](Self::recycle) from the xstats when one of its
+    /// counters is not 0, or `always`.
+    pub fn with_recycle_counts(mut self, always: bool) -> PortSummary {
+        let r = RecycleCounts::from_xstats(&self.xstats);
+        self.recycle = (always || !r.is_zero()).then_some(r);
+        self
     }
 }
 
@@ -168,6 +209,9 @@ pub struct Summary {
     pub cycles_per_packet: Option<f64>,
     /// The TSC frequency.
     pub tsc_hz: u64,
+    /// `recycle` engine: recycle steps that failed (a queue stopped under
+    /// them); each stream then went on as io.
+    pub recycle_errors: u64,
     /// Whether every buffer was back in the pool after the ports stopped.
     pub pool_full: bool,
     /// Each tester's report.
@@ -216,6 +260,12 @@ impl Summary {
                 p.rx_errors,
                 p.tx_errors
             ));
+            if let Some(r) = &p.recycle {
+                emit(&format!(
+                    "  recycle: rx_recycled {}  tx_recycled {}  recycle_fallbacks {}",
+                    r.rx_recycled, r.tx_recycled, r.recycle_fallbacks
+                ));
+            }
             for h in &p.histograms {
                 let buckets: Vec<String> = h
                     .counts
@@ -256,6 +306,12 @@ impl Summary {
                 t.name,
                 t.report,
                 if t.clean { "clean" } else { "NOT CLEAN" }
+            ));
+        }
+        if self.recycle_errors != 0 {
+            emit(&format!(
+                "warning: {} recycle steps failed (a queue was stopped under them)",
+                self.recycle_errors
             ));
         }
         if !self.pool_full {
@@ -309,5 +365,30 @@ mod tests {
         let c = PortCounters::new(1, 1, false);
         let v = serde_json::to_value(PortSummary::new(0, "null", &c, 0, 1.0)).unwrap();
         assert!(v.get("histograms").is_none());
+    }
+
+    #[test]
+    fn recycle_counts_show_when_not_zero_or_asked() {
+        let c = PortCounters::new(1, 1, false);
+        c.xstats.register("rx_recycled");
+        let p = PortSummary::new(0, "soft", &c, 0, 1.0).with_recycle_counts(false);
+        assert_eq!(p.recycle, None);
+        let v = serde_json::to_value(&p).unwrap();
+        assert!(v.get("recycle").is_none());
+        let p = PortSummary::new(0, "null", &c, 0, 1.0).with_recycle_counts(true);
+        assert_eq!(p.recycle, Some(RecycleCounts::default()));
+        c.xstats.register("tx_recycled").add(64);
+        c.xstats.register("recycle_fallbacks").add(2);
+        let p = PortSummary::new(0, "soft", &c, 0, 1.0).with_recycle_counts(false);
+        let want = RecycleCounts {
+            rx_recycled: 0,
+            tx_recycled: 64,
+            recycle_fallbacks: 2,
+        };
+        assert_eq!(p.recycle, Some(want));
+        let v = serde_json::to_value(&p).unwrap();
+        assert_eq!(v["recycle"]["tx_recycled"], 64);
+        assert_eq!(v["recycle"]["recycle_fallbacks"], 2);
+        assert_eq!(v["recycle"]["rx_recycled"], 0);
     }
 }

@@ -55,6 +55,16 @@ impl Xstats {
         found
     }
 
+    /// The counters named `name`, to read their sum often without the lock
+    /// (a benchmark reading a driver's `device_cycles` between polls).
+    pub fn counters(&self, name: &str) -> Vec<Arc<Counter>> {
+        self.lock()
+            .iter()
+            .filter(|(n, _)| n == name)
+            .map(|(_, c)| Arc::clone(c))
+            .collect()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<(String, Arc<Counter>)>> {
         // A panic while holding the lock cannot leave the list half-written
         // (push is the only mutation), so a poisoned lock is still usable.
@@ -81,5 +91,10 @@ mod tests {
         );
         assert_eq!(x.get("bus_doorbells"), Some(7));
         assert_eq!(x.get("nope"), None);
+        let cs = x.counters("bus_doorbells");
+        assert_eq!(cs.len(), 2);
+        a1.add(1);
+        assert_eq!(cs.iter().map(|c| c.get()).sum::<u64>(), 8);
+        assert!(x.counters("nope").is_empty());
     }
 }
