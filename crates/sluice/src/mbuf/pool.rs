@@ -50,6 +50,10 @@ pub struct MbufPool {
     pool: Mempool,
     headroom: u16,
     data_room: u16,
+    /// The region's start and length, kept here (beside the handle a queue
+    /// holds) so an ownership check by address reads no pool line.
+    region_base: usize,
+    region_len: usize,
 }
 
 impl MbufPool {
@@ -102,10 +106,13 @@ impl MbufPool {
             let iova = (i * pool.stride() + HEADER_SIZE) as u64;
             MbufHeader::init(hdr, buf, iova, buf_len as u16, headroom, inner);
         }
+        let (region_base, region_len) = (base as usize, pool.region().len());
         Ok(MbufPool {
             pool,
             headroom,
             data_room,
+            region_base,
+            region_len,
         })
     }
 
@@ -172,6 +179,13 @@ impl MbufPool {
     /// Data room after the headroom.
     pub fn data_room(&self) -> u16 {
         self.data_room
+    }
+
+    /// The start and length of the pool's memory: an element belongs to
+    /// this pool if and only if its address lies in it.
+    #[inline(always)]
+    pub(crate) fn region_range(&self) -> (usize, usize) {
+        (self.region_base, self.region_len)
     }
 
     /// The underlying mempool.

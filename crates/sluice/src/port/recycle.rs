@@ -121,10 +121,10 @@ impl<'a> RecycleRxInfo<'a> {
                 && refill_head & unit_mask == 0,
             "bad recycle view: ring {size}, due {due}, unit {refill_requirement}, head {refill_head}"
         );
-        let region = pool.mempool().region();
+        let (pool_base, pool_len) = pool.region_range();
         RecycleRxInfo {
-            pool_base: region.base().as_ptr() as usize,
-            pool_len: region.len(),
+            pool_base,
+            pool_len,
             mask: size as u32 - 1,
             ring,
             refill_head,
