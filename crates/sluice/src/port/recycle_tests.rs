@@ -37,10 +37,9 @@ fn fill_and_commit(info: &mut RecycleRxInfo<'_>, n: u32) -> Vec<Elem> {
     let mut bufs = vec![Elem::DANGLING; n as usize];
     info.pool().mempool().get_bulk(&mut bufs).unwrap();
     info.slots(n).unwrap().copy_from_slice(&bufs);
-    // SAFETY: the slots hold `n` distinct free buffers of the info's pool,
-    // just taken from it: reference count 1, one segment, nothing attached,
-    // no other reference (the copy in `bufs` is the Rx queue's, given back
-    // by the caller).
+    // The copy in `bufs` is the Rx queue's, given back by the caller.
+    // SAFETY: the slots hold `n` distinct free buffers just taken from the
+    // info's pool: plain (refcnt 1, one segment, nothing attached), unshared.
     unsafe { info.commit(n) };
     bufs
 }

@@ -191,12 +191,10 @@ impl SoftTx {
         let rs = self.p.rs_thresh as usize;
         let batch = &mut self.sw_ring[first..first + rs];
         if self.p.fast_free {
-            // Fast free: every slot holds a one-segment mbuf of one pool
-            // with reference count 1 (the offload's contract).
-            // SAFETY: the batch is complete (`done_batch`), so the slots
-            // hold buffers we own and the device no longer reads; the
-            // offload's contract makes them plain buffers of the first
-            // one's pool.
+            // Fast free: the offload's contract makes every slot a plain
+            // buffer (one segment, reference count 1) of one pool.
+            // SAFETY: the batch is complete (`done_batch`): buffers we own,
+            // the device done with them, plain, of the first one's pool.
             unsafe {
                 let pool = header(batch[0]).pool;
                 if !(self.p.zc_free && zc_put(pool, batch)) {
@@ -465,10 +463,9 @@ impl TxQueue for SoftTx {
             };
             if ok {
                 dst.copy_from_slice(batch);
-                // SAFETY: `dst` now holds the batch's buffers: distinct,
-                // of the Rx pool, plain (checked above, or promised by the
-                // fast-free offload), and we give up every reference to
-                // them by retiring the batch without freeing it.
+                // Retiring the batch without freeing it gives up our references.
+                // SAFETY: `dst` holds the batch's buffers: distinct, of the Rx
+                // pool, plain (checked above, or promised by fast free).
                 unsafe { rx.commit(rs) };
                 moved += rs as usize;
             } else {
