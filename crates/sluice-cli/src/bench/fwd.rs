@@ -25,7 +25,7 @@ use sluice::tsc::rdtsc_ordered;
 
 use super::{BenchResult, Ctx, Sample, Selection, Stall, on_lcore};
 use crate::fwd::args::Engine;
-use crate::fwd::engine::{Fwd, Io, Mac, Stream, poll};
+use crate::fwd::engine::{Fwd, Io, Mac, Stream, poll, udp_frame};
 
 /// Packets asked per Rx call.
 const BURST: usize = 32;
@@ -231,27 +231,31 @@ fn timed<E: Fwd>(
     ))
 }
 
-/// Sends `n` 64-byte packets (or as many as it takes) on `port`'s Tx queue
-/// 0, to circulate between ports that make none of their own.
-fn preload_port(port: &mut Port, pool: &MbufPool, n: usize) -> Result<(), String> {
-    let mut b: Burst<64> = Burst::new();
+/// Sends up to `n` generated 64-byte UDP frames on `port`'s Tx queue 0, to
+/// circulate between ports that make none of their own; returns how many
+/// it took (it stops when the ring is full).
+pub(super) fn preload_port(port: &mut Port, pool: &MbufPool, n: usize) -> Result<u64, String> {
+    let frame = udp_frame(64, port.mac(), sluice::net::MacAddr([2, 0, 0, 0, 0, 2]));
     let tx = port.tx_queue(0).map_err(|e| e.to_string())?;
-    let mut left = n;
-    while left > 0 {
-        let k = left.min(b.free());
+    let mut b: Burst<64> = Burst::new();
+    let mut sent = 0;
+    while sent < n {
+        let k = (n - sent).min(b.free());
         pool.alloc_bulk(&mut b, k).map_err(|e| e.to_string())?;
         for m in b.iter_mut() {
-            m.append(64).map_err(|e| e.to_string())?.fill(0);
+            m.append(frame.len())
+                .map_err(|e| e.to_string())?
+                .copy_from_slice(&frame);
         }
-        let sent = tx.tx_burst(&mut b);
-        if sent < k {
-            // The ring is full: what it holds circulates (the rest is freed
-            // with `b`).
+        let took = tx.tx_burst(&mut b);
+        sent += took;
+        if took < k {
+            // The ring is full: what it holds goes round (the rest is
+            // freed with `b`).
             break;
         }
-        left -= sent;
     }
-    Ok(())
+    Ok(sent as u64)
 }
 
 /// Polls both streams in turn until `ops` packets were forwarded; returns

@@ -78,7 +78,7 @@ use sluice::tester::Tester;
 use sluice::tsc::{self, rdtsc};
 
 use super::{BenchResult, Ctx, Selection, Stall, emit, on_lcore};
-use crate::fwd::engine::{Fwd, Io, Recycle, Stream, poll, udp_frame};
+use crate::fwd::engine::{Fwd, Io, Recycle, Stream, poll};
 
 /// Packets asked per Rx call.
 const BURST: usize = 32;
@@ -478,7 +478,7 @@ impl Bed {
         };
         let mut preloaded = 0;
         for p in ports.iter_mut() {
-            preloaded += preload_port(p, &pool, preload)?;
+            preloaded += super::fwd::preload_port(p, &pool, preload)?;
         }
         let counters = ports.iter().map(Port::counters).collect();
         Ok(Bed {
@@ -519,32 +519,6 @@ impl Bed {
         }
         Ok(streams)
     }
-}
-
-/// Sends `n` generated 64-byte UDP frames on `port`'s Tx queue 0 (into its
-/// wire, to the peer's Rx); returns how many it took.
-fn preload_port(port: &mut Port, pool: &MbufPool, n: usize) -> Result<u64, String> {
-    let frame = udp_frame(FRAME, port.mac(), sluice::net::MacAddr([2, 0, 0, 0, 0, 2]));
-    let tx = port.tx_queue(0).map_err(|e| e.to_string())?;
-    let mut b: Burst<64> = Burst::new();
-    let mut sent = 0;
-    while sent < n {
-        let k = (n - sent).min(b.free());
-        pool.alloc_bulk(&mut b, k).map_err(|e| e.to_string())?;
-        for m in b.iter_mut() {
-            m.append(frame.len())
-                .map_err(|e| e.to_string())?
-                .copy_from_slice(&frame);
-        }
-        let took = tx.tx_burst(&mut b);
-        sent += took;
-        if took < k {
-            // The ring is full: what it holds goes round (the rest is
-            // freed with `b`).
-            break;
-        }
-    }
-    Ok(sent as u64)
 }
 
 /// What one slice measured.

@@ -357,6 +357,24 @@ mod tests {
         [p0, p1]
     }
 
+    /// The stream port 0 Rx -> port 1 Tx.
+    fn wire_stream<'a>(
+        p0: &'a mut sluice::port::Port,
+        p1: &'a mut sluice::port::Port,
+    ) -> Stream<'a> {
+        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
+        Stream {
+            id: 0,
+            tx_port: 1,
+            rx: p0.rx_queue(0).unwrap(),
+            tx: p1.tx_queue(0).unwrap(),
+            src_mac: mac,
+            dst_mac: mac,
+            frame: None,
+            recycle_errors: 0,
+        }
+    }
+
     #[test]
     fn recycle_moves_the_tx_queues_sent_buffers_into_the_rx_ring() {
         let pool = pool();
@@ -368,17 +386,7 @@ mod tests {
         assert_eq!(p1.tx_queue(0).unwrap().tx_burst(&mut b), 64);
         let c0 = p0.counters();
         let c1 = p1.counters();
-        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
-        let mut s = Stream {
-            id: 0,
-            tx_port: 1,
-            rx: p0.rx_queue(0).unwrap(),
-            tx: p1.tx_queue(0).unwrap(),
-            src_mac: mac,
-            dst_mac: mac,
-            frame: None,
-            recycle_errors: 0,
-        };
+        let mut s = wire_stream(&mut p0, &mut p1);
         // First poll: the Rx ring is full, nothing is due, nothing moves
         // back; 32 frames go round (port 0 Rx -> port 1 Tx -> port 0).
         let m = poll(Recycle, &mut s, b.capped(32), 0);
@@ -405,17 +413,7 @@ mod tests {
         pool.alloc_bulk(&mut b, 32).unwrap();
         b.iter_mut().for_each(|m| m.append(60).unwrap().fill(7));
         assert_eq!(p1.tx_queue(0).unwrap().tx_burst(&mut b), 32);
-        let mac = MacAddr([2, 0, 0, 0, 0, 1]);
-        let mut s = Stream {
-            id: 0,
-            tx_port: 1,
-            rx: p0.rx_queue(0).unwrap(),
-            tx: p1.tx_queue(0).unwrap(),
-            src_mac: mac,
-            dst_mac: mac,
-            frame: None,
-            recycle_errors: 0,
-        };
+        let mut s = wire_stream(&mut p0, &mut p1);
         s.tx.stop();
         // Tx stopped: the step fails (counted), the receive still runs and
         // what the Tx queue does not take is dropped.

@@ -88,6 +88,14 @@ impl QueueRegs {
             tail: CachePadded::new(AtomicU32::new(0)),
         })
     }
+
+    /// Back to power-on: tail register 0, every descriptor zero. Called by
+    /// a queue's start and stop with its engine held, so the device sees
+    /// either the old ring or the empty one, never a mix.
+    pub fn reset(&self) {
+        self.tail.store(0, Ordering::Release);
+        self.descs.clear();
+    }
 }
 
 /// An engine behind a try-lock.

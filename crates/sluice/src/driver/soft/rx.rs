@@ -306,8 +306,7 @@ impl RxQueue for SoftRx {
         }
         let engines = Arc::clone(&self.engines);
         engines.rx[self.q].with(|e| {
-            self.regs.descs.clear();
-            self.regs.tail.store(0, Ordering::Release);
+            self.regs.reset();
             e.reset();
         });
         self.next = 0;
@@ -329,8 +328,7 @@ impl RxQueue for SoftRx {
         // reset it arms nothing more.
         let engines = Arc::clone(&self.engines);
         engines.rx[self.q].with(|e| {
-            self.regs.tail.store(0, Ordering::Release);
-            self.regs.descs.clear();
+            self.regs.reset();
             e.reset();
             self.release_all();
         });

@@ -107,23 +107,14 @@ unsafe fn header<'a>(e: Elem) -> &'a MbufHeader {
 }
 
 /// Whether the mbuf in `e` is a plain buffer of `pool` whose last
-/// reference we hold: what may go back to a pool or an Rx ring as it is.
+/// reference we hold: what may go back to that pool as it is.
 ///
 /// # Safety
 /// As [`header`]; the device is done with the buffer.
 #[inline(always)]
 unsafe fn plain_of(e: Elem, pool: *const PoolInner) -> bool {
-    if e == Elem::DANGLING {
-        return false;
-    }
-    // SAFETY: forwarded.
-    let h = unsafe { header(e) };
-    // Acquire: pairs with the Release decrement of a clone dropped on
-    // another thread, as in `prefree`.
-    h.pool == pool
-        && h.refcnt.load(Ordering::Acquire) == 1
-        && h.next.is_null()
-        && h.shinfo.is_null()
+    // SAFETY: forwarded (`DANGLING` is not looked at).
+    e != Elem::DANGLING && unsafe { header(e).pool == pool && plain_line0(e) }
 }
 
 impl SoftTx {
@@ -393,8 +384,7 @@ impl TxQueue for SoftTx {
         }
         let engines = Arc::clone(&self.engines);
         engines.tx[self.q].with(|e| {
-            self.regs.descs.clear();
-            self.regs.tail.store(0, Ordering::Release);
+            self.regs.reset();
             e.reset();
         });
         self.started = true;
@@ -411,8 +401,7 @@ impl TxQueue for SoftTx {
         // reads nothing more.
         let engines = Arc::clone(&self.engines);
         engines.tx[self.q].with(|e| {
-            self.regs.tail.store(0, Ordering::Release);
-            self.regs.descs.clear();
+            self.regs.reset();
             e.reset();
             self.release_all();
         });
