@@ -52,6 +52,24 @@ pub trait RxQueue: Send {
     fn recycle_rx_refill(&mut self) -> usize {
         0
     }
+
+    /// One whole recycle step with `tx` feeding this queue: lend the slots
+    /// due, let `tx` fill them, rearm what it moved; returns how many
+    /// buffers moved. [`recycle_mbufs`](super::recycle_mbufs) calls this.
+    /// The default runs [`recycle_rx_info`](Self::recycle_rx_info),
+    /// [`TxQueue::recycle_tx_mbufs`] and
+    /// [`recycle_rx_refill`](Self::recycle_rx_refill); a driver may fuse
+    /// them (one call through the trait object instead of three).
+    fn recycle_from(&mut self, tx: &mut dyn TxQueue) -> Result<usize, PortError> {
+        let moved = {
+            let mut info = self.recycle_rx_info()?;
+            tx.recycle_tx_mbufs(&mut info)?
+        };
+        if moved != 0 {
+            self.recycle_rx_refill();
+        }
+        Ok(moved)
+    }
 }
 
 /// A transmit queue.

@@ -246,17 +246,6 @@ impl std::fmt::Debug for RecycleRxInfo<'_> {
 /// Call it before `rx.rx_burst`. Either queue not supporting recycling is
 /// [`PortError::Unsupported`]; either queue stopped is
 /// [`PortError::Stopped`]. Nothing moves in either case.
-pub fn recycle_mbufs<R, T>(rx: &mut R, tx: &mut T) -> Result<usize, PortError>
-where
-    R: RxQueue + ?Sized,
-    T: TxQueue + ?Sized,
-{
-    let moved = {
-        let mut info = rx.recycle_rx_info()?;
-        tx.recycle_tx_mbufs(&mut info)?
-    };
-    if moved != 0 {
-        rx.recycle_rx_refill();
-    }
-    Ok(moved)
+pub fn recycle_mbufs(rx: &mut dyn RxQueue, tx: &mut dyn TxQueue) -> Result<usize, PortError> {
+    rx.recycle_from(tx)
 }

@@ -40,7 +40,7 @@ use std::sync::atomic::Ordering;
 use crate::counter::Counter;
 use crate::mbuf::{BurstSlice, HEADER_SIZE, MbufHeader, MbufPool, RearmData, ol};
 use crate::mempool::Elem;
-use crate::port::{PortCounters, PortError, RecycleRxInfo, RxQueue};
+use crate::port::{PortCounters, PortError, RecycleRxInfo, RxQueue, TxQueue};
 
 use super::desc::rx;
 use super::device::{PortEngines, QueueRegs};
@@ -358,6 +358,29 @@ impl RxQueue for SoftRx {
     #[inline]
     fn recycle_rx_refill(&mut self) -> usize {
         self.rearm_committed()
+    }
+
+    fn recycle_from(&mut self, tx: &mut dyn TxQueue) -> Result<usize, PortError> {
+        if !self.started {
+            return Err(PortError::Stopped);
+        }
+        // Slots a Tx queue committed through `recycle_rx_info` with no
+        // `recycle_rx_refill` after it: rearmed first, as that call does.
+        self.rearm_committed();
+        let moved = {
+            let due = self.due();
+            let mut info = RecycleRxInfo::new(
+                &mut self.sw_ring,
+                self.tail,
+                due,
+                self.free_thresh,
+                &self.pool,
+                &mut self.committed,
+            );
+            tx.recycle_tx_mbufs(&mut info)?
+        };
+        self.rearm_committed();
+        Ok(moved)
     }
 }
 
