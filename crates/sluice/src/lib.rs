@@ -26,6 +26,7 @@
 
 pub(crate) mod copy;
 pub mod counter;
+pub mod distributor;
 // The drivers launch lcore threads, which loom models do not have.
 #[cfg(not(loom))]
 pub mod driver;

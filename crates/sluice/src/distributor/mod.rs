@@ -1,0 +1,84 @@
+//! The burst distributor (technique T2): one distributor thread hands packets
+//! to up to [`MAX_WORKERS`] worker threads, eight per cache-line exchange,
+//! keeping flow affinity.
+//!
+//! (Module documentation grows with the implementation: see `lines`, `burst`
+//! and `worker`.)
+
+use std::fmt;
+
+pub mod matching;
+
+pub use matching::{MatchImpl, Matcher, WorkerTags};
+
+/// Workers a distributor can serve.
+pub const MAX_WORKERS: usize = 64;
+
+/// Packets per worker exchange: the packet slots of one 64-byte line.
+pub const BURST_SIZE: usize = 8;
+
+/// The flow tag of a packet whose RSS hash is `hash`: its low 15 bits, with
+/// 0 mapped to 1.
+///
+/// 0 marks an empty slot in the tag tables, so no tag may be 0; mapping it
+/// to 1 puts the flows whose hash ends in 15 zero bits together with those
+/// ending in `...0001` — two packets of one flow always get the same tag,
+/// which is all affinity needs (unrelated flows sharing a tag only share a
+/// worker). Packets without an RSS hash (hash 0) all get tag 1.
+#[inline(always)]
+pub fn flow_tag(hash: u32) -> u16 {
+    let t = (hash & 0x7fff) as u16;
+    t | (t == 0) as u16
+}
+
+/// Why a distributor call was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DistError {
+    /// A distributor needs at least one worker.
+    NoWorkers,
+    /// More workers than [`MAX_WORKERS`] were asked for.
+    TooManyWorkers {
+        /// Workers asked for.
+        asked: usize,
+    },
+    /// A worker id not below the distributor's worker count.
+    WorkerOutOfRange {
+        /// The id given.
+        id: usize,
+        /// The distributor's worker count.
+        workers: usize,
+    },
+    /// The worker id already has a live handle.
+    WorkerClaimed {
+        /// The id given.
+        id: usize,
+    },
+    /// This CPU cannot run the tag matching asked for.
+    MatchUnavailable {
+        /// The implementation's name (`"avx2"`, `"sse2"`).
+        name: &'static str,
+    },
+}
+
+impl fmt::Display for DistError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DistError::NoWorkers => write!(f, "a distributor needs at least one worker"),
+            DistError::TooManyWorkers { asked } => {
+                write!(f, "{asked} workers asked for: at most {MAX_WORKERS}")
+            }
+            DistError::WorkerOutOfRange { id, workers } => write!(
+                f,
+                "worker id {id} out of range: the distributor has {workers} worker(s), ids 0..{workers}"
+            ),
+            DistError::WorkerClaimed { id } => {
+                write!(f, "worker id {id} already has a live handle")
+            }
+            DistError::MatchUnavailable { name } => {
+                write!(f, "this CPU cannot run {name} tag matching")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DistError {}
