@@ -7,9 +7,18 @@
 
 use std::fmt;
 
+mod burst;
+mod lines;
 pub mod matching;
+mod returns;
+mod worker;
 
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+pub use burst::{DistStats, Distributor, DistributorConfig};
 pub use matching::{MatchImpl, Matcher, WorkerTags};
+pub use worker::Worker;
 
 /// Workers a distributor can serve.
 pub const MAX_WORKERS: usize = 64;
@@ -53,6 +62,24 @@ pub enum DistError {
         /// The id given.
         id: usize,
     },
+    /// A worker's receiving burst has room for fewer than [`BURST_SIZE`]
+    /// packets.
+    BurstTooSmall {
+        /// Its free room.
+        free: usize,
+    },
+    /// `request_pkt` while the last request's answer is not yet taken.
+    RequestPending {
+        /// The worker.
+        id: usize,
+    },
+    /// `poll_pkt` without a request.
+    NotRequested {
+        /// The worker.
+        id: usize,
+    },
+    /// The distributor is gone.
+    Closed,
     /// This CPU cannot run the tag matching asked for.
     MatchUnavailable {
         /// The implementation's name (`"avx2"`, `"sse2"`).
@@ -74,6 +101,18 @@ impl fmt::Display for DistError {
             DistError::WorkerClaimed { id } => {
                 write!(f, "worker id {id} already has a live handle")
             }
+            DistError::BurstTooSmall { free } => write!(
+                f,
+                "a worker's burst needs room for {BURST_SIZE} packets: it has {free}"
+            ),
+            DistError::RequestPending { id } => write!(
+                f,
+                "worker {id} asked for packets again before taking the last answer (poll_pkt)"
+            ),
+            DistError::NotRequested { id } => {
+                write!(f, "worker {id} polled without a request (request_pkt)")
+            }
+            DistError::Closed => write!(f, "the distributor is gone"),
             DistError::MatchUnavailable { name } => {
                 write!(f, "this CPU cannot run {name} tag matching")
             }

@@ -1,0 +1,635 @@
+//! Distributor tests: the behaviour of DPDK's distributor unit tests, written
+//! our own way — single-threaded where the rule can be shown step by step
+//! (the non-blocking `request_pkt`/`poll_pkt` let one thread play every
+//! role), threaded for the rest. Every test ends with its pool full.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use super::*;
+use crate::mbuf::{Burst, BurstSlice, Mbuf, MbufPool, MbufPoolConfig};
+
+fn pool(size: u32) -> MbufPool {
+    MbufPool::new(MbufPoolConfig {
+        name: "dist-test".into(),
+        size,
+        cache_size: 0,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn dist(workers: usize) -> Distributor {
+    Distributor::new(DistributorConfig {
+        workers,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+/// `n` packets with RSS hash `hash(i)` and sequence number `seq0 + i`.
+fn packets(pool: &MbufPool, n: usize, seq0: u64, hash: impl Fn(u64) -> u32) -> Vec<Mbuf> {
+    (0..n as u64)
+        .map(|i| {
+            let mut m = pool.alloc().expect("pool has room");
+            m.set_rss_hash(hash(seq0 + i)).unwrap();
+            m.set_udata64(seq0 + i).unwrap();
+            m
+        })
+        .collect()
+}
+
+fn burst_of<const N: usize>(pkts: Vec<Mbuf>) -> Burst<N> {
+    let mut b = Burst::<N>::new();
+    for m in pkts {
+        b.push(m).map_err(|_| ()).expect("burst has room");
+    }
+    b
+}
+
+fn seqs(b: &BurstSlice) -> Vec<u64> {
+    b.iter().map(|m| m.udata64()).collect()
+}
+
+/// Makes every worker active: each requests once, the distributor sees it.
+fn activate(d: &mut Distributor, ws: &mut [Worker]) {
+    let mut none = Burst::<8>::new();
+    for w in ws.iter_mut() {
+        w.request_pkt(&mut none).unwrap();
+    }
+    assert_eq!(d.process(&mut none), 0);
+    assert_eq!(d.active_workers(), ws.len());
+}
+
+#[test]
+fn flow_tags_are_15_bits_and_never_0() {
+    assert_eq!(flow_tag(0), 1);
+    assert_eq!(flow_tag(1), 1);
+    assert_eq!(flow_tag(0x8000), 1);
+    assert_eq!(flow_tag(0x7fff), 0x7fff);
+    assert_eq!(flow_tag(0xdead_beef), 0x3eef);
+    for h in [0u32, 5, 0x7fff, 0x8000, u32::MAX] {
+        assert!((1..=0x7fff).contains(&flow_tag(h)));
+    }
+}
+
+#[test]
+fn bad_input_is_an_error_with_a_clear_message() {
+    let e = Distributor::new(DistributorConfig {
+        workers: 0,
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert_eq!(e, DistError::NoWorkers);
+    assert_eq!(e.to_string(), "a distributor needs at least one worker");
+    let e = Distributor::new(DistributorConfig {
+        workers: 65,
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert_eq!(e.to_string(), "65 workers asked for: at most 64");
+    assert!(
+        Distributor::new(DistributorConfig {
+            workers: 64,
+            ..Default::default()
+        })
+        .is_ok()
+    );
+
+    let d = dist(4);
+    let e = d.worker(4).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "worker id 4 out of range: the distributor has 4 worker(s), ids 0..4"
+    );
+    let mut w = d.worker(1).unwrap();
+    assert_eq!(d.worker(1).unwrap_err(), DistError::WorkerClaimed { id: 1 });
+    assert_eq!(
+        d.worker(1).unwrap_err().to_string(),
+        "worker id 1 already has a live handle"
+    );
+
+    let mut small = Burst::<4>::new();
+    let mut none = Burst::<8>::new();
+    assert_eq!(
+        w.get_pkt(&mut none, &mut small).unwrap_err().to_string(),
+        "a worker's burst needs room for 8 packets: it has 4"
+    );
+    assert_eq!(
+        w.poll_pkt(&mut none).unwrap_err().to_string(),
+        "worker 1 polled without a request (request_pkt)"
+    );
+    w.request_pkt(&mut none).unwrap();
+    assert_eq!(
+        w.request_pkt(&mut none).unwrap_err().to_string(),
+        "worker 1 asked for packets again before taking the last answer (poll_pkt)"
+    );
+    // A dropped handle frees the id.
+    let w2 = d.worker(2).unwrap();
+    drop(w2);
+    assert_eq!(d.worker(2).unwrap().id(), 2);
+    // (Worker 1's request is open: the distributor goes first.)
+    drop(d);
+    drop(w);
+}
+
+#[test]
+fn all_packets_of_one_flow_go_to_one_worker() {
+    let pool = pool(1023);
+    let mut d = dist(4);
+    let mut ws: Vec<Worker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
+    activate(&mut d, &mut ws);
+    let mut got = [0usize; 4];
+    let mut out = Burst::<8>::new();
+    let mut back = Burst::<64>::new();
+    for round in 0..32 {
+        let mut b: Burst<8> = burst_of(packets(&pool, 8, round * 8, |_| 0x1234));
+        assert_eq!(d.process(&mut b), 8);
+        for (i, w) in ws.iter_mut().enumerate() {
+            if let Some(n) = w.poll_pkt(&mut out).unwrap() {
+                got[i] += n;
+                w.request_pkt(&mut out).unwrap();
+            }
+        }
+        d.returned_pkts(&mut back);
+        back.clear();
+    }
+    assert_eq!(d.flush(), 0);
+    assert_eq!(got.iter().sum::<usize>(), 256);
+    assert_eq!(got.iter().filter(|&&g| g != 0).count(), 1, "{got:?}");
+    d.clear_returns();
+    drop((d, ws));
+    assert!(pool.is_full());
+}
+
+#[test]
+fn distinct_flows_spread_over_every_worker() {
+    let pool = pool(1023);
+    let mut d = dist(4);
+    let mut ws: Vec<Worker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
+    activate(&mut d, &mut ws);
+    // 32 packets of 32 flows: with every worker idle, each gets its share.
+    let mut b: Burst<32> = burst_of(packets(&pool, 32, 0, |i| i as u32 + 100));
+    assert_eq!(d.process(&mut b), 32);
+    let mut out = Burst::<8>::new();
+    for w in ws.iter_mut() {
+        assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(8));
+        // The packets' flows: none shared with another worker.
+        w.request_pkt(&mut out).unwrap();
+    }
+    assert_eq!(d.flush(), 0);
+    assert_eq!(d.stats().handed, vec![8; 4]);
+    assert_eq!(d.returns_waiting(), 32);
+    d.clear_returns();
+    drop((d, ws));
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_flow_waits_for_its_worker_and_keeps_its_order() {
+    // One flow, two workers: the flow's packets stay on one worker's
+    // backlog even though the other is idle.
+    let pool = pool(127);
+    let mut d = dist(2);
+    let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
+    activate(&mut d, &mut ws);
+    let mut b: Burst<16> = burst_of(packets(&pool, 16, 0, |_| 7));
+    assert_eq!(d.process(&mut b), 16);
+    let mut out = Burst::<8>::new();
+    assert_eq!(ws[0].poll_pkt(&mut out).unwrap(), Some(8));
+    assert_eq!(seqs(&out), (0..8).collect::<Vec<_>>());
+    let mut other = Burst::<8>::new();
+    assert_eq!(
+        ws[1].poll_pkt(&mut other).unwrap(),
+        None,
+        "worker 1 got a packet"
+    );
+    // Worker 0 asks again: the next eight of the flow.
+    ws[0].request_pkt(&mut out).unwrap();
+    let mut none = Burst::<8>::new();
+    assert_eq!(d.process(&mut none), 0);
+    assert_eq!(ws[0].poll_pkt(&mut out).unwrap(), Some(8));
+    assert_eq!(seqs(&out), (8..16).collect::<Vec<_>>());
+    ws[0].request_pkt(&mut out).unwrap();
+    assert_eq!(d.flush(), 0);
+    let mut back = Burst::<32>::new();
+    assert_eq!(d.returned_pkts(&mut back), 16);
+    assert_eq!(seqs(&back), (0..16).collect::<Vec<_>>());
+    drop((back, d, ws));
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
+    let pool = pool(127);
+    let mut d = dist(2);
+    let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
+    activate(&mut d, &mut ws);
+    // 16 packets of one flow: eight handed to worker 0, eight in its backlog.
+    let mut b: Burst<16> = burst_of(packets(&pool, 16, 0, |_| 9));
+    assert_eq!(d.process(&mut b), 16);
+    assert_eq!(d.outstanding(), 16);
+    let mut out = Burst::<8>::new();
+    assert_eq!(ws[0].poll_pkt(&mut out).unwrap(), Some(8));
+    // Worker 0 quits, handing back what it did.
+    assert_eq!(ws[0].return_pkt(&mut out).unwrap(), 8);
+    let mut none = Burst::<8>::new();
+    d.process(&mut none);
+    let st = d.stats();
+    assert_eq!((st.shutdowns, st.redistributed), (1, 8));
+    assert_eq!(d.active_workers(), 1);
+    // Its backlog went to worker 1, in order.
+    assert_eq!(ws[1].poll_pkt(&mut out).unwrap(), Some(8));
+    assert_eq!(seqs(&out), (8..16).collect::<Vec<_>>());
+    ws[1].request_pkt(&mut out).unwrap();
+    assert_eq!(d.flush(), 0);
+    let mut back = Burst::<32>::new();
+    assert_eq!(d.returned_pkts(&mut back), 16);
+    assert_eq!(seqs(&back), (0..16).collect::<Vec<_>>());
+    drop((back, d, ws));
+    assert!(pool.is_full());
+}
+
+#[test]
+fn an_unread_batch_of_a_worker_shutting_down_goes_to_another() {
+    let pool = pool(127);
+    let mut d = dist(2);
+    let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
+    activate(&mut d, &mut ws);
+    let mut b: Burst<8> = burst_of(packets(&pool, 8, 0, |_| 3));
+    assert_eq!(d.process(&mut b), 8);
+    // Worker 0 was answered but quits without taking the batch.
+    let mut none = Burst::<8>::new();
+    assert_eq!(ws[0].return_pkt(&mut none).unwrap(), 0);
+    d.process(&mut none);
+    let mut out = Burst::<8>::new();
+    assert_eq!(ws[1].poll_pkt(&mut out).unwrap(), Some(8));
+    assert_eq!(seqs(&out), (0..8).collect::<Vec<_>>());
+    assert_eq!(d.stats().redistributed, 8);
+    ws[1].request_pkt(&mut out).unwrap();
+    assert_eq!(d.flush(), 0);
+    d.clear_returns();
+    drop((d, ws));
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_worker_can_come_back_after_shutting_down() {
+    let pool = pool(127);
+    let mut d = dist(1);
+    let mut w = d.worker(0).unwrap();
+    let mut none = Burst::<8>::new();
+    let mut out = Burst::<8>::new();
+    w.request_pkt(&mut none).unwrap();
+    let mut b: Burst<8> = burst_of(packets(&pool, 4, 0, |i| i as u32));
+    assert_eq!(d.process(&mut b), 4);
+    assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(4));
+    assert_eq!(w.return_pkt(&mut out).unwrap(), 4);
+    d.process(&mut none);
+    assert_eq!(d.active_workers(), 0);
+    // No active worker: the packets stay with the caller.
+    let mut b: Burst<8> = burst_of(packets(&pool, 4, 4, |i| i as u32));
+    assert_eq!(d.process(&mut b), 0);
+    assert_eq!(b.len(), 4);
+    w.request_pkt(&mut none).unwrap();
+    assert_eq!(d.process(&mut b), 4);
+    assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(4));
+    assert_eq!(seqs(&out), (4..8).collect::<Vec<_>>());
+    drop(w);
+    assert_eq!(d.flush(), 0);
+    assert_eq!(d.returns_waiting(), 4);
+    d.clear_returns();
+    drop((out, d));
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_worker_waiting_for_packets_can_quit() {
+    let pool = pool(127);
+    let mut d = dist(2);
+    let mut w0 = d.worker(0).unwrap();
+    let mut none = Burst::<8>::new();
+    let mut out = Burst::<8>::new();
+    w0.request_pkt(&mut none).unwrap();
+    d.process(&mut none);
+    assert_eq!(d.active_workers(), 1);
+    let t = thread::spawn(move || {
+        // Waiting with nothing to take: return_pkt asks to be let go.
+        assert_eq!(w0.return_pkt(&mut Burst::<8>::new()).unwrap(), 0);
+        w0
+    });
+    while !t.is_finished() {
+        d.process(&mut none);
+        thread::yield_now();
+    }
+    let mut w0 = t.join().unwrap();
+    assert_eq!(d.active_workers(), 0);
+    assert_eq!(d.stats().shutdowns, 1);
+    // Back again, it receives.
+    w0.request_pkt(&mut none).unwrap();
+    let mut b: Burst<8> = burst_of(packets(&pool, 2, 0, |_| 5));
+    assert_eq!(d.process(&mut b), 2);
+    assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(2));
+    drop((w0, out));
+    assert_eq!(d.flush(), 0);
+    drop(d);
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
+    let pool = pool(127);
+    let mut d = Distributor::new(DistributorConfig {
+        workers: 1,
+        returns: 8,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut w = d.worker(0).unwrap();
+    let mut none = Burst::<8>::new();
+    let mut out = Burst::<8>::new();
+    w.request_pkt(&mut none).unwrap();
+    for round in 0..2u64 {
+        let mut b: Burst<8> = burst_of(packets(&pool, 8, round * 8, |_| 1));
+        assert_eq!(d.process(&mut b), 8);
+        assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(8));
+        w.request_pkt(&mut out).unwrap();
+    }
+    // The first eight returns filled the FIFO; the second request waits.
+    let mut b: Burst<8> = burst_of(packets(&pool, 8, 16, |_| 1));
+    // The worker's backlog takes eight; nothing more is needed.
+    assert_eq!(d.process(&mut b), 8);
+    assert_eq!(d.stats().returns_full, 1);
+    assert_eq!(w.poll_pkt(&mut out).unwrap(), None);
+    assert_eq!(d.process(&mut none), 0);
+    assert_eq!(d.stats().returns_full, 1, "counted once per request");
+    // A ninth packet for the same flow must wait for the worker, which
+    // waits for room: process stops and leaves it with the caller.
+    let mut b: Burst<8> = burst_of(packets(&pool, 1, 24, |_| 1));
+    assert_eq!(d.process(&mut b), 0);
+    assert_eq!(b.len(), 1);
+    assert_eq!(d.flush(), 16, "flush cannot go on either");
+    let mut back = Burst::<8>::new();
+    assert_eq!(d.returned_pkts(&mut back), 8);
+    assert_eq!(seqs(&back), (0..8).collect::<Vec<_>>());
+    back.clear();
+    assert_eq!(d.process(&mut b), 1);
+    assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(8));
+    assert_eq!(seqs(&out), (16..24).collect::<Vec<_>>());
+    let st = d.stats();
+    assert_eq!((st.returned, st.distributed), (16, 25));
+    drop((b, out, w));
+    d.clear_returns();
+    drop(d);
+    assert!(pool.is_full());
+}
+
+#[test]
+fn dropping_the_distributor_under_an_open_request_frees_everything() {
+    let pool = pool(127);
+    let mut d = dist(2);
+    let mut w0 = d.worker(0).unwrap();
+    let mut w1 = d.worker(1).unwrap();
+    let mut none = Burst::<8>::new();
+    let mut out = Burst::<8>::new();
+    w0.request_pkt(&mut none).unwrap();
+    w1.request_pkt(&mut none).unwrap();
+    let mut b: Burst<16> = burst_of(packets(&pool, 12, 0, |i| (i % 2) as u32 + 2));
+    assert_eq!(d.process(&mut b), 12);
+    assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(6));
+    // Worker 0 hands its packets back with a new request; worker 1 never
+    // takes its batch.
+    w0.request_pkt(&mut out).unwrap();
+    drop(d);
+    assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(0));
+    assert_eq!(w0.request_pkt(&mut none).unwrap_err(), DistError::Closed);
+    drop((w0, w1));
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_1024_packet_burst_comes_back_packet_for_packet() {
+    let pool = pool(2047);
+    let mut d = dist(2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..2)
+        .map(|i| spawn_echo(d.worker(i).unwrap(), &stop))
+        .collect();
+    let mut b: Burst<1024> = burst_of(packets(&pool, 1024, 0, |i| (i % 97) as u32));
+    let mut back = Burst::<1024>::new();
+    let mut returned = Vec::new();
+    while d.active_workers() < 2 {
+        d.process(&mut Burst::<0>::new());
+        thread::yield_now();
+    }
+    assert_eq!(d.process(&mut b), 1024);
+    assert_eq!(d.flush(), 0);
+    d.returned_pkts(&mut back);
+    returned.extend(seqs(&back));
+    stop.store(true, Ordering::Relaxed);
+    drop(d);
+    for h in handles {
+        h.join().unwrap();
+    }
+    returned.sort_unstable();
+    assert_eq!(returned, (0..1024).collect::<Vec<_>>());
+    drop(back);
+    assert!(pool.is_full());
+}
+
+/// A worker thread that hands back every packet it gets, until `stop`.
+fn spawn_echo(mut w: Worker, stop: &Arc<AtomicBool>) -> thread::JoinHandle<u64> {
+    let stop = Arc::clone(stop);
+    thread::spawn(move || {
+        let mut pkts = Burst::<8>::new();
+        let mut got = 0;
+        while !stop.load(Ordering::Relaxed) {
+            if w.request_pkt(&mut pkts).is_err() {
+                return got;
+            }
+            loop {
+                if let Some(n) = w.poll_pkt(&mut pkts).unwrap_or(Some(0)) {
+                    got += n as u64;
+                    break;
+                }
+                if stop.load(Ordering::Relaxed) {
+                    // Shut down below (the open request's batch goes back).
+                    return got;
+                }
+                thread::yield_now();
+            }
+        }
+        let _ = w.return_pkt(&mut pkts);
+        got
+    })
+}
+
+#[test]
+fn a_million_packets_allocated_and_freed_by_workers_leave_the_pool_full() {
+    const TOTAL: u64 = 1 << 20;
+    // A small pool: a leak of even a few packets per thousand would
+    // exhaust it long before the end.
+    let pool = pool(511);
+    let mut d = dist(2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let freed = Arc::new(AtomicU64::new(0));
+    let handles: Vec<_> = (0..2)
+        .map(|i| {
+            let mut w = d.worker(i).unwrap();
+            let (stop, freed) = (Arc::clone(&stop), Arc::clone(&freed));
+            thread::spawn(move || {
+                let mut none = Burst::<8>::new();
+                let mut pkts = Burst::<8>::new();
+                loop {
+                    match w.request_pkt(&mut none) {
+                        Ok(_) => {}
+                        Err(DistError::Closed) => return,
+                        Err(e) => panic!("{e}"),
+                    }
+                    loop {
+                        match w.poll_pkt(&mut pkts) {
+                            Ok(Some(n)) => {
+                                freed.fetch_add(n as u64, Ordering::Relaxed);
+                                pkts.clear();
+                                break;
+                            }
+                            Ok(None) if stop.load(Ordering::Relaxed) => {
+                                let _ = w.return_pkt(&mut none);
+                                return;
+                            }
+                            Ok(None) => std::hint::spin_loop(),
+                            Err(DistError::Closed) => return,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    let mut sent = 0u64;
+    let mut b = Burst::<32>::new();
+    while sent < TOTAL {
+        let n = (TOTAL - sent).min(32) as usize - b.len();
+        if pool.alloc_bulk(&mut b, n).is_err() {
+            // Every buffer is in flight: wait for the workers.
+            d.process(&mut Burst::<0>::new());
+            continue;
+        }
+        for (k, m) in b.iter_mut().enumerate() {
+            m.set_rss_hash((sent + k as u64) as u32).unwrap();
+        }
+        sent += d.process(&mut b) as u64;
+    }
+    assert_eq!(d.flush(), 0);
+    stop.store(true, Ordering::Relaxed);
+    drop(d);
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(freed.load(Ordering::Relaxed), TOTAL);
+    assert!(pool.is_full());
+}
+
+#[test]
+fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
+    const TOTAL: u64 = 50_000;
+    const FLOWS: u64 = 37;
+    const WORKERS: usize = 4;
+    let pool = pool(2047);
+    let mut d = dist(WORKERS);
+    // Per flow, the last sequence number a worker processed.
+    let last: Arc<Mutex<HashMap<u32, u64>>> = Arc::default();
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..WORKERS)
+        .map(|i| {
+            let mut w = d.worker(i).unwrap();
+            let (stop, last) = (Arc::clone(&stop), Arc::clone(&last));
+            thread::spawn(move || {
+                let mut pkts = Burst::<8>::new();
+                let mut done = 0u64;
+                // Worker 3 quits a third of the way in, in the middle of
+                // the stream, with whatever it holds or has queued.
+                let quota = if i == 3 {
+                    TOTAL / 3 / WORKERS as u64
+                } else {
+                    u64::MAX
+                };
+                loop {
+                    if done >= quota || stop.load(Ordering::Relaxed) {
+                        let _ = w.return_pkt(&mut pkts);
+                        return;
+                    }
+                    w.request_pkt(&mut pkts).unwrap();
+                    loop {
+                        match w.poll_pkt(&mut pkts).unwrap() {
+                            Some(_) => break,
+                            None if stop.load(Ordering::Relaxed) => {
+                                let _ = w.return_pkt(&mut pkts);
+                                return;
+                            }
+                            None => thread::yield_now(),
+                        }
+                    }
+                    let mut l = last.lock().unwrap();
+                    for m in pkts.iter() {
+                        let prev = l.insert(m.rss_hash(), m.udata64());
+                        if let Some(p) = prev {
+                            assert!(
+                                p < m.udata64(),
+                                "flow {} went {p} then {}",
+                                m.rss_hash(),
+                                m.udata64()
+                            );
+                        }
+                    }
+                    done += pkts.len() as u64;
+                }
+            })
+        })
+        .collect();
+    let mut seq = 0u64;
+    let mut back = Burst::<64>::new();
+    let mut last_back: HashMap<u32, u64> = HashMap::new();
+    let mut returned = 0u64;
+    let mut check_returns = |d: &mut Distributor, back: &mut Burst<64>| {
+        d.returned_pkts(back);
+        for m in back.iter() {
+            if let Some(p) = last_back.insert(m.rss_hash(), m.udata64()) {
+                assert!(
+                    p < m.udata64(),
+                    "returns of flow {}: {p} then {}",
+                    m.rss_hash(),
+                    m.udata64()
+                );
+            }
+        }
+        returned += back.len() as u64;
+        back.clear();
+    };
+    while seq < TOTAL {
+        let mut b: Burst<32> = burst_of(packets(&pool, 32, seq, |s| (s % FLOWS) as u32));
+        seq += 32;
+        while !b.is_empty() {
+            d.process(&mut b);
+            check_returns(&mut d, &mut back);
+        }
+    }
+    loop {
+        let left = d.flush();
+        check_returns(&mut d, &mut back);
+        if left == 0 {
+            break;
+        }
+    }
+    check_returns(&mut d, &mut back);
+    assert_eq!(returned, seq);
+    assert_eq!(d.stats().shutdowns, 1);
+    stop.store(true, Ordering::Relaxed);
+    drop(d);
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert!(pool.is_full());
+}
