@@ -16,6 +16,9 @@ mod worker;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+#[cfg(all(test, loom))]
+mod loom_tests;
+
 pub use burst::{DistStats, Distributor, DistributorConfig};
 pub use matching::{MatchImpl, Matcher, WorkerTags};
 pub use worker::Worker;
