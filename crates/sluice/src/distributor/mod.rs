@@ -1,9 +1,31 @@
 //! The burst distributor (technique T2): one distributor thread hands packets
 //! to up to [`MAX_WORKERS`] worker threads, eight per cache-line exchange,
-//! keeping flow affinity.
+//! keeping flow affinity — DPDK's `rte_distributor` burst mode, with
+//! ownership made explicit.
 //!
-//! (Module documentation grows with the implementation: see `lines`, `burst`
-//! and `worker`.)
+//! ```text
+//!  rx_burst ──▶ Distributor::process ──bufs line (8)──▶ Worker::get_pkt ── job
+//!                    ▲                                          │
+//!  tx_burst ◀── returned_pkts ◀──────────rets line (8)──────────┘
+//! ```
+//!
+//! - [`lines`](self) (private): per worker, a line of eight packet slots
+//!   from the distributor and one back, each in a 128-byte block of its own;
+//!   the handshake is one parity bit per side, flipped with a Release store
+//!   and seen with an Acquire load. No lock, no read-modify-write.
+//! - [`Distributor`]: tags each packet with its [`flow_tag`], matches eight
+//!   tags at once against every worker's in-flight and backlog tags
+//!   ([`Matcher`]: AVX2, SSE2 or scalar, picked at run time), queues a
+//!   matched packet behind its flow and gives the rest to the least-loaded
+//!   worker; collects returns into a FIFO that never overwrites; redistributes
+//!   the backlog of a worker that shuts down.
+//! - [`Worker`]: one handle per worker id; hands back the packets it is done
+//!   with and receives new ones in one exchange.
+//!
+//! Packets of one flow leave the workers in the order they arrived: while
+//! any packet of a flow is in flight at a worker or queued for it, the next
+//! one joins that worker's queue; a worker's request, which ends its
+//! in-flight batch, carries that batch's returns.
 
 use std::fmt;
 
