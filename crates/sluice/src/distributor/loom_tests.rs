@@ -231,6 +231,10 @@ fn a_request_is_answered_by_the_dropping_distributor_or_reclaimed_by_the_worker(
         }
         shared.gone.store(1, Ordering::Release);
         worker.join().unwrap();
-        assert_ne!(owner.load(Ordering::Relaxed), 0, "the returned packet was lost");
+        assert_ne!(
+            owner.load(Ordering::Relaxed),
+            0,
+            "the returned packet was lost"
+        );
     });
 }

@@ -48,13 +48,18 @@ impl Worker {
         // The worker's last request word is its own: start from its parity
         // (equal to the distributor's when the distributor is new; after a
         // shut-down handle, the one it left).
-        let parity = shared.lines[id].own_request() & PARITY;
+        let own = shared.lines[id].own_request();
+        let parity = own & PARITY;
         let state = if shared.lines[id].answered(parity).is_some() {
             State::Idle
-        } else {
+        } else if own & SHUTDOWN != 0 {
             // The previous handle shut down and the distributor has not yet
             // answered: wait for that before requesting.
             State::ShutDown
+        } else {
+            // The previous handle was dropped by a panic with a request
+            // open: its answer is this handle's to take.
+            State::Requested
         };
         Worker {
             shared,
