@@ -1,6 +1,7 @@
 //! The `sluice` command: demo, forwarding apps and benchmarks.
 
 mod bench;
+mod dist;
 mod fwd;
 mod traffic_gen;
 
@@ -26,8 +27,11 @@ enum Command {
     /// Send the built-in tester's traffic on a port (and check what comes
     /// back, with `--check`).
     Gen(traffic_gen::GenArgs),
-    /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle` or
-    /// `all`.
+    /// Distribute packets from ports to worker threads and back: Rx →
+    /// distributor → N workers (MAC swap, per-flow counts) → Tx.
+    Dist(dist::DistArgs),
+    /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
+    /// `distributor` or `all`.
     Bench(bench::BenchArgs),
 }
 
@@ -41,6 +45,7 @@ fn main() -> ExitCode {
             Ok(false) => Err("the tester report is not clean".into()),
             Err(e) => Err(e),
         },
+        Some(Command::Dist(args)) => dist::run_checked(&args),
         Some(Command::Bench(args)) => bench::run(&args),
     };
     match result {

@@ -9,6 +9,7 @@
 //! Output is a table, or with `--json` one JSON object per result line on
 //! stdout (notes and skipped cases then go to stderr).
 
+pub mod distributor;
 pub mod fwd;
 pub mod mbuf;
 pub mod mempool;
@@ -58,6 +59,9 @@ pub enum Part {
     /// Tx→Rx buffer recycling: normal free vs zero-copy cache put vs
     /// recycle, io forwarding between soft ports.
     Recycle,
+    /// Distributor: cycles per packet on the distributor core, burst API
+    /// (SIMD and scalar matching) vs single-packet API, 1..8 workers.
+    Distributor,
     /// All of the above.
     All,
 }
@@ -74,7 +78,8 @@ pub enum Selection {
 /// One measured case.
 #[derive(Serialize, Debug, Clone)]
 pub struct BenchResult {
-    /// The benchmark set: `ring`, `mempool`, `mbuf`, `fwd`.
+    /// The benchmark set: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
+    /// `distributor`.
     pub bench: &'static str,
     /// The case, unique within its set.
     pub case: String,
@@ -390,12 +395,20 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Mbuf,
             Part::Fwd,
             Part::Recycle,
+            Part::Distributor,
         ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
         Part::Mbuf => &[Part::Mbuf],
         Part::Fwd => &[Part::Fwd],
         Part::Recycle => &[Part::Recycle],
+        Part::Distributor => &[Part::Distributor],
+    };
+    // In `all`, the parts that take long run their summary.
+    let sel = if args.part == Part::All {
+        Selection::Summary
+    } else {
+        Selection::Full
     };
     for part in parts {
         match part {
@@ -405,13 +418,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Fwd => fwd::run(&mut ctx, Selection::Full),
             // In `all`, one port pair (half the time).
             Part::Recycle => {
-                let sel = if args.part == Part::All {
-                    Selection::Summary
-                } else {
-                    Selection::Full
-                };
                 recycle::run(&mut ctx, sel, recycle::Opts::from_args(&args.recycle));
             }
+            // In `all`, one worker.
+            Part::Distributor => distributor::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),
         }
     }

@@ -101,7 +101,7 @@ const CUT_FACTOR: u64 = 10;
 /// Polls in a row that found nothing before a drain ends.
 const DRAIN_IDLE: u32 = 256;
 /// Every order of the three paths, one per round in turn.
-const ORDERS: [[usize; 3]; 6] = [
+pub(crate) const ORDERS: [[usize; 3]; 6] = [
     [0, 1, 2],
     [1, 2, 0],
     [2, 0, 1],

@@ -373,7 +373,7 @@ struct Line(AtomicU64);
 /// Bounces one cache line `trips` times between a lcore on `cpus.0` (writes
 /// an odd value, waits for the next even one) and one on `cpus.1` (answers);
 /// one op = one round trip, timed on `cpus.0`.
-fn line_round_trip(cpus: (usize, usize), trips: u64) -> Result<Sample, String> {
+pub(crate) fn line_round_trip(cpus: (usize, usize), trips: u64) -> Result<Sample, String> {
     let line = Arc::new(Line(AtomicU64::new(0)));
     let barrier = Arc::new(SpinBarrier::new(2));
     let (l1, b1) = (Arc::clone(&line), Arc::clone(&barrier));

@@ -54,7 +54,13 @@ extern "C" fn on_sigint(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
 }
 
-fn catch_sigint() {
+/// Whether SIGINT was seen since [`catch_sigint`].
+pub(crate) fn interrupted() -> bool {
+    INTERRUPTED.load(Ordering::Relaxed)
+}
+
+/// From now on SIGINT ends the run early (see [`interrupted`]).
+pub(crate) fn catch_sigint() {
     let handler: extern "C" fn(libc::c_int) = on_sigint;
     // SAFETY: the handler only stores to an atomic, which is
     // async-signal-safe; `signal` has no other precondition.
@@ -192,7 +198,7 @@ pub fn inline_device_cycles(spec: &str, c: &PortCounters) -> u64 {
 }
 
 /// Whether port `spec` runs its device model on a device thread.
-fn has_threaded_device(spec: &str) -> bool {
+pub(crate) fn has_threaded_device(spec: &str) -> bool {
     PortSpec::parse(spec).is_ok_and(|s| s.get("device") == Some("threaded"))
 }
 
@@ -485,7 +491,7 @@ fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs, testers: &[(Stri
 }
 
 /// Each registered tester's report.
-fn tester_reports(mut testers: Vec<(String, Arc<Tester>)>) -> Vec<TesterSummary> {
+pub(crate) fn tester_reports(mut testers: Vec<(String, Arc<Tester>)>) -> Vec<TesterSummary> {
     testers.sort_by(|a, b| a.0.cmp(&b.0));
     testers
         .into_iter()

@@ -1,0 +1,123 @@
+//! `sluice dist` in process: placement, defaults, and whole runs on soft
+//! ports cabled to the tester (every packet forwarded once and intact,
+//! every buffer home).
+
+use super::*;
+
+#[test]
+fn placement_leaves_the_main_cpu_when_it_can() {
+    assert_eq!(
+        Placement::of(&[3]),
+        Placement {
+            dist: 3,
+            workers: vec![3]
+        }
+    );
+    let two = Placement::of(&[0, 1]);
+    assert_eq!((two.dist, two.workers.as_slice()), (0, &[1][..]));
+    assert_eq!(two.per_core(2), 2);
+    let four = Placement::of(&[0, 1, 2, 3]);
+    assert_eq!((four.dist, four.workers.as_slice()), (1, &[2, 3][..]));
+    assert_eq!((four.per_core(2), four.per_core(3)), (1, 2));
+}
+
+#[test]
+fn defaults_are_two_soft_ports_on_the_tester() {
+    let a = DistArgs::with_specs(vec![]);
+    assert_eq!(a.all_specs(), [DEFAULT_SPEC, DEFAULT_SPEC]);
+    assert_eq!(tester_names(&a.all_specs()), ["dist"]);
+    let specs: Vec<String> = ["soft", "soft:wire=w", "null", "soft:tester=x,flows=4"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(tester_names(&specs), ["t0", "x"]);
+    let size = default_pool_size(2, &a);
+    assert!((size + 1).is_power_of_two());
+    assert!(size as usize >= 2 * 2048 + 384 + api::RETURNS);
+}
+
+fn quick(specs: &[&str], api: Api, workers: u16) -> DistArgs {
+    let mut a = DistArgs::with_specs(specs.iter().map(|s| s.to_string()).collect());
+    a.api = api;
+    a.workers = workers;
+    a.duration = 0.2;
+    a.stats_period = 10.0;
+    a.rxd = 256;
+    a.txd = 256;
+    a.cache = 32;
+    a.json = true;
+    a
+}
+
+/// A run must be right: the tester saw every packet once, in order, intact;
+/// the counts agree; the pool is full.
+fn assert_right(s: &DistSummary, tester: &str, workers: usize) {
+    assert_eq!(s.testers.len(), 1, "{:?}", s.testers);
+    let t = &s.testers[0];
+    assert_eq!(t.name, tester);
+    assert!(t.sent > 0, "{t:?}");
+    assert_eq!(t.received, t.sent, "{s:#?}");
+    assert!(t.clean, "{t:?}");
+    assert_eq!(t.foreign, 0, "{t:?}");
+    assert!(s.clean && s.counts_match && s.pool_full, "{s:?}");
+    assert_eq!(s.rx_packets, t.sent);
+    assert_eq!(s.tx_packets, t.sent);
+    assert_eq!(s.distributor.tx_refused, 0);
+    assert_eq!(s.per_worker.len(), workers);
+    let handled: u64 = s.per_worker.iter().map(|w| w.packets).sum();
+    assert_eq!(handled, s.distributor.distributed);
+    assert_eq!(s.distributor.distributed, s.rx_packets);
+    // Every flow of both tester streams, and a share each.
+    assert_eq!(s.spread.flows, 2 * 64);
+    assert!(s.spread.max_share <= 1.0);
+    assert!(s.software_hash_ports.is_empty(), "soft gives the RSS hash");
+    assert!(s.ok());
+}
+
+#[test]
+fn soft_ports_through_the_burst_distributor_lose_nothing() {
+    for (api, workers) in [(Api::Burst, 2), (Api::BurstScalar, 3)] {
+        let name = format!("dist_unit_{}", api.name());
+        let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
+        let s = run(&quick(&[&spec, &spec], api, workers)).unwrap();
+        assert_eq!(s.api, api);
+        assert_right(&s, &name, workers as usize);
+        if api == Api::BurstScalar {
+            assert_eq!(s.matching, "scalar");
+        }
+    }
+}
+
+#[test]
+fn a_packet_bound_ends_the_run_and_the_drain_loses_nothing() {
+    let name = "dist_unit_bound";
+    let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
+    let mut a = quick(&[&spec, &spec], Api::Burst, 1);
+    a.duration = 30.0;
+    a.packets = Some(5000);
+    let s = run(&a).unwrap();
+    assert!(s.rx_packets >= 5000);
+    assert!(s.duration_s < 30.0);
+    assert_right(&s, name, 1);
+    assert_eq!(s.per_worker[0].share, 1.0);
+    assert_eq!(s.spread.tag_moves, 0, "one worker: no flow moves");
+}
+
+#[test]
+fn ports_without_rss_are_hashed_in_software() {
+    let a = quick(&["null", "null"], Api::Burst, 2);
+    let s = run(&a).unwrap();
+    assert_eq!(s.software_hash_ports, [0, 1]);
+    assert!(s.rx_packets > 0);
+    assert!(s.counts_match && s.pool_full, "{s:?}");
+    assert!(s.testers.is_empty());
+}
+
+#[test]
+fn the_single_api_is_a_clear_error_until_it_lands() {
+    if Api::Single.check().is_ok() {
+        return;
+    }
+    let a = quick(&["null"], Api::Single, 1);
+    assert_eq!(run(&a).unwrap_err(), api::SINGLE_MISSING);
+}
