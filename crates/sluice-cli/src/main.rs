@@ -150,6 +150,53 @@ mod tests {
     }
 
     #[test]
+    fn dist_arguments_parse_and_bad_ones_are_rejected() {
+        let cli = Cli::try_parse_from([
+            "sluice",
+            "dist",
+            "--workers",
+            "4",
+            "--api",
+            "burst-scalar",
+            "--packets",
+            "1000",
+            "-p",
+            "null",
+            "null",
+        ])
+        .unwrap();
+        match cli.command {
+            Some(Command::Dist(a)) => {
+                assert_eq!((a.workers, a.api), (4, dist::api::Api::BurstScalar));
+                assert_eq!(a.packets, Some(1000));
+                assert_eq!(a.all_specs(), ["null", "null"]);
+                assert_eq!(a.duration, 5.0);
+            }
+            other => panic!("parsed as {other:?}"),
+        }
+        let Some(Command::Dist(a)) = Cli::try_parse_from(["sluice", "dist"]).unwrap().command
+        else {
+            panic!("not dist");
+        };
+        assert_eq!((a.workers, a.api), (2, dist::api::Api::Burst));
+        assert_eq!(a.all_specs(), [dist::DEFAULT_SPEC, dist::DEFAULT_SPEC]);
+        for bad in [
+            &["sluice", "dist", "--workers", "0"][..],
+            &["sluice", "dist", "--workers", "65"],
+            &["sluice", "dist", "--api", "simd"],
+            &["sluice", "dist", "--packets", "0"],
+            &["sluice", "dist", "--duration", "-1"],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+        let cli = Cli::try_parse_from(["sluice", "bench", "distributor", "--quick"]).unwrap();
+        let Some(Command::Bench(a)) = cli.command else {
+            panic!("not bench");
+        };
+        assert_eq!(a.part, bench::Part::Distributor);
+    }
+
+    #[test]
     fn bench_recycle_options_parse_and_bad_ones_are_rejected() {
         let cli = Cli::try_parse_from([
             "sluice",

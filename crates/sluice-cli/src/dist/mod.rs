@@ -25,7 +25,7 @@
 //! lcore on the second, workers round-robin on the rest. With two: the
 //! distributor lcore on the first (the main thread mostly sleeps there),
 //! every worker on the second. More workers than worker CPUs time-slice
-//! them (a warning says so; it works, more slowly).
+//! them (a note says so; it works, more slowly).
 
 pub mod api;
 pub mod lcore;
@@ -250,14 +250,14 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
     }
     let place = Placement::of(&cpus);
     let workers = args.workers as usize;
+    let (mut ports, soft_hash) = open_ports(&specs, &pool, args)?;
     if workers > place.workers.len() {
         eprintln!(
-            "sluice dist: warning: {workers} workers on {} CPU(s) {:?}: they time-slice",
+            "sluice dist: note: {workers} workers on {} CPU(s) {:?}: they time-slice",
             place.workers.len(),
             place.workers
         );
     }
-    let (mut ports, soft_hash) = open_ports(&specs, &pool, args)?;
     for p in ports.iter_mut() {
         p.start()
             .map_err(|e| format!("port {} ({}): {e}", p.id(), p.name()))?;
