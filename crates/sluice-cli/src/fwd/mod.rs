@@ -198,7 +198,7 @@ pub fn inline_device_cycles(spec: &str, c: &PortCounters) -> u64 {
 }
 
 /// Whether port `spec` runs its device model on a device thread.
-pub(crate) fn has_threaded_device(spec: &str) -> bool {
+fn has_threaded_device(spec: &str) -> bool {
     PortSpec::parse(spec).is_ok_and(|s| s.get("device") == Some("threaded"))
 }
 
