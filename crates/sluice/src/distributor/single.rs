@@ -1015,3 +1015,19 @@ impl std::fmt::Debug for SingleWorker {
             .finish()
     }
 }
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_word_has_a_128_byte_block_of_its_own() {
+        assert_eq!(std::mem::size_of::<Word>(), 128);
+        assert_eq!(std::mem::align_of::<Word>(), 128);
+        let s = Shared::new(3);
+        for (i, w) in s.words.iter().enumerate() {
+            let a = w as *const Word as usize;
+            assert_eq!(a % 128, 0, "worker {i}");
+        }
+    }
+}
