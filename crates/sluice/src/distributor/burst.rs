@@ -30,7 +30,7 @@ use crate::mbuf::{BurstSlice, MbufHeader};
 use crate::mempool::Elem;
 use crate::sync::{Arc, Ordering, spin_loop};
 
-use super::lines::{PARITY, SHUTDOWN, Shared, UNREAD};
+use super::lines::{CLAIM_INHERIT, CLAIM_LIVE, PARITY, SHUTDOWN, Shared, UNREAD};
 use super::matching::{MatchImpl, Matcher, WorkerTags};
 use super::returns::Fifo;
 use super::worker::Worker;
@@ -190,13 +190,22 @@ impl Distributor {
         }
         // Acquire: pairs with a dropped handle's Release of its claim (its
         // last writes to the lines are seen).
-        if self.shared.claimed[id]
-            .compare_exchange(0, 1, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            return Err(DistError::WorkerClaimed { id });
+        let claim = &self.shared.claimed[id];
+        let mut prev = claim.load(Ordering::Relaxed);
+        loop {
+            if prev == CLAIM_LIVE {
+                return Err(DistError::WorkerClaimed { id });
+            }
+            match claim.compare_exchange(prev, CLAIM_LIVE, Ordering::Acquire, Ordering::Relaxed) {
+                Ok(_) => break,
+                Err(now) => prev = now,
+            }
         }
-        Ok(Worker::new(Arc::clone(&self.shared), id))
+        Ok(Worker::new(
+            Arc::clone(&self.shared),
+            id,
+            prev == CLAIM_INHERIT,
+        ))
     }
 
     /// Worker count.
@@ -406,14 +415,18 @@ impl Distributor {
     /// an empty batch.
     fn shut_down(&mut self, w: usize, unread: bool) {
         let lines = &self.shared.lines[w];
+        // They go before what is already pending: a packet still pending
+        // may belong to a flow whose older packets were placed on this
+        // worker by the drain now under way.
+        let ws = &mut self.workers[w];
+        self.pending.push_front_all(&ws.backlog[..ws.backlog_len]);
+        self.redistributed.add(ws.backlog_len as u64);
         if unread {
+            // Handed before the backlog: first in line.
             let n = lines.unread_batch(&mut self.scratch);
-            self.pending.push_all(&self.scratch[..n]);
+            self.pending.push_front_all(&self.scratch[..n]);
             self.redistributed.add(n as u64);
         }
-        let ws = &mut self.workers[w];
-        self.pending.push_all(&ws.backlog[..ws.backlog_len]);
-        self.redistributed.add(ws.backlog_len as u64);
         ws.backlog_len = 0;
         ws.in_flight = 0;
         self.tags[w] = WorkerTags::default();

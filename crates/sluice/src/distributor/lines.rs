@@ -223,11 +223,20 @@ impl WorkerLines {
     }
 }
 
+/// `Shared::claimed`: no handle.
+pub(crate) const CLAIM_FREE: u32 = 0;
+/// `Shared::claimed`: a handle is alive.
+pub(crate) const CLAIM_LIVE: u32 = 1;
+/// `Shared::claimed`: no handle; the last one was dropped by a panic with a
+/// request open, whose answer (and batch) the next handle takes.
+pub(crate) const CLAIM_INHERIT: u32 = 2;
+
 /// What the distributor and its workers share.
 pub(crate) struct Shared {
     /// One pair of lines per worker.
     pub(crate) lines: Box<[WorkerLines]>,
-    /// Per worker: 1 while a `Worker` handle for it is alive.
+    /// Per worker: [`CLAIM_FREE`], [`CLAIM_LIVE`] while a `Worker` handle
+    /// for it is alive, or [`CLAIM_INHERIT`].
     pub(crate) claimed: Box<[AtomicU32]>,
     /// 1 once the distributor is gone: it answers nothing more. Stored
     /// (Release) after its last answer, so a worker that sees it (Acquire)
@@ -239,9 +248,42 @@ impl Shared {
     pub(crate) fn new(workers: usize) -> Shared {
         Shared {
             lines: (0..workers).map(|_| WorkerLines::new()).collect(),
-            claimed: (0..workers).map(|_| AtomicU32::new(0)).collect(),
+            claimed: (0..workers).map(|_| AtomicU32::new(CLAIM_FREE)).collect(),
             gone: AtomicU32::new(0),
         }
+    }
+}
+
+impl Drop for Shared {
+    /// Both ends are gone, so no thread can race: frees what a line still
+    /// holds that no one took — the returns (and an unread batch) of a
+    /// request published after the distributor had looked at the worker for
+    /// the last time, or the answer a panic-dropped handle left behind.
+    fn drop(&mut self) {
+        let mut pkts = [Elem::DANGLING; BURST_SIZE];
+        for (w, l) in self.lines.iter().enumerate() {
+            let r = l.rets.0[0].load(Ordering::Relaxed);
+            let b = l.bufs.0[0].load(Ordering::Relaxed);
+            let open = (r ^ b) & PARITY != 0;
+            if open {
+                let n = l.rets.read_pkts(r, &mut pkts);
+                free_orphans(&pkts[..n]);
+            }
+            let inherited = self.claimed[w].load(Ordering::Relaxed) == CLAIM_INHERIT;
+            if (open && r & UNREAD != 0) || (!open && inherited) {
+                let n = l.bufs.read_pkts(b, &mut pkts);
+                free_orphans(&pkts[..n]);
+            }
+        }
+    }
+}
+
+/// Frees packets that no one owns any more (see `Shared::drop`).
+fn free_orphans(pkts: &[Elem]) {
+    for &e in pkts {
+        // SAFETY: the packet was handed over a line and never taken, and
+        // both ends are gone: this is its last owner, freeing it once.
+        drop(unsafe { crate::mbuf::Mbuf::from_raw(e.as_non_null().cast()) });
     }
 }
 

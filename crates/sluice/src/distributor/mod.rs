@@ -33,8 +33,11 @@ mod burst;
 mod lines;
 pub mod matching;
 mod returns;
+mod single;
 mod worker;
 
+#[cfg(all(test, not(loom)))]
+mod single_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
@@ -43,6 +46,7 @@ mod loom_tests;
 
 pub use burst::{DistStats, Distributor, DistributorConfig};
 pub use matching::{MatchImpl, Matcher, WorkerTags};
+pub use single::{SINGLE_BACKLOG, SingleDistributor, SingleWorker};
 pub use worker::Worker;
 
 /// Workers a distributor can serve.

@@ -52,6 +52,17 @@ impl Fifo {
         self.len += pkts.len();
     }
 
+    /// Puts `pkts` before the others, in their order. The caller checked
+    /// [`room`](Self::room).
+    pub(crate) fn push_front_all(&mut self, pkts: &[Elem]) {
+        assert!(pkts.len() <= self.room());
+        for &e in pkts.iter().rev() {
+            self.head = self.head.wrapping_sub(1) & self.mask;
+            self.slots[self.head] = e;
+        }
+        self.len += pkts.len();
+    }
+
     /// The first packet, if any (still owned by the FIFO).
     #[inline(always)]
     pub(crate) fn front(&self) -> Option<Elem> {

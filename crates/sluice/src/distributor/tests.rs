@@ -633,3 +633,43 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
     }
     assert!(pool.is_full());
 }
+
+/// Drops `w` while a panic unwinds (as a worker thread that panicked would).
+fn drop_in_panic(w: Worker) {
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
+        let _w = w;
+        panic!("worker job failed (expected by the test)");
+    }));
+    assert!(r.is_err());
+}
+
+#[test]
+fn the_answer_to_a_panic_dropped_handle_goes_to_the_next_one_or_is_freed() {
+    let pool = pool(127);
+    for next_handle in [true, false] {
+        let mut d = dist(1);
+        let mut w = d.worker(0).unwrap();
+        let mut none = Burst::<8>::new();
+        w.request_pkt(&mut none).unwrap();
+        let mut b: Burst<8> = burst_of(packets(&pool, 3, 0, |_| 4));
+        assert_eq!(d.process(&mut b), 3);
+        // Answered, not taken, and the handle goes down with a panic: it
+        // does not wait (nor hand the batch back).
+        drop_in_panic(w);
+        if next_handle {
+            let mut w = d.worker(0).unwrap();
+            let mut out = Burst::<8>::new();
+            assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(3));
+            assert_eq!(seqs(&out), vec![0, 1, 2]);
+            w.request_pkt(&mut out).unwrap();
+            assert_eq!(d.flush(), 0);
+            assert_eq!(d.returns_waiting(), 3);
+            drop(d);
+            drop(w);
+        } else {
+            // No one takes it: freed with the shared lines.
+            drop(d);
+        }
+        assert!(pool.is_full(), "next handle: {next_handle}");
+    }
+}

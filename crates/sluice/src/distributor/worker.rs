@@ -12,7 +12,7 @@ use crate::mempool::Elem;
 use crate::sync::{Arc, Ordering};
 
 use super::burst::backoff;
-use super::lines::{PARITY, SHUTDOWN, Shared, UNREAD, WorkerLines};
+use super::lines::{CLAIM_FREE, CLAIM_INHERIT, PARITY, SHUTDOWN, Shared, UNREAD, WorkerLines};
 use super::{BURST_SIZE, DistError};
 
 /// Where a worker stands in the handshake.
@@ -44,22 +44,22 @@ pub struct Worker {
 unsafe impl Send for Worker {}
 
 impl Worker {
-    pub(crate) fn new(shared: Arc<Shared>, id: usize) -> Worker {
+    pub(crate) fn new(shared: Arc<Shared>, id: usize, inherit: bool) -> Worker {
         // The worker's last request word is its own: start from its parity
         // (equal to the distributor's when the distributor is new; after a
-        // shut-down handle, the one it left).
+        // dropped handle, the one it left).
         let own = shared.lines[id].own_request();
         let parity = own & PARITY;
-        let state = if shared.lines[id].answered(parity).is_some() {
+        let state = if inherit {
+            // The previous handle was dropped by a panic with a request
+            // open: its answer, come or to come, is this handle's to take.
+            State::Requested
+        } else if shared.lines[id].answered(parity).is_some() {
             State::Idle
-        } else if own & SHUTDOWN != 0 {
+        } else {
             // The previous handle shut down and the distributor has not yet
             // answered: wait for that before requesting.
             State::ShutDown
-        } else {
-            // The previous handle was dropped by a panic with a request
-            // open: its answer is this handle's to take.
-            State::Requested
         };
         Worker {
             shared,
@@ -280,12 +280,17 @@ impl Drop for Worker {
         // hands this worker's backlog to others. (With the distributor
         // gone, what the handle holds is freed.)
         // While a panic unwinds, waiting for the distributor could hang the
-        // thread (it may be this one): the handle's packets leak instead.
-        if !(self.state == State::Requested && std::thread::panicking()) {
+        // thread (it may be this one): the open request's answer is left to
+        // the next handle for this id (or freed with the shared lines).
+        let claim = if self.state == State::Requested && std::thread::panicking() {
+            CLAIM_INHERIT
+        } else {
             let mut none = crate::mbuf::Burst::<0>::new();
             let _ = self.return_pkt(&mut none);
-        }
-        self.shared.claimed[self.id].store(0, Ordering::Release);
+            CLAIM_FREE
+        };
+        // Release: pairs with the Acquire of the next claim.
+        self.shared.claimed[self.id].store(claim, Ordering::Release);
     }
 }
 
