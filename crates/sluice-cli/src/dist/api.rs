@@ -6,13 +6,14 @@
 //! `sluice dist` and `sluice bench distributor` need of a distributor and
 //! of a worker handle; [`Api::open`] makes the distributor and hands it to
 //! a [`WithDist`] visitor, so the code that runs it is written once,
-//! generic over the pair. Adding an API is one arm in [`Api::open`] and
-//! two trait impls here.
+//! generic over the pair. An API is one arm in [`Api::open`] and two trait
+//! impls here.
 
 use clap::ValueEnum;
 use serde::Serialize;
 use sluice::distributor::{
-    DistError, DistStats, Distributor, DistributorConfig, MatchImpl, Worker,
+    DistError, DistStats, Distributor, DistributorConfig, MatchImpl, SingleDistributor,
+    SingleWorker, Worker,
 };
 use sluice::mbuf::BurstSlice;
 
@@ -69,14 +70,12 @@ impl Api {
         match self {
             Api::Burst => Ok(f.run(burst(None)?)),
             Api::BurstScalar => Ok(f.run(burst(Some(MatchImpl::Scalar))?)),
-            Api::Single => Err(SINGLE_MISSING.to_owned()),
+            Api::Single => Ok(f.run(
+                SingleDistributor::with_returns(workers, RETURNS).map_err(|e| e.to_string())?,
+            )),
         }
     }
 }
-
-/// Why `single` does not run yet.
-pub const SINGLE_MISSING: &str =
-    "the single-packet API is not yet available in this build (sluice::distributor::single)";
 
 /// Code that runs with any distributor API: [`Api::open`] calls `run` with
 /// the distributor it made.
@@ -155,6 +154,53 @@ impl DistSide for Distributor {
     }
 }
 
+impl DistSide for SingleDistributor {
+    type Worker = SingleWorker;
+
+    fn worker(&self, id: usize) -> Result<SingleWorker, String> {
+        SingleDistributor::worker(self, id).map_err(|e| e.to_string())
+    }
+
+    #[inline]
+    fn process(&mut self, burst: &mut BurstSlice) -> usize {
+        SingleDistributor::process(self, burst)
+    }
+
+    #[inline]
+    fn returned_pkts(&mut self, out: &mut BurstSlice) -> usize {
+        SingleDistributor::returned_pkts(self, out)
+    }
+
+    fn flush(&mut self) -> usize {
+        SingleDistributor::flush(self)
+    }
+
+    fn stats(&self) -> DistStats {
+        SingleDistributor::stats(self)
+    }
+
+    fn active_workers(&self) -> usize {
+        SingleDistributor::active_workers(self)
+    }
+
+    fn matching(&self) -> &'static str {
+        // One packet's tag against each worker's, in a loop.
+        MatchImpl::Scalar.name()
+    }
+}
+
+impl WorkerSide for SingleWorker {
+    /// One packet each way: `done` holds at most the one the last call
+    /// received.
+    #[inline]
+    fn get_pkt(&mut self, done: &mut BurstSlice, out: &mut BurstSlice) -> Result<usize, DistError> {
+        let m = SingleWorker::get_pkt(self, done.pop())?;
+        // `out` has room for eight: this cannot fail.
+        let _ = out.push(m);
+        Ok(1)
+    }
+}
+
 impl WorkerSide for Worker {
     #[inline]
     fn get_pkt(&mut self, done: &mut BurstSlice, out: &mut BurstSlice) -> Result<usize, DistError> {
@@ -184,7 +230,9 @@ mod tests {
             Api::Burst.open(0, Name).unwrap_err(),
             "a distributor needs at least one worker"
         );
-        assert_eq!(Api::Single.open(1, Name).unwrap_err(), SINGLE_MISSING);
+        let (m, _) = Api::Single.open(2, Name).unwrap();
+        assert_eq!(m, "scalar");
+        assert!(Api::ALL.iter().all(|a| a.check().is_ok()));
         let names: Vec<_> = Api::ALL.iter().map(|a| a.name()).collect();
         assert_eq!(names, ["burst", "burst-scalar", "single"]);
         assert_eq!(
