@@ -32,7 +32,7 @@ use crate::sync::{Arc, Ordering, spin_loop};
 
 use super::lines::{CLAIM_INHERIT, CLAIM_LIVE, PARITY, SHUTDOWN, Shared, UNREAD};
 use super::matching::{MatchImpl, Matcher, WorkerTags};
-use super::returns::Fifo;
+use super::returns::{Fifo, free_pkts};
 use super::worker::Worker;
 use super::{BURST_SIZE, DistError, MAX_WORKERS, flow_tag};
 
@@ -308,14 +308,7 @@ impl Distributor {
     /// Moves up to `out.free()` returned packets into `out`, oldest first;
     /// returns how many.
     pub fn returned_pkts(&mut self, out: &mut BurstSlice) -> usize {
-        let n = out.free().min(self.returns.len());
-        let base = out.len();
-        for slot in out.spare_slots(n) {
-            *slot = self.returns.pop().expect("counted above");
-        }
-        // SAFETY: the `n` packets popped are now owned by `out`.
-        unsafe { out.set_len(base + n) };
-        n
+        self.returns.pop_into(out)
     }
 
     /// Frees every returned packet not yet collected.
@@ -576,17 +569,20 @@ impl Drop for Distributor {
         for w in 0..self.workers.len() {
             let ws = &mut self.workers[w];
             let lines = &self.shared.lines[w];
-            free(&ws.backlog[..ws.backlog_len]);
+            // SAFETY: the backlog's packets are ours, each once.
+            unsafe { free_pkts(&ws.backlog[..ws.backlog_len]) };
             ws.backlog_len = 0;
             if !ws.ready {
                 let Some(first) = lines.pending(ws.parity) else {
                     continue;
                 };
                 let n = lines.take_returns(first, &mut self.scratch);
-                free(&self.scratch[..n]);
+                // SAFETY: an open request's returns are ours.
+                unsafe { free_pkts(&self.scratch[..n]) };
                 if first & UNREAD != 0 {
                     let n = lines.unread_batch(&mut self.scratch);
-                    free(&self.scratch[..n]);
+                    // SAFETY: an unread batch handed back is ours.
+                    unsafe { free_pkts(&self.scratch[..n]) };
                 }
             }
             ws.ready = false;
@@ -596,14 +592,6 @@ impl Drop for Distributor {
         // Release: pairs with the workers' Acquire of `gone`.
         self.shared.gone.store(1, Ordering::Release);
         // `returns` and `pending` free theirs when dropped.
-    }
-}
-
-/// Frees packets the distributor owns and gives up.
-fn free(pkts: &[Elem]) {
-    for &e in pkts {
-        // SAFETY: owned packets, each freed once.
-        drop(unsafe { crate::mbuf::Mbuf::from_raw(e.as_non_null().cast()) });
     }
 }
 

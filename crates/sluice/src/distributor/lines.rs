@@ -42,6 +42,7 @@ use crate::mempool::Elem;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 
 use super::BURST_SIZE;
+use super::returns::free_pkts;
 
 /// `rets[0]`, `bufs[0]`: the side's parity bit.
 pub(crate) const PARITY: u64 = 1;
@@ -267,23 +268,18 @@ impl Drop for Shared {
             let open = (r ^ b) & PARITY != 0;
             if open {
                 let n = l.rets.read_pkts(r, &mut pkts);
-                free_orphans(&pkts[..n]);
+                // SAFETY: handed over a line and never taken, with both
+                // ends gone: we are their last owner.
+                unsafe { free_pkts(&pkts[..n]) };
             }
             let inherited = self.claimed[w].load(Ordering::Relaxed) == CLAIM_INHERIT;
             if (open && r & UNREAD != 0) || (!open && inherited) {
                 let n = l.bufs.read_pkts(b, &mut pkts);
-                free_orphans(&pkts[..n]);
+                // SAFETY: handed over a line and never taken, with both
+                // ends gone: we are their last owner.
+                unsafe { free_pkts(&pkts[..n]) };
             }
         }
-    }
-}
-
-/// Frees packets that no one owns any more (see `Shared::drop`).
-fn free_orphans(pkts: &[Elem]) {
-    for &e in pkts {
-        // SAFETY: the packet was handed over a line and never taken, and
-        // both ends are gone: this is its last owner, freeing it once.
-        drop(unsafe { crate::mbuf::Mbuf::from_raw(e.as_non_null().cast()) });
     }
 }
 

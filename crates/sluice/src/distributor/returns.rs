@@ -6,7 +6,7 @@
 //! It never overwrites: a push that does not fit is refused, and the caller
 //! leaves the packets where they were.
 
-use crate::mbuf::{Mbuf, MbufHeader};
+use crate::mbuf::{BurstSlice, Mbuf, MbufHeader};
 use crate::mempool::Elem;
 
 /// A FIFO of owned packets.
@@ -78,11 +78,24 @@ impl Fifo {
         Some(e)
     }
 
+    /// Moves up to `out.free()` packets into `out`, oldest first; how
+    /// many.
+    pub(crate) fn pop_into(&mut self, out: &mut BurstSlice) -> usize {
+        let n = out.free().min(self.len);
+        let base = out.len();
+        for slot in out.spare_slots(n) {
+            *slot = self.pop().expect("counted above");
+        }
+        // SAFETY: the `n` packets popped are now owned by `out`.
+        unsafe { out.set_len(base + n) };
+        n
+    }
+
     /// Frees every packet.
     pub(crate) fn clear(&mut self) {
         while let Some(e) = self.pop() {
             // SAFETY: the FIFO owned the packet, and gives it up here.
-            drop(unsafe { Mbuf::from_raw(e.as_non_null().cast::<MbufHeader>()) });
+            unsafe { free_pkts(&[e]) };
         }
         self.head = 0;
     }
@@ -91,5 +104,16 @@ impl Fifo {
 impl Drop for Fifo {
     fn drop(&mut self) {
         self.clear();
+    }
+}
+
+/// Frees packets.
+///
+/// # Safety
+/// Each is a live mbuf the caller owns and gives up, listed once.
+pub(crate) unsafe fn free_pkts(pkts: &[Elem]) {
+    for &e in pkts {
+        // SAFETY: (caller) an owned mbuf, freed once.
+        drop(unsafe { Mbuf::from_raw(e.as_non_null().cast::<MbufHeader>()) });
     }
 }

@@ -52,7 +52,7 @@ use crate::sync::{Arc, AtomicU32, AtomicU64, Ordering};
 
 use super::burst::backoff;
 use super::matching::WorkerTags;
-use super::returns::Fifo;
+use super::returns::{Fifo, free_pkts};
 use super::{DistError, DistStats, MAX_WORKERS, flow_tag};
 
 /// Packets a worker's backlog holds (beside the one handed to it).
@@ -128,12 +128,14 @@ impl Drop for Shared {
                 // A request the distributor never saw: its packets are the
                 // distributor's, which is gone.
                 if v & RETURN != 0 {
-                    free(elem(v & !FLAGS));
+                    // SAFETY: a packet this side owns here (the protocol above), freed once.
+                    unsafe { free(elem(v & !FLAGS)) };
                 }
                 if v & UNREAD != 0 {
                     let a = self.abandoned[w].load(Ordering::Relaxed);
                     if a != 0 {
-                        free(elem(a));
+                        // SAFETY: a packet this side owns here (the protocol above), freed once.
+                        unsafe { free(elem(a)) };
                     }
                 }
             } else if self.claimed[w].load(Ordering::Relaxed) == LEFT_OPEN
@@ -142,7 +144,8 @@ impl Drop for Shared {
             {
                 // The answer to the request of a handle dropped by a panic,
                 // never taken.
-                free(elem(v));
+                // SAFETY: a packet this side owns here (the protocol above), freed once.
+                unsafe { free(elem(v)) };
             }
         }
     }
@@ -162,10 +165,13 @@ fn elem(a: u64) -> Elem {
     Elem::from_ptr(std::ptr::NonNull::new(a as *mut u8).expect("a packet address"))
 }
 
-/// Frees a packet the caller owns and gives up.
-fn free(e: Elem) {
-    // SAFETY: (caller) an owned packet, freed once.
-    drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+/// Frees a packet.
+///
+/// # Safety
+/// A live mbuf the caller owns and gives up.
+unsafe fn free(e: Elem) {
+    // SAFETY: forwarded.
+    unsafe { free_pkts(&[e]) };
 }
 
 /// The header of a packet the caller owns.
@@ -408,14 +414,7 @@ impl SingleDistributor {
     /// Moves up to `out.free()` returned packets into `out`, oldest first;
     /// returns how many.
     pub fn returned_pkts(&mut self, out: &mut BurstSlice) -> usize {
-        let n = out.free().min(self.returns.len());
-        let base = out.len();
-        for slot in out.spare_slots(n) {
-            *slot = self.returns.pop().expect("counted above");
-        }
-        // SAFETY: the `n` packets popped are now owned by `out`.
-        unsafe { out.set_len(base + n) };
-        n
+        self.returns.pop_into(out)
     }
 
     /// Frees every returned packet not yet collected.
@@ -679,7 +678,8 @@ impl Drop for SingleDistributor {
         for w in 0..self.workers.len() {
             let ws = &mut self.workers[w];
             for k in 0..ws.backlog_len {
-                free(ws.backlog[(ws.head + k) % SINGLE_BACKLOG]);
+                // SAFETY: a packet this side owns here (the protocol above), freed once.
+                unsafe { free(ws.backlog[(ws.head + k) % SINGLE_BACKLOG]) };
             }
             ws.backlog_len = 0;
             let word = &self.shared.words[w].0;
@@ -695,12 +695,14 @@ impl Drop for SingleDistributor {
                     continue;
                 }
                 if v & RETURN != 0 {
-                    free(elem(v & !FLAGS));
+                    // SAFETY: a packet this side owns here (the protocol above), freed once.
+                    unsafe { free(elem(v & !FLAGS)) };
                 }
                 if v & UNREAD != 0
                     && let Some(e) = ws.held
                 {
-                    free(e);
+                    // SAFETY: a packet this side owns here (the protocol above), freed once.
+                    unsafe { free(e) };
                 }
             }
             ws.ready = false;
@@ -709,7 +711,8 @@ impl Drop for SingleDistributor {
             word.store(CLOSED, Ordering::Release);
         }
         while let Some(e) = self.pending.pop_front() {
-            free(e);
+            // SAFETY: a packet this side owns here (the protocol above), freed once.
+            unsafe { free(e) };
         }
         // Release: pairs with the workers' Acquire of `gone` (and orders the
         // `abandoned` stores before `Shared`'s `Drop`).
@@ -905,7 +908,8 @@ impl SingleWorker {
         if self.shared.gone.load(Ordering::Acquire) != 0 {
             // No one will read a request: the unread packet is ours.
             if unread != 0 {
-                free(elem(unread));
+                // SAFETY: a packet this side owns here (the protocol above), freed once.
+                unsafe { free(elem(unread)) };
             }
             return Err(DistError::Closed);
         }

@@ -13,6 +13,7 @@ use crate::sync::{Arc, Ordering};
 
 use super::burst::backoff;
 use super::lines::{CLAIM_FREE, CLAIM_INHERIT, PARITY, SHUTDOWN, Shared, UNREAD, WorkerLines};
+use super::returns::free_pkts;
 use super::{BURST_SIZE, DistError};
 
 /// Where a worker stands in the handshake.
@@ -247,7 +248,8 @@ impl Worker {
     fn reclaim_returns(&mut self) {
         let first = self.lines().own_request();
         let n = self.shared.lines[self.id].take_returns(first, &mut self.scratch);
-        free(&self.scratch[..n]);
+        // SAFETY: the distributor never took them: ours again, each once.
+        unsafe { free_pkts(&self.scratch[..n]) };
         // The line's word is ours alone now; flipping back keeps `W == D`.
         self.parity ^= PARITY;
         self.lines().request(self.parity, 0, &[]);
@@ -261,16 +263,9 @@ impl Worker {
             && let Some(first) = self.lines().answered(self.parity)
         {
             let n = self.shared.lines[self.id].take_batch(first, &mut self.scratch);
-            free(&self.scratch[..n]);
+            // SAFETY: the answer's batch is ours, never taken before.
+            unsafe { free_pkts(&self.scratch[..n]) };
         }
-    }
-}
-
-/// Frees packets the caller owns and gives up.
-fn free(pkts: &[Elem]) {
-    for &e in pkts {
-        // SAFETY: (caller) owned packets, each freed once.
-        drop(unsafe { crate::mbuf::Mbuf::from_raw(e.as_non_null().cast()) });
     }
 }
 
