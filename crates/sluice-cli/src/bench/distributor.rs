@@ -4,15 +4,17 @@
 //! workers.
 //!
 //! # Method
-//! The distributor lcore (the first CPU) keeps a pool of [`POOL`] mbufs
-//! circulating: it takes a burst of 32 from its free list (a stack), gives
-//! them RSS hashes 1..=32 (32 distinct flows per burst, as DPDK's test
-//! does), calls `process`, and collects `returned_pkts` straight back into
-//! the free list. Each worker lcore loops on `get_pkt`, handing back what
-//! it got the call before. DPDK's test times `process` alone over the same
-//! 32 mbufs given again and again, with workers that never hold them; here
-//! every mbuf is owned by exactly one side at a time, and the timed loop is
-//! the whole distributor side: free list, hashes, `process`, returns.
+//! The distributor lcore (the first CPU) owns a pool of [`POOL`] mbufs,
+//! each given an RSS hash once (its index mod 32, plus 1: 32 flows, as
+//! DPDK's test sets `hash.usr` once). Each iteration fills a burst of 32
+//! with `returned_pkts` (the packets the workers handed back, in order) and
+//! tops it up from its free list (a stack: at the start, while the workers
+//! hold packets), then calls `process`. Each worker lcore loops on
+//! `get_pkt`, handing back what it got the call before. DPDK's test times
+//! `process` alone over the same 32 mbufs given again and again, with
+//! workers that never hold them; here every mbuf is owned by exactly one
+//! side at a time, and the timed loop is the whole distributor side:
+//! returns, free list, `process`.
 //!
 //! Workers go on the other CPUs, round-robin; on a two-CPU machine they all
 //! share the second, time-sliced (the `w/core` column). The figure that
@@ -157,10 +159,11 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     };
     let place = Placement::of(&ctx.cpus);
     let mut notes = vec![format!(
-        "One distributor lcore keeps {POOL} mbufs circulating: a burst of {BURST} from its free \
-         list with RSS hashes 1..={BURST} (32 flows per burst), process, returned_pkts back to \
-         the free list; workers loop on get_pkt handing back what they got. cycles/pkt = TSC \
-         ticks of that whole loop on the distributor core per packet distributed."
+        "One distributor lcore keeps mbufs circulating (each with a fixed RSS hash: index mod \
+         {BURST} + 1): a burst of {BURST} filled by returned_pkts and topped up from a free list \
+         of {POOL}, then process; workers loop on get_pkt handing back what they got. \
+         cycles/pkt = TSC ticks of that whole loop on the distributor core per packet \
+         distributed."
     )];
     if let Some(p) = &place {
         notes.push(format!(
@@ -416,6 +419,12 @@ fn drive<D: DistSide>(
     let mut free: Box<Burst<{ POOL + 1 }>> = Box::new(Burst::new());
     pool.alloc_bulk(&mut free, POOL)
         .map_err(|e| format!("cannot take {POOL} mbufs: {e}"))?;
+    // Each mbuf keeps its flow for the run (as DPDK's test sets
+    // `hash.usr` once): bursts of consecutive mbufs carry 32 flows.
+    for (i, m) in free.iter_mut().enumerate() {
+        // Fresh mbufs are unshared: this cannot fail.
+        let _ = m.set_rss_hash((i % BURST) as u32 + 1);
+    }
     let mut burst = Burst::<BURST>::new();
     let mut stall = Stall::new("distributor (waiting for its workers)");
     while d.active_workers() < workers {
@@ -499,17 +508,15 @@ fn cycle<D: DistSide>(
     let mut r = Run::default();
     let mut t = rdtsc();
     while r.done < ops {
+        // Returned packets go straight back in; the free list tops up
+        // what the workers still hold (at the start, mostly).
+        d.returned_pkts(burst);
         while !burst.is_full() {
             let Some(m) = free.pop() else { break };
             // Room checked above.
             let _ = burst.push(m);
         }
-        for (i, m) in burst.iter_mut().enumerate() {
-            // The free list's mbufs are unshared: this cannot fail.
-            let _ = m.set_rss_hash(i as u32 + 1);
-        }
         let n = d.process(burst) as u64;
-        d.returned_pkts(free);
         let t1 = rdtsc();
         let span = t1.wrapping_sub(t);
         t = t1;

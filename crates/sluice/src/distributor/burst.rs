@@ -549,14 +549,38 @@ unsafe fn header<'a>(e: Elem) -> &'a MbufHeader {
     unsafe { &*e.as_ptr().cast::<MbufHeader>() }
 }
 
-/// Spins, yielding the CPU now and then (more threads than cores).
+/// Spins: tight for the first polls (an answer due within a cache-line
+/// round trip is seen at once: a `pause` can cost tens of cycles), then with
+/// the spin-wait hint, yielding the CPU every 256 polls (more threads than
+/// cores).
 #[inline]
 pub(crate) fn backoff(spins: &mut u32) {
     *spins = spins.wrapping_add(1);
     #[cfg(not(loom))]
-    if spins.is_multiple_of(256) {
-        std::thread::yield_now();
-        return;
+    {
+        if *spins < 64 {
+            return;
+        }
+        if spins.is_multiple_of(256) {
+            std::thread::yield_now();
+            return;
+        }
+    }
+    spin_loop();
+}
+
+/// As [`backoff`] but with the spin-wait hint from the first poll: for the
+/// single-packet API, whose one word per worker is polled by both sides —
+/// tight polling there keeps stealing the line from its writer.
+#[inline]
+pub(crate) fn backoff_paused(spins: &mut u32) {
+    *spins = spins.wrapping_add(1);
+    #[cfg(not(loom))]
+    {
+        if spins.is_multiple_of(256) {
+            std::thread::yield_now();
+            return;
+        }
     }
     spin_loop();
 }

@@ -50,7 +50,7 @@ use crate::mbuf::{BurstSlice, Mbuf, MbufHeader};
 use crate::mempool::Elem;
 use crate::sync::{Arc, AtomicU32, AtomicU64, Ordering};
 
-use super::burst::backoff;
+use super::burst::backoff_paused as backoff;
 use super::matching::WorkerTags;
 use super::returns::{Fifo, free_pkts};
 use super::{DistError, DistStats, MAX_WORKERS, flow_tag};
