@@ -122,6 +122,9 @@ pub struct Distributor {
     /// Packets taken back from workers that shut down, to hand out first.
     pending: Fifo,
     scratch: [Elem; BURST_SIZE],
+    /// Returns read into `scratch` by a request taken with `defer`, not yet
+    /// in `returns` (only between `take_request` and `push_deferred`).
+    deferred: usize,
     distributed: Counter,
     returned: Counter,
     returns_full: Counter,
@@ -171,6 +174,7 @@ impl Distributor {
             // suffices.
             pending: Fifo::new((2 * BURST_SIZE * n).next_power_of_two()),
             scratch: [Elem::DANGLING; BURST_SIZE],
+            deferred: 0,
             distributed: Counter::new(),
             returned: Counter::new(),
             returns_full: Counter::new(),
@@ -345,7 +349,7 @@ impl Distributor {
         let mut any = false;
         for w in 0..self.workers.len() {
             if !self.workers[w].ready {
-                let r = self.take_request(w);
+                let r = self.take_request(w, false);
                 any |= matches!(r, Request::Ready | Request::ShutDown);
             } else if self.shared.lines[w].quitting() {
                 // A worker waiting for packets asks to stop.
@@ -369,7 +373,7 @@ impl Distributor {
     }
 
     /// Handles worker `w`'s request, if it has one open and not yet taken.
-    fn take_request(&mut self, w: usize) -> Request {
+    fn take_request(&mut self, w: usize, defer: bool) -> Request {
         let ws = &mut self.workers[w];
         if ws.ready {
             return Request::Ready;
@@ -386,14 +390,22 @@ impl Distributor {
             return Request::Refused;
         }
         ws.refused = false;
-        self.returns.push_all(&self.scratch[..n]);
-        self.returned.add(n as u64);
         // Its last batch is done.
         ws.in_flight = 0;
         self.tags[w].0[..BURST_SIZE].fill(0);
         if first & SHUTDOWN != 0 || self.shared.lines[w].quitting() {
+            self.returns.push_all(&self.scratch[..n]);
+            self.returned.add(n as u64);
             self.shut_down(w, first & UNREAD != 0);
             return Request::ShutDown;
+        }
+        if defer {
+            // The caller answers first; `push_deferred` files the returns
+            // (already read out of the line, room checked).
+            self.deferred = n;
+        } else {
+            self.returns.push_all(&self.scratch[..n]);
+            self.returned.add(n as u64);
         }
         if !ws.active {
             ws.active = true;
@@ -401,6 +413,14 @@ impl Distributor {
         }
         ws.ready = true;
         Request::Ready
+    }
+
+    /// Files the returns a deferred `take_request` left in `scratch`.
+    #[inline]
+    fn push_deferred(&mut self) {
+        let n = std::mem::take(&mut self.deferred);
+        self.returns.push_all(&self.scratch[..n]);
+        self.returned.add(n as u64);
     }
 
     /// Worker `w` shuts down: its unread batch (if `unread`) and backlog go
@@ -477,14 +497,16 @@ impl Distributor {
         if self.workers[w].backlog_len == BURST_SIZE {
             let mut spins = 0u32;
             loop {
-                match self.take_request(w) {
+                match self.take_request(w, true) {
                     Request::Ready => break,
                     Request::None => backoff(&mut spins),
                     Request::Refused => return Err(Blocked::ReturnsFull),
                     Request::ShutDown => return Err(Blocked::Rematch),
                 }
             }
+            // The worker waits: answer before filing its returns.
             self.release(w);
+            self.push_deferred();
         }
         let ws = &mut self.workers[w];
         ws.backlog[ws.backlog_len] = e;
