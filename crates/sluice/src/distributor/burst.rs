@@ -393,7 +393,10 @@ impl Distributor {
         // Its last batch is done.
         ws.in_flight = 0;
         self.tags[w].0[..BURST_SIZE].fill(0);
-        if first & SHUTDOWN != 0 || self.shared.lines[w].quitting() {
+        // (A `quit` set before this request is seen on the next
+        // `poll_all`, the worker then being ready: the hot path reads only
+        // the returns line.)
+        if first & SHUTDOWN != 0 {
             self.returns.push_all(&self.scratch[..n]);
             self.returned.add(n as u64);
             self.shut_down(w, first & UNREAD != 0);
