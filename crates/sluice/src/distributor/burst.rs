@@ -257,9 +257,10 @@ impl Distributor {
 
     /// Hands the packets of `burst` to the workers, taking them from its
     /// front; returns how many it took. It takes them all unless no worker
-    /// is active (none taken), or a full returns FIFO stops a worker it
-    /// must wait for (the rest stay in `burst`: collect returns with
-    /// [`returned_pkts`](Self::returned_pkts) and call again).
+    /// is active (from the start, or once the last one shut down), or a full
+    /// returns FIFO stops a worker it must wait for: the rest stay in
+    /// `burst` (collect returns with [`returned_pkts`](Self::returned_pkts)
+    /// and call again).
     ///
     /// It waits only when a worker's backlog is full and the worker has not
     /// asked for more: flow affinity makes the packet wait for that worker.
