@@ -179,7 +179,13 @@ fn errors_and_messages() {
         "invalid prefix depth 255: must be 0..=32"
     );
     let e = t.add(0, 8, 1 << 24).unwrap_err();
-    assert_eq!(e, LpmError::NextHopTooLarge { next_hop: 1 << 24 });
+    assert_eq!(
+        e,
+        LpmError::NextHopTooLarge {
+            next_hop: 1 << 24,
+            max: 1 << 24
+        }
+    );
     assert_eq!(
         e.to_string(),
         "next hop 16777216 is too large: must be below 2^24 (16777216)"

@@ -31,14 +31,21 @@ use std::fmt;
 use std::net::IpAddr;
 
 pub mod ipv4;
+pub mod ipv6;
+mod mem;
+pub mod routegen;
+mod rules;
 
 #[cfg(all(test, not(loom)))]
 mod ipv4_tests;
+#[cfg(all(test, not(loom)))]
+mod ipv6_tests;
+#[cfg(all(test, not(loom)))]
+mod routegen_tests;
 
 pub use ipv4::Lpm4;
-
-/// Largest next-hop id plus one: next hops are stored in 24 bits.
-pub const MAX_NEXT_HOP: u32 = 1 << 24;
+pub use ipv6::Lpm6;
+pub use mem::{LpmMemory, TableBacking};
 
 /// Sizes of an LPM table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -70,10 +77,19 @@ pub enum LpmError {
         /// The largest depth allowed (32 for IPv4).
         max: u8,
     },
-    /// A next-hop id that does not fit in 24 bits.
+    /// A next-hop id too large for the table's entries.
     NextHopTooLarge {
         /// The next hop given.
         next_hop: u32,
+        /// The limit: next hops must be below it.
+        max: u32,
+    },
+    /// The table's memory could not be mapped.
+    NoMemory {
+        /// Bytes asked for.
+        bytes: usize,
+        /// The OS error number.
+        errno: i32,
     },
     /// The table already holds `max_routes` routes.
     TooManyRoutes {
@@ -108,9 +124,15 @@ impl fmt::Display for LpmError {
             LpmError::InvalidDepth { depth, max } => {
                 write!(f, "invalid prefix depth {depth}: must be 0..={max}")
             }
-            LpmError::NextHopTooLarge { next_hop } => write!(
+            LpmError::NextHopTooLarge { next_hop, max } => write!(
                 f,
-                "next hop {next_hop} is too large: must be below 2^24 ({MAX_NEXT_HOP})"
+                "next hop {next_hop} is too large: must be below 2^{} ({max})",
+                max.trailing_zeros()
+            ),
+            LpmError::NoMemory { bytes, errno } => write!(
+                f,
+                "cannot map {bytes} bytes for an LPM table: {}",
+                std::io::Error::from_raw_os_error(errno)
             ),
             LpmError::TooManyRoutes { max_routes } => {
                 write!(f, "route table full: max_routes {max_routes} reached")
