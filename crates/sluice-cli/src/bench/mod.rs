@@ -11,6 +11,7 @@
 
 pub mod distributor;
 pub mod fwd;
+pub mod lpm;
 pub mod mbuf;
 pub mod mempool;
 pub mod recycle;
@@ -62,6 +63,10 @@ pub enum Part {
     /// Distributor: cycles per packet on the distributor core, burst API
     /// (SIMD and scalar matching) vs single-packet API, 1..8 workers.
     Distributor,
+    /// Longest-prefix match: cycles per lookup, single and bulk, IPv4 with
+    /// 1k, 100k and 1M routes, IPv6 with 1000 (and 100k); route add and
+    /// delete.
+    Lpm,
     /// All of the above.
     All,
 }
@@ -79,7 +84,7 @@ pub enum Selection {
 #[derive(Serialize, Debug, Clone)]
 pub struct BenchResult {
     /// The benchmark set: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor`.
+    /// `distributor`, `lpm`.
     pub bench: &'static str,
     /// The case, unique within its set.
     pub case: String,
@@ -396,6 +401,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Fwd,
             Part::Recycle,
             Part::Distributor,
+            Part::Lpm,
         ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
@@ -403,6 +409,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         Part::Fwd => &[Part::Fwd],
         Part::Recycle => &[Part::Recycle],
         Part::Distributor => &[Part::Distributor],
+        Part::Lpm => &[Part::Lpm],
     };
     // In `all`, the parts that take long run their summary.
     let sel = if args.part == Part::All {
@@ -422,6 +429,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             }
             // In `all`, one worker.
             Part::Distributor => distributor::run(&mut ctx, sel),
+            // In `all`, the 1k and 100k IPv4 and the 1000 IPv6 sets.
+            Part::Lpm => lpm::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),
         }
     }

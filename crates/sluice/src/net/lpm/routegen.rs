@@ -30,7 +30,9 @@
 //! [`ipv6_routes`] makes `n` distinct routes in one of two mixes
 //! ([`Ipv6Mix`]): depths spread evenly over /1–/128 with random prefixes,
 //! the shape of DPDK's `lpm6_perf_autotest` set; or an Internet-like mix
-//! inside 2000::/3 (mostly /48, /32, /44, /40). [`ipv6_addrs`] draws
+//! inside the registries' blocks of 2000::/3 (mostly /48, /32, /44, /40,
+//! the longer ones mostly under the shorter ones, so they share trie
+//! groups as a real table's do). [`ipv6_addrs`] draws
 //! addresses under the routes, one route at a time for runs of addresses as
 //! DPDK's test does, or a random route for each.
 //!
@@ -359,11 +361,30 @@ pub enum Ipv6Mix {
     /// Short depths have few prefixes (two /1s), so once those are taken
     /// the draw moves to other depths.
     UniformDepth,
-    /// Inside 2000::/3, mostly /48 (45 %), /32 (12 %), /44 (8 %), /40
-    /// (6 %), /36 and /29 (4 % each), the rest from /24 to /128: roughly a
-    /// full IPv6 BGP table. Nothing outside 2000::/3 is routed.
+    /// Inside the registries' blocks of 2000::/3 (2001::/16, 2400::/12,
+    /// 2600::/12, 2800::/12, 2a00::/12, 2c00::/12), mostly /48 (45 %), /32
+    /// (12 %), /44 (8 %), /40 (6 %), /36 and /29 (4 % each), the rest from
+    /// /26 to /128, nine in ten of the prefixes longer than /32 under one
+    /// of the set's /32-or-shorter allocations: roughly a full IPv6 BGP
+    /// table. Nothing outside 2000::/3 is routed.
     Internet,
 }
+
+/// The regional registries' blocks [`Ipv6Mix::Internet`] routes sit in:
+/// (block, length).
+const IPV6_RIR_BLOCKS: [(u128, u32); 6] = [
+    (0x2001 << 112, 16),
+    (0x2400 << 112, 12),
+    (0x2600 << 112, 12),
+    (0x2800 << 112, 12),
+    (0x2a00 << 112, 12),
+    (0x2c00 << 112, 12),
+];
+
+/// Percent of [`Ipv6Mix::Internet`]'s prefixes longer than /32 that lie
+/// under one of its /32-or-shorter allocations (the rest anywhere in a
+/// registry block).
+const IPV6_MORE_SPECIFIC_PERCENT: u64 = 90;
 
 /// [`Ipv6Mix::Internet`]: (depth, parts per ten thousand). Sums to 10^4.
 const IPV6_INTERNET_MIX: [(u8, u32); 28] = [
@@ -456,13 +477,28 @@ pub fn ipv6_routes(
         Ipv6Mix::Internet => {
             let weights: Vec<u32> = IPV6_INTERNET_MIX.iter().map(|&(_, w)| w).collect();
             let counts = apportion(n, &weights);
+            // Allocations (/32 and shorter) first, inside the registries'
+            // blocks; then the longer prefixes, mostly under one of them.
+            let mut allocations: Vec<u128> = Vec::new();
             for (i, &(depth, _)) in IPV6_INTERNET_MIX.iter().enumerate() {
                 let mut made = 0;
                 while made < counts[i] {
-                    // 001 in the top three bits: 2000::/3.
-                    let p = (random128(&mut rng) >> 3) | (1u128 << 125);
+                    let under_allocation = depth > 32
+                        && !allocations.is_empty()
+                        && rng.below(100) < IPV6_MORE_SPECIFIC_PERCENT;
+                    let p = if under_allocation {
+                        let parent = allocations[rng.below(allocations.len() as u64) as usize];
+                        parent | (random128(&mut rng) >> 32)
+                    } else {
+                        let (block, len) =
+                            IPV6_RIR_BLOCKS[rng.below(IPV6_RIR_BLOCKS.len() as u64) as usize];
+                        block | (random128(&mut rng) >> len)
+                    };
                     if push(&mut rng, &mut routes, p, depth) {
                         made += 1;
+                        if depth <= 32 {
+                            allocations.push(p & mask6(32));
+                        }
                     }
                 }
             }
