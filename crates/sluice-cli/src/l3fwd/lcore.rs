@@ -127,52 +127,17 @@ pub fn l3_main<R: Router>(
 
 #[inline(never)]
 fn run<R: Router>(router: &R, lc: &mut L3Lcore<'_>, cfg: L3Config<'_>) -> LcoreCycles {
-    let mut burst: Burst<64> = Burst::new();
-    let mut out: Vec<Burst<64>> = lc.tx.iter().map(|_| Burst::new()).collect();
+    let mut bufs = Bursts::new(lc.tx.len());
     let mut c = LcoreCycles::default();
     let first = tsc::rdtsc_ordered();
     while !cfg.stop.load(Ordering::Relaxed) {
-        for rx in lc.rx.iter_mut() {
+        for q in 0..lc.rx.len() {
             let t0 = rdtsc();
-            let n = rx.rx_burst(burst.capped(cfg.burst));
+            let n = poll(router, lc, q, &mut bufs, &cfg);
             c.polls += 1;
             if n == 0 {
                 c.idle_polls += 1;
                 continue;
-            }
-            // Route in place, noting each packet's port (or DROP).
-            let mut dropped = [0u64; 5];
-            let mut dst = [DROP; 64];
-            for (d, m) in dst.iter_mut().zip(burst.iter_mut()) {
-                match route(router, m, cfg.macs) {
-                    Ok(p) => *d = p as u16,
-                    Err(why) => dropped[why as usize] += 1,
-                }
-            }
-            let first = dst[0];
-            if first != DROP && dst[1..n].iter().all(|&d| d == first) {
-                // The common case: the whole burst leaves by one port.
-                let p = first as usize;
-                send(&mut *lc.tx[p], &mut burst, &cfg, lc.counters_base + p);
-            } else {
-                // Dropped packets are freed here; the others go to the
-                // burst of their port (64 each, emptied below: they fit).
-                for (m, &d) in burst.drain_front(n).zip(&dst) {
-                    if d != DROP
-                        && let Err(m) = out[d as usize].push(m)
-                    {
-                        drop(m);
-                        cfg.counters[lc.counters_base + d as usize].drops.add(1);
-                    }
-                }
-                for (p, (o, tx)) in out.iter_mut().zip(lc.tx.iter_mut()).enumerate() {
-                    if !o.is_empty() {
-                        send(&mut **tx, o, &cfg, lc.counters_base + p);
-                    }
-                }
-            }
-            if dropped != [0; 5] {
-                lc.drops.add(&dropped);
             }
             c.busy_cycles += rdtsc().wrapping_sub(t0);
             c.packets += n as u64;
@@ -184,6 +149,86 @@ fn run<R: Router>(router: &R, lc: &mut L3Lcore<'_>, cfg: L3Config<'_>) -> LcoreC
     c.total_cycles = tsc::rdtsc_ordered().wrapping_sub(first);
     c
 }
+
+/// An lcore's bursts: the one it receives into and one per output port.
+pub struct Bursts {
+    rx: Burst<64>,
+    out: Vec<Burst<64>>,
+}
+
+impl Bursts {
+    /// Bursts for `ports` output ports.
+    pub fn new(ports: usize) -> Bursts {
+        Bursts {
+            rx: Burst::new(),
+            out: (0..ports).map(|_| Burst::new()).collect(),
+        }
+    }
+}
+
+/// One poll of Rx queue `q` of `lc`: receive, route, send; how many
+/// packets were received. The bursts are empty before and after.
+#[inline(always)]
+pub fn poll<R: Router>(
+    router: &R,
+    lc: &mut L3Lcore<'_>,
+    q: usize,
+    bufs: &mut Bursts,
+    cfg: &L3Config<'_>,
+) -> usize {
+    let burst = &mut bufs.rx;
+    let n = lc.rx[q].rx_burst(burst.capped(cfg.burst));
+    if n == 0 {
+        return 0;
+    }
+    // Route in place, noting each packet's port (or DROP). The headers of
+    // packet i + PREFETCH_AHEAD are prefetched while packet i is routed.
+    let mut dropped = [0u64; 5];
+    let mut dst = [DROP; 64];
+    let pkts = burst.as_mut_slice();
+    for m in pkts.iter().take(PREFETCH_AHEAD) {
+        m.prefetch_data();
+    }
+    for i in 0..n {
+        if let Some(ahead) = pkts.get(i + PREFETCH_AHEAD) {
+            ahead.prefetch_data();
+        }
+        match route(router, &mut pkts[i], cfg.macs) {
+            Ok(p) => dst[i] = p as u16,
+            Err(why) => dropped[why as usize] += 1,
+        }
+    }
+    let first = dst[0];
+    if first != DROP && dst[1..n].iter().all(|&d| d == first) {
+        // The common case: the whole burst leaves by one port.
+        let p = first as usize;
+        send(&mut *lc.tx[p], burst, cfg, lc.counters_base + p);
+    } else {
+        // Dropped packets are freed here; the others go to the burst of
+        // their port (64 each, emptied below: they fit).
+        for (m, &d) in burst.drain_front(n).zip(&dst) {
+            if d != DROP
+                && let Err(m) = bufs.out[d as usize].push(m)
+            {
+                drop(m);
+                cfg.counters[lc.counters_base + d as usize].drops.add(1);
+            }
+        }
+        for (p, (o, tx)) in bufs.out.iter_mut().zip(lc.tx.iter_mut()).enumerate() {
+            if !o.is_empty() {
+                send(&mut **tx, o, cfg, lc.counters_base + p);
+            }
+        }
+    }
+    if dropped != [0; 5] {
+        lc.drops.add(&dropped);
+    }
+    n
+}
+
+/// How many packets ahead of the one being routed its headers are
+/// prefetched.
+const PREFETCH_AHEAD: usize = 4;
 
 /// `dst` of a packet being dropped.
 const DROP: u16 = u16::MAX;
