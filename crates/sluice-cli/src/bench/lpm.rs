@@ -92,6 +92,9 @@ pub struct LpmResult {
     pub base: BenchResult,
     /// `ipv4` or `ipv6`.
     pub family: &'static str,
+    /// The route set: `v4` (Internet-like IPv4 mix), `v6` (DPDK's IPv6
+    /// shape, depths even over /1–/128) or `v6-inet` (Internet-like IPv6).
+    pub set: &'static str,
     /// Routes in the table.
     pub routes: usize,
     /// How lookup addresses were drawn: `uniform`, `routed`, `runs400`,
@@ -114,12 +117,15 @@ pub struct LpmResult {
     pub meets_bar: Option<bool>,
 }
 
-/// A lookup API under test: its name, lookups per call (bulk), and the
-/// timed body over one batch returning the misses.
+/// The timed body of an API: looks up one batch, returns the misses.
+type Body<'a, A> = Box<dyn FnMut(&[A]) -> u64 + 'a>;
+
+/// A lookup API under test: its name, lookups per call (bulk), and its
+/// body.
 struct Api<'a, A> {
     name: &'static str,
     bulk: Option<usize>,
-    body: Box<dyn FnMut(&[A]) -> u64 + 'a>,
+    body: Body<'a, A>,
 }
 
 /// What one API measured over all rounds.
@@ -189,7 +195,7 @@ fn measure<'p, A: Copy>(
 /// The rows of one table's lookup cases.
 #[allow(clippy::too_many_arguments)]
 fn lookup_rows<A>(
-    family: &'static str,
+    set: &'static str,
     routes: usize,
     addrs: &'static str,
     apis: &[Api<'_, A>],
@@ -205,7 +211,7 @@ fn lookup_rows<A>(
             let max = t.per_round.iter().copied().fold(0.0, f64::max);
             let mut base = BenchResult::new(
                 "lpm",
-                format!("{family} {} {addrs} {}", short(routes), api.name),
+                format!("{set} {} {addrs} {}", short(routes), api.name),
                 1,
                 cpo,
                 sluice::tsc::tsc_hz() as f64 / cpo.max(1e-9) / 1e6,
@@ -217,7 +223,8 @@ fn lookup_rows<A>(
             base.dpdk_cycles_per_op = bar;
             LpmResult {
                 base,
-                family,
+                family: family_of(set),
+                set,
                 routes,
                 addrs,
                 api: api.name,
@@ -233,7 +240,7 @@ fn lookup_rows<A>(
 
 /// The row of an add or delete.
 fn change_row(
-    family: &'static str,
+    set: &'static str,
     routes: usize,
     api: &'static str,
     cycles: u64,
@@ -243,7 +250,7 @@ fn change_row(
     let cpo = cycles as f64 / routes.max(1) as f64;
     let mut base = BenchResult::new(
         "lpm",
-        format!("{family} {} {api}", short(routes)),
+        format!("{set} {} {api}", short(routes)),
         1,
         cpo,
         sluice::tsc::tsc_hz() as f64 / cpo.max(1e-9) / 1e6,
@@ -253,7 +260,8 @@ fn change_row(
     base.dpdk_cycles_per_op = bar;
     LpmResult {
         base,
-        family,
+        family: family_of(set),
+        set,
         routes,
         addrs: "-",
         api,
@@ -262,6 +270,15 @@ fn change_row(
         cycles_min: cpo,
         cycles_max: cpo,
         meets_bar: bar.map(|b| cpo <= b),
+    }
+}
+
+/// `ipv4` for the `v4` set, else `ipv6`.
+fn family_of(set: &str) -> &'static str {
+    if set.starts_with("v4") {
+        "ipv4"
+    } else {
+        "ipv6"
     }
 }
 
@@ -332,7 +349,14 @@ fn run_v4(case: V4Case, ops: u64) -> Result<Vec<LpmResult>, String> {
     }
     let add = rdtsc_ordered() - start;
     if case.bar {
-        rows.push(change_row("v4", case.routes, "add", add, &backing, Some(bar::V4_ADD)));
+        rows.push(change_row(
+            "v4",
+            case.routes,
+            "add",
+            add,
+            &backing,
+            Some(bar::V4_ADD),
+        ));
     }
     let batches = (ops as usize / BATCH).max(ROUNDS);
     let per_round = batches / ROUNDS;
@@ -477,7 +501,14 @@ fn run_v6(case: V6Case, ops: u64) -> Result<Vec<LpmResult>, String> {
         t.add(r.prefix, r.depth, r.next_hop)
             .map_err(|e| format!("add {r}: {e}"))?;
     }
-    rows.push(change_row(fam, case.routes, "add", rdtsc_ordered() - start, &backing, None));
+    rows.push(change_row(
+        fam,
+        case.routes,
+        "add",
+        rdtsc_ordered() - start,
+        &backing,
+        None,
+    ));
     // One pass over the addresses per batch.
     let passes = (ops as usize / V6_ADDRS).max(ROUNDS);
     let per_round = passes / ROUNDS;
@@ -610,7 +641,10 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
          (and lpm6_perf_autotest)."
             .to_owned(),
     ];
-    ctx.title("lpm (cf. DPDK lpm_perf_autotest, lpm6_perf_autotest)", &notes);
+    ctx.title(
+        "lpm (cf. DPDK lpm_perf_autotest, lpm6_perf_autotest)",
+        &notes,
+    );
     if !ctx.json {
         emit(&format!(
             "{:<30} {:>10} {:>9}  {:<12} detail",

@@ -86,10 +86,10 @@ impl EntryTable {
     pub(crate) fn new(len: usize, mem: LpmMemory) -> std::io::Result<EntryTable> {
         let len = len.max(1);
         let bytes = len * size_of::<u32>();
-        if mem == LpmMemory::Auto {
-            if let Ok(r) = Region::new(bytes, HugepagePolicy::Require) {
-                return Ok(Self::from_region(r, len, TableBacking::Hugetlb));
-            }
+        if mem == LpmMemory::Auto
+            && let Ok(r) = Region::new(bytes, HugepagePolicy::Require)
+        {
+            return Ok(Self::from_region(r, len, TableBacking::Hugetlb));
         }
         if mem == LpmMemory::Small {
             let r = Region::new(bytes, HugepagePolicy::Never)?;

@@ -263,7 +263,7 @@ fn golden_stride(slots: u64, rng: &mut Rng) -> u64 {
     // 0.618... in 32-bit fixed point, jittered a little per depth.
     let mut s =
         ((u128::from(slots) * u128::from(0x9e37_79b9u32 + rng.next_u32() % 4096)) >> 32) as u64 | 1;
-    while s % 7 == 0 || s >= slots {
+    while s.is_multiple_of(7) || s >= slots {
         s = if s >= slots { 1 } else { s + 2 };
     }
     s
