@@ -22,8 +22,8 @@
 //!   under each of the first 250 routes in turn, all routed (`runs400`);
 //!   measured so, and with each address under a random route (`random`,
 //!   harder on the branch predictor). A timed region is one pass over the
-//!   100 000: one lookup at a time (`single`) or one bulk call (`bulk`,
-//!   `bulk-or`). The full run adds 100 000 routes of the Internet-like
+//!   100 000: one lookup at a time (`single`), four (`x4`) or one bulk call
+//!   (`bulk`, `bulk-or`). The full run adds 100 000 routes of the Internet-like
 //!   IPv6 mix (mostly /48 under /32 allocations).
 //!
 //! Each table is built on the main lcore (the first CPU) and measured
@@ -100,8 +100,8 @@ pub struct LpmResult {
     /// How lookup addresses were drawn: `uniform`, `routed`, `runs400`,
     /// `random`; `-` for add and delete.
     pub addrs: &'static str,
-    /// `single`, `x4`, `bulk32`, `bulk32-or`, `bulk`, `bulk-or`, `add`,
-    /// `delete`.
+    /// `single`, `x4`, `bulk32`, `bulk32-or` (IPv4), `bulk`, `bulk-or`
+    /// (IPv6), `add`, `delete`.
     pub api: &'static str,
     /// Percent of lookups that found no route.
     pub unrouted_percent: f64,
@@ -530,6 +530,19 @@ fn run_v6(case: V6Case, ops: u64) -> Result<Vec<LpmResult>, String> {
                 }),
             },
             Api {
+                name: "x4",
+                bulk: Some(4),
+                body: Box::new(move |a: &[[u8; 16]]| {
+                    let mut m = 0;
+                    for c in a.chunks_exact(4) {
+                        for r in t.lookup_x4([c[0], c[1], c[2], c[3]]) {
+                            m += u64::from(r.is_none());
+                        }
+                    }
+                    m
+                }),
+            },
+            Api {
                 name: "bulk",
                 bulk: Some(V6_ADDRS),
                 body: {
@@ -627,7 +640,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     let notes = vec![
         format!(
             "One core (CPU {}). IPv4: batches of {BATCH} addresses, single / x4 / bulk of {BULK}; \
-             IPv6: passes over {V6_ADDRS} addresses, single / one bulk call. {ops} lookups per API \
+             IPv6: passes over {V6_ADDRS} addresses, single / x4 / one bulk call. {ops} lookups per API \
              per table in {ROUNDS} interleaved rounds; cycles/op = median round (min-max after). \
              add / delete: cycles per route, whole set.",
             ctx.main_cpu()

@@ -13,9 +13,8 @@
 //!   Groups come from a fixed pool of [`LpmConfig::number_tbl8s`].
 //!
 //! A lookup is one load from tbl24 and, for extended entries, one from the
-//! group. Bulk lookups load the tbl24 entries of eight addresses before
-//! resolving any, so their cache misses overlap, and prefetch the next
-//! eight's lines meanwhile.
+//! group. Bulk lookups prefetch tbl24 lines 32 addresses ahead, so that
+//! many cache misses are in flight at once.
 //!
 //! Every entry records the depth of the route that wrote it, so that adding
 //! a shorter route never overwrites the entries of a longer one, and
@@ -57,8 +56,8 @@ const TBL24_LEN: usize = 1 << 24;
 const GROUP_LEN: usize = 256;
 /// Widest IPv4 prefix.
 const MAX_DEPTH: u8 = 32;
-/// Addresses whose tbl24 entries a bulk lookup loads before resolving any.
-const BLOCK: usize = 8;
+/// How many addresses ahead a bulk lookup prefetches tbl24 lines.
+const PREFETCH: usize = 32;
 
 /// The entry of a route of `depth` to `next_hop`.
 #[inline]
@@ -461,31 +460,25 @@ impl Lpm4 {
         });
     }
 
-    /// The bulk loop: blocks of [`BLOCK`] addresses, each block's tbl24
-    /// entries loaded before any is resolved, the next block's lines
-    /// prefetched.
+    /// The bulk loop: the tbl24 lines of the first [`PREFETCH`] addresses
+    /// are prefetched up front, then each lookup prefetches the line
+    /// [`PREFETCH`] addresses ahead, so that many misses are in flight at
+    /// once (a prefetch retires at once, a load waits for its line).
     #[inline(always)]
     fn bulk<T>(&self, addrs: &[u32], out: &mut [T], f: impl Fn(u32) -> T) {
         let n = addrs.len().min(out.len());
         let (addrs, out) = (&addrs[..n], &mut out[..n]);
-        let mut a8 = addrs.chunks_exact(BLOCK);
-        let mut o8 = out.chunks_exact_mut(BLOCK);
-        let mut next = addrs.get(BLOCK..).unwrap_or(&[]).chunks(BLOCK);
-        for (a, o) in (&mut a8).zip(&mut o8) {
-            if let Some(nx) = next.next() {
-                for &x in nx {
-                    // Any address: the pointer stays inside tbl24 and a
-                    // prefetch never faults anyway.
-                    prefetch(self.tbl24.as_ptr().wrapping_add((x >> 8) as usize));
-                }
-            }
-            let e: [u32; BLOCK] = std::array::from_fn(|k| self.tbl24_entry(a[k]));
-            for k in 0..BLOCK {
-                o[k] = f(self.resolve(e[k], a[k]));
-            }
+        let tbl24 = self.tbl24.as_ptr();
+        for &x in &addrs[..n.min(PREFETCH)] {
+            // The pointer stays inside tbl24 (`x >> 8` < 2^24); a prefetch
+            // never faults anyway.
+            prefetch(tbl24.wrapping_add((x >> 8) as usize));
         }
-        for (a, o) in a8.remainder().iter().zip(o8.into_remainder()) {
-            *o = f(self.resolve(self.tbl24_entry(*a), *a));
+        for (i, (&a, o)) in addrs.iter().zip(out.iter_mut()).enumerate() {
+            if let Some(&x) = addrs.get(i + PREFETCH) {
+                prefetch(tbl24.wrapping_add((x >> 8) as usize));
+            }
+            *o = f(self.resolve(self.tbl24_entry(a), a));
         }
     }
 }

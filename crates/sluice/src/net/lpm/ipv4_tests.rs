@@ -26,6 +26,9 @@ fn look(t: &Lpm4, addr: u32) -> Option<u32> {
     let mut out = [Some(u32::MAX); 1];
     t.lookup_bulk(&[addr], &mut out);
     assert_eq!(out[0], one);
+    let mut raw = [7u32; 1];
+    t.lookup_bulk_or(&[addr], &mut raw, u32::MAX);
+    assert_eq!(raw[0], one.unwrap_or(u32::MAX));
     one
 }
 
@@ -217,6 +220,14 @@ fn errors_and_messages() {
         e.to_string(),
         "number_tbl8s 16777217 is too large: at most 16777216"
     );
+    let e = LpmError::NoMemory {
+        bytes: 4096,
+        errno: libc::ENOMEM,
+    };
+    assert_eq!(
+        e.to_string(),
+        "cannot map 4096 bytes for an LPM table: Cannot allocate memory (os error 12)"
+    );
 }
 
 #[test]
@@ -349,6 +360,10 @@ fn check(t: &Lpm4, r: &Reference, probes: &[u32]) {
     let mut bulk = vec![Some(u32::MAX); addrs.len()];
     t.lookup_bulk(&addrs, &mut bulk);
     assert_eq!(bulk, expect, "lookup_bulk");
+    let mut raw = vec![7u32; addrs.len()];
+    t.lookup_bulk_or(&addrs, &mut raw, u32::MAX);
+    let expect_raw: Vec<u32> = expect.iter().map(|e| e.unwrap_or(u32::MAX)).collect();
+    assert_eq!(raw, expect_raw, "lookup_bulk_or");
     for (a, e) in addrs.chunks_exact(4).zip(expect.chunks_exact(4)) {
         assert_eq!(
             t.lookup_x4([a[0], a[1], a[2], a[3]]),

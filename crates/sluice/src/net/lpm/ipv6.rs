@@ -507,6 +507,13 @@ impl Lpm6 {
         hop(self.walk(&addr))
     }
 
+    /// Looks up four addresses, walked level by level together so their
+    /// loads overlap.
+    #[inline]
+    pub fn lookup_x4(&self, addrs: [[u8; 16]; 4]) -> [Option<u32>; 4] {
+        self.walk_lanes(&addrs).map(hop)
+    }
+
     /// Looks up `addrs` into `out` (`out[i]` for `addrs[i]`). Only the
     /// first `min(addrs.len(), out.len())` are done.
     pub fn lookup_bulk(&self, addrs: &[[u8; 16]], out: &mut [Option<u32>]) {
@@ -527,45 +534,51 @@ impl Lpm6 {
         });
     }
 
-    /// The bulk loop: blocks of [`BLOCK`] addresses walked level by level
-    /// together. A lane whose walk has ended keeps its entry (a select, not
-    /// a branch); the block stops when no lane is extended.
+    /// The bulk loop: blocks of [`BLOCK`] addresses walked together (see
+    /// `walk_lanes`), the next block's tbl24 lines prefetched meanwhile.
     #[inline(always)]
     fn bulk<T>(&self, addrs: &[[u8; 16]], out: &mut [T], f: impl Fn(u32) -> T) {
         let n = addrs.len().min(out.len());
         let (addrs, out) = (&addrs[..n], &mut out[..n]);
-        let mut a8 = addrs.chunks_exact(BLOCK);
-        let mut o8 = out.chunks_exact_mut(BLOCK);
-        let mut next = addrs.get(BLOCK..).unwrap_or(&[]).chunks(BLOCK);
-        for (a, o) in (&mut a8).zip(&mut o8) {
-            if let Some(nx) = next.next() {
-                for x in nx {
-                    let i =
-                        (usize::from(x[0]) << 16) | (usize::from(x[1]) << 8) | usize::from(x[2]);
-                    prefetch(self.tbl24.as_ptr().wrapping_add(i));
-                }
+        let (blocks, rest) = addrs.as_chunks::<BLOCK>();
+        let (out_blocks, out_rest) = out.as_chunks_mut::<BLOCK>();
+        for (i, (a, o)) in blocks.iter().zip(out_blocks).enumerate() {
+            for x in blocks.get(i + 1).into_iter().flatten() {
+                let i24 = (usize::from(x[0]) << 16) | (usize::from(x[1]) << 8) | usize::from(x[2]);
+                // Inside tbl24 (`i24` < 2^24); a prefetch never faults anyway.
+                prefetch(self.tbl24.as_ptr().wrapping_add(i24));
             }
-            let mut e: [u32; BLOCK] = std::array::from_fn(|k| self.tbl24_entry(&a[k]));
-            let mut b = 3;
-            while b < 16 && e.iter().fold(0, |acc, &x| acc | x) & field::EXTENDED != 0 {
-                for k in 0..BLOCK {
-                    let ext = e[k] & field::EXTENDED != 0;
-                    // A finished lane reads group 0's first entry (always
-                    // mapped) and keeps its own.
-                    let g = if ext { e[k] } else { 0 };
-                    let byte = if ext { a[k][b] } else { 0 };
-                    let x = self.group_entry(g, byte);
-                    e[k] = if ext { x } else { e[k] };
-                }
-                b += 1;
-            }
-            for k in 0..BLOCK {
-                o[k] = f(e[k]);
+            let e = self.walk_lanes(a);
+            for (o, e) in o.iter_mut().zip(e) {
+                *o = f(e);
             }
         }
-        for (a, o) in a8.remainder().iter().zip(o8.into_remainder()) {
+        for (a, o) in rest.iter().zip(out_rest) {
             *o = f(self.walk(a));
         }
+    }
+}
+
+impl Lpm6 {
+    /// The final entries of `N` addresses, walked level by level together:
+    /// a lane whose walk has ended keeps its entry (a select, not a branch;
+    /// it reads group 0's first entry, always mapped, meanwhile), and the
+    /// walk stops when no lane is extended.
+    #[inline(always)]
+    fn walk_lanes<const N: usize>(&self, a: &[[u8; 16]; N]) -> [u32; N] {
+        let mut e: [u32; N] = std::array::from_fn(|k| self.tbl24_entry(&a[k]));
+        let mut b = 3;
+        while b < 16 && e.iter().fold(0, |acc, &x| acc | x) & field::EXTENDED != 0 {
+            for k in 0..N {
+                let ext = e[k] & field::EXTENDED != 0;
+                let g = if ext { e[k] } else { 0 };
+                let byte = if ext { a[k][b] } else { 0 };
+                let x = self.group_entry(g, byte);
+                e[k] = if ext { x } else { e[k] };
+            }
+            b += 1;
+        }
+        e
     }
 }
 

@@ -34,6 +34,10 @@ fn look(t: &Lpm6, addr: [u8; 16]) -> Option<u32> {
     let mut raw = [7u32; 9];
     t.lookup_bulk_or(&block, &mut raw, u32::MAX);
     assert_eq!(raw[3], one.unwrap_or(u32::MAX));
+    assert_eq!(
+        t.lookup_x4([[0; 16], addr, [0xff; 16], addr]),
+        [t.lookup([0; 16]), one, t.lookup([0xff; 16]), one]
+    );
     one
 }
 
@@ -446,6 +450,17 @@ fn check(t: &Lpm6, r: &Reference, probes: &[u128]) {
     let mut bulk = vec![Some(u32::MAX); addrs.len()];
     t.lookup_bulk(&bytes, &mut bulk);
     assert_eq!(bulk, expect, "lookup_bulk");
+    let mut raw = vec![7u32; addrs.len()];
+    t.lookup_bulk_or(&bytes, &mut raw, u32::MAX);
+    let expect_raw: Vec<u32> = expect.iter().map(|e| e.unwrap_or(u32::MAX)).collect();
+    assert_eq!(raw, expect_raw, "lookup_bulk_or");
+    for (a, e) in bytes.chunks_exact(4).zip(expect.chunks_exact(4)) {
+        assert_eq!(
+            t.lookup_x4([a[0], a[1], a[2], a[3]]),
+            [e[0], e[1], e[2], e[3]],
+            "lookup_x4"
+        );
+    }
     assert_eq!(t.len(), r.routes.len());
     assert_eq!(t.tbl8_groups_used(), r.groups(), "groups in use");
 }
