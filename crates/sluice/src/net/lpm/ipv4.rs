@@ -277,6 +277,8 @@ impl Lpm4 {
                         number_tbl8s: self.config.number_tbl8s,
                         prefix: IpAddr::V4(Ipv4Addr::from(prefix)),
                         depth,
+                        needed: 1,
+                        free: 0,
                     });
                 };
                 // The group starts as a copy of the /24's entry.

@@ -150,7 +150,9 @@ fn tbl8_exhaustion_leaves_the_table_unchanged() {
         LpmError::NoTbl8 {
             number_tbl8s: 2,
             prefix: "10.0.2.1".parse().unwrap(),
-            depth: 32
+            depth: 32,
+            needed: 1,
+            free: 0,
         }
     );
     assert_eq!(

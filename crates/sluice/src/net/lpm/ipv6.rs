@@ -298,11 +298,15 @@ impl Lpm6 {
             have += 1;
             e = self.tbl8.as_slice()[group_range(e).start + level_index(p, have)];
         }
-        if last - have > self.free_groups() {
+        let (needed, free) = (last - have, self.free_groups());
+        if needed > free {
             return Err(LpmError::NoTbl8 {
                 number_tbl8s: self.config.number_tbl8s,
                 prefix: ip(p),
                 depth,
+                // At most 13 and 2^22.
+                needed: needed as u32,
+                free: free as u32,
             });
         }
         // Walk down, making the missing groups; `slot` is the index (in

@@ -121,14 +121,18 @@ pub enum LpmError {
         /// The configured limit.
         max_routes: u32,
     },
-    /// Every extension group is in use.
+    /// The route needs more new extension groups than are free.
     NoTbl8 {
         /// The configured number of groups.
         number_tbl8s: u32,
-        /// The route that needed a group.
+        /// The route that needed them.
         prefix: IpAddr,
         /// Its depth.
         depth: u8,
+        /// New groups it needs (1 for IPv4; up to 13 for IPv6).
+        needed: u32,
+        /// Groups free.
+        free: u32,
     },
     /// No route with this prefix and depth.
     NotFound {
@@ -166,10 +170,22 @@ impl fmt::Display for LpmError {
                 number_tbl8s,
                 prefix,
                 depth,
-            } => write!(
-                f,
-                "no free tbl8 group for {prefix}/{depth}: all {number_tbl8s} in use"
-            ),
+                needed,
+                free,
+            } => {
+                if free == 0 {
+                    write!(
+                        f,
+                        "no free tbl8 group for {prefix}/{depth}: all {number_tbl8s} in use"
+                    )
+                } else {
+                    write!(
+                        f,
+                        "{prefix}/{depth} needs {needed} new tbl8 groups, only {free} of \
+                         {number_tbl8s} are free"
+                    )
+                }
+            }
             LpmError::NotFound { prefix, depth } => write!(f, "route {prefix}/{depth} not found"),
         }
     }
