@@ -292,34 +292,14 @@ fn short(n: usize) -> String {
     }
 }
 
-/// tbl8 groups a set of IPv4 routes needs: one per /24 holding a longer
-/// route.
+/// tbl8 groups a set of IPv4 routes needs (at least 1).
 fn v4_groups(routes: &[Route4]) -> u32 {
-    let mut s: Vec<u32> = routes
-        .iter()
-        .filter(|r| r.depth > 24)
-        .map(|r| r.prefix >> 8)
-        .collect();
-    s.sort_unstable();
-    s.dedup();
-    s.len().max(1) as u32
+    Lpm4::tbl8_groups_needed(routes.iter().map(|r| (r.prefix, r.depth))).max(1)
 }
 
-/// Groups a set of IPv6 routes needs: one per (level, leading bits) on
-/// each route's path.
+/// Groups a set of IPv6 routes needs (at least 1).
 fn v6_groups(routes: &[Route6]) -> u32 {
-    let mut s: Vec<(u32, u128)> = Vec::new();
-    for r in routes.iter().filter(|r| r.depth > 24) {
-        let p = u128::from_be_bytes(r.prefix);
-        let last = u32::from(r.depth - 24).div_ceil(8);
-        for level in 1..=last {
-            let begins = 24 + 8 * (level - 1);
-            s.push((level, p >> (128 - begins)));
-        }
-    }
-    s.sort_unstable();
-    s.dedup();
-    s.len().max(1) as u32
+    Lpm6::tbl8_groups_needed(routes.iter().map(|r| (r.prefix, r.depth))).max(1)
 }
 
 /// An IPv4 table to measure.

@@ -200,6 +200,20 @@ impl Lpm4 {
         self.rules.len() == 0
     }
 
+    /// The tbl8 groups a table holding exactly `routes` (prefix, depth)
+    /// needs: one per /24 holding a route longer than /24. Use it to size
+    /// [`LpmConfig::number_tbl8s`].
+    pub fn tbl8_groups_needed(routes: impl IntoIterator<Item = (u32, u8)>) -> u32 {
+        let mut s: Vec<u32> = routes
+            .into_iter()
+            .filter(|&(_, d)| d > 24 && d <= MAX_DEPTH)
+            .map(|(p, _)| p >> 8)
+            .collect();
+        s.sort_unstable();
+        s.dedup();
+        s.len() as u32
+    }
+
     /// Number of tbl8 groups in use (one per /24 holding a route longer
     /// than /24).
     pub fn tbl8_groups_used(&self) -> usize {
