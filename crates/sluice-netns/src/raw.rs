@@ -10,7 +10,9 @@ use crate::{Error, Netns, Result};
 /// interface of a namespace: [`send`](RawSocket::send) puts a frame on the
 /// wire as given, [`recv`](RawSocket::recv) returns the next frame that
 /// arrived. Frames the host itself sends out of the interface are not
-/// received (`PACKET_IGNORE_OUTGOING`). The kernel strips a VLAN tag before
+/// received (`PACKET_IGNORE_OUTGOING`). Its receive queue is deep (64 MiB,
+/// `SO_RCVBUFFORCE`), so frames may pile up before the test reads them.
+/// The kernel strips a VLAN tag before
 /// a packet socket sees the frame, so received frames come without one.
 #[derive(Debug)]
 pub struct RawSocket {
@@ -66,6 +68,19 @@ impl RawSocket {
         if r != 0 {
             return Err(os_err("PACKET_IGNORE_OUTGOING"));
         }
+        // A deep receive queue (root may pass the limit), so a test can
+        // send a few thousand frames before it reads them. Best effort.
+        let rcvbuf: libc::c_int = 64 << 20;
+        // SAFETY: an int option, pointer and length of `rcvbuf`.
+        unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_RCVBUFFORCE,
+                std::ptr::from_ref(&rcvbuf).cast(),
+                std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+            )
+        };
         let sll = sockaddr(ifindex, proto);
         // SAFETY: a valid `sockaddr_ll` of the length given.
         let r = unsafe {
