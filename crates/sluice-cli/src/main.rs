@@ -3,6 +3,7 @@
 mod bench;
 mod dist;
 mod fwd;
+mod l2fwd;
 mod traffic_gen;
 
 use std::process::ExitCode;
@@ -24,6 +25,9 @@ struct Cli {
 enum Command {
     /// Forward packets between ports, as DPDK's testpmd does.
     Fwd(fwd::FwdArgs),
+    /// Forward between port pairs with MAC rewrite, as DPDK's l2fwd (runs
+    /// until SIGINT/SIGTERM unless `--duration` is given).
+    L2fwd(l2fwd::L2fwdArgs),
     /// Send the built-in tester's traffic on a port (and check what comes
     /// back, with `--check`).
     Gen(traffic_gen::GenArgs),
@@ -40,6 +44,7 @@ fn main() -> ExitCode {
     let result = match cli.command {
         None => demo(),
         Some(Command::Fwd(args)) => fwd_checked(&args),
+        Some(Command::L2fwd(args)) => l2fwd::run(&args),
         Some(Command::Gen(args)) => match traffic_gen::run(&args) {
             Ok(true) => Ok(()),
             Ok(false) => Err("the tester report is not clean".into()),

@@ -35,7 +35,7 @@ use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{Port, PortConfig, PortCounters, PortError, PortSpec};
 use sluice::tester::Tester;
 
-pub use args::{Engine, FwdArgs};
+pub use args::{Engine, EthPeer, FwdArgs, parse_eth_peer, parse_seconds};
 use engine::{Stream, udp_frame};
 use lcore::{LcoreConfig, LcoreCycles, StreamCounters, lcore_main};
 use stats::{Live, Sources};
@@ -47,24 +47,28 @@ const DRAIN_MAX: Duration = Duration::from_millis(300);
 const DRAIN_IDLE_LOOKS: u32 = 4;
 const DRAIN_STEP: Duration = Duration::from_millis(5);
 
-/// Set by SIGINT: end the run early (the summary is still printed).
+/// Set by SIGINT or SIGTERM: end the run early (the summary is still
+/// printed).
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_sigint(_: libc::c_int) {
+extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
 }
 
-/// Whether SIGINT was seen since [`catch_sigint`].
+/// Whether SIGINT or SIGTERM was seen since [`catch_sigint`].
 pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
 
-/// From now on SIGINT ends the run early (see [`interrupted`]).
+/// From now on SIGINT and SIGTERM end the run early (see [`interrupted`]):
+/// the pipeline drains, ports stop and the summary is printed.
 pub(crate) fn catch_sigint() {
-    let handler: extern "C" fn(libc::c_int) = on_sigint;
-    // SAFETY: the handler only stores to an atomic, which is
-    // async-signal-safe; `signal` has no other precondition.
-    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
+    let handler: extern "C" fn(libc::c_int) = on_signal;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe; `signal` has no other precondition.
+        unsafe { libc::signal(sig, handler as libc::sighandler_t) };
+    }
 }
 
 /// The peer of port `p` among `n`: 0<->1, 2<->3, an odd last one itself.
@@ -448,21 +452,28 @@ fn send_first_burst(s: &mut Stream<'_>, pool: &MbufPool, args: &FwdArgs) {
     s.tx.tx_burst(&mut burst);
 }
 
-/// Stats lines until the duration is over (or SIGINT); then, with testers,
+/// Stats lines until the duration is over (never when it is infinite) or a
+/// signal came (SIGINT, SIGTERM); then, with testers,
 /// the drain: they are paused and forwarding goes on until nothing moved
 /// for a few looks, at most [`DRAIN_MAX`].
 fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs, testers: &[(String, Arc<Tester>)]) {
     let start = live.start();
-    let end = start + Duration::from_secs_f64(args.duration);
+    // An infinite (or absurdly long) duration has no end but a signal.
+    let end = Duration::try_from_secs_f64(args.duration)
+        .ok()
+        .and_then(|d| start.checked_add(d));
     let period = Duration::from_secs_f64(args.stats_period);
     let mut next = start + period;
     loop {
         let now = Instant::now();
-        if now >= end || INTERRUPTED.load(Ordering::Relaxed) {
+        if end.is_some_and(|e| now >= e) || INTERRUPTED.load(Ordering::Relaxed) {
             break;
         }
-        // Short sleeps, so SIGINT is seen soon.
-        let wake = next.min(end).min(now + Duration::from_millis(50));
+        // Short sleeps, so a signal is seen soon.
+        let mut wake = next.min(now + Duration::from_millis(50));
+        if let Some(e) = end {
+            wake = wake.min(e);
+        }
         std::thread::sleep(wake - now);
         if Instant::now() >= next {
             live.line(src);
