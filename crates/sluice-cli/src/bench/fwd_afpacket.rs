@@ -226,14 +226,15 @@ fn afpacket_loop(port: &mut Port, io: bool, ops: u64) -> Result<Measured, String
         }
     }
     b.clear();
-    let (mut packets, mut busy) = (0u64, 0u64);
+    let (mut packets, mut busy, mut idle) = (0u64, 0u64, 0u32);
     let deadline = Instant::now() + MAX_TIME;
     let start = rdtsc_ordered();
     while packets < ops {
         let t0 = rdtsc_ordered();
         let n = rx.rx_burst(b.capped(BURST));
         if n == 0 {
-            if packets & 0xff == 0 && Instant::now() > deadline {
+            idle = idle.wrapping_add(1);
+            if idle & 0x3ff == 0 && Instant::now() > deadline {
                 break;
             }
             continue;
@@ -330,7 +331,7 @@ fn raw_socket(iface: &str, ops: u64) -> Result<Measured, String> {
         }
     }
     let _ = stats();
-    let (mut packets, mut busy) = (0u64, 0u64);
+    let (mut packets, mut busy, mut idle) = (0u64, 0u64, 0u32);
     let deadline = Instant::now() + MAX_TIME;
     let start = rdtsc_ordered();
     while packets < ops {
@@ -341,8 +342,11 @@ fn raw_socket(iface: &str, ops: u64) -> Result<Measured, String> {
             if packets & 0xfff == 0 && Instant::now() > deadline {
                 break;
             }
-        } else if packets & 0xff == 0 && Instant::now() > deadline {
-            break;
+        } else {
+            idle = idle.wrapping_add(1);
+            if idle & 0x3ff == 0 && Instant::now() > deadline {
+                break;
+            }
         }
     }
     let end = rdtsc_ordered();
