@@ -121,12 +121,10 @@ impl RxQueue for TapRx {
                         let _ = m.trim(m.data_len() as usize);
                         self.spare = Some(m);
                     }
-                    Err(e) => {
-                        // Nothing waiting (or the device is gone): try again
-                        // next call.
-                        if e.kind() != io::ErrorKind::WouldBlock {
-                            stats.errors.inc();
-                        }
+                    Err(_) => {
+                        // Nothing waiting (`EAGAIN`), or no device to read
+                        // from (deleted: `EBADFD`): no frame, nothing to
+                        // count; try again next call.
                         self.spare = Some(m);
                         break;
                     }
