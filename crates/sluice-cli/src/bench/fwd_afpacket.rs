@@ -178,6 +178,8 @@ struct Measured {
     cycles: u64,
     /// TSC ticks inside calls that returned packets.
     busy: u64,
+    /// Calls that returned packets.
+    calls: u64,
     /// The kernel's drops for the receiving socket.
     kernel_drops: u64,
 }
@@ -226,7 +228,7 @@ fn afpacket_loop(port: &mut Port, io: bool, ops: u64) -> Result<Measured, String
         }
     }
     b.clear();
-    let (mut packets, mut busy, mut idle) = (0u64, 0u64, 0u32);
+    let (mut packets, mut busy, mut calls, mut idle) = (0u64, 0u64, 0u64, 0u32);
     let deadline = Instant::now() + MAX_TIME;
     let start = rdtsc_ordered();
     while packets < ops {
@@ -244,6 +246,7 @@ fn afpacket_loop(port: &mut Port, io: bool, ops: u64) -> Result<Measured, String
         }
         b.clear();
         busy += rdtsc_ordered() - t0;
+        calls += 1;
         packets += n as u64;
         if packets & 0xfff < n as u64 && Instant::now() > deadline {
             break;
@@ -254,6 +257,7 @@ fn afpacket_loop(port: &mut Port, io: bool, ops: u64) -> Result<Measured, String
         packets,
         cycles: end - start,
         busy,
+        calls,
         kernel_drops: 0,
     })
 }
@@ -354,6 +358,7 @@ fn raw_socket(iface: &str, ops: u64) -> Result<Measured, String> {
         packets,
         cycles: end - start,
         busy,
+        calls: packets,
         kernel_drops: stats(),
     })
 }
@@ -414,9 +419,10 @@ pub fn run(ctx: &mut Ctx) {
         });
         let result = m.map(|m| {
             lines.push(format!(
-                "{}: {} packets, kernel drops {}",
+                "{}: {} packets, {:.1} per call that returned any, kernel drops {}",
                 r.name(),
                 m.packets,
+                m.packets as f64 / m.calls.max(1) as f64,
                 m.kernel_drops
             ));
             let mut res = BenchResult::new(
