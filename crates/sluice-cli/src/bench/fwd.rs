@@ -20,6 +20,8 @@
 //!   MAC rewrite), each port's stream routed to the other
 //!   (`198.18.P.0/24 → peer`, the tester's `dst=stream`); its ratio to
 //!   `soft io` is printed (the bar: at most 1.3).
+//! - `afpacket rx|io (veth)` and `raw socket rx (veth)`: a kernel port with
+//!   a generator in a namespace, as root (`fwd_afpacket.rs`).
 
 use std::sync::Arc;
 
@@ -142,6 +144,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         ));
     }
     ctx.report(L3FWD_CASE, r);
+    super::fwd_afpacket::run(ctx);
 }
 
 /// Measures `sluice l3fwd`'s poll on two soft ports, each stream routed to
