@@ -8,11 +8,13 @@
 //!
 //! | driver | what it is |
 //! |---|---|
+//! | [`afxdp`] | a kernel interface through AF_XDP sockets, the mbuf pool as UMEM, an XDP redirect program |
 //! | [`null`] | Rx makes packets, Tx frees them: the buffer cycle alone |
 //! | [`pair`] | two ports joined by rings: what one end sends, the other receives (zero copy) |
 //! | [`pcap`] | packets from and to pcap files (tshark/Wireshark's format) |
 //! | [`soft`] | the emulated NIC: descriptor rings and a device model, cabled to the tester or another soft port |
 
+pub mod afxdp;
 pub mod null;
 pub mod pair;
 pub mod pcap;
@@ -21,7 +23,7 @@ pub mod soft;
 use crate::port::{Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
-pub const DRIVERS: &[&str] = &["null", "pair", "pcap", "soft"];
+pub const DRIVERS: &[&str] = &["afxdp", "null", "pair", "pcap", "soft"];
 
 /// Makes a port from a spec string (`null:size=64`, …) and a configuration.
 /// The port is not started. Errors name the spec and what is wrong with it:
@@ -30,6 +32,7 @@ pub const DRIVERS: &[&str] = &["null", "pair", "pcap", "soft"];
 pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
     let spec = PortSpec::parse(spec)?;
     let driver: Box<dyn PortDriver> = match spec.driver() {
+        "afxdp" => Box::new(afxdp::AfxdpDriver::from_spec(&spec)?),
         "null" => Box::new(null::NullDriver::from_spec(&spec)?),
         "pair" => Box::new(pair::PairDriver::from_spec(&spec)?),
         "pcap" => Box::new(pcap::PcapDriver::from_spec(&spec)?),

@@ -1,0 +1,1 @@
+//! Ring protocol tests.
