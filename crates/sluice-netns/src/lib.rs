@@ -25,6 +25,8 @@
 //! (a raw socket in a peer namespace, say) runs on a short-lived thread
 //! that has entered the namespace with `setns` ([`Netns::run_in`]). A
 //! socket keeps the namespace it was created in after that thread ends.
+//! [`RawSocket`] is such a socket: whole Ethernet frames in and out of one
+//! interface of a namespace.
 //!
 //! # Skipping
 //! Kernel-port tests need root, `ip`, and namespace support. Start them
@@ -80,12 +82,14 @@ mod error;
 mod names;
 mod netns;
 mod proc;
+mod raw;
 mod skip;
 mod veth;
 
 pub use error::{Error, Result};
 pub use netns::{Mac, Netns};
 pub use proc::{DEFAULT_TIMEOUT, Output, Proc, exec, spawn};
+pub use raw::RawSocket;
 pub use skip::{skip_unless_root, skip_unless_root_with, unavailable};
 pub use veth::Veth;
 
