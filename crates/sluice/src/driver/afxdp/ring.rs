@@ -265,3 +265,7 @@ impl<T: Copy> ConsRing<T> {
 #[cfg(all(test, not(loom)))]
 #[path = "ring_tests.rs"]
 mod tests;
+
+#[cfg(all(test, loom))]
+#[path = "ring_loom_tests.rs"]
+mod loom_tests;
