@@ -15,6 +15,8 @@
 //!   with mbufs preloaded to circulate; testpmd over `net_ring`: ≈ 2.3.
 //! - `soft io (inline)`: two `soft` ports on the built-in tester, the device
 //!   model running inline, its cycles excluded.
+//! - `afxdp rx|io|recycle (veth)` and a raw-socket receiver: an AF_XDP port
+//!   with a generator in a namespace, as root (`fwd_afxdp.rs`).
 
 use std::sync::Arc;
 
@@ -117,6 +119,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         let r = measure(ctx.main_cpu(), &case, ops);
         ctx.report(case.name, r);
     }
+    super::fwd_afxdp::run(ctx);
 }
 
 /// Measures one case on `cpu`.

@@ -136,7 +136,7 @@ pub struct AfxdpDriver {
     bind: BindMode,
     need_wakeup: bool,
     fill: Option<u32>,
-    /// The program and its map, once set up.
+    /// The program and its map, once set up (none without Rx queues).
     prog: Option<XdpProg>,
     map: Option<Arc<XskMap>>,
     /// The attachment: the program is attached while this is open.
@@ -260,8 +260,19 @@ impl PortDriver for AfxdpDriver {
                     umem.frame_room()
                 )));
             }
-            let rx_size = config.rxq.get(q).map_or(config.rxq[0].nb_rxd, |c| c.nb_rxd) as u32;
-            let tx_size = config.txq.get(q).map_or(config.txq[0].nb_txd, |c| c.nb_txd) as u32;
+            // A queue index with no queue of one direction still gets that
+            // ring (the kernel wants one), sized as the first queue's or
+            // the smallest.
+            let rx_size = config
+                .rxq
+                .get(q)
+                .or(config.rxq.first())
+                .map_or(MIN_DESC, |c| c.nb_rxd) as u32;
+            let tx_size = config
+                .txq
+                .get(q)
+                .or(config.txq.first())
+                .map_or(MIN_DESC, |c| c.nb_txd) as u32;
             let fill_size = self.fill.unwrap_or(2 * rx_size);
             if fill_size < rx_size {
                 return Err(self.config_err(format_args!(
@@ -283,26 +294,31 @@ impl PortDriver for AfxdpDriver {
         )
         .map_err(PortError::Config)?;
 
-        let entries = have.max(self.queue + nq);
-        let map = Arc::new(XskMap::new(entries).map_err(|e| {
-            PortError::io(
-                format!("afxdp port '{}': creating the XSKMAP", self.spec),
-                e,
-            )
-        })?);
-        let prog =
-            XdpProg::load("sluice_xsk", &bpf::redirect_program(map.raw_fd())).map_err(|e| {
-                PortError::Driver(format!(
-                    "afxdp port '{}': the XDP program did not load: {}{}",
-                    self.spec,
-                    e.err,
-                    if e.log.is_empty() {
-                        String::new()
-                    } else {
-                        format!("\nverifier log:\n{}", e.log)
-                    }
-                ))
-            })?;
+        // A port that receives nothing (a generator) needs no program.
+        if nrx > 0 {
+            let entries = have.max(self.queue + nq);
+            let map = Arc::new(XskMap::new(entries).map_err(|e| {
+                PortError::io(
+                    format!("afxdp port '{}': creating the XSKMAP", self.spec),
+                    e,
+                )
+            })?);
+            let prog =
+                XdpProg::load("sluice_xsk", &bpf::redirect_program(map.raw_fd())).map_err(|e| {
+                    PortError::Driver(format!(
+                        "afxdp port '{}': the XDP program did not load: {}{}",
+                        self.spec,
+                        e.err,
+                        if e.log.is_empty() {
+                            String::new()
+                        } else {
+                            format!("\nverifier log:\n{}", e.log)
+                        }
+                    ))
+                })?;
+            self.map = Some(map);
+            self.prog = Some(prog);
+        }
 
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::with_capacity(nrx);
         let mut tx: Vec<Box<dyn TxQueue>> = Vec::with_capacity(ntx);
@@ -320,7 +336,8 @@ impl PortDriver for AfxdpDriver {
                 need_wakeup: self.need_wakeup,
                 umem,
             };
-            let slot = Arc::new(QueueSlot::new(cfg, Arc::clone(&map), pool.clone()));
+            let map = self.map.as_ref().filter(|_| q < nrx).map(Arc::clone);
+            let slot = Arc::new(QueueSlot::new(cfg, map, pool.clone()));
             for (i, name) in STAT_NAMES.iter().enumerate() {
                 let s = Arc::clone(&slot);
                 counters.xstats.register_source(name, move || s.stats()[i]);
@@ -350,17 +367,13 @@ impl PortDriver for AfxdpDriver {
         counters
             .xstats
             .register_source("xdp_native", move || native.load(Ordering::Relaxed));
-        self.map = Some(map);
-        self.prog = Some(prog);
         Ok(Queues { rx, tx })
     }
 
     fn start(&mut self) -> Result<(), PortError> {
         let Some(prog) = self.prog.as_ref() else {
-            return Err(PortError::Driver(format!(
-                "afxdp port '{}': started before setup",
-                self.spec
-            )));
+            // No Rx queue, no program.
+            return Ok(());
         };
         let tries: &[(u32, &str)] = match self.mode {
             XdpMode::Native => &[(XDP_FLAGS_DRV_MODE, "native")],

@@ -34,8 +34,9 @@ use super::xsk::{OpenError, RxRings, Socket, SocketConfig, Stats, TxRings};
 pub(crate) struct QueueSlot {
     /// How the socket is opened.
     pub cfg: SocketConfig,
-    /// Where the socket is registered for the XDP program.
-    map: Arc<XskMap>,
+    /// Where the socket is registered for the XDP program; `None` for a
+    /// queue index with no Rx queue (nothing is redirected to it).
+    map: Option<Arc<XskMap>>,
     /// The UMEM's pool: reclaimed frames go back here.
     pool: MbufPool,
     state: Mutex<SlotState>,
@@ -57,8 +58,8 @@ struct SlotState {
 }
 
 impl QueueSlot {
-    /// A slot for socket `cfg`, registered in `map`, over `pool`.
-    pub(crate) fn new(cfg: SocketConfig, map: Arc<XskMap>, pool: MbufPool) -> QueueSlot {
+    /// A slot for socket `cfg`, registered in `map` (if any), over `pool`.
+    pub(crate) fn new(cfg: SocketConfig, map: Option<Arc<XskMap>>, pool: MbufPool) -> QueueSlot {
         QueueSlot {
             cfg,
             map,
@@ -92,7 +93,11 @@ impl QueueSlot {
                 source,
             },
         })?;
-        if let Err(e) = self.map.set(self.cfg.queue_id, sock.raw_fd()) {
+        if let Some(Err(e)) = self
+            .map
+            .as_ref()
+            .map(|m| m.set(self.cfg.queue_id, sock.raw_fd()))
+        {
             // Nothing was lent out: close at once (no frame is held yet).
             sock.close(self.cfg.ifindex, self.cfg.queue_id);
             return Err(PortError::io(

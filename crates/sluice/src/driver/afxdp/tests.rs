@@ -685,3 +685,37 @@ fn umem_over_the_memlock_limit_without_cap_ipc_lock_is_a_clear_error() {
         });
     });
 }
+
+/// A port with only Tx queues (a generator) sends and attaches no program;
+/// a port with only Rx queues receives.
+#[test]
+fn one_direction_ports_work_and_a_tx_only_one_attaches_nothing() {
+    let Some((ns, veth)) = veth_into_ns("onedir") else {
+        return;
+    };
+    let p = pool("afxdp_onedir", 2047);
+    let spec = format!("afxdp:iface={}", veth.a());
+    let tx_only = PortConfig::new(Some(p.clone())).queues(0, 1).nb_txd(256);
+    let mut port = crate::driver::open(&spec, tx_only).unwrap();
+    port.start().unwrap();
+    assert!(!xdp_attached(veth.a()), "no Rx queue, no program");
+    let raw = Raw::on(&ns, veth.b());
+    let mut b: Burst = Burst::new();
+    for i in 0..10 {
+        b.push(p.alloc_from_slice(&frame(i, 64, 2)).unwrap())
+            .unwrap();
+    }
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut b), 10);
+    for i in 0..10 {
+        assert_eq!(raw.recv(), Some(frame(i, 64, 2)));
+    }
+    drop(port);
+    assert!(p.is_full());
+    let rx_only = PortConfig::new(Some(p.clone())).queues(1, 0).nb_rxd(256);
+    let mut port = crate::driver::open(&spec, rx_only).unwrap();
+    port.start().unwrap();
+    raw.send(&frame(7, 100, 1));
+    assert_eq!(receive(&mut port, 1), [frame(7, 100, 1)]);
+    drop(port);
+    assert!(p.is_full());
+}
