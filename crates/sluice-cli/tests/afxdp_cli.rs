@@ -266,12 +266,13 @@ fn ping_and_tcp_cross_l2fwd_over_afxdp() {
     let sl = ping_and_transfer(&a, &b, sl);
     let (out, s) = stop(sl);
     check_summary(&s, &out);
-    let x = xstats(&s["ports"][0]);
-    assert_eq!(
-        x("xdp_native"),
-        0,
-        "stopped: the mode reads 0 once detached"
-    );
+    for p in s["ports"].as_array().unwrap() {
+        assert_eq!(
+            xstats(p)("xdp_native"),
+            1,
+            "auto picks native XDP on veth: {p}"
+        );
+    }
     assert!(!xdp_attached(a.port_iface()) && !xdp_attached(b.port_iface()));
 }
 
@@ -408,6 +409,10 @@ fn raw_frames_cross_afxdp_ports_intact_both_ways() {
     assert_eq!(ports[1]["rx_packets"], 1000, "{s}");
     assert_eq!(ports[0]["tx_packets"], 1000, "{s}");
     assert!(ab > 0 && ba > 0);
+    for p in ports {
+        assert_eq!(xstats(p)("xdp_native"), 0, "generic mode: {p}");
+        assert_eq!(xstats(p)("rx_dropped"), 0, "{p}");
+    }
     assert!(!xdp_attached(va.a()) && !xdp_attached(vb.a()));
 }
 

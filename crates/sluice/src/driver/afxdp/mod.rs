@@ -64,9 +64,11 @@
 //! `rx_fill_ring_empty_descs`, `tx_invalid_descs`, `tx_ring_empty_descs`,
 //! read when asked, carried over closed sockets), `rx_recycled`,
 //! `tx_recycled`, `recycle_fallbacks`, `tx_copied`, `rx_wakeups`,
-//! `tx_wakeups`, `rx_bad_addrs`, `tx_bad_addrs`, and the mode in effect:
-//! `xdp_native` (1 native, 0 generic) and `xsk_zerocopy` (sockets bound
-//! zero-copy).
+//! `tx_wakeups`, `rx_bad_addrs`, `tx_bad_addrs`, `xsk_leaked_frames`
+//! (frames kept out of the pool because the kernel never released a
+//! queue: 0), and the modes: `xdp_native` (1 when the program is, or was
+//! last, attached natively; 0 generic) and `xsk_zerocopy` (open sockets
+//! bound zero-copy).
 
 pub mod bpf;
 pub mod link;
@@ -141,7 +143,8 @@ pub struct AfxdpDriver {
     map: Option<Arc<XskMap>>,
     /// The attachment: the program is attached while this is open.
     attached: Option<OwnedFd>,
-    /// 1 when attached natively, 0 otherwise (read by an xstats source).
+    /// 1 when the program is (or was last) attached natively, 0 otherwise
+    /// (read by an xstats source).
     native: Arc<AtomicU64>,
 }
 
@@ -418,6 +421,5 @@ impl PortDriver for AfxdpDriver {
     fn stop(&mut self) {
         // Closing the link detaches the program.
         self.attached = None;
-        self.native.store(0, Ordering::Relaxed);
     }
 }
