@@ -10,8 +10,9 @@
 //!   redirect program runs — in the driver (`XDP_FLAGS_DRV_MODE`) or on the
 //!   socket buffer (`XDP_FLAGS_SKB_MODE`); `auto` tries native first.
 //! - `bind` (`copy`, `zerocopy` or `auto`, default `auto`): copy mode, the
-//!   device's zero-copy mode (an error where its driver has none, as veth),
-//!   or zero-copy falling back to copy.
+//!   device's zero-copy mode (an error where its driver has none, as veth,
+//!   or where the pool is on 4 KiB pages: see [`umem`]), or zero-copy
+//!   falling back to copy.
 //! - `wakeup` (default true): bind with `XDP_USE_NEED_WAKEUP`, so the
 //!   kernel is woken (`sendto`, `recvfrom`) only when it asks.
 //! - `fill` (default twice the Rx descriptors): fill-ring entries, a power
@@ -282,6 +283,15 @@ impl PortDriver for AfxdpDriver {
                     "a fill ring of {fill_size} entries is smaller than the Rx ring ({rx_size})"
                 )));
             }
+            if !umem.zero_copy_ok() && self.bind == BindMode::ZeroCopy {
+                return Err(self.config_err(format_args!(
+                    "zero-copy needs a hugepage-backed pool: pool '{}' is on 4 KiB pages, \
+                     where most of its {}-byte frames straddle two pages a device need not \
+                     see as contiguous; reserve hugepages or use bind=copy",
+                    pool.mempool().name(),
+                    umem.chunk_size()
+                )));
+            }
             locked += umem.len();
             plans.push((pool, umem, rx_size, tx_size, fill_size));
         }
@@ -335,7 +345,11 @@ impl PortDriver for AfxdpDriver {
                 tx_size,
                 fill_size,
                 comp_size: tx_size,
-                bind: self.bind,
+                // Auto tries zero-copy only where the frames allow it.
+                bind: match self.bind {
+                    BindMode::Auto if !umem.zero_copy_ok() => BindMode::Copy,
+                    b => b,
+                },
                 need_wakeup: self.need_wakeup,
                 umem,
             };

@@ -73,6 +73,8 @@ pub(crate) struct Umem {
     headroom: u32,
     /// Bytes of packet data a frame holds from the kernel's data start.
     frame_room: u32,
+    /// The region is on hugepages.
+    hugepages: bool,
 }
 
 /// The inverse of odd `a` modulo 2^64 (Newton's iteration: each step
@@ -116,6 +118,7 @@ impl Umem {
             inv: inverse_mod_2_64(odd),
             headroom: headroom as u32,
             frame_room: (stride - kernel_start) as u32,
+            hugepages: region.backing() == crate::mempool::Backing::Hugepages,
         })
     }
 
@@ -142,6 +145,16 @@ impl Umem {
     /// Elements (frames) of the pool.
     pub(crate) fn frames(&self) -> u32 {
         self.frames
+    }
+
+    /// Whether a device may use these chunks zero-copy: in unaligned mode
+    /// it rejects a chunk that straddles two pages it does not see as
+    /// contiguous. On 4 KiB pages most 2304-byte chunks straddle one; on
+    /// 2 MiB hugepages (physically contiguous inside) only those across a
+    /// hugepage boundary may (one in about 900), so zero-copy wants a
+    /// hugepage-backed pool or chunks that divide the page.
+    pub(crate) fn zero_copy_ok(&self) -> bool {
+        self.hugepages || 4096 % self.stride == 0
     }
 
     /// Largest frame the kernel writes into a chunk.
@@ -317,6 +330,7 @@ mod tests {
         );
         assert_eq!(u.frame_room(), 2048);
         assert_eq!(u.frames(), 1000);
+        assert!(!u.zero_copy_ok(), "2304-byte chunks on 4 KiB pages");
         assert!(u.len() >= 1000 * 2304);
         // A bigger pool headroom is given to the kernel as UMEM headroom.
         let p2 = pool(10, 256, 2048);
