@@ -11,7 +11,7 @@
 //!   socket buffer (`XDP_FLAGS_SKB_MODE`); `auto` tries native first.
 //! - `bind` (`copy`, `zerocopy` or `auto`, default `auto`): copy mode, the
 //!   device's zero-copy mode (an error where its driver has none, as veth,
-//!   or where the pool is on 4 KiB pages: see [`umem`]), or zero-copy
+//!   or where the pool is on 4 KiB pages: see `umem.rs`), or zero-copy
 //!   falling back to copy.
 //! - `wakeup` (default true): bind with `XDP_USE_NEED_WAKEUP`, so the
 //!   kernel is woken (`sendto`, `recvfrom`) only when it asks.
@@ -22,14 +22,14 @@
 //! # The pieces
 //! | file | what |
 //! |---|---|
-//! | [`umem`] | the pool region as the UMEM (unaligned chunks: frame = mbuf), address encoding, the ledger of frames the kernel holds |
-//! | [`ring`] | the four mmapped rings, producer/consumer with Acquire/Release |
-//! | [`xsk`] | one socket: UMEM registration, ring setup and mapping, bind (retried on `EBUSY`), close and release wait |
-//! | [`slot`] | a queue index's socket, shared by its Rx and Tx queue; frames returned at close |
-//! | [`rx`], [`tx`] | the queues: fill/Rx and Tx/completion, recycling |
-//! | [`bpf`] | the XSKMAP, the redirect program from eBPF instructions, the `bpf_link` |
+//! | `umem.rs` | the pool region as the UMEM (unaligned chunks: frame = mbuf), address encoding, the ledger of frames the kernel holds |
+//! | `ring.rs` | the four mmapped rings, producer/consumer with Acquire/Release |
+//! | `xsk.rs` | one socket: UMEM registration, ring setup and mapping, bind (retried on `EBUSY`), close and release wait |
+//! | `slot.rs` | a queue index's socket, shared by its Rx and Tx queue; frames returned at close |
+//! | `rx.rs`, `tx.rs` | the queues: fill/Rx and Tx/completion, recycling |
+//! | `bpf.rs` | the XSKMAP, the redirect program from eBPF instructions, the `bpf_link` |
 //! | [`link`] | interface index, queues, MTU, MAC and XDP state over rtnetlink |
-//! | [`memlock`] | the UMEM against `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK` |
+//! | `memlock.rs` | the UMEM against `RLIMIT_MEMLOCK` without `CAP_IPC_LOCK` |
 //!
 //! # Life cycle
 //! - **open** (`from_spec`): the interface is looked up (a missing one is
@@ -71,15 +71,15 @@
 //! last, attached natively; 0 generic) and `xsk_zerocopy` (open sockets
 //! bound zero-copy).
 
-pub mod bpf;
+mod bpf;
 pub mod link;
-pub mod memlock;
-pub mod ring;
-pub mod rx;
-pub mod slot;
-pub mod tx;
-pub mod umem;
-pub mod xsk;
+mod memlock;
+mod ring;
+mod rx;
+mod slot;
+mod tx;
+mod umem;
+mod xsk;
 
 #[cfg(all(test, not(loom)))]
 mod tests;
@@ -95,14 +95,14 @@ use crate::port::{
 };
 
 use bpf::{XDP_FLAGS_DRV_MODE, XDP_FLAGS_SKB_MODE, XdpProg, XskMap};
-use link::LinkInfo;
 use slot::QueueSlot;
 use umem::Umem;
-use xsk::{BindMode, STAT_NAMES, SocketConfig};
+use xsk::{STAT_NAMES, SocketConfig};
 
-pub use link::link_info;
+pub use link::{LinkInfo, link_info};
 pub use rx::AfxdpRx;
 pub use tx::AfxdpTx;
+pub use xsk::BindMode;
 
 /// Spec keys.
 const KEYS: &[&str] = &["iface", "queue", "xdp_mode", "bind", "wakeup", "fill"];
