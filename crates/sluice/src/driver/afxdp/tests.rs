@@ -206,12 +206,13 @@ fn xdp_attached(iface: &str) -> bool {
 /// Frames sent into the peer end arrive as mbufs, intact; frames Sluice
 /// sends arrive at a raw socket in the peer namespace, intact; the pool is
 /// full at the end and no program stays attached — in each XDP mode.
-fn both_ways(mode: &str) {
+fn both_ways(mode: &str, wakeup: bool) {
     let Some((ns, veth)) = veth_into_ns("both") else {
         return;
     };
     let p = pool("afxdp_both", 2047);
-    let mut port = open(veth.a(), &format!(",xdp_mode={mode},bind=copy"), &p, 1).unwrap();
+    let extra = format!(",xdp_mode={mode},bind=copy,wakeup={wakeup}");
+    let mut port = open(veth.a(), &extra, &p, 1).unwrap();
     port.start().unwrap();
     assert!(xdp_attached(veth.a()));
     let native = port.counters().xstats.get("xdp_native");
@@ -260,6 +261,11 @@ fn both_ways(mode: &str) {
         assert_eq!(f, &frame(i as u32, sizes[i], 2), "frame {i}");
     }
     assert_eq!(port.stats().tx_packets, 300);
+    let kicks = port.counters().xstats.get("tx_wakeups").unwrap();
+    assert!(
+        kicks >= 10,
+        "copy mode wakes the kernel for every burst: {kicks}"
+    );
     port.stop();
     assert!(!xdp_attached(veth.a()), "the program is detached at stop");
     assert!(p.is_full(), "{:?}", p.stats());
@@ -275,12 +281,18 @@ fn both_ways(mode: &str) {
 
 #[test]
 fn frames_both_ways_native_copy() {
-    both_ways("native");
+    both_ways("native", true);
 }
 
 #[test]
 fn frames_both_ways_generic_copy() {
-    both_ways("generic");
+    both_ways("generic", true);
+}
+
+/// Without need-wakeup every Tx burst wakes the kernel; the same checks.
+#[test]
+fn frames_both_ways_without_need_wakeup() {
+    both_ways("native", false);
 }
 
 /// The spec of a port on `iface` with `extra` keys.
