@@ -176,6 +176,8 @@ struct Measured {
     cycles: u64,
     /// TSC ticks inside calls that returned packets.
     busy: u64,
+    /// Calls that returned packets.
+    calls: u64,
     /// The kernel's drop counters, as `name value` pairs.
     drops: String,
 }
@@ -209,7 +211,7 @@ fn afxdp(iface: &str, how: Receiver, ops: u64) -> Result<Measured, String> {
         }
         b.clear();
         first.map(|()| {
-            let (mut packets, mut busy) = (0u64, 0u64);
+            let (mut packets, mut busy, mut calls) = (0u64, 0u64, 0u64);
             let deadline = Instant::now() + MAX_TIME;
             let start = rdtsc_ordered();
             while packets < ops {
@@ -230,11 +232,12 @@ fn afxdp(iface: &str, how: Receiver, ops: u64) -> Result<Measured, String> {
                 b.clear();
                 busy += rdtsc_ordered() - t0;
                 packets += n as u64;
+                calls += 1;
                 if packets & 0xfff < n as u64 && Instant::now() > deadline {
                     break;
                 }
             }
-            (packets, rdtsc_ordered() - start, busy)
+            (packets, rdtsc_ordered() - start, busy, calls)
         })
     };
     port.stop();
@@ -255,11 +258,12 @@ fn afxdp(iface: &str, how: Receiver, ops: u64) -> Result<Measured, String> {
     if !pool.is_full() {
         return Err("the mbuf pool is not full after the run".into());
     }
-    let (packets, cycles, busy) = r?;
+    let (packets, cycles, busy, calls) = r?;
     Ok(Measured {
         packets,
         cycles,
         busy,
+        calls,
         drops,
     })
 }
@@ -358,6 +362,7 @@ fn raw_socket(iface: &str, ops: u64) -> Result<Measured, String> {
         packets,
         cycles,
         busy,
+        calls: packets,
         drops,
     })
 }
@@ -412,7 +417,14 @@ pub fn run(ctx: &mut Ctx) {
             how => afxdp(&iface, how, ops),
         });
         let result = m.map(|m| {
-            lines.push(format!("{}: {} packets; {}", r.name(), m.packets, m.drops));
+            lines.push(format!(
+                "{}: {} packets in {} calls ({:.1} per call); {}",
+                r.name(),
+                m.packets,
+                m.calls,
+                m.packets as f64 / m.calls.max(1) as f64,
+                m.drops
+            ));
             let mut res = BenchResult::new(
                 "fwd",
                 r.name().to_owned(),
