@@ -39,7 +39,7 @@ pub use args::{Engine, EthPeer, FwdArgs, parse_eth_peer, parse_seconds};
 use engine::{Stream, udp_frame};
 use lcore::{LcoreConfig, LcoreCycles, StreamCounters, lcore_main};
 use stats::{Live, Sources};
-use summary::{PortSummary, Summary, TesterSummary, cycles_per_packet};
+use summary::{PortSummary, RouteDrops, Summary, TesterSummary, cycles_per_packet};
 
 /// Longest the drain after `--duration` may take.
 const DRAIN_MAX: Duration = Duration::from_millis(300);
@@ -91,6 +91,20 @@ pub fn default_pool_size(ports: usize, queues: usize, args: &FwdArgs) -> u32 {
 /// Runs `sluice fwd`. `Ok(true)` when every tester report is clean (or there
 /// is no tester).
 pub fn run(args: &FwdArgs) -> Result<bool, String> {
+    run_with(args, args.engine.name(), |ports, pool, testers| {
+        forward(ports, pool, args, testers)
+    })
+}
+
+/// The frame of a forwarding app: opens and starts the ports of `args`
+/// with one mbuf pool, runs `phase` (the forwarding, with live stats and
+/// the drain), stops the ports and prints the summary under the name
+/// `engine`. `Ok(true)` when every tester report is clean.
+pub(crate) fn run_with(
+    args: &FwdArgs,
+    engine: &'static str,
+    phase: impl FnOnce(&mut [Port], &MbufPool, &[(String, Arc<Tester>)]) -> Result<Forwarded, String>,
+) -> Result<bool, String> {
     let specs = args.all_specs();
     if specs.is_empty() {
         return Err(
@@ -139,7 +153,8 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
         secs,
         drops: stream_drops,
         recycle_errors,
-    } = forward(&mut ports, &pool, args, &testers)?;
+        route_drops,
+    } = phase(&mut ports, &pool, &testers)?;
 
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     let device_cycles: u64 = ports
@@ -166,7 +181,7 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
     let clean = testers.iter().all(|t| t.clean);
     let summary = Summary {
         kind: "summary",
-        engine: args.engine.name(),
+        engine,
         cores: lcores.len(),
         burst: args.burst as usize,
         duration_s: secs,
@@ -182,6 +197,7 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
         cycles_per_packet: cpp,
         tsc_hz: sluice::tsc::tsc_hz(),
         recycle_errors,
+        route_drops,
         pool_full: pool.is_full(),
         testers,
         clean,
@@ -202,7 +218,7 @@ pub fn inline_device_cycles(spec: &str, c: &PortCounters) -> u64 {
 }
 
 /// Whether port `spec` runs its device model on a device thread.
-fn has_threaded_device(spec: &str) -> bool {
+pub(crate) fn has_threaded_device(spec: &str) -> bool {
     PortSpec::parse(spec).is_ok_and(|s| s.get("device") == Some("threaded"))
 }
 
@@ -227,7 +243,7 @@ pub fn lcore_cpus(cpus: &[usize], threaded: bool) -> Vec<usize> {
 /// Opens every port with `queues` Rx and Tx queues; if a driver cannot have
 /// that many, all are opened again with one (so every port has the same
 /// count and each stream's Tx queue exists).
-fn open_ports(
+pub(crate) fn open_ports(
     specs: &[String],
     pool: &MbufPool,
     queues: usize,
@@ -296,15 +312,17 @@ pub fn check_recycle(ports: &[Port]) -> Result<(), String> {
 }
 
 /// What the forwarding phase measured.
-struct Forwarded {
+pub(crate) struct Forwarded {
     /// Each lcore's cycles.
-    lcores: Vec<LcoreCycles>,
+    pub lcores: Vec<LcoreCycles>,
     /// Seconds forwarded (drain included).
-    secs: f64,
+    pub secs: f64,
     /// Drops per Tx port.
-    drops: Vec<u64>,
+    pub drops: Vec<u64>,
     /// `recycle`: recycle steps that failed, all streams.
-    recycle_errors: u64,
+    pub recycle_errors: u64,
+    /// `l3fwd`: packets dropped by the router, by reason.
+    pub route_drops: Option<RouteDrops>,
 }
 
 /// The forwarding phase: streams, lcores, live stats, and, when `testers`
@@ -368,14 +386,6 @@ fn forward(
     for (i, s) in streams.into_iter().enumerate() {
         per_lcore[i % nb_lcores].push(s);
     }
-    let cpus = lcore_cpus(&sluice::lcore::available_cpus(), threaded);
-    if nb_lcores > cpus.len() {
-        eprintln!(
-            "sluice fwd: warning: {nb_lcores} forwarding lcore(s) on {} free CPU(s): they share \
-             CPUs",
-            cpus.len()
-        );
-    }
     let stop = AtomicBool::new(false);
     let src = Sources {
         ports: counters,
@@ -389,21 +399,64 @@ fn forward(
         counters: &stream_counters,
         stop: &stop,
     };
+    let (lcores, secs) = run_lcores(
+        per_lcore,
+        threaded,
+        &src,
+        args,
+        testers,
+        &stop,
+        |cpu, mut streams| lcore_main(cpu, &mut streams, cfg, pool),
+    )?;
+    let drops = src.sample().iter().map(|s| s.drops).collect();
+    let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
+    Ok(Forwarded {
+        lcores,
+        secs,
+        drops,
+        recycle_errors,
+        route_drops: None,
+    })
+}
+
+/// Runs one forwarding thread per element of `per_lcore` (each pinned to
+/// its CPU from [`lcore_cpus`], named `fwd-I`), prints live stats from
+/// `src` until the duration is over or a signal came (then the drain, see
+/// [`main_loop`]), sets `stop` and joins them. Each lcore's cycles, and the
+/// seconds from start to stop.
+pub(crate) fn run_lcores<T: Send>(
+    per_lcore: Vec<T>,
+    threaded: bool,
+    src: &Sources<'_>,
+    args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
+    stop: &AtomicBool,
+    body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
+) -> Result<(Vec<LcoreCycles>, f64), String> {
+    let cpus = lcore_cpus(&sluice::lcore::available_cpus(), threaded);
+    if per_lcore.len() > cpus.len() {
+        eprintln!(
+            "sluice: warning: {} forwarding lcore(s) on {} free CPU(s): they share CPUs",
+            per_lcore.len(),
+            cpus.len()
+        );
+    }
+    let body = &body;
     let (results, secs) = std::thread::scope(|scope| {
         let handles: Vec<_> = per_lcore
             .into_iter()
             .enumerate()
-            .map(|(i, mut streams)| {
+            .map(|(i, work)| {
                 let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
                 std::thread::Builder::new()
                     .name(format!("fwd-{i}"))
-                    .spawn_scoped(scope, move || lcore_main(cpu, &mut streams, cfg, pool))
+                    .spawn_scoped(scope, move || body(cpu, work))
             })
             .collect();
-        let live = Live::new(&src, args.json);
+        let live = Live::new(src, args.json);
         let started = live.start();
         if handles.iter().all(|h| h.is_ok()) {
-            main_loop(live, &src, args, testers);
+            main_loop(live, src, args, testers);
         }
         stop.store(true, Ordering::Relaxed);
         let secs = started.elapsed().as_secs_f64();
@@ -425,14 +478,7 @@ fn forward(
         (results, secs)
     });
     let lcores = results.into_iter().collect::<Result<Vec<_>, _>>()?;
-    let drops = src.sample().iter().map(|s| s.drops).collect();
-    let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
-    Ok(Forwarded {
-        lcores,
-        secs,
-        drops,
-        recycle_errors,
-    })
+    Ok((lcores, secs))
 }
 
 /// `--tx-first`: one burst of generated frames on the stream's Tx queue

@@ -27,6 +27,7 @@
 //! ```
 
 pub mod checksum;
+pub mod em;
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
