@@ -365,7 +365,7 @@ mod tests {
             panic!("the verifier accepts a program that returns an unset r0");
         };
         if e.err.raw_os_error() == Some(libc::EPERM) {
-            eprintln!("skipped: loading BPF programs is not permitted here");
+            crate::driver::afxdp::tests::skipped("loading BPF programs is not permitted here");
             return;
         }
         assert_eq!(e.err.raw_os_error(), Some(libc::EACCES), "{e:?}");

@@ -108,7 +108,7 @@ mod tests {
     #[test]
     fn with_the_capability_any_size_passes() {
         if !has_cap_ipc_lock() {
-            eprintln!("skipped: the process lacks CAP_IPC_LOCK");
+            crate::driver::afxdp::tests::skipped("the process lacks CAP_IPC_LOCK");
             return;
         }
         assert_eq!(check("x", u64::MAX), Ok(()));
