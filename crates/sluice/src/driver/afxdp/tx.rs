@@ -249,7 +249,8 @@ impl TxQueue for AfxdpTx {
             let h = unsafe { &*frame.as_ptr().cast::<MbufHeader>() };
             let len = h.data_len as u32;
             let data = HEADER_SIZE as u32 + h.data_off as u32;
-            if len < MIN_FRAME || data + len > stride {
+            // The data offset must fit the 16 bits above bit 48.
+            if len < MIN_FRAME || data + len > stride || data > u16::MAX as u32 {
                 errors += 1;
                 // SAFETY: ours (see above), freed once.
                 drop(unsafe { Mbuf::from_raw(frame.as_non_null().cast()) });
