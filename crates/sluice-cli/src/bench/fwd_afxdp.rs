@@ -250,6 +250,8 @@ fn afxdp(iface: &str, how: Receiver, ops: u64) -> Result<Measured, String> {
         "rx_ring_full",
         "rx_fill_ring_empty_descs",
         "rx_recycled",
+        "rx_wakeups",
+        "tx_wakeups",
     ]
     .iter()
     .filter_map(|n| x.iter().find(|(k, _)| k == n))
