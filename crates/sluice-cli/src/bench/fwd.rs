@@ -22,6 +22,8 @@
 //!   `soft io` is printed (the bar: at most 1.3).
 //! - `afpacket rx|io (veth)` and `raw socket rx (veth)`: a kernel port with
 //!   a generator in a namespace, as root (`fwd_afpacket.rs`).
+//! - `afxdp rx|io|recycle (veth)` and a raw-socket receiver: an AF_XDP port
+//!   with a generator in a namespace, as root (`fwd_afxdp.rs`).
 
 use std::sync::Arc;
 
@@ -145,6 +147,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     }
     ctx.report(L3FWD_CASE, r);
     super::fwd_afpacket::run(ctx);
+    super::fwd_afxdp::run(ctx);
 }
 
 /// Measures `sluice l3fwd`'s poll on two soft ports, each stream routed to

@@ -12,6 +12,7 @@
 pub mod distributor;
 pub mod fwd;
 pub mod fwd_afpacket;
+pub mod fwd_afxdp;
 pub mod mbuf;
 pub mod mempool;
 pub mod recycle;

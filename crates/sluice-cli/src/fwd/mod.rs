@@ -296,7 +296,7 @@ pub fn check_recycle(ports: &[Port]) -> Result<(), String> {
                     Ok(false) => {
                         return Err(format!(
                             "--engine recycle: port {i} ({}) {dir} queue {q} cannot recycle \
-                             buffers: driver '{}' does not support it (soft ports do)",
+                             buffers: driver '{}' does not support it (soft and afxdp ports do)",
                             port.name(),
                             port.info().driver
                         ));
@@ -729,7 +729,7 @@ mod tests {
         assert_eq!(
             err,
             "--engine recycle: port 0 (null) Rx queue 0 cannot recycle buffers: driver 'null' \
-             does not support it (soft ports do)"
+             does not support it (soft and afxdp ports do)"
         );
         let pair = "pair:name=fwd_recycle_err";
         let err = run(&quick(&[pair, pair], Engine::Recycle, 1)).unwrap_err();
@@ -737,7 +737,7 @@ mod tests {
             err,
             format!(
                 "--engine recycle: port 0 ({pair}) Rx queue 0 cannot recycle buffers: driver \
-                 'pair' does not support it (soft ports do)"
+                 'pair' does not support it (soft and afxdp ports do)"
             )
         );
         // A soft port's Rx queue can, but its stream sends on a null port.
@@ -746,7 +746,7 @@ mod tests {
         assert_eq!(
             err,
             "--engine recycle: port 1 (null) Tx queue 0 cannot recycle buffers: driver 'null' \
-             does not support it (soft ports do)"
+             does not support it (soft and afxdp ports do)"
         );
     }
 

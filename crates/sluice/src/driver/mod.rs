@@ -9,6 +9,7 @@
 //! | driver | what it is |
 //! |---|---|
 //! | [`afpacket`] | a kernel interface through packet sockets: TPACKET_V3 Rx ring, TPACKET_V2 Tx ring, fanout |
+//! | [`afxdp`] | a kernel interface through AF_XDP sockets, the mbuf pool as UMEM, an XDP redirect program |
 //! | [`null`] | Rx makes packets, Tx frees them: the buffer cycle alone |
 //! | [`pair`] | two ports joined by rings: what one end sends, the other receives (zero copy) |
 //! | [`pcap`] | packets from and to pcap files (tshark/Wireshark's format) |
@@ -16,6 +17,7 @@
 //! | [`tap`] | a TAP device: frames to and from the kernel's network stack, one fd per queue |
 
 pub mod afpacket;
+pub mod afxdp;
 mod netdev;
 pub mod null;
 pub mod pair;
@@ -26,7 +28,7 @@ pub mod tap;
 use crate::port::{Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
-pub const DRIVERS: &[&str] = &["afpacket", "null", "pair", "pcap", "soft", "tap"];
+pub const DRIVERS: &[&str] = &["afpacket", "afxdp", "null", "pair", "pcap", "soft", "tap"];
 
 /// Makes a port from a spec string (`null:size=64`, …) and a configuration.
 /// The port is not started. Errors name the spec and what is wrong with it:
@@ -36,6 +38,7 @@ pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
     let spec = PortSpec::parse(spec)?;
     let driver: Box<dyn PortDriver> = match spec.driver() {
         "afpacket" => Box::new(afpacket::AfPacketDriver::from_spec(&spec)?),
+        "afxdp" => Box::new(afxdp::AfxdpDriver::from_spec(&spec)?),
         "null" => Box::new(null::NullDriver::from_spec(&spec)?),
         "pair" => Box::new(pair::PairDriver::from_spec(&spec)?),
         "pcap" => Box::new(pcap::PcapDriver::from_spec(&spec)?),
