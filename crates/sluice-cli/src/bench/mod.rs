@@ -13,6 +13,7 @@ pub mod distributor;
 pub mod fwd;
 pub mod fwd_afpacket;
 pub mod fwd_afxdp;
+pub mod lpm;
 pub mod mbuf;
 pub mod mempool;
 pub mod recycle;
@@ -64,6 +65,10 @@ pub enum Part {
     /// Distributor: cycles per packet on the distributor core, burst API
     /// (SIMD and scalar matching) vs single-packet API, 1..8 workers.
     Distributor,
+    /// Longest-prefix match: cycles per lookup, single and bulk, IPv4 with
+    /// 1k, 100k and 1M routes, IPv6 with 1000 (and 100k); route add and
+    /// delete.
+    Lpm,
     /// All of the above.
     All,
 }
@@ -81,7 +86,7 @@ pub enum Selection {
 #[derive(Serialize, Debug, Clone)]
 pub struct BenchResult {
     /// The benchmark set: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor`.
+    /// `distributor`, `lpm`.
     pub bench: &'static str,
     /// The case, unique within its set.
     pub case: String,
@@ -398,6 +403,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Fwd,
             Part::Recycle,
             Part::Distributor,
+            Part::Lpm,
         ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
@@ -405,6 +411,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         Part::Fwd => &[Part::Fwd],
         Part::Recycle => &[Part::Recycle],
         Part::Distributor => &[Part::Distributor],
+        Part::Lpm => &[Part::Lpm],
     };
     // In `all`, the parts that take long run their summary.
     let sel = if args.part == Part::All {
@@ -424,6 +431,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             }
             // In `all`, one worker.
             Part::Distributor => distributor::run(&mut ctx, sel),
+            // In `all`, the 1k and 100k IPv4 and the 1000 IPv6 sets.
+            Part::Lpm => lpm::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),
         }
     }

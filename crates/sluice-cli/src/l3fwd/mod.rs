@@ -2,8 +2,8 @@
 //! IPv4/IPv6 router.
 //!
 //! - **Routes** come from a file ([`routes`]): `PREFIX/LEN PORT` lines for
-//!   longest-prefix match (`--lookup lpm`, the default: IPv4 DIR-24-8 in
-//!   `sluice::net::lpm`), or 5-tuple lines for exact match (`--lookup em`:
+//!   longest-prefix match (`--lookup lpm`, the default: `Lpm4` DIR-24-8 and
+//!   `Lpm6` multibit trie in `sluice::net::lpm`), or 5-tuple lines for exact match (`--lookup em`:
 //!   `sluice::net::em` hash tables).
 //! - **Per packet** ([`classify`]): header checks, the lookup, TTL / hop
 //!   limit decrement with the IPv4 checksum updated incrementally, the MAC
