@@ -205,8 +205,8 @@ pub fn measure_l3fwd(cpu: usize, ops: u64) -> Result<BenchResult, String> {
                 let mut moved = 0u64;
                 let mut stall = Stall::new("forwarding core");
                 while moved < ops {
-                    let n = poll(&router, &mut lc, 0, &mut bufs, &cfg)
-                        + poll(&router, &mut lc, 1, &mut bufs, &cfg);
+                    let n = poll(&*router, &mut lc, 0, &mut bufs, &cfg)
+                        + poll(&*router, &mut lc, 1, &mut bufs, &cfg);
                     if n == 0 {
                         stall.failed()?;
                     } else {

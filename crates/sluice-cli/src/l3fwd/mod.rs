@@ -138,7 +138,7 @@ pub fn run(args: &L3fwdArgs) -> Result<(), String> {
     }
     let tables = Tables::build(&file, args.lookup, fa.all_specs().len())?;
     let clean = fwd::run_with(&fa, args.engine(), |ports, pool, testers| match &tables {
-        Tables::Lpm(r) => route_phase(r, ports, pool, &fa, testers),
+        Tables::Lpm(r) => route_phase(&**r, ports, pool, &fa, testers),
         Tables::Em(r) => route_phase(r, ports, pool, &fa, testers),
     })?;
     if clean {

@@ -64,8 +64,9 @@ impl Router for EmRouter {
 
 /// The tables of one run.
 pub enum Tables {
-    /// `--lookup lpm`.
-    Lpm(LpmRouter),
+    /// `--lookup lpm` (boxed: the tables' handles are far larger than the
+    /// exact-match ones).
+    Lpm(Box<LpmRouter>),
     /// `--lookup em`.
     Em(EmRouter),
 }
@@ -127,7 +128,7 @@ impl Tables {
                             .map_err(|e| format!("{what}: {e}"))?,
                     }
                 }
-                Ok(Tables::Lpm(LpmRouter { v4, v6 }))
+                Ok(Tables::Lpm(Box::new(LpmRouter { v4, v6 })))
             }
             Lookup::Em => {
                 if !file.routes.is_empty() {
