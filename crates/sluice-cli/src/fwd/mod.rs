@@ -20,15 +20,20 @@
 //!   the pipeline drains, so testers see every packet), stops the lcores,
 //!   joins them, stops the ports (every buffer goes home) and prints the
 //!   summary with each tester's report.
+//! - [`measure`] does all that and returns the figures instead of printing
+//!   them; with a warm-up it also measures a window (`window`): the
+//!   figures of `--duration` seconds after the warm-up, drain excluded
+//!   (`sluice tune` measures each point so).
 
 pub mod args;
 pub mod engine;
 pub mod lcore;
 pub mod stats;
 pub mod summary;
+pub mod window;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
@@ -37,9 +42,10 @@ use sluice::tester::Tester;
 
 pub use args::{Engine, FwdArgs};
 use engine::{Stream, udp_frame};
-use lcore::{LcoreConfig, LcoreCycles, StreamCounters, lcore_main};
+use lcore::{LcoreConfig, LcoreCycles, StreamCounters, Window, lcore_main};
 use stats::{Live, Sources};
 use summary::{PortSummary, Summary, TesterSummary, cycles_per_packet};
+use window::{Snapshot, WindowFigures};
 
 /// Longest the drain after `--duration` may take.
 const DRAIN_MAX: Duration = Duration::from_millis(300);
@@ -87,6 +93,26 @@ pub fn default_pool_size(ports: usize, queues: usize, args: &FwdArgs) -> u32 {
 /// Runs `sluice fwd`. `Ok(true)` when every tester report is clean (or there
 /// is no tester).
 pub fn run(args: &FwdArgs) -> Result<bool, String> {
+    let m = measure(args, None)?;
+    m.summary.print(args.json);
+    Ok(m.summary.clean)
+}
+
+/// What [`measure`] measured.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// The whole run, as `sluice fwd` prints it; with a warm-up its cycle
+    /// figures are the window's (the lcores count only the window).
+    pub summary: Summary,
+    /// With a warm-up: the `--duration` seconds after it.
+    pub window: Option<WindowFigures>,
+}
+
+/// Runs forwarding as `sluice fwd` does, printing only the live stats
+/// lines, and returns the figures. With `warmup` (seconds), forwarding
+/// runs that long first and [`Measured::window`] holds the figures of the
+/// `args.duration` seconds after it.
+pub fn measure(args: &FwdArgs, warmup: Option<f64>) -> Result<Measured, String> {
     let specs = args.all_specs();
     if specs.is_empty() {
         return Err(
@@ -129,13 +155,18 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
     catch_sigint();
     // The testers the ports are cabled to (held here, so their reports
     // outlive the ports).
-    let testers = sluice::tester::registered();
+    let names = crate::dist::tester_names(&specs);
+    let testers: Vec<_> = sluice::tester::registered()
+        .into_iter()
+        .filter(|(n, _)| names.contains(n))
+        .collect();
     let Forwarded {
         lcores,
         secs,
         drops: stream_drops,
         recycle_errors,
-    } = forward(&mut ports, &pool, args, &testers)?;
+        window,
+    } = forward_window(&mut ports, &pool, args, &testers, warmup)?;
 
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     let device_cycles: u64 = ports
@@ -156,6 +187,8 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
         .collect();
     drop(ports);
     let testers = tester_reports(testers);
+    // With a window the lcores counted only it: so does the device.
+    let device_cycles = window.map_or(device_cycles, |w| w.device_cycles);
     let (busy_cycles, busy_packets, cpp) = cycles_per_packet(&lcores, device_cycles);
     let rx: u64 = port_rows.iter().map(|p| p.rx_packets).sum();
     let tx: u64 = port_rows.iter().map(|p| p.tx_packets).sum();
@@ -182,8 +215,7 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
         testers,
         clean,
     };
-    summary.print(args.json);
-    Ok(clean)
+    Ok(Measured { summary, window })
 }
 
 /// The cycles port `spec`'s device model spent inside the forwarding
@@ -301,15 +333,29 @@ struct Forwarded {
     drops: Vec<u64>,
     /// `recycle`: recycle steps that failed, all streams.
     recycle_errors: u64,
+    /// With a warm-up, the measured window.
+    window: Option<WindowFigures>,
 }
 
 /// The forwarding phase: streams, lcores, live stats, and, when `testers`
 /// watch the traffic, their pause and the drain.
+#[cfg_attr(not(test), allow(dead_code))]
 fn forward(
     ports: &mut [Port],
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
+) -> Result<Forwarded, String> {
+    forward_window(ports, pool, args, testers, None)
+}
+
+/// [`forward`], with a measured window after `warmup` seconds.
+fn forward_window(
+    ports: &mut [Port],
+    pool: &MbufPool,
+    args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
+    warmup: Option<f64>,
 ) -> Result<Forwarded, String> {
     if args.engine == Engine::Recycle {
         check_recycle(ports)?;
@@ -317,6 +363,10 @@ fn forward(
     let n = ports.len();
     let macs: Vec<_> = ports.iter().map(Port::mac).collect();
     let threaded = ports.iter().any(|p| has_threaded_device(p.name()));
+    let inline: Vec<bool> = ports
+        .iter()
+        .map(|p| !has_threaded_device(p.name()))
+        .collect();
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     // Every queue, to be handed out one by one.
     let mut rxq: Vec<Vec<Option<&mut dyn sluice::port::RxQueue>>> = Vec::new();
@@ -373,6 +423,7 @@ fn forward(
         );
     }
     let stop = AtomicBool::new(false);
+    let window = AtomicU8::new(Window::ALL);
     let src = Sources {
         ports: counters,
         stream_tx_port,
@@ -384,8 +435,9 @@ fn forward(
         tx_retry: args.tx_retry,
         counters: &stream_counters,
         stop: &stop,
+        window: &window,
     };
-    let (results, secs) = std::thread::scope(|scope| {
+    let (results, secs, snapshots) = std::thread::scope(|scope| {
         let handles: Vec<_> = per_lcore
             .into_iter()
             .enumerate()
@@ -398,8 +450,10 @@ fn forward(
             .collect();
         let live = Live::new(&src, args.json);
         let started = live.start();
+        let mut snapshots = None;
         if handles.iter().all(|h| h.is_ok()) {
-            main_loop(live, &src, args, testers);
+            let w = warmup.map(|secs| (secs, &window, inline.as_slice()));
+            snapshots = main_loop(live, &src, args, testers, w);
         }
         stop.store(true, Ordering::Relaxed);
         let secs = started.elapsed().as_secs_f64();
@@ -418,16 +472,18 @@ fn forward(
                 Err(e) => Err(format!("cannot start a forwarding thread: {e}")),
             })
             .collect();
-        (results, secs)
+        (results, secs, snapshots)
     });
     let lcores = results.into_iter().collect::<Result<Vec<_>, _>>()?;
     let drops = src.sample().iter().map(|s| s.drops).collect();
     let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
+    let window = snapshots.map(|(open, close)| WindowFigures::new(&open, &close, &lcores));
     Ok(Forwarded {
         lcores,
         secs,
         drops,
         recycle_errors,
+        window,
     })
 }
 
@@ -448,21 +504,54 @@ fn send_first_burst(s: &mut Stream<'_>, pool: &MbufPool, args: &FwdArgs) {
     s.tx.tx_burst(&mut burst);
 }
 
+/// A warm-up before the measured window: its length in seconds, the
+/// lcores' [`Window`] flag and, per port, whether its device runs inline.
+type Warmup<'a> = (f64, &'a AtomicU8, &'a [bool]);
+
 /// Stats lines until the duration is over (or SIGINT); then, with testers,
 /// the drain: they are paused and forwarding goes on until nothing moved
-/// for a few looks, at most [`DRAIN_MAX`].
-fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs, testers: &[(String, Arc<Tester>)]) {
+/// for a few looks, at most [`DRAIN_MAX`]. With a warm-up, the duration
+/// starts after it, and the counters at the window's open and close are
+/// returned.
+fn main_loop(
+    mut live: Live,
+    src: &Sources<'_>,
+    args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
+    warmup: Option<Warmup<'_>>,
+) -> Option<(Snapshot, Snapshot)> {
     let start = live.start();
-    let end = start + Duration::from_secs_f64(args.duration);
+    let warm = Duration::from_secs_f64(warmup.map_or(0.0, |w| w.0));
+    let length = Duration::from_secs_f64(args.duration);
+    // With a warm-up, moved to the window's open plus the duration.
+    let mut end = start + warm + length;
     let period = Duration::from_secs_f64(args.stats_period);
     let mut next = start + period;
+    let mut open: Option<Snapshot> = None;
+    let mut snapshots = None;
     loop {
         let now = Instant::now();
+        if let Some((_, flag, inline)) = warmup
+            && open.is_none()
+            && now >= start + warm
+        {
+            let o = Snapshot::take(src, inline);
+            end = o.at + length;
+            open = Some(o);
+            flag.store(Window::OPEN, Ordering::Relaxed);
+        }
         if now >= end || INTERRUPTED.load(Ordering::Relaxed) {
+            if let (Some((_, flag, inline)), Some(open)) = (warmup, open.take()) {
+                flag.store(Window::CLOSED, Ordering::Relaxed);
+                snapshots = Some((open, Snapshot::take(src, inline)));
+            }
             break;
         }
-        // Short sleeps, so SIGINT is seen soon.
-        let wake = next.min(end).min(now + Duration::from_millis(50));
+        // Short sleeps, so SIGINT (and the warm-up's end) is seen soon.
+        let mut wake = next.min(end).min(now + Duration::from_millis(50));
+        if open.is_none() && warmup.is_some() {
+            wake = wake.min(start + warm);
+        }
         std::thread::sleep(wake - now);
         if Instant::now() >= next {
             live.line(src);
@@ -470,7 +559,7 @@ fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs, testers: &[(Stri
         }
     }
     if testers.is_empty() {
-        return;
+        return snapshots;
     }
     for (_, t) in testers {
         t.pause(true);
@@ -488,6 +577,7 @@ fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs, testers: &[(Stri
             last = cur;
         }
     }
+    snapshots
 }
 
 /// Each registered tester's report.
