@@ -4,6 +4,7 @@ mod bench;
 mod dist;
 mod fwd;
 mod traffic_gen;
+mod tune;
 
 use std::process::ExitCode;
 
@@ -33,6 +34,11 @@ enum Command {
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
     /// `distributor` or `all`.
     Bench(bench::BenchArgs),
+    /// Sweep Rx/Tx descriptors, mempool cache and burst size on the given
+    /// ports (default: the emulated NIC), measure each setting and
+    /// recommend one; `--preset l2fwd-defaults` compares DPDK l2fwd's old
+    /// and new defaults.
+    Tune(tune::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -47,6 +53,7 @@ fn main() -> ExitCode {
         },
         Some(Command::Dist(args)) => dist::run_checked(&args),
         Some(Command::Bench(args)) => bench::run(&args),
+        Some(Command::Tune(args)) => tune::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

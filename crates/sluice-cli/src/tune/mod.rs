@@ -1,0 +1,350 @@
+//! `sluice tune`: a sweep over Rx/Tx descriptors, mempool cache and burst
+//! size that measures each setting and recommends one (technique T5).
+//!
+//! # Algorithm
+//! 1. Read the four axes and check them against every port's driver
+//!    (`grid`): the ports are opened once to read their limits.
+//! 2. Measure the points in plan order (`grid::Grid::plan`: the defaults,
+//!    the heatmap's plane, then the rest shuffled) while the budget
+//!    allows: before each point, the time taken so far plus one point's
+//!    estimated cost (warm-up + window + the measured mean set-up and drain
+//!    overhead) plus the confirmation's reserve must fit in `--budget`.
+//!    Each point is a fresh pool and fresh ports, warmed up, then measured
+//!    over a fixed window (`point`).
+//! 3. Confirm: the sweep's [`TOP`] best points and the defaults are
+//!    measured `--confirm` times more, interleaved (so drift and load hit
+//!    them alike), and the best is chosen on those means — the single
+//!    highest sample of hundreds would favour luck.
+//! 4. Report: a table, the best, how far the defaults are below it
+//!    (`report`); JSON per point and as a document; the heatmap (`plot`).
+//!
+//! `--preset l2fwd-defaults` (`preset`) instead compares two fixed settings
+//! over repeated, interleaved runs.
+//!
+//! # Threads
+//! Each point runs `fwd::measure`: the main thread pinned to the first
+//! CPU, one forwarding lcore on the next; a threaded device model takes a
+//! CPU of its own (on two CPUs, the lcore shares the main thread's, which
+//! sleeps).
+
+pub mod args;
+pub mod grid;
+pub mod plot;
+pub mod point;
+pub mod preset;
+pub mod report;
+
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+use std::collections::BTreeMap;
+use std::time::Instant;
+
+use sluice::mbuf::{MbufPool, MbufPoolConfig};
+use sluice::port::{DeviceInfo, PortConfig};
+
+pub use args::TuneArgs;
+use grid::{Config, DEFAULTS, Grid, fits};
+use point::{PointResult, Setup};
+use report::{Choice, Skipped, TuneResult, json_line, loadavg, progress};
+
+use crate::bench::emit;
+
+/// Points of the sweep confirmed besides the defaults.
+pub const TOP: usize = 3;
+/// First guess of a point's set-up and drain time, seconds (then the mean
+/// of what points took).
+const OVERHEAD_GUESS: f64 = 0.1;
+/// Descriptor counts tried, in order, to open a port just to read its
+/// limits.
+const PROBE_DESC: [u16; 6] = [1024, 512, 256, 128, 64, 4096];
+
+/// Runs `sluice tune`.
+pub fn run(args: &TuneArgs) -> Result<(), String> {
+    let specs = args.all_specs();
+    let grid = Grid::parse(args)?;
+    let ports = probe(&specs)?;
+    grid.check_ports(&ports)?;
+    let setup = Setup {
+        specs,
+        engine: args.engine,
+        warmup: args.warmup,
+        duration: args.duration,
+        tx_retry: args.tx_retry,
+    };
+    crate::fwd::catch_sigint();
+    if let Some(p) = args.preset {
+        return preset::run(p, args, &setup, &ports);
+    }
+    let result = sweep(args, &grid, &setup, &ports)?;
+    if args.json {
+        let mut v = serde_json::to_value(&result).map_err(|e| e.to_string())?;
+        if let Some(o) = v.as_object_mut() {
+            o.remove("points");
+            o.remove("confirm");
+            o.insert("type".into(), "summary".into());
+        }
+        emit(&v.to_string());
+    } else {
+        report::print(&result);
+    }
+    write_outputs(args, &result)?;
+    if result.failed_checks > 0 {
+        return Err(format!(
+            "{} point(s) failed their checks (pool not full, or losses not counted)",
+            result.failed_checks
+        ));
+    }
+    Ok(())
+}
+
+/// Writes `--out-json` and `--out-plot`.
+fn write_outputs(args: &TuneArgs, r: &TuneResult) -> Result<(), String> {
+    if let Some(path) = &args.out_json {
+        let text = serde_json::to_string_pretty(r).map_err(|e| e.to_string())?;
+        std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    if let Some(path) = &args.out_plot {
+        let cells = plane_cells(r);
+        let title = format!(
+            "sluice tune: Mpps, {} forwarding, Tx descriptors {}, burst {}",
+            r.engine, r.plane_txd, r.plane_burst
+        );
+        plot::write_svg(
+            path,
+            &plot::Heatmap {
+                title: &title,
+                x: &r.grid.rxd,
+                y: &r.grid.cache,
+                cells: &cells,
+            },
+        )?;
+    }
+    Ok(())
+}
+
+/// The heatmap's cells: the sweep's Mpps at each Rx descriptors × cache
+/// pair of the plane (`cells[x][y]`).
+pub fn plane_cells(r: &TuneResult) -> Vec<Vec<Option<f64>>> {
+    r.grid
+        .rxd
+        .iter()
+        .map(|&rxd| {
+            r.grid
+                .cache
+                .iter()
+                .map(|&cache| {
+                    let c = Config {
+                        rxd,
+                        txd: r.plane_txd,
+                        cache,
+                        burst: r.plane_burst,
+                    };
+                    r.points.iter().find(|p| p.config == c).map(|p| p.mpps)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Opens each port once (not started) to read its driver's limits.
+pub fn probe(specs: &[String]) -> Result<Vec<(String, DeviceInfo)>, String> {
+    if specs.is_empty() {
+        return Err("no port given".into());
+    }
+    let pool = MbufPool::new(MbufPoolConfig {
+        name: "tune-probe".into(),
+        size: 1023,
+        cache_size: 0,
+        ..Default::default()
+    })
+    .map_err(|e| format!("mbuf pool: {e}"))?;
+    let mut out = Vec::with_capacity(specs.len());
+    for (i, spec) in specs.iter().enumerate() {
+        let mut first_err = None;
+        for n in PROBE_DESC {
+            let config = PortConfig::new(Some(pool.clone()))
+                .port_id(i as u16)
+                .nb_rxd(n)
+                .nb_txd(n);
+            match sluice::driver::open(spec, config) {
+                Ok(port) => {
+                    out.push((spec.clone(), port.info().clone()));
+                    first_err = None;
+                    break;
+                }
+                Err(e) => {
+                    first_err.get_or_insert(e.to_string());
+                }
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e);
+        }
+    }
+    Ok(out)
+}
+
+/// Seconds since `t`.
+fn since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64()
+}
+
+/// Runs the sweep and the confirmation.
+fn sweep(
+    args: &TuneArgs,
+    grid: &Grid,
+    setup: &Setup,
+    ports: &[(String, DeviceInfo)],
+) -> Result<TuneResult, String> {
+    let start = Instant::now();
+    let load_start = loadavg();
+    let defaults_fit = fits(&DEFAULTS, ports);
+    let plan = grid.plan(defaults_fit);
+    let n = plan.len();
+    let mut overhead = OVERHEAD_GUESS;
+    let point_time = |overhead: f64| setup.warmup + setup.duration + overhead;
+    let confirm_runs = args.confirm as usize * (TOP + usize::from(defaults_fit));
+    let mut points: Vec<PointResult> = Vec::new();
+    let mut interrupted = false;
+    for (i, &c) in plan.iter().enumerate() {
+        let reserve = confirm_runs as f64 * point_time(overhead);
+        if i > 0 && since(start) + point_time(overhead) + reserve > args.budget {
+            break;
+        }
+        if crate::fwd::interrupted() {
+            interrupted = true;
+            break;
+        }
+        let t0 = Instant::now();
+        let r = point::measure(setup, c)?;
+        let took = since(t0) - setup.warmup - setup.duration;
+        overhead = (overhead * i as f64 + took.max(0.0)) / (i + 1) as f64;
+        eprintln!("{}", progress("point", i + 1, n, &r, since(start)));
+        if args.json {
+            emit(&json_line("point", i + 1, n, &r));
+        }
+        points.push(r);
+    }
+
+    // Confirmation: the best few and the defaults, again, interleaved.
+    let mut ranked: Vec<&PointResult> = points.iter().filter(|p| p.ok()).collect();
+    ranked.sort_by(|a, b| b.mpps.total_cmp(&a.mpps));
+    let mut candidates: Vec<Config> = ranked.iter().take(TOP).map(|p| p.config).collect();
+    if defaults_fit
+        && points.iter().any(|p| p.config == DEFAULTS)
+        && !candidates.contains(&DEFAULTS)
+    {
+        candidates.push(DEFAULTS);
+    }
+    let mut confirm: Vec<PointResult> = Vec::new();
+    let total = args.confirm as usize * candidates.len();
+    'reps: for _ in 0..args.confirm {
+        for &c in &candidates {
+            if since(start) + point_time(overhead) > args.budget || crate::fwd::interrupted() {
+                interrupted |= crate::fwd::interrupted();
+                break 'reps;
+            }
+            let r = point::measure(setup, c)?;
+            let i = confirm.len() + 1;
+            eprintln!("{}", progress("confirm", i, total, &r, since(start)));
+            if args.json {
+                emit(&json_line("confirm", i, total, &r));
+            }
+            confirm.push(r);
+        }
+    }
+
+    // The verdict: on the confirmation runs when there are any, else on
+    // the sweep's single measurements.
+    let basis: &[PointResult] = if confirm.is_empty() {
+        &points
+    } else {
+        &confirm
+    };
+    let mut by_config: BTreeMap<Config, Vec<&PointResult>> = BTreeMap::new();
+    for p in basis.iter().filter(|p| p.ok()) {
+        by_config.entry(p.config).or_default().push(p);
+    }
+    let choices: Vec<Choice> = by_config
+        .iter()
+        .map(|(c, runs)| Choice::of(*c, runs))
+        .collect();
+    let best = choices
+        .iter()
+        .filter(|c| c.mpps > 0.0)
+        .max_by(|a, b| a.mpps.total_cmp(&b.mpps))
+        .cloned();
+    let defaults = choices.iter().find(|c| c.config == DEFAULTS).cloned();
+    let below = match (&best, &defaults) {
+        (Some(b), Some(d)) if b.mpps > 0.0 => Some((b.mpps - d.mpps) / b.mpps * 100.0),
+        _ => None,
+    };
+    let (plane_txd, plane_burst) = grid.plane();
+    let measured: Vec<Config> = points.iter().map(|p| p.config).collect();
+    let skipped = Skipped {
+        planned: n,
+        measured: points.len(),
+        points: n - points.len(),
+        never_measured: never_measured(grid, &measured),
+        plane_complete: grid.rxd.iter().all(|&rxd| {
+            grid.cache.iter().all(|&cache| {
+                measured.contains(&Config {
+                    rxd,
+                    txd: plane_txd,
+                    cache,
+                    burst: plane_burst,
+                })
+            })
+        }),
+        interrupted,
+    };
+    let failed_checks = points.iter().chain(&confirm).filter(|p| !p.ok()).count();
+    Ok(TuneResult {
+        kind: "tune",
+        engine: setup.engine.name(),
+        ports: setup.specs.clone(),
+        grid: grid.clone(),
+        plane_txd,
+        plane_burst,
+        warmup_s: setup.warmup,
+        duration_s: setup.duration,
+        budget_s: args.budget,
+        elapsed_s: since(start),
+        skipped,
+        points,
+        confirm,
+        best,
+        defaults,
+        defaults_below_best_pct: below,
+        failed_checks,
+        load: (load_start, loadavg()),
+        tsc_hz: sluice::tsc::tsc_hz(),
+    })
+}
+
+/// The axis values that no point in `measured` has, e.g. `burst 8`.
+fn never_measured(g: &Grid, measured: &[Config]) -> Vec<String> {
+    let mut out = Vec::new();
+    for &v in &g.rxd {
+        if !measured.iter().any(|c| c.rxd == v) {
+            out.push(format!("rxd {v}"));
+        }
+    }
+    for &v in &g.txd {
+        if !measured.iter().any(|c| c.txd == v) {
+            out.push(format!("txd {v}"));
+        }
+    }
+    for &v in &g.cache {
+        if !measured.iter().any(|c| c.cache == v) {
+            out.push(format!("cache {v}"));
+        }
+    }
+    for &v in &g.burst {
+        if !measured.iter().any(|c| c.burst == v) {
+            out.push(format!("burst {v}"));
+        }
+    }
+    out
+}

@@ -1,0 +1,268 @@
+//! What a sweep found, as text (a table and the verdict), as one JSON
+//! object per point and as one JSON document.
+
+use serde::Serialize;
+
+use super::grid::{Config, DEFAULTS, Grid};
+use super::point::PointResult;
+use crate::bench::emit;
+
+/// Several measurements of one setting.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct Choice {
+    /// The setting.
+    #[serde(flatten)]
+    pub config: Config,
+    /// Mean Mpps.
+    pub mpps: f64,
+    /// Sample standard deviation of the Mpps (0 with one sample).
+    pub mpps_sd: f64,
+    /// Mean cycles per packet (of the samples that moved packets).
+    pub cycles_per_packet: Option<f64>,
+    /// Measurements behind the means.
+    pub samples: usize,
+}
+
+impl Choice {
+    /// The means of `runs` (at least one) of `config`.
+    pub fn of(config: Config, runs: &[&PointResult]) -> Choice {
+        let n = runs.len().max(1) as f64;
+        let mpps = runs.iter().map(|r| r.mpps).sum::<f64>() / n;
+        let var = if runs.len() > 1 {
+            runs.iter().map(|r| (r.mpps - mpps).powi(2)).sum::<f64>() / (n - 1.0)
+        } else {
+            0.0
+        };
+        let cpp: Vec<f64> = runs.iter().filter_map(|r| r.cycles_per_packet).collect();
+        Choice {
+            config,
+            mpps,
+            mpps_sd: var.sqrt(),
+            cycles_per_packet: (!cpp.is_empty())
+                .then(|| cpp.iter().sum::<f64>() / cpp.len() as f64),
+            samples: runs.len(),
+        }
+    }
+
+    /// `7.41 Mpps (sd 0.03, 3 runs), 34.9 cycles/packet`.
+    pub fn describe(&self) -> String {
+        let cpp = self
+            .cycles_per_packet
+            .map_or("-".to_string(), |c| format!("{c:.1}"));
+        if self.samples > 1 {
+            format!(
+                "{:.3} Mpps (sd {:.3}, {} runs), {cpp} cycles/packet",
+                self.mpps, self.mpps_sd, self.samples
+            )
+        } else {
+            format!("{:.3} Mpps (1 run), {cpp} cycles/packet", self.mpps)
+        }
+    }
+}
+
+/// What the budget left out.
+#[derive(Serialize, Debug, Clone, PartialEq, Eq)]
+pub struct Skipped {
+    /// Points planned (the grid, plus the defaults when off it).
+    pub planned: usize,
+    /// Points measured.
+    pub measured: usize,
+    /// Points not measured.
+    pub points: usize,
+    /// Axis values no measured point has, e.g. `burst 8`.
+    pub never_measured: Vec<String>,
+    /// Whether every cell of the heatmap's plane was measured.
+    pub plane_complete: bool,
+    /// The sweep was ended by SIGINT.
+    pub interrupted: bool,
+}
+
+/// The whole result of a sweep.
+#[derive(Serialize, Debug, Clone)]
+pub struct TuneResult {
+    /// Always `"tune"`.
+    #[serde(rename = "type")]
+    pub kind: &'static str,
+    /// The engine.
+    pub engine: &'static str,
+    /// The port specs.
+    pub ports: Vec<String>,
+    /// The axes.
+    pub grid: Grid,
+    /// The heatmap's fixed Tx descriptors.
+    pub plane_txd: u16,
+    /// The heatmap's fixed burst.
+    pub plane_burst: u16,
+    /// Warm-up per point, seconds.
+    pub warmup_s: f64,
+    /// Window per point, seconds.
+    pub duration_s: f64,
+    /// The time limit, seconds.
+    pub budget_s: f64,
+    /// The time taken, seconds.
+    pub elapsed_s: f64,
+    /// What was left out.
+    pub skipped: Skipped,
+    /// Every point of the sweep, in the order measured.
+    pub points: Vec<PointResult>,
+    /// The confirmation runs (best candidates and the defaults, again).
+    pub confirm: Vec<PointResult>,
+    /// The best setting (on the confirmation means when there are some).
+    pub best: Option<Choice>,
+    /// The defaults, 1024/1024/256/32 (same basis as `best`).
+    pub defaults: Option<Choice>,
+    /// How far below the best the defaults are, percent of the best.
+    pub defaults_below_best_pct: Option<f64>,
+    /// Points whose pool was not full or whose losses were not all counted.
+    pub failed_checks: usize,
+    /// The 1-minute load average at the start and at the end.
+    pub load: (f64, f64),
+    /// The TSC frequency.
+    pub tsc_hz: u64,
+}
+
+/// The 1-minute load average (0 when it cannot be read).
+pub fn loadavg() -> f64 {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// A point as one JSON line: `{"type": kind, "i": .., "n": .., ...}`.
+pub fn json_line(kind: &str, i: usize, n: usize, r: &PointResult) -> String {
+    let mut v = serde_json::to_value(r).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        o.insert("type".into(), kind.into());
+        o.insert("i".into(), i.into());
+        o.insert("n".into(), n.into());
+    }
+    v.to_string()
+}
+
+/// The progress line of a point, for stderr.
+pub fn progress(kind: &str, i: usize, n: usize, r: &PointResult, elapsed: f64) -> String {
+    let cpp = r
+        .cycles_per_packet
+        .map_or("-".into(), |c| format!("{c:.1}"));
+    let mut s = format!(
+        "[{kind} {i:>4}/{n}] {}: {:.3} Mpps, {cpp} cycles/packet",
+        r.config, r.mpps
+    );
+    if r.drops + r.rx_missed + r.rx_nombuf != 0 {
+        s += &format!(
+            ", drops {} missed {} nombuf {}",
+            r.drops, r.rx_missed, r.rx_nombuf
+        );
+    }
+    if !r.ok() {
+        s += if r.pool_full {
+            ", LOSS NOT ACCOUNTED"
+        } else {
+            ", POOL NOT FULL"
+        };
+    }
+    s + &format!(" ({elapsed:.1} s)")
+}
+
+/// Prints the table (every measured point, in grid order) and the verdict.
+pub fn print(r: &TuneResult) {
+    emit(&format!(
+        "---- sluice tune: {} forwarding over {} port(s), {} s warm-up + {} s per point ----",
+        r.engine,
+        r.ports.len(),
+        r.warmup_s,
+        r.duration_s
+    ));
+    for (i, p) in r.ports.iter().enumerate() {
+        emit(&format!("port {i}: {p}"));
+    }
+    emit(&format!(
+        "{:>5} {:>5} {:>5} {:>5} {:>9} {:>11} {:>9} {:>9} {:>7}",
+        "rxd", "txd", "cache", "burst", "Mpps", "cycles/pkt", "drops", "missed", "nombuf"
+    ));
+    let mut rows: Vec<&PointResult> = r.points.iter().collect();
+    rows.sort_by_key(|p| p.config);
+    let best = r.best.as_ref().map(|b| b.config);
+    for p in rows {
+        let mut mark = String::new();
+        if p.config == DEFAULTS {
+            mark += "  <- defaults";
+            if !r.grid.contains(&p.config) {
+                mark += " (off the grid)";
+            }
+        }
+        if Some(p.config) == best {
+            mark += "  <- best";
+        }
+        if !p.ok() {
+            mark += "  (checks failed)";
+        }
+        emit(&format!(
+            "{:>5} {:>5} {:>5} {:>5} {:>9.3} {:>11} {:>9} {:>9} {:>7}{mark}",
+            p.config.rxd,
+            p.config.txd,
+            p.config.cache,
+            p.config.burst,
+            p.mpps,
+            p.cycles_per_packet
+                .map_or("-".into(), |c| format!("{c:.1}")),
+            p.drops,
+            p.rx_missed,
+            p.rx_nombuf
+        ));
+    }
+    let s = &r.skipped;
+    emit(&format!(
+        "measured {} of {} points in {:.1} s (budget {} s, load {:.2} -> {:.2})",
+        s.measured, s.planned, r.elapsed_s, r.budget_s, r.load.0, r.load.1
+    ));
+    if s.points > 0 {
+        let never = if s.never_measured.is_empty() {
+            "every axis value was measured at least once".to_string()
+        } else {
+            format!("never measured: {}", s.never_measured.join(", "))
+        };
+        emit(&format!(
+            "skipped {} points{} ({never}); the heatmap plane is {}",
+            s.points,
+            if s.interrupted {
+                " (interrupted)"
+            } else {
+                " to fit the budget"
+            },
+            if s.plane_complete {
+                "complete"
+            } else {
+                "incomplete"
+            }
+        ));
+    }
+    if !r.confirm.is_empty() {
+        emit(&format!(
+            "confirmation: {} runs of the best candidates and the defaults, interleaved",
+            r.confirm.len()
+        ));
+    }
+    match &r.best {
+        Some(b) => emit(&format!("best:     {}: {}", b.config, b.describe())),
+        None => emit("best:     none (no point moved packets)"),
+    }
+    match (&r.defaults, r.defaults_below_best_pct) {
+        (Some(d), Some(pct)) => emit(&format!(
+            "defaults: {}: {} — {pct:.1} % below the best",
+            d.config,
+            d.describe()
+        )),
+        (Some(d), None) => emit(&format!("defaults: {}: {}", d.config, d.describe())),
+        (None, _) => emit(&format!(
+            "defaults: {DEFAULTS}: not measured on these ports"
+        )),
+    }
+    if r.failed_checks > 0 {
+        emit(&format!(
+            "warning: {} point(s) failed their checks (pool not full, or losses not counted)",
+            r.failed_checks
+        ));
+    }
+}
