@@ -52,6 +52,9 @@ const DRAIN_MAX: Duration = Duration::from_millis(300);
 /// The drain ends after this many looks, `DRAIN_STEP` apart, saw nothing move.
 const DRAIN_IDLE_LOOKS: u32 = 4;
 const DRAIN_STEP: Duration = Duration::from_millis(5);
+/// Longest the drain may take when every port is on a tester: it ends as
+/// soon as their counts add up, so this bounds only a real loss.
+const DRAIN_MAX_ACCOUNTED: Duration = Duration::from_secs(2);
 
 /// Set by SIGINT: end the run early (the summary is still printed).
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -367,6 +370,12 @@ fn forward_window(
         .iter()
         .map(|p| !has_threaded_device(p.name()))
         .collect();
+    // Every frame starts and ends at a tester: the drain can wait for the
+    // counts to add up.
+    let accountable = !testers.is_empty()
+        && ports
+            .iter()
+            .all(|p| crate::dist::tester_names(&[p.name().to_owned()]).len() == 1);
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     // Every queue, to be handed out one by one.
     let mut rxq: Vec<Vec<Option<&mut dyn sluice::port::RxQueue>>> = Vec::new();
@@ -453,7 +462,7 @@ fn forward_window(
         let mut snapshots = None;
         if handles.iter().all(|h| h.is_ok()) {
             let w = warmup.map(|secs| (secs, &window, inline.as_slice()));
-            snapshots = main_loop(live, &src, args, testers, w);
+            snapshots = main_loop(live, &src, args, (testers, accountable), w);
         }
         stop.store(true, Ordering::Relaxed);
         let secs = started.elapsed().as_secs_f64();
@@ -510,14 +519,17 @@ type Warmup<'a> = (f64, &'a AtomicU8, &'a [bool]);
 
 /// Stats lines until the duration is over (or SIGINT); then, with testers,
 /// the drain: they are paused and forwarding goes on until nothing moved
-/// for a few looks, at most [`DRAIN_MAX`]. With a warm-up, the duration
-/// starts after it, and the counters at the window's open and close are
-/// returned.
+/// for a few looks, at most [`DRAIN_MAX`] — or, when every port is on a
+/// tester (`accountable`), until every frame they sent was received or
+/// counted as a drop or a miss, at most [`DRAIN_MAX_ACCOUNTED`] (a
+/// descheduled lcore then cannot end the drain early). With a warm-up, the
+/// duration starts after it, and the counters at the window's open and
+/// close are returned.
 fn main_loop(
     mut live: Live,
     src: &Sources<'_>,
     args: &FwdArgs,
-    testers: &[(String, Arc<Tester>)],
+    (testers, accountable): (&[(String, Arc<Tester>)], bool),
     warmup: Option<Warmup<'_>>,
 ) -> Option<(Snapshot, Snapshot)> {
     let start = live.start();
@@ -564,10 +576,30 @@ fn main_loop(
     for (_, t) in testers {
         t.pause(true);
     }
-    let drain_end = Instant::now() + DRAIN_MAX;
+    let drain_end = Instant::now()
+        + if accountable {
+            DRAIN_MAX_ACCOUNTED
+        } else {
+            DRAIN_MAX
+        };
     let mut last = src.moved();
     let mut idle = 0;
-    while idle < DRAIN_IDLE_LOOKS && Instant::now() < drain_end {
+    let added_up = || {
+        let (sent, received) = testers.iter().fold((0, 0), |(s, r), (_, t)| {
+            let rep = t.report();
+            (s + rep.sent, r + rep.received)
+        });
+        let counted: u64 = src.sample().iter().map(|p| p.drops + p.rx_missed).sum();
+        sent == received + counted
+    };
+    while Instant::now() < drain_end {
+        if if accountable {
+            added_up()
+        } else {
+            idle >= DRAIN_IDLE_LOOKS
+        } {
+            break;
+        }
         std::thread::sleep(DRAIN_STEP);
         let cur = src.moved();
         if cur == last {
