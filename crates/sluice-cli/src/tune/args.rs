@@ -60,6 +60,11 @@ pub struct TuneArgs {
     #[arg(long, default_value_t = 3, value_name = "N",
           value_parser = clap::value_parser!(u32).range(0..=100))]
     pub confirm: u32,
+    /// What "best" means: the highest Mpps, or the fewest forwarding-lcore
+    /// cycles per packet (with an inline device its own work is most of
+    /// the Mpps figure; cycles per packet leave it out).
+    #[arg(long, value_enum, default_value_t = Rank::Mpps)]
+    pub rank: Rank,
     /// Tx attempts more for packets a Tx queue did not take, before they
     /// are dropped (as `sluice fwd --tx-retry`).
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -99,6 +104,7 @@ impl TuneArgs {
             duration: 0.25,
             budget: 120.0,
             confirm: 3,
+            rank: Rank::Mpps,
             tx_retry: 0,
             preset: None,
             json: false,
@@ -158,6 +164,33 @@ impl TuneEngine {
             TuneEngine::Io => "io",
             TuneEngine::Mac => "mac",
         }
+    }
+}
+
+/// What the best setting is best at.
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Rank {
+    /// The most packets per second.
+    Mpps,
+    /// The fewest cycles per packet on the forwarding lcore.
+    Cycles,
+}
+
+impl Rank {
+    /// A figure where more is better: Mpps, or minus cycles per packet
+    /// (`None`: nothing moved).
+    pub fn score(self, mpps: f64, cycles_per_packet: Option<f64>) -> Option<f64> {
+        match self {
+            Rank::Mpps => Some(mpps),
+            Rank::Cycles => cycles_per_packet.map(|c| -c),
+        }
+    }
+
+    /// How much worse `other` is than `best`, percent of the best.
+    pub fn gap_pct(self, best: f64, other: f64) -> f64 {
+        // Scores: Mpps, or minus cycles; both are relative to |best|.
+        (best - other) / best.abs() * 100.0
     }
 }
 

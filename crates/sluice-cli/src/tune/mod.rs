@@ -15,7 +15,8 @@
 //!    measured `--confirm` times more, interleaved (so drift and load hit
 //!    them alike), and the best is chosen on those means — the single
 //!    highest sample of hundreds would favour luck.
-//! 4. Report: a table, the best, how far the defaults are below it
+//! 4. Report: a table, the best (`--rank`: most Mpps, or fewest cycles
+//!    per packet), how far the defaults are from it
 //!    (`report`); JSON per point and as a document; the heatmap (`plot`).
 //!
 //! `--preset l2fwd-defaults` (`preset`) instead compares two fixed settings
@@ -228,8 +229,13 @@ fn sweep(
     }
 
     // Confirmation: the best few and the defaults, again, interleaved.
-    let mut ranked: Vec<&PointResult> = points.iter().filter(|p| p.ok()).collect();
-    ranked.sort_by(|a, b| b.mpps.total_cmp(&a.mpps));
+    let rank = args.rank;
+    let score = |p: &PointResult| rank.score(p.mpps, p.cycles_per_packet);
+    let mut ranked: Vec<&PointResult> = points
+        .iter()
+        .filter(|p| p.ok() && score(p).is_some())
+        .collect();
+    ranked.sort_by(|a, b| score(b).unwrap_or(0.0).total_cmp(&score(a).unwrap_or(0.0)));
     let mut candidates: Vec<Config> = ranked.iter().take(TOP).map(|p| p.config).collect();
     if defaults_fit
         && points.iter().any(|p| p.config == DEFAULTS)
@@ -270,14 +276,22 @@ fn sweep(
         .iter()
         .map(|(c, runs)| Choice::of(*c, runs))
         .collect();
+    let cscore = |c: &Choice| rank.score(c.mpps, c.cycles_per_packet);
     let best = choices
         .iter()
-        .filter(|c| c.mpps > 0.0)
-        .max_by(|a, b| a.mpps.total_cmp(&b.mpps))
+        .filter(|c| c.mpps > 0.0 && cscore(c).is_some())
+        .max_by(|a, b| {
+            cscore(a)
+                .unwrap_or(0.0)
+                .total_cmp(&cscore(b).unwrap_or(0.0))
+        })
         .cloned();
     let defaults = choices.iter().find(|c| c.config == DEFAULTS).cloned();
-    let below = match (&best, &defaults) {
-        (Some(b), Some(d)) if b.mpps > 0.0 => Some((b.mpps - d.mpps) / b.mpps * 100.0),
+    let gap = match (&best, &defaults) {
+        (Some(b), Some(d)) => match (cscore(b), cscore(d)) {
+            (Some(b), Some(d)) if b != 0.0 => Some(rank.gap_pct(b, d)),
+            _ => None,
+        },
         _ => None,
     };
     let (plane_txd, plane_burst) = grid.plane();
@@ -316,7 +330,8 @@ fn sweep(
         confirm,
         best,
         defaults,
-        defaults_below_best_pct: below,
+        rank,
+        defaults_gap_pct: gap,
         failed_checks,
         load: (load_start, loadavg()),
         tsc_hz: sluice::tsc::tsc_hz(),

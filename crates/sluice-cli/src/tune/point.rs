@@ -42,6 +42,11 @@ pub struct PointResult {
     /// Forwarding lcore cycles per packet (busy polls, inline device
     /// excluded); `None` when nothing moved.
     pub cycles_per_packet: Option<f64>,
+    /// The lcore's TSC ticks in polls that received packets, in the window.
+    pub busy_cycles: u64,
+    /// The inline devices' ticks inside the lcore's calls, in the window
+    /// (subtracted from `busy_cycles`).
+    pub device_cycles: u64,
     /// Packets a full Tx ring did not take (dropped), in the window.
     pub drops: u64,
     /// Packets the device dropped for want of an Rx descriptor, in the
@@ -108,6 +113,8 @@ fn measure_fwd(setup: &Setup, c: Config, engine: Engine) -> Result<PointResult, 
         mpps: w.tx_mpps,
         rx_mpps: w.rx_mpps,
         cycles_per_packet: w.cycles_per_packet,
+        busy_cycles: w.busy_cycles,
+        device_cycles: w.device_cycles,
         drops: w.drops,
         rx_missed: w.rx_missed,
         rx_nombuf: w.rx_nombuf,

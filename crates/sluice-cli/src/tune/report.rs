@@ -3,6 +3,7 @@
 
 use serde::Serialize;
 
+use super::args::Rank;
 use super::grid::{Config, DEFAULTS, Grid};
 use super::point::PointResult;
 use crate::bench::emit;
@@ -111,8 +112,11 @@ pub struct TuneResult {
     pub best: Option<Choice>,
     /// The defaults, 1024/1024/256/32 (same basis as `best`).
     pub defaults: Option<Choice>,
-    /// How far below the best the defaults are, percent of the best.
-    pub defaults_below_best_pct: Option<f64>,
+    /// What the best is best at.
+    pub rank: Rank,
+    /// How much worse than the best the defaults are, in the rank's figure,
+    /// percent of the best's (Mpps below, or cycles per packet above).
+    pub defaults_gap_pct: Option<f64>,
     /// Points whose pool was not full or whose losses were not all counted.
     pub failed_checks: usize,
     /// The 1-minute load average at the start and at the end.
@@ -244,15 +248,23 @@ pub fn print(r: &TuneResult) {
             r.confirm.len()
         ));
     }
+    let by = match r.rank {
+        Rank::Mpps => "most Mpps",
+        Rank::Cycles => "fewest cycles per packet",
+    };
     match &r.best {
-        Some(b) => emit(&format!("best:     {}: {}", b.config, b.describe())),
-        None => emit("best:     none (no point moved packets)"),
+        Some(b) => emit(&format!("best ({by}): {}: {}", b.config, b.describe())),
+        None => emit(&format!("best ({by}): none (no point moved packets)")),
     }
-    match (&r.defaults, r.defaults_below_best_pct) {
+    match (&r.defaults, r.defaults_gap_pct) {
         (Some(d), Some(pct)) => emit(&format!(
-            "defaults: {}: {} — {pct:.1} % below the best",
+            "defaults: {}: {} — {pct:.1} % {} the best",
             d.config,
-            d.describe()
+            d.describe(),
+            match r.rank {
+                Rank::Mpps => "Mpps below",
+                Rank::Cycles => "cycles per packet above",
+            }
         )),
         (Some(d), None) => emit(&format!("defaults: {}: {}", d.config, d.describe())),
         (None, _) => emit(&format!(

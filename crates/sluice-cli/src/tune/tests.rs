@@ -55,10 +55,14 @@ fn a_tiny_grid_finishes_and_writes_its_json_and_svg() {
     for p in points.iter().chain(v["confirm"].as_array().unwrap()) {
         assert_eq!(p["pool_full"], true, "{p}");
         assert_eq!(p["accounted"], true, "{p}");
-        assert!(p["mpps"].as_f64().unwrap() > 0.0, "{p}");
-        // (A number; in debug builds the inline device's share is most of
-        // it, and what is left can round to 0.)
-        assert!(p["cycles_per_packet"].as_f64().unwrap() >= 0.0, "{p}");
+        // The figures are there (their values depend on the machine: tests
+        // running at once share the lcore's CPU, so a window may even see
+        // nothing move).
+        assert!(p["mpps"].as_f64().unwrap() >= 0.0, "{p}");
+        assert!(
+            p["busy_cycles"].is_u64() && p["secs"].as_f64().unwrap() > 0.0,
+            "{p}"
+        );
         assert_eq!(
             (p["drops"].as_u64(), p["rx_missed"].as_u64()),
             (Some(0), Some(0))
@@ -75,7 +79,11 @@ fn a_tiny_grid_finishes_and_writes_its_json_and_svg() {
     let confirm = v["confirm"].as_array().unwrap();
     assert!((TOP..=TOP + 1).contains(&confirm.len()), "{confirm:?}");
     assert!(confirm.iter().any(|p| p["rxd"] == 1024), "{confirm:?}");
-    assert!(v["best"]["mpps"].as_f64().unwrap() > 0.0);
+    let best = &v["best"];
+    assert!(
+        best.is_null() || best["mpps"].as_f64().unwrap() > 0.0,
+        "{best}"
+    );
     assert_eq!(v["defaults"]["rxd"], 1024);
     assert_eq!(v["failed_checks"], 0);
     assert_eq!(
@@ -237,7 +245,7 @@ fn the_l2fwd_preset_measures_both_settings_alternately() {
     assert_eq!(v["old"]["txd"], 512);
     assert_eq!(v["old"]["cache"], 32);
     assert_eq!(v["new"]["samples"], preset::MIN_REPS);
-    assert!(v["speedup"].as_f64().unwrap() > 0.0);
+    assert!(v["speedup"].as_f64().unwrap() >= 0.0);
     args.out_plot = Some(dir.join("no.svg"));
     assert_eq!(
         run(&args).unwrap_err(),
@@ -274,6 +282,18 @@ fn the_budget_cuts_the_sweep_and_says_what_it_skipped() {
     assert!(r.confirm.is_empty());
     let cells = plane_cells(&r);
     assert_eq!(cells, vec![vec![None, None], vec![None, None]]);
-    assert_eq!(r.best.as_ref().map(|b| b.config), Some(DEFAULTS));
-    assert_eq!(r.defaults_below_best_pct, Some(0.0));
+    // The only point is the best (unless nothing moved in its window).
+    if r.points[0].mpps > 0.0 {
+        assert_eq!(r.best.as_ref().map(|b| b.config), Some(DEFAULTS));
+        assert_eq!(r.defaults_gap_pct, Some(0.0));
+    } else {
+        assert_eq!((r.best.as_ref(), r.defaults_gap_pct), (None, None));
+    }
+    let mut a = args.clone();
+    a.rank = args::Rank::Cycles;
+    let r = sweep(&a, &g, &setup, &ports).unwrap();
+    assert_eq!(r.points.len(), 1);
+    if let Some(b) = &r.best {
+        assert_eq!(b.config, DEFAULTS);
+    }
 }
