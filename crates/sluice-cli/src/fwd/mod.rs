@@ -370,9 +370,15 @@ fn forward_window(
         .iter()
         .map(|p| !has_threaded_device(p.name()))
         .collect();
-    // Every frame starts and ends at a tester: the drain can wait for the
-    // counts to add up.
+    // Every frame starts and ends at a tester (a forwarding engine, only
+    // tester ports): the drain can wait for the counts to add up.
+    let forwards_all = matches!(
+        args.engine,
+        Engine::Io | Engine::Mac | Engine::Macswap | Engine::Recycle
+    );
     let accountable = !testers.is_empty()
+        && forwards_all
+        && !args.tx_first
         && ports
             .iter()
             .all(|p| crate::dist::tester_names(&[p.name().to_owned()]).len() == 1);

@@ -51,7 +51,8 @@ pub struct TuneArgs {
     #[arg(long, default_value_t = 0.25, value_name = "SECONDS", value_parser = parse_seconds)]
     pub duration: f64,
     /// Time limit for the whole sweep: the grid is cut to fit (see the
-    /// summary for what was skipped).
+    /// summary for what was skipped; the first point always runs). A preset
+    /// runs its fixed number of points.
     #[arg(long, default_value_t = 120.0, value_name = "SECONDS", value_parser = parse_seconds)]
     pub budget: f64,
     /// After the sweep, the best few points and the defaults are measured
@@ -63,13 +64,13 @@ pub struct TuneArgs {
     /// What "best" means: the highest Mpps, or the fewest forwarding-lcore
     /// cycles per packet (with an inline device its own work is most of
     /// the Mpps figure; cycles per packet leave it out).
-    #[arg(long, value_enum, default_value_t = Rank::Mpps)]
-    pub rank: Rank,
+    #[arg(long, value_enum, default_value_t = Figure::Mpps)]
+    pub rank: Figure,
     /// Tx attempts more for packets a Tx queue did not take, before they
     /// are dropped (as `sluice fwd --tx-retry`).
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub tx_retry: u32,
-    /// Instead of a sweep, a documented comparison (see `--help`):
+    /// Instead of a sweep, a documented comparison:
     /// `l2fwd-defaults` measures DPDK l2fwd's old defaults (128 Rx / 512 Tx
     /// descriptors, cache 32) against the newer ones (1024 / 1024, cache
     /// 256), `--confirm` repetitions each (at least 5), interleaved.
@@ -81,10 +82,14 @@ pub struct TuneArgs {
     /// Write the whole result as one JSON document to FILE.
     #[arg(long, value_name = "FILE")]
     pub out_json: Option<std::path::PathBuf>,
-    /// Write a heatmap of Mpps over Rx descriptors × mempool cache to FILE
-    /// (SVG).
+    /// Write a heatmap of Mpps (or `--plot-figure cycles`) over Rx
+    /// descriptors × mempool cache to FILE (SVG).
     #[arg(long, value_name = "FILE")]
     pub out_plot: Option<std::path::PathBuf>,
+    /// What the heatmap shows: Mpps, or cycles per packet on the
+    /// forwarding lcore.
+    #[arg(long, value_enum, default_value_t = Figure::Mpps, value_name = "FIGURE")]
+    pub plot_figure: Figure,
 }
 
 impl TuneArgs {
@@ -104,12 +109,13 @@ impl TuneArgs {
             duration: 0.25,
             budget: 120.0,
             confirm: 3,
-            rank: Rank::Mpps,
+            rank: Figure::Mpps,
             tx_retry: 0,
             preset: None,
             json: false,
             out_json: None,
             out_plot: None,
+            plot_figure: Figure::Mpps,
         }
     }
 
@@ -167,23 +173,24 @@ impl TuneEngine {
     }
 }
 
-/// What the best setting is best at.
+/// A figure a setting is judged (`--rank`) or plotted (`--plot-figure`)
+/// by.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Rank {
+pub enum Figure {
     /// The most packets per second.
     Mpps,
     /// The fewest cycles per packet on the forwarding lcore.
     Cycles,
 }
 
-impl Rank {
+impl Figure {
     /// A figure where more is better: Mpps, or minus cycles per packet
     /// (`None`: nothing moved).
     pub fn score(self, mpps: f64, cycles_per_packet: Option<f64>) -> Option<f64> {
         match self {
-            Rank::Mpps => Some(mpps),
-            Rank::Cycles => cycles_per_packet.map(|c| -c),
+            Figure::Mpps => Some(mpps),
+            Figure::Cycles => cycles_per_packet.map(|c| -c),
         }
     }
 

@@ -44,6 +44,7 @@ use std::time::Instant;
 use sluice::mbuf::{MbufPool, MbufPoolConfig};
 use sluice::port::{DeviceInfo, PortConfig};
 
+use args::Figure;
 pub use args::TuneArgs;
 use grid::{Config, DEFAULTS, Grid, fits};
 use point::{PointResult, Setup};
@@ -106,15 +107,21 @@ fn write_outputs(args: &TuneArgs, r: &TuneResult) -> Result<(), String> {
         std::fs::write(path, text + "\n").map_err(|e| format!("{}: {e}", path.display()))?;
     }
     if let Some(path) = &args.out_plot {
-        let cells = plane_cells(r);
+        let figure = args.plot_figure;
+        let cells = plane_cells(r, figure);
+        let (name, unit) = match figure {
+            Figure::Mpps => ("Mpps", "Mpps"),
+            Figure::Cycles => ("cycles per packet", "cycles/pkt"),
+        };
         let title = format!(
-            "sluice tune: Mpps, {} forwarding, Tx descriptors {}, burst {}",
+            "sluice tune: {name}, {} forwarding, Tx descriptors {}, burst {}",
             r.engine, r.plane_txd, r.plane_burst
         );
         plot::write_svg(
             path,
             &plot::Heatmap {
                 title: &title,
+                unit,
                 x: &r.grid.rxd,
                 y: &r.grid.cache,
                 cells: &cells,
@@ -124,9 +131,9 @@ fn write_outputs(args: &TuneArgs, r: &TuneResult) -> Result<(), String> {
     Ok(())
 }
 
-/// The heatmap's cells: the sweep's Mpps at each Rx descriptors × cache
-/// pair of the plane (`cells[x][y]`).
-pub fn plane_cells(r: &TuneResult) -> Vec<Vec<Option<f64>>> {
+/// The heatmap's cells: the sweep's Mpps (or cycles per packet) at each Rx
+/// descriptors × cache pair of the plane (`cells[x][y]`).
+pub fn plane_cells(r: &TuneResult, figure: Figure) -> Vec<Vec<Option<f64>>> {
     r.grid
         .rxd
         .iter()
@@ -141,7 +148,11 @@ pub fn plane_cells(r: &TuneResult) -> Vec<Vec<Option<f64>>> {
                         cache,
                         burst: r.plane_burst,
                     };
-                    r.points.iter().find(|p| p.config == c).map(|p| p.mpps)
+                    let p = r.points.iter().find(|p| p.config == c)?;
+                    match figure {
+                        Figure::Mpps => Some(p.mpps),
+                        Figure::Cycles => p.cycles_per_packet,
+                    }
                 })
                 .collect()
         })

@@ -1,9 +1,10 @@
-//! The heatmap: Mpps over Rx descriptors (x) × mempool cache (y), one cell
+//! The heatmap: Mpps (or cycles per packet) over Rx descriptors (x) ×
+//! mempool cache (y), one cell
 //! per pair at the plane's fixed Tx descriptors and burst, drawn with
 //! `plotters` to SVG (text is left to the viewer's fonts: no font library).
 //!
 //! Each cell is one `<rect>` filled from the viridis map between the
-//! plane's lowest and highest Mpps, labelled with its value; a cell the
+//! plane's lowest and highest value, labelled with it; a cell the
 //! sweep did not reach is grey and labelled `-`. A colour bar of
 //! [`BAR_STEPS`] rectangles sits on the right.
 
@@ -20,11 +21,13 @@ pub const BAR_STEPS: usize = 32;
 pub struct Heatmap<'a> {
     /// The title.
     pub title: &'a str,
+    /// The colour bar's caption (the cells' unit).
+    pub unit: &'a str,
     /// The x axis values (Rx descriptors).
     pub x: &'a [u16],
     /// The y axis values (cache sizes).
     pub y: &'a [u32],
-    /// Mpps per cell, `cells[xi][yi]`; `None`: not measured.
+    /// The value per cell, `cells[xi][yi]`; `None`: not measured.
     pub cells: &'a [Vec<Option<f64>>],
 }
 
@@ -118,7 +121,7 @@ pub fn write_svg(path: &Path, h: &Heatmap<'_>) -> Result<(), String> {
         .margin_bottom(56)
         .margin_right(8)
         .y_label_area_size(60)
-        .caption("Mpps", ("sans-serif", 16))
+        .caption(h.unit, ("sans-serif", 16))
         .build_cartesian_2d(0.0..1.0, lo..hi.max(lo + 1e-9))
         .map_err(|e| err(&e))?;
     scale

@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 
-use super::args::Rank;
+use super::args::Figure;
 use super::grid::{Config, DEFAULTS, Grid};
 use super::point::PointResult;
 use crate::bench::emit;
@@ -113,7 +113,7 @@ pub struct TuneResult {
     /// The defaults, 1024/1024/256/32 (same basis as `best`).
     pub defaults: Option<Choice>,
     /// What the best is best at.
-    pub rank: Rank,
+    pub rank: Figure,
     /// How much worse than the best the defaults are, in the rank's figure,
     /// percent of the best's (Mpps below, or cycles per packet above).
     pub defaults_gap_pct: Option<f64>,
@@ -249,8 +249,8 @@ pub fn print(r: &TuneResult) {
         ));
     }
     let by = match r.rank {
-        Rank::Mpps => "most Mpps",
-        Rank::Cycles => "fewest cycles per packet",
+        Figure::Mpps => "most Mpps",
+        Figure::Cycles => "fewest cycles per packet",
     };
     match &r.best {
         Some(b) => emit(&format!("best ({by}): {}: {}", b.config, b.describe())),
@@ -262,8 +262,8 @@ pub fn print(r: &TuneResult) {
             d.config,
             d.describe(),
             match r.rank {
-                Rank::Mpps => "Mpps below",
-                Rank::Cycles => "cycles per packet above",
+                Figure::Mpps => "Mpps below",
+                Figure::Cycles => "cycles per packet above",
             }
         )),
         (Some(d), None) => emit(&format!("defaults: {}: {}", d.config, d.describe())),

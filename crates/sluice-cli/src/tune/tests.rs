@@ -103,7 +103,15 @@ fn a_tiny_grid_finishes_and_writes_its_json_and_svg() {
         let label = format!("\n{:.2}\n", p["mpps"].as_f64().unwrap());
         assert!(svg.contains(&label), "{label} not in the plot");
     }
-    assert!(svg.contains("Tx descriptors 256, burst 32"));
+    assert!(svg.contains("Mpps, io forwarding, Tx descriptors 256, burst 32"));
+    // The same cells as cycles per packet.
+    args.plot_figure = args::Figure::Cycles;
+    args.out_json = None;
+    args.confirm = 0;
+    run(&args).unwrap();
+    let svg = std::fs::read_to_string(dir.join("tune.svg")).unwrap();
+    assert!(svg.contains("cycles per packet, io forwarding"));
+    assert_eq!(svg.matches("<rect").count(), 1 + 4 + BAR_STEPS);
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -280,7 +288,7 @@ fn the_budget_cuts_the_sweep_and_says_what_it_skipped() {
     );
     assert!(!r.skipped.plane_complete);
     assert!(r.confirm.is_empty());
-    let cells = plane_cells(&r);
+    let cells = plane_cells(&r, args::Figure::Mpps);
     assert_eq!(cells, vec![vec![None, None], vec![None, None]]);
     // The only point is the best (unless nothing moved in its window).
     if r.points[0].mpps > 0.0 {
@@ -290,7 +298,7 @@ fn the_budget_cuts_the_sweep_and_says_what_it_skipped() {
         assert_eq!((r.best.as_ref(), r.defaults_gap_pct), (None, None));
     }
     let mut a = args.clone();
-    a.rank = args::Rank::Cycles;
+    a.rank = args::Figure::Cycles;
     let r = sweep(&a, &g, &setup, &ports).unwrap();
     assert_eq!(r.points.len(), 1);
     if let Some(b) = &r.best {
