@@ -11,6 +11,8 @@
 
 pub mod distributor;
 pub mod fwd;
+pub mod fwd_afpacket;
+pub mod fwd_afxdp;
 pub mod mbuf;
 pub mod mempool;
 pub mod recycle;

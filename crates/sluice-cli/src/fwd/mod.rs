@@ -40,11 +40,11 @@ use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{Port, PortConfig, PortCounters, PortError, PortSpec};
 use sluice::tester::Tester;
 
-pub use args::{Engine, FwdArgs};
+pub use args::{Engine, EthPeer, FwdArgs, parse_eth_peer, parse_seconds};
 use engine::{Stream, udp_frame};
 use lcore::{LcoreConfig, LcoreCycles, StreamCounters, Window, lcore_main};
 use stats::{Live, Sources};
-use summary::{PortSummary, Summary, TesterSummary, cycles_per_packet};
+use summary::{PortSummary, RouteDrops, Summary, TesterSummary, cycles_per_packet};
 use window::{Snapshot, WindowFigures};
 
 /// Longest the drain after `--duration` may take.
@@ -56,24 +56,28 @@ const DRAIN_STEP: Duration = Duration::from_millis(5);
 /// soon as their counts add up, so this bounds only a real loss.
 const DRAIN_MAX_ACCOUNTED: Duration = Duration::from_secs(2);
 
-/// Set by SIGINT: end the run early (the summary is still printed).
+/// Set by SIGINT or SIGTERM: end the run early (the summary is still
+/// printed).
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_sigint(_: libc::c_int) {
+extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
 }
 
-/// Whether SIGINT was seen since [`catch_sigint`].
+/// Whether SIGINT or SIGTERM was seen since [`catch_sigint`].
 pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
 
-/// From now on SIGINT ends the run early (see [`interrupted`]).
+/// From now on SIGINT and SIGTERM end the run early (see [`interrupted`]):
+/// the pipeline drains, ports stop and the summary is printed.
 pub(crate) fn catch_sigint() {
-    let handler: extern "C" fn(libc::c_int) = on_sigint;
-    // SAFETY: the handler only stores to an atomic, which is
-    // async-signal-safe; `signal` has no other precondition.
-    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
+    let handler: extern "C" fn(libc::c_int) = on_signal;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe; `signal` has no other precondition.
+        unsafe { libc::signal(sig, handler as libc::sighandler_t) };
+    }
 }
 
 /// The peer of port `p` among `n`: 0<->1, 2<->3, an odd last one itself.
@@ -96,9 +100,9 @@ pub fn default_pool_size(ports: usize, queues: usize, args: &FwdArgs) -> u32 {
 /// Runs `sluice fwd`. `Ok(true)` when every tester report is clean (or there
 /// is no tester).
 pub fn run(args: &FwdArgs) -> Result<bool, String> {
-    let m = measure(args, None)?;
-    m.summary.print(args.json);
-    Ok(m.summary.clean)
+    run_with(args, args.engine.name(), |ports, pool, testers| {
+        forward(ports, pool, args, testers)
+    })
 }
 
 /// What [`measure`] measured.
@@ -116,6 +120,40 @@ pub struct Measured {
 /// runs that long first and [`Measured::window`] holds the figures of the
 /// `args.duration` seconds after it.
 pub fn measure(args: &FwdArgs, warmup: Option<f64>) -> Result<Measured, String> {
+    let mut window = None;
+    let mut summary = measure_with(args, args.engine.name(), |ports, pool, testers| {
+        let (f, w) = forward_window(ports, pool, args, testers, warmup)?;
+        window = w;
+        Ok(f)
+    })?;
+    if let Some(w) = &window {
+        // The lcores counted only the window: so does the device.
+        summary.device_cycles = w.device_cycles;
+        summary.cycles_per_packet = w.cycles_per_packet;
+    }
+    Ok(Measured { summary, window })
+}
+
+/// The frame of a forwarding app: opens and starts the ports of `args`
+/// with one mbuf pool, runs `phase` (the forwarding, with live stats and
+/// the drain), stops the ports and prints the summary under the name
+/// `engine`. `Ok(true)` when every tester report is clean.
+pub(crate) fn run_with(
+    args: &FwdArgs,
+    engine: &'static str,
+    phase: impl FnOnce(&mut [Port], &MbufPool, &[(String, Arc<Tester>)]) -> Result<Forwarded, String>,
+) -> Result<bool, String> {
+    let summary = measure_with(args, engine, phase)?;
+    summary.print(args.json);
+    Ok(summary.clean)
+}
+
+/// [`run_with`] without the printing: the summary.
+pub(crate) fn measure_with(
+    args: &FwdArgs,
+    engine: &'static str,
+    phase: impl FnOnce(&mut [Port], &MbufPool, &[(String, Arc<Tester>)]) -> Result<Forwarded, String>,
+) -> Result<Summary, String> {
     let specs = args.all_specs();
     if specs.is_empty() {
         return Err(
@@ -168,8 +206,8 @@ pub fn measure(args: &FwdArgs, warmup: Option<f64>) -> Result<Measured, String> 
         secs,
         drops: stream_drops,
         recycle_errors,
-        window,
-    } = forward_window(&mut ports, &pool, args, &testers, warmup)?;
+        route_drops,
+    } = phase(&mut ports, &pool, &testers)?;
 
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     let device_cycles: u64 = ports
@@ -190,15 +228,13 @@ pub fn measure(args: &FwdArgs, warmup: Option<f64>) -> Result<Measured, String> 
         .collect();
     drop(ports);
     let testers = tester_reports(testers);
-    // With a window the lcores counted only it: so does the device.
-    let device_cycles = window.map_or(device_cycles, |w| w.device_cycles);
     let (busy_cycles, busy_packets, cpp) = cycles_per_packet(&lcores, device_cycles);
     let rx: u64 = port_rows.iter().map(|p| p.rx_packets).sum();
     let tx: u64 = port_rows.iter().map(|p| p.tx_packets).sum();
     let clean = testers.iter().all(|t| t.clean);
     let summary = Summary {
         kind: "summary",
-        engine: args.engine.name(),
+        engine,
         cores: lcores.len(),
         burst: args.burst as usize,
         duration_s: secs,
@@ -214,11 +250,12 @@ pub fn measure(args: &FwdArgs, warmup: Option<f64>) -> Result<Measured, String> 
         cycles_per_packet: cpp,
         tsc_hz: sluice::tsc::tsc_hz(),
         recycle_errors,
+        route_drops,
         pool_full: pool.is_full(),
         testers,
         clean,
     };
-    Ok(Measured { summary, window })
+    Ok(summary)
 }
 
 /// The cycles port `spec`'s device model spent inside the forwarding
@@ -233,7 +270,7 @@ pub fn inline_device_cycles(spec: &str, c: &PortCounters) -> u64 {
 }
 
 /// Whether port `spec` runs its device model on a device thread.
-fn has_threaded_device(spec: &str) -> bool {
+pub(crate) fn has_threaded_device(spec: &str) -> bool {
     PortSpec::parse(spec).is_ok_and(|s| s.get("device") == Some("threaded"))
 }
 
@@ -258,7 +295,7 @@ pub fn lcore_cpus(cpus: &[usize], threaded: bool) -> Vec<usize> {
 /// Opens every port with `queues` Rx and Tx queues; if a driver cannot have
 /// that many, all are opened again with one (so every port has the same
 /// count and each stream's Tx queue exists).
-fn open_ports(
+pub(crate) fn open_ports(
     specs: &[String],
     pool: &MbufPool,
     queues: usize,
@@ -311,7 +348,7 @@ pub fn check_recycle(ports: &[Port]) -> Result<(), String> {
                     Ok(false) => {
                         return Err(format!(
                             "--engine recycle: port {i} ({}) {dir} queue {q} cannot recycle \
-                             buffers: driver '{}' does not support it (soft ports do)",
+                             buffers: driver '{}' does not support it (soft and afxdp ports do)",
                             port.name(),
                             port.info().driver
                         ));
@@ -327,29 +364,28 @@ pub fn check_recycle(ports: &[Port]) -> Result<(), String> {
 }
 
 /// What the forwarding phase measured.
-struct Forwarded {
+pub(crate) struct Forwarded {
     /// Each lcore's cycles.
-    lcores: Vec<LcoreCycles>,
+    pub lcores: Vec<LcoreCycles>,
     /// Seconds forwarded (drain included).
-    secs: f64,
+    pub secs: f64,
     /// Drops per Tx port.
-    drops: Vec<u64>,
+    pub drops: Vec<u64>,
     /// `recycle`: recycle steps that failed, all streams.
-    recycle_errors: u64,
-    /// With a warm-up, the measured window.
-    window: Option<WindowFigures>,
+    pub recycle_errors: u64,
+    /// `l3fwd`: packets dropped by the router, by reason.
+    pub route_drops: Option<RouteDrops>,
 }
 
 /// The forwarding phase: streams, lcores, live stats, and, when `testers`
 /// watch the traffic, their pause and the drain.
-#[cfg_attr(not(test), allow(dead_code))]
 fn forward(
     ports: &mut [Port],
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
 ) -> Result<Forwarded, String> {
-    forward_window(ports, pool, args, testers, None)
+    forward_window(ports, pool, args, testers, None).map(|(f, _)| f)
 }
 
 /// [`forward`], with a measured window after `warmup` seconds.
@@ -359,7 +395,7 @@ fn forward_window(
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
     warmup: Option<f64>,
-) -> Result<Forwarded, String> {
+) -> Result<(Forwarded, Option<WindowFigures>), String> {
     if args.engine == Engine::Recycle {
         check_recycle(ports)?;
     }
@@ -429,14 +465,6 @@ fn forward_window(
     for (i, s) in streams.into_iter().enumerate() {
         per_lcore[i % nb_lcores].push(s);
     }
-    let cpus = lcore_cpus(&sluice::lcore::available_cpus(), threaded);
-    if nb_lcores > cpus.len() {
-        eprintln!(
-            "sluice fwd: warning: {nb_lcores} forwarding lcore(s) on {} free CPU(s): they share \
-             CPUs",
-            cpus.len()
-        );
-    }
     let stop = AtomicBool::new(false);
     let window = AtomicU8::new(Window::ALL);
     let src = Sources {
@@ -452,23 +480,113 @@ fn forward_window(
         stop: &stop,
         window: &window,
     };
+    let control = Control {
+        stop: &stop,
+        accountable,
+        warmup: warmup.map(|secs| (secs, &window, inline.as_slice())),
+    };
+    let (lcores, secs, snapshots) = run_lcores_with(
+        per_lcore,
+        threaded,
+        &src,
+        args,
+        testers,
+        control,
+        |cpu, mut streams| lcore_main(cpu, &mut streams, cfg, pool),
+    )?;
+    let drops = src.sample().iter().map(|s| s.drops).collect();
+    let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
+    let window = snapshots.map(|(open, close)| WindowFigures::new(&open, &close, &lcores));
+    let f = Forwarded {
+        lcores,
+        secs,
+        drops,
+        recycle_errors,
+        route_drops: None,
+    };
+    Ok((f, window))
+}
+
+/// How the main thread runs the lcores of [`run_lcores_with`].
+#[derive(Clone, Copy)]
+pub(crate) struct Control<'a> {
+    /// Set to end the run.
+    pub stop: &'a AtomicBool,
+    /// Every frame starts and ends at a tester: the drain waits for their
+    /// counts to add up (see [`main_loop`]).
+    pub accountable: bool,
+    /// A measured window after a warm-up.
+    pub warmup: Option<Warmup<'a>>,
+}
+
+/// The counters at a measured window's open and close.
+pub(crate) type WindowEnds = (Snapshot, Snapshot);
+
+/// A warm-up before the measured window: its length in seconds, the
+/// lcores' [`Window`] flag and, per port, whether its device runs inline.
+pub(crate) type Warmup<'a> = (f64, &'a AtomicU8, &'a [bool]);
+
+/// Runs one forwarding thread per element of `per_lcore` (each pinned to
+/// its CPU from [`lcore_cpus`], named `fwd-I`), prints live stats from
+/// `src` until the duration is over or a signal came (then the drain, see
+/// [`main_loop`]), sets `stop` and joins them. Each lcore's cycles, and the
+/// seconds from start to stop.
+pub(crate) fn run_lcores<T: Send>(
+    per_lcore: Vec<T>,
+    threaded: bool,
+    src: &Sources<'_>,
+    args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
+    stop: &AtomicBool,
+    body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
+) -> Result<(Vec<LcoreCycles>, f64), String> {
+    let control = Control {
+        stop,
+        accountable: false,
+        warmup: None,
+    };
+    let (lcores, secs, _) =
+        run_lcores_with(per_lcore, threaded, src, args, testers, control, body)?;
+    Ok((lcores, secs))
+}
+
+/// [`run_lcores`] under `control`: with a warm-up, also the counters at the
+/// measured window's open and close.
+pub(crate) fn run_lcores_with<T: Send>(
+    per_lcore: Vec<T>,
+    threaded: bool,
+    src: &Sources<'_>,
+    args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
+    control: Control<'_>,
+    body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
+) -> Result<(Vec<LcoreCycles>, f64, Option<WindowEnds>), String> {
+    let stop = control.stop;
+    let cpus = lcore_cpus(&sluice::lcore::available_cpus(), threaded);
+    if per_lcore.len() > cpus.len() {
+        eprintln!(
+            "sluice: warning: {} forwarding lcore(s) on {} free CPU(s): they share CPUs",
+            per_lcore.len(),
+            cpus.len()
+        );
+    }
+    let body = &body;
     let (results, secs, snapshots) = std::thread::scope(|scope| {
         let handles: Vec<_> = per_lcore
             .into_iter()
             .enumerate()
-            .map(|(i, mut streams)| {
+            .map(|(i, work)| {
                 let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
                 std::thread::Builder::new()
                     .name(format!("fwd-{i}"))
-                    .spawn_scoped(scope, move || lcore_main(cpu, &mut streams, cfg, pool))
+                    .spawn_scoped(scope, move || body(cpu, work))
             })
             .collect();
-        let live = Live::new(&src, args.json);
+        let live = Live::new(src, args.json);
         let started = live.start();
         let mut snapshots = None;
         if handles.iter().all(|h| h.is_ok()) {
-            let w = warmup.map(|secs| (secs, &window, inline.as_slice()));
-            snapshots = main_loop(live, &src, args, (testers, accountable), w);
+            snapshots = main_loop(live, src, args, testers, control);
         }
         stop.store(true, Ordering::Relaxed);
         let secs = started.elapsed().as_secs_f64();
@@ -490,16 +608,7 @@ fn forward_window(
         (results, secs, snapshots)
     });
     let lcores = results.into_iter().collect::<Result<Vec<_>, _>>()?;
-    let drops = src.sample().iter().map(|s| s.drops).collect();
-    let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
-    let window = snapshots.map(|(open, close)| WindowFigures::new(&open, &close, &lcores));
-    Ok(Forwarded {
-        lcores,
-        secs,
-        drops,
-        recycle_errors,
-        window,
-    })
+    Ok((lcores, secs, snapshots))
 }
 
 /// `--tx-first`: one burst of generated frames on the stream's Tx queue
@@ -519,30 +628,29 @@ fn send_first_burst(s: &mut Stream<'_>, pool: &MbufPool, args: &FwdArgs) {
     s.tx.tx_burst(&mut burst);
 }
 
-/// A warm-up before the measured window: its length in seconds, the
-/// lcores' [`Window`] flag and, per port, whether its device runs inline.
-type Warmup<'a> = (f64, &'a AtomicU8, &'a [bool]);
-
-/// Stats lines until the duration is over (or SIGINT); then, with testers,
+/// Stats lines until the duration is over (never when it is infinite) or a
+/// signal came (SIGINT, SIGTERM); then, with testers,
 /// the drain: they are paused and forwarding goes on until nothing moved
-/// for a few looks, at most [`DRAIN_MAX`] — or, when every port is on a
-/// tester (`accountable`), until every frame they sent was received or
-/// counted as a drop or a miss, at most [`DRAIN_MAX_ACCOUNTED`] (a
-/// descheduled lcore then cannot end the drain early). With a warm-up, the
-/// duration starts after it, and the counters at the window's open and
-/// close are returned.
+/// for a few looks, at most [`DRAIN_MAX`] — or, when every frame starts and
+/// ends at a tester (`control.accountable`), until every frame they sent
+/// was received or counted as a drop or a miss, at most
+/// [`DRAIN_MAX_ACCOUNTED`] (a descheduled lcore then cannot end the drain
+/// early). With a warm-up, the duration starts after it, and the counters
+/// at the window's open and close are returned.
 fn main_loop(
     mut live: Live,
     src: &Sources<'_>,
     args: &FwdArgs,
-    (testers, accountable): (&[(String, Arc<Tester>)], bool),
-    warmup: Option<Warmup<'_>>,
-) -> Option<(Snapshot, Snapshot)> {
+    testers: &[(String, Arc<Tester>)],
+    control: Control<'_>,
+) -> Option<WindowEnds> {
     let start = live.start();
+    let warmup = control.warmup;
     let warm = Duration::from_secs_f64(warmup.map_or(0.0, |w| w.0));
-    let length = Duration::from_secs_f64(args.duration);
-    // With a warm-up, moved to the window's open plus the duration.
-    let mut end = start + warm + length;
+    // An infinite (or absurdly long) duration has no end but a signal;
+    // with a warm-up, the end moves to the window's open plus the duration.
+    let length = Duration::try_from_secs_f64(args.duration).ok();
+    let mut end = length.and_then(|d| start.checked_add(warm + d));
     let period = Duration::from_secs_f64(args.stats_period);
     let mut next = start + period;
     let mut open: Option<Snapshot> = None;
@@ -554,19 +662,22 @@ fn main_loop(
             && now >= start + warm
         {
             let o = Snapshot::take(src, inline);
-            end = o.at + length;
+            end = length.and_then(|d| o.at.checked_add(d));
             open = Some(o);
             flag.store(Window::OPEN, Ordering::Relaxed);
         }
-        if now >= end || INTERRUPTED.load(Ordering::Relaxed) {
+        if end.is_some_and(|e| now >= e) || INTERRUPTED.load(Ordering::Relaxed) {
             if let (Some((_, flag, inline)), Some(open)) = (warmup, open.take()) {
                 flag.store(Window::CLOSED, Ordering::Relaxed);
                 snapshots = Some((open, Snapshot::take(src, inline)));
             }
             break;
         }
-        // Short sleeps, so SIGINT (and the warm-up's end) is seen soon.
-        let mut wake = next.min(end).min(now + Duration::from_millis(50));
+        // Short sleeps, so a signal (and the warm-up's end) is seen soon.
+        let mut wake = next.min(now + Duration::from_millis(50));
+        if let Some(e) = end {
+            wake = wake.min(e);
+        }
         if open.is_none() && warmup.is_some() {
             wake = wake.min(start + warm);
         }
@@ -582,6 +693,7 @@ fn main_loop(
     for (_, t) in testers {
         t.pause(true);
     }
+    let accountable = control.accountable;
     let drain_end = Instant::now()
         + if accountable {
             DRAIN_MAX_ACCOUNTED
@@ -800,7 +912,7 @@ mod tests {
         assert_eq!(
             err,
             "--engine recycle: port 0 (null) Rx queue 0 cannot recycle buffers: driver 'null' \
-             does not support it (soft ports do)"
+             does not support it (soft and afxdp ports do)"
         );
         let pair = "pair:name=fwd_recycle_err";
         let err = run(&quick(&[pair, pair], Engine::Recycle, 1)).unwrap_err();
@@ -808,7 +920,7 @@ mod tests {
             err,
             format!(
                 "--engine recycle: port 0 ({pair}) Rx queue 0 cannot recycle buffers: driver \
-                 'pair' does not support it (soft ports do)"
+                 'pair' does not support it (soft and afxdp ports do)"
             )
         );
         // A soft port's Rx queue can, but its stream sends on a null port.
@@ -817,7 +929,7 @@ mod tests {
         assert_eq!(
             err,
             "--engine recycle: port 1 (null) Tx queue 0 cannot recycle buffers: driver 'null' \
-             does not support it (soft ports do)"
+             does not support it (soft and afxdp ports do)"
         );
     }
 

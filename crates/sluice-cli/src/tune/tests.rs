@@ -206,11 +206,11 @@ fn bad_grid_input_is_a_clear_error() {
         "--cache: 'x' is not a number"
     );
     assert_eq!(err(&|a| a.rxd = "-1".into()), "--rxd: '-1' is not a number");
-    assert_eq!(
-        err(&|a| a.specs = vec!["soft:nonsense=1".into()]),
-        "port spec 'soft:nonsense=1': driver 'soft' has no key 'nonsense' (keys: gen, flows, size, \
-         rate, count, tester, wire, device, fc, rx_free_thresh, tx_rs_thresh, tx_free_thresh, \
-         bus_overhead, tx_free)"
+    // A bad spec: the driver's own error (its key list is the driver's).
+    let e = err(&|a| a.specs = vec!["soft:nonsense=1".into()]);
+    assert!(
+        e.starts_with("port spec 'soft:nonsense=1': driver 'soft' has no key 'nonsense' (keys: "),
+        "{e}"
     );
     // A driver without the power-of-two rule takes 100 (null ports).
     let mut a = tiny("unused");

@@ -81,6 +81,7 @@ const KEYS: &[&str] = &[
     "size",
     "rate",
     "count",
+    "dst",
     "tester",
     "wire",
     "device",
