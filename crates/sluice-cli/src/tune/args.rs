@@ -55,6 +55,12 @@ pub struct TuneArgs {
     /// runs its fixed number of points.
     #[arg(long, default_value_t = 120.0, value_name = "SECONDS", value_parser = parse_seconds)]
     pub budget: f64,
+    /// Times the whole plan is run (on a busy machine, more passes with a
+    /// shorter `--duration` ride out load better): each point's figures
+    /// are the medians of its passes.
+    #[arg(long, default_value_t = 1, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub passes: u32,
     /// After the sweep, the best few points and the defaults are measured
     /// again this many times each, interleaved, and the best is chosen on
     /// those means (0: take the sweep's single measurements).
@@ -109,6 +115,7 @@ impl TuneArgs {
             duration: 0.25,
             budget: 120.0,
             confirm: 3,
+            passes: 1,
             rank: Figure::Mpps,
             tx_retry: 0,
             preset: None,

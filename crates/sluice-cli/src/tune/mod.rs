@@ -5,12 +5,13 @@
 //! 1. Read the four axes and check them against every port's driver
 //!    (`grid`): the ports are opened once to read their limits.
 //! 2. Measure the points in plan order (`grid::Grid::plan`: the defaults,
-//!    the heatmap's plane, then the rest shuffled) while the budget
-//!    allows: before each point, the time taken so far plus one point's
+//!    the heatmap's plane, then the rest shuffled), `--passes` times over,
+//!    while the budget allows: before each point, the time taken so far plus one point's
 //!    estimated cost (warm-up + window + the measured mean set-up and drain
 //!    overhead) plus the confirmation's reserve must fit in `--budget`.
 //!    Each point is a fresh pool and fresh ports, warmed up, then measured
-//!    over a fixed window (`point`).
+//!    over a fixed window (`point`); a setting's figures are the medians of
+//!    its passes (`report::Row`).
 //! 3. Confirm: the sweep's [`TOP`] best points and the defaults are
 //!    measured `--confirm` times more, interleaved (so drift and load hit
 //!    them alike), and the best is chosen on those means — the single
@@ -48,7 +49,7 @@ use args::Figure;
 pub use args::TuneArgs;
 use grid::{Config, DEFAULTS, Grid, fits};
 use point::{PointResult, Setup};
-use report::{Choice, Skipped, TuneResult, json_line, loadavg, progress};
+use report::{Choice, Row, Skipped, TuneResult, json_line, loadavg, progress};
 
 use crate::bench::emit;
 
@@ -83,6 +84,7 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
         let mut v = serde_json::to_value(&result).map_err(|e| e.to_string())?;
         if let Some(o) = v.as_object_mut() {
             o.remove("points");
+            o.remove("rows");
             o.remove("confirm");
             o.insert("type".into(), "summary".into());
         }
@@ -113,10 +115,13 @@ fn write_outputs(args: &TuneArgs, r: &TuneResult) -> Result<(), String> {
             Figure::Mpps => ("Mpps", "Mpps"),
             Figure::Cycles => ("cycles per packet", "cycles/pkt"),
         };
-        let title = format!(
+        let mut title = format!(
             "sluice tune: {name}, {} forwarding, Tx descriptors {}, burst {}",
             r.engine, r.plane_txd, r.plane_burst
         );
+        if r.passes > 1 {
+            title += &format!(" (median of {})", r.passes);
+        }
         plot::write_svg(
             path,
             &plot::Heatmap {
@@ -148,7 +153,7 @@ pub fn plane_cells(r: &TuneResult, figure: Figure) -> Vec<Vec<Option<f64>>> {
                         cache,
                         burst: r.plane_burst,
                     };
-                    let p = r.points.iter().find(|p| p.config == c)?;
+                    let p = &r.rows.iter().find(|row| row.point.config == c)?.point;
                     match figure {
                         Figure::Mpps => Some(p.mpps),
                         Figure::Cycles => p.cycles_per_packet,
@@ -213,13 +218,16 @@ fn sweep(
     let load_start = loadavg();
     let defaults_fit = fits(&DEFAULTS, ports);
     let plan = grid.plan(defaults_fit);
-    let n = plan.len();
+    let runs: Vec<Config> = (0..args.passes)
+        .flat_map(|_| plan.iter().copied())
+        .collect();
+    let n = runs.len();
     let mut overhead = OVERHEAD_GUESS;
     let point_time = |overhead: f64| setup.warmup + setup.duration + overhead;
     let confirm_runs = args.confirm as usize * (TOP + usize::from(defaults_fit));
     let mut points: Vec<PointResult> = Vec::new();
     let mut interrupted = false;
-    for (i, &c) in plan.iter().enumerate() {
+    for (i, &c) in runs.iter().enumerate() {
         let reserve = confirm_runs as f64 * point_time(overhead);
         if i > 0 && since(start) + point_time(overhead) + reserve > args.budget {
             break;
@@ -240,16 +248,18 @@ fn sweep(
     }
 
     // Confirmation: the best few and the defaults, again, interleaved.
+    let rows = Row::medians(&points);
     let rank = args.rank;
     let score = |p: &PointResult| rank.score(p.mpps, p.cycles_per_packet);
-    let mut ranked: Vec<&PointResult> = points
+    let mut ranked: Vec<&PointResult> = rows
         .iter()
+        .map(|r| &r.point)
         .filter(|p| p.ok() && score(p).is_some())
         .collect();
     ranked.sort_by(|a, b| score(b).unwrap_or(0.0).total_cmp(&score(a).unwrap_or(0.0)));
     let mut candidates: Vec<Config> = ranked.iter().take(TOP).map(|p| p.config).collect();
     if defaults_fit
-        && points.iter().any(|p| p.config == DEFAULTS)
+        && rows.iter().any(|r| r.point.config == DEFAULTS)
         && !candidates.contains(&DEFAULTS)
     {
         candidates.push(DEFAULTS);
@@ -273,7 +283,7 @@ fn sweep(
     }
 
     // The verdict: on the confirmation runs when there are any, else on
-    // the sweep's single measurements.
+    // the sweep's measurements.
     let basis: &[PointResult] = if confirm.is_empty() {
         &points
     } else {
@@ -334,10 +344,12 @@ fn sweep(
         plane_burst,
         warmup_s: setup.warmup,
         duration_s: setup.duration,
+        passes: args.passes,
         budget_s: args.budget,
         elapsed_s: since(start),
         skipped,
         points,
+        rows,
         confirm,
         best,
         defaults,

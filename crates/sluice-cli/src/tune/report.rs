@@ -61,14 +61,74 @@ impl Choice {
     }
 }
 
+/// A setting's figures over its passes: the medians of Mpps and cycles per
+/// packet, the sums of the losses and window lengths, both checks over
+/// every run.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct Row {
+    /// The figures.
+    #[serde(flatten)]
+    pub point: PointResult,
+    /// The runs behind them.
+    pub runs: usize,
+}
+
+/// The median of `v` (not empty); the mean of the middle two for an even
+/// count.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+impl Row {
+    /// One row per setting of `points`, in grid order.
+    pub fn medians(points: &[PointResult]) -> Vec<Row> {
+        let mut by: std::collections::BTreeMap<Config, Vec<&PointResult>> = Default::default();
+        for p in points {
+            by.entry(p.config).or_default().push(p);
+        }
+        by.into_values()
+            .map(|runs| {
+                let first = runs[0];
+                let cpp: Vec<f64> = runs.iter().filter_map(|p| p.cycles_per_packet).collect();
+                let sum = |f: fn(&PointResult) -> u64| runs.iter().map(|p| f(p)).sum::<u64>();
+                let point = PointResult {
+                    config: first.config,
+                    mpps: median(runs.iter().map(|p| p.mpps).collect()),
+                    rx_mpps: median(runs.iter().map(|p| p.rx_mpps).collect()),
+                    cycles_per_packet: (!cpp.is_empty()).then(|| median(cpp)),
+                    busy_cycles: sum(|p| p.busy_cycles),
+                    device_cycles: sum(|p| p.device_cycles),
+                    drops: sum(|p| p.drops),
+                    rx_missed: sum(|p| p.rx_missed),
+                    rx_nombuf: sum(|p| p.rx_nombuf),
+                    secs: runs.iter().map(|p| p.secs).sum(),
+                    pool_full: runs.iter().all(|p| p.pool_full),
+                    accounted: runs.iter().all(|p| p.accounted),
+                };
+                Row {
+                    point,
+                    runs: runs.len(),
+                }
+            })
+            .collect()
+    }
+}
+
 /// What the budget left out.
 #[derive(Serialize, Debug, Clone, PartialEq, Eq)]
 pub struct Skipped {
-    /// Points planned (the grid, plus the defaults when off it).
+    /// Runs planned (the grid, plus the defaults when off it, times the
+    /// passes).
     pub planned: usize,
-    /// Points measured.
+    /// Runs measured.
     pub measured: usize,
-    /// Points not measured.
+    /// Runs not measured.
     pub points: usize,
     /// Axis values no measured point has, e.g. `burst 8`.
     pub never_measured: Vec<String>,
@@ -98,14 +158,18 @@ pub struct TuneResult {
     pub warmup_s: f64,
     /// Window per point, seconds.
     pub duration_s: f64,
+    /// Passes over the plan.
+    pub passes: u32,
     /// The time limit, seconds.
     pub budget_s: f64,
     /// The time taken, seconds.
     pub elapsed_s: f64,
     /// What was left out.
     pub skipped: Skipped,
-    /// Every point of the sweep, in the order measured.
+    /// Every run of the sweep, in the order measured.
     pub points: Vec<PointResult>,
+    /// Per setting measured, its medians over its passes, in grid order.
+    pub rows: Vec<Row>,
     /// The confirmation runs (best candidates and the defaults, again).
     pub confirm: Vec<PointResult>,
     /// The best setting (on the confirmation means when there are some).
@@ -182,13 +246,12 @@ pub fn print(r: &TuneResult) {
         emit(&format!("port {i}: {p}"));
     }
     emit(&format!(
-        "{:>5} {:>5} {:>5} {:>5} {:>9} {:>11} {:>9} {:>9} {:>7}",
-        "rxd", "txd", "cache", "burst", "Mpps", "cycles/pkt", "drops", "missed", "nombuf"
+        "{:>5} {:>5} {:>5} {:>5} {:>9} {:>11} {:>9} {:>9} {:>7} {:>4}",
+        "rxd", "txd", "cache", "burst", "Mpps", "cycles/pkt", "drops", "missed", "nombuf", "runs"
     ));
-    let mut rows: Vec<&PointResult> = r.points.iter().collect();
-    rows.sort_by_key(|p| p.config);
     let best = r.best.as_ref().map(|b| b.config);
-    for p in rows {
+    for row in &r.rows {
+        let p = &row.point;
         let mut mark = String::new();
         if p.config == DEFAULTS {
             mark += "  <- defaults";
@@ -203,7 +266,7 @@ pub fn print(r: &TuneResult) {
             mark += "  (checks failed)";
         }
         emit(&format!(
-            "{:>5} {:>5} {:>5} {:>5} {:>9.3} {:>11} {:>9} {:>9} {:>7}{mark}",
+            "{:>5} {:>5} {:>5} {:>5} {:>9.3} {:>11} {:>9} {:>9} {:>7} {:>4}{mark}",
             p.config.rxd,
             p.config.txd,
             p.config.cache,
@@ -213,13 +276,20 @@ pub fn print(r: &TuneResult) {
                 .map_or("-".into(), |c| format!("{c:.1}")),
             p.drops,
             p.rx_missed,
-            p.rx_nombuf
+            p.rx_nombuf,
+            row.runs
         ));
     }
     let s = &r.skipped;
     emit(&format!(
-        "measured {} of {} points in {:.1} s (budget {} s, load {:.2} -> {:.2})",
-        s.measured, s.planned, r.elapsed_s, r.budget_s, r.load.0, r.load.1
+        "measured {} of {} runs ({} settings) in {:.1} s (budget {} s, load {:.2} -> {:.2})",
+        s.measured,
+        s.planned,
+        r.rows.len(),
+        r.elapsed_s,
+        r.budget_s,
+        r.load.0,
+        r.load.1
     ));
     if s.points > 0 {
         let never = if s.never_measured.is_empty() {
@@ -228,7 +298,7 @@ pub fn print(r: &TuneResult) {
             format!("never measured: {}", s.never_measured.join(", "))
         };
         emit(&format!(
-            "skipped {} points{} ({never}); the heatmap plane is {}",
+            "skipped {} runs{} ({never}); the heatmap plane is {}",
             s.points,
             if s.interrupted {
                 " (interrupted)"

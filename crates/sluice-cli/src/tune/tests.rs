@@ -221,6 +221,41 @@ fn bad_grid_input_is_a_clear_error() {
 }
 
 #[test]
+fn passes_repeat_the_plan_and_rows_take_the_medians() {
+    let mut args = tiny("tune_unit_passes");
+    args.passes = 3;
+    args.rxd = "128".into();
+    args.cache = "32".into();
+    args.confirm = 0;
+    let g = Grid::parse(&args).unwrap();
+    let setup = point::Setup {
+        specs: args.all_specs(),
+        engine: args.engine,
+        warmup: 0.01,
+        duration: 0.02,
+        tx_retry: 0,
+    };
+    let r = sweep(&args, &g, &setup, &probe(&args.all_specs()).unwrap()).unwrap();
+    // The defaults and the one grid point, three times, alternating.
+    assert_eq!(r.points.len(), 6);
+    assert_eq!(r.points[0].config, r.points[2].config);
+    assert_eq!(r.rows.len(), 2);
+    for row in &r.rows {
+        assert_eq!(row.runs, 3);
+        let mut m: Vec<f64> = r
+            .points
+            .iter()
+            .filter(|p| p.config == row.point.config)
+            .map(|p| p.mpps)
+            .collect();
+        m.sort_by(f64::total_cmp);
+        assert_eq!(row.point.mpps, m[1], "the median of three");
+        assert!(row.point.pool_full && row.point.accounted);
+    }
+    assert_eq!((r.skipped.planned, r.skipped.measured), (6, 6));
+}
+
+#[test]
 fn lists_are_sorted_and_repeats_dropped() {
     let mut a = TuneArgs::with_specs(vec![]);
     a.rxd = "512, 128,512".into();
