@@ -6,6 +6,7 @@ mod fwd;
 mod l2fwd;
 mod l3fwd;
 mod traffic_gen;
+mod tune;
 
 use std::process::ExitCode;
 
@@ -42,6 +43,11 @@ enum Command {
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
     /// `distributor`, `lpm` or `all`.
     Bench(bench::BenchArgs),
+    /// Sweep Rx/Tx descriptors, mempool cache and burst size on the given
+    /// ports (default: the emulated NIC), measure each setting and
+    /// recommend one; `--preset l2fwd-defaults` compares DPDK l2fwd's old
+    /// and new defaults.
+    Tune(tune::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +64,7 @@ fn main() -> ExitCode {
         },
         Some(Command::Dist(args)) => dist::run_checked(&args),
         Some(Command::Bench(args)) => bench::run(&args),
+        Some(Command::Tune(args)) => tune::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -443,6 +443,7 @@ impl WithDist for Pipeline<'_> {
             ports: port_counters,
             stream_tx_port: (0..n).collect(),
             streams: &lc.tx,
+            app_drops: None,
         };
         let (pool, place) = (self.pool, self.place);
         std::thread::scope(|scope| {

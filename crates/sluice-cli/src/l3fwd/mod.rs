@@ -203,10 +203,15 @@ pub(crate) fn route_phase<R: Router>(
         .map(|_| StreamCounters::default())
         .collect();
     let stop = AtomicBool::new(false);
+    let app_drops = || {
+        let d = sum_drops(&drop_counters);
+        d.no_route + d.ttl_expired + d.bad_header + d.bad_checksum + d.unwritable
+    };
     let src = Sources {
         ports: counters,
         stream_tx_port: (0..nb_lcores * nports).map(|i| i % nports).collect(),
         streams: &stream_counters,
+        app_drops: Some(&app_drops),
     };
     let cfg = L3Config {
         burst: args.burst as usize,
