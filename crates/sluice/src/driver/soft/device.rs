@@ -256,6 +256,9 @@ pub enum TxSink {
     Check(Box<Checker>),
     /// The wire.
     Wire(Box<WireTx>),
+    /// Tests: every frame kept.
+    #[cfg(all(test, not(loom)))]
+    Capture(Vec<Vec<u8>>),
 }
 
 /// What an Rx engine is configured with.

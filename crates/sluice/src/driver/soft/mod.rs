@@ -77,6 +77,8 @@ pub mod wqe;
 mod recycle_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
+#[cfg(all(test, not(loom)))]
+mod wqe_tests;
 
 use std::sync::Arc;
 

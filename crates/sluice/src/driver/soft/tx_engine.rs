@@ -566,7 +566,18 @@ impl TxEngine {
                     return false;
                 }
             }
+            #[cfg(all(test, not(loom)))]
+            TxSink::Capture(v) => v.push(f.to_vec()),
         }
         true
+    }
+
+    /// Tests: the frames a capture sink kept, taken.
+    #[cfg(all(test, not(loom)))]
+    pub fn take_captured(&mut self) -> Vec<Vec<u8>> {
+        match &mut self.sink {
+            TxSink::Capture(v) => std::mem::take(v),
+            _ => Vec::new(),
+        }
     }
 }
