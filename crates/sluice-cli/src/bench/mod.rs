@@ -13,6 +13,7 @@ pub mod distributor;
 pub mod fwd;
 pub mod mbuf;
 pub mod mempool;
+pub mod mpwqe;
 pub mod recycle;
 pub mod ring;
 
@@ -62,6 +63,10 @@ pub enum Part {
     /// Distributor: cycles per packet on the distributor core, burst API
     /// (SIMD and scalar matching) vs single-packet API, 1..8 workers.
     Distributor,
+    /// Multi-packet Tx WQEs vs one WQE per packet on soft ports: txonly
+    /// and io, 64..1500 bytes, one flow or mixed offloads; driver cycles,
+    /// bus bytes per packet, link utilisation.
+    Mpwqe,
     /// All of the above.
     All,
 }
@@ -396,6 +401,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Fwd,
             Part::Recycle,
             Part::Distributor,
+            Part::Mpwqe,
         ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
@@ -403,6 +409,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         Part::Fwd => &[Part::Fwd],
         Part::Recycle => &[Part::Recycle],
         Part::Distributor => &[Part::Distributor],
+        Part::Mpwqe => &[Part::Mpwqe],
     };
     // In `all`, the parts that take long run their summary.
     let sel = if args.part == Part::All {
@@ -422,6 +429,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             }
             // In `all`, one worker.
             Part::Distributor => distributor::run(&mut ctx, sel),
+            // In `all`, 64 bytes, one flow.
+            Part::Mpwqe => mpwqe::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),
         }
     }
