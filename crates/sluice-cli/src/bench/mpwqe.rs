@@ -2,9 +2,10 @@
 //! packet, in one run (technique T4, `sluice::driver::soft::wqe`).
 //!
 //! # Cases
-//! Groups of workload × packet size × traffic, each measured with both Tx
+//! Groups of workload × packet size × traffic, each measured with three Tx
 //! modes of the `soft` port (`txmode=wqe`: one 64-byte WQE per packet;
-//! `txmode=mpwqe`: packets share multi-packet WQEs):
+//! `txmode=mpwqe`: packets share multi-packet WQEs; and the same with
+//! packets of up to 128 bytes inlined, `inline_mpw=128`):
 //! - workloads: `txonly` — one port, the forwarding core allocates 32
 //!   mbufs, writes each one's 42-byte Ethernet/IPv4/UDP header (as testpmd's
 //!   txonly does) and sends them; `io` — two ports cabled to the built-in
@@ -30,9 +31,9 @@
 //! - the ratio to the regular WQE path (cycles, bus bytes).
 //!
 //! # Method
-//! The two modes of a group stay up and are measured interleaved (the
-//! order alternating each round, an untimed warm-up slice before each
-//! timed one); cycles and Mpps are medians over rounds, the cycle ratio is
+//! The three modes of a group stay up and are measured interleaved (the
+//! order rotating through the six permutations, an untimed warm-up slice
+//! before each timed one); cycles and Mpps are medians over rounds, the cycle ratio is
 //! the median of per-round ratios. At the end, every packet is accounted
 //! for: the io testers' reports must be clean (nothing lost, reordered or
 //! corrupt), no port may count an error, and every pool is full again.
@@ -49,7 +50,7 @@ use sluice::port::{Offloads, Port, PortConfig, PortCounters};
 use sluice::tester::Tester;
 use sluice::tsc::{self, rdtsc_ordered};
 
-use super::recycle::median;
+use super::recycle::{ORDERS, median};
 use super::{BenchResult, Ctx, Selection, Stall, emit, on_lcore};
 use crate::fwd::engine::udp_frame;
 
@@ -75,8 +76,39 @@ const MAX_ROUNDS: u64 = 8;
 const WARM: u64 = 1 << 13;
 /// The Ethernet line rate the utilisation is given at, in bits per second.
 const LINE_BPS: f64 = 25e9;
+/// A Tx mode measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mode {
+    /// Its name in the table.
+    pub name: &'static str,
+    /// `txmode=`.
+    pub txmode: &'static str,
+    /// `inline_mpw=`.
+    pub inline_mpw: u16,
+}
+
 /// The Tx modes, regular first (the reference).
-pub const MODES: [&str; 2] = ["wqe", "mpwqe"];
+pub const MODES: [Mode; 3] = [
+    Mode {
+        name: "wqe",
+        txmode: "wqe",
+        inline_mpw: 0,
+    },
+    Mode {
+        name: "mpwqe",
+        txmode: "mpwqe",
+        inline_mpw: 0,
+    },
+    Mode {
+        name: "mpwqe inline",
+        txmode: "mpwqe",
+        inline_mpw: INLINE_MPW,
+    },
+];
+
+/// `inline_mpw` of the third mode: packets up to this size are copied into
+/// the MPWQE.
+const INLINE_MPW: u16 = 128;
 
 /// What the forwarding core does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -165,6 +197,8 @@ pub struct MpwqeResult {
     pub mixed_offloads: bool,
     /// `wqe` or `mpwqe`.
     pub txmode: &'static str,
+    /// Longest packet inlined into an MPWQE (0: none).
+    pub inline_mpw: u16,
     /// Descriptor (and WQE) fetch bytes per packet.
     pub desc_bytes_per_pkt: f64,
     /// All bus bytes per packet, both directions.
@@ -209,15 +243,16 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         ),
         "Modes: wqe = one 64-byte WQE per packet (18 header bytes inlined, a data segment for \
          the rest); mpwqe = multi-packet WQEs (one control and offload segment per session, a \
-         16-byte data segment per packet). mixed = 1024 flows, each with one of three offload \
+         16-byte data segment per packet); mpwqe inline = the same, packets of up to 128 \
+         bytes copied into the WQE (inline_mpw=128). mixed = 1024 flows, each with one of three offload \
          classes (none, IPv4 checksum, IPv4+UDP checksums): sessions break when the class \
          changes."
             .to_owned(),
         format!(
             "Bus bytes include a 24-byte overhead per transaction; util = busier direction of a \
              PCIe {DEFAULT_LINK} link at the 25 GbE line rate of the size. Interleaved: \
-             {rounds} round(s) of {slice} packets per mode; cycles are medians over rounds, \
-             'x wqe' the median of per-round ratios (cycles) or the ratio of bytes."
+             {rounds} round(s) of {slice} packets per mode, the order rotating; cycles are \
+             medians over rounds, 'x wqe' the median of per-round ratios (cycles) or the ratio of bytes."
         ),
     ];
     ctx.title("mpwqe (multi-packet Tx WQEs vs one WQE per packet)", &notes);
@@ -286,9 +321,9 @@ const CLASSES: [u64; 3] = [
 ];
 
 impl Bed {
-    fn open(mode: &str, g: Group) -> Result<Bed, String> {
+    fn open(mode: Mode, g: Group) -> Result<Bed, String> {
         let pool = MbufPool::new(MbufPoolConfig {
-            name: format!("bench-mpwqe-{mode}"),
+            name: format!("bench-mpwqe-{}", mode.name),
             size: POOL_SIZE,
             cache_size: CACHE,
             ..Default::default()
@@ -300,10 +335,12 @@ impl Bed {
         let mut ports = Vec::new();
         for i in 0..nports {
             let spec = format!(
-                "soft:tester={tname},gen=udp,flows={},size={},device=inline,txmode={mode},\
-                 link={DEFAULT_LINK}",
+                "soft:tester={tname},gen=udp,flows={},size={},device=inline,txmode={},\
+                 inline_mpw={},link={DEFAULT_LINK}",
                 g.flows(),
-                g.size
+                g.size,
+                mode.txmode,
+                mode.inline_mpw
             );
             let mut config = PortConfig::new(Some(pool.clone()))
                 .port_id(i as u16)
@@ -524,24 +561,19 @@ struct Tally {
 fn measure_group(g: Group, rounds: usize, slice: u64) -> Result<Vec<MpwqeResult>, String> {
     let mut beds = Vec::with_capacity(MODES.len());
     for mode in MODES {
-        beds.push(Bed::open(mode, g).map_err(|e| format!("{mode}: {e}"))?);
+        beds.push(Bed::open(mode, g).map_err(|e| format!("{}: {e}", mode.name))?);
     }
     let mut tallies: Vec<Tally> = MODES.iter().map(|_| Tally::default()).collect();
     let mut burst: Burst<64> = Burst::new();
     let mut k = 0u32;
     for (i, bed) in beds.iter_mut().enumerate() {
         bed.run(g, 4 * WARM, &mut burst, &mut k)
-            .map_err(|e| format!("{}: {e}", MODES[i]))?;
+            .map_err(|e| format!("{}: {e}", MODES[i].name))?;
     }
     for round in 0..rounds {
-        for j in 0..MODES.len() {
-            let i = if round % 2 == 0 {
-                j
-            } else {
-                MODES.len() - 1 - j
-            };
+        for &i in &ORDERS[round % ORDERS.len()] {
             let bed = &mut beds[i];
-            let err = |e: String| format!("{}: {e}", MODES[i]);
+            let err = |e: String| format!("{}: {e}", MODES[i].name);
             bed.run(g, WARM, &mut burst, &mut k).map_err(err)?;
             let (bus0, m0) = bed.snapshot();
             let dev0 = bed.device_cycles();
@@ -564,7 +596,7 @@ fn measure_group(g: Group, rounds: usize, slice: u64) -> Result<Vec<MpwqeResult>
     }
     for (i, bed) in beds.into_iter().enumerate() {
         bed.finish(g, &mut burst)
-            .map_err(|e| format!("{}: {e}", MODES[i]))?;
+            .map_err(|e| format!("{}: {e}", MODES[i].name))?;
     }
     Ok(results(g, &tallies))
 }
@@ -578,14 +610,14 @@ fn results(g: Group, tallies: &[Tally]) -> Vec<MpwqeResult> {
     MODES
         .iter()
         .zip(tallies)
-        .map(|(&mode, t)| {
+        .map(|(mode, t)| {
             let ratios: Vec<f64> = t
                 .cycles
                 .iter()
                 .zip(&reference.cycles)
                 .map(|(c, r)| if *r > 0.0 { c / r } else { 0.0 })
                 .collect();
-            let case = format!("{}, {mode}", g.name());
+            let case = format!("{}, {}", g.name(), mode.name);
             let mut base = BenchResult::new("mpwqe", case, 1, median(&t.cycles), median(&t.mpps));
             base.bulk = Some(BURST);
             base.cache = Some(CACHE);
@@ -601,7 +633,8 @@ fn results(g: Group, tallies: &[Tally]) -> Vec<MpwqeResult> {
                 size: g.size,
                 flows: g.flows(),
                 mixed_offloads: g.mixed,
-                txmode: mode,
+                txmode: mode.txmode,
+                inline_mpw: mode.inline_mpw,
                 desc_bytes_per_pkt: per(t, t.bus.desc),
                 bus_bytes_per_pkt: bus,
                 to_device_bytes_per_pkt: per(t, t.bus.to_device()),
@@ -647,10 +680,11 @@ mod tests {
             };
             let rows = on_lcore(cpu, move || measure_group(g, 2, 4096))
                 .unwrap_or_else(|e| panic!("{workload:?}: {e}"));
-            assert_eq!(rows.len(), 2);
+            assert_eq!(rows.len(), 3);
             let (wqe, mpw) = (&rows[0], &rows[1]);
             assert_eq!((wqe.txmode, mpw.txmode), ("wqe", "mpwqe"));
             assert_eq!((wqe.mpwqe_share, mpw.mpwqe_share), (0.0, 1.0));
+            assert_eq!((rows[2].txmode, rows[2].inline_mpw), ("mpwqe", 128));
             assert!(wqe.base.ops >= 2 * 4096 && mpw.base.ops >= 2 * 4096);
             assert!(wqe.bus_bytes_per_pkt > 0.0 && wqe.util > 0.0);
             assert_eq!(wqe.bus_ratio_vs_wqe, 1.0);

@@ -71,9 +71,9 @@ use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 use super::device::PortEngines;
 use super::tx_engine::TxRegs;
 use super::wqe::{
-    CE, CQE_INVALID, CQE_REQ, CqeInfo, Eseg, EsegWords, INLINE, MAX_DS, MAX_TSO_HEADER, MIN_INLINE,
-    OP_MPW, OP_SEND, OP_TSO, OPMOD_EMPW, SEGS_PER_BB, TUN_VXLAN, blocks, cs, cseg, dseg,
-    header_segs, inline_segs, write_inline, write_words,
+    CE, CQE_INVALID, CQE_REQ, CqeInfo, Eseg, EsegWords, MAX_DS, MAX_TSO_HEADER, MIN_INLINE, OP_MPW,
+    OP_SEND, OP_TSO, OPMOD_EMPW, SEGS_PER_BB, TUN_VXLAN, blocks, cs, cseg, dseg, header_segs,
+    inline_segs, write_data, write_entry, write_words,
 };
 
 /// How packets are put into WQEs.
@@ -645,7 +645,7 @@ impl SoftTx {
         );
         let mut i = base.wrapping_add(2);
         if n > 2 {
-            i = i.wrapping_add(write_inline(ring, i, &[], &data0[2..n]));
+            i = i.wrapping_add(write_data(ring, i, &data0[2..n]));
         }
         if data0.len() > n {
             let addr = data0.as_ptr() as u64 + n as u64;
@@ -732,8 +732,11 @@ impl TxQueue for SoftTx {
                 let at = s.base.wrapping_add(s.ds);
                 let ring = &self.regs.segs;
                 if inl {
-                    let lead = (INLINE | len as u32).to_be_bytes();
-                    write_inline(ring, at, &lead, data);
+                    // Inlined packets fill blocks fast: ask for the line
+                    // four blocks ahead too.
+                    let ahead = at.wrapping_add(need + 4 * SEGS_PER_BB);
+                    prefetch(ring.get(ahead) as *const _ as *const u8);
+                    write_entry(ring, at, data);
                     st.inline_bytes += len as u64;
                 } else {
                     write_words(ring.get(at), dseg(len as u32, data.as_ptr() as u64));

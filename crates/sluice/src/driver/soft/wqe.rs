@@ -307,42 +307,82 @@ pub fn write_words(d: &Desc, (w0, w1): (u64, u64)) {
     d.q1.store(w1, Ordering::Relaxed);
 }
 
-/// Writes `data` into whole segments from segment `seg` on, the first
-/// segment starting with `lead` (0..=4 bytes), the last zero-padded;
-/// returns the segments written.
-#[inline]
-pub fn write_inline(ring: &DescRing, seg: u32, lead: &[u8], data: &[u8]) -> u32 {
+/// 8 bytes of `b` from `at` as a segment word.
+#[inline(always)]
+fn word_at(b: &[u8], at: usize) -> u64 {
+    word(b[at..at + 8].try_into().expect("8 bytes"))
+}
+
+/// Up to 15 bytes, zero-padded to a segment, copied in fixed-size pieces
+/// (no call to a byte-count memcpy).
+#[inline(always)]
+fn tail_seg(t: &[u8]) -> [u8; SEG] {
     let mut b = [0u8; SEG];
-    b[..lead.len()].copy_from_slice(lead);
-    let first = (SEG - lead.len()).min(data.len());
-    b[lead.len()..lead.len() + first].copy_from_slice(&data[..first]);
-    write_seg(ring.get(seg), &b);
-    let mut n = 1;
-    let mut rest = &data[first..];
+    let mut o = 0;
+    if t.len() - o >= 8 {
+        b[o..o + 8].copy_from_slice(&t[o..o + 8]);
+        o += 8;
+    }
+    if t.len() - o >= 4 {
+        b[o..o + 4].copy_from_slice(&t[o..o + 4]);
+        o += 4;
+    }
+    if t.len() - o >= 2 {
+        b[o..o + 2].copy_from_slice(&t[o..o + 2]);
+        o += 2;
+    }
+    if t.len() > o {
+        b[o] = t[o];
+    }
+    b
+}
+
+/// Writes `data` into whole segments from segment `seg` on (an inline
+/// header after the eseg), the last zero-padded; returns the segments
+/// written.
+#[inline]
+pub fn write_data(ring: &DescRing, seg: u32, data: &[u8]) -> u32 {
+    let mut n = 0;
+    let mut rest = data;
     while rest.len() >= SEG {
-        let (c, r) = rest.split_at(SEG);
-        write_seg(
+        write_words(
             ring.get(seg.wrapping_add(n)),
-            c.try_into().expect("16 bytes"),
+            (word_at(rest, 0), word_at(rest, 8)),
         );
-        rest = r;
+        rest = &rest[SEG..];
         n += 1;
     }
     if !rest.is_empty() {
-        let mut b = [0u8; SEG];
-        b[..rest.len()].copy_from_slice(rest);
-        write_seg(ring.get(seg.wrapping_add(n)), &b);
+        write_seg(ring.get(seg.wrapping_add(n)), &tail_seg(rest));
         n += 1;
     }
     n
 }
 
+/// Writes an MPWQE entry with the packet `data` inlined from segment `seg`
+/// on: the byte count with [`INLINE`], then the bytes, the last segment
+/// zero-padded; returns the segments written ([`inline_segs`]).
+#[inline]
+pub fn write_entry(ring: &DescRing, seg: u32, data: &[u8]) -> u32 {
+    let c = (INLINE | data.len() as u32).to_be_bytes();
+    if data.len() < 12 {
+        let mut b = [0u8; SEG];
+        b[..4].copy_from_slice(&c);
+        b[4..].copy_from_slice(&tail_seg(data)[..12]);
+        write_seg(ring.get(seg), &b);
+        return 1;
+    }
+    let w0 = word([c[0], c[1], c[2], c[3], data[0], data[1], data[2], data[3]]);
+    write_words(ring.get(seg), (w0, word_at(data, 4)));
+    1 + write_data(ring, seg.wrapping_add(1), &data[12..])
+}
+
 /// Reads `dst.len()` bytes from the ring, starting `off` bytes into segment
-/// `seg` (`off < 16`).
+/// `seg`.
 #[inline]
 pub fn read_inline(ring: &DescRing, seg: u32, off: usize, dst: &mut [u8]) {
-    let mut s = seg;
-    let mut at = off;
+    let mut s = seg.wrapping_add((off / SEG) as u32);
+    let mut at = off % SEG;
     let mut done = 0;
     while done < dst.len() {
         let b = seg_bytes(ring.get(s));
@@ -569,7 +609,7 @@ mod tests {
         let ring = DescRing::new(8);
         let data: Vec<u8> = (1..=30).collect();
         // From segment 6 of 8: 4 + 30 bytes take segments 6, 7 and 0.
-        let n = write_inline(&ring, 6, &(INLINE | 30).to_be_bytes(), &data);
+        let n = write_entry(&ring, 6, &data);
         assert_eq!(n, inline_segs(30));
         assert_eq!(n, 3);
         let s6 = seg_bytes(ring.get(6));
@@ -586,6 +626,27 @@ mod tests {
             (header_segs(18), header_segs(2), header_segs(54)),
             (1, 0, 4)
         );
+        // Every length up to three segments, from any segment: the bytes
+        // come back, the padding is zero.
+        for len in 1..=44 {
+            let d: Vec<u8> = (0..len as u8).map(|i| i ^ 0x5a).collect();
+            let ring = DescRing::new(8);
+            let n = write_entry(&ring, 7, &d);
+            assert_eq!(n, inline_segs(len), "len {len}");
+            let mut back = vec![0u8; len];
+            read_inline(&ring, 7, 4, &mut back);
+            assert_eq!(back, d, "len {len}");
+            let mut pad = vec![0u8; n as usize * SEG - 4 - len];
+            read_inline(&ring, 7, 4 + len, &mut pad);
+            assert!(pad.iter().all(|&b| b == 0), "len {len}");
+            let ring = DescRing::new(8);
+            let n = write_data(&ring, 5, &d);
+            assert_eq!(n as usize, len.div_ceil(SEG));
+            let mut back = vec![0u8; n as usize * SEG];
+            read_inline(&ring, 5, 0, &mut back);
+            assert_eq!(back[..len], d[..]);
+            assert!(back[len..].iter().all(|&b| b == 0));
+        }
         assert_eq!((blocks(4), blocks(5), blocks(34)), (1, 2, 9));
     }
 
