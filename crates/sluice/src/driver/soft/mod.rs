@@ -352,7 +352,11 @@ impl PortDriver for SoftDriver {
         let tx_regs: Vec<Arc<TxRegs>> = config
             .txq
             .iter()
-            .map(|q| TxRegs::new(q.nb_txd as usize))
+            .map(|q| {
+                let nb = q.nb_txd as u32;
+                let cqes = tx_engine::cq_size(nb, self.tx_rs_thresh, self.tx_comp);
+                TxRegs::new(nb as usize, cqes)
+            })
             .collect();
         let rxo = config.rx_offloads;
         let mut rx_engines = Vec::with_capacity(nrx);

@@ -190,8 +190,10 @@ pub struct SoftTx {
     since_bbs: u32,
     /// WQE count that asks a completion (`u32::MAX`: never by count).
     comp_wqes: u32,
-    /// The WQEs that asked, `[comp_head, comp_tail)`, in a ring of `nb`.
+    /// The WQEs that asked, `[comp_head, comp_tail)`, in a ring the size
+    /// of the completion queue (which bounds them).
     comp: Box<[CompRec]>,
+    comp_mask: u32,
     comp_head: u32,
     comp_tail: u32,
     /// CQEs read (free-running).
@@ -301,7 +303,8 @@ impl SoftTx {
             nb,
             mask: nb - 1,
             sw_ring: vec![Elem::DANGLING; nb as usize].into_boxed_slice(),
-            comp: vec![CompRec::default(); nb as usize].into_boxed_slice(),
+            comp: vec![CompRec::default(); regs.cq.len()].into_boxed_slice(),
+            comp_mask: regs.cq.len() as u32 - 1,
             regs,
             elts_head: 0,
             elts_done: 0,
@@ -368,7 +371,7 @@ impl SoftTx {
                 self.cqe_errors.inc();
             }
             while self.comp_head != self.comp_tail {
-                let r = self.comp[(self.comp_head & self.mask) as usize];
+                let r = self.comp[(self.comp_head & self.comp_mask) as usize];
                 if (c.wqe_counter.wrapping_sub(r.wqe as u16) as i16) < 0 {
                     break;
                 }
@@ -484,7 +487,7 @@ impl SoftTx {
             || self.since_wqes >= self.comp_wqes
             || self.since_bbs >= self.nb / 2;
         if ce {
-            self.comp[(self.comp_tail & self.mask) as usize] = CompRec {
+            self.comp[(self.comp_tail & self.comp_mask) as usize] = CompRec {
                 wqe: start,
                 end: self.wqe_ci,
                 elts: elts_end,

@@ -54,18 +54,36 @@ pub struct TxRegs {
     pub segs: DescRing,
     /// The tail register: blocks handed to the device (free-running).
     pub tail: CachePadded<AtomicU32>,
-    /// The completion queue, one entry per block (so it cannot overflow:
-    /// every CQE stands for a different WQE in flight).
+    /// The completion queue: as many entries as the driver can have
+    /// completions asked and not yet read ([`cq_size`]), so it never
+    /// overflows (error CQEs aside, which the driver's own WQEs never get).
     pub cq: CqRing,
 }
 
+/// The completion queue a Tx queue of `blocks` blocks needs, completions
+/// asked every `rs` packets, every half ring of blocks, and every
+/// `comp_wqes` WQEs (0: not by count): a completion asked and not yet read
+/// holds its packets' slots (at most `blocks`, so `blocks / rs + 1` such
+/// WQEs), its blocks (2 + 1 halves), or `comp_wqes` WQEs of a block or
+/// more (`blocks / comp_wqes + 1`). A power of two, 4..=`blocks`.
+pub fn cq_size(blocks: u32, rs: u32, comp_wqes: u32) -> usize {
+    let by_count = if comp_wqes == 0 {
+        0
+    } else {
+        blocks / comp_wqes + 1
+    };
+    let n = blocks / rs + 1 + 3 + by_count;
+    (n.next_power_of_two().clamp(4, blocks.max(4))) as usize
+}
+
 impl TxRegs {
-    /// Registers for a ring of `blocks` 64-byte blocks.
-    pub fn new(blocks: usize) -> Arc<TxRegs> {
+    /// Registers for a ring of `blocks` 64-byte blocks and a completion
+    /// queue of `cqes` entries (powers of two).
+    pub fn new(blocks: usize, cqes: usize) -> Arc<TxRegs> {
         Arc::new(TxRegs {
             segs: DescRing::new(blocks * SEGS_PER_BB as usize),
             tail: CachePadded::new(AtomicU32::new(0)),
-            cq: CqRing::new(blocks),
+            cq: CqRing::new(cqes),
         })
     }
 

@@ -71,7 +71,7 @@ struct Rig {
 impl Rig {
     fn new(p: TxParams) -> Rig {
         let counters = Arc::new(PortCounters::new(1, 1, false));
-        let regs = TxRegs::new(64);
+        let regs = TxRegs::new(64, 64);
         let engines = engines(&regs, &counters);
         let mut tx = SoftTx::new(
             Arc::clone(&regs),
@@ -610,6 +610,17 @@ fn packets_the_queue_cannot_send_are_counted_and_freed() {
     assert!(pool.is_full());
 }
 
+#[test]
+fn the_completion_queue_holds_every_completion_the_queue_can_ask() {
+    use super::tx_engine::cq_size;
+    // Every 32 packets of 1024 slots, and every half ring: 32 + 1 + 3.
+    assert_eq!(cq_size(1024, 32, 0), 64);
+    assert_eq!(cq_size(64, 32, 0), 8);
+    // One per WQE: as many as blocks.
+    assert_eq!(cq_size(64, 4, 1), 64);
+    assert_eq!(cq_size(4096, 4096, 0), 8);
+}
+
 /// Writes an MPWQE of one dseg at block `b` (index `b`, queue 0).
 fn mpw_one(regs: &TxRegs, b: u32, addr: u64, len: u32) {
     let s = b * SEGS_PER_BB;
@@ -624,7 +635,7 @@ fn mpw_one(regs: &TxRegs, b: u32, addr: u64, len: u32) {
 #[test]
 fn the_device_rejects_malformed_wqes_with_a_counted_error_and_goes_on() {
     let counters = PortCounters::new(1, 1, false);
-    let regs = TxRegs::new(64);
+    let regs = TxRegs::new(64, 64);
     let engines = engines(&regs, &counters);
     let f = udp4(60, 9);
     let a = f.as_ptr() as u64;
@@ -846,6 +857,13 @@ fn tester_traffic_through_both_tx_modes_with_mixed_offloads_arrives_whole_and_in
         ("mpwqe-inline", ",inline_mpw=128,mpw_segs=16"),
         ("wqe", ",txmode=wqe"),
         ("mpwqe-thr", ",device=threaded"),
+        // A completion per WQE, batches of 4: the completion queue (sized
+        // for that) never overflows.
+        ("mpwqe-comp", ",tx_comp=1,tx_rs_thresh=4,tx_free_thresh=8"),
+        (
+            "wqe-comp",
+            ",tx_comp=1,tx_rs_thresh=4,tx_free_thresh=8,txmode=wqe",
+        ),
     ] {
         let name = format!("t-mpw-{mode}");
         let pool = pool(2047);
@@ -869,7 +887,7 @@ fn tester_traffic_through_both_tx_modes_with_mixed_offloads_arrives_whole_and_in
         let mpw: u64 = [&a, &b].iter().map(|p| x(p, "tx_mpwqe_pkts")).sum();
         let reg: u64 = [&a, &b].iter().map(|p| x(p, "tx_wqe_pkts")).sum();
         let blks: u64 = [&a, &b].iter().map(|p| x(p, "tx_mpwqe_blks")).sum();
-        if mode == "wqe" {
+        if mode.starts_with("wqe") {
             assert_eq!((mpw, reg, blks), (0, 6000, 0));
         } else {
             assert_eq!((mpw, reg), (6000, 0), "{mode}");
