@@ -512,9 +512,11 @@ impl SoftTx {
         self.block_room() >= bbs
     }
 
-    /// The eseg a packet's offload flags `f` (already masked) ask for.
+    /// The eseg a packet's offload flags `f` (already masked) ask for;
+    /// `None` for tunnel header lengths the eseg cannot carry (zero, odd,
+    /// or past 510 bytes).
     #[inline]
-    fn eseg(&self, h: &MbufHeader, f: u64) -> Eseg {
+    fn eseg(&self, h: &MbufHeader, f: u64) -> Option<Eseg> {
         let mut e = Eseg::default();
         let l4 = match f & ol::TX_UDP_CKSUM {
             x if x == ol::TX_UDP_CKSUM => 1,
@@ -527,7 +529,11 @@ impl SoftTx {
             let ol4 = ol3 + t.outer_l3_len as usize;
             let il3 = ol4 + t.l2_len as usize;
             let il4 = il3 + t.l3_len as usize;
-            let half = |v: usize| (v / 2).min(255) as u8;
+            let ok = |v: usize, prev: usize| v > prev && v.is_multiple_of(2) && v <= 510;
+            if !(ok(ol3, 0) && ok(ol4, ol3) && ok(il3, ol4) && ok(il4, il3)) {
+                return None;
+            }
+            let half = |v: usize| (v / 2) as u8;
             e.swp = [half(ol3), half(ol4), half(il3), half(il4)];
             e.tun = TUN_VXLAN;
             if f & ol::TX_OUTER_IP_CKSUM != 0 {
@@ -549,7 +555,17 @@ impl SoftTx {
         if f & ol::TX_TCP_SEG != 0 {
             e.mss = TxOffload::unpack(h.tx_offload).tso_segsz;
         }
-        e
+        Some(e)
+    }
+
+    /// Counts a packet the queue cannot send in `tx_errors` and frees it.
+    /// The caller takes `e` out of the burst (`forget_front`).
+    #[cold]
+    fn drop_bad(&self, e: Elem) {
+        self.counters.tx[self.q].errors.inc();
+        // SAFETY: an owned mbuf of the burst, which the caller forgets, so
+        // it is dropped once, here.
+        drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
     }
 
     /// Opens a session with eseg `key` that can take an entry of `need`
@@ -634,7 +650,10 @@ impl SoftTx {
         let e = if f == 0 {
             EsegWords::NONE
         } else {
-            self.eseg(h, f).words()
+            match self.eseg(h, f) {
+                Some(e) => e.words(),
+                None => return Post::Bad,
+            }
         };
         let base = self.wqe_ci.wrapping_mul(SEGS_PER_BB);
         let ring = &self.regs.segs;
@@ -718,8 +737,12 @@ impl TxQueue for SoftTx {
             if mpw && segs == 1 && f & ol::TX_TCP_SEG == 0 && h.data_len != 0 {
                 let key = if f == 0 {
                     EsegWords::NONE
+                } else if let Some(e) = self.eseg(h, f) {
+                    e.words()
                 } else {
-                    self.eseg(h, f).words()
+                    self.drop_bad(e);
+                    taken += 1;
+                    continue;
                 };
                 let len = h.data_len as usize;
                 let inl = len <= self.p.inline_mpw as usize;
@@ -754,10 +777,7 @@ impl TxQueue for SoftTx {
                     Post::Done => {}
                     Post::Full => break,
                     Post::Bad => {
-                        self.counters.tx[self.q].errors.inc();
-                        // SAFETY: an owned mbuf, taken out of the burst
-                        // below (`forget_front(taken)`), dropped once here.
-                        drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+                        self.drop_bad(e);
                         taken += 1;
                         continue;
                     }

@@ -67,11 +67,7 @@ pub struct TxRegs {
 /// WQEs), its blocks (2 + 1 halves), or `comp_wqes` WQEs of a block or
 /// more (`blocks / comp_wqes + 1`). A power of two, 4..=`blocks`.
 pub fn cq_size(blocks: u32, rs: u32, comp_wqes: u32) -> usize {
-    let by_count = if comp_wqes == 0 {
-        0
-    } else {
-        blocks / comp_wqes + 1
-    };
+    let by_count = blocks.checked_div(comp_wqes).map_or(0, |n| n + 1);
     let n = blocks / rs + 1 + 3 + by_count;
     (n.next_power_of_two().clamp(4, blocks.max(4))) as usize
 }

@@ -585,7 +585,7 @@ fn packets_the_queue_cannot_send_are_counted_and_freed() {
     let pool = pool(63);
     let mut r = Rig::new(params(TxMode::Mpwqe));
     let t = tcp4(100);
-    let mut burst: Burst<4> = Burst::new();
+    let mut burst: Burst<8> = Burst::new();
     // No MSS; a header longer than the first buffer; an empty packet.
     for (mss, l4) in [(0u16, 20u8), (100, 200)] {
         let mut m = mbuf(&pool, &t, ol::TX_TCP_SEG | ol::TX_IPV4);
@@ -600,9 +600,19 @@ fn packets_the_queue_cannot_send_are_counted_and_freed() {
         burst.push(m).unwrap();
     }
     burst.push(pool.alloc().unwrap()).unwrap();
+    // A tunnel whose inner Ethernet header has no length.
+    let mut m = mbuf(&pool, &t, ol::TX_TUNNEL_VXLAN | ol::TX_IP_CKSUM);
+    m.set_tx_offload(TxOffload {
+        outer_l2_len: 14,
+        outer_l3_len: 20,
+        l3_len: 20,
+        ..Default::default()
+    })
+    .unwrap();
+    burst.push(m).unwrap();
     burst.push(mbuf(&pool, &t, 0)).unwrap();
-    assert_eq!(r.tx.tx_burst(&mut burst), 4);
-    assert_eq!(r.counters.stats().tx_errors, 3);
+    assert_eq!(r.tx.tx_burst(&mut burst), 5);
+    assert_eq!(r.counters.stats().tx_errors, 4);
     assert_eq!(r.counters.stats().tx_packets, 1);
     assert_eq!(r.step(), 1);
     assert_eq!(r.captured(), vec![t]);
