@@ -353,8 +353,10 @@ impl PortDriver for SoftDriver {
             .txq
             .iter()
             .map(|q| {
+                // One block per descriptor: room for a regular WQE per
+                // packet in flight.
                 let nb = q.nb_txd as u32;
-                let cqes = tx_engine::cq_size(nb, self.tx_rs_thresh, self.tx_comp);
+                let cqes = tx_engine::cq_size(nb, nb, self.tx_rs_thresh, self.tx_comp);
                 TxRegs::new(nb as usize, cqes)
             })
             .collect();
@@ -456,6 +458,7 @@ impl PortDriver for SoftDriver {
             .map(|(q, regs)| {
                 Box::new(tx::SoftTx::new(
                     regs,
+                    config.txq[q].nb_txd as u32,
                     params,
                     Arc::clone(&engines),
                     inline,

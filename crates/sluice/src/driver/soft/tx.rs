@@ -125,36 +125,11 @@ struct CompRec {
     elts: u32,
 }
 
-/// The open MPWQE of a burst.
-#[derive(Debug, Clone, Copy)]
-struct Session {
-    open: bool,
-    /// Segment index of its cseg.
-    base: u32,
-    /// Segments written so far (cseg and eseg included).
-    ds: u32,
-    /// Most segments it may reach (`mpw_segs`, ring room, `MAX_DS`).
-    limit: u32,
-    /// Its eseg.
-    key: EsegWords,
-    /// Packets in it.
-    pkts: u32,
-}
-
-impl Session {
-    const CLOSED: Session = Session {
-        open: false,
-        base: 0,
-        ds: 0,
-        limit: 0,
-        key: EsegWords::NONE,
-        pkts: 0,
-    };
-}
-
 /// Counts of one burst, added to the xstats at its end.
 #[derive(Debug, Default)]
 struct BurstCounts {
+    sent: usize,
+    bytes: u64,
     mpw_blks: u64,
     mpw_pkts: u64,
     wqe_pkts: u64,
@@ -175,9 +150,11 @@ enum Post {
 pub struct SoftTx {
     regs: Arc<TxRegs>,
     sw_ring: Box<[Elem]>,
-    /// Slots (and blocks) in the ring, and that minus one.
+    /// Software-ring slots (packets in flight at most), and that minus one.
     nb: u32,
     mask: u32,
+    /// Blocks in the WQE ring.
+    blocks: u32,
     elts_head: u32,
     elts_done: u32,
     next_free: u32,
@@ -279,16 +256,18 @@ fn prefetch(p: *const u8) {
 }
 
 impl SoftTx {
-    /// Queue `q` over `regs`.
+    /// Queue `q` over `regs`, with `nb` software-ring slots (a power of
+    /// two).
     pub fn new(
         regs: Arc<TxRegs>,
+        nb: u32,
         p: TxParams,
         engines: Arc<PortEngines>,
         inline: bool,
         q: usize,
         counters: Arc<PortCounters>,
     ) -> SoftTx {
-        let nb = regs.blocks() as u32;
+        let blocks = regs.blocks() as u32;
         let x = &counters.xstats;
         let doorbells = x.register("bus_doorbells");
         let doorbell_bytes = x.register("bus_doorbell_bytes");
@@ -302,6 +281,7 @@ impl SoftTx {
         SoftTx {
             nb,
             mask: nb - 1,
+            blocks,
             sw_ring: vec![Elem::DANGLING; nb as usize].into_boxed_slice(),
             comp: vec![CompRec::default(); regs.cq.len()].into_boxed_slice(),
             comp_mask: regs.cq.len() as u32 - 1,
@@ -350,7 +330,7 @@ impl SoftTx {
     /// Ring blocks free.
     #[inline(always)]
     fn block_room(&self) -> u32 {
-        self.nb - self.wqe_ci.wrapping_sub(self.wqe_done)
+        self.blocks - self.wqe_ci.wrapping_sub(self.wqe_done)
     }
 
     /// Reads the new CQEs: every noted WQE up to the one each names is
@@ -485,7 +465,7 @@ impl SoftTx {
         self.since_bbs += bbs;
         let ce = before(self.next_rs, elts_end)
             || self.since_wqes >= self.comp_wqes
-            || self.since_bbs >= self.nb / 2;
+            || self.since_bbs >= self.blocks / 2;
         if ce {
             self.comp[(self.comp_tail & self.comp_mask) as usize] = CompRec {
                 wqe: start,
@@ -568,43 +548,45 @@ impl SoftTx {
         drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
     }
 
-    /// Opens a session with eseg `key` that can take an entry of `need`
-    /// segments; false if the ring has no room.
+    /// Opens a session (an MPWQE) with eseg `key` that can take an entry of
+    /// `need` segments: writes the eseg; returns the segment index of its
+    /// cseg and the most segments it may reach (`mpw_segs`, ring room), or
+    /// `None` if the ring has no room.
     #[inline]
-    fn open(&mut self, s: &mut Session, key: EsegWords, need: u32) -> bool {
+    fn open(&mut self, key: EsegWords, need: u32) -> Option<(u32, u32)> {
         // Short of a whole MPWQE's blocks: read completions first, so the
         // session is not cut short by room the device has already freed.
         if self.block_room() < blocks(2 + self.p.mpw_segs) {
             self.poll_cq();
             if self.block_room() < blocks(2 + need) {
-                return false;
+                return None;
             }
         }
         let base = self.wqe_ci.wrapping_mul(SEGS_PER_BB);
         write_words(self.regs.segs.get(base.wrapping_add(1)), (key.0, key.1));
-        *s = Session {
-            open: true,
-            base,
-            ds: 2,
-            limit: (2 + self.p.mpw_segs).min(self.block_room() * SEGS_PER_BB),
-            key,
-            pkts: 0,
-        };
-        true
+        let limit = (2 + self.p.mpw_segs).min(self.block_room() * SEGS_PER_BB);
+        Some((base, limit))
     }
 
-    /// Closes the session: its cseg, its blocks posted.
+    /// Closes the session at segment `base` of `ds` segments and `pkts`
+    /// packets: its cseg, its blocks posted.
     #[inline]
-    fn close(&mut self, s: &mut Session, st: &mut BurstCounts) {
+    fn close(&mut self, base: u32, ds: u32, pkts: u32, st: &mut BurstCounts) {
         let start = self.wqe_ci;
-        let bbs = blocks(s.ds);
+        let bbs = blocks(ds);
         let ce = self.finish_wqe(bbs, self.elts_head);
         let flags = if ce { CE } else { 0 };
-        let c = cseg(OPMOD_EMPW, start as u16, OP_MPW, self.sqn, s.ds, flags);
-        write_words(self.regs.segs.get(s.base), c);
+        let c = cseg(OPMOD_EMPW, start as u16, OP_MPW, self.sqn, ds, flags);
+        write_words(self.regs.segs.get(base), c);
         st.mpw_blks += bbs as u64;
-        st.mpw_pkts += s.pkts as u64;
-        s.open = false;
+        st.mpw_pkts += pkts as u64;
+    }
+
+    /// [`post`](Self::post) out of line: the MPWQE path's fallback (TSO,
+    /// chains), kept out of its loop.
+    #[inline(never)]
+    fn post_fallback(&mut self, h: &MbufHeader, segs: u32, f: u64, st: &mut BurstCounts) -> Post {
+        self.post(h, segs, f, st)
     }
 
     /// Writes a regular WQE (send or TSO) for the packet at `h` of `segs`
@@ -700,6 +682,175 @@ impl SoftTx {
     }
 }
 
+/// How a packet goes into the ring.
+enum Class {
+    /// An MPWQE entry with this eseg, of so many segments.
+    Entry(EsegWords, u32),
+    /// A regular WQE (TSO, a chain, an empty packet: `post` decides).
+    Regular,
+    /// Unsendable (counted, freed).
+    Bad,
+}
+
+impl SoftTx {
+    /// How the packet at `h` goes into an MPWQE (mode `mpwqe`).
+    #[inline(always)]
+    fn classify(&self, h: &MbufHeader) -> Class {
+        let f = h.ol_flags & self.p.ol_mask;
+        if h.nb_segs != 1 || f & ol::TX_TCP_SEG != 0 || h.data_len == 0 {
+            return Class::Regular;
+        }
+        let key = if f == 0 {
+            EsegWords::NONE
+        } else if let Some(e) = self.eseg(h, f) {
+            e.words()
+        } else {
+            return Class::Bad;
+        };
+        let len = h.data_len as usize;
+        let need = if len <= self.p.inline_mpw as usize {
+            inline_segs(len)
+        } else {
+            1
+        };
+        Class::Entry(key, need)
+    }
+
+    /// Keeps a sent packet: its software-ring slot, the burst's counts.
+    #[inline(always)]
+    fn keep(&mut self, e: Elem, h: &MbufHeader, st: &mut BurstCounts) {
+        self.sw_ring[(self.elts_head & self.mask) as usize] = e;
+        self.elts_head = self.elts_head.wrapping_add(1);
+        st.bytes += h.pkt_len as u64;
+        st.sent += 1;
+    }
+
+    /// Mode `wqe`: one regular WQE per packet. Returns the packets taken.
+    #[inline(never)]
+    fn burst_wqe(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
+        let mut room = self.elts_free();
+        let mut i = 0;
+        while i < raw.len() && room != 0 {
+            let e = raw[i];
+            // SAFETY: the burst owns this mbuf; we only read its header.
+            let h = unsafe { header(e) };
+            let f = h.ol_flags & self.p.ol_mask;
+            match self.post(h, h.nb_segs as u32, f, st) {
+                Post::Done => {
+                    self.keep(e, h, st);
+                    room -= 1;
+                }
+                Post::Full => break,
+                Post::Bad => self.drop_bad(e),
+            }
+            i += 1;
+        }
+        i
+    }
+
+    /// Mode `mpwqe`: sessions of packets sharing an eseg, regular WQEs for
+    /// the others. Returns the packets taken.
+    #[inline(never)]
+    fn burst_mpw(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
+        let mut room = self.elts_free();
+        let mut i = 0;
+        while i < raw.len() && room != 0 {
+            let e = raw[i];
+            // SAFETY: the burst owns this mbuf; we only read its header.
+            let h = unsafe { header(e) };
+            let (key, need) = match self.classify(h) {
+                Class::Entry(key, need) => (key, need),
+                Class::Regular => {
+                    let f = h.ol_flags & self.p.ol_mask;
+                    match self.post_fallback(h, h.nb_segs as u32, f, st) {
+                        Post::Done => {
+                            self.keep(e, h, st);
+                            room -= 1;
+                        }
+                        Post::Full => break,
+                        Post::Bad => self.drop_bad(e),
+                    }
+                    i += 1;
+                    continue;
+                }
+                Class::Bad => {
+                    self.drop_bad(e);
+                    i += 1;
+                    continue;
+                }
+            };
+            let Some((base, limit)) = self.open(key, need) else {
+                break;
+            };
+            // The session: packets while they take this eseg and fit. A
+            // packet with the first one's flags takes the same eseg, unless
+            // the eseg also carries a VLAN tag or tunnel offsets of its own.
+            let f0 = h.ol_flags & self.p.ol_mask;
+            let same_flags_same_eseg = f0 & (ol::TX_VLAN | ol::TX_TUNNEL_VXLAN) == 0;
+            let ol_mask = self.p.ol_mask;
+            let inline_mpw = self.p.inline_mpw as usize;
+            let mask = self.mask;
+            let ring = &self.regs.segs;
+            let mut eh = self.elts_head;
+            let (mut e, mut h, mut need) = (e, h, need);
+            let mut ds = 2;
+            let mut bytes = 0u64;
+            let start = i;
+            loop {
+                // SAFETY: the burst owns the mbuf: one segment.
+                let data = unsafe { seg_data(h) };
+                let at = base.wrapping_add(ds);
+                if data.len() > inline_mpw {
+                    let w = dseg(data.len() as u32, data.as_ptr() as u64);
+                    write_words(ring.get(at), w);
+                } else {
+                    // Inlined packets fill blocks fast: ask for the line
+                    // four blocks ahead.
+                    let ahead = at.wrapping_add(need + 4 * SEGS_PER_BB);
+                    prefetch(ring.get(ahead) as *const _ as *const u8);
+                    write_entry(ring, at, data);
+                    st.inline_bytes += data.len() as u64;
+                }
+                self.sw_ring[(eh & mask) as usize] = e;
+                eh = eh.wrapping_add(1);
+                bytes += h.pkt_len as u64;
+                ds += need;
+                i += 1;
+                if i == raw.len() || i - start == room as usize {
+                    break;
+                }
+                let next = raw[i];
+                // SAFETY: as above.
+                let nh = unsafe { header(next) };
+                let len = nh.data_len as usize;
+                let f = nh.ol_flags & ol_mask;
+                let n = if len > inline_mpw {
+                    1
+                } else {
+                    inline_segs(len)
+                };
+                if nh.nb_segs != 1 || len == 0 || ds + n > limit {
+                    break;
+                }
+                if !(f == f0 && same_flags_same_eseg) {
+                    match self.classify(nh) {
+                        Class::Entry(k, _) if k == key => {}
+                        _ => break,
+                    }
+                }
+                (e, h, need) = (next, nh, n);
+            }
+            let pkts = (i - start) as u32;
+            room -= pkts;
+            st.sent += pkts as usize;
+            st.bytes += bytes;
+            self.elts_head = eh;
+            self.close(base, ds, pkts, st);
+        }
+        i
+    }
+}
+
 impl TxQueue for SoftTx {
     #[inline]
     fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize {
@@ -709,91 +860,12 @@ impl TxQueue for SoftTx {
         if self.elts_free() < self.p.free_thresh {
             while self.elts_free() < self.p.free_thresh && self.free_batch().is_some() {}
         }
-        let mpw = self.p.mode == TxMode::Mpwqe;
-        // The blocks this burst will likely write, one line each: a ring
-        // of 64-byte blocks is four times the lines of 16-byte
-        // descriptors, and its next lines are rarely still cached.
-        let n = burst.len() as u32;
-        let lines = if mpw { blocks(2 + n) } else { n };
-        for b in 0..lines.min(self.block_room()) {
-            let seg = self.wqe_ci.wrapping_add(b).wrapping_mul(SEGS_PER_BB);
-            prefetch(self.regs.segs.get(seg) as *const _ as *const u8);
-        }
         let mut st = BurstCounts::default();
-        let mut s = Session::CLOSED;
-        let mut room = self.elts_free();
-        let mut taken = 0;
-        let mut sent = 0;
-        let mut bytes = 0u64;
-        for &e in burst.raw() {
-            if room == 0 {
-                break;
-            }
-            let hp = e.as_ptr().cast::<MbufHeader>();
-            // SAFETY: the burst owns this mbuf; we only read its header.
-            let h = unsafe { &*hp };
-            let segs = h.nb_segs as u32;
-            let f = h.ol_flags & self.p.ol_mask;
-            if mpw && segs == 1 && f & ol::TX_TCP_SEG == 0 && h.data_len != 0 {
-                let key = if f == 0 {
-                    EsegWords::NONE
-                } else if let Some(e) = self.eseg(h, f) {
-                    e.words()
-                } else {
-                    self.drop_bad(e);
-                    taken += 1;
-                    continue;
-                };
-                let len = h.data_len as usize;
-                let inl = len <= self.p.inline_mpw as usize;
-                let need = if inl { inline_segs(len) } else { 1 };
-                if s.open && (s.key != key || s.ds + need > s.limit) {
-                    self.close(&mut s, &mut st);
-                }
-                if !s.open && !self.open(&mut s, key, need) {
-                    break;
-                }
-                // SAFETY: the burst owns the mbuf: one segment.
-                let data = unsafe { seg_data(h) };
-                let at = s.base.wrapping_add(s.ds);
-                let ring = &self.regs.segs;
-                if inl {
-                    // Inlined packets fill blocks fast: ask for the line
-                    // four blocks ahead too.
-                    let ahead = at.wrapping_add(need + 4 * SEGS_PER_BB);
-                    prefetch(ring.get(ahead) as *const _ as *const u8);
-                    write_entry(ring, at, data);
-                    st.inline_bytes += len as u64;
-                } else {
-                    write_words(ring.get(at), dseg(len as u32, data.as_ptr() as u64));
-                }
-                s.ds += need;
-                s.pkts += 1;
-            } else {
-                if s.open {
-                    self.close(&mut s, &mut st);
-                }
-                match self.post(h, segs, f, &mut st) {
-                    Post::Done => {}
-                    Post::Full => break,
-                    Post::Bad => {
-                        self.drop_bad(e);
-                        taken += 1;
-                        continue;
-                    }
-                }
-            }
-            self.sw_ring[(self.elts_head & self.mask) as usize] = e;
-            self.elts_head = self.elts_head.wrapping_add(1);
-            room -= 1;
-            bytes += h.pkt_len as u64;
-            sent += 1;
-            taken += 1;
-        }
-        if s.open {
-            self.close(&mut s, &mut st);
-        }
-        if sent != 0 {
+        let taken = match self.p.mode {
+            TxMode::Mpwqe => self.burst_mpw(burst.raw(), &mut st),
+            TxMode::Wqe => self.burst_wqe(burst.raw(), &mut st),
+        };
+        if st.sent != 0 {
             // The doorbell: the WQEs above are visible to a device that
             // loads it (acquire).
             self.regs.tail.store(self.wqe_ci, Ordering::Release);
@@ -811,9 +883,9 @@ impl TxQueue for SoftTx {
             }
         }
         // SAFETY: the first `taken` mbufs are now in the software ring (or
-        // were dropped above).
+        // were dropped).
         unsafe { burst.forget_front(taken) };
-        self.counters.tx[self.q].record_burst(sent, bytes);
+        self.counters.tx[self.q].record_burst(st.sent, st.bytes);
         if self.inline {
             self.engines.tx[self.q].try_with(|e| e.step());
         }

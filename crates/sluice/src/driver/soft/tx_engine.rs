@@ -60,15 +60,16 @@ pub struct TxRegs {
     pub cq: CqRing,
 }
 
-/// The completion queue a Tx queue of `blocks` blocks needs, completions
-/// asked every `rs` packets, every half ring of blocks, and every
-/// `comp_wqes` WQEs (0: not by count): a completion asked and not yet read
-/// holds its packets' slots (at most `blocks`, so `blocks / rs + 1` such
-/// WQEs), its blocks (2 + 1 halves), or `comp_wqes` WQEs of a block or
-/// more (`blocks / comp_wqes + 1`). A power of two, 4..=`blocks`.
-pub fn cq_size(blocks: u32, rs: u32, comp_wqes: u32) -> usize {
+/// The completion queue a Tx queue of `slots` software-ring slots and
+/// `blocks` blocks needs, completions asked every `rs` packets, every half
+/// ring of blocks, and every `comp_wqes` WQEs (0: not by count): a
+/// completion asked and not yet read holds its packets' slots (so at most
+/// `slots / rs + 1` such WQEs), its blocks (2 + 1 halves), or `comp_wqes`
+/// WQEs of a block or more (`blocks / comp_wqes + 1`). A power of two,
+/// 4..=`blocks`.
+pub fn cq_size(slots: u32, blocks: u32, rs: u32, comp_wqes: u32) -> usize {
     let by_count = blocks.checked_div(comp_wqes).map_or(0, |n| n + 1);
-    let n = blocks / rs + 1 + 3 + by_count;
+    let n = slots / rs + 1 + 3 + by_count;
     (n.next_power_of_two().clamp(4, blocks.max(4))) as usize
 }
 

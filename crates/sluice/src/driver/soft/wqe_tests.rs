@@ -75,6 +75,7 @@ impl Rig {
         let engines = engines(&regs, &counters);
         let mut tx = SoftTx::new(
             Arc::clone(&regs),
+            64,
             p,
             Arc::clone(&engines),
             false,
@@ -624,11 +625,13 @@ fn packets_the_queue_cannot_send_are_counted_and_freed() {
 fn the_completion_queue_holds_every_completion_the_queue_can_ask() {
     use super::tx_engine::cq_size;
     // Every 32 packets of 1024 slots, and every half ring: 32 + 1 + 3.
-    assert_eq!(cq_size(1024, 32, 0), 64);
-    assert_eq!(cq_size(64, 32, 0), 8);
+    assert_eq!(cq_size(1024, 1024, 32, 0), 64);
+    assert_eq!(cq_size(64, 64, 32, 0), 8);
     // One per WQE: as many as blocks.
-    assert_eq!(cq_size(64, 4, 1), 64);
-    assert_eq!(cq_size(4096, 4096, 0), 8);
+    assert_eq!(cq_size(64, 64, 4, 1), 64);
+    assert_eq!(cq_size(4096, 4096, 4096, 0), 8);
+    // Fewer blocks than slots: the slots still bound the completions.
+    assert_eq!(cq_size(1024, 256, 32, 0), 64);
 }
 
 /// Writes an MPWQE of one dseg at block `b` (index `b`, queue 0).
