@@ -813,7 +813,8 @@ impl SoftTx {
                 }
                 self.sw_ring[(eh & mask) as usize] = e;
                 eh = eh.wrapping_add(1);
-                bytes += h.pkt_len as u64;
+                // One segment: the packet is its data.
+                bytes += data.len() as u64;
                 ds += need;
                 i += 1;
                 if i == raw.len() || i - start == room as usize {
