@@ -683,6 +683,7 @@ impl SoftTx {
 }
 
 /// How a packet goes into the ring.
+#[derive(Clone, Copy)]
 enum Class {
     /// An MPWQE entry with this eseg, of so many segments.
     Entry(EsegWords, u32),
@@ -754,11 +755,17 @@ impl SoftTx {
     fn burst_mpw(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
         let mut room = self.elts_free();
         let mut i = 0;
+        // The class of packet `i` when the session before found it.
+        let mut known: Option<Class> = None;
         while i < raw.len() && room != 0 {
             let e = raw[i];
             // SAFETY: the burst owns this mbuf; we only read its header.
             let h = unsafe { header(e) };
-            let (key, need) = match self.classify(h) {
+            let class = match known.take() {
+                Some(c) => c,
+                None => self.classify(h),
+            };
+            let (key, need) = match class {
                 Class::Entry(key, need) => (key, need),
                 Class::Regular => {
                     let f = h.ol_flags & self.p.ol_mask;
@@ -836,7 +843,12 @@ impl SoftTx {
                 if !(f == f0 && same_flags_same_eseg) {
                     match self.classify(nh) {
                         Class::Entry(k, _) if k == key => {}
-                        _ => break,
+                        c => {
+                            // Another eseg (or none): the next session, or
+                            // the fallback, starts from what was found.
+                            known = Some(c);
+                            break;
+                        }
                     }
                 }
                 (e, h, need) = (next, nh, n);
