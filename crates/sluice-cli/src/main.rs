@@ -41,7 +41,7 @@ enum Command {
     /// distributor → N workers (MAC swap, per-flow counts) → Tx.
     Dist(dist::DistArgs),
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor`, `lpm` or `all`.
+    /// `distributor`, `lpm`, `mpwqe` or `all`.
     Bench(bench::BenchArgs),
     /// Sweep Rx/Tx descriptors, mempool cache and burst size on the given
     /// ports (default: the emulated NIC), measure each setting and

@@ -16,6 +16,7 @@ pub mod fwd_afxdp;
 pub mod lpm;
 pub mod mbuf;
 pub mod mempool;
+pub mod mpwqe;
 pub mod recycle;
 pub mod ring;
 
@@ -69,6 +70,10 @@ pub enum Part {
     /// 1k, 100k and 1M routes, IPv6 with 1000 (and 100k); route add and
     /// delete.
     Lpm,
+    /// Multi-packet Tx WQEs vs one WQE per packet on soft ports: txonly
+    /// and io, 64..1500 bytes, one flow or mixed offloads; driver cycles,
+    /// bus bytes per packet, link utilisation.
+    Mpwqe,
     /// All of the above.
     All,
 }
@@ -404,6 +409,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Recycle,
             Part::Distributor,
             Part::Lpm,
+            Part::Mpwqe,
         ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
@@ -412,6 +418,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         Part::Recycle => &[Part::Recycle],
         Part::Distributor => &[Part::Distributor],
         Part::Lpm => &[Part::Lpm],
+        Part::Mpwqe => &[Part::Mpwqe],
     };
     // In `all`, the parts that take long run their summary.
     let sel = if args.part == Part::All {
@@ -433,6 +440,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Distributor => distributor::run(&mut ctx, sel),
             // In `all`, the 1k and 100k IPv4 and the 1000 IPv6 sets.
             Part::Lpm => lpm::run(&mut ctx, sel),
+            // In `all`, 64 bytes, one flow.
+            Part::Mpwqe => mpwqe::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),
         }
     }

@@ -70,6 +70,10 @@ pub struct SoftRx {
     q: usize,
     counters: Arc<PortCounters>,
     doorbells: Arc<Counter>,
+    /// Doorbell bus bytes, `doorbell_cost` (a 4-byte write and the
+    /// transaction overhead) each.
+    doorbell_bytes: Arc<Counter>,
+    doorbell_cost: u64,
     /// Descriptors rearmed with recycled buffers.
     rx_recycled: Arc<Counter>,
 }
@@ -91,9 +95,11 @@ impl SoftRx {
         inline: bool,
         q: usize,
         counters: Arc<PortCounters>,
+        doorbell_cost: u64,
     ) -> SoftRx {
         let nb = regs.descs.len();
         let doorbells = counters.xstats.register("bus_doorbells");
+        let doorbell_bytes = counters.xstats.register("bus_doorbell_bytes");
         let rx_recycled = counters.xstats.register("rx_recycled");
         SoftRx {
             mask: nb as u32 - 1,
@@ -113,6 +119,8 @@ impl SoftRx {
             q,
             counters,
             doorbells,
+            doorbell_bytes,
+            doorbell_cost,
             rx_recycled,
         }
     }
@@ -162,6 +170,7 @@ impl SoftRx {
         // loads this (acquire).
         self.regs.tail.store(self.tail, Ordering::Release);
         self.doorbells.inc();
+        self.doorbell_bytes.add(self.doorbell_cost);
     }
 
     /// Rearms the slots a Tx queue recycled into; how many.

@@ -460,40 +460,119 @@ fn flow_control_holds_the_source_back_or_drops_into_rx_missed() {
     assert!(pool.is_full());
 }
 
+/// What one burst of 32 64-byte packets costs on the Tx side in each Tx
+/// mode: (WQE blocks fetched and their bytes, completions, data bytes read
+/// and transactions, MPWQE blocks, inline bytes).
+struct TxCost {
+    txmode: &'static str,
+    fetch_bytes: u64,
+    fetch_blocks: u64,
+    completions: u64,
+    data_bytes: u64,
+    data_tlps: u64,
+    mpwqe_blks: u64,
+    inline_bytes: u64,
+}
+
 #[test]
 fn bus_xstats_follow_the_transactions() {
-    for overhead in [24u64, 0] {
-        let name = format!("t-bus-{overhead}");
-        let pool = pool(511, 2048);
-        let config = PortConfig::new(Some(pool.clone())).nb_rxd(64).nb_txd(64);
-        let spec = format!("soft:tester={name},count=320,bus_overhead={overhead}");
-        let mut p = port(&spec, config);
-        let t = tester_of(&name);
-        let mut burst: Burst<32> = Burst::new();
-        let mut bursts = 0;
-        for _ in 0..20 {
-            let (rx, tx) = p.queues_mut().unwrap();
-            if fwd(rx[0].as_mut(), tx[0].as_mut(), &mut burst) > 0 {
-                bursts += 1;
+    let costs = [
+        // One 64-byte WQE per packet: 18 bytes inlined, a dseg for 46; a
+        // completion on the WQE of every 32nd packet.
+        TxCost {
+            txmode: "txmode=wqe",
+            fetch_bytes: 32 * 64,
+            fetch_blocks: 32,
+            completions: 1,
+            data_bytes: 32 * 46,
+            data_tlps: 32,
+            mpwqe_blks: 0,
+            inline_bytes: 32 * 18,
+        },
+        // One MPWQE per burst: cseg, eseg, 32 dsegs = 34 segments in 9
+        // blocks; each packet read whole.
+        TxCost {
+            txmode: "txmode=mpwqe",
+            fetch_bytes: 34 * 16,
+            fetch_blocks: 9,
+            completions: 1,
+            data_bytes: 32 * 64,
+            data_tlps: 32,
+            mpwqe_blks: 9,
+            inline_bytes: 0,
+        },
+        // Inlined: 5 segments a packet, 12 packets fill the 62 data
+        // segments: WQEs of 12, 12 and 8 packets (62, 62 and 42 segments:
+        // 16, 16 and 11 blocks). The second asks a completion too: half
+        // the ring's 64 blocks went out since the last one that asked.
+        TxCost {
+            txmode: "inline_mpw=64",
+            fetch_bytes: (62 + 62 + 42) * 16,
+            fetch_blocks: 16 + 16 + 11,
+            completions: 2,
+            data_bytes: 0,
+            data_tlps: 0,
+            mpwqe_blks: 43,
+            inline_bytes: 32 * 64,
+        },
+    ];
+    for c in &costs {
+        for overhead in [24u64, 0] {
+            let name = format!("t-bus-{}-{overhead}", c.txmode);
+            let pool = pool(511, 2048);
+            let config = PortConfig::new(Some(pool.clone())).nb_rxd(64).nb_txd(64);
+            let spec = format!(
+                "soft:tester={name},count=320,bus_overhead={overhead},{}",
+                c.txmode
+            );
+            let mut p = port(&spec, config);
+            let t = tester_of(&name);
+            let mut burst: Burst<32> = Burst::new();
+            let mut bursts = 0;
+            for _ in 0..20 {
+                let (rx, tx) = p.queues_mut().unwrap();
+                if fwd(rx[0].as_mut(), tx[0].as_mut(), &mut burst) > 0 {
+                    bursts += 1;
+                }
             }
+            assert_eq!(bursts, 10);
+            let r = t.report();
+            assert_eq!(r.received, 320, "{r}");
+            assert!(r.is_clean(), "{r}");
+            // Doorbells: 2 Rx batches at start, then one Rx refill and one
+            // Tx tail write per burst of 32; 4 bytes each.
+            assert_eq!(xstat(&p, "bus_doorbells"), 2 + 10 + 10);
+            assert_eq!(xstat(&p, "bus_doorbell_bytes"), 22 * (4 + overhead));
+            // Rx: 320 frames of 64 bytes, one transaction each; Tx: as the
+            // mode reads them.
+            let tx_data = 10 * (c.data_bytes + c.data_tlps * overhead);
+            assert_eq!(xstat(&p, "bus_tx_data_bytes"), tx_data, "{}", c.txmode);
+            assert_eq!(xstat(&p, "bus_data_bytes"), 320 * (64 + overhead) + tx_data);
+            // Descriptors: 320 Rx fetched, 4 per cache-line read; the WQEs.
+            assert_eq!(
+                xstat(&p, "bus_desc_bytes"),
+                320 * 16 + 80 * overhead + 10 * (c.fetch_bytes + c.fetch_blocks * overhead),
+                "{}",
+                c.txmode
+            );
+            // Write-back: 320 Rx descriptors by the line; Tx: CQEs.
+            assert_eq!(xstat(&p, "bus_writeback_bytes"), 320 * 16 + 80 * overhead);
+            assert_eq!(
+                xstat(&p, "bus_completion_bytes"),
+                10 * c.completions * (64 + overhead),
+                "{}",
+                c.txmode
+            );
+            assert_eq!(xstat(&p, "tx_mpwqe_blks"), 10 * c.mpwqe_blks);
+            let mpw = if c.mpwqe_blks == 0 { 0 } else { 320 };
+            assert_eq!(xstat(&p, "tx_mpwqe_pkts"), mpw);
+            assert_eq!(xstat(&p, "tx_wqe_pkts"), 320 - mpw);
+            assert_eq!(xstat(&p, "tx_inline_bytes"), 10 * c.inline_bytes);
+            assert_eq!(xstat(&p, "device_wqe_errors"), 0);
+            assert!(xstat(&p, "device_cycles") > 0);
+            drop(p);
+            assert!(pool.is_full());
         }
-        assert_eq!(bursts, 10);
-        assert_eq!(t.report().received, 320);
-        // Doorbells: 2 Rx batches at start, then one Rx refill and one Tx
-        // tail write per burst of 32.
-        assert_eq!(xstat(&p, "bus_doorbells"), 2 + 10 + 10);
-        // Data: 320 frames of 64 bytes each way, one transaction each.
-        assert_eq!(xstat(&p, "bus_data_bytes"), 2 * 320 * (64 + overhead));
-        // Descriptors: 320 fetched each way, 4 per cache-line read.
-        assert_eq!(xstat(&p, "bus_desc_bytes"), 2 * (320 * 16 + 80 * overhead));
-        // Write-back: 320 Rx descriptors by the line; 10 Tx DD (RS every 32).
-        assert_eq!(
-            xstat(&p, "bus_writeback_bytes"),
-            320 * 16 + 80 * overhead + 10 * (16 + overhead)
-        );
-        assert!(xstat(&p, "device_cycles") > 0);
-        drop(p);
-        assert!(pool.is_full());
     }
 }
 
@@ -580,12 +659,28 @@ fn spec_and_config_errors_name_the_fault() {
         msg("soft:tester=t-err", c().queues(17, 1)),
         "port 'soft:tester=t-err': 17 Rx queues asked, driver soft has at most 16"
     );
-    let mut tso = c();
-    tso.tx_offloads |= Offloads::TSO;
+    let mut rss = c();
+    rss.tx_offloads |= Offloads::RSS_HASH;
     assert_eq!(
-        msg("soft:tester=t-err", tso),
-        "port 'soft:tester=t-err': driver soft has no Tx offload tso"
+        msg("soft:tester=t-err", rss),
+        "port 'soft:tester=t-err': driver soft has no Tx offload rss_hash"
     );
+    assert_eq!(
+        msg("soft:txmode=mpw", c()),
+        "port spec 'soft:txmode=mpw': key 'txmode' = 'mpw' is not one of wqe, mpwqe"
+    );
+    assert_eq!(
+        msg("soft:mpw_segs=63", c()),
+        "port spec 'soft:mpw_segs=63': key 'mpw_segs' = '63' is not a number in 1..=62"
+    );
+    assert_eq!(
+        msg("soft:mpw_segs=8,inline_mpw=200", c()),
+        "port spec 'soft:mpw_segs=8,inline_mpw=200': inline_mpw 200 takes 13 segments, more \
+         than mpw_segs 8"
+    );
+    assert!(msg("soft:link=gen2x1", c()).starts_with(
+        "port spec 'soft:link=gen2x1': key 'link' = 'gen2x1' is not one of gen3x4, gen3x8"
+    ));
     assert!(msg("soft:flow=3", c()).starts_with(
         "port spec 'soft:flow=3': driver 'soft' has no key 'flow' (keys: gen, flows, size"
     ));
