@@ -61,13 +61,29 @@ impl ExtSharedInfo {
     }
 
     /// One mbuf detaches from `buf`; the last calls the free callback.
+    ///
+    /// Takes a pointer, not `&self`: the info may live inside the buffer it
+    /// describes (a page-pool fragment keeps it in its tailroom), and the
+    /// callback hands that memory on while this function is still running,
+    /// so no reference to the info may be live across the call.
+    ///
+    /// # Safety
+    /// `this` is valid, and the caller held one attachment, given up here.
     #[inline]
-    pub(crate) fn put(&self, buf: NonNull<u8>) {
-        // Release pairs with the Acquire fence of whoever ends up last, so
-        // every holder's use of the buffer happens-before it is freed.
-        if self.refcnt.fetch_sub(1, Ordering::Release) == 1 {
+    pub(crate) unsafe fn put(this: NonNull<ExtSharedInfo>, buf: NonNull<u8>) {
+        let (free_cb, opaque, last) = {
+            // SAFETY: valid while we hold an attachment (until the decrement).
+            let info = unsafe { this.as_ref() };
+            // Read before the decrement: after it, another holder may free
+            // the info.
+            let (cb, op) = (info.free_cb, info.opaque);
+            // Release pairs with the Acquire fence of whoever ends up last,
+            // so every holder's use of the buffer happens-before it is freed.
+            (cb, op, info.refcnt.fetch_sub(1, Ordering::Release) == 1)
+        };
+        if last {
             std::sync::atomic::fence(Ordering::Acquire);
-            (self.free_cb)(buf, self.opaque);
+            free_cb(buf, opaque);
         }
     }
 

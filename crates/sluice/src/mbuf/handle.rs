@@ -589,9 +589,10 @@ unsafe fn free_segments(ptr: NonNull<MbufHeader>) {
             h.buf_iova = h.own_buf_iova;
             h.buf_len = h.own_buf_len;
             h.shinfo = std::ptr::null();
-            // SAFETY: `shinfo` is valid while attached (attach contract); the
-            // callback may free it, and we do not touch it afterwards.
-            unsafe { info.as_ref() }.put(buf);
+            // SAFETY: `shinfo` is valid while attached (attach contract) and
+            // we give up this segment's attachment; the callback may free it,
+            // and we do not touch it afterwards.
+            unsafe { ExtSharedInfo::put(info, buf) };
         }
         h.next = std::ptr::null_mut();
         h.nb_segs = 1;
