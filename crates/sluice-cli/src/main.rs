@@ -31,7 +31,7 @@ enum Command {
     /// distributor → N workers (MAC swap, per-flow counts) → Tx.
     Dist(dist::DistArgs),
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor` or `all`.
+    /// `distributor`, `pagepool` or `all`.
     Bench(bench::BenchArgs),
 }
 

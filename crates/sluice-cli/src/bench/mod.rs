@@ -13,6 +13,7 @@ pub mod distributor;
 pub mod fwd;
 pub mod mbuf;
 pub mod mempool;
+pub mod pagepool;
 pub mod recycle;
 pub mod ring;
 
@@ -62,6 +63,9 @@ pub enum Part {
     /// Distributor: cycles per packet on the distributor core, burst API
     /// (SIMD and scalar matching) vs single-packet API, 1..8 workers.
     Distributor,
+    /// Page pool (T3): alloc + free per packet at MTU 1500 and 8000 for a
+    /// page per packet, page_frag_cache and page-pool fragments.
+    Pagepool,
     /// All of the above.
     All,
 }
@@ -79,7 +83,7 @@ pub enum Selection {
 #[derive(Serialize, Debug, Clone)]
 pub struct BenchResult {
     /// The benchmark set: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor`.
+    /// `distributor`, `pagepool`.
     pub bench: &'static str,
     /// The case, unique within its set.
     pub case: String,
@@ -396,6 +400,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Fwd,
             Part::Recycle,
             Part::Distributor,
+            Part::Pagepool,
         ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
@@ -403,6 +408,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         Part::Fwd => &[Part::Fwd],
         Part::Recycle => &[Part::Recycle],
         Part::Distributor => &[Part::Distributor],
+        Part::Pagepool => &[Part::Pagepool],
     };
     // In `all`, the parts that take long run their summary.
     let sel = if args.part == Part::All {
@@ -422,6 +428,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             }
             // In `all`, one worker.
             Part::Distributor => distributor::run(&mut ctx, sel),
+            // In `all`, the allocator cases only.
+            Part::Pagepool => pagepool::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),
         }
     }

@@ -30,7 +30,11 @@ use crate::sync::Ordering;
 /// last fragment of a page sends the page home.
 pub struct Frag {
     ptr: NonNull<u8>,
-    len: u32,
+    /// Bytes. A full word, though it fits 32 bits: the handle is copied
+    /// whole right after it is built, and a 4-byte store read back by an
+    /// 8-byte load cannot be forwarded (a stall of a dozen cycles per
+    /// fragment).
+    len: usize,
     /// The page's metadata (in its provider, which outlives the page).
     meta: NonNull<PageMeta>,
 }
@@ -53,19 +57,19 @@ impl Frag {
     #[inline(always)]
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
-        self.len as usize
+        self.len
     }
 
     /// The fragment's bytes.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: `len` bytes of the page, owned by this fragment alone.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len as usize) }
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
     /// The fragment's bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as above, and `&mut self` is exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len as usize) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
     }
 
     /// Address of the page the fragment lies in.
@@ -84,7 +88,7 @@ impl Frag {
 
     /// Gives up the handle without freeing: the address, the length and the
     /// page's metadata (for [`put_frag_ref`], or [`from_raw`](Self::from_raw)).
-    pub(crate) fn into_raw(self) -> (NonNull<u8>, u32, NonNull<PageMeta>) {
+    pub(crate) fn into_raw(self) -> (NonNull<u8>, usize, NonNull<PageMeta>) {
         let r = (self.ptr, self.len, self.meta);
         std::mem::forget(self);
         r
@@ -95,7 +99,7 @@ impl Frag {
     /// # Safety
     /// The parts came from `into_raw`, and the reference they stand for was
     /// not given back since.
-    pub(crate) unsafe fn from_raw(ptr: NonNull<u8>, len: u32, meta: NonNull<PageMeta>) -> Frag {
+    pub(crate) unsafe fn from_raw(ptr: NonNull<u8>, len: usize, meta: NonNull<PageMeta>) -> Frag {
         Frag { ptr, len, meta }
     }
 }
@@ -230,7 +234,7 @@ impl Carver {
         Some(Frag {
             // SAFETY: inside the page, which is in the region: not null.
             ptr: unsafe { NonNull::new_unchecked(ptr as *mut u8) },
-            len: size as u32,
+            len: size,
             // SAFETY: set with the page, never null then.
             meta: unsafe { NonNull::new_unchecked(self.meta.cast_mut()) },
         })

@@ -524,3 +524,53 @@ fn an_mbuf_over_a_fragment_gives_it_back_with_its_last_reference() {
     drop(pp);
     assert!(p.is_full());
 }
+
+#[test]
+#[ignore]
+fn zz_micro() {
+    use crate::tsc::rdtsc;
+    let p = BlockProvider::new(ProviderConfig { name: "m".into(), size: 64 << 20, hugepages: HugepagePolicy::Auto }).unwrap();
+    let _l = lcore::register().unwrap();
+    for window in [0usize, 512] {
+        let pp = PagePool::new(&p, PagePoolConfig { order: 3, ..Default::default() }).unwrap();
+        pp.bind_to_current_lcore().unwrap();
+        let mut fa = PageFragAlloc::new(pp.clone());
+        let mut held = std::collections::VecDeque::new();
+        for _ in 0..window { held.push_back(fa.alloc_frag(2090).unwrap()); }
+        for round in 0..3 {
+            let (mut ta, mut tf) = (0, 0);
+            let n = 1 << 20;
+            for _ in 0..n / 32 {
+                let t0 = rdtsc();
+                for _ in 0..32 { held.push_back(fa.alloc_frag(2090).unwrap()); }
+                let t1 = rdtsc();
+                for _ in 0..32 { drop(std::hint::black_box(held.pop_front())); }
+                let t2 = rdtsc();
+                ta += t1 - t0; tf += t2 - t1;
+            }
+            eprintln!("frag window {window} round {round}: alloc {:.1} free {:.1}", ta as f64 / n as f64, tf as f64 / n as f64);
+        }
+        drop(held);
+        let pg = PagePool::new(&p, PagePoolConfig { order: 0, ..Default::default() }).unwrap();
+        pg.bind_to_current_lcore().unwrap();
+        let mut held = std::collections::VecDeque::new();
+        for _ in 0..window { held.push_back(pg.alloc_page().unwrap()); }
+        for round in 0..3 {
+            let (mut ta, mut tf) = (0, 0);
+            let n = 1 << 20;
+            for _ in 0..n / 32 {
+                let t0 = rdtsc();
+                for _ in 0..32 { held.push_back(pg.alloc_page().unwrap()); }
+                let t1 = rdtsc();
+                for _ in 0..32 { drop(std::hint::black_box(held.pop_front())); }
+                let t2 = rdtsc();
+                ta += t1 - t0; tf += t2 - t1;
+            }
+            eprintln!("page window {window} round {round}: alloc {:.1} free {:.1}", ta as f64 / n as f64, tf as f64 / n as f64);
+        }
+        drop(held);
+        pg.release_cached();
+        drop(fa);
+        pp.release_cached();
+    }
+}
