@@ -35,7 +35,6 @@
 //! Cases run interleaved, one slice each per round, fresh allocators each
 //! time; figures are medians over rounds, min-max the spread.
 
-use std::collections::VecDeque;
 use std::hint::black_box;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,7 +42,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::Serialize;
 use sluice::pagepool::{
     BlockProvider, Frag, Page, PageFragAlloc, PageFragCache, PagePool, PagePoolConfig,
-    ProviderConfig,
+    PagePoolError, ProviderConfig,
 };
 use sluice::ring::Ring;
 use sluice::tsc::rdtsc;
@@ -329,7 +328,12 @@ fn result(case: &Case, v: &[Split]) -> PagePoolResult {
                 Kind::FragCache => "frag_cache",
                 Kind::PoolFrags => "pool_frags",
             };
-            (name, Some(mtu), Some(size), Some(bytes_per_buffer(kind, size)))
+            (
+                name,
+                Some(mtu),
+                Some(size),
+                Some(bytes_per_buffer(kind, size)),
+            )
         }
         What::Provider { .. } => ("provider", None, None, None),
         What::Recycle => ("pool_recycle", None, None, None),
@@ -427,8 +431,9 @@ pub fn verdict(rows: &[PagePoolResult]) -> Vec<String> {
 /// Something that hands out packet buffers.
 trait Source: Send + 'static {
     type H: Send + 'static;
-    /// One buffer.
-    fn get(&mut self) -> Result<Self::H, String>;
+    /// One buffer. (The library's error type, unconverted: a handle moved
+    /// from one `Result` into another goes through memory.)
+    fn get(&mut self) -> Result<Self::H, PagePoolError>;
     /// Makes the calling lcore the owner of the pool behind, if any.
     fn bind(&self) -> Result<(), String>;
 }
@@ -438,8 +443,8 @@ struct PoolPages(PagePool);
 impl Source for PoolPages {
     type H = Page;
     #[inline(always)]
-    fn get(&mut self) -> Result<Page, String> {
-        self.0.alloc_page().map_err(|e| e.to_string())
+    fn get(&mut self) -> Result<Page, PagePoolError> {
+        self.0.alloc_page()
     }
 
     fn bind(&self) -> Result<(), String> {
@@ -452,11 +457,14 @@ struct PoolFrags(PageFragAlloc, usize);
 impl Source for PoolFrags {
     type H = Frag;
     #[inline(always)]
-    fn get(&mut self) -> Result<Frag, String> {
-        self.0.alloc_frag(self.1).map_err(|e| e.to_string())
+    fn get(&mut self) -> Result<Frag, PagePoolError> {
+        self.0.alloc_frag(self.1)
     }
     fn bind(&self) -> Result<(), String> {
-        self.0.pool().bind_to_current_lcore().map_err(|e| e.to_string())
+        self.0
+            .pool()
+            .bind_to_current_lcore()
+            .map_err(|e| e.to_string())
     }
 }
 
@@ -465,8 +473,8 @@ struct CacheFrags(PageFragCache, usize);
 impl Source for CacheFrags {
     type H = Frag;
     #[inline(always)]
-    fn get(&mut self) -> Result<Frag, String> {
-        self.0.alloc_frag(self.1).map_err(|e| e.to_string())
+    fn get(&mut self) -> Result<Frag, PagePoolError> {
+        self.0.alloc_frag(self.1)
     }
     fn bind(&self) -> Result<(), String> {
         Ok(())
@@ -478,8 +486,8 @@ struct ProviderBlocks(BlockProvider);
 impl Source for ProviderBlocks {
     type H = sluice::pagepool::Block;
     #[inline(always)]
-    fn get(&mut self) -> Result<Self::H, String> {
-        self.0.alloc(FRAG_ORDER).map_err(|e| e.to_string())
+    fn get(&mut self) -> Result<Self::H, PagePoolError> {
+        self.0.alloc(FRAG_ORDER)
     }
     fn bind(&self) -> Result<(), String> {
         Ok(())
@@ -548,12 +556,54 @@ fn measure(ctx: &Ctx, provider: &BlockProvider, case: Case, ops: u64) -> Result<
     Ok(split)
 }
 
+/// Buffers held, oldest first: a fixed ring of slots (no growth path: a
+/// `VecDeque` push spills the new handle to the stack and copies it back
+/// with a wider load, which cannot be store-forwarded — a dozen cycles per
+/// buffer that belong to no allocator).
+struct Held<H> {
+    slots: Box<[Option<H>]>,
+    mask: usize,
+    head: usize,
+    len: usize,
+}
+
+impl<H> Held<H> {
+    /// Room for at least `cap` handles.
+    fn new(cap: usize) -> Held<H> {
+        let n = cap.next_power_of_two();
+        Held {
+            slots: (0..n).map(|_| None).collect(),
+            mask: n - 1,
+            head: 0,
+            len: 0,
+        }
+    }
+
+    #[inline(always)]
+    fn push(&mut self, h: H) {
+        debug_assert!(self.len <= self.mask);
+        self.slots[(self.head + self.len) & self.mask] = Some(h);
+        self.len += 1;
+    }
+
+    #[inline(always)]
+    fn pop(&mut self) -> Option<H> {
+        if self.len == 0 {
+            return None;
+        }
+        let h = self.slots[self.head & self.mask].take();
+        self.head += 1;
+        self.len -= 1;
+        h
+    }
+}
+
 /// One core: keep `out` buffers, allocate a batch, free the oldest batch.
 #[inline(never)]
 fn single<S: Source>(src: &mut S, out: usize, warm: u64, ops: u64) -> Result<Split, String> {
-    let mut held: VecDeque<S::H> = VecDeque::with_capacity(out + BATCH);
+    let mut held: Held<S::H> = Held::new(out + BATCH);
     for _ in 0..out {
-        held.push_back(src.get()?);
+        held.push(src.get().map_err(|e| e.to_string())?);
     }
     let mut split = Split::default();
     let batches = ops.div_ceil(BATCH as u64);
@@ -561,11 +611,14 @@ fn single<S: Source>(src: &mut S, out: usize, warm: u64, ops: u64) -> Result<Spl
     for b in 0..warm_batches + batches {
         let t0 = rdtsc();
         for _ in 0..BATCH {
-            held.push_back(src.get()?);
+            match src.get() {
+                Ok(h) => held.push(h),
+                Err(e) => return Err(e.to_string()),
+            }
         }
         let t1 = rdtsc();
         for _ in 0..BATCH {
-            drop(black_box(held.pop_front()));
+            drop(black_box(held.pop()));
         }
         let t2 = rdtsc();
         if b >= warm_batches {
@@ -589,7 +642,8 @@ fn cross<S: Source>(
 ) -> Result<Split, String> {
     let total = (warm + ops).div_ceil(BATCH as u64) * BATCH as u64;
     let warm = warm.div_ceil(BATCH as u64) * BATCH as u64;
-    let (mut tx, mut rx) = Ring::<S::H>::spsc(out.next_power_of_two()).map_err(|e| e.to_string())?;
+    let (mut tx, mut rx) =
+        Ring::<S::H>::spsc(out.next_power_of_two()).map_err(|e| e.to_string())?;
     let barrier = Arc::new(SpinBarrier::new(2));
     let b2 = Arc::clone(&barrier);
     // Set by the freeing lcore when it has freed everything: only then may
@@ -601,22 +655,24 @@ fn cross<S: Source>(
         let mut src = src;
         src.bind()?;
         let mut stall = Stall::new("allocating lcore");
-        let mut batch: Vec<S::H> = Vec::with_capacity(BATCH);
+        let mut batch: Held<S::H> = Held::new(BATCH);
         let mut split = Split::default();
         barrier.wait()?;
         let mut sent = 0u64;
         while sent < total {
             let t0 = rdtsc();
             for _ in 0..BATCH {
-                batch.push(src.get()?);
+                match src.get() {
+                    Ok(h) => batch.push(h),
+                    Err(e) => return Err(e.to_string()),
+                }
             }
             let t1 = rdtsc();
             if sent >= warm {
                 split.alloc += t1 - t0;
                 split.ops += BATCH as u64;
             }
-            for h in batch.drain(..) {
-                let mut h = h;
+            while let Some(mut h) = batch.pop() {
                 while let Err(back) = tx.push(h) {
                     h = back;
                     stall.failed()?;
@@ -634,12 +690,12 @@ fn cross<S: Source>(
     });
     let free: Worker<Split> = Box::new(move || {
         let mut stall = Stall::new("freeing lcore");
-        let mut batch: Vec<S::H> = Vec::with_capacity(BATCH);
+        let mut batch: Held<S::H> = Held::new(BATCH);
         let mut split = Split::default();
         b2.wait()?;
         let mut freed = 0u64;
         while freed < total {
-            while batch.len() < BATCH {
+            while batch.len < BATCH {
                 match rx.pop() {
                     Some(h) => batch.push(h),
                     None => stall.failed()?,
@@ -647,7 +703,9 @@ fn cross<S: Source>(
             }
             stall.progressed();
             let t0 = rdtsc();
-            batch.drain(..).for_each(|h| drop(black_box(h)));
+            for _ in 0..BATCH {
+                drop(black_box(batch.pop()));
+            }
             let t1 = rdtsc();
             if freed >= warm {
                 split.free += t1 - t0;
@@ -735,7 +793,11 @@ mod tests {
         ];
         let v = verdict(&rows);
         assert_eq!(v.len(), 1);
-        assert!(v[0].starts_with("1 core: MTU 1500 (c) cheapest and <= 25 cycles: yes"), "{}", v[0]);
+        assert!(
+            v[0].starts_with("1 core: MTU 1500 (c) cheapest and <= 25 cycles: yes"),
+            "{}",
+            v[0]
+        );
         assert!(v[0].contains("MTU 8000 (c) cheapest: NO"), "{}", v[0]);
         assert!(v[0].ends_with("(a) beats (b): yes"), "{}", v[0]);
     }

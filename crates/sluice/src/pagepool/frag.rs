@@ -3,13 +3,17 @@
 //!
 //! A [`Carver`] holds one page at a time and cuts fragments from its start
 //! upwards, each rounded up to [`FRAG_ALIGN`](super::FRAG_ALIGN) bytes (a
-//! cache line), moving one reference of the page's count from itself to the
-//! fragment without an atomic (see [`meta`](super::meta) for the count and its
-//! bias). When the next fragment does not fit, the carver gives up the
-//! references it still holds in one atomic: if that was the last, every
-//! fragment of the page is already free and the carver starts over on the
-//! same page; otherwise it takes a new one, and the page goes home when its
-//! last fragment is freed — from whichever thread that happens.
+//! cache line). On taking a page it fixes the page's target — as many
+//! fragments of the size asked for as fit — and every fragment carries it
+//! (see [`meta`](super::meta) for the count). Cutting one is arithmetic on
+//! the carver's own fields: no atomic, no shared cache line.
+//!
+//! When the next fragment does not fit, or the target is reached, the carver
+//! leaves the page: if it cut fewer fragments than the target, it gives the
+//! missing ones back in one atomic, and if that was the last reference
+//! (every fragment already free) it starts the same page over; otherwise it
+//! takes a new page, and the old one goes home when its last fragment is
+//! freed — from whichever thread that happens.
 //!
 //! Where pages come from and go back to is the carver's user's business: the
 //! page pool's fragment allocator ([`PageFragAlloc`](super::PageFragAlloc))
@@ -30,17 +34,17 @@ use crate::sync::Ordering;
 /// last fragment of a page sends the page home.
 pub struct Frag {
     ptr: NonNull<u8>,
-    /// Bytes. A full word, though it fits 32 bits: the handle is copied
-    /// whole right after it is built, and a 4-byte store read back by an
-    /// 8-byte load cannot be forwarded (a stall of a dozen cycles per
-    /// fragment).
-    len: usize,
+    /// The length (low 32 bits) and the page's target (high 32 bits). One
+    /// word written with one store: the handle is copied right after it is
+    /// built, and narrower stores read back by a wider load cannot be
+    /// forwarded (a stall of a dozen cycles per fragment).
+    len_target: u64,
     /// The page's metadata (in its provider, which outlives the page).
     meta: NonNull<PageMeta>,
 }
 
 // SAFETY: a fragment's bytes are its own (carved ranges never overlap); the
-// page count it drops is atomic, and the page's way home is thread-safe.
+// page count it bumps is atomic, and the page's way home is thread-safe.
 unsafe impl Send for Frag {}
 // SAFETY: `&Frag` only reads bytes no one else writes.
 unsafe impl Sync for Frag {}
@@ -57,19 +61,25 @@ impl Frag {
     #[inline(always)]
     #[allow(clippy::len_without_is_empty)]
     pub fn len(&self) -> usize {
-        self.len
+        self.len_target as u32 as usize
+    }
+
+    /// How many fragments its page was cut into (at most).
+    #[inline(always)]
+    pub fn page_target(&self) -> u32 {
+        (self.len_target >> 32) as u32
     }
 
     /// The fragment's bytes.
     pub fn as_slice(&self) -> &[u8] {
         // SAFETY: `len` bytes of the page, owned by this fragment alone.
-        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len()) }
     }
 
     /// The fragment's bytes, writable.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: as above, and `&mut self` is exclusive.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), self.len()) }
     }
 
     /// Address of the page the fragment lies in.
@@ -86,10 +96,14 @@ impl Frag {
         m.iova + (self.ptr.as_ptr() as usize - m.addr) as u64
     }
 
-    /// Gives up the handle without freeing: the address, the length and the
-    /// page's metadata (for [`put_frag_ref`], or [`from_raw`](Self::from_raw)).
-    pub(crate) fn into_raw(self) -> (NonNull<u8>, usize, NonNull<PageMeta>) {
-        let r = (self.ptr, self.len, self.meta);
+    /// Gives up the handle without freeing: the address and what
+    /// [`put_frag_ref`] needs (the page's metadata and target).
+    pub(crate) fn into_raw(self) -> RawFrag {
+        let r = RawFrag {
+            ptr: self.ptr,
+            len_target: self.len_target,
+            meta: self.meta,
+        };
         std::mem::forget(self);
         r
     }
@@ -97,19 +111,31 @@ impl Frag {
     /// Rebuilds a handle from [`into_raw`](Self::into_raw).
     ///
     /// # Safety
-    /// The parts came from `into_raw`, and the reference they stand for was
-    /// not given back since.
-    pub(crate) unsafe fn from_raw(ptr: NonNull<u8>, len: usize, meta: NonNull<PageMeta>) -> Frag {
-        Frag { ptr, len, meta }
+    /// `raw` came from `into_raw`, and the reference it stands for was not
+    /// given back since.
+    pub(crate) unsafe fn from_raw(raw: RawFrag) -> Frag {
+        Frag {
+            ptr: raw.ptr,
+            len_target: raw.len_target,
+            meta: raw.meta,
+        }
     }
+}
+
+/// A fragment handle taken apart ([`Frag::into_raw`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawFrag {
+    pub(crate) ptr: NonNull<u8>,
+    pub(crate) len_target: u64,
+    pub(crate) meta: NonNull<PageMeta>,
 }
 
 impl Drop for Frag {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: this fragment holds one reference on the page, given up
+        // SAFETY: this fragment holds one reference on the page, given back
         // here once; its bytes are no longer used.
-        unsafe { put_frag_ref(self.meta) };
+        unsafe { put_frag_ref(self.meta, self.page_target()) };
     }
 }
 
@@ -117,22 +143,23 @@ impl std::fmt::Debug for Frag {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Frag")
             .field("addr", &self.ptr)
-            .field("len", &self.len)
+            .field("len", &self.len())
+            .field("page_target", &self.page_target())
             .finish()
     }
 }
 
-/// Gives up one fragment reference on the page of `meta`; the last sends
-/// the page home.
+/// Gives back one fragment reference on the page of `meta`, cut into
+/// `target` fragments; the last sends the page home.
 ///
 /// # Safety
-/// The caller holds a reference on that page (a fragment) and no longer uses
-/// the fragment's bytes.
+/// The caller holds a reference on that page (a fragment of it) and no
+/// longer uses the fragment's bytes.
 #[inline(always)]
-pub(crate) unsafe fn put_frag_ref(meta: NonNull<PageMeta>) {
+pub(crate) unsafe fn put_frag_ref(meta: NonNull<PageMeta>, target: u32) {
     // SAFETY: the provider, and so the metadata, outlives its pages.
     let m = unsafe { meta.as_ref() };
-    if m.put_refs(1) {
+    if m.put_refs(1, target) {
         // SAFETY: we held the last reference: the page is ours alone.
         unsafe { page_home(m) };
     }
@@ -141,8 +168,7 @@ pub(crate) unsafe fn put_frag_ref(meta: NonNull<PageMeta>) {
 /// Sends a page whose fragments are all free back where its metadata says.
 ///
 /// # Safety
-/// The caller holds the page alone (its count went to zero in its hands).
-#[cold]
+/// The caller holds the page alone (it gave back the last reference).
 #[inline(never)]
 pub(crate) unsafe fn page_home(m: &PageMeta) {
     // Relaxed: written before any fragment of the page existed (see
@@ -169,9 +195,11 @@ pub(crate) struct Carver {
     meta: *const PageMeta,
     /// Next free byte of the page.
     offset: u32,
-    /// References on the page we still hold. At least 1 while we hold the
-    /// page: a page fits fewer fragments than the bias.
-    bias: u32,
+    /// Fragments cut from the page so far.
+    carved: u32,
+    /// The page's target: fragments it will be cut into at most. Equal to
+    /// `carved` (0) while there is no page, so nothing is cut then.
+    target: u32,
     /// Page size in bytes.
     page_bytes: u32,
 }
@@ -187,15 +215,10 @@ impl Carver {
             page: 0,
             meta: std::ptr::null(),
             offset: 0,
-            bias: 0,
+            carved: 0,
+            target: 0,
             page_bytes: page_bytes as u32,
         }
-    }
-
-    /// References a fresh page starts with: more than it can hold fragments.
-    #[inline(always)]
-    fn full_bias(&self) -> u32 {
-        self.page_bytes / FRAG_ALIGN as u32 + 1
     }
 
     /// Page size in bytes.
@@ -204,76 +227,98 @@ impl Carver {
         self.page_bytes as usize
     }
 
-    /// Checks a fragment size: 1..=page size.
+    /// True for a fragment size the carver can cut: 1..=page size.
     #[inline(always)]
-    pub(crate) fn check(&self, size: usize) -> Result<(), PagePoolError> {
-        if size.wrapping_sub(1) < self.page_bytes as usize {
-            Ok(())
-        } else {
-            Err(PagePoolError::BadSize {
-                size,
-                max: self.page_bytes as usize,
-            })
+    pub(crate) fn size_ok(&self, size: usize) -> bool {
+        size.wrapping_sub(1) < self.page_bytes as usize
+    }
+
+    /// The error for a size that is not [`size_ok`](Self::size_ok).
+    #[cold]
+    pub(crate) fn bad_size(&self, size: usize) -> PagePoolError {
+        PagePoolError::BadSize {
+            size,
+            max: self.page_bytes as usize,
         }
     }
 
-    /// Cuts a fragment of `size` bytes (checked: 1..=page size) from the
-    /// current page, if there is one and it fits.
+    /// True when a fragment of `size` bytes can be cut from the current
+    /// page: one is held, its target is not reached, and it fits.
     #[inline(always)]
-    pub(crate) fn carve(&mut self, size: usize) -> Option<Frag> {
+    pub(crate) fn fits(&self, size: usize) -> bool {
         let room = (size as u32).next_multiple_of(FRAG_ALIGN as u32);
-        let end = self.offset + room;
-        if self.page == 0 || end > self.page_bytes {
-            return None;
-        }
+        self.carved != self.target && self.offset + room <= self.page_bytes
+    }
+
+    /// Cuts a fragment of `size` bytes (1..=page size) that
+    /// [`fits`](Self::fits).
+    ///
+    /// Built in one place, in registers: an allocator returns it straight
+    /// after a possible refill rather than merging two returned handles in
+    /// memory (which costs a failed store forward per fragment).
+    #[inline(always)]
+    pub(crate) fn cut(&mut self, size: usize) -> Frag {
+        debug_assert!(self.size_ok(size) && self.fits(size));
+        let room = (size as u32).next_multiple_of(FRAG_ALIGN as u32);
         let ptr = self.page + self.offset as usize;
-        self.offset = end;
-        // One of our references moves to the fragment; `bias` stays >= 1
-        // since the page holds fewer fragments than the full bias.
-        self.bias -= 1;
-        Some(Frag {
+        self.offset += room;
+        self.carved += 1;
+        Frag {
             // SAFETY: inside the page, which is in the region: not null.
             ptr: unsafe { NonNull::new_unchecked(ptr as *mut u8) },
-            len: size,
+            len_target: size as u64 | (self.target as u64) << 32,
             // SAFETY: set with the page, never null then.
             meta: unsafe { NonNull::new_unchecked(self.meta.cast_mut()) },
-        })
+        }
     }
 
-    /// Starts carving the free page at `page` (whose metadata is `meta`,
-    /// owner already set); the carver holds no page.
+    /// Starts cutting the page at `page` (metadata `meta`, owner set, count
+    /// 0: at rest) into fragments of `size` bytes (1..=page size) and about
+    /// that size. The carver holds no page.
     #[inline]
-    pub(crate) fn take(&mut self, page: usize, meta: &PageMeta) {
-        debug_assert_eq!(self.page, 0);
-        let bias = self.full_bias();
-        meta.set_bias(bias);
+    pub(crate) fn take(&mut self, page: usize, meta: &PageMeta, size: usize) {
+        debug_assert!(self.page == 0 && self.size_ok(size));
         self.page = page;
         self.meta = meta;
-        self.offset = 0;
-        self.bias = bias;
+        self.start_over(size);
     }
 
-    /// Gives up the references held on the current page (if any). If they
-    /// were the last, the carver starts the page over and returns true (it
+    fn start_over(&mut self, size: usize) {
+        let stride = (size as u32).next_multiple_of(FRAG_ALIGN as u32);
+        self.offset = 0;
+        self.carved = 0;
+        self.target = self.page_bytes / stride;
+    }
+
+    /// Leaves the current page (if any): gives back the references of the
+    /// fragments never cut. If that was the last reference, the carver
+    /// starts the page over for fragments of `size` and returns true (it
     /// still holds it); otherwise it holds no page and returns false.
     #[inline]
-    pub(crate) fn recycle_or_leave(&mut self) -> bool {
+    pub(crate) fn reuse_or_leave(&mut self, size: usize) -> bool {
         if self.page == 0 {
             return false;
         }
+        let uncut = self.target - self.carved;
         // SAFETY: the metadata lives as long as the page, which we hold.
         let meta = unsafe { &*self.meta };
-        if meta.put_refs(self.bias) {
+        if uncut != 0 && meta.put_refs(uncut, self.target) {
             // Every fragment is free: the page is ours alone; start over.
-            let bias = self.full_bias();
-            meta.set_bias(bias);
-            self.offset = 0;
-            self.bias = bias;
+            self.start_over(size);
             return true;
         }
+        // With nothing uncut, the fragments hold every reference and the
+        // last of them sends the page home: the page's line is not touched.
+        self.drop_page();
+        false
+    }
+
+    /// Forgets the current page: nothing can be cut until the next `take`.
+    fn drop_page(&mut self) {
         self.page = 0;
         self.meta = std::ptr::null();
-        false
+        self.carved = 0;
+        self.target = 0;
     }
 
     /// Gives up the current page for good: the last holder sends it home.
@@ -281,12 +326,12 @@ impl Carver {
         if self.page == 0 {
             return;
         }
+        let (target, uncut) = (self.target, self.target - self.carved);
         // SAFETY: the metadata lives as long as the page, which we hold.
         let meta = unsafe { &*self.meta };
-        self.page = 0;
-        self.meta = std::ptr::null();
-        if meta.put_refs(self.bias) {
-            // SAFETY: we held the last references: the page is ours alone.
+        self.drop_page();
+        if uncut != 0 && meta.put_refs(uncut, target) {
+            // SAFETY: we gave back the last references: the page is ours.
             unsafe { page_home(meta) };
         }
     }

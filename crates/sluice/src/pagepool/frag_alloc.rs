@@ -1,11 +1,11 @@
 //! Fragments from a page pool (Linux's `page_pool_alloc_frag`): large pages
 //! recycled through the pool, each split into packet-sized fragments.
 //!
-//! Per fragment: carving (no atomic) and, at its free, one atomic decrement
-//! of the page's count. Per page — once per `page / size` fragments — a get
-//! from the pool (its direct cache on the owner thread) and, at the last
-//! free, a put back. So the page recycle is amortised over the fragments,
-//! and the provider's slow path is not on the way at all.
+//! Per fragment: carving (no atomic, no shared line) and, at its free, one
+//! atomic increment of the page's count. Per page — once per `page / size`
+//! fragments — a get from the pool (its direct cache on the owner thread)
+//! and, at the last free, a put back. So the page recycle is amortised over
+//! the fragments, and the provider's slow path is not on the way at all.
 
 use super::PagePoolError;
 use super::frag::{Carver, Frag};
@@ -52,28 +52,30 @@ impl PageFragAlloc {
     }
 
     /// A fragment of `size` bytes (1..=page size), 64-byte aligned.
-    #[inline]
+    ///
+    /// Inlined whole (the refill is not), so the new handle stays in
+    /// registers on its way to wherever the caller keeps it.
+    #[inline(always)]
     pub fn alloc_frag(&mut self, size: usize) -> Result<Frag, PagePoolError> {
-        if size.wrapping_sub(1) < self.carver.page_bytes()
-            && let Some(f) = self.carver.carve(size)
-        {
-            return Ok(f);
+        if !(self.carver.size_ok(size) && self.carver.fits(size)) {
+            self.refill(size)?;
         }
-        self.alloc_frag_slow(size)
+        Ok(self.carver.cut(size))
     }
 
+    /// Makes the carver able to cut `size` bytes: checks the size, then
+    /// starts the current page over if it is free, else takes a new one.
     #[inline(never)]
-    fn alloc_frag_slow(&mut self, size: usize) -> Result<Frag, PagePoolError> {
-        self.carver.check(size)?;
-        if !self.carver.recycle_or_leave() {
+    fn refill(&mut self, size: usize) -> Result<(), PagePoolError> {
+        if !self.carver.size_ok(size) {
+            return Err(self.carver.bad_size(size));
+        }
+        if !self.carver.reuse_or_leave(size) {
             let inner = self.pool.inner();
             let page = inner.get()?;
-            self.carver.take(page, inner.provider().meta_of(page));
+            self.carver.take(page, inner.provider().meta_of(page), size);
         }
-        Ok(self
-            .carver
-            .carve(size)
-            .expect("a fresh page holds any fragment up to the page size"))
+        Ok(())
     }
 }
 

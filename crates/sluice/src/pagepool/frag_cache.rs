@@ -54,32 +54,35 @@ impl PageFragCache {
     }
 
     /// A fragment of `size` bytes (1..=block size), 64-byte aligned.
-    #[inline]
+    ///
+    /// Inlined whole (the refill is not), so the new handle stays in
+    /// registers on its way to wherever the caller keeps it.
+    #[inline(always)]
     pub fn alloc_frag(&mut self, size: usize) -> Result<Frag, PagePoolError> {
-        if size.wrapping_sub(1) < self.carver.page_bytes()
-            && let Some(f) = self.carver.carve(size)
-        {
-            return Ok(f);
+        if !(self.carver.size_ok(size) && self.carver.fits(size)) {
+            self.refill(size)?;
         }
-        self.alloc_frag_slow(size)
+        Ok(self.carver.cut(size))
     }
 
+    /// Makes the carver able to cut `size` bytes: checks the size, then
+    /// starts the current block over if it is free, else takes a new one
+    /// from the provider.
     #[inline(never)]
-    fn alloc_frag_slow(&mut self, size: usize) -> Result<Frag, PagePoolError> {
-        self.carver.check(size)?;
-        if !self.carver.recycle_or_leave() {
+    fn refill(&mut self, size: usize) -> Result<(), PagePoolError> {
+        if !self.carver.size_ok(size) {
+            return Err(self.carver.bad_size(size));
+        }
+        if !self.carver.reuse_or_leave(size) {
             let p = self.provider.inner();
             let block = p.alloc_addr(self.order)?;
             let meta = p.meta_of(block);
             // Before any fragment of the block exists (see `PageMeta::owner`).
             let tag = self.provider.inner_ptr().as_ptr() as usize | OWNER_PROVIDER;
             meta.owner.store(tag, Ordering::Relaxed);
-            self.carver.take(block, meta);
+            self.carver.take(block, meta, size);
         }
-        Ok(self
-            .carver
-            .carve(size)
-            .expect("a fresh block holds any fragment up to the block size"))
+        Ok(())
     }
 }
 

@@ -33,7 +33,7 @@ impl FragLayout {
     /// Headroom of an Rx fragment (Linux's `XDP_PACKET_HEADROOM`).
     pub const HEADROOM: u16 = 256;
     /// Tailroom of an Rx fragment (room for Linux's `skb_shared_info`; ours
-    /// uses the first 24 bytes).
+    /// uses the first 40 bytes: the shared info and the fragment's page).
     pub const TAILROOM: u16 = 320;
 
     /// The layout for frames of up to `mtu` + 18 bytes (Ethernet header and
@@ -66,11 +66,13 @@ impl FragLayout {
     /// Checks that the layout can hold the shared info and fits an mbuf's
     /// 16-bit buffer length.
     pub fn check(&self) -> Result<(), MbufError> {
-        let need = self.shinfo_offset() + std::mem::size_of::<ExtSharedInfo>();
+        let need = self.shinfo_offset()
+            + std::mem::size_of::<ExtSharedInfo>()
+            + std::mem::size_of::<FragTail>();
         if need > self.frag_size() {
             return Err(MbufError::BadConfig(format!(
                 "fragment layout {self:?}: the tailroom cannot hold the {}-byte shared info",
-                std::mem::size_of::<ExtSharedInfo>()
+                std::mem::size_of::<ExtSharedInfo>() + std::mem::size_of::<FragTail>()
             )));
         }
         if self.headroom as usize + self.data_room as usize > u16::MAX as usize {
@@ -83,13 +85,24 @@ impl FragLayout {
     }
 }
 
-/// The external buffer's free callback: `opaque` is the fragment's page
-/// metadata.
+/// What the external buffer's free callback needs, kept in the fragment's
+/// tailroom right after the shared info.
+#[derive(Debug)]
+#[repr(C)]
+struct FragTail {
+    meta: NonNull<PageMeta>,
+    target: u32,
+}
+
+/// The external buffer's free callback: `opaque` is the fragment's
+/// [`FragTail`].
 fn frag_ext_free(_buf: NonNull<u8>, opaque: *mut ()) {
-    // SAFETY: `attach_frag` made `opaque` the metadata of the fragment's page
-    // and gave the fragment's reference to the shared info, whose last
-    // attachment is letting go now: we give that reference back, once.
-    unsafe { put_frag_ref(NonNull::new_unchecked(opaque.cast::<PageMeta>())) };
+    // SAFETY: `attach_frag` wrote the tail at `opaque`, inside the fragment,
+    // which stays ours until the reference is given back below.
+    let FragTail { meta, target } = unsafe { opaque.cast::<FragTail>().read() };
+    // SAFETY: the fragment's reference was given to the shared info, whose
+    // last attachment is letting go now: we give it back, once.
+    unsafe { put_frag_ref(meta, target) };
 }
 
 /// Makes `frag`, cut for `layout`, the data of `m`: empty, at the layout's
@@ -112,26 +125,34 @@ pub fn attach_frag(m: &mut Mbuf, frag: Frag, layout: FragLayout) -> Result<(), (
         ));
     }
     let iova = frag.iova();
-    let buf = NonNull::new(frag.as_ptr()).expect("a fragment is never null");
-    // SAFETY: the shared info fits in the fragment (checked above), 8-byte
-    // aligned (the fragment is 64-byte aligned), in bytes we own.
-    let shinfo = unsafe { buf.add(layout.shinfo_offset()) }.cast::<ExtSharedInfo>();
-    let (ptr, len, meta) = frag.into_raw();
-    // SAFETY: `frag_ext_free` with the page's metadata gives the fragment's
-    // reference back, callable once from any thread.
-    let info = unsafe { ExtSharedInfo::new(frag_ext_free, meta.as_ptr().cast()) };
+    let raw = frag.into_raw();
+    // SAFETY: the shared info and the tail fit in the fragment (checked
+    // above), 8-byte aligned (the fragment is 64-byte aligned), in bytes we
+    // own.
+    let (shinfo, tail) = unsafe {
+        let s = raw.ptr.add(layout.shinfo_offset()).cast::<ExtSharedInfo>();
+        (s, s.add(1).cast::<FragTail>())
+    };
+    // SAFETY: as above, the tail's place is ours to write.
+    unsafe {
+        tail.write(FragTail {
+            meta: raw.meta,
+            target: (raw.len_target >> 32) as u32,
+        })
+    };
+    // SAFETY: `frag_ext_free` with the tail gives the fragment's reference
+    // back, callable once from any thread.
+    let info = unsafe { ExtSharedInfo::new(frag_ext_free, tail.as_ptr().cast()) };
     // SAFETY: as above, the info's place is ours to write.
     unsafe { shinfo.write(info) };
     let buf_len = layout.headroom + layout.data_room;
     // SAFETY: the fragment (`buf_len` bytes before its info) stays valid until
     // the info's callback gives it back; the info lives inside it, at a fixed
     // address, until then; only the attached mbufs use the fragment.
-    match unsafe { m.attach_extbuf(ptr, iova, buf_len, layout.headroom, shinfo) } {
+    match unsafe { m.attach_extbuf(raw.ptr, iova, buf_len, layout.headroom, shinfo) } {
         Ok(()) => Ok(()),
-        Err(e) => {
-            // SAFETY: not attached: the reference is still ours, rebuilt
-            // into its handle once.
-            Err((e, unsafe { Frag::from_raw(ptr, len, meta) }))
-        }
+        // SAFETY: not attached: the reference is still ours, rebuilt into
+        // its handle once.
+        Err(e) => Err((e, unsafe { Frag::from_raw(raw) })),
     }
 }

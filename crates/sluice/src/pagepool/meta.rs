@@ -5,22 +5,36 @@
 //! uses the entry of its first page. Each entry has a cache line of its own,
 //! so threads freeing fragments of different pages never share a line.
 //!
-//! # The fragment count and its bias
+//! # The fragment count
 //!
-//! A page being split into fragments carries `count` references. The
-//! allocator that carves it sets `count` to a *bias* larger than the number
-//! of fragments a page can hold, and keeps the same number, privately, as the
-//! references it still holds; carving a fragment moves one reference from the
-//! allocator to the fragment by decrementing the private number only — no
-//! atomic. So `count` = fragments not yet freed + references the allocator
-//! holds. A fragment's free decrements `count` (the only atomic on the path);
-//! when the allocator leaves the page it subtracts what it still holds in one
-//! atomic. Whichever decrement takes `count` to zero is the last holder, and
-//! only it gives the page back: exactly once, from whatever thread.
+//! When an allocator starts cutting a page it fixes the page's *target*: how
+//! many fragments the page will have (as many of the first size asked for as
+//! fit). That is Linux's bias — the references the allocator holds on the
+//! page's behalf and hands out one per fragment — except that it is not
+//! written into the page: every fragment carries it, and `count` counts what
+//! came back. So:
 //!
-//! Orderings: every decrement is Release, so each holder's use of its bytes
-//! happens-before the page is handed on; the last holder's Acquire fence
-//! (or the Acquire load that found it alone) pairs with all of them.
+//! - carving a fragment touches no shared memory at all (the allocator's own
+//!   offset and tally);
+//! - freeing one is one atomic increment of `count`; the free that brings it
+//!   to the target is the last, and only it sends the page home — exactly
+//!   once, from whatever thread;
+//! - an allocator that leaves a page before cutting all of its target (the
+//!   next size does not fit, or it is dropped) adds the fragments it never
+//!   cut to `count` in one atomic, and is the last itself if that reaches the
+//!   target (then it may cut the page again at once).
+//!
+//! The last holder puts `count` back to 0 before the page goes anywhere, so a
+//! page at rest — in a pool, or fresh from the provider — has `count` 0 and
+//! the next allocator needs no write to start on it. With fragments of one
+//! size, the allocator never touches the page's line at all: only the
+//! threads freeing fragments do (on two cores, the line stays on the freeing
+//! core).
+//!
+//! Orderings: every increment is Release, so each holder's use of its bytes
+//! happens-before the page is handed on; the last holder's Acquire fence (or
+//! the Acquire load that found it alone) pairs with all of them — the
+//! increments form one release sequence.
 
 use crate::sync::{AtomicU32, AtomicUsize, Ordering, fence};
 
@@ -35,8 +49,8 @@ pub(crate) struct PageMeta {
     pub(crate) addr: usize,
     /// The page's IO address (offset in the provider's region). Fixed.
     pub(crate) iova: u64,
-    /// References to the page's fragments (see the module docs). Meaningful
-    /// only while the page is split into fragments.
+    /// Fragment references given back so far (see the module docs): 0 while
+    /// the page is at rest or being cut with nothing back yet.
     pub(crate) count: AtomicU32,
     /// Where the page goes when its last fragment is freed: the address of a
     /// page pool's shared state, or of a provider's with [`OWNER_PROVIDER`]
@@ -57,32 +71,27 @@ impl PageMeta {
         }
     }
 
-    /// Starts a page's fragment count at `bias` (the allocator's references).
-    /// The caller holds the page alone: nothing else reads the count yet, and
-    /// whatever hands out the fragments publishes this store.
+    /// Gives back `n` references of a page whose target is `target`. True
+    /// when they were the last: the caller then holds the page alone (its
+    /// count back at 0), and every other holder's accesses happen-before its
+    /// next ones.
     #[inline(always)]
-    pub(crate) fn set_bias(&self, bias: u32) {
-        self.count.store(bias, Ordering::Relaxed);
-    }
-
-    /// Gives up `n` of the references the caller holds. True when they were
-    /// the last: the caller now holds the page alone, and every other
-    /// holder's accesses happen-before its next ones.
-    #[inline(always)]
-    pub(crate) fn put_refs(&self, n: u32) -> bool {
-        // Alone already (every other reference is gone): no atomic write.
-        // Acquire pairs with the Release decrements of the others: the value
-        // read comes from the last of them, and they form one release
-        // sequence, so all of their accesses happen-before ours.
-        if self.count.load(Ordering::Acquire) == n {
-            return true;
-        }
-        // Release: our accesses happen-before whoever ends up last.
-        if self.count.fetch_sub(n, Ordering::Release) == n {
-            // Pairs with the Release decrements of everyone before us.
+    pub(crate) fn put_refs(&self, n: u32, target: u32) -> bool {
+        // Everyone else is done already: no atomic write. Acquire pairs with
+        // the Release increments of the others (the value read comes from
+        // the last of them, and they form one release sequence).
+        let last = self.count.load(Ordering::Acquire) + n == target
+            // Release: our accesses happen-before whoever ends up last.
+            || self.count.fetch_add(n, Ordering::Release) + n == target;
+        if last {
+            // Pairs with the Release increments of everyone before us (a
+            // no-op after the Acquire load above; the RMW path needs it).
             fence(Ordering::Acquire);
-            return true;
+            // At rest again. No other holder is left to see it; whoever gets
+            // the page next does so through the pool's ring or cache, or the
+            // provider's lock, which publish this store.
+            self.count.store(0, Ordering::Relaxed);
         }
-        false
+        last
     }
 }

@@ -13,9 +13,10 @@
 //!   returned from other threads, refill from the provider when both are
 //!   empty, release to it when the ring is full.
 //! - [`Frag`] and the carving (`frag.rs`, `meta.rs`): fragments cut from a
-//!   page with a biased per-page count — carving needs no atomic, each free
-//!   one, and the page goes home exactly once, on the last free, from any
-//!   thread.
+//!   page against a per-page target (Linux's bias, carried by each fragment
+//!   instead of written into the page) — carving needs no atomic, each free
+//!   one increment of the page's count, and the page goes home exactly once,
+//!   on the last free, from any thread.
 //! - [`PageFragAlloc`] (`frag_alloc.rs`): fragments from page-pool pages.
 //! - [`PageFragCache`] (`frag_cache.rs`): fragments from provider blocks
 //!   (Linux's page_frag_cache), for contrast.

@@ -433,15 +433,22 @@ fn fifteen_fragments_per_page_at_mtu_1500_and_three_at_8000() {
 fn a_page_whose_fragments_are_all_free_is_carved_again_in_place() {
     let p = provider(1 << 20);
     let mut fc = PageFragCache::new(&p, 3).unwrap();
-    let first: Vec<Frag> = (0..15).map(|_| fc.alloc_frag(2090).unwrap()).collect();
+    // Target 15 (2090-byte fragments); ten cut, then freed.
+    let first: Vec<Frag> = (0..10).map(|_| fc.alloc_frag(2090).unwrap()).collect();
+    assert_eq!(first[9].page_target(), 15);
     let page = first[0].page_addr();
     drop(first);
-    // The 16th does not fit: every fragment is free, so the block starts over.
-    let f = fc.alloc_frag(2090).unwrap();
-    assert_eq!(f.page_addr(), page);
+    // 20000 bytes do not fit in what is left: the five never cut are given
+    // back, which makes the cache the last holder, so the block starts over.
+    let f = fc.alloc_frag(20000).unwrap();
     assert_eq!(f.as_ptr(), page);
+    assert_eq!(f.page_target(), 1);
     assert_eq!(p.stats().allocs[3], 1);
-    drop((f, fc));
+    // Its target reached, the cache holds no reference: the block goes home
+    // with its last fragment, and the cache never touches it again.
+    drop(f);
+    assert_eq!(p.stats().used_pages, 0);
+    drop(fc);
     assert!(p.is_full());
 }
 
@@ -523,54 +530,4 @@ fn an_mbuf_over_a_fragment_gives_it_back_with_its_last_reference() {
     assert!(pp.all_home());
     drop(pp);
     assert!(p.is_full());
-}
-
-#[test]
-#[ignore]
-fn zz_micro() {
-    use crate::tsc::rdtsc;
-    let p = BlockProvider::new(ProviderConfig { name: "m".into(), size: 64 << 20, hugepages: HugepagePolicy::Auto }).unwrap();
-    let _l = lcore::register().unwrap();
-    for window in [0usize, 512] {
-        let pp = PagePool::new(&p, PagePoolConfig { order: 3, ..Default::default() }).unwrap();
-        pp.bind_to_current_lcore().unwrap();
-        let mut fa = PageFragAlloc::new(pp.clone());
-        let mut held = std::collections::VecDeque::new();
-        for _ in 0..window { held.push_back(fa.alloc_frag(2090).unwrap()); }
-        for round in 0..3 {
-            let (mut ta, mut tf) = (0, 0);
-            let n = 1 << 20;
-            for _ in 0..n / 32 {
-                let t0 = rdtsc();
-                for _ in 0..32 { held.push_back(fa.alloc_frag(2090).unwrap()); }
-                let t1 = rdtsc();
-                for _ in 0..32 { drop(std::hint::black_box(held.pop_front())); }
-                let t2 = rdtsc();
-                ta += t1 - t0; tf += t2 - t1;
-            }
-            eprintln!("frag window {window} round {round}: alloc {:.1} free {:.1}", ta as f64 / n as f64, tf as f64 / n as f64);
-        }
-        drop(held);
-        let pg = PagePool::new(&p, PagePoolConfig { order: 0, ..Default::default() }).unwrap();
-        pg.bind_to_current_lcore().unwrap();
-        let mut held = std::collections::VecDeque::new();
-        for _ in 0..window { held.push_back(pg.alloc_page().unwrap()); }
-        for round in 0..3 {
-            let (mut ta, mut tf) = (0, 0);
-            let n = 1 << 20;
-            for _ in 0..n / 32 {
-                let t0 = rdtsc();
-                for _ in 0..32 { held.push_back(pg.alloc_page().unwrap()); }
-                let t1 = rdtsc();
-                for _ in 0..32 { drop(std::hint::black_box(held.pop_front())); }
-                let t2 = rdtsc();
-                ta += t1 - t0; tf += t2 - t1;
-            }
-            eprintln!("page window {window} round {round}: alloc {:.1} free {:.1}", ta as f64 / n as f64, tf as f64 / n as f64);
-        }
-        drop(held);
-        pg.release_cached();
-        drop(fa);
-        pp.release_cached();
-    }
 }
