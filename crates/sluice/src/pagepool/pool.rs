@@ -75,9 +75,10 @@ impl Default for PagePoolConfig {
 /// A snapshot of a page pool's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct PagePoolStats {
-    /// Gets served by the direct cache (fast path).
+    /// Gets served by the direct cache as it was (fast path).
     pub alloc_fast: u64,
-    /// Pages taken from the ring (ring hits).
+    /// Pages taken from the ring (ring hits): into the direct cache, a
+    /// refill's worth at a time, on the owner; one per get elsewhere.
     pub alloc_ring: u64,
     /// Pages taken from the provider (slow path).
     pub alloc_slow: u64,
@@ -161,7 +162,6 @@ impl PoolInner {
                 self.alloc_ring.fetch_add(n as u64, Ordering::Relaxed);
                 // SAFETY: as above; the refill left `n` pages in it.
                 if let Some(a) = unsafe { self.cache.pop() } {
-                    self.alloc_fast.inc();
                     return Ok(a);
                 }
             }
