@@ -63,7 +63,11 @@ fn loom_last_reference_sends_the_page_home_exactly_once() {
         t.join().unwrap();
         let s = pool.stats();
         assert_eq!(s.alloc_slow, 1);
-        assert_eq!(s.cached + s.in_ring + s.released, 1, "home exactly once: {s:?}");
+        assert_eq!(
+            s.cached + s.in_ring + s.released,
+            1,
+            "home exactly once: {s:?}"
+        );
         drop(pool);
         assert!(p.is_full());
     });
@@ -121,7 +125,11 @@ fn loom_direct_cache_and_ring_hand_pages_back() {
         let b = pool.alloc_page().unwrap(); // the ring
         assert_eq!((a.as_ptr(), b.as_ptr()), (xa, ya));
         let s = pool.stats();
-        assert_eq!((s.alloc_slow, s.alloc_fast, s.alloc_ring), (2, 1, 1), "{s:?}");
+        assert_eq!(
+            (s.alloc_slow, s.alloc_fast, s.alloc_ring),
+            (2, 1, 1),
+            "{s:?}"
+        );
         drop((a, b));
         drop(pool);
         assert!(p.is_full());
