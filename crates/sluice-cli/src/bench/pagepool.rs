@@ -292,6 +292,9 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     for line in verdict(&rows) {
         ctx.note(&line);
     }
+    for line in rx_memory() {
+        ctx.note(&line);
+    }
     if !provider.is_full() {
         ctx.report(
             "pagepool",
@@ -426,6 +429,52 @@ pub fn verdict(rows: &[PagePoolResult]) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Buffer memory per posted Rx descriptor of a `soft` port in both modes,
+/// read from the port's `rx_buf_bytes_per_desc` xstat: `rxbuf=mbuf` with a
+/// mempool whose data room holds the largest frame (at least DPDK's 2 KiB)
+/// behind the default 128-byte headroom, `rxbuf=frag` with a header pool of
+/// no headroom and 64-byte data rooms (the fragment brings both).
+pub fn rx_memory() -> Vec<String> {
+    let mut out = vec![
+        "Rx buffer memory per posted descriptor (soft port xstat \
+                        rx_buf_bytes_per_desc):"
+            .to_owned(),
+    ];
+    for (mtu, _) in MTUS {
+        let frame = mtu as u16 + 18;
+        let mut cells = Vec::new();
+        for (mode, headroom, data_room) in [("mbuf", 128, frame.max(2048)), ("frag", 0, 64)] {
+            let cell = rx_bytes_per_desc(mode, mtu as u16, headroom, data_room)
+                .map_or_else(|e| format!("error: {e}"), |b| format!("{b} B"));
+            cells.push(format!("rxbuf={mode} {cell}"));
+        }
+        out.push(format!("  MTU {mtu}: {}", cells.join(", ")));
+    }
+    out
+}
+
+fn rx_bytes_per_desc(mode: &str, mtu: u16, headroom: u16, data_room: u16) -> Result<u64, String> {
+    use sluice::mbuf::{MbufPool, MbufPoolConfig};
+    use sluice::port::PortConfig;
+    let pool = MbufPool::new(MbufPoolConfig {
+        name: format!("bench-rxmem-{mode}-{mtu}"),
+        size: 255,
+        cache_size: 0,
+        headroom,
+        data_room,
+        ..Default::default()
+    })
+    .map_err(|e| e.to_string())?;
+    let mut config = PortConfig::new(Some(pool)).nb_rxd(64).nb_txd(64);
+    config.mtu = mtu;
+    let spec = format!("soft:tester=bench-rxmem-{mode}-{mtu},rxbuf={mode}");
+    let port = sluice::driver::open(&spec, config).map_err(|e| e.to_string())?;
+    port.counters()
+        .xstats
+        .get("rx_buf_bytes_per_desc")
+        .ok_or_else(|| "no rx_buf_bytes_per_desc xstat".to_owned())
 }
 
 /// Something that hands out packet buffers.

@@ -28,6 +28,8 @@
 
 use std::ptr::NonNull;
 
+use crossbeam_utils::CachePadded;
+
 use super::cache::DirectCache;
 use super::provider::{BlockProvider, ProviderInner, check_order};
 use super::{PAGE_SIZE, PagePoolError};
@@ -96,7 +98,12 @@ pub struct PagePoolStats {
     pub in_flight: u64,
 }
 
-/// The shared state of a pool.
+/// The shared state of a pool, in three groups of cache lines: fields read
+/// by every thread (never written after creation but for the owner, bound
+/// once), the owner's hot fields, and the slow paths' counters. A thread
+/// returning a page reads `owner` on every put; were it beside the owner's
+/// cache length and counters, each put from another core would pull that
+/// line away from the owner and the owner's next get would pull it back.
 pub(crate) struct PoolInner {
     name: String,
     provider: BlockProvider,
@@ -105,15 +112,27 @@ pub(crate) struct PoolInner {
     owner: AtomicU32,
     /// Pages moved from the ring per refill of the cache.
     refill: u32,
+    /// The owner's cache and counters.
+    own: CachePadded<Own>,
+    /// Pages returned by other threads (and by the owner when its cache is
+    /// full). Its head/tail pairs have lines of their own.
+    ring: SharedRing<usize>,
+    /// Counters written by any thread (slow paths only), and the handles.
+    slow: CachePadded<Slow>,
+}
+
+/// What only the owner thread writes.
+struct Own {
     /// The owner's pages.
     cache: DirectCache,
-    /// Owner-only counters (single writer).
+    /// Gets served by the cache (single writer: the owner).
     alloc_fast: Counter,
+    /// Puts into the cache (single writer: the owner).
     recycle_fast: Counter,
-    /// Pages returned by other threads (and by the owner when its cache is
-    /// full).
-    ring: SharedRing<usize>,
-    /// Counters written by any thread (slow paths only).
+}
+
+/// Counters of the slow paths, written by any thread.
+struct Slow {
     alloc_ring: AtomicU64,
     alloc_slow: AtomicU64,
     released: AtomicU64,
@@ -145,8 +164,8 @@ impl PoolInner {
     pub(crate) fn get(&self) -> Result<usize, PagePoolError> {
         if self.is_owner() {
             // SAFETY: we are the owner thread.
-            if let Some(a) = unsafe { self.cache.pop() } {
-                self.alloc_fast.inc();
+            if let Some(a) = unsafe { self.own.cache.pop() } {
+                self.own.alloc_fast.inc();
                 return Ok(a);
             }
         }
@@ -157,18 +176,18 @@ impl PoolInner {
     fn get_slow(&self) -> Result<usize, PagePoolError> {
         if self.is_owner() {
             // SAFETY: we are the owner thread.
-            let n = unsafe { self.cache.refill_from(&self.ring, self.refill) };
+            let n = unsafe { self.own.cache.refill_from(&self.ring, self.refill) };
             if n != 0 {
-                self.alloc_ring.fetch_add(n as u64, Ordering::Relaxed);
+                self.slow.alloc_ring.fetch_add(n as u64, Ordering::Relaxed);
                 // SAFETY: as above; the refill left `n` pages in it.
-                if let Some(a) = unsafe { self.cache.pop() } {
+                if let Some(a) = unsafe { self.own.cache.pop() } {
                     return Ok(a);
                 }
             }
         } else {
             let mut a = [0usize];
             if self.ring.dequeue(&mut a, true).n == 1 {
-                self.alloc_ring.fetch_add(1, Ordering::Relaxed);
+                self.slow.alloc_ring.fetch_add(1, Ordering::Relaxed);
                 return Ok(a[0]);
             }
         }
@@ -177,7 +196,7 @@ impl PoolInner {
         // Before any fragment of the page exists (see `PageMeta::owner`).
         meta.owner
             .store(self as *const PoolInner as usize, Ordering::Relaxed);
-        self.alloc_slow.fetch_add(1, Ordering::Relaxed);
+        self.slow.alloc_slow.fetch_add(1, Ordering::Relaxed);
         Ok(a)
     }
 
@@ -189,7 +208,7 @@ impl PoolInner {
     #[inline(always)]
     pub(crate) unsafe fn put(&self, addr: usize) {
         // SAFETY: the owner thread; a free page of the pool.
-        if self.is_owner() && unsafe { self.cache.push(addr, &self.recycle_fast) } {
+        if self.is_owner() && unsafe { self.own.cache.push(addr, &self.own.recycle_fast) } {
             return;
         }
         // SAFETY: as the contract says.
@@ -209,19 +228,19 @@ impl PoolInner {
         // Release: the page is back in the provider before the pool's last
         // handle, reading this count (Acquire), counts it home. The last
         // access to the pool.
-        self.released.fetch_add(1, Ordering::Release);
+        self.slow.released.fetch_add(1, Ordering::Release);
     }
 
     fn stats(&self) -> PagePoolStats {
-        let released = self.released.load(Ordering::Acquire);
-        let cached = self.cache.len() as u64;
+        let released = self.slow.released.load(Ordering::Acquire);
+        let cached = self.own.cache.len() as u64;
         let in_ring = self.ring.ring().len() as u64;
-        let alloc_slow = self.alloc_slow.load(Ordering::Acquire);
+        let alloc_slow = self.slow.alloc_slow.load(Ordering::Acquire);
         PagePoolStats {
-            alloc_fast: self.alloc_fast.get(),
-            alloc_ring: self.alloc_ring.load(Ordering::Relaxed),
+            alloc_fast: self.own.alloc_fast.get(),
+            alloc_ring: self.slow.alloc_ring.load(Ordering::Relaxed),
             alloc_slow,
-            recycle_fast: self.recycle_fast.get(),
+            recycle_fast: self.own.recycle_fast.get(),
             released,
             cached,
             in_ring,
@@ -243,7 +262,7 @@ impl PoolInner {
                 unsafe { self.provider().free_addr(p) };
             }
             n += k as u64;
-            self.released.fetch_add(k as u64, Ordering::Release);
+            self.slow.released.fetch_add(k as u64, Ordering::Release);
         }
     }
 
@@ -255,12 +274,12 @@ impl PoolInner {
         let mut n = 0;
         // SAFETY: per the contract; cached pages are free pages of the pool.
         unsafe {
-            self.cache.drain(|p| {
+            self.own.cache.drain(|p| {
                 self.provider().free_addr(p);
                 n += 1;
             })
         };
-        self.released.fetch_add(n, Ordering::Release);
+        self.slow.released.fetch_add(n, Ordering::Release);
         n
     }
 }
@@ -333,14 +352,18 @@ impl PagePool {
             order,
             owner: AtomicU32::new(owner),
             refill: cache_size.div_ceil(2),
-            cache: DirectCache::new(cache_size),
-            alloc_fast: Counter::new(),
-            recycle_fast: Counter::new(),
+            own: CachePadded::new(Own {
+                cache: DirectCache::new(cache_size),
+                alloc_fast: Counter::new(),
+                recycle_fast: Counter::new(),
+            }),
             ring,
-            alloc_ring: AtomicU64::new(0),
-            alloc_slow: AtomicU64::new(0),
-            released: AtomicU64::new(0),
-            handles: AtomicUsize::new(1),
+            slow: CachePadded::new(Slow {
+                alloc_ring: AtomicU64::new(0),
+                alloc_slow: AtomicU64::new(0),
+                released: AtomicU64::new(0),
+                handles: AtomicUsize::new(1),
+            }),
         });
         Ok(PagePool {
             inner: NonNull::from(Box::leak(inner)),
@@ -448,7 +471,7 @@ impl PagePool {
 impl Clone for PagePool {
     fn clone(&self) -> Self {
         // Relaxed: a new handle made from one we hold (as `Arc::clone`).
-        self.inner().handles.fetch_add(1, Ordering::Relaxed);
+        self.inner().slow.handles.fetch_add(1, Ordering::Relaxed);
         PagePool { inner: self.inner }
     }
 }
@@ -456,7 +479,7 @@ impl Clone for PagePool {
 impl Drop for PagePool {
     fn drop(&mut self) {
         // Release pairs with the Acquire fence of whichever drop is last.
-        if self.inner().handles.fetch_sub(1, Ordering::Release) != 1 {
+        if self.inner().slow.handles.fetch_sub(1, Ordering::Release) != 1 {
             return;
         }
         fence(Ordering::Acquire);
