@@ -197,6 +197,18 @@ mod tests {
     }
 
     #[test]
+    fn bench_pagepool_parses() {
+        let cli =
+            Cli::try_parse_from(["sluice", "bench", "pagepool", "--quick", "--json"]).unwrap();
+        let Some(Command::Bench(a)) = cli.command else {
+            panic!("not bench");
+        };
+        assert_eq!(a.part, bench::Part::Pagepool);
+        assert!(a.quick && a.json);
+        assert!(Cli::try_parse_from(["sluice", "bench", "page-pool"]).is_err());
+    }
+
+    #[test]
     fn bench_recycle_options_parse_and_bad_ones_are_rejected() {
         let cli = Cli::try_parse_from([
             "sluice",

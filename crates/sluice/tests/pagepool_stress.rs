@@ -111,7 +111,7 @@ fn worker(
     page_pool.bind_to_current_lcore().unwrap();
     let mut frags = PageFragAlloc::new(frag_pool.clone());
     let mut cache = PageFragCache::new(&provider, 2 + (id as u32 % 2)).unwrap();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (id as u64 + 1) * 0x1234_5678);
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) * 0x1234_5678));
     let mut held: Vec<Buf> = Vec::new();
     let mut done_peers = 0;
     let free_one = |b: Buf| {

@@ -245,9 +245,9 @@ impl Buddy {
         for (p, &s) in self.state.iter().enumerate() {
             if s & USED != 0 {
                 let k = (s & ORDER_MASK) as usize;
-                for q in p..p + (1 << k) {
-                    assert!(!covered[q], "allocated page {q} also free");
-                    covered[q] = true;
+                for (q, c) in covered.iter_mut().enumerate().skip(p).take(1 << k) {
+                    assert!(!*c, "allocated page {q} also free");
+                    *c = true;
                 }
             }
         }
