@@ -47,6 +47,20 @@ impl ExtSharedInfo {
         }
     }
 
+    /// A shared info whose one attachment is about to be made with
+    /// `Mbuf::attach_extbuf_fresh` (no atomic needed for it).
+    ///
+    /// # Safety
+    /// As [`new`](Self::new), and it is attached to exactly one mbuf that
+    /// way before anything else sees it.
+    pub(crate) const unsafe fn new_attached(free_cb: ExtFreeCallback, opaque: *mut ()) -> Self {
+        ExtSharedInfo {
+            free_cb,
+            opaque,
+            refcnt: AtomicU32::new(1),
+        }
+    }
+
     /// Mbufs attached now (a snapshot).
     pub fn refcnt(&self) -> u32 {
         self.refcnt.load(Ordering::Relaxed)
@@ -77,11 +91,19 @@ impl ExtSharedInfo {
             // Read before the decrement: after it, another holder may free
             // the info.
             let (cb, op) = (info.free_cb, info.opaque);
-            // Release pairs with the Acquire fence of whoever ends up last,
-            // so every holder's use of the buffer happens-before it is freed.
-            (cb, op, info.refcnt.fetch_sub(1, Ordering::Release) == 1)
+            // The only attachment (the common case): no atomic write — no one
+            // else can attach without holding one (as `Arc`). Acquire pairs
+            // with the Release decrement of the last other holder, so its
+            // uses of the buffer happen-before the free.
+            let last = info.refcnt.load(Ordering::Acquire) == 1
+                // Release pairs with the Acquire fence of whoever ends up
+                // last, so every holder's use happens-before the free.
+                || info.refcnt.fetch_sub(1, Ordering::Release) == 1;
+            (cb, op, last)
         };
         if last {
+            // Pairs with the Release decrements (a no-op after the Acquire
+            // load above; the RMW path needs it).
             std::sync::atomic::fence(Ordering::Acquire);
             free_cb(buf, opaque);
         }

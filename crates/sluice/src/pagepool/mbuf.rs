@@ -33,7 +33,8 @@ impl FragLayout {
     /// Headroom of an Rx fragment (Linux's `XDP_PACKET_HEADROOM`).
     pub const HEADROOM: u16 = 256;
     /// Tailroom of an Rx fragment (room for Linux's `skb_shared_info`; ours
-    /// uses the first 40 bytes: the shared info and the fragment's page).
+    /// uses 40 bytes of the first cache line after the data room: the shared
+    /// info and the fragment's page).
     pub const TAILROOM: u16 = 320;
 
     /// The layout for frames of up to `mtu` + 18 bytes (Ethernet header and
@@ -56,11 +57,11 @@ impl FragLayout {
         self.frag_size().next_multiple_of(FRAG_ALIGN)
     }
 
-    /// Offset of the shared info in the fragment (8-byte aligned, after the
-    /// data room).
+    /// Offset of the shared info in the fragment: the first cache line after
+    /// the data room, so the info and the tail share one line that no frame
+    /// byte is in.
     fn shinfo_offset(&self) -> usize {
-        (self.headroom as usize + self.data_room as usize)
-            .next_multiple_of(std::mem::align_of::<ExtSharedInfo>())
+        (self.headroom as usize + self.data_room as usize).next_multiple_of(FRAG_ALIGN)
     }
 
     /// Checks that the layout can hold the shared info and fits an mbuf's
@@ -141,15 +142,16 @@ pub fn attach_frag(m: &mut Mbuf, frag: Frag, layout: FragLayout) -> Result<(), (
         })
     };
     // SAFETY: `frag_ext_free` with the tail gives the fragment's reference
-    // back, callable once from any thread.
-    let info = unsafe { ExtSharedInfo::new(frag_ext_free, tail.as_ptr().cast()) };
+    // back, callable once from any thread; the info is attached below to
+    // this one mbuf, before anything else sees it.
+    let info = unsafe { ExtSharedInfo::new_attached(frag_ext_free, tail.as_ptr().cast()) };
     // SAFETY: as above, the info's place is ours to write.
     unsafe { shinfo.write(info) };
     let buf_len = layout.headroom + layout.data_room;
     // SAFETY: the fragment (`buf_len` bytes before its info) stays valid until
     // the info's callback gives it back; the info lives inside it, at a fixed
     // address, until then; only the attached mbufs use the fragment.
-    match unsafe { m.attach_extbuf(raw.ptr, iova, buf_len, layout.headroom, shinfo) } {
+    match unsafe { m.attach_extbuf_fresh(raw.ptr, iova, buf_len, layout.headroom, shinfo) } {
         Ok(()) => Ok(()),
         // SAFETY: not attached: the reference is still ours, rebuilt into
         // its handle once.
