@@ -99,6 +99,12 @@ impl ExtSharedInfo {
                 // Release pairs with the Acquire fence of whoever ends up
                 // last, so every holder's use happens-before the free.
                 || info.refcnt.fetch_sub(1, Ordering::Release) == 1;
+            if last {
+                // Back to no attachment (the shortcut left it at 1), before
+                // the callback may hand the info's memory on: an info that
+                // outlives its buffer can be attached again from 0.
+                info.refcnt.store(0, Ordering::Relaxed);
+            }
             (cb, op, last)
         };
         if last {
