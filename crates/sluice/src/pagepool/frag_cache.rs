@@ -1,14 +1,15 @@
 //! A page_frag_cache-style allocator (Linux's `page_frag_alloc`), for
 //! contrast with the page pool's fragments: blocks (32 KiB by default) taken
 //! straight from the block provider, split into fragments with the same
-//! biased count, and given back to the provider when their last fragment is
+//! per-page count, and given back to the provider when their last fragment is
 //! freed.
 //!
 //! Per fragment it costs what [`PageFragAlloc`](super::PageFragAlloc) costs;
 //! per block it pays the provider's slow path (lock, buddy split) to get one
 //! and again (lock, buddy merge) when the last fragment goes, instead of a
-//! page pool recycle. If every fragment of the current block is already
-//! free when it runs out, it starts the block over without the provider.
+//! page pool recycle. If it leaves a block before cutting all of its target
+//! (a larger size came) and every fragment is already free, it starts the
+//! block over without the provider.
 
 use super::PAGE_SIZE;
 use super::PagePoolError;

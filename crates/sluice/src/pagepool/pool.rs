@@ -231,11 +231,17 @@ impl PoolInner {
         self.slow.released.fetch_add(1, Ordering::Release);
     }
 
+    /// A snapshot. The last handle's drop decides on it whether every page
+    /// is home, so each page's last step home is read with Acquire: the
+    /// release count (pairs with `put_slow`'s Release increment), the cache
+    /// length (with the owner's Release store in `DirectCache::push`), the
+    /// ring's tails (with their Release stores).
     fn stats(&self) -> PagePoolStats {
         let released = self.slow.released.load(Ordering::Acquire);
         let cached = self.own.cache.len() as u64;
         let in_ring = self.ring.ring().len() as u64;
-        let alloc_slow = self.slow.alloc_slow.load(Ordering::Acquire);
+        // Relaxed: only handle holders take pages from the provider.
+        let alloc_slow = self.slow.alloc_slow.load(Ordering::Relaxed);
         PagePoolStats {
             alloc_fast: self.own.alloc_fast.get(),
             alloc_ring: self.slow.alloc_ring.load(Ordering::Relaxed),
