@@ -3,6 +3,8 @@
 mod bench;
 mod dist;
 mod fwd;
+mod l2fwd;
+mod l3fwd;
 mod traffic_gen;
 
 use std::process::ExitCode;
@@ -24,6 +26,13 @@ struct Cli {
 enum Command {
     /// Forward packets between ports, as DPDK's testpmd does.
     Fwd(fwd::FwdArgs),
+    /// Forward between port pairs with MAC rewrite, as DPDK's l2fwd (runs
+    /// until SIGINT/SIGTERM unless `--duration` is given).
+    L2fwd(l2fwd::L2fwdArgs),
+    /// Route IPv4/IPv6 between ports by longest-prefix or exact match from a
+    /// routes file, as DPDK's l3fwd (runs until SIGINT/SIGTERM unless
+    /// `--duration` is given).
+    L3fwd(l3fwd::L3fwdArgs),
     /// Send the built-in tester's traffic on a port (and check what comes
     /// back, with `--check`).
     Gen(traffic_gen::GenArgs),
@@ -31,7 +40,7 @@ enum Command {
     /// distributor → N workers (MAC swap, per-flow counts) → Tx.
     Dist(dist::DistArgs),
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor`, `pagepool` or `all`.
+    /// `distributor`, `lpm`, `pagepool` or `all`.
     Bench(bench::BenchArgs),
 }
 
@@ -40,6 +49,8 @@ fn main() -> ExitCode {
     let result = match cli.command {
         None => demo(),
         Some(Command::Fwd(args)) => fwd_checked(&args),
+        Some(Command::L2fwd(args)) => l2fwd::run(&args),
+        Some(Command::L3fwd(args)) => l3fwd::run(&args),
         Some(Command::Gen(args)) => match traffic_gen::run(&args) {
             Ok(true) => Ok(()),
             Ok(false) => Err("the tester report is not clean".into()),

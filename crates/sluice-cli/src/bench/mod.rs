@@ -11,6 +11,9 @@
 
 pub mod distributor;
 pub mod fwd;
+pub mod fwd_afpacket;
+pub mod fwd_afxdp;
+pub mod lpm;
 pub mod mbuf;
 pub mod mempool;
 pub mod pagepool;
@@ -63,6 +66,10 @@ pub enum Part {
     /// Distributor: cycles per packet on the distributor core, burst API
     /// (SIMD and scalar matching) vs single-packet API, 1..8 workers.
     Distributor,
+    /// Longest-prefix match: cycles per lookup, single and bulk, IPv4 with
+    /// 1k, 100k and 1M routes, IPv6 with 1000 (and 100k); route add and
+    /// delete.
+    Lpm,
     /// Page pool (T3): alloc + free per packet at MTU 1500 and 8000 for a
     /// page per packet, page_frag_cache and page-pool fragments.
     Pagepool,
@@ -83,7 +90,7 @@ pub enum Selection {
 #[derive(Serialize, Debug, Clone)]
 pub struct BenchResult {
     /// The benchmark set: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor`, `pagepool`.
+    /// `distributor`, `lpm`, `pagepool`.
     pub bench: &'static str,
     /// The case, unique within its set.
     pub case: String,
@@ -400,6 +407,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Fwd,
             Part::Recycle,
             Part::Distributor,
+            Part::Lpm,
             Part::Pagepool,
         ],
         Part::Ring => &[Part::Ring],
@@ -408,6 +416,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         Part::Fwd => &[Part::Fwd],
         Part::Recycle => &[Part::Recycle],
         Part::Distributor => &[Part::Distributor],
+        Part::Lpm => &[Part::Lpm],
         Part::Pagepool => &[Part::Pagepool],
     };
     // In `all`, the parts that take long run their summary.
@@ -428,6 +437,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             }
             // In `all`, one worker.
             Part::Distributor => distributor::run(&mut ctx, sel),
+            // In `all`, the 1k and 100k IPv4 and the 1000 IPv6 sets.
+            Part::Lpm => lpm::run(&mut ctx, sel),
             // In `all`, the allocator cases only.
             Part::Pagepool => pagepool::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),

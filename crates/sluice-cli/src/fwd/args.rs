@@ -156,7 +156,8 @@ pub struct EthPeer {
     pub mac: MacAddr,
 }
 
-fn parse_eth_peer(s: &str) -> Result<EthPeer, String> {
+/// Parses `--eth-peer` / `--dest-mac`: `MAC` or `PORT,MAC`.
+pub fn parse_eth_peer(s: &str) -> Result<EthPeer, String> {
     match s.split_once(',') {
         Some((port, mac)) => Ok(EthPeer {
             port: Some(
@@ -190,7 +191,8 @@ pub fn parse_mac(s: &str) -> Result<MacAddr, String> {
     Ok(MacAddr(out))
 }
 
-fn parse_seconds(s: &str) -> Result<f64, String> {
+/// Parses a positive, finite number of seconds (at most 1e6).
+pub fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 1e6 => Ok(v),
         _ => Err(format!("'{s}' is not a number of seconds in (0, 1e6]")),

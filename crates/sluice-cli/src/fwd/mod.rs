@@ -35,11 +35,11 @@ use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{Port, PortConfig, PortCounters, PortError, PortSpec};
 use sluice::tester::Tester;
 
-pub use args::{Engine, FwdArgs};
+pub use args::{Engine, EthPeer, FwdArgs, parse_eth_peer, parse_seconds};
 use engine::{Stream, udp_frame};
 use lcore::{LcoreConfig, LcoreCycles, StreamCounters, lcore_main};
 use stats::{Live, Sources};
-use summary::{PortSummary, Summary, TesterSummary, cycles_per_packet};
+use summary::{PortSummary, RouteDrops, Summary, TesterSummary, cycles_per_packet};
 
 /// Longest the drain after `--duration` may take.
 const DRAIN_MAX: Duration = Duration::from_millis(300);
@@ -47,24 +47,28 @@ const DRAIN_MAX: Duration = Duration::from_millis(300);
 const DRAIN_IDLE_LOOKS: u32 = 4;
 const DRAIN_STEP: Duration = Duration::from_millis(5);
 
-/// Set by SIGINT: end the run early (the summary is still printed).
+/// Set by SIGINT or SIGTERM: end the run early (the summary is still
+/// printed).
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_sigint(_: libc::c_int) {
+extern "C" fn on_signal(_: libc::c_int) {
     INTERRUPTED.store(true, Ordering::Relaxed);
 }
 
-/// Whether SIGINT was seen since [`catch_sigint`].
+/// Whether SIGINT or SIGTERM was seen since [`catch_sigint`].
 pub(crate) fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::Relaxed)
 }
 
-/// From now on SIGINT ends the run early (see [`interrupted`]).
+/// From now on SIGINT and SIGTERM end the run early (see [`interrupted`]):
+/// the pipeline drains, ports stop and the summary is printed.
 pub(crate) fn catch_sigint() {
-    let handler: extern "C" fn(libc::c_int) = on_sigint;
-    // SAFETY: the handler only stores to an atomic, which is
-    // async-signal-safe; `signal` has no other precondition.
-    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
+    let handler: extern "C" fn(libc::c_int) = on_signal;
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: the handler only stores to an atomic, which is
+        // async-signal-safe; `signal` has no other precondition.
+        unsafe { libc::signal(sig, handler as libc::sighandler_t) };
+    }
 }
 
 /// The peer of port `p` among `n`: 0<->1, 2<->3, an odd last one itself.
@@ -87,6 +91,20 @@ pub fn default_pool_size(ports: usize, queues: usize, args: &FwdArgs) -> u32 {
 /// Runs `sluice fwd`. `Ok(true)` when every tester report is clean (or there
 /// is no tester).
 pub fn run(args: &FwdArgs) -> Result<bool, String> {
+    run_with(args, args.engine.name(), |ports, pool, testers| {
+        forward(ports, pool, args, testers)
+    })
+}
+
+/// The frame of a forwarding app: opens and starts the ports of `args`
+/// with one mbuf pool, runs `phase` (the forwarding, with live stats and
+/// the drain), stops the ports and prints the summary under the name
+/// `engine`. `Ok(true)` when every tester report is clean.
+pub(crate) fn run_with(
+    args: &FwdArgs,
+    engine: &'static str,
+    phase: impl FnOnce(&mut [Port], &MbufPool, &[(String, Arc<Tester>)]) -> Result<Forwarded, String>,
+) -> Result<bool, String> {
     let specs = args.all_specs();
     if specs.is_empty() {
         return Err(
@@ -135,7 +153,8 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
         secs,
         drops: stream_drops,
         recycle_errors,
-    } = forward(&mut ports, &pool, args, &testers)?;
+        route_drops,
+    } = phase(&mut ports, &pool, &testers)?;
 
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     let device_cycles: u64 = ports
@@ -162,7 +181,7 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
     let clean = testers.iter().all(|t| t.clean);
     let summary = Summary {
         kind: "summary",
-        engine: args.engine.name(),
+        engine,
         cores: lcores.len(),
         burst: args.burst as usize,
         duration_s: secs,
@@ -178,6 +197,7 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
         cycles_per_packet: cpp,
         tsc_hz: sluice::tsc::tsc_hz(),
         recycle_errors,
+        route_drops,
         pool_full: pool.is_full(),
         testers,
         clean,
@@ -198,7 +218,7 @@ pub fn inline_device_cycles(spec: &str, c: &PortCounters) -> u64 {
 }
 
 /// Whether port `spec` runs its device model on a device thread.
-fn has_threaded_device(spec: &str) -> bool {
+pub(crate) fn has_threaded_device(spec: &str) -> bool {
     PortSpec::parse(spec).is_ok_and(|s| s.get("device") == Some("threaded"))
 }
 
@@ -223,7 +243,7 @@ pub fn lcore_cpus(cpus: &[usize], threaded: bool) -> Vec<usize> {
 /// Opens every port with `queues` Rx and Tx queues; if a driver cannot have
 /// that many, all are opened again with one (so every port has the same
 /// count and each stream's Tx queue exists).
-fn open_ports(
+pub(crate) fn open_ports(
     specs: &[String],
     pool: &MbufPool,
     queues: usize,
@@ -276,7 +296,7 @@ pub fn check_recycle(ports: &[Port]) -> Result<(), String> {
                     Ok(false) => {
                         return Err(format!(
                             "--engine recycle: port {i} ({}) {dir} queue {q} cannot recycle \
-                             buffers: driver '{}' does not support it (soft ports do)",
+                             buffers: driver '{}' does not support it (soft and afxdp ports do)",
                             port.name(),
                             port.info().driver
                         ));
@@ -292,15 +312,17 @@ pub fn check_recycle(ports: &[Port]) -> Result<(), String> {
 }
 
 /// What the forwarding phase measured.
-struct Forwarded {
+pub(crate) struct Forwarded {
     /// Each lcore's cycles.
-    lcores: Vec<LcoreCycles>,
+    pub lcores: Vec<LcoreCycles>,
     /// Seconds forwarded (drain included).
-    secs: f64,
+    pub secs: f64,
     /// Drops per Tx port.
-    drops: Vec<u64>,
+    pub drops: Vec<u64>,
     /// `recycle`: recycle steps that failed, all streams.
-    recycle_errors: u64,
+    pub recycle_errors: u64,
+    /// `l3fwd`: packets dropped by the router, by reason.
+    pub route_drops: Option<RouteDrops>,
 }
 
 /// The forwarding phase: streams, lcores, live stats, and, when `testers`
@@ -364,14 +386,6 @@ fn forward(
     for (i, s) in streams.into_iter().enumerate() {
         per_lcore[i % nb_lcores].push(s);
     }
-    let cpus = lcore_cpus(&sluice::lcore::available_cpus(), threaded);
-    if nb_lcores > cpus.len() {
-        eprintln!(
-            "sluice fwd: warning: {nb_lcores} forwarding lcore(s) on {} free CPU(s): they share \
-             CPUs",
-            cpus.len()
-        );
-    }
     let stop = AtomicBool::new(false);
     let src = Sources {
         ports: counters,
@@ -385,21 +399,64 @@ fn forward(
         counters: &stream_counters,
         stop: &stop,
     };
+    let (lcores, secs) = run_lcores(
+        per_lcore,
+        threaded,
+        &src,
+        args,
+        testers,
+        &stop,
+        |cpu, mut streams| lcore_main(cpu, &mut streams, cfg, pool),
+    )?;
+    let drops = src.sample().iter().map(|s| s.drops).collect();
+    let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
+    Ok(Forwarded {
+        lcores,
+        secs,
+        drops,
+        recycle_errors,
+        route_drops: None,
+    })
+}
+
+/// Runs one forwarding thread per element of `per_lcore` (each pinned to
+/// its CPU from [`lcore_cpus`], named `fwd-I`), prints live stats from
+/// `src` until the duration is over or a signal came (then the drain, see
+/// [`main_loop`]), sets `stop` and joins them. Each lcore's cycles, and the
+/// seconds from start to stop.
+pub(crate) fn run_lcores<T: Send>(
+    per_lcore: Vec<T>,
+    threaded: bool,
+    src: &Sources<'_>,
+    args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
+    stop: &AtomicBool,
+    body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
+) -> Result<(Vec<LcoreCycles>, f64), String> {
+    let cpus = lcore_cpus(&sluice::lcore::available_cpus(), threaded);
+    if per_lcore.len() > cpus.len() {
+        eprintln!(
+            "sluice: warning: {} forwarding lcore(s) on {} free CPU(s): they share CPUs",
+            per_lcore.len(),
+            cpus.len()
+        );
+    }
+    let body = &body;
     let (results, secs) = std::thread::scope(|scope| {
         let handles: Vec<_> = per_lcore
             .into_iter()
             .enumerate()
-            .map(|(i, mut streams)| {
+            .map(|(i, work)| {
                 let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
                 std::thread::Builder::new()
                     .name(format!("fwd-{i}"))
-                    .spawn_scoped(scope, move || lcore_main(cpu, &mut streams, cfg, pool))
+                    .spawn_scoped(scope, move || body(cpu, work))
             })
             .collect();
-        let live = Live::new(&src, args.json);
+        let live = Live::new(src, args.json);
         let started = live.start();
         if handles.iter().all(|h| h.is_ok()) {
-            main_loop(live, &src, args, testers);
+            main_loop(live, src, args, testers);
         }
         stop.store(true, Ordering::Relaxed);
         let secs = started.elapsed().as_secs_f64();
@@ -421,14 +478,7 @@ fn forward(
         (results, secs)
     });
     let lcores = results.into_iter().collect::<Result<Vec<_>, _>>()?;
-    let drops = src.sample().iter().map(|s| s.drops).collect();
-    let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
-    Ok(Forwarded {
-        lcores,
-        secs,
-        drops,
-        recycle_errors,
-    })
+    Ok((lcores, secs))
 }
 
 /// `--tx-first`: one burst of generated frames on the stream's Tx queue
@@ -448,21 +498,28 @@ fn send_first_burst(s: &mut Stream<'_>, pool: &MbufPool, args: &FwdArgs) {
     s.tx.tx_burst(&mut burst);
 }
 
-/// Stats lines until the duration is over (or SIGINT); then, with testers,
+/// Stats lines until the duration is over (never when it is infinite) or a
+/// signal came (SIGINT, SIGTERM); then, with testers,
 /// the drain: they are paused and forwarding goes on until nothing moved
 /// for a few looks, at most [`DRAIN_MAX`].
 fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs, testers: &[(String, Arc<Tester>)]) {
     let start = live.start();
-    let end = start + Duration::from_secs_f64(args.duration);
+    // An infinite (or absurdly long) duration has no end but a signal.
+    let end = Duration::try_from_secs_f64(args.duration)
+        .ok()
+        .and_then(|d| start.checked_add(d));
     let period = Duration::from_secs_f64(args.stats_period);
     let mut next = start + period;
     loop {
         let now = Instant::now();
-        if now >= end || INTERRUPTED.load(Ordering::Relaxed) {
+        if end.is_some_and(|e| now >= e) || INTERRUPTED.load(Ordering::Relaxed) {
             break;
         }
-        // Short sleeps, so SIGINT is seen soon.
-        let wake = next.min(end).min(now + Duration::from_millis(50));
+        // Short sleeps, so a signal is seen soon.
+        let mut wake = next.min(now + Duration::from_millis(50));
+        if let Some(e) = end {
+            wake = wake.min(e);
+        }
         std::thread::sleep(wake - now);
         if Instant::now() >= next {
             live.line(src);
@@ -672,7 +729,7 @@ mod tests {
         assert_eq!(
             err,
             "--engine recycle: port 0 (null) Rx queue 0 cannot recycle buffers: driver 'null' \
-             does not support it (soft ports do)"
+             does not support it (soft and afxdp ports do)"
         );
         let pair = "pair:name=fwd_recycle_err";
         let err = run(&quick(&[pair, pair], Engine::Recycle, 1)).unwrap_err();
@@ -680,7 +737,7 @@ mod tests {
             err,
             format!(
                 "--engine recycle: port 0 ({pair}) Rx queue 0 cannot recycle buffers: driver \
-                 'pair' does not support it (soft ports do)"
+                 'pair' does not support it (soft and afxdp ports do)"
             )
         );
         // A soft port's Rx queue can, but its stream sends on a null port.
@@ -689,7 +746,7 @@ mod tests {
         assert_eq!(
             err,
             "--engine recycle: port 1 (null) Tx queue 0 cannot recycle buffers: driver 'null' \
-             does not support it (soft ports do)"
+             does not support it (soft and afxdp ports do)"
         );
     }
 

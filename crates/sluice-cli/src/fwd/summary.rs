@@ -212,12 +212,31 @@ pub struct Summary {
     /// `recycle` engine: recycle steps that failed (a queue stopped under
     /// them); each stream then went on as io.
     pub recycle_errors: u64,
+    /// `l3fwd`: packets the router dropped, by reason (absent for other
+    /// engines).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub route_drops: Option<RouteDrops>,
     /// Whether every buffer was back in the pool after the ports stopped.
     pub pool_full: bool,
     /// Each tester's report.
     pub testers: Vec<TesterSummary>,
     /// Every tester report clean (true when there is none).
     pub clean: bool,
+}
+
+/// Packets `sluice l3fwd` dropped before Tx, by reason.
+#[derive(Serialize, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RouteDrops {
+    /// No route or flow for the destination.
+    pub no_route: u64,
+    /// TTL or hop limit 0 or 1.
+    pub ttl_expired: u64,
+    /// Not IPv4/IPv6, truncated, or inconsistent header fields.
+    pub bad_header: u64,
+    /// IPv4 header checksum wrong.
+    pub bad_checksum: u64,
+    /// Shared buffers that could not be rewritten.
+    pub unwritable: u64,
 }
 
 /// Cycles per packet, `device` excluded (never below 0).
@@ -288,6 +307,13 @@ impl Summary {
             "total: rx {} ({:.2} Mpps)  tx {} ({:.2} Mpps)  drops {}",
             self.rx_packets, self.rx_mpps, self.tx_packets, self.tx_mpps, self.drops
         ));
+        if let Some(r) = &self.route_drops {
+            emit(&format!(
+                "router drops: no_route {}  ttl_expired {}  bad_header {}  bad_checksum {}  \
+                 unwritable {}",
+                r.no_route, r.ttl_expired, r.bad_header, r.bad_checksum, r.unwritable
+            ));
+        }
         match self.cycles_per_packet {
             Some(c) if self.device_cycles > 0 => emit(&format!(
                 "forwarding lcores: {c:.1} cycles/packet ({} busy cycles - {} device cycles, \

@@ -27,9 +27,11 @@
 //! ```
 
 pub mod checksum;
+pub mod em;
 pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
+pub mod lpm;
 pub mod rss;
 pub mod tcp;
 pub mod udp;

@@ -95,6 +95,11 @@ pub struct TesterConfig {
     pub dst_mac: MacAddr,
     /// Seeds the payload pattern and the stamp check.
     pub seed: u64,
+    /// Destination address per stream (`dst=stream`): `198.18.S.1` /
+    /// `2001:2:0:2::S:1` for stream `S` (mod 256 for IPv4), so a router
+    /// can send each port's traffic its own way; `false` (`dst=fixed`) is
+    /// `198.18.0.1` / `2001:2:0:2::1` for all.
+    pub dst_per_stream: bool,
 }
 
 /// The source MAC of the default configuration.
@@ -117,13 +122,14 @@ impl Default for TesterConfig {
             src_mac: DEFAULT_SRC_MAC,
             dst_mac: DEFAULT_DST_MAC,
             seed: DEFAULT_SEED,
+            dst_per_stream: false,
         }
     }
 }
 
 /// The spec keys [`TesterConfig::from_args`] reads. A driver that embeds a
 /// tester declares them among its own keys.
-pub const TESTER_KEYS: &[&str] = &["gen", "flows", "size", "rate", "count"];
+pub const TESTER_KEYS: &[&str] = &["gen", "flows", "size", "rate", "count", "dst"];
 
 /// The `gen=` values, in the order of [`TesterConfig::gen_name`].
 const GEN_NAMES: &[&str] = &["udp", "tcp", "udp6", "tcp6"];
@@ -151,7 +157,9 @@ impl TesterConfig {
     /// - `size=N|imix`: frame length without FCS, 60..=9000, or the IMIX;
     /// - `rate=PPS`: frames per second per stream (a number above 0, such as
     ///   `1e6`); absent is full speed;
-    /// - `count=N`: frames per stream, at least 1; absent is no limit.
+    /// - `count=N`: frames per stream, at least 1; absent is no limit;
+    /// - `dst=fixed|stream`: one destination address for all streams, or
+    ///   one per stream (see [`TesterConfig::dst_per_stream`]).
     ///
     /// `Ok(None)` when none of the keys is given.
     pub fn from_args(args: &mut SpecArgs<'_>) -> Result<Option<TesterConfig>, SpecError> {
@@ -160,11 +168,13 @@ impl TesterConfig {
         let size = args.parse::<FrameSize>("size", "a frame size in 60..=9000 or imix")?;
         let rate = args.parse::<Rate>("rate", "a rate in frames/s above 0")?;
         let count = args.u64_in("count", 1..=u64::MAX)?;
+        let dst = args.choice("dst", &["fixed", "stream"])?;
         if gen_kind.is_none()
             && flows.is_none()
             && size.is_none()
             && rate.is_none()
             && count.is_none()
+            && dst.is_none()
         {
             return Ok(None);
         }
@@ -185,6 +195,7 @@ impl TesterConfig {
         }
         c.rate_pps = rate.map(|r| r.0);
         c.count = count;
+        c.dst_per_stream = dst == Some("stream");
         Ok(Some(c))
     }
 
@@ -216,6 +227,9 @@ impl fmt::Display for TesterConfig {
         }
         if let Some(n) = self.count {
             write!(f, ",count={n}")?;
+        }
+        if self.dst_per_stream {
+            f.write_str(",dst=stream")?;
         }
         if self.src_mac != DEFAULT_SRC_MAC || self.dst_mac != DEFAULT_DST_MAC {
             write!(f, ",src_mac={},dst_mac={}", self.src_mac, self.dst_mac)?;

@@ -33,7 +33,8 @@
 //! **Flow tuples.** Flow `f` of stream `s`: IPv4 `10.s.f>>8.f → 198.18.0.1`
 //! (RFC 2544's benchmarking network), IPv6 `2001:2:0:1:0:s:f>>16:f →
 //! 2001:2:0:2::1` (RFC 5180's), source port `1024 + (f >> 16)`, destination
-//! port 9. Tuples are distinct for every flow of a stream, and across streams
+//! port 9. With `dst=stream` the destination is `198.18.s.1` /
+//! `2001:2:0:2::s:1`, so routes can tell the streams apart. Tuples are distinct for every flow of a stream, and across streams
 //! for IPv6 (IPv4 repeats every 256 streams).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -153,6 +154,9 @@ pub(crate) struct Layout {
     l4_csum: usize,
     /// Headers with flow-dependent fields, lengths and checksums at zero.
     head: [u8; MAX_HEAD],
+    /// Whether the destination address depends on the stream (then it is
+    /// zero in `head` and left out of `ip_sum` and `l4_sum`).
+    dst_per_stream: bool,
     /// Sum of the IPv4 header template.
     ip_sum: u32,
     /// Sum of the pseudo-header's constant part (destination, protocol) and
@@ -179,6 +183,13 @@ impl Layout {
         head[0..6].copy_from_slice(&c.dst_mac.0);
         head[6..12].copy_from_slice(&c.src_mac.0);
         let ip = ETH_LEN;
+        // With a destination per stream, the template's is zero and each
+        // frame adds its own (as the source).
+        let (v4_dst, v6_dst) = if c.dst_per_stream {
+            ([0; 4], [0; 16])
+        } else {
+            (V4_DST, V6_DST)
+        };
         let pseudo = match c.l3 {
             L3::Ipv4 => {
                 put16(&mut head, 12, EtherType::IPV4.0);
@@ -186,16 +197,16 @@ impl Layout {
                 put16(&mut head, ip + 6, 0x4000); // don't fragment
                 head[ip + 8] = TTL;
                 head[ip + 9] = proto;
-                head[ip + 16..ip + 20].copy_from_slice(&V4_DST);
-                checksum::pseudo_ipv4([0; 4], V4_DST, proto, 0)
+                head[ip + 16..ip + 20].copy_from_slice(&v4_dst);
+                checksum::pseudo_ipv4([0; 4], v4_dst, proto, 0)
             }
             L3::Ipv6 => {
                 put16(&mut head, 12, EtherType::IPV6.0);
                 head[ip] = 0x60;
                 head[ip + 6] = proto;
                 head[ip + 7] = TTL;
-                head[ip + 24..ip + 40].copy_from_slice(&V6_DST);
-                checksum::pseudo_ipv6([0; 16], V6_DST, proto, 0)
+                head[ip + 24..ip + 40].copy_from_slice(&v6_dst);
+                checksum::pseudo_ipv6([0; 16], v6_dst, proto, 0)
             }
         };
         put16(&mut head, l4_off + 2, DST_PORT);
@@ -218,6 +229,7 @@ impl Layout {
             payload_off: stamp_off + STAMP_LEN,
             l4_csum: l4_off + l4_csum,
             head,
+            dst_per_stream: c.dst_per_stream,
             ip_sum,
             l4_sum,
             seed: c.seed,
@@ -256,6 +268,27 @@ impl Layout {
         }
     }
 
+    /// Destination address bytes of a stream (4 or 16 used).
+    #[inline(always)]
+    fn dst_addr(&self, stream: u16) -> [u8; 16] {
+        let mut a = [0u8; 16];
+        match self.l3 {
+            L3::Ipv4 => {
+                a[..4].copy_from_slice(&V4_DST);
+                if self.dst_per_stream {
+                    a[2] = stream as u8;
+                }
+            }
+            L3::Ipv6 => {
+                a = V6_DST;
+                if self.dst_per_stream {
+                    a[12..14].copy_from_slice(&stream.to_be_bytes());
+                }
+            }
+        }
+        a
+    }
+
     #[inline(always)]
     fn src_port(flow: u32) -> u16 {
         SRC_PORT_BASE + (flow >> 16) as u16
@@ -264,15 +297,13 @@ impl Layout {
     /// The addresses, ports and protocol of a flow.
     pub(crate) fn flow_tuple(&self, stream: u16, flow: u32) -> FlowTuple {
         let (a, _) = self.src_addr(stream, flow);
+        let d = self.dst_addr(stream);
         let (src, dst) = match self.l3 {
             L3::Ipv4 => (
                 IpAddr::V4(Ipv4Addr::new(a[0], a[1], a[2], a[3])),
-                IpAddr::V4(Ipv4Addr::from(V4_DST)),
+                IpAddr::V4(Ipv4Addr::new(d[0], d[1], d[2], d[3])),
             ),
-            L3::Ipv6 => (
-                IpAddr::V6(Ipv6Addr::from(a)),
-                IpAddr::V6(Ipv6Addr::from(V6_DST)),
-            ),
+            L3::Ipv6 => (IpAddr::V6(Ipv6Addr::from(a)), IpAddr::V6(Ipv6Addr::from(d))),
         };
         FlowTuple {
             src,
@@ -303,7 +334,13 @@ impl Layout {
         let h = &mut buf[..end];
         h[..self.stamp_off].copy_from_slice(&self.head[..self.stamp_off]);
         let (src, n) = self.src_addr(stream, flow);
-        let src_sum = u64::from(checksum::sum(0, &src[..n]));
+        let mut src_sum = u64::from(checksum::sum(0, &src[..n]));
+        // A per-stream destination is summed as the source is (both are in
+        // the IPv4 header and in the pseudo-header).
+        let dst = self.dst_per_stream.then(|| self.dst_addr(stream));
+        if let Some(d) = &dst {
+            src_sum += u64::from(checksum::sum(0, &d[..n]));
+        }
         let sport = Self::src_port(flow);
         let ip = ETH_LEN;
         let l4 = self.l4_off;
@@ -313,6 +350,9 @@ impl Layout {
         match self.l3 {
             L3::Ipv4 => {
                 h[ip + 12..ip + 16].copy_from_slice(&src[..4]);
+                if let Some(d) = &dst {
+                    h[ip + 16..ip + 20].copy_from_slice(&d[..4]);
+                }
                 let total = (len - ETH_LEN) as u16;
                 put16(h, ip + 2, total);
                 let ip_acc = u64::from(self.ip_sum) + src_sum + u64::from(total);
@@ -320,6 +360,9 @@ impl Layout {
             }
             L3::Ipv6 => {
                 h[ip + 8..ip + 24].copy_from_slice(&src);
+                if let Some(d) = &dst {
+                    h[ip + 24..ip + 40].copy_from_slice(d);
+                }
                 put16(h, ip + 4, l4_len as u16);
             }
         }

@@ -94,6 +94,7 @@ const KEYS: &[&str] = &[
     "size",
     "rate",
     "count",
+    "dst",
     "tester",
     "wire",
     "device",

@@ -1,0 +1,260 @@
+//! The l3fwd lcore: polls its Rx queues, routes each burst, sends to every
+//! port through its own Tx queues.
+//!
+//! Lcore `i` owns Tx queue `i` of every port (so any packet can leave by
+//! any port without sharing a queue) and a share of all ports' Rx queues.
+//! Per Rx burst: each packet is routed ([`route`]) into the burst of its
+//! output port or dropped with its reason; then each non-empty output burst
+//! goes to its Tx queue (with `--tx-retry` more tries), what is left is
+//! freed and counted as that port's drop. Cycles are counted as in
+//! `sluice fwd`: busy polls only, from before `rx_burst` to after the last
+//! `tx_burst`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use sluice::counter::Counter;
+use sluice::mbuf::{Burst, BurstSlice, MbufPool};
+use sluice::port::{RxQueue, TxQueue};
+use sluice::tsc::{self, rdtsc};
+
+use super::classify::{DropReason, PortMacs, Router, route};
+use crate::fwd::lcore::{LcoreCycles, StreamCounters};
+use crate::fwd::summary::RouteDrops;
+
+/// The queues one lcore polls.
+pub struct L3Lcore<'a> {
+    /// Rx queues (of any ports).
+    pub rx: Vec<&'a mut dyn RxQueue>,
+    /// Tx queue `i` of every port, by port.
+    pub tx: Vec<&'a mut dyn TxQueue>,
+    /// Index of this lcore's first Tx-drop counter: port `p`'s drops are
+    /// counted in `counters[counters_base + p]`.
+    pub counters_base: usize,
+    /// Router drops, written by this lcore only.
+    pub drops: &'a RouteDropCounters,
+}
+
+/// Router drops by reason: single-writer counters (the owning lcore adds,
+/// the stats thread reads).
+#[derive(Debug, Default)]
+pub struct RouteDropCounters {
+    no_route: Counter,
+    ttl_expired: Counter,
+    bad_header: Counter,
+    bad_checksum: Counter,
+    unwritable: Counter,
+}
+
+impl RouteDropCounters {
+    /// The counts now.
+    pub fn get(&self) -> RouteDrops {
+        RouteDrops {
+            no_route: self.no_route.get(),
+            ttl_expired: self.ttl_expired.get(),
+            bad_header: self.bad_header.get(),
+            bad_checksum: self.bad_checksum.get(),
+            unwritable: self.unwritable.get(),
+        }
+    }
+
+    fn add(&self, local: &[u64; 5]) {
+        for (c, n) in [
+            &self.no_route,
+            &self.ttl_expired,
+            &self.bad_header,
+            &self.bad_checksum,
+            &self.unwritable,
+        ]
+        .into_iter()
+        .zip(local)
+        {
+            if *n != 0 {
+                c.add(*n);
+            }
+        }
+    }
+}
+
+/// Sums `RouteDrops` over lcores.
+pub fn sum_drops(all: &[RouteDropCounters]) -> RouteDrops {
+    all.iter().fold(RouteDrops::default(), |a, c| {
+        let b = c.get();
+        RouteDrops {
+            no_route: a.no_route + b.no_route,
+            ttl_expired: a.ttl_expired + b.ttl_expired,
+            bad_header: a.bad_header + b.bad_header,
+            bad_checksum: a.bad_checksum + b.bad_checksum,
+            unwritable: a.unwritable + b.unwritable,
+        }
+    })
+}
+
+/// How the lcores run.
+#[derive(Clone, Copy)]
+pub struct L3Config<'a> {
+    /// Packets asked per Rx call (1..=64).
+    pub burst: usize,
+    /// Tx attempts more before dropping.
+    pub tx_retry: u32,
+    /// Tx-drop counters, per (lcore, port).
+    pub counters: &'a [StreamCounters],
+    /// MACs written per output port.
+    pub macs: &'a [PortMacs],
+    /// Set by the main thread to end the run.
+    pub stop: &'a AtomicBool,
+}
+
+/// Runs on a forwarding thread: pins, registers as an lcore, routes until
+/// `stop`, hands the lcore's cached buffers back to `pool`.
+pub fn l3_main<R: Router>(
+    cpu: Option<usize>,
+    router: &R,
+    lc: &mut L3Lcore<'_>,
+    cfg: L3Config<'_>,
+    pool: &MbufPool,
+) -> Result<LcoreCycles, String> {
+    if let Some(cpu) = cpu
+        && let Err(e) = sluice::lcore::pin_current_thread(cpu)
+    {
+        eprintln!("sluice l3fwd: warning: forwarding lcore not pinned: {e}");
+    }
+    let guard = sluice::lcore::register().map_err(|e| format!("cannot register an lcore: {e}"))?;
+    let r = run(router, lc, cfg);
+    pool.flush_local_cache();
+    drop(guard);
+    Ok(r)
+}
+
+#[inline(never)]
+fn run<R: Router>(router: &R, lc: &mut L3Lcore<'_>, cfg: L3Config<'_>) -> LcoreCycles {
+    let mut bufs = Bursts::new(lc.tx.len());
+    let mut c = LcoreCycles::default();
+    let first = tsc::rdtsc_ordered();
+    while !cfg.stop.load(Ordering::Relaxed) {
+        for q in 0..lc.rx.len() {
+            let t0 = rdtsc();
+            let n = poll(router, lc, q, &mut bufs, &cfg);
+            c.polls += 1;
+            if n == 0 {
+                c.idle_polls += 1;
+                continue;
+            }
+            c.busy_cycles += rdtsc().wrapping_sub(t0);
+            c.packets += n as u64;
+        }
+        if lc.rx.is_empty() {
+            std::hint::spin_loop();
+        }
+    }
+    c.total_cycles = tsc::rdtsc_ordered().wrapping_sub(first);
+    c
+}
+
+/// An lcore's bursts: the one it receives into and one per output port.
+pub struct Bursts {
+    rx: Burst<64>,
+    out: Vec<Burst<64>>,
+}
+
+impl Bursts {
+    /// Bursts for `ports` output ports.
+    pub fn new(ports: usize) -> Bursts {
+        Bursts {
+            rx: Burst::new(),
+            out: (0..ports).map(|_| Burst::new()).collect(),
+        }
+    }
+}
+
+/// One poll of Rx queue `q` of `lc`: receive, route, send; how many
+/// packets were received. The bursts are empty before and after.
+#[inline(always)]
+pub fn poll<R: Router>(
+    router: &R,
+    lc: &mut L3Lcore<'_>,
+    q: usize,
+    bufs: &mut Bursts,
+    cfg: &L3Config<'_>,
+) -> usize {
+    let burst = &mut bufs.rx;
+    let n = lc.rx[q].rx_burst(burst.capped(cfg.burst));
+    if n == 0 {
+        return 0;
+    }
+    // Route in place, noting each packet's port (or DROP). The headers of
+    // packet i + PREFETCH_AHEAD are prefetched while packet i is routed.
+    let mut dropped = [0u64; 5];
+    let mut dst = [DROP; 64];
+    let pkts = burst.as_mut_slice();
+    for m in pkts.iter().take(PREFETCH_AHEAD) {
+        m.prefetch_data();
+    }
+    for i in 0..n {
+        if let Some(ahead) = pkts.get(i + PREFETCH_AHEAD) {
+            ahead.prefetch_data();
+        }
+        match route(router, &mut pkts[i], cfg.macs) {
+            Ok(p) => dst[i] = p as u16,
+            Err(why) => dropped[why as usize] += 1,
+        }
+    }
+    let first = dst[0];
+    if first != DROP && dst[1..n].iter().all(|&d| d == first) {
+        // The common case: the whole burst leaves by one port.
+        let p = first as usize;
+        send(&mut *lc.tx[p], burst, cfg, lc.counters_base + p);
+    } else {
+        // Dropped packets are freed here; the others go to the burst of
+        // their port (64 each, emptied below: they fit).
+        for (m, &d) in burst.drain_front(n).zip(&dst) {
+            if d != DROP
+                && let Err(m) = bufs.out[d as usize].push(m)
+            {
+                drop(m);
+                cfg.counters[lc.counters_base + d as usize].drops.add(1);
+            }
+        }
+        for (p, (o, tx)) in bufs.out.iter_mut().zip(lc.tx.iter_mut()).enumerate() {
+            if !o.is_empty() {
+                send(&mut **tx, o, cfg, lc.counters_base + p);
+            }
+        }
+    }
+    if dropped != [0; 5] {
+        lc.drops.add(&dropped);
+    }
+    n
+}
+
+/// How many packets ahead of the one being routed its headers are
+/// prefetched.
+const PREFETCH_AHEAD: usize = 4;
+
+/// `dst` of a packet being dropped.
+const DROP: u16 = u16::MAX;
+
+/// Sends `burst` on `tx` with the configured retries; what is left is freed
+/// and counted in `cfg.counters[counter]`.
+#[inline(always)]
+fn send(tx: &mut dyn TxQueue, burst: &mut BurstSlice, cfg: &L3Config<'_>, counter: usize) {
+    tx.tx_burst(burst);
+    let mut tries = cfg.tx_retry;
+    while !burst.is_empty() && tries > 0 {
+        std::hint::spin_loop();
+        tx.tx_burst(burst);
+        tries -= 1;
+    }
+    if !burst.is_empty() {
+        cfg.counters[counter].drops.add(burst.len() as u64);
+        burst.clear();
+    }
+}
+
+// `dropped[why as usize]` relies on this order.
+const _: () = {
+    assert!(DropReason::NoRoute as usize == 0);
+    assert!(DropReason::TtlExpired as usize == 1);
+    assert!(DropReason::BadHeader as usize == 2);
+    assert!(DropReason::BadChecksum as usize == 3);
+    assert!(DropReason::Unwritable as usize == 4);
+};

@@ -1,0 +1,234 @@
+//! `sluice l3fwd`: DPDK's l3fwd sample application on Sluice ports — an
+//! IPv4/IPv6 router.
+//!
+//! - **Routes** come from a file ([`routes`]): `PREFIX/LEN PORT` lines for
+//!   longest-prefix match (`--lookup lpm`, the default: `Lpm4` DIR-24-8 and
+//!   `Lpm6` multibit trie in `sluice::net::lpm`), or 5-tuple lines for exact match (`--lookup em`:
+//!   `sluice::net::em` hash tables).
+//! - **Per packet** ([`classify`]): header checks, the lookup, TTL / hop
+//!   limit decrement with the IPv4 checksum updated incrementally, the MAC
+//!   rewrite (source: the output port's MAC; destination: `--dest-mac` for
+//!   that port, default `02:00:00:00:00:PORT`). Drops are counted by reason:
+//!   no route, TTL expired, bad header, bad checksum (and unwritable, for a
+//!   shared buffer).
+//! - **Lcores** ([`lcore`]): every port gets `--cores` Rx and Tx queues
+//!   (RSS spreads flows over the Rx queues); lcore `i` owns Tx queue `i` of
+//!   every port and a round-robin share of all Rx queues. Ports that cannot
+//!   have that many queues fall back to one each, and then one lcore runs.
+//!
+//! The rest — ports, pool, live stats, the drain, the summary — is `sluice
+//! fwd`'s ([`fwd::run_with`]); the summary adds the router's drops.
+
+pub mod classify;
+pub mod lcore;
+pub mod router;
+pub mod routes;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use clap::Args;
+use sluice::mbuf::MbufPool;
+use sluice::port::Port;
+use sluice::tester::Tester;
+
+use crate::fwd::lcore::StreamCounters;
+use crate::fwd::stats::Sources;
+use crate::fwd::{self, EthPeer, Forwarded, FwdArgs};
+use classify::{PortMacs, Router};
+use lcore::{L3Config, L3Lcore, RouteDropCounters, l3_main, sum_drops};
+use router::{Lookup, Tables};
+
+/// Arguments of `sluice l3fwd`.
+#[derive(Args, Debug, Clone)]
+pub struct L3fwdArgs {
+    /// Port spec strings, in port order (port numbers in the routes file
+    /// are these positions).
+    #[arg(value_name = "SPEC")]
+    pub specs: Vec<String>,
+    /// A port spec; may be repeated (positional specs come after).
+    #[arg(long = "port", short = 'p', value_name = "SPEC")]
+    pub ports: Vec<String>,
+    /// The routes file: `PREFIX/LEN PORT` per line (LPM), or
+    /// `SRC DST SPORT DPORT PROTO PORT` (exact match); `#` comments.
+    #[arg(long, value_name = "FILE")]
+    pub routes: String,
+    /// Lookup: longest-prefix match on the destination, or exact match on
+    /// the 5-tuple.
+    #[arg(long, value_enum, default_value_t = Lookup::Lpm)]
+    pub lookup: Lookup,
+    /// Destination MAC written on frames leaving a port: `MAC` for every
+    /// port or `PORT,MAC` for one (repeatable). Default 02:00:00:00:00:PORT.
+    #[arg(long, value_name = "[PORT,]MAC", value_parser = fwd::parse_eth_peer)]
+    pub dest_mac: Vec<EthPeer>,
+    /// Rx descriptors per queue.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
+    pub rxd: u16,
+    /// Tx descriptors per queue.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
+    pub txd: u16,
+    /// Mempool per-lcore cache size.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=512))]
+    pub cache: u32,
+    /// Packets asked for per Rx call.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub burst: u16,
+    /// Mbufs in the pool (default: enough for every descriptor and cache).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pool_size: Option<u32>,
+    /// Forwarding lcores (and Rx/Tx queues per port).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub cores: u16,
+    /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
+    #[arg(long, value_parser = fwd::parse_seconds)]
+    pub duration: Option<f64>,
+    /// Seconds between stats lines.
+    #[arg(long, default_value_t = 1.0, value_parser = fwd::parse_seconds)]
+    pub stats_period: f64,
+    /// Tx attempts more for packets a Tx queue did not take.
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub tx_retry: u32,
+    /// Per-queue burst-size histograms in the summary.
+    #[arg(long)]
+    pub hist: bool,
+    /// One JSON object per line (stats lines and the summary) on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl L3fwdArgs {
+    /// The `sluice fwd` arguments of the shared parts (ports, pool, queues,
+    /// stats, duration).
+    pub fn to_fwd(&self) -> FwdArgs {
+        let mut a = FwdArgs::with_specs(self.specs.clone());
+        a.ports = self.ports.clone();
+        a.eth_peer = self.dest_mac.clone();
+        a.rxd = self.rxd;
+        a.txd = self.txd;
+        a.cache = self.cache;
+        a.burst = self.burst;
+        a.pool_size = self.pool_size;
+        a.cores = self.cores;
+        a.duration = self.duration.unwrap_or(f64::INFINITY);
+        a.stats_period = self.stats_period;
+        a.tx_retry = self.tx_retry;
+        a.hist = self.hist;
+        a.json = self.json;
+        a
+    }
+
+    /// The engine name in the summary.
+    fn engine(&self) -> &'static str {
+        match self.lookup {
+            Lookup::Lpm => "l3fwd-lpm",
+            Lookup::Em => "l3fwd-em",
+        }
+    }
+}
+
+/// Runs `sluice l3fwd`; an unclean tester report is an error.
+pub fn run(args: &L3fwdArgs) -> Result<(), String> {
+    let file = routes::load(&args.routes)?;
+    let fa = args.to_fwd();
+    if fa.all_specs().is_empty() {
+        return Err(
+            "no port given: name ports by spec, e.g. `sluice l3fwd --routes FILE -p soft -p soft`"
+                .into(),
+        );
+    }
+    let tables = Tables::build(&file, args.lookup, fa.all_specs().len())?;
+    let clean = fwd::run_with(&fa, args.engine(), |ports, pool, testers| match &tables {
+        Tables::Lpm(r) => route_phase(&**r, ports, pool, &fa, testers),
+        Tables::Em(r) => route_phase(r, ports, pool, &fa, testers),
+    })?;
+    if clean {
+        Ok(())
+    } else {
+        Err("a tester report is not clean (loss, reordering, duplicates or corruption)".into())
+    }
+}
+
+/// The forwarding phase of l3fwd: lcores, their queues, the routing loop.
+pub(crate) fn route_phase<R: Router>(
+    router: &R,
+    ports: &mut [Port],
+    pool: &MbufPool,
+    args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
+) -> Result<Forwarded, String> {
+    let nports = ports.len();
+    let macs: Vec<PortMacs> = ports
+        .iter()
+        .enumerate()
+        .map(|(p, port)| PortMacs {
+            dst: args.peer_mac(p),
+            src: port.mac(),
+        })
+        .collect();
+    let threaded = ports.iter().any(|p| fwd::has_threaded_device(p.name()));
+    let counters: Vec<_> = ports.iter().map(Port::counters).collect();
+    // Every port has the same queue count (fwd::open_ports falls back to
+    // one for all), so lcore i can own Tx queue i of each.
+    let queues = ports
+        .iter()
+        .map(|p| p.nb_tx_queues().min(p.nb_rx_queues()))
+        .min()
+        .unwrap_or(1);
+    let nb_lcores = (args.cores as usize).min(queues).max(1);
+    let drop_counters: Vec<RouteDropCounters> = (0..nb_lcores)
+        .map(|_| RouteDropCounters::default())
+        .collect();
+    let mut lcores: Vec<L3Lcore<'_>> = drop_counters
+        .iter()
+        .enumerate()
+        .map(|(i, drops)| L3Lcore {
+            rx: Vec::new(),
+            tx: Vec::new(),
+            counters_base: i * nports,
+            drops,
+        })
+        .collect();
+    let mut next = 0;
+    for p in ports.iter_mut() {
+        let (rx, tx) = p.queues_mut().map_err(|e| e.to_string())?;
+        for (q, t) in tx.iter_mut().enumerate().take(nb_lcores) {
+            lcores[q].tx.push(t.as_mut());
+        }
+        for r in rx.iter_mut() {
+            lcores[next % nb_lcores].rx.push(r.as_mut());
+            next += 1;
+        }
+    }
+    let stream_counters: Vec<StreamCounters> = (0..nb_lcores * nports)
+        .map(|_| StreamCounters::default())
+        .collect();
+    let stop = AtomicBool::new(false);
+    let src = Sources {
+        ports: counters,
+        stream_tx_port: (0..nb_lcores * nports).map(|i| i % nports).collect(),
+        streams: &stream_counters,
+    };
+    let cfg = L3Config {
+        burst: args.burst as usize,
+        tx_retry: args.tx_retry,
+        counters: &stream_counters,
+        macs: &macs,
+        stop: &stop,
+    };
+    let (cycles, secs) = fwd::run_lcores(
+        lcores,
+        threaded,
+        &src,
+        args,
+        testers,
+        &stop,
+        |cpu, mut lc| l3_main(cpu, router, &mut lc, cfg, pool),
+    )?;
+    Ok(Forwarded {
+        lcores: cycles,
+        secs,
+        drops: src.sample().iter().map(|s| s.drops).collect(),
+        recycle_errors: 0,
+        route_drops: Some(sum_drops(&drop_counters)),
+    })
+}

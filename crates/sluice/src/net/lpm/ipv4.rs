@@ -1,0 +1,486 @@
+//! IPv4 longest-prefix match, DIR-24-8 style.
+//!
+//! The algorithm is Gupta, Lin and McKeown's DIR-24-8-BASIC ("Routing lookups
+//! in hardware at memory access speeds", 1998), the scheme of DPDK's
+//! `rte_lpm`:
+//!
+//! - **tbl24** has 2^24 entries, one per /24, indexed by the top 24 bits of
+//!   the address. A route of depth ≤ 24 is expanded into the
+//!   `2^(24 - depth)` entries it covers.
+//! - A /24 that holds a route longer than /24 gets a **tbl8 group** of 256
+//!   entries, one per address, indexed by the low 8 bits; its tbl24 entry
+//!   is marked *extended* and holds the group index instead of a next hop.
+//!   Groups come from a fixed pool of [`LpmConfig::number_tbl8s`].
+//!
+//! A lookup is one load from tbl24 and, for extended entries, one from the
+//! group. Bulk lookups prefetch tbl24 lines 32 addresses ahead, so that
+//! many cache misses are in flight at once.
+//!
+//! Every entry records the depth of the route that wrote it, so that adding
+//! a shorter route never overwrites the entries of a longer one, and
+//! deleting a route rewrites only its own entries, with those of the
+//! next-longest route covering it (from the route store) or with "no
+//! route". A group whose entries all come from routes of depth ≤ 24 (so
+//! all hold the same entry) is folded back into its tbl24 entry, zeroed and
+//! returned to the pool.
+//!
+//! The entry layout (a `u32`, the same in tbl24 and in groups) is in
+//! [`field`]. The tables sit on hugepages when they can (see
+//! [`LpmMemory`]).
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr};
+
+use super::mem::{EntryTable, LpmMemory, TableBacking, prefetch};
+use super::rules::RuleStore;
+use super::{LpmConfig, LpmError};
+
+/// Bit fields of a table entry (`u32`).
+pub mod field {
+    /// Set when the entry holds a route (else: no route, rest zero).
+    pub const VALID: u32 = 1 << 31;
+    /// tbl24 only: the entry points to a tbl8 group (the data field is the
+    /// group index); `VALID` and the depth are then clear.
+    pub const EXTENDED: u32 = 1 << 30;
+    /// Shift of the depth of the route that wrote the entry.
+    pub const DEPTH_SHIFT: u32 = 24;
+    /// Mask of the depth (6 bits, 0..=32) after shifting.
+    pub const DEPTH_MASK: u32 = 0x3f;
+    /// Data: next-hop id, or tbl8 group index when `EXTENDED`.
+    pub const DATA: u32 = (1 << 24) - 1;
+}
+
+/// Number of tbl24 entries.
+const TBL24_LEN: usize = 1 << 24;
+/// Entries per tbl8 group.
+const GROUP_LEN: usize = 256;
+/// Widest IPv4 prefix.
+const MAX_DEPTH: u8 = 32;
+/// How many addresses ahead a bulk lookup prefetches tbl24 lines.
+const PREFETCH: usize = 32;
+
+/// The entry of a route of `depth` to `next_hop`.
+#[inline]
+fn route_entry(depth: u8, next_hop: u32) -> u32 {
+    field::VALID | (u32::from(depth) << field::DEPTH_SHIFT) | (next_hop & field::DATA)
+}
+
+/// Depth recorded in an entry.
+#[inline]
+fn entry_depth(e: u32) -> u8 {
+    ((e >> field::DEPTH_SHIFT) & field::DEPTH_MASK) as u8
+}
+
+/// Whether a route of `depth` may write entry `e` (free, or written by a
+/// route no longer than it).
+#[inline]
+fn may_overwrite(e: u32, depth: u8) -> bool {
+    e & field::VALID == 0 || entry_depth(e) <= depth
+}
+
+/// Whether entry `e` was written by a route of exactly `depth`.
+#[inline]
+fn owned_by(e: u32, depth: u8) -> bool {
+    e & field::VALID != 0 && entry_depth(e) == depth
+}
+
+/// The network mask of `depth` (0..=32).
+#[inline]
+fn mask(depth: u8) -> u32 {
+    if depth == 0 {
+        0
+    } else {
+        u32::MAX << (32 - u32::from(depth))
+    }
+}
+
+/// Next hop of a final (non-extended) entry.
+#[inline(always)]
+fn hop(e: u32) -> Option<u32> {
+    if e & field::VALID != 0 {
+        Some(e & field::DATA)
+    } else {
+        None
+    }
+}
+
+/// An IPv4 longest-prefix-match table (DIR-24-8); see the [module
+/// docs](self).
+///
+/// Addresses and prefixes are host-order `u32`s (`u32::from(Ipv4Addr)`).
+/// Lookups take `&self` and may run on any number of threads at once;
+/// changes take `&mut self`.
+pub struct Lpm4 {
+    /// First level: exactly [`TBL24_LEN`] entries, one per /24.
+    tbl24: EntryTable,
+    /// `number_tbl8s` groups of [`GROUP_LEN`] entries (exactly
+    /// `number_tbl8s * GROUP_LEN`). A group not in use is all zero. Every
+    /// extended tbl24 entry names a group `< tbl8_next` not in `tbl8_free`.
+    tbl8: EntryTable,
+    /// Groups never handed out are `tbl8_next..number_tbl8s`.
+    tbl8_next: u32,
+    /// Groups handed out and returned (zeroed).
+    tbl8_free: Vec<u32>,
+    /// The routes (prefixes masked to their depth).
+    rules: RuleStore<u32>,
+    /// Sizes.
+    config: LpmConfig,
+}
+
+impl fmt::Debug for Lpm4 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Lpm4")
+            .field("config", &self.config)
+            .field("routes", &self.len())
+            .field("tbl8_groups_used", &self.tbl8_groups_used())
+            .field("backing", &self.backing())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lpm4 {
+    /// Largest next hop plus one: next hops are stored in 24 bits.
+    pub const MAX_NEXT_HOP: u32 = 1 << 24;
+    /// Most tbl8 groups (group indices are stored in 24 bits).
+    pub const MAX_TBL8S: u32 = 1 << 24;
+
+    /// Makes an empty table on the default memory ([`LpmMemory::Auto`]).
+    ///
+    /// Fails if `max_routes` is 0, `number_tbl8s` exceeds 2^24 or the
+    /// memory cannot be mapped. Takes 64 MiB for tbl24 plus 1 KiB per tbl8
+    /// group.
+    pub fn new(config: LpmConfig) -> Result<Lpm4, LpmError> {
+        Self::with_memory(config, LpmMemory::Auto)
+    }
+
+    /// Makes an empty table on the memory `mem` asks for.
+    pub fn with_memory(config: LpmConfig, mem: LpmMemory) -> Result<Lpm4, LpmError> {
+        if config.max_routes == 0 {
+            return Err(LpmError::ZeroMaxRoutes);
+        }
+        if config.number_tbl8s > Self::MAX_TBL8S {
+            return Err(LpmError::TooManyTbl8s {
+                number_tbl8s: config.number_tbl8s,
+                max: Self::MAX_TBL8S,
+            });
+        }
+        let map = |len: usize| {
+            EntryTable::new(len, mem).map_err(|e| LpmError::NoMemory {
+                bytes: len * 4,
+                errno: e.raw_os_error().unwrap_or(0),
+            })
+        };
+        Ok(Lpm4 {
+            tbl24: map(TBL24_LEN)?,
+            tbl8: map(config.number_tbl8s as usize * GROUP_LEN)?,
+            tbl8_next: 0,
+            tbl8_free: Vec::new(),
+            rules: RuleStore::new(MAX_DEPTH),
+            config,
+        })
+    }
+
+    /// The sizes the table was made with.
+    pub fn config(&self) -> LpmConfig {
+        self.config
+    }
+
+    /// What tbl24 sits on.
+    pub fn backing(&self) -> TableBacking {
+        self.tbl24.backing()
+    }
+
+    /// Number of routes.
+    pub fn len(&self) -> usize {
+        self.rules.len()
+    }
+
+    /// Whether the table holds no route.
+    pub fn is_empty(&self) -> bool {
+        self.rules.len() == 0
+    }
+
+    /// Number of tbl8 groups in use (one per /24 holding a route longer
+    /// than /24).
+    pub fn tbl8_groups_used(&self) -> usize {
+        self.tbl8_next as usize - self.tbl8_free.len()
+    }
+
+    /// Checks a depth.
+    fn check_depth(depth: u8) -> Result<(), LpmError> {
+        if depth > MAX_DEPTH {
+            Err(LpmError::InvalidDepth {
+                depth,
+                max: MAX_DEPTH,
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The next hop of the route `prefix/depth` (prefix masked to its
+    /// depth), if there is one. An invalid depth has no route.
+    pub fn get(&self, prefix: u32, depth: u8) -> Option<u32> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        self.rules.get(prefix & mask(depth), depth)
+    }
+
+    /// Every route as (prefix, depth, next hop), in no particular order.
+    pub fn routes(&self) -> impl Iterator<Item = (u32, u8, u32)> + '_ {
+        self.rules.iter()
+    }
+
+    /// Adds the route `prefix/depth` → `next_hop`, or changes its next hop
+    /// if it exists. Bits of `prefix` beyond `depth` are ignored.
+    ///
+    /// Fails, leaving the table unchanged, if `depth` > 32, `next_hop` ≥
+    /// 2^24, the table holds `max_routes` routes already, or the route is
+    /// longer than /24 and needs a tbl8 group when none is free.
+    pub fn add(&mut self, prefix: u32, depth: u8, next_hop: u32) -> Result<(), LpmError> {
+        Self::check_depth(depth)?;
+        if next_hop >= Self::MAX_NEXT_HOP {
+            return Err(LpmError::NextHopTooLarge {
+                next_hop,
+                max: Self::MAX_NEXT_HOP,
+            });
+        }
+        let prefix = prefix & mask(depth);
+        if !self.rules.contains(prefix, depth) && self.len() >= self.config.max_routes as usize {
+            return Err(LpmError::TooManyRoutes {
+                max_routes: self.config.max_routes,
+            });
+        }
+        let entry = route_entry(depth, next_hop);
+        if depth <= 24 {
+            let start = (prefix >> 8) as usize;
+            let count = 1usize << (24 - depth);
+            let (tbl24, tbl8) = (self.tbl24.as_mut_slice(), self.tbl8.as_mut_slice());
+            for e in &mut tbl24[start..start + count] {
+                if *e & field::EXTENDED != 0 {
+                    for x in &mut tbl8[Self::group_range(*e)] {
+                        if may_overwrite(*x, depth) {
+                            *x = entry;
+                        }
+                    }
+                } else if may_overwrite(*e, depth) {
+                    *e = entry;
+                }
+            }
+        } else {
+            let i = (prefix >> 8) as usize;
+            let mut e = self.tbl24.as_slice()[i];
+            if e & field::EXTENDED == 0 {
+                let Some(g) = self.alloc_group() else {
+                    return Err(LpmError::NoTbl8 {
+                        number_tbl8s: self.config.number_tbl8s,
+                        prefix: IpAddr::V4(Ipv4Addr::from(prefix)),
+                        depth,
+                        needed: 1,
+                        free: 0,
+                    });
+                };
+                // The group starts as a copy of the /24's entry.
+                self.tbl8.as_mut_slice()[Self::group_range(g)].fill(e);
+                e = field::EXTENDED | g;
+                self.tbl24.as_mut_slice()[i] = e;
+            }
+            let lo = (prefix & 0xff) as usize;
+            let count = 1usize << (32 - depth);
+            let group = &mut self.tbl8.as_mut_slice()[Self::group_range(e)];
+            for x in &mut group[lo..lo + count] {
+                if may_overwrite(*x, depth) {
+                    *x = entry;
+                }
+            }
+        }
+        self.rules.insert(prefix, depth, next_hop);
+        Ok(())
+    }
+
+    /// Deletes the route `prefix/depth` (bits of `prefix` beyond `depth`
+    /// ignored). Addresses it covered go to the next-longest route covering
+    /// it, or to no route.
+    ///
+    /// Fails, leaving the table unchanged, if `depth` > 32 or there is no
+    /// such route.
+    pub fn delete(&mut self, prefix: u32, depth: u8) -> Result<(), LpmError> {
+        Self::check_depth(depth)?;
+        let prefix = prefix & mask(depth);
+        if self.rules.remove(prefix, depth).is_none() {
+            return Err(LpmError::NotFound {
+                prefix: IpAddr::V4(Ipv4Addr::from(prefix)),
+                depth,
+            });
+        }
+        // The entry of the longest remaining route covering this one.
+        let replacement = self
+            .rules
+            .covering(prefix, depth, |p, d| p & mask(d))
+            .map_or(0, |(d, nh)| route_entry(d, nh));
+        if depth <= 24 {
+            let start = (prefix >> 8) as usize;
+            let count = 1usize << (24 - depth);
+            let (tbl24, tbl8) = (self.tbl24.as_mut_slice(), self.tbl8.as_mut_slice());
+            for e in &mut tbl24[start..start + count] {
+                if *e & field::EXTENDED != 0 {
+                    // The group keeps a longer route, so is not folded.
+                    for x in &mut tbl8[Self::group_range(*e)] {
+                        if owned_by(*x, depth) {
+                            *x = replacement;
+                        }
+                    }
+                } else if owned_by(*e, depth) {
+                    *e = replacement;
+                }
+            }
+        } else {
+            let i = (prefix >> 8) as usize;
+            let e = self.tbl24.as_slice()[i];
+            // A route longer than /24 always has its group.
+            debug_assert!(e & field::EXTENDED != 0);
+            if e & field::EXTENDED != 0 {
+                let lo = (prefix & 0xff) as usize;
+                let count = 1usize << (32 - depth);
+                let group = &mut self.tbl8.as_mut_slice()[Self::group_range(e)];
+                for x in &mut group[lo..lo + count] {
+                    if owned_by(*x, depth) {
+                        *x = replacement;
+                    }
+                }
+                // Fold back when no entry is from a route longer than /24:
+                // the rest all come from the same covering route (or none).
+                if !group
+                    .iter()
+                    .any(|&x| x & field::VALID != 0 && entry_depth(x) > 24)
+                {
+                    let first = group[0];
+                    group.fill(0);
+                    self.tbl24.as_mut_slice()[i] = first;
+                    self.tbl8_free.push(e & field::DATA);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every route. tbl24 and the groups are replaced by fresh
+    /// zeroed memory of the same kind; if that cannot be mapped, they are
+    /// zeroed in place instead.
+    pub fn clear(&mut self) {
+        let mem = match self.tbl24.backing() {
+            TableBacking::Hugetlb => LpmMemory::Auto,
+            TableBacking::Transparent => LpmMemory::Transparent,
+            TableBacking::Small => LpmMemory::Small,
+        };
+        match EntryTable::new(TBL24_LEN, mem) {
+            Ok(t) => self.tbl24 = t,
+            Err(_) => self.tbl24.as_mut_slice().fill(0),
+        }
+        self.tbl8.as_mut_slice().fill(0);
+        self.tbl8_next = 0;
+        self.tbl8_free.clear();
+        self.rules.clear();
+    }
+
+    /// Takes a free tbl8 group (its entries are zero).
+    fn alloc_group(&mut self) -> Option<u32> {
+        if let Some(g) = self.tbl8_free.pop() {
+            return Some(g);
+        }
+        if self.tbl8_next < self.config.number_tbl8s {
+            self.tbl8_next += 1;
+            return Some(self.tbl8_next - 1);
+        }
+        None
+    }
+
+    /// The `tbl8` index range of the group in the data field of `e`.
+    #[inline(always)]
+    fn group_range(e: u32) -> std::ops::Range<usize> {
+        let start = (e & field::DATA) as usize * GROUP_LEN;
+        start..start + GROUP_LEN
+    }
+
+    /// The tbl24 entry of `addr`.
+    #[inline(always)]
+    fn tbl24_entry(&self, addr: u32) -> u32 {
+        // SAFETY: tbl24 has exactly 2^24 entries (struct invariant) and
+        // `addr >> 8` < 2^24.
+        unsafe { *self.tbl24.as_ptr().add((addr >> 8) as usize) }
+    }
+
+    /// The final entry for `addr` given its tbl24 entry `e`.
+    #[inline(always)]
+    fn resolve(&self, e: u32, addr: u32) -> u32 {
+        if e & field::EXTENDED == 0 {
+            return e;
+        }
+        let i = (e & field::DATA) as usize * GROUP_LEN + (addr & 0xff) as usize;
+        // SAFETY: an extended entry names an allocated group, below
+        // `number_tbl8s` (struct invariant), and tbl8 has `number_tbl8s *
+        // GROUP_LEN` entries, so `i` is in bounds.
+        unsafe { *self.tbl8.as_ptr().add(i) }
+    }
+
+    /// The next hop of the longest route covering `addr`, if any.
+    #[inline]
+    pub fn lookup(&self, addr: u32) -> Option<u32> {
+        hop(self.resolve(self.tbl24_entry(addr), addr))
+    }
+
+    /// Looks up four addresses; the four tbl24 loads are issued before any
+    /// tbl8 load, so their cache misses overlap.
+    #[inline]
+    pub fn lookup_x4(&self, addrs: [u32; 4]) -> [Option<u32>; 4] {
+        let e = addrs.map(|a| self.tbl24_entry(a));
+        let mut r = [None; 4];
+        for k in 0..4 {
+            r[k] = hop(self.resolve(e[k], addrs[k]));
+        }
+        r
+    }
+
+    /// Looks up `addrs` into `out` (`out[i]` for `addrs[i]`). Only the
+    /// first `min(addrs.len(), out.len())` are done.
+    pub fn lookup_bulk(&self, addrs: &[u32], out: &mut [Option<u32>]) {
+        self.bulk(addrs, out, hop);
+    }
+
+    /// Looks up `addrs` into `out` as [`lookup_bulk`](Self::lookup_bulk)
+    /// does, writing the next hop, or `no_route` for an address without
+    /// one (DPDK's `rte_lpm_lookupx4` default-value style). Pick a
+    /// `no_route` that is not a next hop in use, e.g. `u32::MAX`.
+    pub fn lookup_bulk_or(&self, addrs: &[u32], out: &mut [u32], no_route: u32) {
+        self.bulk(addrs, out, |e| {
+            if e & field::VALID != 0 {
+                e & field::DATA
+            } else {
+                no_route
+            }
+        });
+    }
+
+    /// The bulk loop: the tbl24 lines of the first [`PREFETCH`] addresses
+    /// are prefetched up front, then each lookup prefetches the line
+    /// [`PREFETCH`] addresses ahead, so that many misses are in flight at
+    /// once (a prefetch retires at once, a load waits for its line).
+    #[inline(always)]
+    fn bulk<T>(&self, addrs: &[u32], out: &mut [T], f: impl Fn(u32) -> T) {
+        let n = addrs.len().min(out.len());
+        let (addrs, out) = (&addrs[..n], &mut out[..n]);
+        let tbl24 = self.tbl24.as_ptr();
+        for &x in &addrs[..n.min(PREFETCH)] {
+            // The pointer stays inside tbl24 (`x >> 8` < 2^24); a prefetch
+            // never faults anyway.
+            prefetch(tbl24.wrapping_add((x >> 8) as usize));
+        }
+        for (i, (&a, o)) in addrs.iter().zip(out.iter_mut()).enumerate() {
+            if let Some(&x) = addrs.get(i + PREFETCH) {
+                prefetch(tbl24.wrapping_add((x >> 8) as usize));
+            }
+            *o = f(self.resolve(self.tbl24_entry(a), a));
+        }
+    }
+}

@@ -1,0 +1,517 @@
+//! Tests of [`Lpm6`]: literal cases and a proptest against a naive
+//! reference.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::Ipv6Addr;
+
+use proptest::prelude::*;
+
+use super::{Lpm6, LpmConfig, LpmError};
+
+fn a(s: &str) -> [u8; 16] {
+    s.parse::<Ipv6Addr>().unwrap().octets()
+}
+
+fn lpm(number_tbl8s: u32) -> Lpm6 {
+    Lpm6::new(LpmConfig {
+        max_routes: 1024,
+        number_tbl8s,
+    })
+    .unwrap()
+}
+
+/// All lookup paths, checked to agree.
+fn look(t: &Lpm6, addr: [u8; 16]) -> Option<u32> {
+    let one = t.lookup(addr);
+    // In a block of eight (the walked-together path) and alone (the tail).
+    let mut block = [[0u8; 16]; 9];
+    block[3] = addr;
+    block[8] = addr;
+    let mut out = [Some(u32::MAX); 9];
+    t.lookup_bulk(&block, &mut out);
+    assert_eq!(out[3], one);
+    assert_eq!(out[8], one);
+    let mut raw = [7u32; 9];
+    t.lookup_bulk_or(&block, &mut raw, u32::MAX);
+    assert_eq!(raw[3], one.unwrap_or(u32::MAX));
+    assert_eq!(
+        t.lookup_x4([[0; 16], addr, [0xff; 16], addr]),
+        [t.lookup([0; 16]), one, t.lookup([0xff; 16]), one]
+    );
+    one
+}
+
+#[test]
+fn empty_table_has_no_route() {
+    let t = lpm(1);
+    assert!(t.is_empty());
+    for x in [
+        "::",
+        "::1",
+        "2001:db8::1",
+        "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+    ] {
+        assert_eq!(look(&t, a(x)), None);
+    }
+}
+
+#[test]
+fn default_route_covers_everything_and_deletes() {
+    let mut t = lpm(1);
+    t.add(a("2001:db8::1"), 0, 7).unwrap(); // prefix bits ignored
+    assert_eq!(t.get(a("::"), 0), Some(7));
+    for x in ["::", "2001:db8::1", "fe80::1", "ffff::ffff"] {
+        assert_eq!(look(&t, a(x)), Some(7));
+    }
+    t.delete(a("::"), 0).unwrap();
+    assert_eq!(look(&t, a("ffff::ffff")), None);
+    assert!(t.is_empty());
+}
+
+#[test]
+fn overlapping_16_32_48_64_128() {
+    let mut t = lpm(64);
+    t.add(a("2001::"), 16, 1).unwrap();
+    t.add(a("2001:db8::"), 32, 2).unwrap();
+    t.add(a("2001:db8:1::"), 48, 3).unwrap();
+    t.add(a("2001:db8:1:2::5"), 128, 5).unwrap();
+    // A shorter route added last must not overwrite the longer ones, and
+    // must reach into the groups below it.
+    t.add(a("2001:db8:1:2::"), 64, 4).unwrap();
+    t.add(a("2001:f000::"), 20, 6).unwrap();
+    assert_eq!(t.len(), 6);
+    assert_eq!(look(&t, a("2001:1234::1")), Some(1));
+    assert_eq!(look(&t, a("2001:db8:ffff::1")), Some(2));
+    assert_eq!(look(&t, a("2001:db8:1:ffff::1")), Some(3));
+    assert_eq!(look(&t, a("2001:db8:1:2::4")), Some(4));
+    assert_eq!(look(&t, a("2001:db8:1:2::5")), Some(5));
+    assert_eq!(look(&t, a("2001:db8:1:2::6")), Some(4));
+    assert_eq!(look(&t, a("2001:f001::")), Some(6));
+    assert_eq!(look(&t, a("2002::")), None);
+    assert_eq!(look(&t, a("2000:ffff:ffff:ffff:ffff:ffff:ffff:ffff")), None);
+    // /32 needs 1 group, /48 2 more, /128 10 more; the /64 shares the
+    // /128's path.
+    assert_eq!(t.tbl8_groups_used(), 13);
+
+    // Re-adding replaces the next hop.
+    t.add(a("2001:db8:1::"), 48, 8).unwrap();
+    assert_eq!(t.len(), 6);
+    assert_eq!(look(&t, a("2001:db8:1:ffff::1")), Some(8));
+    assert_eq!(look(&t, a("2001:db8:1:2::5")), Some(5));
+
+    // Deletes restore the covering route, in and under the groups.
+    t.delete(a("2001:db8:1::"), 48).unwrap();
+    assert_eq!(look(&t, a("2001:db8:1:ffff::1")), Some(2));
+    assert_eq!(look(&t, a("2001:db8:1:2::6")), Some(4));
+    t.delete(a("2001:db8::"), 32).unwrap();
+    assert_eq!(look(&t, a("2001:db8:1:ffff::1")), Some(1));
+    t.delete(a("2001::"), 16).unwrap();
+    assert_eq!(look(&t, a("2001:db8:1:ffff::1")), None);
+    assert_eq!(look(&t, a("2001:db8:1:2::6")), Some(4));
+    assert_eq!(look(&t, a("2001:f001::")), Some(6));
+    t.delete(a("2001:db8:1:2::"), 64).unwrap();
+    assert_eq!(look(&t, a("2001:db8:1:2::6")), None);
+    assert_eq!(look(&t, a("2001:db8:1:2::5")), Some(5));
+    // Only the /128's path is left: 13 groups.
+    assert_eq!(t.tbl8_groups_used(), 13);
+    t.delete(a("2001:db8:1:2::5"), 128).unwrap();
+    assert_eq!(t.tbl8_groups_used(), 0);
+    assert_eq!(look(&t, a("2001:db8:1:2::5")), None);
+    t.delete(a("2001:f000::"), 20).unwrap();
+    assert!(t.is_empty());
+    assert_eq!(look(&t, a("2001:f001::")), None);
+}
+
+#[test]
+fn slash_128_at_the_edges_and_shared_paths() {
+    let mut t = lpm(40);
+    let max = a("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
+    t.add(a("::"), 128, 1).unwrap();
+    t.add(max, 128, 2).unwrap();
+    assert_eq!(t.tbl8_groups_used(), 26);
+    // A neighbour shares all 13 groups of the path.
+    t.add(a("::1"), 128, 3).unwrap();
+    assert_eq!(t.tbl8_groups_used(), 26);
+    assert_eq!(look(&t, a("::")), Some(1));
+    assert_eq!(look(&t, a("::1")), Some(3));
+    assert_eq!(look(&t, a("::2")), None);
+    assert_eq!(look(&t, max), Some(2));
+    assert_eq!(look(&t, a("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe")), None);
+    t.delete(a("::"), 128).unwrap();
+    assert_eq!(t.tbl8_groups_used(), 26, "::1 still needs the path");
+    t.delete(a("::1"), 128).unwrap();
+    assert_eq!(t.tbl8_groups_used(), 13);
+}
+
+#[test]
+fn groups_fold_back_and_are_reused_zeroed() {
+    let mut t = lpm(2);
+    t.add(a("2001:db8::"), 32, 1).unwrap();
+    t.add(a("2001:db8:100::"), 40, 2).unwrap();
+    t.add(a("2001:db8:200::"), 40, 3).unwrap();
+    assert_eq!(t.tbl8_groups_used(), 2);
+    // Both groups taken: a /32 under another /24 cannot get one.
+    let err = t.add(a("2002:db9::"), 32, 4).unwrap_err();
+    assert_eq!(
+        err,
+        LpmError::NoTbl8 {
+            number_tbl8s: 2,
+            prefix: "2002:db9::".parse().unwrap(),
+            depth: 32,
+            needed: 1,
+            free: 0,
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "no free tbl8 group for 2002:db9::/32: all 2 in use"
+    );
+    assert_eq!(look(&t, a("2002:db9::1")), None);
+    assert_eq!(t.len(), 3);
+    // Under the same /24 no group is needed.
+    t.add(a("2001:db9::"), 32, 5).unwrap();
+    assert_eq!(t.tbl8_groups_used(), 2);
+    t.delete(a("2001:db8:100::"), 40).unwrap();
+    assert_eq!(t.tbl8_groups_used(), 2, "the other /40 still needs level 2");
+    assert_eq!(look(&t, a("2001:db8:100::1")), Some(1));
+    assert_eq!(look(&t, a("2001:db8:200::1")), Some(3));
+    t.delete(a("2001:db8:200::"), 40).unwrap();
+    // The /32s live in the level-1 group, so that one stays.
+    assert_eq!(t.tbl8_groups_used(), 1);
+    t.delete(a("2001:db8::"), 32).unwrap();
+    t.delete(a("2001:db9::"), 32).unwrap();
+    assert_eq!(t.tbl8_groups_used(), 0);
+    // Reused groups come back zeroed.
+    t.add(a("2002:db9::"), 40, 4).unwrap();
+    assert_eq!(t.tbl8_groups_used(), 2);
+    assert_eq!(look(&t, a("2002:db9::1")), Some(4));
+    assert_eq!(look(&t, a("2002:db9:100::1")), None);
+    assert_eq!(look(&t, a("2001:db8::1")), None);
+    assert_eq!(look(&t, a("2001:db8:200::1")), None);
+}
+
+#[test]
+fn group_exhaustion_midway_leaves_the_table_unchanged() {
+    // A /48 needs 3 groups; with 2 free it must fail without taking any.
+    let mut t = lpm(3);
+    t.add(a("2001:db8:1::"), 40, 1).unwrap(); // 2 groups
+    let err = t.add(a("2002:db8:1::"), 48, 2).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "2002:db8:1::/48 needs 3 new tbl8 groups, only 1 of 3 are free"
+    );
+    assert_eq!(t.tbl8_groups_used(), 2);
+    assert_eq!(t.len(), 1);
+    assert_eq!(look(&t, a("2002:db8:1::1")), None);
+    // Under the existing path only one more group is needed.
+    t.add(a("2001:db8:1:100::"), 48, 3).unwrap();
+    assert_eq!(t.tbl8_groups_used(), 3);
+    assert_eq!(look(&t, a("2001:db8:1:100::1")), Some(3));
+    assert_eq!(look(&t, a("2001:db8:2::1")), Some(1));
+    // Zero groups: only routes up to /24.
+    let mut z = lpm(0);
+    z.add(a("2001:db8::"), 24, 1).unwrap();
+    assert!(matches!(
+        z.add(a("2001:db8::"), 25, 1),
+        Err(LpmError::NoTbl8 { .. })
+    ));
+    assert_eq!(z.len(), 1);
+    assert_eq!(look(&z, a("2001:db8::1")), Some(1));
+}
+
+#[test]
+fn errors_and_messages() {
+    let mut t = Lpm6::new(LpmConfig {
+        max_routes: 2,
+        number_tbl8s: 1,
+    })
+    .unwrap();
+    let e = t.add(a("::"), 129, 1).unwrap_err();
+    assert_eq!(
+        e,
+        LpmError::InvalidDepth {
+            depth: 129,
+            max: 128
+        }
+    );
+    assert_eq!(e.to_string(), "invalid prefix depth 129: must be 0..=128");
+    assert_eq!(
+        t.delete(a("::"), 200).unwrap_err().to_string(),
+        "invalid prefix depth 200: must be 0..=128"
+    );
+    let e = t.add(a("::"), 8, 1 << 22).unwrap_err();
+    assert_eq!(
+        e,
+        LpmError::NextHopTooLarge {
+            next_hop: 1 << 22,
+            max: 1 << 22
+        }
+    );
+    assert_eq!(
+        e.to_string(),
+        "next hop 4194304 is too large: must be below 2^22 (4194304)"
+    );
+    t.add(a("::"), 8, (1 << 22) - 1).unwrap();
+    assert_eq!(look(&t, a("::5")), Some((1 << 22) - 1));
+    let e = t.delete(a("2001:db8::1"), 32).unwrap_err();
+    assert_eq!(e.to_string(), "route 2001:db8::/32 not found");
+    t.add(a("2001:db8::"), 32, 2).unwrap();
+    let e = t.add(a("2002::"), 16, 3).unwrap_err();
+    assert_eq!(e.to_string(), "route table full: max_routes 2 reached");
+    // Replacing an existing route is allowed when full.
+    t.add(a("2001:db8::"), 32, 4).unwrap();
+    assert_eq!(t.get(a("2001:db8:ffff::"), 32), Some(4));
+    assert_eq!(t.get(a("::"), 129), None);
+    let mut routes: Vec<_> = t.routes().collect();
+    routes.sort();
+    assert_eq!(
+        routes,
+        vec![(a("::"), 8, (1 << 22) - 1), (a("2001:db8::"), 32, 4)]
+    );
+
+    let e = Lpm6::new(LpmConfig {
+        max_routes: 0,
+        number_tbl8s: 1,
+    })
+    .unwrap_err();
+    assert_eq!(e.to_string(), "max_routes is 0: must be at least 1");
+    let e = Lpm6::new(LpmConfig {
+        max_routes: 1,
+        number_tbl8s: (1 << 22) + 1,
+    })
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "number_tbl8s 4194305 is too large: at most 4194304"
+    );
+}
+
+#[test]
+fn clear_empties_and_table_is_reusable() {
+    let mut t = lpm(13);
+    t.add(a("2001::"), 16, 1).unwrap();
+    t.add(a("2001::1"), 128, 2).unwrap();
+    t.clear();
+    assert!(t.is_empty());
+    assert_eq!(t.tbl8_groups_used(), 0);
+    assert_eq!(look(&t, a("2001::1")), None);
+    t.add(a("2001::1"), 128, 3).unwrap();
+    assert_eq!(look(&t, a("2001::1")), Some(3));
+}
+
+#[test]
+fn bulk_handles_odd_lengths_and_mixed_walks() {
+    let mut t = lpm(20);
+    t.add(a("2001:db8::"), 32, 1).unwrap();
+    t.add(a("2001:db8::9"), 128, 2).unwrap();
+    t.add(a("3000::"), 8, 3).unwrap();
+    // Lanes ending at different levels in one block.
+    let addrs: Vec<[u8; 16]> = (0..11u8)
+        .map(|i| {
+            let mut x = a("2001:db8::");
+            x[15] = i;
+            if i % 3 == 0 {
+                x[0] = 0x30;
+            }
+            x
+        })
+        .chain([a("::"), a("ffff::")])
+        .collect();
+    let mut out = vec![Some(99); 13];
+    t.lookup_bulk(&addrs, &mut out);
+    for (x, o) in addrs.iter().zip(&out) {
+        assert_eq!(*o, t.lookup(*x));
+    }
+    assert_eq!(out[9], Some(3));
+    assert_eq!(out[10], Some(1));
+    assert_eq!(out[11], None);
+    let mut x = a("2001:db8::");
+    x[15] = 9;
+    assert_eq!(t.lookup(x), Some(2));
+    // Mismatched lengths: only the common prefix is written.
+    let mut short = [Some(99); 2];
+    t.lookup_bulk(&addrs[10..], &mut short);
+    assert_eq!(short, [Some(1), None]);
+    let mut long = [Some(99); 3];
+    t.lookup_bulk(&addrs[..1], &mut long);
+    assert_eq!(long, [Some(3), Some(99), Some(99)]);
+}
+
+fn mask(depth: u8) -> u128 {
+    if depth == 0 {
+        0
+    } else {
+        u128::MAX << (128 - u32::from(depth))
+    }
+}
+
+/// The naive reference: a linear scan for the longest matching route.
+#[derive(Default)]
+struct Reference {
+    routes: BTreeMap<(u8, u128), u32>,
+}
+
+impl Reference {
+    fn lookup(&self, addr: u128) -> Option<u32> {
+        self.routes
+            .iter()
+            .filter(|((d, p), _)| addr & mask(*d) == *p)
+            .max_by_key(|((d, _), _)| *d)
+            .map(|(_, nh)| *nh)
+    }
+
+    /// The groups the routes need: one per (level, leading bits) on each
+    /// route's path.
+    fn groups(&self) -> usize {
+        let mut g = BTreeSet::new();
+        for &(d, p) in self.routes.keys() {
+            if d <= 24 {
+                continue;
+            }
+            let last = usize::from(d - 24).div_ceil(8);
+            for level in 1..=last {
+                let begins = 24 + 8 * (level as u32 - 1);
+                g.insert((level, p >> (128 - begins)));
+            }
+        }
+        g.len()
+    }
+
+    /// Groups a new route would add.
+    fn groups_with(&self, depth: u8, prefix: u128) -> usize {
+        let mut r = Reference {
+            routes: self.routes.clone(),
+        };
+        r.routes.insert((depth, prefix), 0);
+        r.groups()
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Add {
+        prefix: u128,
+        depth: u8,
+        nh: u32,
+    },
+    /// Delete the `n % len`-th existing route.
+    DeleteExisting(usize),
+    DeleteRandom {
+        prefix: u128,
+        depth: u8,
+    },
+}
+
+/// Addresses sharing leading bytes often, so routes overlap at every level.
+fn addr() -> impl Strategy<Value = u128> {
+    (
+        prop::sample::select(vec![0u128, 0x2001_0db8, 0xffff_ffff]),
+        prop::collection::vec(prop::sample::select(vec![0u8, 1, 0x80, 0xff]), 12),
+        any::<u128>(),
+        0u8..4,
+    )
+        .prop_map(|(top, bytes, random, wide)| {
+            if wide == 0 {
+                return random;
+            }
+            let mut x = top << 96;
+            for (i, b) in bytes.iter().enumerate() {
+                x |= u128::from(*b) << (88 - 8 * i);
+            }
+            x
+        })
+}
+
+/// Depths, /0 and other short ones rarely: each expands into up to 2^24
+/// entries, slow in a debug build.
+fn depth() -> impl Strategy<Value = u8> {
+    prop_oneof![
+        1 => Just(0u8),
+        1 => 1u8..=7,
+        10 => prop::sample::select(vec![16u8, 23, 24, 25, 32, 33, 40, 48, 56, 64, 100, 120, 127, 128]),
+        6 => 8u8..=128,
+    ]
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (addr(), depth(), 0u32..1000).prop_map(|(prefix, depth, nh)| Op::Add { prefix, depth, nh }),
+        3 => any::<usize>().prop_map(Op::DeleteExisting),
+        1 => (addr(), depth()).prop_map(|(prefix, depth)| Op::DeleteRandom { prefix, depth }),
+    ]
+}
+
+fn check(t: &Lpm6, r: &Reference, probes: &[u128]) {
+    let mut addrs: Vec<u128> = probes.to_vec();
+    for &(d, p) in r.routes.keys() {
+        let last = p | !mask(d);
+        addrs.extend([p, p.wrapping_sub(1), last, last.wrapping_add(1)]);
+    }
+    addrs.extend([0, u128::MAX]);
+    let expect: Vec<Option<u32>> = addrs.iter().map(|&x| r.lookup(x)).collect();
+    let bytes: Vec<[u8; 16]> = addrs.iter().map(|x| x.to_be_bytes()).collect();
+    let single: Vec<Option<u32>> = bytes.iter().map(|&x| t.lookup(x)).collect();
+    assert_eq!(single, expect, "lookup");
+    let mut bulk = vec![Some(u32::MAX); addrs.len()];
+    t.lookup_bulk(&bytes, &mut bulk);
+    assert_eq!(bulk, expect, "lookup_bulk");
+    let mut raw = vec![7u32; addrs.len()];
+    t.lookup_bulk_or(&bytes, &mut raw, u32::MAX);
+    let expect_raw: Vec<u32> = expect.iter().map(|e| e.unwrap_or(u32::MAX)).collect();
+    assert_eq!(raw, expect_raw, "lookup_bulk_or");
+    for (a, e) in bytes.chunks_exact(4).zip(expect.chunks_exact(4)) {
+        assert_eq!(
+            t.lookup_x4([a[0], a[1], a[2], a[3]]),
+            [e[0], e[1], e[2], e[3]],
+            "lookup_x4"
+        );
+    }
+    assert_eq!(t.len(), r.routes.len());
+    assert_eq!(t.tbl8_groups_used(), r.groups(), "groups in use");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn matches_naive_reference(
+        ops in prop::collection::vec(op(), 1..40),
+        probes in prop::collection::vec(addr(), 32),
+        number_tbl8s in 0u32..40,
+    ) {
+        let mut t = lpm(number_tbl8s);
+        let mut r = Reference::default();
+        for op in ops {
+            match op {
+                Op::Add { prefix, depth, nh } => {
+                    let prefix = prefix & mask(depth);
+                    match t.add(prefix.to_be_bytes(), depth, nh) {
+                        Ok(()) => {
+                            r.routes.insert((depth, prefix), nh);
+                        }
+                        Err(LpmError::NoTbl8 { .. }) => {
+                            // Only when the route needs more groups than remain.
+                            prop_assert!(depth > 24);
+                            prop_assert!(r.groups_with(depth, prefix) > number_tbl8s as usize);
+                        }
+                        Err(e) => prop_assert!(false, "unexpected {e}"),
+                    }
+                }
+                Op::DeleteExisting(n) => {
+                    if r.routes.is_empty() {
+                        continue;
+                    }
+                    let &(depth, prefix) = r.routes.keys().nth(n % r.routes.len()).unwrap();
+                    t.delete(prefix.to_be_bytes(), depth).unwrap();
+                    r.routes.remove(&(depth, prefix));
+                }
+                Op::DeleteRandom { prefix, depth } => {
+                    let prefix = prefix & mask(depth);
+                    let res = t.delete(prefix.to_be_bytes(), depth);
+                    prop_assert_eq!(res.is_ok(), r.routes.remove(&(depth, prefix)).is_some());
+                }
+            }
+            check(&t, &r, &probes);
+        }
+    }
+}
