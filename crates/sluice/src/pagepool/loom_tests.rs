@@ -30,9 +30,10 @@ fn builder() -> loom::model::Builder {
     b
 }
 
-/// The page's fragments are freed on two threads while the allocator, on
-/// the owner lcore, leaves the page with one fragment never cut: three
-/// candidates for the last reference.
+/// The page's fragments are freed on three threads while the allocator, on
+/// the owner lcore, leaves the page with one fragment never cut: four
+/// candidates for the last reference, two of them on the owner (whose put
+/// goes to its direct cache) and two not (the ring).
 #[test]
 fn loom_last_reference_sends_the_page_home_exactly_once() {
     builder().check(|| {
@@ -50,17 +51,23 @@ fn loom_last_reference_sends_the_page_home_exactly_once() {
         )
         .unwrap();
         let mut fa = PageFragAlloc::new(pool.clone());
-        // 10000-byte fragments: target 3 per 32 KiB page; two are cut.
-        let a = fa.alloc_frag(10_000).unwrap();
-        let mut b = fa.alloc_frag(10_000).unwrap();
-        assert_eq!(a.page_target(), 3);
-        let t = loom::thread::spawn(move || {
+        // 8000-byte fragments: target 4 per 32 KiB page; three are cut.
+        let a = fa.alloc_frag(8000).unwrap();
+        let mut b = fa.alloc_frag(8000).unwrap();
+        let mut c = fa.alloc_frag(8000).unwrap();
+        assert_eq!(a.page_target(), 4);
+        let tb = loom::thread::spawn(move || {
             b.as_mut_slice()[0] = 1;
             drop(b);
         });
+        let tc = loom::thread::spawn(move || {
+            c.as_mut_slice()[0] = 2;
+            drop(c);
+        });
         drop(a);
         drop(fa); // gives back the fragment never cut
-        t.join().unwrap();
+        tb.join().unwrap();
+        tc.join().unwrap();
         let s = pool.stats();
         assert_eq!(s.alloc_slow, 1);
         assert_eq!(
