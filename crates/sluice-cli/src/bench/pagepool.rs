@@ -159,20 +159,63 @@ pub struct PagePoolResult {
     pub cycles_max: f64,
     /// Rounds measured.
     pub rounds: usize,
+    /// The share of timed cycles left out: batches longer than 50 µs (the
+    /// thread was off its core).
+    pub excluded_share: f64,
 }
 
 /// Cycles spent allocating and freeing `ops` buffers.
 #[derive(Debug, Clone, Copy, Default)]
 struct Split {
+    /// Cycles of the allocation batches kept, and their buffers.
     alloc: u64,
+    alloc_ops: u64,
+    /// Cycles of the free batches kept, and their buffers.
     free: u64,
-    ops: u64,
+    free_ops: u64,
+    /// Cycles of the batches left out (see [`CUT_CYCLES`]) and of all.
+    cut: u64,
+    all: u64,
 }
 
 impl Split {
-    fn total(&self) -> f64 {
-        (self.alloc + self.free) as f64 / self.ops.max(1) as f64
+    fn alloc_per_op(&self) -> f64 {
+        self.alloc as f64 / self.alloc_ops.max(1) as f64
     }
+
+    fn free_per_op(&self) -> f64 {
+        self.free as f64 / self.free_ops.max(1) as f64
+    }
+
+    fn total(&self) -> f64 {
+        self.alloc_per_op() + self.free_per_op()
+    }
+
+    /// Adds a timed batch of allocations (`free` false) or frees, unless it
+    /// took more than [`CUT_CYCLES`]: the thread was off its core.
+    #[inline(always)]
+    fn add(&mut self, free: bool, cycles: u64) {
+        self.all += cycles;
+        if cycles > cut_cycles() {
+            self.cut += cycles;
+        } else if free {
+            self.free += cycles;
+            self.free_ops += BATCH as u64;
+        } else {
+            self.alloc += cycles;
+            self.alloc_ops += BATCH as u64;
+        }
+    }
+}
+
+/// A batch of [`BATCH`] longer than this many µs did not run on its core
+/// all along (the thread was preempted, an interrupt came): it is left out,
+/// with its buffers. The slowest case takes a few µs per batch.
+const CUT_US: u64 = 50;
+
+fn cut_cycles() -> u64 {
+    static CUT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *CUT.get_or_init(|| sluice::tsc::ns_to_cycles(CUT_US * 1000))
 }
 
 /// Runs the page pool cases.
@@ -246,7 +289,8 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         format!(
             "Block provider: {} MiB, {}, a buddy allocator (blocks up to 2 MiB) under a lock. \
              {rounds} round(s) of {slice} ops per case, cases interleaved; medians, min-max \
-             over rounds.",
+             over rounds. A batch that took over {CUT_US} µs (its thread was off its core) is \
+             left out with its buffers: 'cut' is the share of timed cycles left out.",
             PROVIDER_BYTES >> 20,
             provider.backing()
         ),
@@ -305,18 +349,11 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
 
 fn result(case: &Case, v: &[Split]) -> PagePoolResult {
     let per: Vec<f64> = v.iter().map(Split::total).collect();
-    let ops: u64 = v.iter().map(|s| s.ops).sum();
+    let ops: u64 = v.iter().map(|s| s.alloc_ops).sum();
     let med = median(&per);
-    let alloc = median(
-        &v.iter()
-            .map(|s| s.alloc as f64 / s.ops.max(1) as f64)
-            .collect::<Vec<_>>(),
-    );
-    let free = median(
-        &v.iter()
-            .map(|s| s.free as f64 / s.ops.max(1) as f64)
-            .collect::<Vec<_>>(),
-    );
+    let alloc = median(&v.iter().map(Split::alloc_per_op).collect::<Vec<_>>());
+    let free = median(&v.iter().map(Split::free_per_op).collect::<Vec<_>>());
+    let (cut, all) = v.iter().fold((0, 0), |(c, a), s| (c + s.cut, a + s.all));
     let mops = if med > 0.0 {
         sluice::tsc::tsc_hz() as f64 / med / 1e6
     } else {
@@ -353,6 +390,7 @@ fn result(case: &Case, v: &[Split]) -> PagePoolResult {
         cycles_min: per.iter().copied().fold(f64::INFINITY, f64::min),
         cycles_max: per.iter().copied().fold(0.0, f64::max),
         rounds: v.len(),
+        excluded_share: cut as f64 / all.max(1) as f64,
     }
 }
 
@@ -384,7 +422,7 @@ fn print_row(ctx: &Ctx, r: &PagePoolResult) {
         .bytes_per_buffer
         .map_or_else(|| "-".to_owned(), |b| format!("{b:.0}"));
     emit(&format!(
-        "{:<28} {:>5} {:>10.1} {:>8.1} {:>8.1} {:>8.1}  {:>9}  {:.1}-{:.1}",
+        "{:<28} {:>5} {:>10.1} {:>8.1} {:>8.1} {:>8.1}  {:>9}  {:.1}-{:.1}, cut {:.1}%",
         r.base.case,
         r.base.cores,
         r.base.cycles_per_op,
@@ -393,7 +431,8 @@ fn print_row(ctx: &Ctx, r: &PagePoolResult) {
         r.base.mops,
         bytes,
         r.cycles_min,
-        r.cycles_max
+        r.cycles_max,
+        100.0 * r.excluded_share
     ));
 }
 
@@ -671,9 +710,8 @@ fn single<S: Source>(src: &mut S, out: usize, warm: u64, ops: u64) -> Result<Spl
         }
         let t2 = rdtsc();
         if b >= warm_batches {
-            split.alloc += t1 - t0;
-            split.free += t2 - t1;
-            split.ops += BATCH as u64;
+            split.add(false, t1 - t0);
+            split.add(true, t2 - t1);
         }
     }
     drop(held);
@@ -718,8 +756,7 @@ fn cross<S: Source>(
             }
             let t1 = rdtsc();
             if sent >= warm {
-                split.alloc += t1 - t0;
-                split.ops += BATCH as u64;
+                split.add(false, t1 - t0);
             }
             while let Some(mut h) = batch.pop() {
                 while let Err(back) = tx.push(h) {
@@ -757,7 +794,7 @@ fn cross<S: Source>(
             }
             let t1 = rdtsc();
             if freed >= warm {
-                split.free += t1 - t0;
+                split.add(true, t1 - t0);
             }
             freed += BATCH as u64;
         }
@@ -767,8 +804,11 @@ fn cross<S: Source>(
     let v = on_lcores(vec![(cpus.0, alloc), (cpus.1, free)])?;
     Ok(Split {
         alloc: v[0].alloc,
+        alloc_ops: v[0].alloc_ops,
         free: v[1].free,
-        ops: v[0].ops,
+        free_ops: v[1].free_ops,
+        cut: v[0].cut + v[1].cut,
+        all: v[0].all + v[1].all,
     })
 }
 
@@ -810,7 +850,9 @@ mod tests {
                     continue;
                 }
                 let s = measure(&ctx, &provider, Case { what, cross }, BATCH as u64 * 4).unwrap();
-                assert_eq!(s.ops, BATCH as u64 * 4);
+                // Batches taking over 50 µs (a busy machine) are left out.
+                assert!(s.alloc_ops <= BATCH as u64 * 4 && s.free_ops <= BATCH as u64 * 4);
+                assert!(s.all > 0 && s.cut <= s.all);
                 assert!(provider.is_full());
             }
         }
@@ -831,6 +873,7 @@ mod tests {
             cycles_min: c,
             cycles_max: c,
             rounds: 1,
+            excluded_share: 0.0,
         };
         let rows = vec![
             row(1500, "pool_page", 40.0),
