@@ -41,7 +41,7 @@ enum Command {
     /// distributor → N workers (MAC swap, per-flow counts) → Tx.
     Dist(dist::DistArgs),
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor`, `lpm`, `mpwqe` or `all`.
+    /// `distributor`, `lpm`, `mpwqe`, `pagepool` or `all`.
     Bench(bench::BenchArgs),
     /// Sweep Rx/Tx descriptors, mempool cache and burst size on the given
     /// ports (default: the emulated NIC), measure each setting and
@@ -212,6 +212,18 @@ mod tests {
             panic!("not bench");
         };
         assert_eq!(a.part, bench::Part::Distributor);
+    }
+
+    #[test]
+    fn bench_pagepool_parses() {
+        let cli =
+            Cli::try_parse_from(["sluice", "bench", "pagepool", "--quick", "--json"]).unwrap();
+        let Some(Command::Bench(a)) = cli.command else {
+            panic!("not bench");
+        };
+        assert_eq!(a.part, bench::Part::Pagepool);
+        assert!(a.quick && a.json);
+        assert!(Cli::try_parse_from(["sluice", "bench", "page-pool"]).is_err());
     }
 
     #[test]

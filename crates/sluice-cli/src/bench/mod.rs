@@ -17,6 +17,7 @@ pub mod lpm;
 pub mod mbuf;
 pub mod mempool;
 pub mod mpwqe;
+pub mod pagepool;
 pub mod recycle;
 pub mod ring;
 
@@ -74,6 +75,9 @@ pub enum Part {
     /// and io, 64..1500 bytes, one flow or mixed offloads; driver cycles,
     /// bus bytes per packet, link utilisation.
     Mpwqe,
+    /// Page pool (T3): alloc + free per packet at MTU 1500 and 8000 for a
+    /// page per packet, page_frag_cache and page-pool fragments.
+    Pagepool,
     /// All of the above.
     All,
 }
@@ -91,7 +95,7 @@ pub enum Selection {
 #[derive(Serialize, Debug, Clone)]
 pub struct BenchResult {
     /// The benchmark set: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor`, `lpm`.
+    /// `distributor`, `lpm`, `pagepool`.
     pub bench: &'static str,
     /// The case, unique within its set.
     pub case: String,
@@ -410,6 +414,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Distributor,
             Part::Lpm,
             Part::Mpwqe,
+            Part::Pagepool,
         ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
@@ -419,6 +424,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         Part::Distributor => &[Part::Distributor],
         Part::Lpm => &[Part::Lpm],
         Part::Mpwqe => &[Part::Mpwqe],
+        Part::Pagepool => &[Part::Pagepool],
     };
     // In `all`, the parts that take long run their summary.
     let sel = if args.part == Part::All {
@@ -442,6 +448,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Lpm => lpm::run(&mut ctx, sel),
             // In `all`, 64 bytes, one flow.
             Part::Mpwqe => mpwqe::run(&mut ctx, sel),
+            // In `all`, the allocator cases only.
+            Part::Pagepool => pagepool::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),
         }
     }

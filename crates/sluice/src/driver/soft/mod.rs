@@ -51,6 +51,13 @@
 //! - `tx_free=normal|zc` (default normal): how completed Tx buffers go back
 //!   to the mempool — a bulk put, or a zero-copy put straight into the
 //!   lcore cache's slots.
+//! - `rxbuf=mbuf|frag` (default mbuf): what Rx descriptors are armed with —
+//!   the Rx mempool's buffers (header + headroom + data room), or headers
+//!   from that mempool carrying page-pool fragments sized to the MTU
+//!   (`rx_frags`: 256 B headroom + MTU + 18 + 320 B tailroom, cut from
+//!   32 KiB pages of a page pool per queue over one block provider per
+//!   port). The Rx pool's data room then goes unused (a pool of small
+//!   elements will do) and Tx→Rx recycling into the queue is refused.
 //!
 //! Both queue kinds support Tx→Rx buffer recycling
 //! ([`crate::port::recycle`]); the Rx refill unit is `rx_free_thresh`.
@@ -60,7 +67,10 @@
 //! `bus_doorbell_bytes`, `device_cycles`, `device_tx_errors`,
 //! `device_wqe_errors`, `tx_mpwqe_blks`, `tx_mpwqe_pkts`, `tx_wqe_pkts`,
 //! `tx_inline_bytes`, `tx_cqe_errors`, `rx_recycled`, `tx_recycled`,
-//! `recycle_fallbacks`.
+//! `recycle_fallbacks`, and `rx_buf_bytes_per_desc` (set at setup: buffer
+//! memory one posted Rx descriptor takes — the mempool element in `mbuf`
+//! mode; the fragment's share of its page plus the header's element in
+//! `frag` mode).
 
 pub mod bus;
 pub mod desc;
@@ -68,6 +78,7 @@ mod device;
 mod frame;
 mod runner;
 mod rx;
+mod rx_frags;
 mod tx;
 mod tx_engine;
 mod wire;
@@ -83,7 +94,9 @@ mod wqe_tests;
 use std::sync::Arc;
 
 use crate::mbuf::ol;
+use crate::mempool::HugepagePolicy;
 use crate::net::MacAddr;
+use crate::pagepool::{BlockProvider, FragLayout, ProviderConfig};
 use crate::port::{
     DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
     RxQueue, SpecArgs, TxQueue,
@@ -119,6 +132,7 @@ const KEYS: &[&str] = &[
     "inline_mpw",
     "tx_comp",
     "link",
+    "rxbuf",
 ];
 
 /// Where the device runs.
@@ -151,6 +165,8 @@ pub struct SoftDriver {
     mpw_segs: u32,
     inline_mpw: u32,
     tx_comp: u32,
+    /// `rxbuf=frag`: Rx descriptors carry page-pool fragments.
+    rx_frags: bool,
     engines: Option<Arc<PortEngines>>,
     running: bool,
 }
@@ -208,6 +224,7 @@ impl SoftDriver {
         }
         let tx_comp = args.u64_in("tx_comp", 0..=4096)?.unwrap_or(0) as u32;
         args.choice("link", bus::LINKS)?;
+        let rx_frags = args.choice("rxbuf", &["mbuf", "frag"])? == Some("frag");
         args.finish()?;
         debug_assert!(TESTER_KEYS.iter().all(|k| KEYS.contains(k)));
         let source = match wname {
@@ -260,6 +277,7 @@ impl SoftDriver {
             mpw_segs,
             inline_mpw,
             tx_comp,
+            rx_frags,
             engines: None,
             running: false,
         })
@@ -293,6 +311,39 @@ impl SoftDriver {
     }
 }
 
+impl SoftDriver {
+    /// The block provider of an `rxbuf=frag` port: room for a fragment per
+    /// header of the Rx pools (headers bound the packets in flight), plus
+    /// two pages per queue being cut and a little slack, in 32 KiB pages.
+    fn frag_provider(
+        &self,
+        config: &PortConfig,
+        layout: FragLayout,
+    ) -> Result<BlockProvider, PortError> {
+        let per_page = rx_frags::RX_PAGE_BYTES / layout.stride().max(1);
+        if per_page == 0 {
+            return Err(PortError::config(format!(
+                "port '{}': an Rx fragment of {} bytes (MTU {}) exceeds the {}-byte page",
+                self.spec,
+                layout.frag_size(),
+                config.mtu,
+                rx_frags::RX_PAGE_BYTES
+            )));
+        }
+        let headers: usize = (0..config.rxq.len())
+            .filter_map(|q| config.rx_pool_of(q))
+            .map(|p| p.size() as usize)
+            .sum();
+        let pages = headers.div_ceil(per_page) + 2 * config.rxq.len() + 8;
+        BlockProvider::new(ProviderConfig {
+            name: format!("{} rx fragments", self.spec),
+            size: pages * rx_frags::RX_PAGE_BYTES,
+            hugepages: HugepagePolicy::Auto,
+        })
+        .map_err(|e| PortError::config(format!("port '{}': {e}", self.spec)))
+    }
+}
+
 impl PortDriver for SoftDriver {
     fn info(&self) -> &DeviceInfo {
         &self.info
@@ -306,6 +357,11 @@ impl PortDriver for SoftDriver {
         self.check_thresholds(config)?;
         let nrx = config.rxq.len();
         let max_frame = config.mtu as usize + 14 + 4;
+        let frag_layout = self.rx_frags.then(|| FragLayout::for_mtu(config.mtu));
+        let provider = match frag_layout {
+            Some(l) => Some(self.frag_provider(config, l)?),
+            None => None,
+        };
         let hasher = Arc::new(RssHasher::default_key());
         let x = &counters.xstats;
 
@@ -369,7 +425,10 @@ impl PortDriver for SoftDriver {
                 Arc::clone(&rx_regs[q]),
                 source,
                 RxParams {
-                    buf_size: pool.data_room() as usize,
+                    buf_size: match frag_layout {
+                        Some(l) => l.data_room as usize,
+                        None => pool.data_room() as usize,
+                    },
                     max_frame,
                     check_ip: rxo.contains(Offloads::IPV4_CKSUM),
                     check_l4: rxo.contains(Offloads::UDP_CKSUM)
@@ -406,9 +465,25 @@ impl PortDriver for SoftDriver {
         let inline = self.mode == DeviceMode::Inline;
 
         let rss_hash = rxo.contains(Offloads::RSS_HASH);
+        let pool0 = config.rx_pool_of(0).expect("checked by Port::new");
+        let per_desc = match frag_layout {
+            Some(l) => rx_frags::frag_bytes_per_desc(l, pool0.mempool().stride()),
+            None => pool0.mempool().stride(),
+        };
+        x.register("rx_buf_bytes_per_desc").add(per_desc as u64);
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::with_capacity(nrx);
         for (q, regs) in rx_regs.into_iter().enumerate() {
             let pool = config.rx_pool_of(q).expect("checked by Port::new").clone();
+            let frags = match (&provider, frag_layout) {
+                (Some(p), Some(l)) => Some(rx_frags::RxFrags::new(
+                    p,
+                    &self.spec,
+                    q,
+                    l,
+                    self.rx_free_thresh as usize,
+                )?),
+                _ => None,
+            };
             rx.push(Box::new(rx::SoftRx::new(
                 regs,
                 pool,
@@ -420,6 +495,7 @@ impl PortDriver for SoftDriver {
                 q,
                 Arc::clone(counters),
                 4 + self.bus_overhead,
+                frags,
             )));
         }
         let txo = config.tx_offloads;

@@ -698,3 +698,182 @@ fn spec_and_config_errors_name_the_fault() {
     drop((_a, _b, _t));
     assert!(pool.is_full());
 }
+
+/// io forwarding between two tester ports whose Rx queues are armed with
+/// page-pool fragments (`rxbuf=frag`), the mbuf headers from a pool of small
+/// elements whose own data room could not hold the frames: every frame
+/// arrives intact, the headers and fragments all come home.
+fn frag_forwarding(name: &str, mtu: u16, size: &str, count: u64, fc: &str) {
+    let headers = pool(1023, 64);
+    let mut config = PortConfig::new(Some(headers.clone()))
+        .nb_rxd(256)
+        .nb_txd(256);
+    config.mtu = mtu;
+    let spec = format!("soft:tester={name},count={count},flows=64,size={size},rxbuf=frag,fc={fc}");
+    let mut a = port(&spec, config.clone());
+    let mut b = port(&spec, config);
+    let t = tester_of(name);
+    forward_until(&mut a, &mut b, &t, 2 * count);
+    let r = t.report();
+    assert_eq!((r.sent, r.received), (2 * count, 2 * count), "{r}");
+    assert_eq!(
+        (r.lost, r.corrupt, r.reordered, r.duplicates, r.foreign),
+        (0, 0, 0, 0, 0),
+        "{r}"
+    );
+    for p in [&a, &b] {
+        let s = p.stats();
+        assert_eq!((s.rx_packets, s.tx_packets), (count, count));
+        assert_eq!((s.rx_nombuf, s.rx_errors, s.tx_errors), (0, 0, 0));
+        let layout = crate::pagepool::FragLayout::for_mtu(mtu);
+        assert_eq!(
+            xstat(p, "rx_buf_bytes_per_desc") as usize,
+            super::rx_frags::frag_bytes_per_desc(layout, headers.mempool().stride())
+        );
+    }
+    // Stop both before dropping either: a's fragments may sit in b's Tx
+    // ring, and a port dropped while its fragments are out leaks its page
+    // pool (safe, but not what a clean teardown does). Once every header is
+    // home no fragment is out, so the drops below free the page pools.
+    a.stop();
+    b.stop();
+    assert!(headers.is_full());
+    drop((a, b));
+}
+
+#[test]
+fn rxbuf_frag_forwarding_at_mtu_1500_keeps_every_frame() {
+    frag_forwarding("t-frag1500", 1500, "imix", 3000, "on");
+}
+
+#[test]
+fn rxbuf_frag_forwarding_of_jumbo_frames_keeps_every_frame() {
+    // 8000-byte frames in single buffers: 8594-byte fragments, 3 per page.
+    frag_forwarding("t-frag8000", 8000, "8000", 600, "on");
+}
+
+#[test]
+fn rx_buffer_memory_per_descriptor_is_reported_for_both_modes() {
+    let big = pool(255, 2048);
+    let small = pool(255, 64);
+    let mbuf = port(
+        "soft:tester=t-mem",
+        PortConfig::new(Some(big.clone())).nb_rxd(64),
+    );
+    assert_eq!(xstat(&mbuf, "rx_buf_bytes_per_desc"), 128 + 128 + 2048);
+    let frag = port(
+        "soft:tester=t-mem,rxbuf=frag",
+        PortConfig::new(Some(small.clone())).nb_rxd(64),
+    );
+    // 2094-byte fragments take 2112 bytes, 15 to a 32 KiB page (2185 bytes
+    // each, the page's tail shared out), plus the header's element: 128 +
+    // 128 (headroom) + 64 bytes.
+    assert_eq!(xstat(&frag, "rx_buf_bytes_per_desc"), 2185 + 320);
+    drop((mbuf, frag));
+    assert!(big.is_full() && small.is_full());
+}
+
+#[test]
+fn rxbuf_is_checked_and_frag_queues_refuse_recycling() {
+    let p = pool(255, 64);
+    let config = PortConfig::new(Some(p.clone())).nb_rxd(64).nb_txd(64);
+    let e = open("soft:tester=t-rxbuf,rxbuf=pages", config.clone()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "port spec 'soft:tester=t-rxbuf,rxbuf=pages': key 'rxbuf' = 'pages' is not one of mbuf, frag"
+    );
+    let mut a = port("soft:tester=t-rxbuf,rxbuf=frag", config);
+    assert!(!a.rx_queue_recycles(0).unwrap());
+    let (rx, tx) = a.queues_mut().unwrap();
+    let e = crate::port::recycle_mbufs(rx[0].as_mut(), tx[0].as_mut()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "this Rx queue does not support buffer recycling: it is armed with page-pool fragments \
+         (rxbuf=frag)"
+    );
+    drop(a);
+    assert!(p.is_full());
+}
+
+/// `rxbuf=frag` with the fragments freed on another lcore: the tester port's
+/// Rx queue is polled on one lcore (which owns its page pool) and its
+/// packets are sent on by a second lcore, where their Tx completions free
+/// them, so their pages come home through the pool's ring; the wire port's
+/// fragments are received and freed on the second lcore (its direct
+/// cache). Every frame arrives intact and every buffer comes home.
+#[test]
+fn rxbuf_frag_buffers_freed_on_another_lcore_come_home() {
+    use std::sync::atomic::AtomicBool;
+
+    use crate::mbuf::Mbuf;
+    use crate::ring::Ring;
+
+    const COUNT: u64 = 4000;
+    let headers = pool(2047, 64);
+    let config = PortConfig::new(Some(headers.clone()))
+        .nb_rxd(128)
+        .nb_txd(128);
+    let mut t = port(
+        &format!("soft:tester=t-frag-x,count={COUNT},flows=32,size=imix,rxbuf=frag"),
+        config.clone(),
+    );
+    let mut w1 = port("soft:wire=w-frag-x", config.clone());
+    let mut w2 = port("soft:wire=w-frag-x,rxbuf=frag", config);
+    let tr = tester_of("t-frag-x");
+    let (mut to_y, mut from_x) = Ring::<Mbuf>::spsc(1024).unwrap();
+    let done = AtomicBool::new(false);
+    {
+        let (trx, ttx) = t.queues_mut().unwrap();
+        let (t_rx, t_tx) = (&mut trx[0], &mut ttx[0]);
+        let w1_tx = w1.tx_queue(0).unwrap();
+        let w2_rx = w2.rx_queue(0).unwrap();
+        let (tr, done) = (&tr, &done);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let _l = crate::lcore::register().unwrap();
+                let mut burst: Burst<32> = Burst::new();
+                while !done.load(Ordering::Acquire) {
+                    t_rx.rx_burst(&mut burst);
+                    while let Some(m) = burst.pop() {
+                        let mut m = m;
+                        while let Err(back) = to_y.push(m) {
+                            m = back;
+                            std::thread::yield_now();
+                        }
+                    }
+                }
+            });
+            s.spawn(move || {
+                let _l = crate::lcore::register().unwrap();
+                let mut burst: Burst<32> = Burst::new();
+                for _ in 0..2_000_000 {
+                    if tr.report().received >= COUNT {
+                        break;
+                    }
+                    while burst.free() > 0 {
+                        match from_x.pop() {
+                            Some(m) => burst.push(m).unwrap(),
+                            None => break,
+                        }
+                    }
+                    send_all(w1_tx, &mut burst);
+                    fwd(w2_rx, t_tx.as_mut(), &mut burst);
+                }
+                done.store(true, Ordering::Release);
+                // Whatever X handed over after the last look goes out too.
+                while let Some(m) = from_x.pop() {
+                    drop(m);
+                }
+            });
+        });
+    }
+    let r = tr.report();
+    assert_eq!((r.sent, r.received), (COUNT, COUNT), "{r}");
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(w2.stats().rx_packets, COUNT);
+    for p in [&mut t, &mut w1, &mut w2] {
+        p.stop();
+    }
+    assert!(headers.is_full());
+    drop((t, w1, w2));
+}
