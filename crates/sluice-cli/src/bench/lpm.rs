@@ -29,8 +29,11 @@
 //! Each table is built on the main lcore (the first CPU) and measured
 //! there. The APIs of a table run interleaved, in rounds (the order
 //! rotating), each round the same addresses for every API: their miss
-//! counts must agree, or the case is an error. A figure is the median of
-//! the rounds' cycles per lookup (min–max in the detail). `add` is the
+//! counts must agree, or the case is an error. Each batch is timed; a
+//! round's figure is the median of its batches' cycles per lookup (the
+//! machine is shared: a burst of someone else's memory traffic slows a
+//! few batches, not the median), and a case's figure the median of its
+//! rounds (min–max of the rounds in the detail). DPDK reports the mean. `add` is the
 //! mean cycles per route adding the whole set to an empty table in the
 //! generator's (random) order, `delete` removing them all again (the table
 //! must then be empty, with no group in use).
@@ -107,7 +110,8 @@ pub struct LpmResult {
     pub unrouted_percent: f64,
     /// Rounds measured (1 for add and delete).
     pub rounds: usize,
-    /// The best round's cycles per lookup.
+    /// The best round's cycles per lookup (a round's figure: the median of
+    /// its batches).
     pub cycles_min: f64,
     /// The worst round's.
     pub cycles_max: f64,
@@ -130,7 +134,7 @@ struct Api<'a, A> {
 
 /// What one API measured over all rounds.
 struct Tally {
-    /// Cycles per lookup, per round.
+    /// Cycles per lookup, per round: the median of the round's batches.
     per_round: Vec<f64>,
     /// Lookups, all rounds.
     ops: u64,
@@ -167,18 +171,20 @@ fn measure<'p, A: Copy>(
         for k in 0..apis.len() {
             // Rotate which API goes first.
             let a = (k + round) % apis.len();
-            let (mut cycles, mut ops) = (0u64, 0u64);
+            let mut ops = 0u64;
+            let mut per_batch = Vec::with_capacity(batches_per_round);
             for b in 0..batches_per_round {
                 buf.clear();
                 buf.extend_from_slice(batch(round * batches_per_round + b));
                 let start = rdtsc_ordered();
                 let m = (apis[a].body)(&buf);
-                cycles += rdtsc_ordered() - start;
+                let cycles = rdtsc_ordered() - start;
                 misses[a] += std::hint::black_box(m);
                 ops += buf.len() as u64;
+                per_batch.push(cycles as f64 / buf.len().max(1) as f64);
             }
             let t = &mut tallies[a];
-            t.per_round.push(cycles as f64 / ops.max(1) as f64);
+            t.per_round.push(median(&per_batch));
             t.ops += ops;
             t.misses += misses[a];
         }
@@ -292,34 +298,14 @@ fn short(n: usize) -> String {
     }
 }
 
-/// tbl8 groups a set of IPv4 routes needs: one per /24 holding a longer
-/// route.
+/// tbl8 groups a set of IPv4 routes needs (at least 1).
 fn v4_groups(routes: &[Route4]) -> u32 {
-    let mut s: Vec<u32> = routes
-        .iter()
-        .filter(|r| r.depth > 24)
-        .map(|r| r.prefix >> 8)
-        .collect();
-    s.sort_unstable();
-    s.dedup();
-    s.len().max(1) as u32
+    Lpm4::tbl8_groups_needed(routes.iter().map(|r| (r.prefix, r.depth))).max(1)
 }
 
-/// Groups a set of IPv6 routes needs: one per (level, leading bits) on
-/// each route's path.
+/// Groups a set of IPv6 routes needs (at least 1).
 fn v6_groups(routes: &[Route6]) -> u32 {
-    let mut s: Vec<(u32, u128)> = Vec::new();
-    for r in routes.iter().filter(|r| r.depth > 24) {
-        let p = u128::from_be_bytes(r.prefix);
-        let last = u32::from(r.depth - 24).div_ceil(8);
-        for level in 1..=last {
-            let begins = 24 + 8 * (level - 1);
-            s.push((level, p >> (128 - begins)));
-        }
-    }
-    s.sort_unstable();
-    s.dedup();
-    s.len().max(1) as u32
+    Lpm6::tbl8_groups_needed(routes.iter().map(|r| (r.prefix, r.depth))).max(1)
 }
 
 /// An IPv4 table to measure.
@@ -641,7 +627,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         format!(
             "One core (CPU {}). IPv4: batches of {BATCH} addresses, single / x4 / bulk of {BULK}; \
              IPv6: passes over {V6_ADDRS} addresses, single / x4 / one bulk call. {ops} lookups per API \
-             per table in {ROUNDS} interleaved rounds; cycles/op = median round (min-max after). \
+             per table in {ROUNDS} interleaved rounds; cycles/op = median over rounds of each round's median batch (min-max of rounds after). \
              add / delete: cycles per route, whole set.",
             ctx.main_cpu()
         ),

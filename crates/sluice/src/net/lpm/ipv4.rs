@@ -13,8 +13,9 @@
 //!   Groups come from a fixed pool of [`LpmConfig::number_tbl8s`].
 //!
 //! A lookup is one load from tbl24 and, for extended entries, one from the
-//! group. Bulk lookups prefetch tbl24 lines 32 addresses ahead, so that
-//! many cache misses are in flight at once.
+//! group. Bulk lookups keep the per-address loop to a handful of
+//! instructions, so that the CPU has many addresses' loads, and their cache
+//! misses, in flight at once.
 //!
 //! Every entry records the depth of the route that wrote it, so that adding
 //! a shorter route never overwrites the entries of a longer one, and
@@ -31,7 +32,7 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 
-use super::mem::{EntryTable, LpmMemory, TableBacking, prefetch};
+use super::mem::{EntryTable, LpmMemory, TableBacking};
 use super::rules::RuleStore;
 use super::{LpmConfig, LpmError};
 
@@ -56,8 +57,6 @@ const TBL24_LEN: usize = 1 << 24;
 const GROUP_LEN: usize = 256;
 /// Widest IPv4 prefix.
 const MAX_DEPTH: u8 = 32;
-/// How many addresses ahead a bulk lookup prefetches tbl24 lines.
-const PREFETCH: usize = 32;
 
 /// The entry of a route of `depth` to `next_hop`.
 #[inline]
@@ -198,6 +197,20 @@ impl Lpm4 {
     /// Whether the table holds no route.
     pub fn is_empty(&self) -> bool {
         self.rules.len() == 0
+    }
+
+    /// The tbl8 groups a table holding exactly `routes` (prefix, depth)
+    /// needs: one per /24 holding a route longer than /24. Use it to size
+    /// [`LpmConfig::number_tbl8s`].
+    pub fn tbl8_groups_needed(routes: impl IntoIterator<Item = (u32, u8)>) -> u32 {
+        let mut s: Vec<u32> = routes
+            .into_iter()
+            .filter(|&(_, d)| d > 24 && d <= MAX_DEPTH)
+            .map(|(p, _)| p >> 8)
+            .collect();
+        s.sort_unstable();
+        s.dedup();
+        s.len() as u32
     }
 
     /// Number of tbl8 groups in use (one per /24 holding a route longer
@@ -411,12 +424,9 @@ impl Lpm4 {
         unsafe { *self.tbl24.as_ptr().add((addr >> 8) as usize) }
     }
 
-    /// The final entry for `addr` given its tbl24 entry `e`.
+    /// The entry for `addr` in the group named by extended entry `e`.
     #[inline(always)]
-    fn resolve(&self, e: u32, addr: u32) -> u32 {
-        if e & field::EXTENDED == 0 {
-            return e;
-        }
+    fn group_entry(&self, e: u32, addr: u32) -> u32 {
         let i = (e & field::DATA) as usize * GROUP_LEN + (addr & 0xff) as usize;
         // SAFETY: an extended entry names an allocated group, below
         // `number_tbl8s` (struct invariant), and tbl8 has `number_tbl8s *
@@ -424,10 +434,20 @@ impl Lpm4 {
         unsafe { *self.tbl8.as_ptr().add(i) }
     }
 
+    /// The final entry for `addr` given its tbl24 entry `e`.
+    #[inline(always)]
+    fn resolve(&self, e: u32, addr: u32) -> u32 {
+        if e & field::EXTENDED == 0 {
+            e
+        } else {
+            self.group_entry(e, addr)
+        }
+    }
+
     /// The next hop of the longest route covering `addr`, if any.
     #[inline]
     pub fn lookup(&self, addr: u32) -> Option<u32> {
-        hop(self.resolve(self.tbl24_entry(addr), addr))
+        hop(self.entry(addr))
     }
 
     /// Looks up four addresses; the four tbl24 loads are issued before any
@@ -444,8 +464,13 @@ impl Lpm4 {
 
     /// Looks up `addrs` into `out` (`out[i]` for `addrs[i]`). Only the
     /// first `min(addrs.len(), out.len())` are done.
+    ///
+    /// [`lookup_bulk_or`](Self::lookup_bulk_or) is faster (about 20 % on
+    /// 1M routes): its loop stores a plain `u32` per address.
     pub fn lookup_bulk(&self, addrs: &[u32], out: &mut [Option<u32>]) {
-        self.bulk(addrs, out, hop);
+        for (o, &a) in out.iter_mut().zip(addrs) {
+            *o = hop(self.entry(a));
+        }
     }
 
     /// Looks up `addrs` into `out` as [`lookup_bulk`](Self::lookup_bulk)
@@ -453,34 +478,35 @@ impl Lpm4 {
     /// one (DPDK's `rte_lpm_lookupx4` default-value style). Pick a
     /// `no_route` that is not a next hop in use, e.g. `u32::MAX`.
     pub fn lookup_bulk_or(&self, addrs: &[u32], out: &mut [u32], no_route: u32) {
-        self.bulk(addrs, out, |e| {
-            if e & field::VALID != 0 {
-                e & field::DATA
+        let n = addrs.len().min(out.len());
+        let out = &mut out[..n];
+        self.entries(&addrs[..n], out);
+        for o in out.iter_mut() {
+            *o = if *o & field::VALID != 0 {
+                *o & field::DATA
             } else {
                 no_route
-            }
-        });
+            };
+        }
     }
 
-    /// The bulk loop: the tbl24 lines of the first [`PREFETCH`] addresses
-    /// are prefetched up front, then each lookup prefetches the line
-    /// [`PREFETCH`] addresses ahead, so that many misses are in flight at
-    /// once (a prefetch retires at once, a load waits for its line).
+    /// The bulk loop: the final entry of each address into `raw` (same
+    /// length). Kept to a few instructions per address (load, the rarely
+    /// taken extended branch, store) so that the out-of-order window holds
+    /// many addresses' tbl24 loads, their cache misses in flight together;
+    /// the entries are turned into results in a second pass. (A software
+    /// prefetch pass measured slower: it only adds instructions to the
+    /// window.)
     #[inline(always)]
-    fn bulk<T>(&self, addrs: &[u32], out: &mut [T], f: impl Fn(u32) -> T) {
-        let n = addrs.len().min(out.len());
-        let (addrs, out) = (&addrs[..n], &mut out[..n]);
-        let tbl24 = self.tbl24.as_ptr();
-        for &x in &addrs[..n.min(PREFETCH)] {
-            // The pointer stays inside tbl24 (`x >> 8` < 2^24); a prefetch
-            // never faults anyway.
-            prefetch(tbl24.wrapping_add((x >> 8) as usize));
+    fn entries(&self, addrs: &[u32], raw: &mut [u32]) {
+        for (r, &a) in raw.iter_mut().zip(addrs) {
+            *r = self.entry(a);
         }
-        for (i, (&a, o)) in addrs.iter().zip(out.iter_mut()).enumerate() {
-            if let Some(&x) = addrs.get(i + PREFETCH) {
-                prefetch(tbl24.wrapping_add((x >> 8) as usize));
-            }
-            *o = f(self.resolve(self.tbl24_entry(a), a));
-        }
+    }
+
+    /// The final entry of `addr`: its tbl24 entry, or the group's.
+    #[inline(always)]
+    fn entry(&self, addr: u32) -> u32 {
+        self.resolve(self.tbl24_entry(addr), addr)
     }
 }

@@ -374,6 +374,8 @@ fn check(t: &Lpm4, r: &Reference, probes: &[u32]) {
     }
     assert_eq!(t.len(), r.routes.len());
     assert_eq!(t.tbl8_groups_used(), r.groups(), "groups in use");
+    let needed = Lpm4::tbl8_groups_needed(r.routes.keys().map(|&(d, p)| (p, d)));
+    assert_eq!(needed as usize, r.groups(), "tbl8_groups_needed");
 }
 
 proptest! {

@@ -238,6 +238,27 @@ impl Lpm6 {
         self.rules.len() == 0
     }
 
+    /// The groups a table holding exactly `routes` (prefix, depth) needs:
+    /// one per trie node below the first level on the routes' paths (up to
+    /// `⌈(depth − 24) / 8⌉` per route, shared by routes with the same
+    /// leading bytes). Use it to size [`LpmConfig::number_tbl8s`].
+    pub fn tbl8_groups_needed(routes: impl IntoIterator<Item = ([u8; 16], u8)>) -> u32 {
+        let mut s: Vec<(usize, u128)> = Vec::new();
+        for (prefix, depth) in routes {
+            if depth <= 24 || depth > MAX_DEPTH {
+                continue;
+            }
+            let p = u128::from_be_bytes(prefix);
+            for level in 1..=level_of(depth) {
+                // The node at `level` is named by the bits above it.
+                s.push((level, p >> (128 - (level_end(level) - 8))));
+            }
+        }
+        s.sort_unstable();
+        s.dedup();
+        s.len() as u32
+    }
+
     /// Number of groups in use.
     pub fn tbl8_groups_used(&self) -> usize {
         self.tbl8_next as usize - self.tbl8_free.len()

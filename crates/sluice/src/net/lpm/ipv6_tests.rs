@@ -468,6 +468,8 @@ fn check(t: &Lpm6, r: &Reference, probes: &[u128]) {
     }
     assert_eq!(t.len(), r.routes.len());
     assert_eq!(t.tbl8_groups_used(), r.groups(), "groups in use");
+    let needed = Lpm6::tbl8_groups_needed(r.routes.keys().map(|&(d, p)| (p.to_be_bytes(), d)));
+    assert_eq!(needed as usize, r.groups(), "tbl8_groups_needed");
 }
 
 proptest! {

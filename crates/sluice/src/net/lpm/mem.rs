@@ -23,7 +23,8 @@ use crate::mempool::{HugepagePolicy, Region};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum LpmMemory {
     /// Reserved hugepages if any are free, else transparent huge pages,
-    /// else 4 KiB pages.
+    /// else 4 KiB pages. Tables smaller than a huge page (2 MiB) always
+    /// get 4 KiB pages.
     #[default]
     Auto,
     /// Transparent huge pages (advised; the kernel may still give 4 KiB
@@ -86,7 +87,9 @@ impl EntryTable {
     pub(crate) fn new(len: usize, mem: LpmMemory) -> std::io::Result<EntryTable> {
         let len = len.max(1);
         let bytes = len * size_of::<u32>();
+        // Below one huge page, a reserved one would mostly be waste.
         if mem == LpmMemory::Auto
+            && bytes >= crate::mempool::HUGEPAGE_SIZE
             && let Ok(r) = Region::new(bytes, HugepagePolicy::Require)
         {
             return Ok(Self::from_region(r, len, TableBacking::Hugetlb));
