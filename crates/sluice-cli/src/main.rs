@@ -6,6 +6,7 @@ mod fwd;
 mod l2fwd;
 mod l3fwd;
 mod traffic_gen;
+mod tune;
 
 use std::process::ExitCode;
 
@@ -40,8 +41,13 @@ enum Command {
     /// distributor → N workers (MAC swap, per-flow counts) → Tx.
     Dist(dist::DistArgs),
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor`, `lpm` or `all`.
+    /// `distributor`, `lpm`, `mpwqe`, `pagepool` or `all`.
     Bench(bench::BenchArgs),
+    /// Sweep Rx/Tx descriptors, mempool cache and burst size on the given
+    /// ports (default: the emulated NIC), measure each setting and
+    /// recommend one; `--preset l2fwd-defaults` compares DPDK l2fwd's old
+    /// and new defaults.
+    Tune(tune::TuneArgs),
 }
 
 fn main() -> ExitCode {
@@ -58,6 +64,7 @@ fn main() -> ExitCode {
         },
         Some(Command::Dist(args)) => dist::run_checked(&args),
         Some(Command::Bench(args)) => bench::run(&args),
+        Some(Command::Tune(args)) => tune::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -205,6 +212,18 @@ mod tests {
             panic!("not bench");
         };
         assert_eq!(a.part, bench::Part::Distributor);
+    }
+
+    #[test]
+    fn bench_pagepool_parses() {
+        let cli =
+            Cli::try_parse_from(["sluice", "bench", "pagepool", "--quick", "--json"]).unwrap();
+        let Some(Command::Bench(a)) = cli.command else {
+            panic!("not bench");
+        };
+        assert_eq!(a.part, bench::Part::Pagepool);
+        assert!(a.quick && a.json);
+        assert!(Cli::try_parse_from(["sluice", "bench", "page-pool"]).is_err());
     }
 
     #[test]

@@ -182,7 +182,7 @@ fn recycle_engine_on_null_ports_is_an_error_naming_the_queue() {
     assert_eq!(
         String::from_utf8(out.stderr).unwrap(),
         "sluice: error: --engine recycle: port 0 (null) Rx queue 0 cannot recycle buffers: \
-         driver 'null' does not support it (soft ports do)\n"
+         driver 'null' does not support it (soft and afxdp ports do)\n"
     );
     assert!(out.stdout.is_empty());
 }

@@ -184,7 +184,14 @@ fn l3fwd_rewrites_routed_frames_and_counts_each_drop_by_reason() {
     arp[12..14].copy_from_slice(&[0x08, 0x06]);
     let mut v6_dst = [0u8; 16];
     v6_dst[..4].copy_from_slice(&[0x20, 0x01, 0xdb, 0x8]);
-    let v6_frame = v6(v6_dst, 64, 47); // no IPv6 route: no_route
+    let v6_frame = v6(v6_dst, 64, 47); // no IPv6 route for 2001:db8::/32
+    let mut v6_routed = [0u8; 16];
+    v6_routed[..4].copy_from_slice(&[0x20, 0x01, 0, 2]);
+    v6_routed[15] = 5;
+    frames.push(v6(v6_routed, 64, 48)); // 2001:2::/32 -> 2
+    want2.push(48);
+    v6_routed[15] = 1;
+    frames.push(v6(v6_routed, 1, 49)); // hop limit 1: expired
     frames.extend(no_route.iter().cloned());
     frames.extend(expired.iter().cloned());
     frames.extend([bad_sum, bad_ihl, arp, v6_frame]);
@@ -194,7 +201,7 @@ fn l3fwd_rewrites_routed_frames_and_counts_each_drop_by_reason() {
     write_pcap(&input, &frames);
     let routes = write_routes(
         "pcap-routes",
-        "198.18.0.0/24 1\n198.18.0.200/32 2\n203.0.0.0/16 2\n",
+        "198.18.0.0/24 1\n198.18.0.200/32 2\n203.0.0.0/16 2\n2001:2::/32 2\n",
     );
     let out = sluice()
         .args([
@@ -226,7 +233,7 @@ fn l3fwd_rewrites_routed_frames_and_counts_each_drop_by_reason() {
     assert_eq!(s["pool_full"], true);
     let d = &s["route_drops"];
     assert_eq!(d["no_route"], 3, "{d}");
-    assert_eq!(d["ttl_expired"], 2, "{d}");
+    assert_eq!(d["ttl_expired"], 3, "{d}");
     assert_eq!(d["bad_checksum"], 1, "{d}");
     assert_eq!(d["bad_header"], 2, "{d}");
     assert_eq!(d["unwritable"], 0, "{d}");
@@ -235,10 +242,18 @@ fn l3fwd_rewrites_routed_frames_and_counts_each_drop_by_reason() {
         (&got1, &want1, 1u8, [2, 0, 0, 0, 0, 1]),
         (&got2, &want2, 2, [0xa, 0xb, 0xc, 0xd, 0xe, 2]),
     ] {
-        let tags: Vec<u8> = got.iter().map(|f| f[14 + 15]).collect();
+        // The tag: the last payload byte (IPv4 and IPv6 alike).
+        let tags: Vec<u8> = got.iter().map(|f| f[f.len() - 1]).collect();
         assert_eq!(&tags, want, "port {port}: frames in order");
         for f in got {
-            let tag = f[14 + 15];
+            let tag = f[f.len() - 1];
+            assert_eq!(f[..6], dst_mac, "port {port}: destination MAC");
+            assert_ne!(f[6..12], [8; 6], "port {port}: source MAC is the port's");
+            if f[12..14] == [0x86, 0xdd] {
+                assert_eq!(f[14 + 7], 63, "port {port} tag {tag}: hop limit");
+                assert!(f[62..].iter().all(|&b| b == tag), "port {port} tag {tag}");
+                continue;
+            }
             let ip = Ipv4HeaderSlice::from_slice(&f[14..]).unwrap();
             let sent_ttl = if tag >= 100 { 2 } else { 64 };
             assert_eq!(ip.ttl(), sent_ttl - 1, "port {port} tag {tag}");
@@ -247,8 +262,6 @@ fn l3fwd_rewrites_routed_frames_and_counts_each_drop_by_reason() {
                 ip.header_checksum(),
                 "port {port} tag {tag}"
             );
-            assert_eq!(f[..6], dst_mac, "port {port}: destination MAC");
-            assert_ne!(f[6..12], [8; 6], "port {port}: source MAC is the port's");
             // Nothing else changed: the payload is the tag, repeated.
             assert!(f[42..].iter().all(|&b| b == tag), "port {port} tag {tag}");
         }

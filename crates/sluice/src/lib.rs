@@ -8,6 +8,7 @@
 //! | [`mempool`] | fixed-size elements in one hugepage-or-anonymous region, an MP/MC free ring, per-lcore caches |
 //! | [`mbuf`] | the 128-byte packet buffer header, the owned [`mbuf::Mbuf`] handle and the [`mbuf::Burst`] |
 //! | [`net`] | zero-copy header views (Ethernet, VLAN, IPv4, IPv6, UDP, TCP) and checksums |
+//! | [`pagepool`] | block provider (buddy allocator), page pool (direct cache + ring), page fragments with a per-page count, page_frag_cache, mbufs over fragments |
 //! | [`port`] | `Port`, its configuration, the `RxQueue`/`TxQueue` traits, spec strings, counters and xstats |
 //! | [`tester`] | the built-in traffic tester: stamped UDP/TCP over IPv4/IPv6 frames, per-flow loss, order, duplicate and corruption counts |
 //! | [`driver`] | `open(spec, config)` and the drivers, one folder each: `soft` (the emulated NIC), `pair`, `null`, `pcap` |
@@ -30,10 +31,15 @@ pub mod distributor;
 // The drivers launch lcore threads, which loom models do not have.
 #[cfg(not(loom))]
 pub mod driver;
+// The AF_XDP ring protocol is model-checked on its own under loom.
+#[cfg(all(test, loom))]
+#[path = "driver/afxdp/ring.rs"]
+mod afxdp_ring;
 pub mod lcore;
 pub mod mbuf;
 pub mod mempool;
 pub mod net;
+pub mod pagepool;
 pub mod port;
 pub mod ring;
 pub(crate) mod sync;

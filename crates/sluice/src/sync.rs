@@ -5,14 +5,14 @@
 //! so that the same code compiles either way.
 
 #[cfg(loom)]
-pub(crate) use loom::sync::Arc;
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(loom)]
-pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use loom::sync::{Arc, Mutex, MutexGuard};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::Arc;
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering, fence};
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+pub(crate) use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Spin-wait hint; under loom a yield so the model explores other threads.
 #[inline(always)]

@@ -20,6 +20,10 @@
 //!   MAC rewrite), each port's stream routed to the other
 //!   (`198.18.P.0/24 → peer`, the tester's `dst=stream`); its ratio to
 //!   `soft io` is printed (the bar: at most 1.3).
+//! - `afpacket rx|io (veth)` and `raw socket rx (veth)`: a kernel port with
+//!   a generator in a namespace, as root (`fwd_afpacket.rs`).
+//! - `afxdp rx|io|recycle (veth)` and a raw-socket receiver: an AF_XDP port
+//!   with a generator in a namespace, as root (`fwd_afxdp.rs`).
 
 use std::sync::Arc;
 
@@ -142,6 +146,8 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         ));
     }
     ctx.report(L3FWD_CASE, r);
+    super::fwd_afpacket::run(ctx);
+    super::fwd_afxdp::run(ctx);
 }
 
 /// Measures `sluice l3fwd`'s poll on two soft ports, each stream routed to
@@ -199,8 +205,8 @@ pub fn measure_l3fwd(cpu: usize, ops: u64) -> Result<BenchResult, String> {
                 let mut moved = 0u64;
                 let mut stall = Stall::new("forwarding core");
                 while moved < ops {
-                    let n = poll(&router, &mut lc, 0, &mut bufs, &cfg)
-                        + poll(&router, &mut lc, 1, &mut bufs, &cfg);
+                    let n = poll(&*router, &mut lc, 0, &mut bufs, &cfg)
+                        + poll(&*router, &mut lc, 1, &mut bufs, &cfg);
                     if n == 0 {
                         stall.failed()?;
                     } else {

@@ -11,9 +11,13 @@
 
 pub mod distributor;
 pub mod fwd;
+pub mod fwd_afpacket;
+pub mod fwd_afxdp;
 pub mod lpm;
 pub mod mbuf;
 pub mod mempool;
+pub mod mpwqe;
+pub mod pagepool;
 pub mod recycle;
 pub mod ring;
 
@@ -67,6 +71,13 @@ pub enum Part {
     /// 1k, 100k and 1M routes, IPv6 with 1000 (and 100k); route add and
     /// delete.
     Lpm,
+    /// Multi-packet Tx WQEs vs one WQE per packet on soft ports: txonly
+    /// and io, 64..1500 bytes, one flow or mixed offloads; driver cycles,
+    /// bus bytes per packet, link utilisation.
+    Mpwqe,
+    /// Page pool (T3): alloc + free per packet at MTU 1500 and 8000 for a
+    /// page per packet, page_frag_cache and page-pool fragments.
+    Pagepool,
     /// All of the above.
     All,
 }
@@ -84,7 +95,7 @@ pub enum Selection {
 #[derive(Serialize, Debug, Clone)]
 pub struct BenchResult {
     /// The benchmark set: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor`, `lpm`.
+    /// `distributor`, `lpm`, `pagepool`.
     pub bench: &'static str,
     /// The case, unique within its set.
     pub case: String,
@@ -402,6 +413,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Recycle,
             Part::Distributor,
             Part::Lpm,
+            Part::Mpwqe,
+            Part::Pagepool,
         ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
@@ -410,6 +423,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         Part::Recycle => &[Part::Recycle],
         Part::Distributor => &[Part::Distributor],
         Part::Lpm => &[Part::Lpm],
+        Part::Mpwqe => &[Part::Mpwqe],
+        Part::Pagepool => &[Part::Pagepool],
     };
     // In `all`, the parts that take long run their summary.
     let sel = if args.part == Part::All {
@@ -431,6 +446,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Distributor => distributor::run(&mut ctx, sel),
             // In `all`, the 1k and 100k IPv4 and the 1000 IPv6 sets.
             Part::Lpm => lpm::run(&mut ctx, sel),
+            // In `all`, 64 bytes, one flow.
+            Part::Mpwqe => mpwqe::run(&mut ctx, sel),
+            // In `all`, the allocator cases only.
+            Part::Pagepool => pagepool::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),
         }
     }

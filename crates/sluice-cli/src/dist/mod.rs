@@ -55,6 +55,9 @@ const DRAIN_MAX: Duration = Duration::from_millis(300);
 /// The drain ends after this many looks, `DRAIN_STEP` apart, saw nothing move.
 const DRAIN_IDLE_LOOKS: u32 = 4;
 const DRAIN_STEP: Duration = Duration::from_millis(5);
+/// Longest the drain may take when every port is on a tester: it ends as
+/// soon as their counts add up, so this bounds only a real loss.
+const DRAIN_MAX_ACCOUNTED: Duration = Duration::from_secs(2);
 
 /// Arguments of `sluice dist`.
 #[derive(Args, Debug, Clone)]
@@ -440,6 +443,7 @@ impl WithDist for Pipeline<'_> {
             ports: port_counters,
             stream_tx_port: (0..n).collect(),
             streams: &lc.tx,
+            app_drops: None,
         };
         let (pool, place) = (self.pool, self.place);
         std::thread::scope(|scope| {
@@ -518,7 +522,10 @@ fn pin(cpu: usize, who: &str) {
 
 /// Stats lines until the duration is over, `--packets` were received, or
 /// SIGINT; then, with testers, the drain: they are paused and the pipeline
-/// runs until nothing moved for a few looks, at most [`DRAIN_MAX`].
+/// runs until nothing moved for a few looks, at most [`DRAIN_MAX`] — or,
+/// when every port is on a tester, until every frame they sent was received
+/// or counted as a drop or an Rx miss, at most [`DRAIN_MAX_ACCOUNTED`] (so a
+/// thread descheduled on a loaded machine cannot end the drain early).
 fn main_loop(
     mut live: Live,
     src: &Sources<'_>,
@@ -567,10 +574,35 @@ fn main_loop(
     for (_, t) in testers {
         t.pause(true);
     }
-    let drain_end = Instant::now() + DRAIN_MAX;
+    let accountable = args
+        .all_specs()
+        .iter()
+        .all(|spec| tester_names(std::slice::from_ref(spec)).len() == 1);
+    let drain_end = Instant::now()
+        + if accountable {
+            DRAIN_MAX_ACCOUNTED
+        } else {
+            DRAIN_MAX
+        };
+    let added_up = || {
+        let (sent, received) = testers.iter().fold((0, 0), |(s, r), (_, t)| {
+            let rep = t.report();
+            (s + rep.sent, r + rep.received)
+        });
+        let counted: u64 = src.sample().iter().map(|p| p.drops + p.rx_missed).sum();
+        sent == received + counted
+    };
     let mut last = src.moved();
     let mut idle = 0;
-    while idle < DRAIN_IDLE_LOOKS && Instant::now() < drain_end {
+    while Instant::now() < drain_end {
+        let done = if accountable {
+            added_up()
+        } else {
+            idle >= DRAIN_IDLE_LOOKS
+        };
+        if done {
+            break;
+        }
         std::thread::sleep(DRAIN_STEP);
         let cur = src.moved();
         if cur == last {

@@ -6,8 +6,13 @@
 //! `--record-core-cycles` counts them: only polls that received at least one
 //! packet (busy polls) add their TSC span, so an idle core does not inflate
 //! the per-packet cost.
+//!
+//! A measured window ([`Window`]): the main thread may move the lcores from
+//! counting since the start to counting since now (the warm-up is over) and
+//! then to frozen (the window is over; forwarding goes on for the drain but
+//! is no longer counted). Each lcore sees the move within one poll.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use sluice::counter::Counter;
 use sluice::mbuf::{Burst, MbufPool};
@@ -55,6 +60,22 @@ pub struct LcoreConfig<'a> {
     pub counters: &'a [StreamCounters],
     /// Set by the main thread to end the run.
     pub stop: &'a AtomicBool,
+    /// Which polls count: a [`Window`] value, moved forward by the main
+    /// thread only.
+    pub window: &'a AtomicU8,
+}
+
+/// Phases of the measured window (the values of [`LcoreConfig::window`]).
+pub struct Window;
+
+impl Window {
+    /// Count every poll from the start (no warm-up).
+    pub const ALL: u8 = 0;
+    /// The warm-up is over: counts restart from the first poll that sees
+    /// this.
+    pub const OPEN: u8 = 1;
+    /// The window is over: counts stay as they are.
+    pub const CLOSED: u8 = 2;
 }
 
 /// Runs on a forwarding thread: pins it to `cpu` (a warning on failure),
@@ -94,8 +115,22 @@ pub fn forward(streams: &mut [Stream<'_>], cfg: LcoreConfig<'_>) -> LcoreCycles 
 fn run<E: Fwd>(e: E, streams: &mut [Stream<'_>], cfg: LcoreConfig<'_>) -> LcoreCycles {
     let mut burst: Burst<64> = Burst::new();
     let mut c = LcoreCycles::default();
-    let first = tsc::rdtsc_ordered();
+    let mut first = tsc::rdtsc_ordered();
+    let mut phase = Window::ALL;
+    let mut frozen: Option<LcoreCycles> = None;
     while !cfg.stop.load(Ordering::Relaxed) {
+        let w = cfg.window.load(Ordering::Relaxed);
+        if w != phase {
+            phase = w;
+            let now = tsc::rdtsc_ordered();
+            if w == Window::OPEN {
+                c = LcoreCycles::default();
+                first = now;
+            } else if w == Window::CLOSED && frozen.is_none() {
+                c.total_cycles = now.wrapping_sub(first);
+                frozen = Some(c);
+            }
+        }
         for s in streams.iter_mut() {
             let t0 = rdtsc();
             let m = poll(e, s, burst.capped(cfg.burst), cfg.tx_retry);
@@ -115,6 +150,7 @@ fn run<E: Fwd>(e: E, streams: &mut [Stream<'_>], cfg: LcoreConfig<'_>) -> LcoreC
         }
     }
     c.total_cycles = tsc::rdtsc_ordered().wrapping_sub(first);
+    let c = frozen.unwrap_or(c);
     for s in streams.iter_mut() {
         if s.recycle_errors != 0 {
             cfg.counters[s.id]

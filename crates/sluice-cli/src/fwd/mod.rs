@@ -20,15 +20,20 @@
 //!   the pipeline drains, so testers see every packet), stops the lcores,
 //!   joins them, stops the ports (every buffer goes home) and prints the
 //!   summary with each tester's report.
+//! - [`measure`] does all that and returns the figures instead of printing
+//!   them; with a warm-up it also measures a window (`window`): the
+//!   figures of `--duration` seconds after the warm-up, drain excluded
+//!   (`sluice tune` measures each point so).
 
 pub mod args;
 pub mod engine;
 pub mod lcore;
 pub mod stats;
 pub mod summary;
+pub mod window;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
@@ -37,15 +42,19 @@ use sluice::tester::Tester;
 
 pub use args::{Engine, EthPeer, FwdArgs, parse_eth_peer, parse_seconds};
 use engine::{Stream, udp_frame};
-use lcore::{LcoreConfig, LcoreCycles, StreamCounters, lcore_main};
+use lcore::{LcoreConfig, LcoreCycles, StreamCounters, Window, lcore_main};
 use stats::{Live, Sources};
 use summary::{PortSummary, RouteDrops, Summary, TesterSummary, cycles_per_packet};
+use window::{Snapshot, WindowFigures};
 
 /// Longest the drain after `--duration` may take.
 const DRAIN_MAX: Duration = Duration::from_millis(300);
 /// The drain ends after this many looks, `DRAIN_STEP` apart, saw nothing move.
 const DRAIN_IDLE_LOOKS: u32 = 4;
 const DRAIN_STEP: Duration = Duration::from_millis(5);
+/// Longest the drain may take when every port is on a tester: it ends as
+/// soon as their counts add up, so this bounds only a real loss.
+const DRAIN_MAX_ACCOUNTED: Duration = Duration::from_secs(2);
 
 /// Set by SIGINT or SIGTERM: end the run early (the summary is still
 /// printed).
@@ -96,6 +105,35 @@ pub fn run(args: &FwdArgs) -> Result<bool, String> {
     })
 }
 
+/// What [`measure`] measured.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// The whole run, as `sluice fwd` prints it; with a warm-up its cycle
+    /// figures are the window's (the lcores count only the window).
+    pub summary: Summary,
+    /// With a warm-up: the `--duration` seconds after it.
+    pub window: Option<WindowFigures>,
+}
+
+/// Runs forwarding as `sluice fwd` does, printing only the live stats
+/// lines, and returns the figures. With `warmup` (seconds), forwarding
+/// runs that long first and [`Measured::window`] holds the figures of the
+/// `args.duration` seconds after it.
+pub fn measure(args: &FwdArgs, warmup: Option<f64>) -> Result<Measured, String> {
+    let mut window = None;
+    let mut summary = measure_with(args, args.engine.name(), |ports, pool, testers| {
+        let (f, w) = forward_window(ports, pool, args, testers, warmup)?;
+        window = w;
+        Ok(f)
+    })?;
+    if let Some(w) = &window {
+        // The lcores counted only the window: so does the device.
+        summary.device_cycles = w.device_cycles;
+        summary.cycles_per_packet = w.cycles_per_packet;
+    }
+    Ok(Measured { summary, window })
+}
+
 /// The frame of a forwarding app: opens and starts the ports of `args`
 /// with one mbuf pool, runs `phase` (the forwarding, with live stats and
 /// the drain), stops the ports and prints the summary under the name
@@ -105,6 +143,17 @@ pub(crate) fn run_with(
     engine: &'static str,
     phase: impl FnOnce(&mut [Port], &MbufPool, &[(String, Arc<Tester>)]) -> Result<Forwarded, String>,
 ) -> Result<bool, String> {
+    let summary = measure_with(args, engine, phase)?;
+    summary.print(args.json);
+    Ok(summary.clean)
+}
+
+/// [`run_with`] without the printing: the summary.
+pub(crate) fn measure_with(
+    args: &FwdArgs,
+    engine: &'static str,
+    phase: impl FnOnce(&mut [Port], &MbufPool, &[(String, Arc<Tester>)]) -> Result<Forwarded, String>,
+) -> Result<Summary, String> {
     let specs = args.all_specs();
     if specs.is_empty() {
         return Err(
@@ -147,7 +196,11 @@ pub(crate) fn run_with(
     catch_sigint();
     // The testers the ports are cabled to (held here, so their reports
     // outlive the ports).
-    let testers = sluice::tester::registered();
+    let names = crate::dist::tester_names(&specs);
+    let testers: Vec<_> = sluice::tester::registered()
+        .into_iter()
+        .filter(|(n, _)| names.contains(n))
+        .collect();
     let Forwarded {
         lcores,
         secs,
@@ -202,8 +255,7 @@ pub(crate) fn run_with(
         testers,
         clean,
     };
-    summary.print(args.json);
-    Ok(clean)
+    Ok(summary)
 }
 
 /// The cycles port `spec`'s device model spent inside the forwarding
@@ -296,7 +348,7 @@ pub fn check_recycle(ports: &[Port]) -> Result<(), String> {
                     Ok(false) => {
                         return Err(format!(
                             "--engine recycle: port {i} ({}) {dir} queue {q} cannot recycle \
-                             buffers: driver '{}' does not support it (soft ports do)",
+                             buffers: driver '{}' does not support it (soft and afxdp ports do)",
                             port.name(),
                             port.info().driver
                         ));
@@ -333,12 +385,39 @@ fn forward(
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
 ) -> Result<Forwarded, String> {
+    forward_window(ports, pool, args, testers, None).map(|(f, _)| f)
+}
+
+/// [`forward`], with a measured window after `warmup` seconds.
+fn forward_window(
+    ports: &mut [Port],
+    pool: &MbufPool,
+    args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
+    warmup: Option<f64>,
+) -> Result<(Forwarded, Option<WindowFigures>), String> {
     if args.engine == Engine::Recycle {
         check_recycle(ports)?;
     }
     let n = ports.len();
     let macs: Vec<_> = ports.iter().map(Port::mac).collect();
     let threaded = ports.iter().any(|p| has_threaded_device(p.name()));
+    let inline: Vec<bool> = ports
+        .iter()
+        .map(|p| !has_threaded_device(p.name()))
+        .collect();
+    // Every frame starts and ends at a tester (a forwarding engine, only
+    // tester ports): the drain can wait for the counts to add up.
+    let forwards_all = matches!(
+        args.engine,
+        Engine::Io | Engine::Mac | Engine::Macswap | Engine::Recycle
+    );
+    let accountable = !testers.is_empty()
+        && forwards_all
+        && !args.tx_first
+        && ports
+            .iter()
+            .all(|p| crate::dist::tester_names(&[p.name().to_owned()]).len() == 1);
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     // Every queue, to be handed out one by one.
     let mut rxq: Vec<Vec<Option<&mut dyn sluice::port::RxQueue>>> = Vec::new();
@@ -387,10 +466,12 @@ fn forward(
         per_lcore[i % nb_lcores].push(s);
     }
     let stop = AtomicBool::new(false);
+    let window = AtomicU8::new(Window::ALL);
     let src = Sources {
         ports: counters,
         stream_tx_port,
         streams: &stream_counters,
+        app_drops: None,
     };
     let cfg = LcoreConfig {
         engine: args.engine,
@@ -398,26 +479,53 @@ fn forward(
         tx_retry: args.tx_retry,
         counters: &stream_counters,
         stop: &stop,
+        window: &window,
     };
-    let (lcores, secs) = run_lcores(
+    let control = Control {
+        stop: &stop,
+        accountable,
+        warmup: warmup.map(|secs| (secs, &window, inline.as_slice())),
+    };
+    let (lcores, secs, snapshots) = run_lcores_with(
         per_lcore,
         threaded,
         &src,
         args,
         testers,
-        &stop,
+        control,
         |cpu, mut streams| lcore_main(cpu, &mut streams, cfg, pool),
     )?;
     let drops = src.sample().iter().map(|s| s.drops).collect();
     let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
-    Ok(Forwarded {
+    let window = snapshots.map(|(open, close)| WindowFigures::new(&open, &close, &lcores));
+    let f = Forwarded {
         lcores,
         secs,
         drops,
         recycle_errors,
         route_drops: None,
-    })
+    };
+    Ok((f, window))
 }
+
+/// How the main thread runs the lcores of [`run_lcores_with`].
+#[derive(Clone, Copy)]
+pub(crate) struct Control<'a> {
+    /// Set to end the run.
+    pub stop: &'a AtomicBool,
+    /// Every frame starts and ends at a tester: the drain waits for their
+    /// counts to add up (see [`main_loop`]).
+    pub accountable: bool,
+    /// A measured window after a warm-up.
+    pub warmup: Option<Warmup<'a>>,
+}
+
+/// The counters at a measured window's open and close.
+pub(crate) type WindowEnds = (Snapshot, Snapshot);
+
+/// A warm-up before the measured window: its length in seconds, the
+/// lcores' [`Window`] flag and, per port, whether its device runs inline.
+pub(crate) type Warmup<'a> = (f64, &'a AtomicU8, &'a [bool]);
 
 /// Runs one forwarding thread per element of `per_lcore` (each pinned to
 /// its CPU from [`lcore_cpus`], named `fwd-I`), prints live stats from
@@ -433,6 +541,34 @@ pub(crate) fn run_lcores<T: Send>(
     stop: &AtomicBool,
     body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
 ) -> Result<(Vec<LcoreCycles>, f64), String> {
+    // Every port on a tester: the drain can wait for the counts to add up.
+    let accountable = !testers.is_empty()
+        && args
+            .all_specs()
+            .iter()
+            .all(|spec| crate::dist::tester_names(std::slice::from_ref(spec)).len() == 1);
+    let control = Control {
+        stop,
+        accountable,
+        warmup: None,
+    };
+    let (lcores, secs, _) =
+        run_lcores_with(per_lcore, threaded, src, args, testers, control, body)?;
+    Ok((lcores, secs))
+}
+
+/// [`run_lcores`] under `control`: with a warm-up, also the counters at the
+/// measured window's open and close.
+pub(crate) fn run_lcores_with<T: Send>(
+    per_lcore: Vec<T>,
+    threaded: bool,
+    src: &Sources<'_>,
+    args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
+    control: Control<'_>,
+    body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
+) -> Result<(Vec<LcoreCycles>, f64, Option<WindowEnds>), String> {
+    let stop = control.stop;
     let cpus = lcore_cpus(&sluice::lcore::available_cpus(), threaded);
     if per_lcore.len() > cpus.len() {
         eprintln!(
@@ -442,7 +578,7 @@ pub(crate) fn run_lcores<T: Send>(
         );
     }
     let body = &body;
-    let (results, secs) = std::thread::scope(|scope| {
+    let (results, secs, snapshots) = std::thread::scope(|scope| {
         let handles: Vec<_> = per_lcore
             .into_iter()
             .enumerate()
@@ -455,8 +591,9 @@ pub(crate) fn run_lcores<T: Send>(
             .collect();
         let live = Live::new(src, args.json);
         let started = live.start();
+        let mut snapshots = None;
         if handles.iter().all(|h| h.is_ok()) {
-            main_loop(live, src, args, testers);
+            snapshots = main_loop(live, src, args, testers, control);
         }
         stop.store(true, Ordering::Relaxed);
         let secs = started.elapsed().as_secs_f64();
@@ -475,10 +612,10 @@ pub(crate) fn run_lcores<T: Send>(
                 Err(e) => Err(format!("cannot start a forwarding thread: {e}")),
             })
             .collect();
-        (results, secs)
+        (results, secs, snapshots)
     });
     let lcores = results.into_iter().collect::<Result<Vec<_>, _>>()?;
-    Ok((lcores, secs))
+    Ok((lcores, secs, snapshots))
 }
 
 /// `--tx-first`: one burst of generated frames on the stream's Tx queue
@@ -501,24 +638,55 @@ fn send_first_burst(s: &mut Stream<'_>, pool: &MbufPool, args: &FwdArgs) {
 /// Stats lines until the duration is over (never when it is infinite) or a
 /// signal came (SIGINT, SIGTERM); then, with testers,
 /// the drain: they are paused and forwarding goes on until nothing moved
-/// for a few looks, at most [`DRAIN_MAX`].
-fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs, testers: &[(String, Arc<Tester>)]) {
+/// for a few looks, at most [`DRAIN_MAX`] — or, when every frame starts and
+/// ends at a tester (`control.accountable`), until every frame they sent
+/// was received or counted as a drop or a miss, at most
+/// [`DRAIN_MAX_ACCOUNTED`] (a descheduled lcore then cannot end the drain
+/// early). With a warm-up, the duration starts after it, and the counters
+/// at the window's open and close are returned.
+fn main_loop(
+    mut live: Live,
+    src: &Sources<'_>,
+    args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
+    control: Control<'_>,
+) -> Option<WindowEnds> {
     let start = live.start();
-    // An infinite (or absurdly long) duration has no end but a signal.
-    let end = Duration::try_from_secs_f64(args.duration)
-        .ok()
-        .and_then(|d| start.checked_add(d));
+    let warmup = control.warmup;
+    let warm = Duration::from_secs_f64(warmup.map_or(0.0, |w| w.0));
+    // An infinite (or absurdly long) duration has no end but a signal;
+    // with a warm-up, the end moves to the window's open plus the duration.
+    let length = Duration::try_from_secs_f64(args.duration).ok();
+    let mut end = length.and_then(|d| start.checked_add(warm + d));
     let period = Duration::from_secs_f64(args.stats_period);
     let mut next = start + period;
+    let mut open: Option<Snapshot> = None;
+    let mut snapshots = None;
     loop {
         let now = Instant::now();
+        if let Some((_, flag, inline)) = warmup
+            && open.is_none()
+            && now >= start + warm
+        {
+            let o = Snapshot::take(src, inline);
+            end = length.and_then(|d| o.at.checked_add(d));
+            open = Some(o);
+            flag.store(Window::OPEN, Ordering::Relaxed);
+        }
         if end.is_some_and(|e| now >= e) || INTERRUPTED.load(Ordering::Relaxed) {
+            if let (Some((_, flag, inline)), Some(open)) = (warmup, open.take()) {
+                flag.store(Window::CLOSED, Ordering::Relaxed);
+                snapshots = Some((open, Snapshot::take(src, inline)));
+            }
             break;
         }
-        // Short sleeps, so a signal is seen soon.
+        // Short sleeps, so a signal (and the warm-up's end) is seen soon.
         let mut wake = next.min(now + Duration::from_millis(50));
         if let Some(e) = end {
             wake = wake.min(e);
+        }
+        if open.is_none() && warmup.is_some() {
+            wake = wake.min(start + warm);
         }
         std::thread::sleep(wake - now);
         if Instant::now() >= next {
@@ -527,15 +695,41 @@ fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs, testers: &[(Stri
         }
     }
     if testers.is_empty() {
-        return;
+        return snapshots;
     }
     for (_, t) in testers {
         t.pause(true);
     }
-    let drain_end = Instant::now() + DRAIN_MAX;
+    let accountable = control.accountable;
+    let drain_end = Instant::now()
+        + if accountable {
+            DRAIN_MAX_ACCOUNTED
+        } else {
+            DRAIN_MAX
+        };
     let mut last = src.moved();
     let mut idle = 0;
-    while idle < DRAIN_IDLE_LOOKS && Instant::now() < drain_end {
+    let added_up = || {
+        let (sent, received) = testers.iter().fold((0, 0), |(s, r), (_, t)| {
+            let rep = t.report();
+            (s + rep.sent, r + rep.received)
+        });
+        let counted: u64 = src
+            .sample()
+            .iter()
+            .map(|p| p.drops + p.rx_missed)
+            .sum::<u64>()
+            + src.app_drops.map_or(0, |f| f());
+        sent == received + counted
+    };
+    while Instant::now() < drain_end {
+        if if accountable {
+            added_up()
+        } else {
+            idle >= DRAIN_IDLE_LOOKS
+        } {
+            break;
+        }
         std::thread::sleep(DRAIN_STEP);
         let cur = src.moved();
         if cur == last {
@@ -545,6 +739,7 @@ fn main_loop(mut live: Live, src: &Sources<'_>, args: &FwdArgs, testers: &[(Stri
             last = cur;
         }
     }
+    snapshots
 }
 
 /// Each registered tester's report.
@@ -729,7 +924,7 @@ mod tests {
         assert_eq!(
             err,
             "--engine recycle: port 0 (null) Rx queue 0 cannot recycle buffers: driver 'null' \
-             does not support it (soft ports do)"
+             does not support it (soft and afxdp ports do)"
         );
         let pair = "pair:name=fwd_recycle_err";
         let err = run(&quick(&[pair, pair], Engine::Recycle, 1)).unwrap_err();
@@ -737,7 +932,7 @@ mod tests {
             err,
             format!(
                 "--engine recycle: port 0 ({pair}) Rx queue 0 cannot recycle buffers: driver \
-                 'pair' does not support it (soft ports do)"
+                 'pair' does not support it (soft and afxdp ports do)"
             )
         );
         // A soft port's Rx queue can, but its stream sends on a null port.
@@ -746,7 +941,7 @@ mod tests {
         assert_eq!(
             err,
             "--engine recycle: port 1 (null) Tx queue 0 cannot recycle buffers: driver 'null' \
-             does not support it (soft ports do)"
+             does not support it (soft and afxdp ports do)"
         );
     }
 

@@ -20,6 +20,9 @@ pub struct Sources<'a> {
     pub stream_tx_port: Vec<usize>,
     /// Per stream.
     pub streams: &'a [StreamCounters],
+    /// Packets the application dropped before Tx (l3fwd's router drops),
+    /// all ports: counted when the drain adds up the testers' frames.
+    pub app_drops: Option<&'a (dyn Fn() -> u64 + Sync)>,
 }
 
 /// One port's counters at one time.
@@ -184,6 +187,7 @@ mod tests {
             ports,
             stream_tx_port: vec![1, 0],
             streams: &streams,
+            app_drops: None,
         };
         let s = src.sample();
         assert_eq!(

@@ -5,6 +5,7 @@
 //! as text, or as one JSON object.
 
 use serde::Serialize;
+use sluice::driver::soft::bus::{BusBytes, Link};
 use sluice::port::{BurstHistogram, PortCounters};
 
 use super::lcore::LcoreCycles;
@@ -73,6 +74,59 @@ pub struct PortSummary {
     /// `recycle` engine).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub recycle: Option<RecycleCounts>,
+    /// Bus figures of an emulated NIC (`soft`) that moved packets.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bus: Option<BusSummary>,
+}
+
+/// A soft port's bus traffic over the run: bytes per packet (received and
+/// sent through the port) and the link's use at the measured rate.
+#[derive(Serialize, Debug, Clone, PartialEq)]
+pub struct BusSummary {
+    /// The PCIe link (`link=`).
+    pub link: String,
+    /// All bus bytes per packet, both directions.
+    pub bytes_per_pkt: f64,
+    /// Descriptor and WQE fetches per packet.
+    pub desc_bytes_per_pkt: f64,
+    /// Toward the device, per packet.
+    pub to_device_bytes_per_pkt: f64,
+    /// From the device, per packet.
+    pub from_device_bytes_per_pkt: f64,
+    /// Share of the link toward the device at the measured rate.
+    pub to_device_util: f64,
+    /// Share of the link from the device.
+    pub from_device_util: f64,
+    /// Tx packets sent in multi-packet WQEs, and in regular ones.
+    pub tx_mpwqe_pkts: u64,
+    /// See `tx_mpwqe_pkts`.
+    pub tx_wqe_pkts: u64,
+}
+
+impl BusSummary {
+    /// From a soft port's spec and xstats, `packets` having crossed it in
+    /// `secs`; `None` for another driver or when nothing moved.
+    pub fn new(spec: &str, x: &[(String, u64)], packets: u64, secs: f64) -> Option<BusSummary> {
+        let link = Link::of_spec(spec)?;
+        let b = BusBytes::from_xstats(x)?;
+        if packets == 0 || secs <= 0.0 {
+            return None;
+        }
+        let per = |v: u64| v as f64 / packets as f64;
+        let util = |v: u64| v as f64 / secs / link.bytes_per_sec();
+        let get = |n: &str| x.iter().find(|(k, _)| k == n).map_or(0, |&(_, v)| v);
+        Some(BusSummary {
+            link: link.name(),
+            bytes_per_pkt: per(b.total()),
+            desc_bytes_per_pkt: per(b.desc),
+            to_device_bytes_per_pkt: per(b.to_device()),
+            from_device_bytes_per_pkt: per(b.from_device()),
+            to_device_util: util(b.to_device()),
+            from_device_util: util(b.from_device()),
+            tx_mpwqe_pkts: get("tx_mpwqe_pkts"),
+            tx_wqe_pkts: get("tx_wqe_pkts"),
+        })
+    }
 }
 
 /// A port's buffer-recycling xstats (0 when the driver has none).
@@ -118,6 +172,8 @@ impl PortSummary {
                 histograms.push(QueueHist::new("tx", q, h));
             }
         }
+        let xstats = c.xstats.snapshot();
+        let bus = BusSummary::new(spec, &xstats, s.rx_packets + s.tx_packets, secs);
         PortSummary {
             port,
             spec: spec.to_owned(),
@@ -131,9 +187,10 @@ impl PortSummary {
             rx_nombuf: s.rx_nombuf,
             rx_errors: s.rx_errors,
             tx_errors: s.tx_errors,
-            xstats: c.xstats.snapshot(),
+            xstats,
             histograms,
             recycle: None,
+            bus,
         }
     }
 
@@ -279,6 +336,22 @@ impl Summary {
                 p.rx_errors,
                 p.tx_errors
             ));
+            if let Some(b) = &p.bus {
+                emit(&format!(
+                    "  bus ({}): {:.1} B/pkt (descriptors {:.1}); to device {:.1} B/pkt, {:.2}% \
+                     of the link; from device {:.1} B/pkt, {:.2}%; Tx packets in MPWQEs {}, \
+                     in regular WQEs {}",
+                    b.link,
+                    b.bytes_per_pkt,
+                    b.desc_bytes_per_pkt,
+                    b.to_device_bytes_per_pkt,
+                    100.0 * b.to_device_util,
+                    b.from_device_bytes_per_pkt,
+                    100.0 * b.from_device_util,
+                    b.tx_mpwqe_pkts,
+                    b.tx_wqe_pkts
+                ));
+            }
             if let Some(r) = &p.recycle {
                 emit(&format!(
                     "  recycle: rx_recycled {}  tx_recycled {}  recycle_fallbacks {}",
@@ -391,6 +464,37 @@ mod tests {
         let c = PortCounters::new(1, 1, false);
         let v = serde_json::to_value(PortSummary::new(0, "null", &c, 0, 1.0)).unwrap();
         assert!(v.get("histograms").is_none());
+    }
+
+    #[test]
+    fn bus_figures_come_from_a_soft_ports_xstats_and_link() {
+        let x: Vec<(String, u64)> = [
+            ("bus_desc_bytes", 4000u64),
+            ("bus_data_bytes", 20_000),
+            ("bus_tx_data_bytes", 8_000),
+            ("bus_writeback_bytes", 1_000),
+            ("bus_completion_bytes", 500),
+            ("bus_doorbell_bytes", 500),
+            ("tx_mpwqe_pkts", 90),
+            ("tx_wqe_pkts", 10),
+        ]
+        .iter()
+        .map(|&(n, v)| (n.to_string(), v))
+        .collect();
+        let b = BusSummary::new("soft:tester=a,link=gen4x16", &x, 100, 2.0).unwrap();
+        assert_eq!(b.link, "gen4x16");
+        assert_eq!(b.bytes_per_pkt, 260.0);
+        assert_eq!(b.desc_bytes_per_pkt, 40.0);
+        assert_eq!(b.to_device_bytes_per_pkt, 125.0);
+        assert_eq!(b.from_device_bytes_per_pkt, 135.0);
+        let link = Link::parse("gen4x16").unwrap().bytes_per_sec();
+        assert_eq!(b.to_device_util, 12_500.0 / 2.0 / link);
+        assert_eq!((b.tx_mpwqe_pkts, b.tx_wqe_pkts), (90, 10));
+        assert_eq!(BusSummary::new("null", &x, 100, 2.0), None);
+        assert_eq!(BusSummary::new("soft", &x, 0, 2.0), None);
+        let c = PortCounters::new(1, 1, false);
+        let v = serde_json::to_value(PortSummary::new(0, "null", &c, 0, 1.0)).unwrap();
+        assert!(v.get("bus").is_none());
     }
 
     #[test]

@@ -2,8 +2,8 @@
 //! IPv4/IPv6 router.
 //!
 //! - **Routes** come from a file ([`routes`]): `PREFIX/LEN PORT` lines for
-//!   longest-prefix match (`--lookup lpm`, the default: IPv4 DIR-24-8 in
-//!   `sluice::net::lpm`), or 5-tuple lines for exact match (`--lookup em`:
+//!   longest-prefix match (`--lookup lpm`, the default: `Lpm4` DIR-24-8 and
+//!   `Lpm6` multibit trie in `sluice::net::lpm`), or 5-tuple lines for exact match (`--lookup em`:
 //!   `sluice::net::em` hash tables).
 //! - **Per packet** ([`classify`]): header checks, the lookup, TTL / hop
 //!   limit decrement with the IPv4 checksum updated incrementally, the MAC
@@ -138,7 +138,7 @@ pub fn run(args: &L3fwdArgs) -> Result<(), String> {
     }
     let tables = Tables::build(&file, args.lookup, fa.all_specs().len())?;
     let clean = fwd::run_with(&fa, args.engine(), |ports, pool, testers| match &tables {
-        Tables::Lpm(r) => route_phase(r, ports, pool, &fa, testers),
+        Tables::Lpm(r) => route_phase(&**r, ports, pool, &fa, testers),
         Tables::Em(r) => route_phase(r, ports, pool, &fa, testers),
     })?;
     if clean {
@@ -203,10 +203,15 @@ pub(crate) fn route_phase<R: Router>(
         .map(|_| StreamCounters::default())
         .collect();
     let stop = AtomicBool::new(false);
+    let app_drops = || {
+        let d = sum_drops(&drop_counters);
+        d.no_route + d.ttl_expired + d.bad_header + d.bad_checksum + d.unwritable
+    };
     let src = Sources {
         ports: counters,
         stream_tx_port: (0..nb_lcores * nports).map(|i| i % nports).collect(),
         streams: &stream_counters,
+        app_drops: Some(&app_drops),
     };
     let cfg = L3Config {
         burst: args.burst as usize,

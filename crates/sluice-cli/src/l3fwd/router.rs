@@ -5,7 +5,7 @@ use std::net::IpAddr;
 
 use clap::ValueEnum;
 use sluice::net::em::{EmConfig, EmTable, Flow4, Flow6};
-use sluice::net::lpm::{Lpm4, LpmConfig};
+use sluice::net::lpm::{Lpm4, Lpm6, LpmConfig};
 
 use super::classify::{Router, flow4, flow6};
 use super::routes::RoutesFile;
@@ -23,6 +23,8 @@ pub enum Lookup {
 pub struct LpmRouter {
     /// IPv4 routes.
     v4: Lpm4,
+    /// IPv6 routes.
+    v6: Lpm6,
 }
 
 impl Router for LpmRouter {
@@ -33,8 +35,10 @@ impl Router for LpmRouter {
     }
 
     #[inline(always)]
-    fn v6(&self, _ip: &[u8]) -> Option<u32> {
-        None
+    fn v6(&self, ip: &[u8]) -> Option<u32> {
+        let mut dst = [0u8; 16];
+        dst.copy_from_slice(&ip[24..40]);
+        self.v6.lookup(dst)
     }
 }
 
@@ -60,8 +64,9 @@ impl Router for EmRouter {
 
 /// The tables of one run.
 pub enum Tables {
-    /// `--lookup lpm`.
-    Lpm(LpmRouter),
+    /// `--lookup lpm` (boxed: the tables' handles are far larger than the
+    /// exact-match ones).
+    Lpm(Box<LpmRouter>),
     /// `--lookup em`.
     Em(EmRouter),
 }
@@ -93,12 +98,24 @@ impl Tables {
                         file.flows.len()
                     ));
                 }
-                let long = file.routes.iter().filter(|r| r.len > 24).count() as u32;
-                let mut v4 = Lpm4::new(LpmConfig {
-                    max_routes: (file.routes.len() as u32).max(1),
-                    number_tbl8s: long.max(1),
-                })
-                .map_err(|e| e.to_string())?;
+                // Group counts: a v4 route longer than /24 needs at most one
+                // tbl8 group, a v6 one at most one per byte beyond /24.
+                let (mut n4, mut n6, mut g4, mut g6) = (0u32, 0u32, 0u32, 0u32);
+                for r in &file.routes {
+                    if r.prefix.is_ipv4() {
+                        n4 += 1;
+                        g4 += u32::from(r.len > 24);
+                    } else {
+                        n6 += 1;
+                        g6 += (u32::from(r.len).saturating_sub(24)).div_ceil(8);
+                    }
+                }
+                let cfg = |routes: u32, groups: u32| LpmConfig {
+                    max_routes: routes.max(1),
+                    number_tbl8s: groups.max(1),
+                };
+                let mut v4 = Lpm4::new(cfg(n4, g4)).map_err(|e| e.to_string())?;
+                let mut v6 = Lpm6::new(cfg(n6, g6)).map_err(|e| e.to_string())?;
                 for r in &file.routes {
                     let what = format!("route {}/{}", r.prefix, r.len);
                     check_port(&what, r.port, nports)?;
@@ -106,14 +123,12 @@ impl Tables {
                         IpAddr::V4(a) => v4
                             .add(u32::from(a), r.len, r.port as u32)
                             .map_err(|e| format!("{what}: {e}"))?,
-                        IpAddr::V6(_) => {
-                            return Err(format!(
-                                "{what}: IPv6 longest-prefix match is not available yet"
-                            ));
-                        }
+                        IpAddr::V6(a) => v6
+                            .add(a.octets(), r.len, r.port as u32)
+                            .map_err(|e| format!("{what}: {e}"))?,
                     }
                 }
-                Ok(Tables::Lpm(LpmRouter { v4 }))
+                Ok(Tables::Lpm(Box::new(LpmRouter { v4, v6 })))
             }
             Lookup::Em => {
                 if !file.routes.is_empty() {
@@ -207,7 +222,10 @@ mod tests {
 
     #[test]
     fn lpm_and_em_tables_answer_as_the_file_says() {
-        let f = parse("0.0.0.0/0 0\n198.18.0.0/15 1\n198.18.0.1/32 0\n").unwrap();
+        let f = parse(
+            "0.0.0.0/0 0\n198.18.0.0/15 1\n198.18.0.1/32 0\n2001:2::/32 1\n2001:2:0:2::1/128 0\n",
+        )
+        .unwrap();
         let Ok(Tables::Lpm(t)) = Tables::build(&f, Lookup::Lpm, 2) else {
             panic!("not lpm");
         };
@@ -219,6 +237,16 @@ mod tests {
         ] {
             ip[16..20].copy_from_slice(&dst);
             assert_eq!(t.v4(&ip, 20), Some(want), "{dst:?}");
+        }
+        let mut ip6 = [0u8; 40];
+        for (dst, want) in [
+            ("2001:2:0:2::1", Some(0)),
+            ("2001:2:0:2::2", Some(1)),
+            ("2001:3::1", None),
+        ] {
+            let a: std::net::Ipv6Addr = dst.parse().unwrap();
+            ip6[24..40].copy_from_slice(&a.octets());
+            assert_eq!(t.v6(&ip6), want, "{dst}");
         }
         let f = parse("10.0.0.1 198.18.0.1 1024 9 udp 1\n::1 ::2 5 6 tcp 0\n").unwrap();
         let Ok(Tables::Em(t)) = Tables::build(&f, Lookup::Em, 2) else {

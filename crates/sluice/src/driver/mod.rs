@@ -8,20 +8,27 @@
 //!
 //! | driver | what it is |
 //! |---|---|
+//! | [`afpacket`] | a kernel interface through packet sockets: TPACKET_V3 Rx ring, TPACKET_V2 Tx ring, fanout |
+//! | [`afxdp`] | a kernel interface through AF_XDP sockets, the mbuf pool as UMEM, an XDP redirect program |
 //! | [`null`] | Rx makes packets, Tx frees them: the buffer cycle alone |
 //! | [`pair`] | two ports joined by rings: what one end sends, the other receives (zero copy) |
 //! | [`pcap`] | packets from and to pcap files (tshark/Wireshark's format) |
 //! | [`soft`] | the emulated NIC: descriptor rings and a device model, cabled to the tester or another soft port |
+//! | [`tap`] | a TAP device: frames to and from the kernel's network stack, one fd per queue |
 
+pub mod afpacket;
+pub mod afxdp;
+mod netdev;
 pub mod null;
 pub mod pair;
 pub mod pcap;
 pub mod soft;
+pub mod tap;
 
 use crate::port::{Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
-pub const DRIVERS: &[&str] = &["null", "pair", "pcap", "soft"];
+pub const DRIVERS: &[&str] = &["afpacket", "afxdp", "null", "pair", "pcap", "soft", "tap"];
 
 /// Makes a port from a spec string (`null:size=64`, …) and a configuration.
 /// The port is not started. Errors name the spec and what is wrong with it:
@@ -30,10 +37,13 @@ pub const DRIVERS: &[&str] = &["null", "pair", "pcap", "soft"];
 pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
     let spec = PortSpec::parse(spec)?;
     let driver: Box<dyn PortDriver> = match spec.driver() {
+        "afpacket" => Box::new(afpacket::AfPacketDriver::from_spec(&spec)?),
+        "afxdp" => Box::new(afxdp::AfxdpDriver::from_spec(&spec)?),
         "null" => Box::new(null::NullDriver::from_spec(&spec)?),
         "pair" => Box::new(pair::PairDriver::from_spec(&spec)?),
         "pcap" => Box::new(pcap::PcapDriver::from_spec(&spec)?),
         "soft" => Box::new(soft::SoftDriver::from_spec(&spec)?),
+        "tap" => Box::new(tap::TapDriver::from_spec(&spec)?),
         _ => return Err(spec.unknown_driver(DRIVERS).into()),
     };
     Port::new(spec.as_str(), driver, config)

@@ -47,6 +47,20 @@ impl ExtSharedInfo {
         }
     }
 
+    /// A shared info whose one attachment is about to be made with
+    /// `Mbuf::attach_extbuf_fresh` (no atomic needed for it).
+    ///
+    /// # Safety
+    /// As [`new`](Self::new), and it is attached to exactly one mbuf that
+    /// way before anything else sees it.
+    pub(crate) const unsafe fn new_attached(free_cb: ExtFreeCallback, opaque: *mut ()) -> Self {
+        ExtSharedInfo {
+            free_cb,
+            opaque,
+            refcnt: AtomicU32::new(1),
+        }
+    }
+
     /// Mbufs attached now (a snapshot).
     pub fn refcnt(&self) -> u32 {
         self.refcnt.load(Ordering::Relaxed)
@@ -61,13 +75,43 @@ impl ExtSharedInfo {
     }
 
     /// One mbuf detaches from `buf`; the last calls the free callback.
+    ///
+    /// Takes a pointer, not `&self`: the info may live inside the buffer it
+    /// describes (a page-pool fragment keeps it in its tailroom), and the
+    /// callback hands that memory on while this function is still running,
+    /// so no reference to the info may be live across the call.
+    ///
+    /// # Safety
+    /// `this` is valid, and the caller held one attachment, given up here.
     #[inline]
-    pub(crate) fn put(&self, buf: NonNull<u8>) {
-        // Release pairs with the Acquire fence of whoever ends up last, so
-        // every holder's use of the buffer happens-before it is freed.
-        if self.refcnt.fetch_sub(1, Ordering::Release) == 1 {
+    pub(crate) unsafe fn put(this: NonNull<ExtSharedInfo>, buf: NonNull<u8>) {
+        let (free_cb, opaque, last) = {
+            // SAFETY: valid while we hold an attachment (until the decrement).
+            let info = unsafe { this.as_ref() };
+            // Read before the decrement: after it, another holder may free
+            // the info.
+            let (cb, op) = (info.free_cb, info.opaque);
+            // The only attachment (the common case): no atomic write — no one
+            // else can attach without holding one (as `Arc`). Acquire pairs
+            // with the Release decrement of the last other holder, so its
+            // uses of the buffer happen-before the free.
+            let last = info.refcnt.load(Ordering::Acquire) == 1
+                // Release pairs with the Acquire fence of whoever ends up
+                // last, so every holder's use happens-before the free.
+                || info.refcnt.fetch_sub(1, Ordering::Release) == 1;
+            if last {
+                // Back to no attachment (the shortcut left it at 1), before
+                // the callback may hand the info's memory on: an info that
+                // outlives its buffer can be attached again from 0.
+                info.refcnt.store(0, Ordering::Relaxed);
+            }
+            (cb, op, last)
+        };
+        if last {
+            // Pairs with the Release decrements (a no-op after the Acquire
+            // load above; the RMW path needs it).
             std::sync::atomic::fence(Ordering::Acquire);
-            (self.free_cb)(buf, self.opaque);
+            free_cb(buf, opaque);
         }
     }
 

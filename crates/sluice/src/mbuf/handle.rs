@@ -478,6 +478,34 @@ impl Mbuf {
         headroom: u16,
         shinfo: NonNull<ExtSharedInfo>,
     ) -> Result<(), MbufError> {
+        self.check_attach(len, headroom)?;
+        // SAFETY: valid per the caller's contract.
+        unsafe { shinfo.as_ref() }.get();
+        self.set_extbuf(buf, iova, len, headroom, shinfo);
+        Ok(())
+    }
+
+    /// [`attach_extbuf`](Self::attach_extbuf) for a shared info made with
+    /// [`ExtSharedInfo::new_attached`]: its count already includes this
+    /// mbuf, so attaching needs no atomic.
+    ///
+    /// # Safety
+    /// As `attach_extbuf`, and `shinfo` is a fresh info whose one attachment
+    /// this is (no other mbuf is, or will be without a clone of this one).
+    pub(crate) unsafe fn attach_extbuf_fresh(
+        &mut self,
+        buf: NonNull<u8>,
+        iova: u64,
+        len: u16,
+        headroom: u16,
+        shinfo: NonNull<ExtSharedInfo>,
+    ) -> Result<(), MbufError> {
+        self.check_attach(len, headroom)?;
+        self.set_extbuf(buf, iova, len, headroom, shinfo);
+        Ok(())
+    }
+
+    fn check_attach(&self, len: u16, headroom: u16) -> Result<(), MbufError> {
         if self.refcnt() != 1 || self.nb_segs() != 1 {
             return Err(MbufError::Shared);
         }
@@ -490,8 +518,17 @@ impl Mbuf {
                 have: len as usize,
             });
         }
-        // SAFETY: valid per the caller's contract.
-        unsafe { shinfo.as_ref() }.get();
+        Ok(())
+    }
+
+    fn set_extbuf(
+        &mut self,
+        buf: NonNull<u8>,
+        iova: u64,
+        len: u16,
+        headroom: u16,
+        shinfo: NonNull<ExtSharedInfo>,
+    ) {
         let h = self.header_mut();
         h.buf_addr = buf.as_ptr();
         h.buf_iova = iova;
@@ -500,7 +537,6 @@ impl Mbuf {
         h.data_len = 0;
         h.pkt_len = 0;
         h.shinfo = shinfo.as_ptr();
-        Ok(())
     }
 }
 
@@ -611,9 +647,10 @@ unsafe fn free_segments(ptr: NonNull<MbufHeader>) {
             h.buf_iova = h.own_buf_iova;
             h.buf_len = h.own_buf_len;
             h.shinfo = std::ptr::null();
-            // SAFETY: `shinfo` is valid while attached (attach contract); the
-            // callback may free it, and we do not touch it afterwards.
-            unsafe { info.as_ref() }.put(buf);
+            // SAFETY: `shinfo` is valid while attached (attach contract) and
+            // we give up this segment's attachment; the callback may free it,
+            // and we do not touch it afterwards.
+            unsafe { ExtSharedInfo::put(info, buf) };
         }
         h.next = std::ptr::null_mut();
         h.nb_segs = 1;

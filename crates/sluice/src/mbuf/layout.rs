@@ -276,4 +276,15 @@ pub mod ol {
     pub const TX_IPV4: u64 = 1 << 55;
     /// Tx: the packet is IPv6.
     pub const TX_IPV6: u64 = 1 << 56;
+    /// Tx: the packet is VXLAN-encapsulated: the checksum flags above apply
+    /// to the inner headers, located by the `outer_l2_len`, `outer_l3_len`,
+    /// `l2_len` (outer UDP + VXLAN + inner Ethernet) and `l3_len` Tx offload
+    /// lengths.
+    pub const TX_TUNNEL_VXLAN: u64 = 1 << 45;
+    /// Tx, tunnels: compute the outer IPv4 header checksum.
+    pub const TX_OUTER_IP_CKSUM: u64 = 1 << 58;
+    /// Tx, tunnels: the outer header is IPv4.
+    pub const TX_OUTER_IPV4: u64 = 1 << 59;
+    /// Tx, tunnels: the outer header is IPv6.
+    pub const TX_OUTER_IPV6: u64 = 1 << 60;
 }

@@ -60,10 +60,11 @@ use crate::counter::Counter;
 use crate::port::{PortCounters, Xstats};
 use crate::tsc::rdtsc;
 
-use super::desc::{DescRing, rx, tx};
-use super::frame::{RssHasher, parse, rx_checksums, tx_checksums};
+use super::desc::{DescRing, rx};
+use super::frame::{RssHasher, parse, rx_checksums};
 use super::tester::{Checker, Generator};
-use super::wire::{LaneRx, Sent, WireTx};
+use super::wire::{LaneRx, WireTx};
+use super::wqe::{SEG, blocks};
 
 /// Most frames an engine handles per step.
 pub const STEP: usize = 64;
@@ -154,7 +155,10 @@ pub struct Bus {
     desc: Arc<Counter>,
     writeback: Arc<Counter>,
     data: Arc<Counter>,
-    cycles: Arc<Counter>,
+    tx_data: Arc<Counter>,
+    completion: Arc<Counter>,
+    /// Cycles the engine spent in its steps (`device_cycles`).
+    pub cycles: Arc<Counter>,
 }
 
 impl Bus {
@@ -165,6 +169,8 @@ impl Bus {
             desc: x.register("bus_desc_bytes"),
             writeback: x.register("bus_writeback_bytes"),
             data: x.register("bus_data_bytes"),
+            tx_data: x.register("bus_tx_data_bytes"),
+            completion: x.register("bus_completion_bytes"),
             cycles: x.register("device_cycles"),
         }
     }
@@ -189,6 +195,14 @@ impl Bus {
         }
     }
 
+    /// Fetch of a WQE of `ds` segments: its bytes, one transaction per
+    /// 64-byte block (a WQE starts on one).
+    #[inline]
+    pub fn wqe_fetch(&self, ds: u32) {
+        self.desc
+            .add((SEG as u32 * ds) as u64 + self.overhead * blocks(ds) as u64);
+    }
+
     /// Rx write-back of `[start, start + n)`.
     #[inline]
     pub fn rx_writeback(&self, start: u32, n: u32) {
@@ -198,17 +212,31 @@ impl Bus {
         }
     }
 
-    /// One 16-byte Tx write-back.
+    /// One 64-byte CQE write.
     #[inline]
-    pub fn tx_writeback(&self) {
-        self.writeback.add(16 + self.overhead);
+    pub fn completion(&self) {
+        self.completion.add(64 + self.overhead);
     }
 
-    /// A DMA of `len` bytes.
+    /// Transactions of a DMA of `len` bytes (at most 256 each).
+    #[inline]
+    pub fn tlps(len: usize) -> u64 {
+        len.div_ceil(MAX_PAYLOAD).max(1) as u64
+    }
+
+    /// A DMA of `len` bytes (Rx: a frame written into a buffer).
     #[inline]
     pub fn data(&self, len: usize) {
-        let tlps = len.div_ceil(MAX_PAYLOAD).max(1) as u64;
-        self.data.add(len as u64 + self.overhead * tlps);
+        self.data.add(len as u64 + self.overhead * Bus::tlps(len));
+    }
+
+    /// The Tx DMA reads of one WQE's dsegs: `bytes` in `tlps`
+    /// transactions.
+    #[inline]
+    pub fn tx_dma(&self, bytes: u64, tlps: u64) {
+        let b = bytes + self.overhead * tlps;
+        self.data.add(b);
+        self.tx_data.add(b);
     }
 }
 
@@ -228,6 +256,9 @@ pub enum TxSink {
     Check(Box<Checker>),
     /// The wire.
     Wire(Box<WireTx>),
+    /// Tests: every frame kept.
+    #[cfg(all(test, not(loom)))]
+    Capture(Vec<Vec<u8>>),
 }
 
 /// What an Rx engine is configured with.
@@ -420,146 +451,12 @@ impl RxEngine {
     }
 }
 
-/// What a Tx engine is configured with.
-pub struct TxParams {
-    /// Frame FIFO size: the longest frame the device sends.
-    pub max_frame: usize,
-}
-
-/// One Tx queue's engine.
-pub struct TxEngine {
-    regs: Arc<QueueRegs>,
-    head: u32,
-    sink: TxSink,
-    /// Frame FIFO; the frame starts at offset 4, leaving room to insert a
-    /// VLAN tag.
-    frame: Box<[u8]>,
-    bus: Bus,
-    errors: Arc<Counter>,
-}
-
-impl TxEngine {
-    /// An engine sending into `sink`; frames longer than `p.max_frame` are
-    /// dropped (counted in `device_tx_errors`).
-    pub fn new(regs: Arc<QueueRegs>, sink: TxSink, p: TxParams, bus: Bus, x: &Xstats) -> TxEngine {
-        TxEngine {
-            regs,
-            head: 0,
-            sink,
-            frame: vec![0; p.max_frame + 4].into_boxed_slice(),
-            bus,
-            errors: x.register("device_tx_errors"),
-        }
-    }
-
-    /// Back to descriptor 0 (the queue is starting; the ring is empty).
-    pub fn reset(&mut self) {
-        self.head = 0;
-    }
-
-    /// One step: up to [`STEP`] packets off the ring. Returns how many.
-    pub fn step(&mut self) -> usize {
-        let t0 = rdtsc();
-        let tail = self.regs.tail.load(Ordering::Acquire);
-        if let TxSink::Wire(w) = &mut self.sink {
-            w.refresh();
-        }
-        let start = self.head;
-        let mut pkts = 0;
-        'packets: while self.head != tail && pkts < STEP {
-            // Gather one packet: descriptors up to EOP.
-            let mut i = self.head;
-            let mut len = 0usize;
-            let mut over = false;
-            let first = self.regs.descs.get(i).q1.load(Ordering::Relaxed);
-            loop {
-                let d = self.regs.descs.get(i);
-                let addr = d.q0.load(Ordering::Relaxed) as *const u8;
-                let q1 = d.q1.load(Ordering::Relaxed);
-                let seg = (q1 & tx::LEN_MASK) as usize;
-                if 4 + len + seg <= self.frame.len() {
-                    // SAFETY: the descriptor is below the tail loaded with
-                    // acquire: the driver wrote it and holds its buffer of
-                    // at least `seg` bytes until we write DD back.
-                    unsafe {
-                        std::ptr::copy_nonoverlapping(
-                            addr,
-                            self.frame.as_mut_ptr().add(4 + len),
-                            seg,
-                        )
-                    };
-                    self.bus.data(seg);
-                } else {
-                    over = true;
-                }
-                len += seg;
-                i = i.wrapping_add(1);
-                if q1 & tx::CMD_EOP != 0 {
-                    break;
-                }
-                if i == tail {
-                    // The driver hands over whole packets; wait if not.
-                    break 'packets;
-                }
-            }
-            if over {
-                self.errors.inc();
-            } else {
-                let mut at = 4;
-                if first & tx::CMD_VLAN != 0 && len >= 12 {
-                    self.frame.copy_within(4..16, 0);
-                    self.frame[12..14].copy_from_slice(&0x8100u16.to_be_bytes());
-                    let tag = (first >> tx::VLAN_SHIFT) as u16;
-                    self.frame[14..16].copy_from_slice(&tag.to_be_bytes());
-                    at = 0;
-                    len += 4;
-                }
-                let f = &mut self.frame[at..at + len];
-                let ck = first & (tx::CMD_IP_CKSUM | tx::CMD_UDP_CKSUM | tx::CMD_TCP_CKSUM);
-                if ck != 0 {
-                    tx_checksums(
-                        f,
-                        ck & tx::CMD_IP_CKSUM != 0,
-                        ck & tx::CMD_UDP_CKSUM != 0,
-                        ck & tx::CMD_TCP_CKSUM != 0,
-                    );
-                }
-                match &mut self.sink {
-                    TxSink::Check(c) => c.check(f),
-                    TxSink::Wire(w) => {
-                        if w.send(f) == Sent::Pause {
-                            // Link paused: leave the packet for the next step.
-                            break 'packets;
-                        }
-                    }
-                }
-            }
-            // Report status on the descriptors that asked.
-            let mut j = self.head;
-            while j != i {
-                let d = self.regs.descs.get(j);
-                let q1 = d.q1.load(Ordering::Relaxed);
-                if q1 & tx::CMD_RS != 0 {
-                    d.q1.store(q1 | tx::DD, Ordering::Release);
-                    self.bus.tx_writeback();
-                }
-                j = j.wrapping_add(1);
-            }
-            self.head = i;
-            pkts += 1;
-        }
-        self.bus.desc_fetch(start, self.head.wrapping_sub(start));
-        self.bus.cycles.add(rdtsc().wrapping_sub(t0));
-        pkts
-    }
-}
-
 /// Every engine of a port: what the device thread steps.
 pub struct PortEngines {
     /// Rx engines, by queue.
     pub rx: Box<[EngineCell<RxEngine>]>,
     /// Tx engines, by queue.
-    pub tx: Box<[EngineCell<TxEngine>]>,
+    pub tx: Box<[EngineCell<super::tx_engine::TxEngine>]>,
 }
 
 impl PortEngines {
@@ -571,7 +468,7 @@ impl PortEngines {
             n += e.try_with(RxEngine::step).unwrap_or(0);
         }
         for e in self.tx.iter() {
-            n += e.try_with(TxEngine::step).unwrap_or(0);
+            n += e.try_with(super::tx_engine::TxEngine::step).unwrap_or(0);
         }
         n
     }
@@ -593,10 +490,22 @@ mod tests {
         b.desc_fetch(0, 4);
         b.data(60);
         b.data(1514);
-        b.tx_writeback();
+        b.rx_writeback(1, 4);
+        b.completion();
         assert_eq!(x.get("bus_desc_bytes"), Some(64 + 24));
         assert_eq!(x.get("bus_data_bytes"), Some(60 + 24 + 1514 + 6 * 24));
-        assert_eq!(x.get("bus_writeback_bytes"), Some(16 + 24));
+        assert_eq!(x.get("bus_writeback_bytes"), Some(64 + 2 * 24));
+        assert_eq!(x.get("bus_completion_bytes"), Some(64 + 24));
+        // A WQE of 34 segments: 544 bytes in 9 blocks; two dsegs of 300
+        // bytes, two transactions each.
+        b.wqe_fetch(34);
+        b.tx_dma(600, 2 * Bus::tlps(300));
+        assert_eq!(x.get("bus_desc_bytes"), Some(64 + 24 + 544 + 9 * 24));
+        assert_eq!(x.get("bus_tx_data_bytes"), Some(600 + 4 * 24));
+        assert_eq!(
+            x.get("bus_data_bytes"),
+            Some(60 + 24 + 1514 + 6 * 24 + 600 + 4 * 24)
+        );
     }
 
     #[test]

@@ -166,6 +166,129 @@ pub fn tx_checksums(f: &mut [u8], ip: bool, udp: bool, tcp: bool) {
     }
 }
 
+/// Tx checksum offload at offsets the WQE gives (a tunnel's inner headers,
+/// or an outer IPv4 header with `l4` 0): the IPv4 header checksum at `l3`
+/// (`ip`), the UDP or TCP checksum at `l4` when the IP header there names
+/// that protocol. Offsets that do not fit the frame or name no IP header
+/// leave it as it is; returns whether they fit.
+pub fn tx_checksums_at(f: &mut [u8], l3: usize, l4: usize, ip: bool, udp: bool, tcp: bool) -> bool {
+    if l3 + 20 > f.len() {
+        return false;
+    }
+    let (v, proto, l4_len) = match f[l3] >> 4 {
+        4 => {
+            let ihl = (f[l3] & 0xf) as usize * 4;
+            let total = be16(f, l3 + 2) as usize;
+            if ihl < 20 || l3 + total > f.len() || total < ihl {
+                return false;
+            }
+            if ip {
+                f[l3 + 10..l3 + 12].fill(0);
+                let c = checksum::checksum(&f[l3..l3 + ihl]);
+                f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
+            }
+            (4, f[l3 + 9], (l3 + total).saturating_sub(l4))
+        }
+        6 if l3 + 40 <= f.len() => {
+            let plen = be16(f, l3 + 4) as usize;
+            (6, f[l3 + 6], (l3 + 40 + plen).saturating_sub(l4))
+        }
+        _ => return false,
+    };
+    let want = (udp && proto == ip_proto::UDP) || (tcp && proto == ip_proto::TCP);
+    if !want || l4 == 0 {
+        return true;
+    }
+    let at = l4 + if proto == ip_proto::UDP { 6 } else { 16 };
+    if l4 <= l3 || at + 2 > f.len() || l4 + l4_len > f.len() || l4_len < at + 2 - l4 {
+        return false;
+    }
+    let p = Parsed {
+        ip: v,
+        l3,
+        l4,
+        l4_len,
+        proto,
+        ..Parsed::default()
+    };
+    f[at..at + 2].fill(0);
+    let mut c = !checksum::fold(checksum::sum(p.pseudo(f), &f[l4..l4 + l4_len]));
+    if c == 0 && proto == ip_proto::UDP {
+        c = 0xffff;
+    }
+    f[at..at + 2].copy_from_slice(&c.to_be_bytes());
+    true
+}
+
+/// Where a TSO packet's headers are: Ethernet (one optional VLAN tag),
+/// IPv4 or IPv6 (no extension headers), TCP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TsoHeaders {
+    /// Offset of the IP header.
+    pub l3: usize,
+    /// Offset of the TCP header.
+    pub l4: usize,
+    /// IPv4 (else IPv6).
+    pub v4: bool,
+}
+
+impl TsoHeaders {
+    /// Finds the headers of `h`, which must be exactly Ethernet + IP + TCP
+    /// (the inline header of a TSO WQE).
+    pub fn find(h: &[u8]) -> Option<TsoHeaders> {
+        if h.len() < 14 {
+            return None;
+        }
+        let mut l3 = 14;
+        let mut et = be16(h, 12);
+        if et == 0x8100 && h.len() >= 18 {
+            et = be16(h, 16);
+            l3 = 18;
+        }
+        let (v4, l4) = match et {
+            0x0800 if h.len() >= l3 + 20 && h[l3] >> 4 == 4 && h[l3 + 9] == ip_proto::TCP => {
+                (true, l3 + (h[l3] & 0xf) as usize * 4)
+            }
+            0x86dd if h.len() >= l3 + 40 && h[l3] >> 4 == 6 && h[l3 + 6] == ip_proto::TCP => {
+                (false, l3 + 40)
+            }
+            _ => return None,
+        };
+        if l4 <= l3 || h.len() < l4 + 20 || l4 + (h[l4 + 12] >> 4) as usize * 4 != h.len() {
+            return None;
+        }
+        Some(TsoHeaders { l3, l4, v4 })
+    }
+
+    /// Turns `f` — the original header then `f.len() - header` payload
+    /// bytes — into segment `k` of a TSO packet, its payload starting
+    /// `offset` bytes into the original's: lengths, IPv4 id (+k), TCP
+    /// sequence number (+offset), flags (FIN and PSH on the last segment
+    /// only, CWR on the first only), then both checksums.
+    pub fn fix_segment(&self, f: &mut [u8], header: usize, k: u16, offset: u32, last: bool) {
+        let payload = f.len() - header;
+        if self.v4 {
+            let total = (header - self.l3 + payload) as u16;
+            f[self.l3 + 2..self.l3 + 4].copy_from_slice(&total.to_be_bytes());
+            let id = be16(f, self.l3 + 4).wrapping_add(k);
+            f[self.l3 + 4..self.l3 + 6].copy_from_slice(&id.to_be_bytes());
+        } else {
+            let plen = (header - self.l3 - 40 + payload) as u16;
+            f[self.l3 + 4..self.l3 + 6].copy_from_slice(&plen.to_be_bytes());
+        }
+        let t = self.l4;
+        let seq = u32::from_be_bytes([f[t + 4], f[t + 5], f[t + 6], f[t + 7]]).wrapping_add(offset);
+        f[t + 4..t + 8].copy_from_slice(&seq.to_be_bytes());
+        if !last {
+            f[t + 13] &= !(0x01 | 0x08); // FIN, PSH
+        }
+        if k != 0 {
+            f[t + 13] &= !0x80; // CWR
+        }
+        tx_checksums_at(f, self.l3, self.l4, self.v4, false, true);
+    }
+}
+
 /// Precomputed Toeplitz tables: `t[i][v]` is what input byte `i` with value
 /// `v` contributes, so a hash is one lookup and XOR per input byte (the
 /// standard software RSS technique; 36 bytes cover an IPv6 4-tuple).

@@ -3,12 +3,14 @@
 //!
 //! - [`desc`]: 16-byte Rx and Tx descriptors (read and write-back formats)
 //!   in 64-byte-aligned rings of atomic words.
-//! - `rx` / `tx`: the driver's queues — descriptor ring, software ring of
-//!   mbufs, rearm in batches with one doorbell per batch, Tx completions
-//!   every `tx_rs_thresh` descriptors freed in batches (fast free or not).
-//! - `device`: the device's Rx and Tx engines (DMA through IOVA = VA
-//!   descriptors, RSS, checksum offloads, write-back with release), and bus
-//!   accounting.
+//! - `rx` / `tx`: the driver's queues — Rx descriptor ring and Tx WQE ring,
+//!   software rings of mbufs, one doorbell per batch or burst, Tx buffers
+//!   freed by completion in batches (fast free or not).
+//! - `device`: the device's Rx engine (DMA through IOVA = VA descriptors,
+//!   RSS, checksum offloads, write-back with release), and bus accounting;
+//!   `tx_engine`: its Tx engine (WQE checks and execution, TSO, tunnel
+//!   checksums, completions).
+//! - [`bus`]: bus bytes by direction and link utilisation, for reports.
 //! - `runner`: the one device thread of threaded ports.
 //! - `wire`: two soft ports cabled together.
 //! - `frame`: the device's parser (RSS hash, checksums).
@@ -28,50 +30,84 @@
 //!   dropped and counted in `rx_missed`.
 //! - `rx_free_thresh` (default 32): Rx refill batch; a power of two,
 //!   4..=`nb_rxd`.
-//! - `tx_rs_thresh` (default 32): report status every so many Tx
-//!   descriptors; a power of two, 4..=`nb_txd`.
+//! - `txmode=wqe|mpwqe` (default mpwqe): Tx WQE format — one regular WQE
+//!   per packet, or multi-packet WQEs wherever the packet allows (see
+//!   `tx` and [`wqe`]).
+//! - `mpw_segs` (default 62, 1..=62): most data segments in one MPWQE.
+//! - `inline_mpw` (default 0, at most what `mpw_segs` segments hold):
+//!   packets up to this many bytes are copied into the MPWQE instead of
+//!   pointed to.
+//! - `tx_comp` (default 0): also ask a completion every so many WQEs (1:
+//!   one per WQE); completions are asked at least every `tx_rs_thresh`
+//!   packets and every half ring of blocks anyway.
+//! - `tx_rs_thresh` (default 32): Tx buffers are freed in batches of so
+//!   many packets, and a completion asked at least that often; a power of
+//!   two, 4..=`nb_txd`.
 //! - `tx_free_thresh` (default 32): free completed Tx buffers when fewer
-//!   descriptors than this are free; `tx_rs_thresh..=nb_txd`.
+//!   slots than this are free; `tx_rs_thresh..=nb_txd`.
 //! - `bus_overhead` (default 24, 0..=256): bytes each bus transaction adds.
+//! - `link=gen3x8` (default; see [`bus::LINKS`]): the PCIe link reports
+//!   measure bus utilisation against.
 //! - `tx_free=normal|zc` (default normal): how completed Tx buffers go back
 //!   to the mempool — a bulk put, or a zero-copy put straight into the
 //!   lcore cache's slots.
+//! - `rxbuf=mbuf|frag` (default mbuf): what Rx descriptors are armed with —
+//!   the Rx mempool's buffers (header + headroom + data room), or headers
+//!   from that mempool carrying page-pool fragments sized to the MTU
+//!   (`rx_frags`: 256 B headroom + MTU + 18 + 320 B tailroom, cut from
+//!   32 KiB pages of a page pool per queue over one block provider per
+//!   port). The Rx pool's data room then goes unused (a pool of small
+//!   elements will do) and Tx→Rx recycling into the queue is refused.
 //!
 //! Both queue kinds support Tx→Rx buffer recycling
 //! ([`crate::port::recycle`]); the Rx refill unit is `rx_free_thresh`.
 //!
 //! Xstats: `bus_desc_bytes`, `bus_writeback_bytes`, `bus_data_bytes`,
-//! `bus_doorbells`, `device_cycles`, `device_tx_errors`, `rx_recycled`,
-//! `tx_recycled`, `recycle_fallbacks`.
+//! `bus_tx_data_bytes`, `bus_completion_bytes`, `bus_doorbells`,
+//! `bus_doorbell_bytes`, `device_cycles`, `device_tx_errors`,
+//! `device_wqe_errors`, `tx_mpwqe_blks`, `tx_mpwqe_pkts`, `tx_wqe_pkts`,
+//! `tx_inline_bytes`, `tx_cqe_errors`, `rx_recycled`, `tx_recycled`,
+//! `recycle_fallbacks`, and `rx_buf_bytes_per_desc` (set at setup: buffer
+//! memory one posted Rx descriptor takes — the mempool element in `mbuf`
+//! mode; the fragment's share of its page plus the header's element in
+//! `frag` mode).
 
+pub mod bus;
 pub mod desc;
 mod device;
 mod frame;
 mod runner;
 mod rx;
+mod rx_frags;
 mod tx;
+mod tx_engine;
 mod wire;
+pub mod wqe;
 
 #[cfg(all(test, not(loom)))]
 mod recycle_tests;
 #[cfg(all(test, not(loom)))]
 mod tests;
+#[cfg(all(test, not(loom)))]
+mod wqe_tests;
 
 use std::sync::Arc;
 
 use crate::mbuf::ol;
+use crate::mempool::HugepagePolicy;
 use crate::net::MacAddr;
+use crate::pagepool::{BlockProvider, FragLayout, ProviderConfig};
 use crate::port::{
     DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
     RxQueue, SpecArgs, TxQueue,
 };
 
 use crate::tester;
-use device::{
-    Bus, EngineCell, PortEngines, QueueRegs, RxEngine, RxParams, RxSource, TxEngine, TxSink,
-};
+use device::{Bus, EngineCell, PortEngines, QueueRegs, RxEngine, RxParams, RxSource, TxSink};
 use frame::{Reta, RssHasher};
 use tester::{TESTER_KEYS, Tester, TesterConfig};
+use tx::TxMode;
+use tx_engine::{TxEngine, TxRegs};
 use wire::{Lane, RxSide, WireEnd};
 
 /// Spec keys: the tester's, then the driver's own.
@@ -91,6 +127,12 @@ const KEYS: &[&str] = &[
     "tx_free_thresh",
     "bus_overhead",
     "tx_free",
+    "txmode",
+    "mpw_segs",
+    "inline_mpw",
+    "tx_comp",
+    "link",
+    "rxbuf",
 ];
 
 /// Where the device runs.
@@ -119,6 +161,12 @@ pub struct SoftDriver {
     tx_free_thresh: u32,
     bus_overhead: u64,
     zc_free: bool,
+    tx_mode: TxMode,
+    mpw_segs: u32,
+    inline_mpw: u32,
+    tx_comp: u32,
+    /// `rxbuf=frag`: Rx descriptors carry page-pool fragments.
+    rx_frags: bool,
     engines: Option<Arc<PortEngines>>,
     running: bool,
 }
@@ -159,6 +207,24 @@ impl SoftDriver {
         let tx_free_thresh = args.u64_in("tx_free_thresh", 4..=4096)?.unwrap_or(32) as u32;
         let bus_overhead = args.u64_in("bus_overhead", 0..=256)?.unwrap_or(24);
         let zc_free = args.choice("tx_free", &["normal", "zc"])? == Some("zc");
+        let tx_mode = match args.choice("txmode", &["wqe", "mpwqe"])? {
+            Some("wqe") => TxMode::Wqe,
+            _ => TxMode::Mpwqe,
+        };
+        let max_segs = (wqe::MAX_DS - 2) as u64;
+        let mpw_segs = args.u64_in("mpw_segs", 1..=max_segs)?.unwrap_or(max_segs) as u32;
+        let inline_mpw = args.u64_in("inline_mpw", 0..=988)?.unwrap_or(0) as u32;
+        if inline_mpw != 0 && wqe::inline_segs(inline_mpw as usize) > mpw_segs {
+            return Err(PortError::config(format!(
+                "port spec '{}': inline_mpw {inline_mpw} takes {} segments, more than \
+                 mpw_segs {mpw_segs}",
+                spec.as_str(),
+                wqe::inline_segs(inline_mpw as usize)
+            )));
+        }
+        let tx_comp = args.u64_in("tx_comp", 0..=4096)?.unwrap_or(0) as u32;
+        args.choice("link", bus::LINKS)?;
+        let rx_frags = args.choice("rxbuf", &["mbuf", "frag"])? == Some("frag");
         args.finish()?;
         debug_assert!(TESTER_KEYS.iter().all(|k| KEYS.contains(k)));
         let source = match wname {
@@ -191,7 +257,10 @@ impl SoftDriver {
                 desc_pow2: true,
                 max_mtu: 9000,
                 rx_offload_capa: Offloads::CHECKSUMS | Offloads::RSS_HASH,
-                tx_offload_capa: Offloads::FAST_FREE | Offloads::MULTI_SEG | Offloads::CHECKSUMS,
+                tx_offload_capa: Offloads::FAST_FREE
+                    | Offloads::MULTI_SEG
+                    | Offloads::CHECKSUMS
+                    | Offloads::TSO,
                 needs_rx_pool: true,
                 mac: MacAddr([0x02, 0, 0, 0x50, 0x46, 0]),
             },
@@ -204,6 +273,11 @@ impl SoftDriver {
             tx_free_thresh,
             bus_overhead,
             zc_free,
+            tx_mode,
+            mpw_segs,
+            inline_mpw,
+            tx_comp,
+            rx_frags,
             engines: None,
             running: false,
         })
@@ -237,6 +311,39 @@ impl SoftDriver {
     }
 }
 
+impl SoftDriver {
+    /// The block provider of an `rxbuf=frag` port: room for a fragment per
+    /// header of the Rx pools (headers bound the packets in flight), plus
+    /// two pages per queue being cut and a little slack, in 32 KiB pages.
+    fn frag_provider(
+        &self,
+        config: &PortConfig,
+        layout: FragLayout,
+    ) -> Result<BlockProvider, PortError> {
+        let per_page = rx_frags::RX_PAGE_BYTES / layout.stride().max(1);
+        if per_page == 0 {
+            return Err(PortError::config(format!(
+                "port '{}': an Rx fragment of {} bytes (MTU {}) exceeds the {}-byte page",
+                self.spec,
+                layout.frag_size(),
+                config.mtu,
+                rx_frags::RX_PAGE_BYTES
+            )));
+        }
+        let headers: usize = (0..config.rxq.len())
+            .filter_map(|q| config.rx_pool_of(q))
+            .map(|p| p.size() as usize)
+            .sum();
+        let pages = headers.div_ceil(per_page) + 2 * config.rxq.len() + 8;
+        BlockProvider::new(ProviderConfig {
+            name: format!("{} rx fragments", self.spec),
+            size: pages * rx_frags::RX_PAGE_BYTES,
+            hugepages: HugepagePolicy::Auto,
+        })
+        .map_err(|e| PortError::config(format!("port '{}': {e}", self.spec)))
+    }
+}
+
 impl PortDriver for SoftDriver {
     fn info(&self) -> &DeviceInfo {
         &self.info
@@ -250,6 +357,11 @@ impl PortDriver for SoftDriver {
         self.check_thresholds(config)?;
         let nrx = config.rxq.len();
         let max_frame = config.mtu as usize + 14 + 4;
+        let frag_layout = self.rx_frags.then(|| FragLayout::for_mtu(config.mtu));
+        let provider = match frag_layout {
+            Some(l) => Some(self.frag_provider(config, l)?),
+            None => None,
+        };
         let hasher = Arc::new(RssHasher::default_key());
         let x = &counters.xstats;
 
@@ -294,10 +406,16 @@ impl PortDriver for SoftDriver {
             .iter()
             .map(|q| QueueRegs::new(q.nb_rxd as usize))
             .collect();
-        let tx_regs: Vec<Arc<QueueRegs>> = config
+        let tx_regs: Vec<Arc<TxRegs>> = config
             .txq
             .iter()
-            .map(|q| QueueRegs::new(q.nb_txd as usize))
+            .map(|q| {
+                // One block per descriptor: room for a regular WQE per
+                // packet in flight.
+                let nb = q.nb_txd as u32;
+                let cqes = tx_engine::cq_size(nb, nb, self.tx_rs_thresh, self.tx_comp);
+                TxRegs::new(nb as usize, cqes)
+            })
             .collect();
         let rxo = config.rx_offloads;
         let mut rx_engines = Vec::with_capacity(nrx);
@@ -307,7 +425,10 @@ impl PortDriver for SoftDriver {
                 Arc::clone(&rx_regs[q]),
                 source,
                 RxParams {
-                    buf_size: pool.data_room() as usize,
+                    buf_size: match frag_layout {
+                        Some(l) => l.data_room as usize,
+                        None => pool.data_room() as usize,
+                    },
                     max_frame,
                     check_ip: rxo.contains(Offloads::IPV4_CKSUM),
                     check_l4: rxo.contains(Offloads::UDP_CKSUM)
@@ -321,7 +442,7 @@ impl PortDriver for SoftDriver {
             )));
         }
         let mut tx_engines = Vec::with_capacity(config.txq.len());
-        for regs in &tx_regs {
+        for (q, regs) in tx_regs.iter().enumerate() {
             let sink = match &self.source {
                 Source::Tester(tester) => TxSink::Check(Box::new(tester.checker())),
                 Source::Wire(end) => TxSink::Wire(Box::new(end.sender())),
@@ -329,7 +450,10 @@ impl PortDriver for SoftDriver {
             tx_engines.push(EngineCell::new(TxEngine::new(
                 Arc::clone(regs),
                 sink,
-                device::TxParams { max_frame },
+                tx_engine::TxParams {
+                    max_frame,
+                    sqn: q as u32,
+                },
                 Bus::new(x, self.bus_overhead),
                 x,
             )));
@@ -341,9 +465,25 @@ impl PortDriver for SoftDriver {
         let inline = self.mode == DeviceMode::Inline;
 
         let rss_hash = rxo.contains(Offloads::RSS_HASH);
+        let pool0 = config.rx_pool_of(0).expect("checked by Port::new");
+        let per_desc = match frag_layout {
+            Some(l) => rx_frags::frag_bytes_per_desc(l, pool0.mempool().stride()),
+            None => pool0.mempool().stride(),
+        };
+        x.register("rx_buf_bytes_per_desc").add(per_desc as u64);
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::with_capacity(nrx);
         for (q, regs) in rx_regs.into_iter().enumerate() {
             let pool = config.rx_pool_of(q).expect("checked by Port::new").clone();
+            let frags = match (&provider, frag_layout) {
+                (Some(p), Some(l)) => Some(rx_frags::RxFrags::new(
+                    p,
+                    &self.spec,
+                    q,
+                    l,
+                    self.rx_free_thresh as usize,
+                )?),
+                _ => None,
+            };
             rx.push(Box::new(rx::SoftRx::new(
                 regs,
                 pool,
@@ -354,6 +494,8 @@ impl PortDriver for SoftDriver {
                 inline,
                 q,
                 Arc::clone(counters),
+                4 + self.bus_overhead,
+                frags,
             )));
         }
         let txo = config.tx_offloads;
@@ -367,7 +509,13 @@ impl PortDriver for SoftDriver {
         if txo.contains(Offloads::TCP_CKSUM) {
             ol_mask |= ol::TX_TCP_CKSUM;
         }
-        ol_mask |= ol::TX_VLAN;
+        if txo.contains(Offloads::IPV4_CKSUM) {
+            ol_mask |= ol::TX_OUTER_IP_CKSUM;
+        }
+        if txo.contains(Offloads::TSO) {
+            ol_mask |= ol::TX_TCP_SEG;
+        }
+        ol_mask |= ol::TX_VLAN | ol::TX_TUNNEL_VXLAN;
         let params = tx::TxParams {
             rs_thresh: self.tx_rs_thresh,
             free_thresh: self.tx_free_thresh,
@@ -375,6 +523,11 @@ impl PortDriver for SoftDriver {
             multi_seg: txo.contains(Offloads::MULTI_SEG),
             ol_mask,
             zc_free: self.zc_free,
+            mode: self.tx_mode,
+            mpw_segs: self.mpw_segs,
+            inline_mpw: self.inline_mpw,
+            comp_wqes: self.tx_comp,
+            doorbell_bytes: 4 + self.bus_overhead,
         };
         let tx: Vec<Box<dyn TxQueue>> = tx_regs
             .into_iter()
@@ -382,6 +535,7 @@ impl PortDriver for SoftDriver {
             .map(|(q, regs)| {
                 Box::new(tx::SoftTx::new(
                     regs,
+                    config.txq[q].nb_txd as u32,
                     params,
                     Arc::clone(&engines),
                     inline,

@@ -165,15 +165,21 @@ fn drain_loopback(p: &mut Port, t: &Tester) {
 
 #[test]
 fn recycling_moves_every_completed_batch_without_touching_the_mempool() {
-    for fast_free in [false, true] {
-        let name = format!("t-rc-basic-{fast_free}");
+    // Both Tx WQE formats free by completion in batches of tx_rs_thresh.
+    for (fast_free, txmode) in [
+        (false, "mpwqe"),
+        (true, "mpwqe"),
+        (false, "wqe"),
+        (true, "wqe"),
+    ] {
+        let name = format!("t-rc-basic-{fast_free}-{txmode}");
         let pool = pool(&name, 1023);
         let mut config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
         if fast_free {
             config.tx_offloads |= Offloads::FAST_FREE;
         }
         let mut p = guard(port(
-            &format!("soft:tester={name},count=3200,flows=16"),
+            &format!("soft:tester={name},count=3200,flows=16,txmode={txmode}"),
             config,
         ));
         let t = tester_of(&name);
@@ -200,7 +206,7 @@ fn recycling_moves_every_completed_batch_without_touching_the_mempool() {
         assert_eq!(t.report().received, 3200);
         assert_eq!(recycle_counts(&p), (99 * 32, 99 * 32, 0));
         p.stop();
-        assert!(pool.is_full(), "fast free {fast_free}");
+        assert!(pool.is_full(), "fast free {fast_free}, {txmode}");
     }
 }
 
@@ -1379,7 +1385,7 @@ fn a_long_random_run_of_pairings_clones_and_stops_delivers_every_packet_once_and
     let ports = vec![
         port(&tester, cfg(0, 2, 2, false)),
         port(
-            &format!("{tester},rx_free_thresh=16,tx_rs_thresh=16"),
+            &format!("{tester},rx_free_thresh=16,tx_rs_thresh=16,txmode=wqe"),
             cfg(0, 2, 2, true),
         ),
         port(
@@ -1391,7 +1397,8 @@ fn a_long_random_run_of_pairings_clones_and_stops_delivers_every_packet_once_and
             cfg(2, 1, 1, false),
         ),
         port(
-            "soft:wire=w-rc-rand,fc=off,rx_free_thresh=16,tx_rs_thresh=64,tx_free_thresh=64",
+            "soft:wire=w-rc-rand,fc=off,rx_free_thresh=16,tx_rs_thresh=64,tx_free_thresh=64,\
+             txmode=wqe",
             cfg(3, 1, 1, false),
         ),
     ];

@@ -38,12 +38,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::counter::Counter;
-use crate::mbuf::{BurstSlice, HEADER_SIZE, MbufHeader, MbufPool, RearmData, ol};
+use crate::mbuf::{BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, MbufPool, RearmData, ol};
 use crate::mempool::Elem;
 use crate::port::{PortCounters, PortError, RecycleRxInfo, RxQueue, TxQueue};
 
 use super::desc::rx;
 use super::device::{PortEngines, QueueRegs};
+use super::rx_frags::RxFrags;
 
 /// An Rx queue of a soft port.
 pub struct SoftRx {
@@ -70,8 +71,14 @@ pub struct SoftRx {
     q: usize,
     counters: Arc<PortCounters>,
     doorbells: Arc<Counter>,
+    /// Doorbell bus bytes, `doorbell_cost` (a 4-byte write and the
+    /// transaction overhead) each.
+    doorbell_bytes: Arc<Counter>,
+    doorbell_cost: u64,
     /// Descriptors rearmed with recycled buffers.
     rx_recycled: Arc<Counter>,
+    /// `rxbuf=frag`: headers carry page-pool fragments (no recycling then).
+    frags: Option<RxFrags>,
 }
 
 // SAFETY: the raw buffer addresses in the rings are buffers this queue owns;
@@ -91,9 +98,16 @@ impl SoftRx {
         inline: bool,
         q: usize,
         counters: Arc<PortCounters>,
+        doorbell_cost: u64,
+        frags: Option<RxFrags>,
     ) -> SoftRx {
         let nb = regs.descs.len();
+        let mut rearm = pool.rearm_data(port_id);
+        if let Some(f) = &frags {
+            rearm.data_off = f.layout().headroom;
+        }
         let doorbells = counters.xstats.register("bus_doorbells");
+        let doorbell_bytes = counters.xstats.register("bus_doorbell_bytes");
         let rx_recycled = counters.xstats.register("rx_recycled");
         SoftRx {
             mask: nb as u32 - 1,
@@ -102,7 +116,7 @@ impl SoftRx {
             next: 0,
             tail: 0,
             free_thresh,
-            rearm: pool.rearm_data(port_id),
+            rearm,
             pool,
             reuse: Vec::with_capacity(nb),
             committed: 0,
@@ -113,7 +127,10 @@ impl SoftRx {
             q,
             counters,
             doorbells,
+            doorbell_bytes,
+            doorbell_cost,
             rx_recycled,
+            frags,
         }
     }
 
@@ -130,9 +147,18 @@ impl SoftRx {
     /// Fills `slots` with free buffers: reused ones first, then one bulk
     /// get from the pool. All or nothing.
     #[inline]
-    fn take_buffers(pool: &MbufPool, reuse: &mut Vec<Elem>, slots: &mut [Elem]) -> bool {
+    fn take_buffers(
+        pool: &MbufPool,
+        frags: Option<&mut RxFrags>,
+        reuse: &mut Vec<Elem>,
+        slots: &mut [Elem],
+    ) -> bool {
         let k = reuse.len().min(slots.len());
-        if pool.mempool().get_bulk(&mut slots[k..]).is_err() {
+        let ok = match frags {
+            None => pool.mempool().get_bulk(&mut slots[k..]).is_ok(),
+            Some(f) => f.fill(pool, &mut slots[k..]),
+        };
+        if !ok {
             return false;
         }
         slots[..k].copy_from_slice(&reuse[reuse.len() - k..]);
@@ -147,6 +173,8 @@ impl SoftRx {
     /// [`HEADER_SIZE`] bytes into its element, so the DMA address follows
     /// from the element's address; the header gets its rearm word when the
     /// packet is delivered, in the same cache line as the write-back fields.
+    /// With fragments (`rxbuf=frag`) the address is the fragment's, read
+    /// from the header's first line, written when it was attached.
     #[inline]
     fn rearm(&mut self, n: u32) {
         let off = HEADER_SIZE + self.rearm.data_off as usize;
@@ -154,7 +182,11 @@ impl SoftRx {
             let i = self.tail.wrapping_add(k);
             let e = self.sw_ring[(i & self.mask) as usize];
             let d = self.regs.descs.get(i);
-            d.q0.store(e.as_ptr() as u64 + off as u64, Ordering::Relaxed);
+            let addr = match &self.frags {
+                None => e.as_ptr() as u64 + off as u64,
+                Some(f) => f.dma_addr(e),
+            };
+            d.q0.store(addr, Ordering::Relaxed);
             d.q1.store(0, Ordering::Relaxed);
         }
         self.tail = self.tail.wrapping_add(n);
@@ -162,6 +194,7 @@ impl SoftRx {
         // loads this (acquire).
         self.regs.tail.store(self.tail, Ordering::Release);
         self.doorbells.inc();
+        self.doorbell_bytes.add(self.doorbell_cost);
     }
 
     /// Rearms the slots a Tx queue recycled into; how many.
@@ -186,11 +219,28 @@ impl SoftRx {
         while self.due() >= n {
             let start = (self.tail & self.mask) as usize;
             let slots = &mut self.sw_ring[start..start + n as usize];
-            if !Self::take_buffers(&self.pool, &mut self.reuse, slots) {
+            if !Self::take_buffers(&self.pool, self.frags.as_mut(), &mut self.reuse, slots) {
                 self.counters.rx[self.q].nombuf.inc();
                 return;
             }
             self.rearm(n);
+        }
+    }
+
+    /// Gives back one buffer the queue owns and no longer uses: a plain
+    /// buffer to its pool; a header with a fragment (`rxbuf=frag`) through
+    /// the mbuf free, which detaches and gives back the fragment.
+    ///
+    /// # Safety
+    /// `e` is a buffer this queue owns, given back once.
+    #[inline]
+    unsafe fn give_back(&self, e: Elem) {
+        if self.frags.is_some() {
+            // SAFETY: an armed header of ours, with its fragment attached.
+            drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+        } else {
+            // SAFETY: a plain buffer of our pool, once.
+            unsafe { self.pool.mempool().put_bulk(&[e]) };
         }
     }
 
@@ -203,11 +253,13 @@ impl SoftRx {
             // SAFETY: slots `[next, tail + committed)` hold buffers we own
             // (armed, with the device stopped or locked out, or recycled
             // into the ring), each once.
-            unsafe { self.pool.mempool().put_bulk(&[e]) };
+            unsafe { self.give_back(e) };
             i = i.wrapping_add(1);
         }
-        // SAFETY: reused buffers are ours, each once.
-        unsafe { self.pool.mempool().put_bulk(&self.reuse) };
+        for k in 0..self.reuse.len() {
+            // SAFETY: reused buffers are ours, each once.
+            unsafe { self.give_back(self.reuse[k]) };
+        }
         self.reuse.clear();
         self.sw_ring.fill(Elem::DANGLING);
         self.next = 0;
@@ -223,6 +275,10 @@ impl RxQueue for SoftRx {
             return 0;
         }
         if self.committed != 0 || self.due() >= self.free_thresh {
+            if let Some(f) = &mut self.frags {
+                // The polling thread owns the page pool's direct cache.
+                f.bind_once();
+            }
             self.refill();
         }
         if self.inline {
@@ -254,7 +310,7 @@ impl RxQueue for SoftRx {
                     // Recycling has kept the ring full while frames were
                     // dropped: the list is full, the buffer goes home.
                     // SAFETY: a buffer we own and no longer use, once.
-                    unsafe { self.pool.mempool().put_bulk(&[e]) };
+                    unsafe { self.give_back(e) };
                 }
                 continue;
             }
@@ -335,13 +391,19 @@ impl RxQueue for SoftRx {
     }
 
     fn recycle_rx_capable(&self) -> bool {
-        true
+        // A recycled buffer is a plain mbuf: no fragment to arm.
+        self.frags.is_none()
     }
 
     #[inline]
     fn recycle_rx_info(&mut self) -> Result<RecycleRxInfo<'_>, PortError> {
         if !self.started {
             return Err(PortError::Stopped);
+        }
+        if self.frags.is_some() {
+            return Err(PortError::Unsupported(
+                "this Rx queue does not support buffer recycling: it is armed with page-pool fragments (rxbuf=frag)".into(),
+            ));
         }
         self.rearm_committed();
         let due = self.due();
@@ -363,6 +425,11 @@ impl RxQueue for SoftRx {
     fn recycle_from(&mut self, tx: &mut dyn TxQueue) -> Result<usize, PortError> {
         if !self.started {
             return Err(PortError::Stopped);
+        }
+        if self.frags.is_some() {
+            return Err(PortError::Unsupported(
+                "this Rx queue does not support buffer recycling: it is armed with page-pool fragments (rxbuf=frag)".into(),
+            ));
         }
         // Slots a Tx queue committed through `recycle_rx_info` with no
         // `recycle_rx_refill` after it: rearmed first, as that call does.

@@ -460,40 +460,119 @@ fn flow_control_holds_the_source_back_or_drops_into_rx_missed() {
     assert!(pool.is_full());
 }
 
+/// What one burst of 32 64-byte packets costs on the Tx side in each Tx
+/// mode: (WQE blocks fetched and their bytes, completions, data bytes read
+/// and transactions, MPWQE blocks, inline bytes).
+struct TxCost {
+    txmode: &'static str,
+    fetch_bytes: u64,
+    fetch_blocks: u64,
+    completions: u64,
+    data_bytes: u64,
+    data_tlps: u64,
+    mpwqe_blks: u64,
+    inline_bytes: u64,
+}
+
 #[test]
 fn bus_xstats_follow_the_transactions() {
-    for overhead in [24u64, 0] {
-        let name = format!("t-bus-{overhead}");
-        let pool = pool(511, 2048);
-        let config = PortConfig::new(Some(pool.clone())).nb_rxd(64).nb_txd(64);
-        let spec = format!("soft:tester={name},count=320,bus_overhead={overhead}");
-        let mut p = port(&spec, config);
-        let t = tester_of(&name);
-        let mut burst: Burst<32> = Burst::new();
-        let mut bursts = 0;
-        for _ in 0..20 {
-            let (rx, tx) = p.queues_mut().unwrap();
-            if fwd(rx[0].as_mut(), tx[0].as_mut(), &mut burst) > 0 {
-                bursts += 1;
+    let costs = [
+        // One 64-byte WQE per packet: 18 bytes inlined, a dseg for 46; a
+        // completion on the WQE of every 32nd packet.
+        TxCost {
+            txmode: "txmode=wqe",
+            fetch_bytes: 32 * 64,
+            fetch_blocks: 32,
+            completions: 1,
+            data_bytes: 32 * 46,
+            data_tlps: 32,
+            mpwqe_blks: 0,
+            inline_bytes: 32 * 18,
+        },
+        // One MPWQE per burst: cseg, eseg, 32 dsegs = 34 segments in 9
+        // blocks; each packet read whole.
+        TxCost {
+            txmode: "txmode=mpwqe",
+            fetch_bytes: 34 * 16,
+            fetch_blocks: 9,
+            completions: 1,
+            data_bytes: 32 * 64,
+            data_tlps: 32,
+            mpwqe_blks: 9,
+            inline_bytes: 0,
+        },
+        // Inlined: 5 segments a packet, 12 packets fill the 62 data
+        // segments: WQEs of 12, 12 and 8 packets (62, 62 and 42 segments:
+        // 16, 16 and 11 blocks). The second asks a completion too: half
+        // the ring's 64 blocks went out since the last one that asked.
+        TxCost {
+            txmode: "inline_mpw=64",
+            fetch_bytes: (62 + 62 + 42) * 16,
+            fetch_blocks: 16 + 16 + 11,
+            completions: 2,
+            data_bytes: 0,
+            data_tlps: 0,
+            mpwqe_blks: 43,
+            inline_bytes: 32 * 64,
+        },
+    ];
+    for c in &costs {
+        for overhead in [24u64, 0] {
+            let name = format!("t-bus-{}-{overhead}", c.txmode);
+            let pool = pool(511, 2048);
+            let config = PortConfig::new(Some(pool.clone())).nb_rxd(64).nb_txd(64);
+            let spec = format!(
+                "soft:tester={name},count=320,bus_overhead={overhead},{}",
+                c.txmode
+            );
+            let mut p = port(&spec, config);
+            let t = tester_of(&name);
+            let mut burst: Burst<32> = Burst::new();
+            let mut bursts = 0;
+            for _ in 0..20 {
+                let (rx, tx) = p.queues_mut().unwrap();
+                if fwd(rx[0].as_mut(), tx[0].as_mut(), &mut burst) > 0 {
+                    bursts += 1;
+                }
             }
+            assert_eq!(bursts, 10);
+            let r = t.report();
+            assert_eq!(r.received, 320, "{r}");
+            assert!(r.is_clean(), "{r}");
+            // Doorbells: 2 Rx batches at start, then one Rx refill and one
+            // Tx tail write per burst of 32; 4 bytes each.
+            assert_eq!(xstat(&p, "bus_doorbells"), 2 + 10 + 10);
+            assert_eq!(xstat(&p, "bus_doorbell_bytes"), 22 * (4 + overhead));
+            // Rx: 320 frames of 64 bytes, one transaction each; Tx: as the
+            // mode reads them.
+            let tx_data = 10 * (c.data_bytes + c.data_tlps * overhead);
+            assert_eq!(xstat(&p, "bus_tx_data_bytes"), tx_data, "{}", c.txmode);
+            assert_eq!(xstat(&p, "bus_data_bytes"), 320 * (64 + overhead) + tx_data);
+            // Descriptors: 320 Rx fetched, 4 per cache-line read; the WQEs.
+            assert_eq!(
+                xstat(&p, "bus_desc_bytes"),
+                320 * 16 + 80 * overhead + 10 * (c.fetch_bytes + c.fetch_blocks * overhead),
+                "{}",
+                c.txmode
+            );
+            // Write-back: 320 Rx descriptors by the line; Tx: CQEs.
+            assert_eq!(xstat(&p, "bus_writeback_bytes"), 320 * 16 + 80 * overhead);
+            assert_eq!(
+                xstat(&p, "bus_completion_bytes"),
+                10 * c.completions * (64 + overhead),
+                "{}",
+                c.txmode
+            );
+            assert_eq!(xstat(&p, "tx_mpwqe_blks"), 10 * c.mpwqe_blks);
+            let mpw = if c.mpwqe_blks == 0 { 0 } else { 320 };
+            assert_eq!(xstat(&p, "tx_mpwqe_pkts"), mpw);
+            assert_eq!(xstat(&p, "tx_wqe_pkts"), 320 - mpw);
+            assert_eq!(xstat(&p, "tx_inline_bytes"), 10 * c.inline_bytes);
+            assert_eq!(xstat(&p, "device_wqe_errors"), 0);
+            assert!(xstat(&p, "device_cycles") > 0);
+            drop(p);
+            assert!(pool.is_full());
         }
-        assert_eq!(bursts, 10);
-        assert_eq!(t.report().received, 320);
-        // Doorbells: 2 Rx batches at start, then one Rx refill and one Tx
-        // tail write per burst of 32.
-        assert_eq!(xstat(&p, "bus_doorbells"), 2 + 10 + 10);
-        // Data: 320 frames of 64 bytes each way, one transaction each.
-        assert_eq!(xstat(&p, "bus_data_bytes"), 2 * 320 * (64 + overhead));
-        // Descriptors: 320 fetched each way, 4 per cache-line read.
-        assert_eq!(xstat(&p, "bus_desc_bytes"), 2 * (320 * 16 + 80 * overhead));
-        // Write-back: 320 Rx descriptors by the line; 10 Tx DD (RS every 32).
-        assert_eq!(
-            xstat(&p, "bus_writeback_bytes"),
-            320 * 16 + 80 * overhead + 10 * (16 + overhead)
-        );
-        assert!(xstat(&p, "device_cycles") > 0);
-        drop(p);
-        assert!(pool.is_full());
     }
 }
 
@@ -580,12 +659,28 @@ fn spec_and_config_errors_name_the_fault() {
         msg("soft:tester=t-err", c().queues(17, 1)),
         "port 'soft:tester=t-err': 17 Rx queues asked, driver soft has at most 16"
     );
-    let mut tso = c();
-    tso.tx_offloads |= Offloads::TSO;
+    let mut rss = c();
+    rss.tx_offloads |= Offloads::RSS_HASH;
     assert_eq!(
-        msg("soft:tester=t-err", tso),
-        "port 'soft:tester=t-err': driver soft has no Tx offload tso"
+        msg("soft:tester=t-err", rss),
+        "port 'soft:tester=t-err': driver soft has no Tx offload rss_hash"
     );
+    assert_eq!(
+        msg("soft:txmode=mpw", c()),
+        "port spec 'soft:txmode=mpw': key 'txmode' = 'mpw' is not one of wqe, mpwqe"
+    );
+    assert_eq!(
+        msg("soft:mpw_segs=63", c()),
+        "port spec 'soft:mpw_segs=63': key 'mpw_segs' = '63' is not a number in 1..=62"
+    );
+    assert_eq!(
+        msg("soft:mpw_segs=8,inline_mpw=200", c()),
+        "port spec 'soft:mpw_segs=8,inline_mpw=200': inline_mpw 200 takes 13 segments, more \
+         than mpw_segs 8"
+    );
+    assert!(msg("soft:link=gen2x1", c()).starts_with(
+        "port spec 'soft:link=gen2x1': key 'link' = 'gen2x1' is not one of gen3x4, gen3x8"
+    ));
     assert!(msg("soft:flow=3", c()).starts_with(
         "port spec 'soft:flow=3': driver 'soft' has no key 'flow' (keys: gen, flows, size"
     ));
@@ -602,4 +697,183 @@ fn spec_and_config_errors_name_the_fault() {
     );
     drop((_a, _b, _t));
     assert!(pool.is_full());
+}
+
+/// io forwarding between two tester ports whose Rx queues are armed with
+/// page-pool fragments (`rxbuf=frag`), the mbuf headers from a pool of small
+/// elements whose own data room could not hold the frames: every frame
+/// arrives intact, the headers and fragments all come home.
+fn frag_forwarding(name: &str, mtu: u16, size: &str, count: u64, fc: &str) {
+    let headers = pool(1023, 64);
+    let mut config = PortConfig::new(Some(headers.clone()))
+        .nb_rxd(256)
+        .nb_txd(256);
+    config.mtu = mtu;
+    let spec = format!("soft:tester={name},count={count},flows=64,size={size},rxbuf=frag,fc={fc}");
+    let mut a = port(&spec, config.clone());
+    let mut b = port(&spec, config);
+    let t = tester_of(name);
+    forward_until(&mut a, &mut b, &t, 2 * count);
+    let r = t.report();
+    assert_eq!((r.sent, r.received), (2 * count, 2 * count), "{r}");
+    assert_eq!(
+        (r.lost, r.corrupt, r.reordered, r.duplicates, r.foreign),
+        (0, 0, 0, 0, 0),
+        "{r}"
+    );
+    for p in [&a, &b] {
+        let s = p.stats();
+        assert_eq!((s.rx_packets, s.tx_packets), (count, count));
+        assert_eq!((s.rx_nombuf, s.rx_errors, s.tx_errors), (0, 0, 0));
+        let layout = crate::pagepool::FragLayout::for_mtu(mtu);
+        assert_eq!(
+            xstat(p, "rx_buf_bytes_per_desc") as usize,
+            super::rx_frags::frag_bytes_per_desc(layout, headers.mempool().stride())
+        );
+    }
+    // Stop both before dropping either: a's fragments may sit in b's Tx
+    // ring, and a port dropped while its fragments are out leaks its page
+    // pool (safe, but not what a clean teardown does). Once every header is
+    // home no fragment is out, so the drops below free the page pools.
+    a.stop();
+    b.stop();
+    assert!(headers.is_full());
+    drop((a, b));
+}
+
+#[test]
+fn rxbuf_frag_forwarding_at_mtu_1500_keeps_every_frame() {
+    frag_forwarding("t-frag1500", 1500, "imix", 3000, "on");
+}
+
+#[test]
+fn rxbuf_frag_forwarding_of_jumbo_frames_keeps_every_frame() {
+    // 8000-byte frames in single buffers: 8594-byte fragments, 3 per page.
+    frag_forwarding("t-frag8000", 8000, "8000", 600, "on");
+}
+
+#[test]
+fn rx_buffer_memory_per_descriptor_is_reported_for_both_modes() {
+    let big = pool(255, 2048);
+    let small = pool(255, 64);
+    let mbuf = port(
+        "soft:tester=t-mem",
+        PortConfig::new(Some(big.clone())).nb_rxd(64),
+    );
+    assert_eq!(xstat(&mbuf, "rx_buf_bytes_per_desc"), 128 + 128 + 2048);
+    let frag = port(
+        "soft:tester=t-mem,rxbuf=frag",
+        PortConfig::new(Some(small.clone())).nb_rxd(64),
+    );
+    // 2094-byte fragments take 2112 bytes, 15 to a 32 KiB page (2185 bytes
+    // each, the page's tail shared out), plus the header's element: 128 +
+    // 128 (headroom) + 64 bytes.
+    assert_eq!(xstat(&frag, "rx_buf_bytes_per_desc"), 2185 + 320);
+    drop((mbuf, frag));
+    assert!(big.is_full() && small.is_full());
+}
+
+#[test]
+fn rxbuf_is_checked_and_frag_queues_refuse_recycling() {
+    let p = pool(255, 64);
+    let config = PortConfig::new(Some(p.clone())).nb_rxd(64).nb_txd(64);
+    let e = open("soft:tester=t-rxbuf,rxbuf=pages", config.clone()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "port spec 'soft:tester=t-rxbuf,rxbuf=pages': key 'rxbuf' = 'pages' is not one of mbuf, frag"
+    );
+    let mut a = port("soft:tester=t-rxbuf,rxbuf=frag", config);
+    assert!(!a.rx_queue_recycles(0).unwrap());
+    let (rx, tx) = a.queues_mut().unwrap();
+    let e = crate::port::recycle_mbufs(rx[0].as_mut(), tx[0].as_mut()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "this Rx queue does not support buffer recycling: it is armed with page-pool fragments \
+         (rxbuf=frag)"
+    );
+    drop(a);
+    assert!(p.is_full());
+}
+
+/// `rxbuf=frag` with the fragments freed on another lcore: the tester port's
+/// Rx queue is polled on one lcore (which owns its page pool) and its
+/// packets are sent on by a second lcore, where their Tx completions free
+/// them, so their pages come home through the pool's ring; the wire port's
+/// fragments are received and freed on the second lcore (its direct
+/// cache). Every frame arrives intact and every buffer comes home.
+#[test]
+fn rxbuf_frag_buffers_freed_on_another_lcore_come_home() {
+    use std::sync::atomic::AtomicBool;
+
+    use crate::mbuf::Mbuf;
+    use crate::ring::Ring;
+
+    const COUNT: u64 = 4000;
+    let headers = pool(2047, 64);
+    let config = PortConfig::new(Some(headers.clone()))
+        .nb_rxd(128)
+        .nb_txd(128);
+    let mut t = port(
+        &format!("soft:tester=t-frag-x,count={COUNT},flows=32,size=imix,rxbuf=frag"),
+        config.clone(),
+    );
+    let mut w1 = port("soft:wire=w-frag-x", config.clone());
+    let mut w2 = port("soft:wire=w-frag-x,rxbuf=frag", config);
+    let tr = tester_of("t-frag-x");
+    let (mut to_y, mut from_x) = Ring::<Mbuf>::spsc(1024).unwrap();
+    let done = AtomicBool::new(false);
+    {
+        let (trx, ttx) = t.queues_mut().unwrap();
+        let (t_rx, t_tx) = (&mut trx[0], &mut ttx[0]);
+        let w1_tx = w1.tx_queue(0).unwrap();
+        let w2_rx = w2.rx_queue(0).unwrap();
+        let (tr, done) = (&tr, &done);
+        std::thread::scope(|s| {
+            s.spawn(move || {
+                let _l = crate::lcore::register().unwrap();
+                let mut burst: Burst<32> = Burst::new();
+                while !done.load(Ordering::Acquire) {
+                    t_rx.rx_burst(&mut burst);
+                    while let Some(m) = burst.pop() {
+                        let mut m = m;
+                        while let Err(back) = to_y.push(m) {
+                            m = back;
+                            std::thread::yield_now();
+                        }
+                    }
+                }
+            });
+            s.spawn(move || {
+                let _l = crate::lcore::register().unwrap();
+                let mut burst: Burst<32> = Burst::new();
+                for _ in 0..2_000_000 {
+                    if tr.report().received >= COUNT {
+                        break;
+                    }
+                    while burst.free() > 0 {
+                        match from_x.pop() {
+                            Some(m) => burst.push(m).unwrap(),
+                            None => break,
+                        }
+                    }
+                    send_all(w1_tx, &mut burst);
+                    fwd(w2_rx, t_tx.as_mut(), &mut burst);
+                }
+                done.store(true, Ordering::Release);
+                // Whatever X handed over after the last look goes out too.
+                while let Some(m) = from_x.pop() {
+                    drop(m);
+                }
+            });
+        });
+    }
+    let r = tr.report();
+    assert_eq!((r.sent, r.received), (COUNT, COUNT), "{r}");
+    assert!(r.is_clean(), "{r}");
+    assert_eq!(w2.stats().rx_packets, COUNT);
+    for p in [&mut t, &mut w1, &mut w2] {
+        p.stop();
+    }
+    assert!(headers.is_full());
+    drop((t, w1, w2));
 }

@@ -1,25 +1,47 @@
-//! The soft driver's Tx queue: a descriptor ring the device reads, and a
-//! software ring of the mbufs it sends.
+//! The soft driver's Tx queue: WQEs written into a ring of 64-byte blocks
+//! the device reads ([`super::wqe`] has the byte layouts), completions read
+//! from the queue's completion queue, and a software ring of the mbufs in
+//! flight, one slot per packet.
+//!
+//! # Tx modes (`txmode=`)
+//! - `wqe`: one regular WQE per packet — cseg, eseg with the first 18 bytes
+//!   of the packet inlined, one dseg per buffer for the rest (one 64-byte
+//!   block for a single-segment packet).
+//! - `mpwqe` (default): packets go into multi-packet WQEs where they can.
+//!   A **session** is an open MPWQE: its eseg is written when it opens, and
+//!   it takes packets while their eseg — checksum flags, VLAN insertion,
+//!   tunnel flags and offsets — is the one it opened with and it has room
+//!   (`mpw_segs` data segments, and the ring's free blocks). A packet with
+//!   another eseg closes it and opens the next. TSO and multi-segment
+//!   packets go out one by one in regular WQEs, closing the session; the
+//!   next packet that allows it opens a new one. A packet of at most
+//!   `inline_mpw` bytes is copied into the WQE, any other gets a dseg
+//!   (16 bytes). Closing writes the cseg: the segment count and whether a
+//!   completion is asked. The end of a burst closes the session, then one
+//!   tail store rings the doorbell.
 //!
 //! # Indices (free-running `u32`s)
-//! - `tail`: descriptors written so far (the tail register's value);
-//! - `next_rs`: the next descriptor to get the report-status bit, every
-//!   `tx_rs_thresh` descriptors (`k * tx_rs_thresh - 1`);
-//! - `next_dd`: the report-status descriptor whose done bit is checked
-//!   next; when it is set, the `tx_rs_thresh` descriptors ending there are
-//!   complete and their buffers are freed.
+//! - packets: `elts_head` posted (software-ring slots written), `elts_done`
+//!   completed by the device (learnt from completions), `next_free` the
+//!   first packet of the next batch to retire (a multiple of
+//!   `tx_rs_thresh`). Slots `[next_free, elts_head)` hold the mbufs not yet
+//!   retired — exactly what a stop frees.
+//! - blocks: `wqe_ci` posted (the tail register's value), `wqe_done`
+//!   completed. The queue writes only blocks `[wqe_ci, wqe_done + nb)`.
 //!
-//! A packet's mbuf (the head of its chain) sits in the software-ring slot
-//! of its last descriptor (`EOP`); the other slots of a chain stay empty, so
-//! a chain is freed whole once its last descriptor completes.
-//!
-//! Descriptors `[next_dd + 1 - tx_rs_thresh, tail)` are not yet retired:
-//! their EOP slots hold the mbufs, the other slots [`Elem::DANGLING`]
-//! (written by `tx_burst`), so a stop frees exactly those.
+//! # Completions
+//! A WQE asks for one ([`wqe::CE`](super::wqe::CE)) when it holds packet
+//! `k * tx_rs_thresh - 1`, when `tx_comp` WQEs (if set) or half the ring's
+//! blocks have gone out since the last WQE that asked. For each WQE that
+//! asked the queue notes its first block, its end and the packet count
+//! after it; the device works in order, so a CQE naming a WQE completes
+//! every noted WQE up to it, moving `elts_done` and `wqe_done`. The queue
+//! reads CQEs only when it needs room or a batch (one acquire load when
+//! there is none).
 //!
 //! # Freeing
-//! When fewer than `tx_free_thresh` descriptors are free, `tx_burst` first
-//! frees completed batches of `tx_rs_thresh`, until `tx_free_thresh` are
+//! When fewer than `tx_free_thresh` slots are free, `tx_burst` first frees
+//! completed batches of `tx_rs_thresh` packets, until `tx_free_thresh` are
 //! free or the next batch is not done. With the fast-free offload (all
 //! buffers from one pool, reference count 1, one segment) a batch is one
 //! bulk put into the first buffer's pool; otherwise each mbuf is freed
@@ -33,25 +55,43 @@
 //! the Rx slots due and passes the checks (fast free: the first buffer's
 //! pool is the Rx pool; otherwise every buffer is a plain buffer of that
 //! pool whose last reference we hold), else it takes the free path above
-//! and counts `recycle_fallbacks`.
+//! and counts `recycle_fallbacks`. Both Tx modes free by completion the
+//! same way, so recycling works with either.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::counter::Counter;
-use crate::mbuf::{BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, free_bulk, ol, put_bulk_to_pool};
+use crate::mbuf::{
+    BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, TxOffload, free_bulk, ol, put_bulk_to_pool,
+};
 use crate::mempool::{Elem, PoolInner};
 use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
-use super::desc::tx;
-use super::device::{PortEngines, QueueRegs};
+use super::device::PortEngines;
+use super::tx_engine::TxRegs;
+use super::wqe::{
+    CE, CQE_INVALID, CQE_REQ, CqeInfo, Eseg, EsegWords, MAX_DS, MAX_TSO_HEADER, MIN_INLINE, OP_MPW,
+    OP_SEND, OP_TSO, OPMOD_EMPW, SEGS_PER_BB, TUN_VXLAN, blocks, cs, cseg, dseg, header_segs,
+    inline_segs, write_data, write_entry, write_words,
+};
+
+/// How packets are put into WQEs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxMode {
+    /// One regular WQE per packet.
+    Wqe,
+    /// Multi-packet WQEs where the packet allows.
+    Mpwqe,
+}
 
 /// How a Tx queue is configured.
 #[derive(Debug, Clone, Copy)]
 pub struct TxParams {
-    /// Report status every this many descriptors.
+    /// Free in batches of this many packets; a completion is asked at
+    /// least this often.
     pub rs_thresh: u32,
-    /// Free completed buffers when fewer descriptors than this are free.
+    /// Free completed buffers when fewer slots than this are free.
     pub free_thresh: u32,
     /// One bulk put per batch (fast-free offload, single segments).
     pub fast_free: bool,
@@ -61,27 +101,100 @@ pub struct TxParams {
     pub ol_mask: u64,
     /// Free batches with a zero-copy cache put (`tx_free=zc`).
     pub zc_free: bool,
+    /// Regular or multi-packet WQEs.
+    pub mode: TxMode,
+    /// Most data segments (16 bytes each) in one MPWQE, `1..=MAX_DS - 2`.
+    pub mpw_segs: u32,
+    /// Longest packet copied into an MPWQE (0: none); its
+    /// `inline_segs` is at most `mpw_segs`.
+    pub inline_mpw: u32,
+    /// Also ask a completion every this many WQEs (0: not by count).
+    pub comp_wqes: u32,
+    /// Bus bytes of one doorbell (a 4-byte write and its overhead).
+    pub doorbell_bytes: u64,
+}
+
+/// A WQE that asked for a completion.
+#[derive(Debug, Clone, Copy, Default)]
+struct CompRec {
+    /// Its first block.
+    wqe: u32,
+    /// The block after it.
+    end: u32,
+    /// Packets posted up to and including it.
+    elts: u32,
+}
+
+/// Counts of one burst, added to the xstats at its end.
+#[derive(Debug, Default)]
+struct BurstCounts {
+    sent: usize,
+    bytes: u64,
+    mpw_blks: u64,
+    mpw_pkts: u64,
+    wqe_pkts: u64,
+    inline_bytes: u64,
+}
+
+/// What became of a packet given a regular WQE.
+enum Post {
+    /// Written.
+    Done,
+    /// No room in the ring: stop the burst here.
+    Full,
+    /// It cannot be sent (counted in `tx_errors`, freed).
+    Bad,
 }
 
 /// A Tx queue of a soft port.
 pub struct SoftTx {
-    regs: Arc<QueueRegs>,
+    regs: Arc<TxRegs>,
     sw_ring: Box<[Elem]>,
+    /// Software-ring slots (packets in flight at most), and that minus one.
+    nb: u32,
     mask: u32,
-    tail: u32,
-    nb_free: u32,
+    /// Blocks in the WQE ring.
+    blocks: u32,
+    elts_head: u32,
+    elts_done: u32,
+    next_free: u32,
+    /// The packet whose WQE asks the next completion (`k * rs - 1`).
     next_rs: u32,
-    next_dd: u32,
+    wqe_ci: u32,
+    wqe_done: u32,
+    /// WQEs and blocks since the last WQE that asked a completion.
+    since_wqes: u32,
+    since_bbs: u32,
+    /// WQE count that asks a completion (`u32::MAX`: never by count).
+    comp_wqes: u32,
+    /// The WQEs that asked, `[comp_head, comp_tail)`, in a ring the size
+    /// of the completion queue (which bounds them).
+    comp: Box<[CompRec]>,
+    comp_mask: u32,
+    comp_head: u32,
+    comp_tail: u32,
+    /// CQEs read (free-running).
+    cq_ci: u32,
+    /// The send queue number the WQEs carry.
+    sqn: u32,
     p: TxParams,
     engines: Arc<PortEngines>,
     inline: bool,
     q: usize,
     counters: Arc<PortCounters>,
     doorbells: Arc<Counter>,
+    doorbell_bytes: Arc<Counter>,
     /// Buffers moved into an Rx ring.
     tx_recycled: Arc<Counter>,
     /// Batches that could not be recycled and were freed.
     recycle_fallbacks: Arc<Counter>,
+    /// Blocks of MPWQEs, packets in them, packets in regular WQEs, bytes
+    /// copied into WQEs, error CQEs read.
+    mpwqe_blks: Arc<Counter>,
+    mpwqe_pkts: Arc<Counter>,
+    wqe_pkts: Arc<Counter>,
+    inline_bytes: Arc<Counter>,
+    cqe_errors: Arc<Counter>,
     /// `start` has run and `stop` has not since.
     started: bool,
 }
@@ -117,62 +230,159 @@ unsafe fn plain_of(e: Elem, pool: *const PoolInner) -> bool {
     e != Elem::DANGLING && unsafe { header(e).pool == pool && plain_line0(e) }
 }
 
+/// A segment's data: its address and bytes.
+///
+/// # Safety
+/// `h` is a segment of an mbuf the caller holds.
+#[inline(always)]
+unsafe fn seg_data<'a>(h: &MbufHeader) -> &'a [u8] {
+    // SAFETY: the caller's contract: `data_off + data_len` lies within the
+    // buffer, which lives while the mbuf is held.
+    unsafe { std::slice::from_raw_parts(h.buf_addr.add(h.data_off as usize), h.data_len as usize) }
+}
+
+/// Asks for the cache line at `p` ahead of a write (a hint: no memory
+/// effect, any address).
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing architecturally and never faults;
+    // SSE, which it needs, is part of every x86-64 target.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 impl SoftTx {
-    /// Queue `q` over `regs`.
+    /// Queue `q` over `regs`, with `nb` software-ring slots (a power of
+    /// two).
     pub fn new(
-        regs: Arc<QueueRegs>,
+        regs: Arc<TxRegs>,
+        nb: u32,
         p: TxParams,
         engines: Arc<PortEngines>,
         inline: bool,
         q: usize,
         counters: Arc<PortCounters>,
     ) -> SoftTx {
-        let nb = regs.descs.len();
-        let doorbells = counters.xstats.register("bus_doorbells");
-        let tx_recycled = counters.xstats.register("tx_recycled");
-        let recycle_fallbacks = counters.xstats.register("recycle_fallbacks");
+        let blocks = regs.blocks() as u32;
+        let x = &counters.xstats;
+        let doorbells = x.register("bus_doorbells");
+        let doorbell_bytes = x.register("bus_doorbell_bytes");
+        let tx_recycled = x.register("tx_recycled");
+        let recycle_fallbacks = x.register("recycle_fallbacks");
+        let mpwqe_blks = x.register("tx_mpwqe_blks");
+        let mpwqe_pkts = x.register("tx_mpwqe_pkts");
+        let wqe_pkts = x.register("tx_wqe_pkts");
+        let inline_bytes = x.register("tx_inline_bytes");
+        let cqe_errors = x.register("tx_cqe_errors");
         SoftTx {
-            mask: nb as u32 - 1,
-            sw_ring: vec![Elem::DANGLING; nb].into_boxed_slice(),
+            nb,
+            mask: nb - 1,
+            blocks,
+            sw_ring: vec![Elem::DANGLING; nb as usize].into_boxed_slice(),
+            comp: vec![CompRec::default(); regs.cq.len()].into_boxed_slice(),
+            comp_mask: regs.cq.len() as u32 - 1,
             regs,
-            tail: 0,
-            nb_free: nb as u32,
+            elts_head: 0,
+            elts_done: 0,
+            next_free: 0,
             next_rs: p.rs_thresh - 1,
-            next_dd: p.rs_thresh - 1,
+            wqe_ci: 0,
+            wqe_done: 0,
+            since_wqes: 0,
+            since_bbs: 0,
+            comp_wqes: if p.comp_wqes == 0 {
+                u32::MAX
+            } else {
+                p.comp_wqes
+            },
+            comp_head: 0,
+            comp_tail: 0,
+            cq_ci: 0,
+            sqn: q as u32,
             p,
             engines,
             inline,
             q,
             counters,
             doorbells,
+            doorbell_bytes,
             tx_recycled,
             recycle_fallbacks,
+            mpwqe_blks,
+            mpwqe_pkts,
+            wqe_pkts,
+            inline_bytes,
+            cqe_errors,
             started: false,
         }
     }
 
-    /// The first software-ring slot of the next batch of `tx_rs_thresh`
-    /// descriptors, if the device has completed it.
+    /// Software-ring slots free.
     #[inline(always)]
-    fn done_batch(&self) -> Option<usize> {
-        if !before(self.next_dd, self.tail) {
-            return None;
-        }
-        let d = self.regs.descs.get(self.next_dd);
-        // Acquire: pairs with the device's Release write-back of DD; the
-        // device is done with every buffer of the batch.
-        if d.q1.load(Ordering::Acquire) & tx::DD == 0 {
-            return None;
-        }
-        let first = self.next_dd.wrapping_sub(self.p.rs_thresh - 1) & self.mask;
-        Some(first as usize)
+    fn elts_free(&self) -> u32 {
+        self.nb - self.elts_head.wrapping_sub(self.next_free)
     }
 
-    /// Moves past the batch `done_batch` found: its descriptors are free.
+    /// Ring blocks free.
+    #[inline(always)]
+    fn block_room(&self) -> u32 {
+        self.blocks - self.wqe_ci.wrapping_sub(self.wqe_done)
+    }
+
+    /// Reads the new CQEs: every noted WQE up to the one each names is
+    /// complete.
+    #[inline]
+    fn poll_cq(&mut self) {
+        loop {
+            let cq = &self.regs.cq;
+            // Acquire: pairs with the device's release store of this word;
+            // it is done with every buffer of the WQEs up to the one named.
+            let w = cq.get(self.cq_ci).last().load(Ordering::Acquire);
+            let c = CqeInfo::parse(w);
+            if c.owner != cq.owner(self.cq_ci) || c.opcode == CQE_INVALID {
+                return;
+            }
+            self.cq_ci = self.cq_ci.wrapping_add(1);
+            if c.opcode != CQE_REQ {
+                self.cqe_errors.inc();
+            }
+            while self.comp_head != self.comp_tail {
+                let r = self.comp[(self.comp_head & self.comp_mask) as usize];
+                if (c.wqe_counter.wrapping_sub(r.wqe as u16) as i16) < 0 {
+                    break;
+                }
+                self.elts_done = r.elts;
+                self.wqe_done = r.end;
+                self.comp_head = self.comp_head.wrapping_add(1);
+            }
+        }
+    }
+
+    /// The first software-ring slot of the next batch of `tx_rs_thresh`
+    /// packets, if the device has completed it.
+    #[inline(always)]
+    fn done_batch(&mut self) -> Option<usize> {
+        let rs = self.p.rs_thresh;
+        if self.elts_done.wrapping_sub(self.next_free) < rs {
+            if self.elts_head.wrapping_sub(self.next_free) < rs {
+                return None;
+            }
+            self.poll_cq();
+            if self.elts_done.wrapping_sub(self.next_free) < rs {
+                return None;
+            }
+        }
+        Some((self.next_free & self.mask) as usize)
+    }
+
+    /// Moves past the batch `done_batch` found: its slots are free.
     #[inline(always)]
     fn retire(&mut self) {
-        self.nb_free += self.p.rs_thresh;
-        self.next_dd = self.next_dd.wrapping_add(self.p.rs_thresh);
+        self.next_free = self.next_free.wrapping_add(self.p.rs_thresh);
     }
 
     /// Frees the buffers of the completed batch at `first`; returns the
@@ -203,17 +413,10 @@ impl SoftTx {
                 }
             }
         }
-        let mut k = 0;
-        for i in 0..rs {
-            if batch[i] != Elem::DANGLING {
-                batch[k] = batch[i];
-                k += 1;
-            }
-        }
-        // SAFETY: the batch is complete; the first `k` slots hold mbufs we
-        // own (each once), now given up.
-        unsafe { free_bulk(&mut batch[..k]) };
-        k
+        // SAFETY: the batch is complete; every slot holds an mbuf we own
+        // (one per packet), now given up.
+        unsafe { free_bulk(batch) };
+        rs
     }
 
     /// Frees the next batch if the device has completed it; returns the
@@ -226,11 +429,11 @@ impl SoftTx {
         Some(k)
     }
 
-    /// Frees every mbuf of the descriptors not yet retired (the device is
-    /// stopped or locked out).
+    /// Frees every mbuf not yet retired and resets the indices (the device
+    /// is stopped or locked out, the ring reset).
     fn release_all(&mut self) {
-        let mut i = self.next_dd.wrapping_sub(self.p.rs_thresh - 1);
-        while before(i, self.tail) {
+        let mut i = self.next_free;
+        while before(i, self.elts_head) {
             let e = self.sw_ring[(i & self.mask) as usize];
             if e != Elem::DANGLING {
                 // SAFETY: an mbuf we own, once; the device no longer reads it.
@@ -239,54 +442,425 @@ impl SoftTx {
             i = i.wrapping_add(1);
         }
         self.sw_ring.fill(Elem::DANGLING);
-        self.tail = 0;
-        self.nb_free = self.mask + 1;
+        self.elts_head = 0;
+        self.elts_done = 0;
+        self.next_free = 0;
         self.next_rs = self.p.rs_thresh - 1;
-        self.next_dd = self.p.rs_thresh - 1;
+        self.wqe_ci = 0;
+        self.wqe_done = 0;
+        self.since_wqes = 0;
+        self.since_bbs = 0;
+        self.comp_head = 0;
+        self.comp_tail = 0;
+        self.cq_ci = 0;
     }
 
-    /// Writes the descriptors of a chain of `segs` segments whose head is
-    /// `e` (at `hp`): the head goes in the EOP slot, the other slots are
-    /// marked empty, so a stop frees only what is there.
-    #[inline(never)]
-    fn write_chain(&mut self, hp: *const MbufHeader, segs: u32, cmd: u64, vlan: u16, e: Elem) {
-        let mut seg = hp;
-        for s in 0..segs {
-            // SAFETY: segment `s` of a chain the burst owns.
-            let sh = unsafe { &*seg };
-            let eop = if s + 1 == segs { tx::CMD_EOP } else { 0 };
-            // SAFETY: `data_off` is inside the buffer.
-            let addr = unsafe { sh.buf_addr.add(sh.data_off as usize) } as u64;
-            let d = self.regs.descs.get(self.tail);
-            d.q0.store(addr, Ordering::Relaxed);
-            d.q1.store(tx::q1(sh.data_len, cmd | eop, vlan), Ordering::Relaxed);
-            self.sw_ring[(self.tail & self.mask) as usize] =
-                if eop != 0 { e } else { Elem::DANGLING };
-            self.tail = self.tail.wrapping_add(1);
-            seg = sh.next;
-        }
-    }
-
-    /// The command bits for a packet's offload flags.
+    /// Accounts a WQE of `bbs` blocks at `wqe_ci` whose packets end at
+    /// `elts_end`, and decides whether it asks a completion (noted if so).
     #[inline(always)]
-    fn cmd(&self, flags: u64) -> u64 {
-        let f = flags & self.p.ol_mask;
-        if f == 0 {
-            return 0;
+    fn finish_wqe(&mut self, bbs: u32, elts_end: u32) -> bool {
+        let start = self.wqe_ci;
+        self.wqe_ci = start.wrapping_add(bbs);
+        self.since_wqes += 1;
+        self.since_bbs += bbs;
+        let ce = before(self.next_rs, elts_end)
+            || self.since_wqes >= self.comp_wqes
+            || self.since_bbs >= self.blocks / 2;
+        if ce {
+            self.comp[(self.comp_tail & self.comp_mask) as usize] = CompRec {
+                wqe: start,
+                end: self.wqe_ci,
+                elts: elts_end,
+            };
+            self.comp_tail = self.comp_tail.wrapping_add(1);
+            while before(self.next_rs, elts_end) {
+                self.next_rs = self.next_rs.wrapping_add(self.p.rs_thresh);
+            }
+            self.since_wqes = 0;
+            self.since_bbs = 0;
         }
-        let mut c = 0;
-        if f & ol::TX_IP_CKSUM != 0 {
-            c |= tx::CMD_IP_CKSUM;
+        ce
+    }
+
+    /// Room for a WQE of `bbs` blocks, reading completions if needed.
+    #[inline(always)]
+    fn room_for(&mut self, bbs: u32) -> bool {
+        if self.block_room() >= bbs {
+            return true;
         }
-        match f & ol::TX_UDP_CKSUM {
-            x if x == ol::TX_UDP_CKSUM => c |= tx::CMD_UDP_CKSUM,
-            x if x == ol::TX_TCP_CKSUM => c |= tx::CMD_TCP_CKSUM,
-            _ => {}
+        self.poll_cq();
+        self.block_room() >= bbs
+    }
+
+    /// The eseg a packet's offload flags `f` (already masked) ask for;
+    /// `None` for tunnel header lengths the eseg cannot carry (zero, odd,
+    /// or past 510 bytes).
+    #[inline]
+    fn eseg(&self, h: &MbufHeader, f: u64) -> Option<Eseg> {
+        let mut e = Eseg::default();
+        let l4 = match f & ol::TX_UDP_CKSUM {
+            x if x == ol::TX_UDP_CKSUM => 1,
+            x if x == ol::TX_TCP_CKSUM => 2,
+            _ => 0,
+        };
+        if f & ol::TX_TUNNEL_VXLAN != 0 {
+            let t = TxOffload::unpack(h.tx_offload);
+            let ol3 = t.outer_l2_len as usize;
+            let ol4 = ol3 + t.outer_l3_len as usize;
+            let il3 = ol4 + t.l2_len as usize;
+            let il4 = il3 + t.l3_len as usize;
+            let ok = |v: usize, prev: usize| v > prev && v.is_multiple_of(2) && v <= 510;
+            if !(ok(ol3, 0) && ok(ol4, ol3) && ok(il3, ol4) && ok(il4, il3)) {
+                return None;
+            }
+            let half = |v: usize| (v / 2) as u8;
+            e.swp = [half(ol3), half(ol4), half(il3), half(il4)];
+            e.tun = TUN_VXLAN;
+            if f & ol::TX_OUTER_IP_CKSUM != 0 {
+                e.cs |= cs::L3;
+            }
+            if f & ol::TX_IP_CKSUM != 0 {
+                e.cs |= cs::INNER_L3;
+            }
+            e.cs |= [0, cs::INNER_L4_UDP, cs::INNER_L4_TCP][l4];
+        } else {
+            if f & ol::TX_IP_CKSUM != 0 {
+                e.cs |= cs::L3;
+            }
+            e.cs |= [0, cs::L4_UDP, cs::L4_TCP][l4];
         }
         if f & ol::TX_VLAN != 0 {
-            c |= tx::CMD_VLAN;
+            e.vlan = Some(h.vlan_tci);
         }
-        c
+        if f & ol::TX_TCP_SEG != 0 {
+            e.mss = TxOffload::unpack(h.tx_offload).tso_segsz;
+        }
+        Some(e)
+    }
+
+    /// Counts a packet the queue cannot send in `tx_errors` and frees it.
+    /// The caller takes `e` out of the burst (`forget_front`).
+    #[cold]
+    fn drop_bad(&self, e: Elem) {
+        self.counters.tx[self.q].errors.inc();
+        // SAFETY: an owned mbuf of the burst, which the caller forgets, so
+        // it is dropped once, here.
+        drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+    }
+
+    /// Opens a session (an MPWQE) with eseg `key` that can take an entry of
+    /// `need` segments: writes the eseg; returns the segment index of its
+    /// cseg and the most segments it may reach (`mpw_segs`, ring room), or
+    /// `None` if the ring has no room.
+    #[inline]
+    fn open(&mut self, key: EsegWords, need: u32) -> Option<(u32, u32)> {
+        // Short of a whole MPWQE's blocks: read completions first, so the
+        // session is not cut short by room the device has already freed.
+        if self.block_room() < blocks(2 + self.p.mpw_segs) {
+            self.poll_cq();
+            if self.block_room() < blocks(2 + need) {
+                return None;
+            }
+        }
+        let base = self.wqe_ci.wrapping_mul(SEGS_PER_BB);
+        write_words(self.regs.segs.get(base.wrapping_add(1)), (key.0, key.1));
+        let limit = (2 + self.p.mpw_segs).min(self.block_room() * SEGS_PER_BB);
+        Some((base, limit))
+    }
+
+    /// Closes the session at segment `base` of `ds` segments and `pkts`
+    /// packets: its cseg, its blocks posted.
+    #[inline]
+    fn close(&mut self, base: u32, ds: u32, pkts: u32, st: &mut BurstCounts) {
+        let start = self.wqe_ci;
+        let bbs = blocks(ds);
+        let ce = self.finish_wqe(bbs, self.elts_head);
+        let flags = if ce { CE } else { 0 };
+        let c = cseg(OPMOD_EMPW, start as u16, OP_MPW, self.sqn, ds, flags);
+        write_words(self.regs.segs.get(base), c);
+        st.mpw_blks += bbs as u64;
+        st.mpw_pkts += pkts as u64;
+    }
+
+    /// [`post`](Self::post) out of line: the MPWQE path's fallback (TSO,
+    /// chains), kept out of its loop.
+    #[inline(never)]
+    fn post_fallback(&mut self, h: &MbufHeader, segs: u32, f: u64, st: &mut BurstCounts) -> Post {
+        self.post(h, segs, f, st)
+    }
+
+    /// Writes a regular WQE (send or TSO) for the packet at `h` of `segs`
+    /// segments, offload flags `f` (masked).
+    #[inline]
+    fn post(&mut self, h: &MbufHeader, segs: u32, f: u64, st: &mut BurstCounts) -> Post {
+        if (segs > 1 && !self.p.multi_seg) || h.pkt_len == 0 {
+            return Post::Bad;
+        }
+        let tso = f & ol::TX_TCP_SEG != 0;
+        // SAFETY: the burst owns the mbuf; `h` is its first segment.
+        let data0 = unsafe { seg_data(h) };
+        let n = if tso {
+            let t = TxOffload::unpack(h.tx_offload);
+            let hl = t.l2_len as usize + t.l3_len as usize + t.l4_len as usize;
+            if f & ol::TX_TUNNEL_VXLAN != 0
+                || t.tso_segsz == 0
+                || !(14..=MAX_TSO_HEADER).contains(&hl)
+                || hl > data0.len()
+            {
+                return Post::Bad;
+            }
+            hl
+        } else {
+            MIN_INLINE.min(data0.len())
+        };
+        let mut dsegs = (data0.len() > n) as u32;
+        let mut seg = h.next;
+        for _ in 1..segs {
+            // SAFETY: a segment of the chain the burst owns.
+            let sh = unsafe { &*seg };
+            dsegs += (sh.data_len > 0) as u32;
+            seg = sh.next;
+        }
+        let ds = 2 + header_segs(n) + dsegs;
+        if ds > MAX_DS || (tso && dsegs == 0) {
+            return Post::Bad;
+        }
+        let bbs = blocks(ds);
+        if !self.room_for(bbs) {
+            return Post::Full;
+        }
+        let e = if f == 0 {
+            EsegWords::NONE
+        } else {
+            match self.eseg(h, f) {
+                Some(e) => e.words(),
+                None => return Post::Bad,
+            }
+        };
+        let base = self.wqe_ci.wrapping_mul(SEGS_PER_BB);
+        let ring = &self.regs.segs;
+        let first = [
+            data0.first().copied().unwrap_or(0),
+            data0.get(1).copied().unwrap_or(0),
+        ];
+        write_words(
+            ring.get(base.wrapping_add(1)),
+            (e.0, e.with_inline(n as u16, first)),
+        );
+        let mut i = base.wrapping_add(2);
+        if n > 2 {
+            i = i.wrapping_add(write_data(ring, i, &data0[2..n]));
+        }
+        if data0.len() > n {
+            let addr = data0.as_ptr() as u64 + n as u64;
+            write_words(ring.get(i), dseg((data0.len() - n) as u32, addr));
+            i = i.wrapping_add(1);
+        }
+        let mut seg = h.next;
+        for _ in 1..segs {
+            // SAFETY: as above.
+            let sh = unsafe { &*seg };
+            if sh.data_len > 0 {
+                // SAFETY: a segment of the chain the burst owns.
+                let d = unsafe { seg_data(sh) };
+                write_words(ring.get(i), dseg(d.len() as u32, d.as_ptr() as u64));
+                i = i.wrapping_add(1);
+            }
+            seg = sh.next;
+        }
+        let start = self.wqe_ci;
+        let ce = self.finish_wqe(bbs, self.elts_head.wrapping_add(1));
+        let op = if tso { OP_TSO } else { OP_SEND };
+        let flags = if ce { CE } else { 0 };
+        write_words(
+            self.regs.segs.get(base),
+            cseg(0, start as u16, op, self.sqn, ds, flags),
+        );
+        st.wqe_pkts += 1;
+        st.inline_bytes += n as u64;
+        Post::Done
+    }
+}
+
+/// How a packet goes into the ring.
+#[derive(Clone, Copy)]
+enum Class {
+    /// An MPWQE entry with this eseg, of so many segments.
+    Entry(EsegWords, u32),
+    /// A regular WQE (TSO, a chain, an empty packet: `post` decides).
+    Regular,
+    /// Unsendable (counted, freed).
+    Bad,
+}
+
+impl SoftTx {
+    /// How the packet at `h` goes into an MPWQE (mode `mpwqe`).
+    #[inline(always)]
+    fn classify(&self, h: &MbufHeader) -> Class {
+        let f = h.ol_flags & self.p.ol_mask;
+        if h.nb_segs != 1 || f & ol::TX_TCP_SEG != 0 || h.data_len == 0 {
+            return Class::Regular;
+        }
+        let key = if f == 0 {
+            EsegWords::NONE
+        } else if let Some(e) = self.eseg(h, f) {
+            e.words()
+        } else {
+            return Class::Bad;
+        };
+        let len = h.data_len as usize;
+        let need = if len <= self.p.inline_mpw as usize {
+            inline_segs(len)
+        } else {
+            1
+        };
+        Class::Entry(key, need)
+    }
+
+    /// Keeps a sent packet: its software-ring slot, the burst's counts.
+    #[inline(always)]
+    fn keep(&mut self, e: Elem, h: &MbufHeader, st: &mut BurstCounts) {
+        self.sw_ring[(self.elts_head & self.mask) as usize] = e;
+        self.elts_head = self.elts_head.wrapping_add(1);
+        st.bytes += h.pkt_len as u64;
+        st.sent += 1;
+    }
+
+    /// Mode `wqe`: one regular WQE per packet. Returns the packets taken.
+    #[inline(never)]
+    fn burst_wqe(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
+        let mut room = self.elts_free();
+        let mut i = 0;
+        while i < raw.len() && room != 0 {
+            let e = raw[i];
+            // SAFETY: the burst owns this mbuf; we only read its header.
+            let h = unsafe { header(e) };
+            let f = h.ol_flags & self.p.ol_mask;
+            match self.post(h, h.nb_segs as u32, f, st) {
+                Post::Done => {
+                    self.keep(e, h, st);
+                    room -= 1;
+                }
+                Post::Full => break,
+                Post::Bad => self.drop_bad(e),
+            }
+            i += 1;
+        }
+        i
+    }
+
+    /// Mode `mpwqe`: sessions of packets sharing an eseg, regular WQEs for
+    /// the others. Returns the packets taken.
+    #[inline(never)]
+    fn burst_mpw(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
+        let mut room = self.elts_free();
+        let mut i = 0;
+        // The class of packet `i` when the session before found it.
+        let mut known: Option<Class> = None;
+        while i < raw.len() && room != 0 {
+            let e = raw[i];
+            // SAFETY: the burst owns this mbuf; we only read its header.
+            let h = unsafe { header(e) };
+            let class = match known.take() {
+                Some(c) => c,
+                None => self.classify(h),
+            };
+            let (key, need) = match class {
+                Class::Entry(key, need) => (key, need),
+                Class::Regular => {
+                    let f = h.ol_flags & self.p.ol_mask;
+                    match self.post_fallback(h, h.nb_segs as u32, f, st) {
+                        Post::Done => {
+                            self.keep(e, h, st);
+                            room -= 1;
+                        }
+                        Post::Full => break,
+                        Post::Bad => self.drop_bad(e),
+                    }
+                    i += 1;
+                    continue;
+                }
+                Class::Bad => {
+                    self.drop_bad(e);
+                    i += 1;
+                    continue;
+                }
+            };
+            let Some((base, limit)) = self.open(key, need) else {
+                break;
+            };
+            // The session: packets while they take this eseg and fit. A
+            // packet with the first one's flags takes the same eseg, unless
+            // the eseg also carries a VLAN tag or tunnel offsets of its own.
+            let f0 = h.ol_flags & self.p.ol_mask;
+            let same_flags_same_eseg = f0 & (ol::TX_VLAN | ol::TX_TUNNEL_VXLAN) == 0;
+            let ol_mask = self.p.ol_mask;
+            let inline_mpw = self.p.inline_mpw as usize;
+            let mask = self.mask;
+            let ring = &self.regs.segs;
+            let mut eh = self.elts_head;
+            let (mut e, mut h, mut need) = (e, h, need);
+            let mut ds = 2;
+            let mut bytes = 0u64;
+            let start = i;
+            loop {
+                // SAFETY: the burst owns the mbuf: one segment.
+                let data = unsafe { seg_data(h) };
+                let at = base.wrapping_add(ds);
+                if data.len() > inline_mpw {
+                    let w = dseg(data.len() as u32, data.as_ptr() as u64);
+                    write_words(ring.get(at), w);
+                } else {
+                    // Inlined packets fill blocks fast: ask for the line
+                    // four blocks ahead.
+                    let ahead = at.wrapping_add(need + 4 * SEGS_PER_BB);
+                    prefetch(ring.get(ahead) as *const _ as *const u8);
+                    write_entry(ring, at, data);
+                    st.inline_bytes += data.len() as u64;
+                }
+                self.sw_ring[(eh & mask) as usize] = e;
+                eh = eh.wrapping_add(1);
+                // One segment: the packet is its data.
+                bytes += data.len() as u64;
+                ds += need;
+                i += 1;
+                if i == raw.len() || i - start == room as usize {
+                    break;
+                }
+                let next = raw[i];
+                // SAFETY: as above.
+                let nh = unsafe { header(next) };
+                let len = nh.data_len as usize;
+                let f = nh.ol_flags & ol_mask;
+                let n = if len > inline_mpw {
+                    1
+                } else {
+                    inline_segs(len)
+                };
+                if nh.nb_segs != 1 || len == 0 || ds + n > limit {
+                    break;
+                }
+                if !(f == f0 && same_flags_same_eseg) {
+                    match self.classify(nh) {
+                        Class::Entry(k, _) if k == key => {}
+                        c => {
+                            // Another eseg (or none): the next session, or
+                            // the fallback, starts from what was found.
+                            known = Some(c);
+                            break;
+                        }
+                    }
+                }
+                (e, h, need) = (next, nh, n);
+            }
+            let pkts = (i - start) as u32;
+            room -= pkts;
+            st.sent += pkts as usize;
+            st.bytes += bytes;
+            self.elts_head = eh;
+            self.close(base, ds, pkts, st);
+        }
+        i
     }
 }
 
@@ -296,71 +870,35 @@ impl TxQueue for SoftTx {
         if !self.started {
             return 0;
         }
-        if self.nb_free < self.p.free_thresh {
-            while self.nb_free < self.p.free_thresh && self.free_batch().is_some() {}
+        if self.elts_free() < self.p.free_thresh {
+            while self.elts_free() < self.p.free_thresh && self.free_batch().is_some() {}
         }
-        let mut taken = 0;
-        let mut sent = 0;
-        let mut bytes = 0u64;
-        for &e in burst.raw() {
-            let hp = e.as_ptr().cast::<MbufHeader>();
-            // SAFETY: the burst owns this mbuf; we only read its header.
-            let h = unsafe { &*hp };
-            let segs = h.nb_segs as u32;
-            if segs > 1 && !self.p.multi_seg {
-                self.counters.tx[self.q].errors.inc();
-                // SAFETY: an owned mbuf, taken out of the burst below
-                // (`forget_front(taken)`), dropped once here.
-                drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
-                taken += 1;
-                continue;
-            }
-            if segs > self.nb_free {
-                break;
-            }
-            let cmd = self.cmd(h.ol_flags);
-            let vlan = if cmd & tx::CMD_VLAN != 0 {
-                h.vlan_tci
-            } else {
-                0
-            };
-            if segs == 1 {
-                // One segment: the second header line (`next`) stays cold.
-                // SAFETY: `data_off` is inside the buffer.
-                let addr = unsafe { h.buf_addr.add(h.data_off as usize) } as u64;
-                let d = self.regs.descs.get(self.tail);
-                d.q0.store(addr, Ordering::Relaxed);
-                d.q1.store(
-                    tx::q1(h.data_len, cmd | tx::CMD_EOP, vlan),
-                    Ordering::Relaxed,
-                );
-                self.sw_ring[(self.tail & self.mask) as usize] = e;
-                self.tail = self.tail.wrapping_add(1);
-            } else {
-                self.write_chain(hp, segs, cmd, vlan, e);
-            }
-            self.nb_free -= segs;
-            bytes += h.pkt_len as u64;
-            sent += 1;
-            taken += 1;
-        }
-        if sent != 0 {
-            // Report status on every tx_rs_thresh-th descriptor written.
-            while before(self.next_rs, self.tail) {
-                let d = self.regs.descs.get(self.next_rs);
-                let q1 = d.q1.load(Ordering::Relaxed);
-                d.q1.store(q1 | tx::CMD_RS, Ordering::Relaxed);
-                self.next_rs = self.next_rs.wrapping_add(self.p.rs_thresh);
-            }
-            // The doorbell: the descriptors above are visible to a device
-            // that loads it (acquire).
-            self.regs.tail.store(self.tail, Ordering::Release);
+        let mut st = BurstCounts::default();
+        let taken = match self.p.mode {
+            TxMode::Mpwqe => self.burst_mpw(burst.raw(), &mut st),
+            TxMode::Wqe => self.burst_wqe(burst.raw(), &mut st),
+        };
+        if st.sent != 0 {
+            // The doorbell: the WQEs above are visible to a device that
+            // loads it (acquire).
+            self.regs.tail.store(self.wqe_ci, Ordering::Release);
             self.doorbells.inc();
+            self.doorbell_bytes.add(self.p.doorbell_bytes);
+            if st.mpw_pkts != 0 {
+                self.mpwqe_blks.add(st.mpw_blks);
+                self.mpwqe_pkts.add(st.mpw_pkts);
+            }
+            if st.wqe_pkts != 0 {
+                self.wqe_pkts.add(st.wqe_pkts);
+            }
+            if st.inline_bytes != 0 {
+                self.inline_bytes.add(st.inline_bytes);
+            }
         }
         // SAFETY: the first `taken` mbufs are now in the software ring (or
-        // were dropped above).
+        // were dropped).
         unsafe { burst.forget_front(taken) };
-        self.counters.tx[self.q].record_burst(sent, bytes);
+        self.counters.tx[self.q].record_burst(st.sent, st.bytes);
         if self.inline {
             self.engines.tx[self.q].try_with(|e| e.step());
         }

@@ -1,0 +1,524 @@
+//! The `afxdp` driver end to end, as root: two namespaces A and B whose
+//! traffic can only meet through Sluice, forwarding between `afxdp` ports
+//! on the root-side ends of two veth pairs. `ping` from A to B gets its
+//! replies; a 50 MiB TCP transfer arrives with every byte checked — through
+//! `sluice l2fwd`, and through `sluice fwd --engine recycle`, where sent
+//! frames go from the completion ring straight back to a fill ring; raw
+//! frames cross both ways intact; bad input is a clear error.
+//!
+//! The namespace ends have their offloads off: a frame redirected to an
+//! AF_XDP socket is taken as the sender's stack left it, and a checksum
+//! left for hardware to fill in would reach B unfilled.
+//!
+//! Each test skips with a printed reason where the machine cannot (not
+//! root, no `ip`, no namespaces; `ping` or `ethtool` missing outside CI),
+//! removes its namespaces and links on the way out (also when it fails),
+//! checks that no XDP program stays attached, and bounds every wait.
+//! Nothing is timed: the checks are replies and bytes.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sluice::driver::afxdp::link_info;
+use sluice_netns::{Netns, Output, Proc, RawSocket, Veth};
+
+const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// Bytes of the TCP transfer.
+const TRANSFER: usize = 50 << 20;
+
+/// How long Sluice gets to end after SIGINT, printing its summary.
+const STOP: Duration = Duration::from_secs(60);
+
+/// Starts Sluice with `args`, JSON out.
+fn sluice(args: &[&str]) -> Proc<'static> {
+    let argv: Vec<&str> = [SLUICE].iter().chain(args).copied().collect();
+    sluice_netns::spawn(&argv).expect("sluice starts")
+}
+
+/// Stops Sluice (SIGINT) and returns its output and JSON summary.
+fn stop(sluice: Proc<'static>) -> (Output, serde_json::Value) {
+    let out = sluice.stop(STOP).expect("sluice ends on SIGINT");
+    assert!(out.success(), "{out}");
+    let last = out.stdout.lines().last().unwrap_or("").to_owned();
+    let v: serde_json::Value = serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["type"], "summary", "{out}");
+    (out, v)
+}
+
+/// Panics with `msg` and what Sluice printed so far.
+fn fail(sluice: Proc<'static>, msg: &str) -> ! {
+    match sluice.stop(STOP) {
+        Ok(out) => panic!("{msg}\n{out}"),
+        Err(e) => panic!("{msg}\n{e}"),
+    }
+}
+
+/// A host: a namespace with one end of a veth pair (the other, in the
+/// root namespace, is Sluice's), offloads off, an address.
+struct Host {
+    ns: Netns,
+    veth: Veth,
+    ip: &'static str,
+}
+
+impl Host {
+    fn new(tag: &str, ip: &'static str) -> Host {
+        let ns = Netns::new(tag).unwrap();
+        let veth = Veth::into_ns(&ns).unwrap();
+        ns.offloads_off(veth.b()).unwrap();
+        ns.add_addr(veth.b(), &format!("{ip}/24")).unwrap();
+        Host { ns, veth, ip }
+    }
+
+    /// The root-side end, for Sluice.
+    fn port_iface(&self) -> &str {
+        self.veth.a()
+    }
+
+    /// The host's MAC address.
+    fn mac(&self) -> String {
+        self.ns.mac(self.veth.b()).unwrap().to_string()
+    }
+}
+
+/// Whether an XDP program is attached to `iface`.
+fn xdp_attached(iface: &str) -> bool {
+    link_info(iface).unwrap().xdp.is_some()
+}
+
+/// Waits until Sluice has attached its program to both ports.
+fn wait_attached(a: &Host, b: &Host) -> bool {
+    sluice_netns::wait_until(Duration::from_secs(60), || {
+        xdp_attached(a.port_iface()) && xdp_attached(b.port_iface())
+    })
+}
+
+/// Pings `dst` from `ns` until one reply comes (ARP, the forwarder
+/// starting), bounded.
+fn first_reply(ns: &Netns, dst: &str) -> bool {
+    sluice_netns::wait_until(Duration::from_secs(90), || {
+        ns.exec_timeout(
+            &["ping", "-c", "1", "-W", "2", dst],
+            Duration::from_secs(20),
+        )
+        .is_ok_and(|o| o.success())
+    })
+}
+
+/// The byte at offset `i` of the transfer: a period (251) prime to every
+/// segment size, so a lost, repeated or misplaced segment shows.
+fn pattern(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
+/// Sends [`TRANSFER`] bytes over TCP from `from` to `to` and checks every
+/// byte on arrival; returns the bytes received.
+fn tcp_transfer(from: &Host, to: &Host) -> usize {
+    let bind: SocketAddr = format!("{}:0", to.ip).parse().unwrap();
+    let listener = to
+        .ns
+        .run_in(move || TcpListener::bind(bind))
+        .unwrap()
+        .expect("listen in the receiving namespace");
+    let addr = listener.local_addr().unwrap();
+    let server = std::thread::spawn(move || -> Result<usize, String> {
+        listener.set_nonblocking(true).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let (mut s, _) = loop {
+            match listener.accept() {
+                Ok(c) => break c,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() > deadline {
+                        return Err("no connection within 120 s".into());
+                    }
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => return Err(format!("accept: {e}")),
+            }
+        };
+        s.set_nonblocking(false).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+        let mut buf = vec![0u8; 1 << 16];
+        let mut total = 0usize;
+        loop {
+            let n = s
+                .read(&mut buf)
+                .map_err(|e| format!("read at {total}: {e}"))?;
+            if n == 0 {
+                return Ok(total);
+            }
+            for (k, b) in buf[..n].iter().enumerate() {
+                if *b != pattern(total + k) {
+                    return Err(format!(
+                        "byte {} is {b}, not {}",
+                        total + k,
+                        pattern(total + k)
+                    ));
+                }
+            }
+            total += n;
+        }
+    });
+    let mut c = from
+        .ns
+        .run_in(move || TcpStream::connect_timeout(&addr, Duration::from_secs(60)))
+        .unwrap()
+        .expect("connect from the sending namespace");
+    c.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
+    let chunk: Vec<u8> = (0..251 * 256).map(pattern).collect();
+    let mut sent = 0;
+    while sent < TRANSFER {
+        let n = chunk.len().min(TRANSFER - sent);
+        c.write_all(&chunk[..n]).expect("write");
+        sent += n;
+    }
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let got = server
+        .join()
+        .unwrap()
+        .expect("the receiver checks every byte");
+    assert_eq!(got, TRANSFER);
+    got
+}
+
+/// Ping A → B (5 replies of 5), then the transfer A → B.
+fn ping_and_transfer(a: &Host, b: &Host, sluice: Proc<'static>) -> Proc<'static> {
+    if !wait_attached(a, b) {
+        fail(sluice, "Sluice did not attach its XDP programs within 60 s");
+    }
+    if !first_reply(&a.ns, b.ip) {
+        fail(sluice, "no ping reply from B within 90 s");
+    }
+    let out =
+        a.ns.exec_timeout(
+            &["ping", "-c", "5", "-i", "0.2", "-W", "10", b.ip],
+            Duration::from_secs(120),
+        )
+        .expect("ping runs");
+    assert!(out.success() && out.stdout.contains("5 received"), "{out}");
+    tcp_transfer(a, b);
+    sluice
+}
+
+/// What every afxdp run's summary must say: every buffer home, no address
+/// the kernel did not get from us, the transfer counted A → B.
+fn check_summary(s: &serde_json::Value, out: &Output) {
+    assert_eq!(s["pool_full"], true, "{out}");
+    let ports = s["ports"].as_array().unwrap();
+    let min = (TRANSFER / 1448) as u64;
+    assert!(ports[0]["rx_packets"].as_u64().unwrap() >= min, "{s}");
+    assert!(ports[1]["tx_packets"].as_u64().unwrap() >= min, "{s}");
+    assert!(ports[1]["rx_packets"].as_u64().unwrap() > 0, "{s}");
+    for p in ports {
+        let x = xstats(p);
+        assert_eq!(x("rx_bad_addrs"), 0, "{p}");
+        assert_eq!(x("tx_bad_addrs"), 0, "{p}");
+        assert_eq!(x("xsk_leaked_frames"), 0, "{p}");
+    }
+}
+
+/// A port's xstat by name, from the summary's `[name, value]` pairs.
+fn xstats(port: &serde_json::Value) -> impl Fn(&str) -> u64 + '_ {
+    move |name| {
+        port["xstats"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|kv| kv[0] == name)
+            .and_then(|kv| kv[1].as_u64())
+            .unwrap_or_else(|| panic!("no xstat {name} in {port}"))
+    }
+}
+
+#[test]
+fn ping_and_tcp_cross_l2fwd_over_afxdp() {
+    if sluice_netns::skip_unless_root_with(&["ping", "ethtool"]) {
+        return;
+    }
+    let a = Host::new("xa", "10.79.0.1");
+    let b = Host::new("xb", "10.79.0.2");
+    let out = a.ns.exec(&["ping", "-c", "1", "-W", "1", b.ip]).unwrap();
+    assert!(!out.success(), "A reaches B without Sluice: {out}");
+    let (pa, pb) = (
+        format!("afxdp:iface={}", a.port_iface()),
+        format!("afxdp:iface={}", b.port_iface()),
+    );
+    let (da, db) = (format!("0,{}", a.mac()), format!("1,{}", b.mac()));
+    // l2fwd rewrites MACs: the destination of each port is its host's.
+    let sl = sluice(&[
+        "l2fwd",
+        "--json",
+        "-T",
+        "5",
+        "-p",
+        &pa,
+        "-p",
+        &pb,
+        "--dest-mac",
+        &da,
+        "--dest-mac",
+        &db,
+    ]);
+    let sl = ping_and_transfer(&a, &b, sl);
+    let (out, s) = stop(sl);
+    check_summary(&s, &out);
+    for p in s["ports"].as_array().unwrap() {
+        assert_eq!(
+            xstats(p)("xdp_native"),
+            1,
+            "auto picks native XDP on veth: {p}"
+        );
+    }
+    assert!(!xdp_attached(a.port_iface()) && !xdp_attached(b.port_iface()));
+}
+
+#[test]
+fn tcp_with_recycling_over_afxdp_keeps_every_buffer() {
+    if sluice_netns::skip_unless_root_with(&["ping", "ethtool"]) {
+        return;
+    }
+    let a = Host::new("ra", "10.80.0.1");
+    let b = Host::new("rb", "10.80.0.2");
+    let (pa, pb) = (
+        format!("afxdp:iface={}", a.port_iface()),
+        format!("afxdp:iface={}", b.port_iface()),
+    );
+    // The recycle engine forwards unchanged (io) and, before each receive,
+    // moves the peer Tx queue's completed frames into the Rx fill ring.
+    let sl = sluice(&[
+        "fwd",
+        "--engine",
+        "recycle",
+        "--json",
+        "--duration",
+        "600",
+        "--stats-period",
+        "5",
+        "-p",
+        &pa,
+        "-p",
+        &pb,
+    ]);
+    let sl = ping_and_transfer(&a, &b, sl);
+    let (out, s) = stop(sl);
+    check_summary(&s, &out);
+    assert_eq!(s["recycle_errors"], 0, "{s}");
+    let ports = s["ports"].as_array().unwrap();
+    // Port 1 sent the transfer; its completed frames refilled port 0's
+    // fill ring (and the ACKs' the other way).
+    let r0 = &ports[0]["recycle"];
+    let r1 = &ports[1]["recycle"];
+    let min = (TRANSFER / 1448 / 2) as u64;
+    assert!(r0["rx_recycled"].as_u64().unwrap() >= min, "{s}");
+    assert_eq!(r0["rx_recycled"], r1["tx_recycled"], "{s}");
+    assert_eq!(r1["rx_recycled"], r0["tx_recycled"], "{s}");
+    assert_eq!(r0["recycle_fallbacks"], 0, "{s}");
+    assert_eq!(r1["recycle_fallbacks"], 0, "{s}");
+    assert!(!xdp_attached(a.port_iface()) && !xdp_attached(b.port_iface()));
+}
+
+/// Test frame `seq` of `len` bytes going `dir`: broadcast, a local
+/// EtherType, a payload that says which frame it is.
+fn frame(seq: u32, len: usize, dir: u8) -> Vec<u8> {
+    let mut f = vec![0u8; len];
+    f[..6].fill(0xff);
+    f[6..12].copy_from_slice(&[0x02, 0x5c, 0, 0, 0, dir]);
+    f[12..14].copy_from_slice(&0x88b5u16.to_be_bytes());
+    f[14..18].copy_from_slice(&seq.to_be_bytes());
+    for (i, b) in f[18..].iter_mut().enumerate() {
+        *b = (seq as usize * 13 + i) as u8 ^ dir;
+    }
+    f
+}
+
+/// Sends `n` frames from `from` and checks that `to` gets each intact, in
+/// order: 50 at a time, each group read before the next is sent.
+fn frames_across(from: &RawSocket, to: &RawSocket, n: u32, dir: u8) -> u64 {
+    let mut bytes = 0u64;
+    for group in 0..n / 50 {
+        let seqs = group * 50..(group + 1) * 50;
+        for s in seqs.clone() {
+            from.send(&frame(s, 60 + (s as usize * 31) % 1455, dir))
+                .unwrap();
+        }
+        for s in seqs {
+            let want = frame(s, 60 + (s as usize * 31) % 1455, dir);
+            let got = loop {
+                let f = to
+                    .recv(Duration::from_secs(10))
+                    .unwrap()
+                    .unwrap_or_else(|| panic!("frame {s} ({dir}) did not arrive"));
+                if f.len() >= 14 && f[12..14] == [0x88, 0xb5] {
+                    break f;
+                }
+            };
+            assert_eq!(got, want, "frame {s} ({dir})");
+            bytes += want.len() as u64;
+        }
+    }
+    bytes
+}
+
+/// Frames sent by Sluice arrive intact at a raw socket in the peer
+/// namespace and vice versa: 1000 each way, in generic XDP mode, counted
+/// exactly on the ports.
+#[test]
+fn raw_frames_cross_afxdp_ports_intact_both_ways() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let na = Netns::new("wa").unwrap();
+    let nb = Netns::new("wb").unwrap();
+    let va = Veth::into_ns(&na).unwrap();
+    let vb = Veth::into_ns(&nb).unwrap();
+    let (pa, pb) = (
+        format!("afxdp:iface={},xdp_mode=generic", va.a()),
+        format!("afxdp:iface={},xdp_mode=generic", vb.a()),
+    );
+    let sl = sluice(&[
+        "l2fwd",
+        "--json",
+        "-T",
+        "5",
+        "--no-mac-updating",
+        "-p",
+        &pa,
+        "-p",
+        &pb,
+    ]);
+    let attached = sluice_netns::wait_until(Duration::from_secs(60), || {
+        xdp_attached(va.a()) && xdp_attached(vb.a())
+    });
+    if !attached {
+        fail(sl, "Sluice did not attach its XDP programs within 60 s");
+    }
+    let ra = RawSocket::open(&na, va.b()).unwrap();
+    let rb = RawSocket::open(&nb, vb.b()).unwrap();
+    let ab = frames_across(&ra, &rb, 1000, 1);
+    let ba = frames_across(&rb, &ra, 1000, 2);
+    let (out, s) = stop(sl);
+    assert_eq!(s["pool_full"], true, "{out}");
+    let ports = s["ports"].as_array().unwrap();
+    // Nothing else crosses: no addresses, IPv6 off.
+    assert_eq!(ports[0]["rx_packets"], 1000, "{s}");
+    assert_eq!(ports[1]["tx_packets"], 1000, "{s}");
+    assert_eq!(ports[1]["rx_packets"], 1000, "{s}");
+    assert_eq!(ports[0]["tx_packets"], 1000, "{s}");
+    assert!(ab > 0 && ba > 0);
+    for p in ports {
+        assert_eq!(xstats(p)("xdp_native"), 0, "generic mode: {p}");
+        assert_eq!(xstats(p)("rx_dropped"), 0, "{p}");
+    }
+    assert!(!xdp_attached(va.a()) && !xdp_attached(vb.a()));
+}
+
+/// Runs Sluice with `args` to its end (bounded), with `pre` applied in the
+/// child before exec; its standard error, and the exit code must be 1.
+fn sluice_err(args: &[&str], pre: Option<fn() -> std::io::Result<()>>) -> String {
+    let mut cmd = Command::new(SLUICE);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(f) = pre {
+        // SAFETY: `f` makes only async-signal-safe system calls (prctl,
+        // setrlimit) between fork and exec.
+        unsafe { cmd.pre_exec(f) };
+    }
+    let mut child = cmd.spawn().expect("sluice starts");
+    let end = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > end {
+            let _ = child.kill();
+            panic!("sluice {args:?} did not end within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(out.stdout.is_empty());
+    stderr
+}
+
+/// In the child: no `CAP_IPC_LOCK` after exec (dropped from the bounding
+/// set, which bounds what root's exec grants) and `RLIMIT_MEMLOCK` at
+/// 8 MiB.
+fn without_ipc_lock() -> std::io::Result<()> {
+    const PR_CAPBSET_DROP: i32 = 24;
+    const CAP_IPC_LOCK: libc::c_ulong = 14;
+    // SAFETY: prctl(2) with integer arguments.
+    if unsafe { libc::prctl(PR_CAPBSET_DROP, CAP_IPC_LOCK, 0, 0, 0) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let lim = libc::rlimit {
+        rlim_cur: 8 << 20,
+        rlim_max: 8 << 20,
+    };
+    // SAFETY: setrlimit(2) with a valid rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_MEMLOCK, &lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+#[test]
+fn bad_afxdp_input_is_a_clear_error() {
+    assert_eq!(
+        sluice_err(
+            &[
+                "l2fwd",
+                "--duration",
+                "1",
+                "-p",
+                "afxdp:iface=sluicenosuch0",
+                "-p",
+                "null"
+            ],
+            None
+        ),
+        "sluice: error: afxdp port 'afxdp:iface=sluicenosuch0': no interface named \
+         'sluicenosuch0'\n"
+    );
+    assert_eq!(
+        sluice_err(
+            &["l2fwd", "--duration", "1", "-p", "afxdp:iface=lo,bind=fast"],
+            None
+        ),
+        "sluice: error: port spec 'afxdp:iface=lo,bind=fast': key 'bind' = 'fast' is not one \
+         of copy, zerocopy, auto\n"
+    );
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let ns = Netns::new("bad").unwrap();
+    let veth = Veth::into_ns(&ns).unwrap();
+    let a = veth.a();
+    let spec = format!("afxdp:iface={a},queue=4");
+    assert_eq!(
+        sluice_err(
+            &["l2fwd", "--duration", "1", "-p", &spec, "-p", "null"],
+            None
+        ),
+        format!("sluice: error: afxdp port '{spec}': {a} has 1 Rx queue; queue 4 does not exist\n")
+    );
+    // fwd's default pool (8191 mbufs of 2304 bytes) is an 18 MiB UMEM.
+    let spec = format!("afxdp:iface={a}");
+    assert_eq!(
+        sluice_err(
+            &["l2fwd", "--duration", "1", "-p", &spec, "-p", "null"],
+            Some(without_ipc_lock)
+        ),
+        format!(
+            "sluice: error: afxdp port '{spec}': the UMEM (1 × 18432 KiB, the region of pool \
+             'fwd') needs 18432 KiB of locked memory, more than RLIMIT_MEMLOCK allows (8192 \
+             KiB), and the process lacks CAP_IPC_LOCK: raise the limit (`ulimit -l`) or use a \
+             smaller pool\n"
+        )
+    );
+    assert!(!xdp_attached(a));
+}

@@ -1,0 +1,214 @@
+//! Sending: a TPACKET_V2 ring of fixed-size frames on a socket of its own.
+//!
+//! `tx_burst` copies each packet (its segments, back to back) into the next
+//! frame whose status is `TP_STATUS_AVAILABLE` (read with Acquire, pairing
+//! with the kernel's store when it finished with the frame), writes its
+//! length, and hands it over with a Release store of
+//! `TP_STATUS_SEND_REQUEST`; the mbuf is freed at once (the data is in the
+//! ring). One `sendto(MSG_DONTWAIT)` per burst then has the kernel send
+//! every requested frame. A frame still requested or being sent means the
+//! ring is full: the rest of the burst stays with the caller.
+//!
+//! With `qdisc_bypass` (the default) frames go straight to the device's
+//! transmit function, as a NIC driver would, skipping the queueing
+//! discipline (`PACKET_QDISC_BYPASS`). `PACKET_LOSS` is set so a frame the
+//! kernel rejects is skipped rather than stopping the ring; such frames
+//! count `tx_errors` when their slot comes round again. A kick the kernel
+//! refuses for now (`EAGAIN`, `ENOBUFS`) is repeated by the next `tx_burst`,
+//! even an empty one.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use super::IfaceRef;
+use super::sys::{self, Mmap, hdr2};
+use crate::counter::Counter;
+use crate::mbuf::BurstSlice;
+use crate::port::{PortCounters, PortError, TxQueue};
+
+/// How the ring of one Tx queue is laid out.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TxGeometry {
+    pub(super) block_size: u32,
+    pub(super) block_nr: u32,
+    pub(super) frame_size: u32,
+}
+
+impl TxGeometry {
+    fn frame_nr(&self) -> u32 {
+        self.block_nr * (self.block_size / self.frame_size)
+    }
+}
+
+struct Ring {
+    fd: OwnedFd,
+    map: Mmap,
+    frame_size: usize,
+    frame_nr: usize,
+    /// The next frame to fill (the kernel sends in the same order).
+    head: usize,
+    /// The last kick was refused: kick again.
+    unkicked: bool,
+}
+
+impl Ring {
+    fn frame(&self, i: usize) -> *mut u8 {
+        // SAFETY: `i < frame_nr`: inside the mapping (frames never straddle
+        // blocks, and blocks are contiguous).
+        unsafe { self.map.base().add(i * self.frame_size) }
+    }
+
+    fn status(&self, i: usize) -> &AtomicU32 {
+        // SAFETY: `tp_status`, a 4-aligned u32 at the start of a frame in
+        // the mapping, accessed atomically by both sides while `self` lives.
+        unsafe { AtomicU32::from_ptr(self.frame(i).add(hdr2::STATUS).cast()) }
+    }
+
+    fn kick(&mut self) {
+        self.unkicked = sys::kick(self.fd.as_raw_fd()).is_err();
+    }
+}
+
+/// The Tx queue of an afpacket port.
+pub(super) struct AfPacketTx {
+    iface: Arc<IfaceRef>,
+    geometry: TxGeometry,
+    qdisc_bypass: bool,
+    /// Open between `start` and `stop`.
+    ring: Option<Ring>,
+    counters: Arc<PortCounters>,
+    q: usize,
+    ring_full: Arc<Counter>,
+}
+
+impl AfPacketTx {
+    pub(super) fn new(
+        iface: Arc<IfaceRef>,
+        geometry: TxGeometry,
+        qdisc_bypass: bool,
+        counters: Arc<PortCounters>,
+        q: usize,
+    ) -> AfPacketTx {
+        AfPacketTx {
+            ring_full: counters.xstats.register("tx_ring_full"),
+            iface,
+            geometry,
+            qdisc_bypass,
+            ring: None,
+            counters,
+            q,
+        }
+    }
+
+    fn open(&self) -> Result<Ring, PortError> {
+        let name = &self.iface.name;
+        let q = self.q;
+        let io = |what: &str| {
+            let c = format!("afpacket: {name}: Tx queue {q}: {what}");
+            move |e| PortError::io(c, e)
+        };
+        let g = self.geometry;
+        let fd = sys::packet_socket().map_err(io("socket(AF_PACKET)"))?;
+        sys::set_opt(&fd, sys::PACKET_VERSION, &sys::TPACKET_V2)
+            .map_err(io("PACKET_VERSION TPACKET_V2"))?;
+        sys::set_opt(&fd, sys::PACKET_LOSS, &1i32).map_err(io("PACKET_LOSS"))?;
+        if self.qdisc_bypass {
+            sys::set_opt(&fd, sys::PACKET_QDISC_BYPASS, &1i32)
+                .map_err(io("PACKET_QDISC_BYPASS"))?;
+        }
+        let req = sys::TpacketReq {
+            block_size: g.block_size,
+            block_nr: g.block_nr,
+            frame_size: g.frame_size,
+            frame_nr: g.frame_nr(),
+        };
+        sys::set_opt(&fd, sys::PACKET_TX_RING, &req).map_err(io(&format!(
+            "PACKET_TX_RING of {} frames of {} bytes",
+            req.frame_nr, g.frame_size
+        )))?;
+        let len = g.block_size as usize * g.block_nr as usize;
+        let map = Mmap::new(&fd, len).map_err(io("mmap of the Tx ring"))?;
+        // Protocol 0: this socket sends and never receives.
+        sys::bind(&fd, self.iface.index, 0).map_err(io("bind"))?;
+        Ok(Ring {
+            fd,
+            map,
+            frame_size: g.frame_size as usize,
+            frame_nr: g.frame_nr() as usize,
+            head: 0,
+            unkicked: false,
+        })
+    }
+}
+
+impl TxQueue for AfPacketTx {
+    fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize {
+        let stats = &self.counters.tx[self.q];
+        let Some(ring) = self.ring.as_mut() else {
+            stats.record_burst(0, 0);
+            return 0;
+        };
+        let room = ring.frame_size - hdr2::TX_DATA;
+        let (mut taken, mut sent, mut bytes, mut errors) = (0usize, 0usize, 0u64, 0u64);
+        for m in burst.iter() {
+            let i = ring.head;
+            // Acquire: pairs with the kernel's store of AVAILABLE (or
+            // WRONG_FORMAT) once it is done reading the frame.
+            let st = ring.status(i).load(Ordering::Acquire);
+            if st & (sys::TP_STATUS_SEND_REQUEST | sys::TP_STATUS_SENDING) != 0 {
+                self.ring_full.inc();
+                break;
+            }
+            if st & sys::TP_STATUS_WRONG_FORMAT != 0 {
+                errors += 1;
+            }
+            taken += 1;
+            let len = m.pkt_len() as usize;
+            if len > room || len < 14 {
+                errors += 1;
+                continue;
+            }
+            let f = ring.frame(i);
+            let mut off = hdr2::TX_DATA;
+            for seg in m.segments() {
+                // SAFETY: the frame is ours (not requested); the segments
+                // add up to `len <= room` bytes after the header.
+                unsafe { std::ptr::copy_nonoverlapping(seg.as_ptr(), f.add(off), seg.len()) };
+                off += seg.len();
+            }
+            // SAFETY: `tp_len`, a 4-aligned u32 in our frame.
+            unsafe { f.add(hdr2::LEN).cast::<u32>().write(len as u32) };
+            // Release: the data and length above are written before the
+            // kernel can see the request.
+            ring.status(i)
+                .store(sys::TP_STATUS_SEND_REQUEST, Ordering::Release);
+            ring.head = (i + 1) % ring.frame_nr;
+            sent += 1;
+            bytes += len as u64;
+        }
+        // Copied (or refused): free them.
+        drop(burst.drain_front(taken));
+        if sent != 0 || ring.unkicked {
+            ring.kick();
+        }
+        stats.errors.add(errors);
+        stats.record_burst(sent, bytes);
+        taken
+    }
+
+    fn start(&mut self) -> Result<(), PortError> {
+        if self.ring.is_none() {
+            self.ring = Some(self.open()?);
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut ring) = self.ring.take() {
+            // What is still requested goes out now, if the kernel takes it;
+            // the ring holds copies, no mbuf.
+            ring.kick();
+        }
+    }
+}

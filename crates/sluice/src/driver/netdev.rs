@@ -1,0 +1,129 @@
+//! Kernel network devices by name, for the drivers over kernel interfaces
+//! (`afpacket`, `tap`): name checks, index, MAC address, and setting a
+//! device up — `if_nametoindex` and the `SIOCGIF*` / `SIOCSIFFLAGS` ioctls
+//! on a throwaway datagram socket. Names are looked up in the network
+//! namespace of the calling thread.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+/// Longest interface name (IFNAMSIZ − 1).
+pub(crate) const IFNAME_MAX: usize = 15;
+
+const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
+const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
+const SIOCGIFHWADDR: libc::c_ulong = 0x8927;
+
+/// `struct ifreq`: a name and a 24-byte union (8-aligned: it holds
+/// pointers in some of its forms).
+#[repr(C, align(8))]
+pub(crate) struct IfReq {
+    pub(crate) name: [u8; 16],
+    pub(crate) data: [u8; 24],
+}
+
+impl IfReq {
+    /// A request for interface `name` (checked by [`check_name`]).
+    pub(crate) fn new(name: &str) -> IfReq {
+        let mut r = IfReq {
+            name: [0; 16],
+            data: [0; 24],
+        };
+        let n = name.len().min(IFNAME_MAX);
+        r.name[..n].copy_from_slice(&name.as_bytes()[..n]);
+        r
+    }
+}
+
+/// Why `name` cannot be an interface name, if it cannot.
+pub(crate) fn check_name(name: &str) -> Result<(), String> {
+    if name.is_empty() || name.len() > IFNAME_MAX {
+        return Err(format!(
+            "interface name '{name}' must be 1 to {IFNAME_MAX} bytes"
+        ));
+    }
+    if name == "." || name == ".." || name.bytes().any(|b| b == b'/' || b == b':' || b <= b' ') {
+        return Err(format!(
+            "interface name '{name}' may not be '.' or '..' or contain '/', ':' or spaces"
+        ));
+    }
+    Ok(())
+}
+
+/// The index of interface `name`, `None` if there is none.
+pub(crate) fn index(name: &str) -> Option<u32> {
+    let c = std::ffi::CString::new(name).ok()?;
+    // SAFETY: a NUL-terminated string that lives across the call.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    (i != 0).then_some(i)
+}
+
+fn ioctl_socket() -> io::Result<OwnedFd> {
+    // SAFETY: socket(2) with constant arguments.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: a descriptor we just opened and own.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn ioctl(req: libc::c_ulong, ifr: &mut IfReq) -> io::Result<()> {
+    let sock = ioctl_socket()?;
+    // SAFETY: the interface ioctls read and write one `struct ifreq`,
+    // which `ifr` is, exclusively borrowed for the call.
+    let r = unsafe { libc::ioctl(sock.as_raw_fd(), req as _, std::ptr::from_mut(ifr)) };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}
+
+/// The MAC address of interface `name`.
+pub(crate) fn mac(name: &str) -> io::Result<[u8; 6]> {
+    let mut ifr = IfReq::new(name);
+    ioctl(SIOCGIFHWADDR, &mut ifr)?;
+    // A `struct sockaddr`: family (2 bytes), then the address.
+    let mut m = [0u8; 6];
+    m.copy_from_slice(&ifr.data[2..8]);
+    Ok(m)
+}
+
+/// Sets interface `name` up (`IFF_UP`), keeping its other flags.
+pub(crate) fn set_up(name: &str) -> io::Result<()> {
+    let mut ifr = IfReq::new(name);
+    ioctl(SIOCGIFFLAGS, &mut ifr)?;
+    let flags = i16::from_ne_bytes([ifr.data[0], ifr.data[1]]) | libc::IFF_UP as i16;
+    ifr.data[..2].copy_from_slice(&flags.to_ne_bytes());
+    ioctl(SIOCSIFFLAGS, &mut ifr)
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_name("veth0").is_ok());
+        assert!(check_name("a23456789012345").is_ok());
+        assert_eq!(
+            check_name("a234567890123456").unwrap_err(),
+            "interface name 'a234567890123456' must be 1 to 15 bytes"
+        );
+        assert_eq!(
+            check_name("a/b").unwrap_err(),
+            "interface name 'a/b' may not be '.' or '..' or contain '/', ':' or spaces"
+        );
+        assert!(check_name("..").is_err());
+        assert!(check_name("").is_err());
+    }
+
+    #[test]
+    fn loopback_is_found_and_a_missing_name_is_not() {
+        assert_eq!(index("lo"), Some(1));
+        assert_eq!(index("sluicenosuch0"), None);
+        assert_eq!(mac("lo").unwrap(), [0; 6]);
+        assert!(mac("sluicenosuch0").is_err());
+    }
+}

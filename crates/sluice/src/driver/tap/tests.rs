@@ -1,0 +1,341 @@
+//! The tap driver: bad input (exact messages), and as root, real frames
+//! between a port and a raw socket on the TAP device's kernel side, moved
+//! into a namespace of the test's own — counted, compared byte for byte,
+//! and every buffer home at the end.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice_netns::{Netns, RawSocket};
+
+use crate::driver::open;
+use crate::mbuf::{Burst, MbufPool, MbufPoolConfig};
+use crate::port::{Port, PortConfig};
+
+fn pool(size: u32) -> MbufPool {
+    MbufPool::new(MbufPoolConfig {
+        size,
+        cache_size: 0,
+        ..Default::default()
+    })
+    .unwrap()
+}
+
+fn err(spec: &str, config: PortConfig) -> String {
+    open(spec, config).unwrap_err().to_string()
+}
+
+/// A TAP name of this process, unused so far (at most 15 bytes).
+fn tap_name() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "sltap{:x}t{:x}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+#[test]
+fn bad_specs_are_clear_errors() {
+    let p = pool(255);
+    let cfg = || PortConfig::new(Some(p.clone()));
+    assert_eq!(
+        err("tap", cfg()),
+        "port spec 'tap': driver 'tap' needs key 'iface'"
+    );
+    assert_eq!(
+        err("tap:iface=sluicenosuch0,attach=true", cfg()),
+        "port spec 'tap:iface=sluicenosuch0,attach=true': no network interface 'sluicenosuch0' \
+         to attach to (in this network namespace)"
+    );
+    assert_eq!(
+        err("tap:iface=lo", cfg()),
+        "port spec 'tap:iface=lo': interface 'lo' exists already (attach=true uses an existing \
+         TAP device)"
+    );
+    assert_eq!(
+        err("tap:iface=a/b", cfg()),
+        "port spec 'tap:iface=a/b': interface name 'a/b' may not be '.' or '..' or contain '/', \
+         ':' or spaces"
+    );
+    assert_eq!(
+        err("tap:iface=x,attach=maybe", cfg()),
+        "port spec 'tap:iface=x,attach=maybe': key 'attach' = 'maybe' is not a boolean \
+         (1/0, true/false, yes/no, on/off)"
+    );
+    assert!(p.is_full());
+}
+
+#[test]
+fn queue_counts_the_driver_cannot_do_are_clear_errors() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let p = pool(255);
+    let cfg = || PortConfig::new(Some(p.clone()));
+    let name = tap_name();
+    let spec = format!("tap:iface={name}");
+    assert_eq!(
+        err(&spec, cfg().queues(2, 1)),
+        format!(
+            "tap: {name}: 2 Rx and 1 Tx queues asked; a TAP queue is one file descriptor for \
+             both directions, so the counts must be equal"
+        )
+    );
+    assert_eq!(
+        err(&spec, cfg().queues(17, 17)),
+        format!("port '{spec}': 17 Rx queues asked, driver tap has at most 16")
+    );
+    let mut big = cfg();
+    big.mtu = 4000;
+    assert_eq!(
+        err(&spec, big),
+        format!(
+            "tap: {name}: MTU 4000 makes frames of up to 4018 bytes, more than the data room \
+             of Rx queue 0's pool (2048)"
+        )
+    );
+    // Each failed open closed the device again: the name is free (the
+    // kernel unregisters it as the last descriptor closes).
+    assert!(sluice_netns::wait_until(Duration::from_secs(10), || {
+        crate::driver::netdev::index(&name).is_none()
+    }));
+    // A single-queue device takes one queue only.
+    let single = tap_name();
+    Netns::root()
+        .ip(&["tuntap", "add", "mode", "tap", "name", &single])
+        .unwrap();
+    let spec1 = format!("tap:iface={single},attach=true");
+    let e = err(&spec1, cfg().queues(2, 2));
+    let port = open(&spec1, cfg());
+    let _ = Netns::root().ip(&["link", "del", &single]);
+    assert_eq!(
+        e,
+        format!("port '{spec1}': 2 Rx queues asked, driver tap has at most 1")
+    );
+    assert!(port.is_ok(), "{:?}", port.err());
+    assert!(p.is_full());
+}
+
+/// Our test frames: EtherType 0x88b5, then a sequence number and bytes
+/// derived from it, `len` bytes in all.
+fn frame(dst: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
+    let mut f = Vec::with_capacity(len);
+    f.extend(dst);
+    f.extend([0x02, 0x5e, 0, 0, 0, 2, 0x88, 0xb5]);
+    f.extend(seq.to_be_bytes());
+    while f.len() < len {
+        f.push((f.len() as u32 ^ seq.wrapping_mul(17)) as u8);
+    }
+    f
+}
+
+fn ours(f: &[u8]) -> bool {
+    f.len() >= 18 && f[12..14] == [0x88, 0xb5]
+}
+
+/// A started TAP port whose device was moved into a new namespace and set
+/// up there.
+fn tap_in_ns(tag: &str, p: &MbufPool, queues: u16) -> (Port, Netns, String) {
+    let name = tap_name();
+    let cfg = PortConfig::new(Some(p.clone())).queues(queues, queues);
+    let mut port = open(&format!("tap:iface={name}"), cfg).unwrap();
+    port.start().unwrap();
+    let ns = Netns::new(tag).unwrap();
+    Netns::root().move_link(&name, &ns).unwrap();
+    (port, ns, name)
+}
+
+/// Polls every Rx queue until `want` of our frames arrived or nothing came
+/// for `idle`; returns (queue, bytes) of ours and frees everything.
+fn receive(port: &mut Port, want: usize, idle: Duration) -> Vec<(usize, Vec<u8>)> {
+    let mut got = Vec::new();
+    let mut last = Instant::now();
+    let mut burst: Burst<32> = Burst::new();
+    while got.len() < want && last.elapsed() < idle {
+        for q in 0..port.nb_rx_queues() {
+            if port.rx_queue(q).unwrap().rx_burst(&mut burst) != 0 {
+                last = Instant::now();
+            }
+            got.extend(
+                burst
+                    .iter()
+                    .map(|m| (q, m.to_vec()))
+                    .filter(|(_, f)| ours(f)),
+            );
+            burst.clear();
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    got
+}
+
+#[test]
+fn frames_cross_a_tap_both_ways_intact() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let p = pool(1023);
+    let (mut port, ns, name) = tap_in_ns("taprx", &p, 1);
+    let peer = RawSocket::open(&ns, &name).unwrap();
+    let kernel_mac = ns.mac(&name).unwrap().0;
+    // Kernel side → port: 300 frames the raw socket sends out of the TAP.
+    let sent: Vec<Vec<u8>> = (0..300u32)
+        .map(|i| frame(port.mac().0, i, 60 + (i as usize * 97) % 1455))
+        .collect();
+    for f in &sent {
+        peer.send(f).unwrap();
+    }
+    let got = receive(&mut port, 300, Duration::from_secs(10));
+    let got: Vec<Vec<u8>> = got.into_iter().map(|(_, f)| f).collect();
+    assert_eq!(got.len(), 300);
+    assert_eq!(got, sent, "every frame, in order, byte for byte");
+    // Port → kernel side: 300 frames arrive at the raw socket.
+    let want: Vec<Vec<u8>> = (0..300u32)
+        .map(|i| frame(kernel_mac, 1000 + i, 60 + (i as usize * 53) % 1455))
+        .collect();
+    let mut burst: Burst<32> = Burst::new();
+    let mut next = 0;
+    let start = Instant::now();
+    while (next < want.len() || !burst.is_empty()) && start.elapsed() < Duration::from_secs(60) {
+        while !burst.is_full() && next < want.len() {
+            burst
+                .push(p.alloc_from_slice(&want[next]).unwrap())
+                .unwrap();
+            next += 1;
+        }
+        port.tx_queue(0).unwrap().tx_burst(&mut burst);
+    }
+    assert!(burst.is_empty());
+    let back = peer
+        .recv_frames(300, Duration::from_secs(10), ours)
+        .unwrap();
+    assert_eq!(back.len(), 300);
+    assert_eq!(back, want, "every frame, in order, byte for byte");
+    let st = port.stats();
+    assert_eq!(st.tx_packets, 300);
+    assert_eq!(
+        st.tx_bytes,
+        want.iter().map(|f| f.len() as u64).sum::<u64>()
+    );
+    assert!(st.rx_packets >= 300);
+    assert_eq!((st.rx_errors, st.tx_errors), (0, 0));
+    // Stop and start: the device stays (its descriptors stay open).
+    port.stop();
+    assert!(p.is_full());
+    port.start().unwrap();
+    peer.send(&frame(port.mac().0, 7, 100)).unwrap();
+    assert_eq!(receive(&mut port, 1, Duration::from_secs(10)).len(), 1);
+    drop(port);
+    assert!(p.is_full());
+    // The port made the device; with the port it is gone.
+    assert!(sluice_netns::wait_until(Duration::from_secs(10), || {
+        !ns.links().unwrap().contains(&name)
+    }));
+}
+
+#[test]
+fn a_multi_queue_tap_spreads_flows_and_keeps_each_on_one_queue() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let p = pool(4095);
+    let (mut port, ns, name) = tap_in_ns("tapmq", &p, 4);
+    let peer = RawSocket::open(&ns, &name).unwrap();
+    let mac = port.mac().0;
+    // IPv4/UDP frames of 64 flows (source ports), 8 each; the TAP picks a
+    // queue by flow hash.
+    let udp = |flow: u16, seq: u32| {
+        let mut f = mac.to_vec();
+        f.extend([0x02, 0x5e, 0, 0, 0, 2, 0x08, 0x00]);
+        f.extend([
+            0x45, 0, 0, 46, 0, 0, 0, 0, 64, 17, 0, 0, 10, 9, 0, 1, 10, 9, 0, 2,
+        ]);
+        let ck = crate::net::checksum::checksum(&f[14..34]);
+        f[24..26].copy_from_slice(&ck.to_be_bytes());
+        f.extend((4000 + flow).to_be_bytes());
+        f.extend(9999u16.to_be_bytes());
+        f.extend(26u16.to_be_bytes());
+        f.extend([0, 0]);
+        f.extend(seq.to_be_bytes());
+        f.resize(60, 0xab);
+        f
+    };
+    for seq in 0..8 {
+        for flow in 0..64 {
+            peer.send(&udp(flow, seq)).unwrap();
+        }
+    }
+    let mut queue_of = std::collections::HashMap::<u16, usize>::new();
+    let mut total = 0;
+    let mut burst: Burst<32> = Burst::new();
+    let mut last = Instant::now();
+    while total < 512 && last.elapsed() < Duration::from_secs(10) {
+        for q in 0..4 {
+            if port.rx_queue(q).unwrap().rx_burst(&mut burst) != 0 {
+                last = Instant::now();
+            }
+            for m in burst.iter() {
+                let d = m.data();
+                if d.len() < 46 || d[12..14] != [8, 0] || d[36..38] != 9999u16.to_be_bytes() {
+                    continue;
+                }
+                total += 1;
+                let flow = u16::from_be_bytes([d[34], d[35]]) - 4000;
+                let first = *queue_of.entry(flow).or_insert(q);
+                assert_eq!(first, q, "flow {flow} moved from queue {first} to {q}");
+            }
+            burst.clear();
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    assert_eq!(total, 512);
+    assert_eq!(queue_of.len(), 64);
+    let used: std::collections::HashSet<usize> = queue_of.values().copied().collect();
+    assert!(used.len() > 1, "64 flows all on one queue: {used:?}");
+    // Every queue sends.
+    for q in 0..4 {
+        let mut b: Burst<1> = Burst::new();
+        b.push(
+            p.alloc_from_slice(&frame(ns.mac(&name).unwrap().0, q, 80))
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(port.tx_queue(q as usize).unwrap().tx_burst(&mut b), 1);
+    }
+    let back = peer.recv_frames(4, Duration::from_secs(10), ours).unwrap();
+    assert_eq!(back.len(), 4);
+    drop(port);
+    assert!(p.is_full());
+}
+
+#[test]
+fn attach_uses_an_existing_device_and_leaves_it() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let p = pool(1023);
+    let name = tap_name();
+    let root = Netns::root();
+    root.ip(&["tuntap", "add", "mode", "tap", "multi_queue", "name", &name])
+        .unwrap();
+    let run = || {
+        let spec = format!("tap:iface={name},attach=true");
+        let cfg = PortConfig::new(Some(p.clone())).queues(2, 2);
+        let mut port = open(&spec, cfg).unwrap();
+        port.start().unwrap();
+        let peer = RawSocket::open(&root, &name).unwrap();
+        for i in 0..10 {
+            peer.send(&frame(port.mac().0, i, 120)).unwrap();
+        }
+        let got = receive(&mut port, 10, Duration::from_secs(10));
+        drop(port);
+        got.len()
+    };
+    let got = run();
+    let still = root.links().unwrap().contains(&name);
+    let _ = root.ip(&["link", "del", &name]);
+    assert_eq!(got, 10);
+    assert!(still, "an attached device outlives the port");
+    assert!(p.is_full());
+}

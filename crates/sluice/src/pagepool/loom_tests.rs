@@ -1,0 +1,144 @@
+//! Loom models of the fragment count and the page's way home.
+//!
+//! A page's last reference can be given back by any of its fragments, on any
+//! thread, or by the allocator leaving the page with fragments it never cut;
+//! exactly one of them must send the page home. The models race those
+//! against each other and check, in every interleaving, that the page went
+//! home exactly once (a page counted twice shows as more pages home than were
+//! ever taken from the provider), that the owner's direct cache is only ever
+//! touched by the owner (loom's cell tracking), and that nothing is left
+//! out at the end.
+
+use super::*;
+use crate::lcore;
+use crate::mempool::HugepagePolicy;
+
+/// 16 pages of 4 KiB: two blocks of 32 KiB.
+fn provider() -> BlockProvider {
+    BlockProvider::new(ProviderConfig {
+        name: "loom".into(),
+        size: 64 << 10,
+        hugepages: HugepagePolicy::Never,
+    })
+    .unwrap()
+}
+
+fn builder() -> loom::model::Builder {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.max_branches = 50_000;
+    b
+}
+
+/// The page's fragments are freed on three threads while the allocator, on
+/// the owner lcore, leaves the page with one fragment never cut: four
+/// candidates for the last reference, two of them on the owner (whose put
+/// goes to its direct cache) and two not (the ring).
+#[test]
+fn loom_last_reference_sends_the_page_home_exactly_once() {
+    builder().check(|| {
+        let p = provider();
+        let _l = lcore::register().unwrap();
+        let pool = PagePool::new(
+            &p,
+            PagePoolConfig {
+                name: "loom".into(),
+                order: 3,
+                cache_size: 2,
+                ring_size: 2,
+                owner: lcore::current(),
+            },
+        )
+        .unwrap();
+        let mut fa = PageFragAlloc::new(pool.clone());
+        // 8000-byte fragments: target 4 per 32 KiB page; three are cut.
+        let a = fa.alloc_frag(8000).unwrap();
+        let mut b = fa.alloc_frag(8000).unwrap();
+        let mut c = fa.alloc_frag(8000).unwrap();
+        assert_eq!(a.page_target(), 4);
+        let tb = loom::thread::spawn(move || {
+            b.as_mut_slice()[0] = 1;
+            drop(b);
+        });
+        let tc = loom::thread::spawn(move || {
+            c.as_mut_slice()[0] = 2;
+            drop(c);
+        });
+        drop(a);
+        drop(fa); // gives back the fragment never cut
+        tb.join().unwrap();
+        tc.join().unwrap();
+        let s = pool.stats();
+        assert_eq!(s.alloc_slow, 1);
+        assert_eq!(
+            s.cached + s.in_ring + s.released,
+            1,
+            "home exactly once: {s:?}"
+        );
+        drop(pool);
+        assert!(p.is_full());
+    });
+}
+
+/// Fragments of a page_frag_cache block, freed on two threads; the last
+/// one gives the block back to the provider (under its lock), once.
+#[test]
+fn loom_frag_cache_block_goes_back_to_the_provider_once() {
+    builder().check(|| {
+        let p = provider();
+        let mut fc = PageFragCache::new(&p, 3).unwrap();
+        // 16384-byte fragments: target 2, both cut, so the cache holds no
+        // reference and the last fragment alone decides.
+        let a = fc.alloc_frag(16_384).unwrap();
+        let b = fc.alloc_frag(16_384).unwrap();
+        drop(fc);
+        let t = loom::thread::spawn(move || drop(b));
+        drop(a);
+        t.join().unwrap();
+        let s = p.stats();
+        assert_eq!((s.allocs[3], s.frees[3]), (1, 1), "{s:?}");
+        assert!(p.is_full());
+    });
+}
+
+/// Whole pages: the owner recycles through its direct cache while another
+/// thread returns a page through the ring; the owner then gets both back.
+#[test]
+fn loom_direct_cache_and_ring_hand_pages_back() {
+    builder().check(|| {
+        let p = provider();
+        let _l = lcore::register().unwrap();
+        let pool = PagePool::new(
+            &p,
+            PagePoolConfig {
+                name: "loom".into(),
+                order: 3,
+                cache_size: 1,
+                ring_size: 2,
+                owner: lcore::current(),
+            },
+        )
+        .unwrap();
+        let x = pool.alloc_page().unwrap();
+        let mut y = pool.alloc_page().unwrap();
+        let (xa, ya) = (x.as_ptr(), y.as_ptr());
+        let t = loom::thread::spawn(move || {
+            y.as_mut_slice()[0] = 7;
+            drop(y); // not the owner: the ring
+        });
+        drop(x); // the owner: the direct cache
+        t.join().unwrap();
+        let a = pool.alloc_page().unwrap(); // the cache
+        let b = pool.alloc_page().unwrap(); // the ring
+        assert_eq!((a.as_ptr(), b.as_ptr()), (xa, ya));
+        let s = pool.stats();
+        assert_eq!(
+            (s.alloc_slow, s.alloc_fast, s.alloc_ring),
+            (2, 1, 1),
+            "{s:?}"
+        );
+        drop((a, b));
+        drop(pool);
+        assert!(p.is_full());
+    });
+}

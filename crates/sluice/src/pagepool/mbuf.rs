@@ -1,0 +1,160 @@
+//! Mbufs over fragments: an mbuf header whose data is a page-pool (or
+//! page_frag_cache) fragment, attached as an external buffer.
+//!
+//! A fragment laid out for Rx is `headroom | data room | tailroom`; the
+//! external buffer's [`ExtSharedInfo`] sits at the start of the tailroom (as
+//! Linux keeps `skb_shared_info` at the end of the buffer), so the fragment
+//! needs no memory beside it. When the last mbuf attached lets go, the
+//! info's free callback gives the fragment's reference back — the page goes
+//! home if it was the page's last — and the header returns to its mempool
+//! with its own buffer, as any mbuf does.
+
+use std::ptr::NonNull;
+
+use super::FRAG_ALIGN;
+use super::frag::{Frag, put_frag_ref};
+use super::meta::PageMeta;
+use crate::mbuf::{ExtSharedInfo, Mbuf, MbufError};
+
+/// How an Rx fragment is cut: headroom, then the data room (the largest
+/// frame), then the tailroom, whose start holds the external buffer's shared
+/// info.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FragLayout {
+    /// Bytes before the frame.
+    pub headroom: u16,
+    /// Bytes for the frame.
+    pub data_room: u16,
+    /// Bytes after it (at least enough for the shared info).
+    pub tailroom: u16,
+}
+
+impl FragLayout {
+    /// Headroom of an Rx fragment (Linux's `XDP_PACKET_HEADROOM`).
+    pub const HEADROOM: u16 = 256;
+    /// Tailroom of an Rx fragment (room for Linux's `skb_shared_info`; ours
+    /// uses 40 bytes of the first cache line after the data room: the shared
+    /// info and the fragment's page).
+    pub const TAILROOM: u16 = 320;
+
+    /// The layout for frames of up to `mtu` + 18 bytes (Ethernet header and
+    /// one VLAN tag, the largest frame a port with that MTU accepts).
+    pub fn for_mtu(mtu: u16) -> FragLayout {
+        FragLayout {
+            headroom: Self::HEADROOM,
+            data_room: mtu.saturating_add(18),
+            tailroom: Self::TAILROOM,
+        }
+    }
+
+    /// Bytes of one fragment: headroom + data room + tailroom.
+    pub fn frag_size(&self) -> usize {
+        self.headroom as usize + self.data_room as usize + self.tailroom as usize
+    }
+
+    /// Bytes a fragment takes in its page (aligned to 64).
+    pub fn stride(&self) -> usize {
+        self.frag_size().next_multiple_of(FRAG_ALIGN)
+    }
+
+    /// Offset of the shared info in the fragment: the first cache line after
+    /// the data room, so the info and the tail share one line that no frame
+    /// byte is in.
+    fn shinfo_offset(&self) -> usize {
+        (self.headroom as usize + self.data_room as usize).next_multiple_of(FRAG_ALIGN)
+    }
+
+    /// Checks that the layout can hold the shared info and fits an mbuf's
+    /// 16-bit buffer length.
+    pub fn check(&self) -> Result<(), MbufError> {
+        let need = self.shinfo_offset()
+            + std::mem::size_of::<ExtSharedInfo>()
+            + std::mem::size_of::<FragTail>();
+        if need > self.frag_size() {
+            return Err(MbufError::BadConfig(format!(
+                "fragment layout {self:?}: the tailroom cannot hold the {}-byte shared info",
+                std::mem::size_of::<ExtSharedInfo>() + std::mem::size_of::<FragTail>()
+            )));
+        }
+        if self.headroom as usize + self.data_room as usize > u16::MAX as usize {
+            return Err(MbufError::BadConfig(format!(
+                "fragment layout {self:?}: headroom + data room exceeds {}",
+                u16::MAX
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// What the external buffer's free callback needs, kept in the fragment's
+/// tailroom right after the shared info.
+#[derive(Debug)]
+#[repr(C)]
+struct FragTail {
+    meta: NonNull<PageMeta>,
+    target: u32,
+}
+
+/// The external buffer's free callback: `opaque` is the fragment's
+/// [`FragTail`].
+fn frag_ext_free(_buf: NonNull<u8>, opaque: *mut ()) {
+    // SAFETY: `attach_frag` wrote the tail at `opaque`, inside the fragment,
+    // which stays ours until the reference is given back below.
+    let FragTail { meta, target } = unsafe { opaque.cast::<FragTail>().read() };
+    // SAFETY: the fragment's reference was given to the shared info, whose
+    // last attachment is letting go now: we give it back, once.
+    unsafe { put_frag_ref(meta, target) };
+}
+
+/// Makes `frag`, cut for `layout`, the data of `m`: empty, at the layout's
+/// headroom; its shared info written into the tailroom. The fragment then
+/// belongs to the mbuf (and its clones), and is given back when the last of
+/// them is freed. On error nothing changed, and the fragment comes back
+/// with the error.
+pub fn attach_frag(m: &mut Mbuf, frag: Frag, layout: FragLayout) -> Result<(), (MbufError, Frag)> {
+    if let Err(e) = layout.check() {
+        return Err((e, frag));
+    }
+    if frag.len() < layout.frag_size() {
+        return Err((
+            MbufError::BadConfig(format!(
+                "fragment of {} bytes is shorter than its layout's {}",
+                frag.len(),
+                layout.frag_size()
+            )),
+            frag,
+        ));
+    }
+    let iova = frag.iova();
+    let raw = frag.into_raw();
+    // SAFETY: the shared info and the tail fit in the fragment (checked
+    // above), 8-byte aligned (the fragment is 64-byte aligned), in bytes we
+    // own.
+    let (shinfo, tail) = unsafe {
+        let s = raw.ptr.add(layout.shinfo_offset()).cast::<ExtSharedInfo>();
+        (s, s.add(1).cast::<FragTail>())
+    };
+    // SAFETY: as above, the tail's place is ours to write.
+    unsafe {
+        tail.write(FragTail {
+            meta: raw.meta,
+            target: (raw.len_target >> 32) as u32,
+        })
+    };
+    // SAFETY: `frag_ext_free` with the tail gives the fragment's reference
+    // back, callable once from any thread; the info is attached below to
+    // this one mbuf, before anything else sees it.
+    let info = unsafe { ExtSharedInfo::new_attached(frag_ext_free, tail.as_ptr().cast()) };
+    // SAFETY: as above, the info's place is ours to write.
+    unsafe { shinfo.write(info) };
+    let buf_len = layout.headroom + layout.data_room;
+    // SAFETY: the fragment (`buf_len` bytes before its info) stays valid until
+    // the info's callback gives it back; the info lives inside it, at a fixed
+    // address, until then; only the attached mbufs use the fragment.
+    match unsafe { m.attach_extbuf_fresh(raw.ptr, iova, buf_len, layout.headroom, shinfo) } {
+        Ok(()) => Ok(()),
+        // SAFETY: not attached: the reference is still ours, rebuilt into
+        // its handle once.
+        Err(e) => Err((e, unsafe { Frag::from_raw(raw) })),
+    }
+}

@@ -1,0 +1,533 @@
+//! Page pool tests: the buddy allocator, the provider, the pool's three paths,
+//! fragment alignment and bounds, the page's way home, bad sizes, mbufs over
+//! fragments. Every test ends with every block back in its provider.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc;
+
+use super::buddy::Buddy;
+use super::*;
+use crate::lcore;
+use crate::mbuf::{MbufPool, MbufPoolConfig};
+use crate::mempool::HugepagePolicy;
+
+fn provider(size: usize) -> BlockProvider {
+    BlockProvider::new(ProviderConfig {
+        name: "test".into(),
+        size,
+        hugepages: HugepagePolicy::Never,
+    })
+    .unwrap()
+}
+
+fn pool(p: &BlockProvider, order: u32, owner: Option<usize>) -> PagePool {
+    PagePool::new(
+        p,
+        PagePoolConfig {
+            name: format!("pp{order}"),
+            order,
+            cache_size: 8,
+            ring_size: 8,
+            owner,
+        },
+    )
+    .unwrap()
+}
+
+/// A small deterministic generator (xorshift64*).
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+// ---- buddy ------------------------------------------------------------------
+
+#[test]
+fn buddy_cuts_an_odd_page_count_into_aligned_blocks() {
+    // 1100 pages = 2 × 512 + 64 + 8 + 4.
+    let b = Buddy::new(1100);
+    b.check();
+    let f = b.free_blocks();
+    assert_eq!((f[9], f[6], f[3], f[2]), (2, 1, 1, 1));
+    assert_eq!(f.iter().sum::<u32>(), 5);
+}
+
+#[test]
+fn buddy_splits_on_alloc_and_merges_on_free() {
+    let mut b = Buddy::new(512);
+    let p = b.alloc(3).unwrap();
+    assert_eq!(p, 0);
+    assert_eq!(b.counts().splits, 6, "2 MiB down to 32 KiB");
+    assert_eq!(b.free_blocks()[3..9], [1, 1, 1, 1, 1, 1]);
+    b.check();
+    assert_eq!(b.free(p), Some(3));
+    assert_eq!(b.counts().merges, 6, "32 KiB back up to 2 MiB");
+    assert_eq!(b.free_blocks()[9], 1);
+    assert_eq!(
+        b.free(p),
+        None,
+        "a second free of the same block is refused"
+    );
+    b.check();
+}
+
+#[test]
+fn buddy_random_allocs_and_frees_keep_every_invariant() {
+    let mut b = Buddy::new(1000);
+    let mut rng = Rng(0x1234_5678);
+    let mut held: Vec<(u32, u32)> = Vec::new();
+    for step in 0..20_000 {
+        if held.is_empty() || rng.below(3) != 0 {
+            let order = rng.below(4) as u32;
+            if let Some(p) = b.alloc(order) {
+                assert_eq!(p % (1 << order), 0);
+                held.push((p, order));
+            }
+        } else {
+            let i = rng.below(held.len() as u64) as usize;
+            let (p, order) = held.swap_remove(i);
+            assert_eq!(b.free(p), Some(order));
+        }
+        if step % 997 == 0 {
+            b.check();
+        }
+    }
+    for (p, _) in held {
+        b.free(p).unwrap();
+    }
+    b.check();
+    assert_eq!(b.used_pages(), 0);
+    assert_eq!(
+        b.free_blocks(),
+        Buddy::new(1000).free_blocks(),
+        "merged back whole"
+    );
+}
+
+// ---- provider ---------------------------------------------------------------
+
+#[test]
+fn provider_blocks_are_aligned_disjoint_and_counted() {
+    let p = provider(1 << 20);
+    let base = p.alloc(0).unwrap();
+    let origin = base.as_ptr() as usize - base.iova() as usize;
+    drop(base);
+    let mut blocks: Vec<Block> = Vec::new();
+    for order in [3, 0, 2, 1, 3, 0] {
+        let mut b = p.alloc(order).unwrap();
+        assert_eq!(b.len(), 4096 << order);
+        assert_eq!(b.order(), order);
+        assert_eq!(b.as_ptr() as usize - origin, b.iova() as usize);
+        assert_eq!(
+            b.iova() % b.len() as u64,
+            0,
+            "aligned to its size in the region"
+        );
+        b.as_mut_slice().fill(order as u8 + 1);
+        blocks.push(b);
+    }
+    for b in &blocks {
+        let s = b.as_ptr() as usize;
+        for o in &blocks {
+            let t = o.as_ptr() as usize;
+            assert!(std::ptr::eq(b, o) || s + b.len() <= t || t + o.len() <= s);
+        }
+    }
+    let s = p.stats();
+    assert_eq!(s.allocs, [3, 1, 1, 2]);
+    assert_eq!(s.used_pages, 8 + 1 + 4 + 2 + 8 + 1);
+    drop(blocks);
+    let s = p.stats();
+    assert_eq!(s.frees, [3, 1, 1, 2]);
+    assert!(p.is_full());
+    assert_eq!(s.free_blocks[8], 1, "1 MiB merged back into one block");
+}
+
+#[test]
+fn provider_errors_name_the_problem() {
+    let p = provider(64 << 10);
+    assert_eq!(
+        p.alloc(4).unwrap_err().to_string(),
+        "block order 4 is not in 0..=3 (4 KiB..32 KiB)"
+    );
+    let a = p.alloc(3).unwrap();
+    let b = p.alloc(3).unwrap();
+    assert_eq!(
+        p.alloc(0).unwrap_err().to_string(),
+        "block provider 'test' has no free block of order 0 (4 KiB)"
+    );
+    assert_eq!(p.stats().failures, 1);
+    drop((a, b));
+    assert!(p.is_full());
+    let e = BlockProvider::new(ProviderConfig {
+        name: "zero".into(),
+        size: 0,
+        hugepages: HugepagePolicy::Never,
+    })
+    .unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "block provider 'zero': size 0 bytes is not in 1..=2^44"
+    );
+}
+
+// ---- page pool --------------------------------------------------------------
+
+#[test]
+fn page_pool_config_errors_name_the_value() {
+    let p = provider(64 << 10);
+    let bad = |cfg: PagePoolConfig| PagePool::new(&p, cfg).unwrap_err().to_string();
+    assert_eq!(
+        bad(PagePoolConfig {
+            order: 5,
+            ..Default::default()
+        }),
+        "block order 5 is not in 0..=3 (4 KiB..32 KiB)"
+    );
+    assert_eq!(
+        bad(PagePoolConfig {
+            cache_size: 0,
+            ..Default::default()
+        }),
+        "page pool 'page_pool': cache size 0 is not in 1..=4096"
+    );
+    assert_eq!(
+        bad(PagePoolConfig {
+            ring_size: 100,
+            ..Default::default()
+        }),
+        "page pool 'page_pool': ring size 100 is not a power of two in 1..=65536"
+    );
+    assert_eq!(
+        bad(PagePoolConfig {
+            owner: Some(128),
+            ..Default::default()
+        }),
+        "page pool 'page_pool': owner lcore 128 is not below 128"
+    );
+    assert!(p.is_full());
+}
+
+#[test]
+fn owner_uses_the_direct_cache_others_the_ring_and_a_full_ring_releases() {
+    let p = provider(1 << 20);
+    let pp = pool(&p, 0, None);
+    let pp2 = pp.clone();
+    std::thread::spawn(move || {
+        let _l = lcore::register().unwrap();
+        pp2.bind_to_current_lcore().unwrap();
+        assert_eq!(
+            std::thread::spawn({
+                let pp3 = pp2.clone();
+                move || pp3.bind_to_current_lcore().unwrap_err().to_string()
+            })
+            .join()
+            .unwrap(),
+            "page pool 'pp0': the calling thread is not an lcore"
+        );
+        // Owner: slow path once, then the cache.
+        let a = pp2.alloc_page().unwrap();
+        drop(a);
+        let b = pp2.alloc_page().unwrap();
+        let s = pp2.stats();
+        assert_eq!((s.alloc_slow, s.recycle_fast, s.alloc_fast), (1, 1, 1));
+        // Twenty pages out, then back: 8 fill the cache, 8 the ring (the
+        // owner's overflow), the rest are released to the provider.
+        let mut v: Vec<Page> = (0..19).map(|_| pp2.alloc_page().unwrap()).collect();
+        v.push(b);
+        assert_eq!(pp2.stats().in_flight, 20);
+        drop(v);
+        let s = pp2.stats();
+        assert_eq!((s.cached, s.in_ring, s.released, s.in_flight), (8, 8, 4, 0));
+        // The next gets drain the cache, then refill it from the ring.
+        let v: Vec<Page> = (0..12).map(|_| pp2.alloc_page().unwrap()).collect();
+        let s = pp2.stats();
+        assert_eq!((s.alloc_ring, s.in_ring, s.cached), (4, 4, 0));
+        // Returned from a thread that is not the owner: the ring.
+        std::thread::spawn(move || drop(v)).join().unwrap();
+        let s = pp2.stats();
+        assert_eq!((s.in_ring, s.released, s.cached), (8, 12, 0));
+        assert!(pp2.all_home());
+        assert_eq!(pp2.release_cached(), 8);
+        // Another lcore cannot take the pool over.
+        let pp4 = pp2.clone();
+        let e = std::thread::spawn(move || {
+            let _l = lcore::register().unwrap();
+            pp4.bind_to_current_lcore().unwrap_err().to_string()
+        })
+        .join()
+        .unwrap();
+        assert!(e.starts_with("page pool 'pp0' is owned by lcore "), "{e}");
+    })
+    .join()
+    .unwrap();
+    assert!(pp.all_home());
+    drop(pp);
+    assert!(p.is_full());
+}
+
+#[test]
+fn a_pool_dropped_with_pages_out_stays_valid_for_them() {
+    let p = provider(256 << 10);
+    let pp = pool(&p, 1, None);
+    let mut page = pp.alloc_page().unwrap();
+    drop(pp); // leaks the pool: the page still refers to it
+    page.as_mut_slice().fill(7);
+    drop(page); // back into the leaked pool's ring
+    assert!(!p.is_full(), "the leaked pool keeps its page");
+}
+
+// ---- fragments --------------------------------------------------------------
+
+/// Allocates random sizes, keeps a random subset alive, and checks that
+/// every fragment is aligned, inside one page, disjoint from every other live
+/// one, and keeps its bytes.
+fn check_alignment_and_bounds(mut alloc: impl FnMut(usize) -> Frag, page: usize, seed: u64) {
+    let mut rng = Rng(seed);
+    let mut live: BTreeMap<usize, (Frag, u8)> = BTreeMap::new();
+    for i in 0..4000u32 {
+        let size = match rng.below(4) {
+            0 => 1 + rng.below(page as u64) as usize,
+            1 => 2090,
+            2 => 1 + rng.below(128) as usize,
+            _ => page,
+        };
+        let mut f = alloc(size);
+        let a = f.as_ptr() as usize;
+        assert_eq!(f.len(), size);
+        assert_eq!(a % FRAG_ALIGN, 0, "fragment at {a:#x} not aligned");
+        let pa = f.page_addr() as usize;
+        assert!(
+            a >= pa && a + size <= pa + page,
+            "fragment outside its page"
+        );
+        assert_eq!(f.iova() % FRAG_ALIGN as u64, 0);
+        if let Some((_, (prev, _))) = live.range(..a + size).next_back() {
+            assert!(prev.as_ptr() as usize + prev.len() <= a, "overlap");
+        }
+        let tag = i as u8;
+        f.as_mut_slice().fill(tag);
+        live.insert(a, (f, tag));
+        // Free one at random now and then, and always past 64 live.
+        while live.len() > 64 || (rng.below(2) == 0 && !live.is_empty()) {
+            let k = *live
+                .keys()
+                .nth(rng.below(live.len() as u64) as usize)
+                .unwrap();
+            let (f, tag) = live.remove(&k).unwrap();
+            assert!(
+                f.as_slice().iter().all(|&b| b == tag),
+                "fragment bytes changed"
+            );
+        }
+    }
+    for (f, tag) in live.into_values() {
+        assert!(
+            f.as_slice().iter().all(|&b| b == tag),
+            "fragment bytes changed"
+        );
+    }
+}
+
+#[test]
+fn page_pool_fragments_are_aligned_in_bounds_and_disjoint() {
+    let p = provider(8 << 20);
+    for order in [0, 3] {
+        let pp = pool(&p, order, None);
+        let mut fa = PageFragAlloc::new(pp.clone());
+        check_alignment_and_bounds(
+            |s| fa.alloc_frag(s).unwrap(),
+            4096 << order,
+            7 + order as u64,
+        );
+        drop(fa);
+        assert!(pp.all_home());
+    }
+    assert!(p.is_full());
+}
+
+#[test]
+fn frag_cache_fragments_are_aligned_in_bounds_and_disjoint() {
+    let p = provider(8 << 20);
+    let mut fc = PageFragCache::new(&p, 3).unwrap();
+    check_alignment_and_bounds(|s| fc.alloc_frag(s).unwrap(), 32768, 99);
+    drop(fc);
+    assert!(p.is_full());
+}
+
+#[test]
+fn bad_fragment_sizes_are_errors() {
+    let p = provider(1 << 20);
+    let pp = pool(&p, 3, None);
+    let mut fa = PageFragAlloc::new(pp.clone());
+    let mut fc = PageFragCache::new(&p, 2).unwrap();
+    assert_eq!(
+        fa.alloc_frag(0).unwrap_err().to_string(),
+        "fragment size 0 is not in 1..=32768 (the page size)"
+    );
+    assert_eq!(
+        fa.alloc_frag(32769).unwrap_err(),
+        PagePoolError::BadSize {
+            size: 32769,
+            max: 32768
+        }
+    );
+    assert_eq!(
+        fc.alloc_frag(0).unwrap_err().to_string(),
+        "fragment size 0 is not in 1..=16384 (the page size)"
+    );
+    assert_eq!(
+        fc.alloc_frag(16385).unwrap_err().to_string(),
+        "fragment size 16385 is not in 1..=16384 (the page size)"
+    );
+    assert_eq!(
+        fa.alloc_frag(usize::MAX).unwrap_err().to_string(),
+        format!(
+            "fragment size {} is not in 1..=32768 (the page size)",
+            usize::MAX
+        )
+    );
+    assert_eq!(
+        PageFragCache::new(&p, 4).unwrap_err().to_string(),
+        "block order 4 is not in 0..=3 (4 KiB..32 KiB)"
+    );
+    // Nothing was taken by the failures, and a good size still works.
+    assert_eq!(p.stats().used_pages, 0);
+    assert_eq!(fa.alloc_frag(32768).unwrap().len(), 32768);
+    drop((fa, fc, pp));
+    assert!(p.is_full());
+}
+
+#[test]
+fn fifteen_fragments_per_page_at_mtu_1500_and_three_at_8000() {
+    let p = provider(2 << 20);
+    let pp = pool(&p, 3, None);
+    for (size, per_page) in [(2090, 15), (8590, 3)] {
+        let mut fa = PageFragAlloc::new(pp.clone());
+        let before = pp.stats().alloc_slow + pp.stats().alloc_ring;
+        let held: Vec<Frag> = (0..per_page * 4)
+            .map(|_| fa.alloc_frag(size).unwrap())
+            .collect();
+        let pages = pp.stats().alloc_slow + pp.stats().alloc_ring - before;
+        assert_eq!(pages, 4, "{size}-byte fragments");
+        drop((held, fa));
+        assert!(pp.all_home());
+    }
+    assert_eq!(FragLayout::for_mtu(1500).stride(), 2112);
+    assert_eq!(FragLayout::for_mtu(8000).stride(), 8640);
+    drop(pp);
+    assert!(p.is_full());
+}
+
+#[test]
+fn a_page_whose_fragments_are_all_free_is_carved_again_in_place() {
+    let p = provider(1 << 20);
+    let mut fc = PageFragCache::new(&p, 3).unwrap();
+    // Target 15 (2090-byte fragments); ten cut, then freed.
+    let first: Vec<Frag> = (0..10).map(|_| fc.alloc_frag(2090).unwrap()).collect();
+    assert_eq!(first[9].page_target(), 15);
+    let page = first[0].page_addr();
+    drop(first);
+    // 20000 bytes do not fit in what is left: the five never cut are given
+    // back, which makes the cache the last holder, so the block starts over.
+    let f = fc.alloc_frag(20000).unwrap();
+    assert_eq!(f.as_ptr(), page);
+    assert_eq!(f.page_target(), 1);
+    assert_eq!(p.stats().allocs[3], 1);
+    // Its target reached, the cache holds no reference: the block goes home
+    // with its last fragment, and the cache never touches it again.
+    drop(f);
+    assert_eq!(p.stats().used_pages, 0);
+    drop(fc);
+    assert!(p.is_full());
+}
+
+#[test]
+fn the_last_free_on_another_thread_sends_the_page_home_once() {
+    let p = provider(1 << 20);
+    let pp = pool(&p, 3, None);
+    let mut fa = PageFragAlloc::new(pp.clone());
+    let (tx, rx) = mpsc::channel::<Frag>();
+    let t = std::thread::spawn(move || {
+        let mut n = 0;
+        for mut f in rx {
+            f.as_mut_slice()[0] = 1;
+            n += 1;
+        }
+        n
+    });
+    for _ in 0..150 {
+        tx.send(fa.alloc_frag(2090).unwrap()).unwrap();
+    }
+    drop((tx, fa));
+    assert_eq!(t.join().unwrap(), 150);
+    let s = pp.stats();
+    // Every page home exactly once: a page sent home twice would show as one
+    // more page in the ring or released than were ever taken.
+    assert_eq!(s.in_ring + s.released + s.cached, s.alloc_slow, "{s:?}");
+    assert_eq!(s.in_flight, 0);
+    // 150 fragments of 2112 bytes: ten pages' worth (fewer pages when one was
+    // carved again in place, its fragments all freed in time).
+    assert!((1..=10).contains(&(s.alloc_slow + s.alloc_ring)), "{s:?}");
+    drop(pp);
+    assert!(p.is_full());
+}
+
+// ---- mbufs over fragments ---------------------------------------------------
+
+#[test]
+fn an_mbuf_over_a_fragment_gives_it_back_with_its_last_reference() {
+    let p = provider(1 << 20);
+    let pp = pool(&p, 3, None);
+    let mut fa = PageFragAlloc::new(pp.clone());
+    let headers = MbufPool::new(MbufPoolConfig {
+        size: 63,
+        cache_size: 0,
+        headroom: 0,
+        data_room: 64,
+        ..Default::default()
+    })
+    .unwrap();
+    let layout = FragLayout::for_mtu(1500);
+    assert_eq!(layout.frag_size(), 256 + 1518 + 320);
+    let mut m = headers.alloc().unwrap();
+    let frag = fa.alloc_frag(layout.frag_size()).unwrap();
+    let (addr, iova) = (frag.as_ptr(), frag.iova());
+    attach_frag(&mut m, frag, layout).unwrap();
+    assert!(m.has_extbuf());
+    assert_eq!(m.headroom(), 256);
+    assert_eq!(m.data_iova(), iova + 256);
+    m.append(1518).unwrap().fill(0xab);
+    assert_eq!(m.data().as_ptr(), addr.wrapping_add(256).cast_const());
+    assert!(
+        m.append(1).is_err(),
+        "the data room ends before the shared info"
+    );
+    let c = m.clone();
+    drop(m);
+    assert_eq!(pp.stats().in_flight, 1);
+    assert!(c.data().iter().all(|&b| b == 0xab));
+    // A fragment too short for its layout comes back with the error.
+    let short = fa.alloc_frag(1000).unwrap();
+    let mut m2 = headers.alloc().unwrap();
+    let (e, short) = attach_frag(&mut m2, short, layout).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "fragment of 1000 bytes is shorter than its layout's 2094"
+    );
+    drop((short, m2, c, fa));
+    assert!(headers.is_full());
+    assert!(pp.all_home());
+    drop(pp);
+    assert!(p.is_full());
+}
