@@ -158,6 +158,9 @@ pub mod ptype {
 #[repr(C, align(64))]
 struct Line([Desc; 4]);
 
+// Four descriptors fill a line exactly: no padding between lines.
+const _: () = assert!(std::mem::size_of::<Line>() == 4 * std::mem::size_of::<Desc>());
+
 /// A ring of `n` descriptors (a power of two, at least 4), 64-byte aligned,
 /// all zero at first.
 #[derive(Debug)]
@@ -199,6 +202,19 @@ impl DescRing {
     pub fn get(&self, i: u32) -> &Desc {
         let i = (i & self.mask) as usize;
         &self.lines[i >> 2].0[i & 3]
+    }
+
+    /// Every descriptor, in ring order (index `i & mask`), as one slice:
+    /// loops over a run of descriptors index it once, not per
+    /// descriptor.
+    #[inline(always)]
+    pub fn as_slice(&self) -> &[Desc] {
+        // SAFETY: `Line` is `repr(C)`, four `Desc` and no padding (checked
+        // above), so the boxed lines are `4 * lines.len()` contiguous,
+        // initialised descriptors, borrowed as long as `self`.
+        unsafe {
+            std::slice::from_raw_parts(self.lines.as_ptr().cast::<Desc>(), self.lines.len() * 4)
+        }
     }
 
     /// Zeroes every descriptor (the queue is stopped: no one else reads it).
@@ -249,6 +265,9 @@ mod tests {
         assert_eq!(r.get(0) as *const Desc as usize % 64, 0);
         assert!(std::ptr::eq(r.get(64), r.get(0)));
         assert!(std::ptr::eq(r.get(u32::MAX), r.get(63)));
+        let all = r.as_slice();
+        assert_eq!(all.len(), 64);
+        assert!((0..64).all(|i| std::ptr::eq(&all[i], r.get(i as u32))));
         r.get(5).q1.store(7, Ordering::Relaxed);
         r.clear();
         assert_eq!(r.get(5).q1.load(Ordering::Relaxed), 0);

@@ -177,17 +177,28 @@ impl SoftRx {
     /// from the header's first line, written when it was attached.
     #[inline]
     fn rearm(&mut self, n: u32) {
-        let off = HEADER_SIZE + self.rearm.data_off as usize;
-        for k in 0..n {
-            let i = self.tail.wrapping_add(k);
-            let e = self.sw_ring[(i & self.mask) as usize];
-            let d = self.regs.descs.get(i);
-            let addr = match &self.frags {
-                None => e.as_ptr() as u64 + off as u64,
-                Some(f) => f.dma_addr(e),
-            };
-            d.q0.store(addr, Ordering::Relaxed);
-            d.q1.store(0, Ordering::Relaxed);
+        // A run never crosses the wrap: refill batches divide the ring and
+        // keep `tail` a multiple of them, and recycled slots are committed
+        // before the wrap ([`RecycleRxInfo::room`]). One bounds check each
+        // for the run, none per descriptor.
+        let start = (self.tail & self.mask) as usize;
+        let end = start + n as usize;
+        let slots = &self.sw_ring[start..end];
+        let descs = &self.regs.descs.as_slice()[start..end];
+        match &self.frags {
+            None => {
+                let off = (HEADER_SIZE + self.rearm.data_off as usize) as u64;
+                for (d, e) in descs.iter().zip(slots) {
+                    d.q0.store(e.as_ptr() as u64 + off, Ordering::Relaxed);
+                    d.q1.store(0, Ordering::Relaxed);
+                }
+            }
+            Some(f) => {
+                for (d, &e) in descs.iter().zip(slots) {
+                    d.q0.store(f.dma_addr(e), Ordering::Relaxed);
+                    d.q1.store(0, Ordering::Relaxed);
+                }
+            }
         }
         self.tail = self.tail.wrapping_add(n);
         // The doorbell: the descriptors above are visible to a device that
@@ -198,7 +209,7 @@ impl SoftRx {
     }
 
     /// Rearms the slots a Tx queue recycled into; how many.
-    #[inline]
+    #[inline(always)]
     fn rearm_committed(&mut self) -> usize {
         let n = self.committed;
         if n == 0 {
@@ -290,18 +301,26 @@ impl RxQueue for SoftRx {
         let mut n = 0;
         let mut bytes = 0u64;
         let mask = self.mask;
+        // Indexed by `i & mask`: in bounds (one ring size, checked once).
+        let descs = self.regs.descs.as_slice();
+        let ring = &self.sw_ring[..];
+        assert!(descs.len() == mask as usize + 1 && ring.len() == descs.len());
+        let rearm = self.rearm;
+        let rss_hash = self.rss_hash;
+        let mut next = self.next;
         // Only descriptors handed to the device can be done: past `tail`
         // lie delivered ones, their DD still set until they are rearmed.
         let end = self.tail;
-        while n < max && self.next != end {
-            let d = self.regs.descs.get(self.next);
+        while n < max && next != end {
+            let i = (next & mask) as usize;
+            let d = &descs[i];
             let q1 = d.q1.load(Ordering::Acquire);
             if q1 & rx::DD == 0 {
                 break;
             }
             let q0 = d.q0.load(Ordering::Relaxed);
-            let e = self.sw_ring[(self.next & mask) as usize];
-            self.next = self.next.wrapping_add(1);
+            let e = ring[i];
+            next = next.wrapping_add(1);
             if q1 & rx::ERR_DROP != 0 {
                 self.counters.rx[self.q].errors.inc();
                 if self.reuse.len() < self.reuse.capacity() {
@@ -335,7 +354,7 @@ impl RxQueue for SoftRx {
                 flags |= ol::RX_VLAN;
             }
             let mut hash = 0;
-            if self.rss_hash && (q0 >> rx::RSS_TYPE_SHIFT) & rx::RSS_TYPE_MASK != 0 {
+            if rss_hash && (q0 >> rx::RSS_TYPE_SHIFT) & rx::RSS_TYPE_MASK != 0 {
                 flags |= ol::RX_RSS_HASH;
                 hash = (q0 >> rx::HASH_SHIFT) as u32;
             }
@@ -343,12 +362,13 @@ impl RxQueue for SoftRx {
             // SAFETY: DD is set (acquire): the device is done with this
             // buffer, which we own (armed by us) and hand to the burst.
             let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
-            h.rearm(self.rearm);
+            h.rearm(rearm);
             h.set_rx(flags, ptype, len, vlan, hash);
             slots[n] = e;
             n += 1;
             bytes += len as u64;
         }
+        self.next = next;
         // SAFETY: slots `[base, base + n)` now hold received mbufs we gave
         // up (their ring entries are due for refill).
         unsafe { burst.set_len(base + n) };
@@ -397,13 +417,8 @@ impl RxQueue for SoftRx {
 
     #[inline]
     fn recycle_rx_info(&mut self) -> Result<RecycleRxInfo<'_>, PortError> {
-        if !self.started {
-            return Err(PortError::Stopped);
-        }
-        if self.frags.is_some() {
-            return Err(PortError::Unsupported(
-                "this Rx queue does not support buffer recycling: it is armed with page-pool fragments (rxbuf=frag)".into(),
-            ));
+        if !self.started || self.frags.is_some() {
+            return Err(self.recycle_refusal());
         }
         self.rearm_committed();
         let due = self.due();
@@ -422,14 +437,10 @@ impl RxQueue for SoftRx {
         self.rearm_committed()
     }
 
+    #[inline]
     fn recycle_from(&mut self, tx: &mut dyn TxQueue) -> Result<usize, PortError> {
-        if !self.started {
-            return Err(PortError::Stopped);
-        }
-        if self.frags.is_some() {
-            return Err(PortError::Unsupported(
-                "this Rx queue does not support buffer recycling: it is armed with page-pool fragments (rxbuf=frag)".into(),
-            ));
+        if !self.started || self.frags.is_some() {
+            return Err(self.recycle_refusal());
         }
         // Slots a Tx queue committed through `recycle_rx_info` with no
         // `recycle_rx_refill` after it: rearmed first, as that call does.
@@ -448,6 +459,20 @@ impl RxQueue for SoftRx {
         };
         self.rearm_committed();
         Ok(moved)
+    }
+}
+
+impl SoftRx {
+    /// Why this queue refuses a recycle step (stopped, or armed with
+    /// fragments).
+    #[cold]
+    fn recycle_refusal(&self) -> PortError {
+        if !self.started {
+            return PortError::Stopped;
+        }
+        PortError::Unsupported(
+            "this Rx queue does not support buffer recycling: it is armed with page-pool fragments (rxbuf=frag)".into(),
+        )
     }
 }
 

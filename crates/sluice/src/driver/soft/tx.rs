@@ -61,6 +61,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use crate::copy::copy_slice;
 use crate::counter::Counter;
 use crate::mbuf::{
     BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, TxOffload, free_bulk, ol, put_bulk_to_pool,
@@ -955,44 +956,104 @@ impl TxQueue for SoftTx {
             return Err(PortError::Stopped);
         }
         let rs = self.p.rs_thresh;
-        // The refill unit is a power of two (or 0: any count).
-        let unit = rx.refill_requirement().max(1);
-        if rs & (unit - 1) != 0 {
-            // Our batches cannot be cut into the Rx queue's refill units.
+        // Room first: once the Rx slots due are filled, the next batch's
+        // completion (likely a cache miss) is not even looked at. The
+        // refill unit is a power of two (or 0: any count); our batches
+        // must be whole units.
+        let room = rx.room();
+        if room < rs || rs & (rx.refill_requirement().max(1) - 1) != 0 {
             return Ok(0);
         }
+        // Batches wanted (room is at most the ring: no overflow below), and
+        // batches the device has completed, reading completions only when
+        // fewer are known than wanted and more were posted. `rs` is a power
+        // of two: shifts, not divisions.
+        let shift = rs.trailing_zeros();
+        let want = room >> shift;
+        let mut done = self.elts_done.wrapping_sub(self.next_free) >> shift;
+        if done < want && self.elts_head.wrapping_sub(self.next_free) >> shift > done {
+            self.poll_cq();
+            done = self.elts_done.wrapping_sub(self.next_free) >> shift;
+        }
+        let k = want.min(done);
+        if k == 0 {
+            return Ok(0);
+        }
+        // The checks read no more than the first header line, which
+        // `tx_burst` touched: the Rx pool is known, so its region tells by
+        // address what the free path reads from the second line.
+        let first = (self.next_free & self.mask) as usize;
+        let passes = |b: u32| {
+            // A batch never wraps: `next_free` is a multiple of `rs`, which
+            // divides the ring.
+            let at = (first + (b << shift) as usize) & self.mask as usize;
+            let batch = &self.sw_ring[at..at + rs as usize];
+            if self.p.fast_free {
+                // The offload's contract: every buffer of the queue is a
+                // plain buffer of one pool.
+                rx.in_pool(batch[0])
+            } else {
+                batch.iter().all(|&e| {
+                    // SAFETY: the batch is complete (`elts_done`): its
+                    // slots hold mbufs we own that the device no longer
+                    // reads (`DANGLING` ones are not looked at).
+                    e != Elem::DANGLING && rx.in_pool(e) && unsafe { plain_line0(e) }
+                })
+            }
+        };
+        if !(0..k).all(passes) {
+            return Ok(self.recycle_batchwise(rx));
+        }
+        // Every batch passes: one straight copy of the run, in at most two
+        // pieces across the Tx ring's wrap, into one run of Rx slots.
+        let n = (k << shift) as usize;
+        let Some(dst) = rx.slots(k << shift) else {
+            // `k` whole batches of whole units within the room: they fit.
+            return Ok(0);
+        };
+        let head = n.min(self.nb as usize - first);
+        copy_slice(&mut dst[..head], &self.sw_ring[first..first + head]);
+        copy_slice(&mut dst[head..], &self.sw_ring[..n - head]);
+        // Retiring the batches without freeing them gives up our references.
+        // SAFETY: the slots hold the batches' buffers: distinct, of the Rx
+        // pool, plain (checked above, or promised by fast free).
+        unsafe { rx.commit(k << shift) };
+        self.next_free = self.next_free.wrapping_add(k << shift);
+        self.tx_recycled.add(n as u64);
+        Ok(n)
+    }
+}
+
+impl SoftTx {
+    /// The recycle step when some completed batch fails the checks: batch
+    /// by batch while they fit, those that pass into the Rx slots, the
+    /// others freed (each counts one `recycle_fallbacks`). Returns the
+    /// buffers moved.
+    #[cold]
+    #[inline(never)]
+    fn recycle_batchwise(&mut self, rx: &mut RecycleRxInfo<'_>) -> usize {
+        let rs = self.p.rs_thresh;
         let mut moved = 0;
-        // Room first: once the Rx slots due are filled, the next batch's
-        // descriptor (likely a cache miss) is not even looked at.
         while rx.fits(rs) {
             let Some(first) = self.done_batch() else {
                 break;
             };
             let batch = &self.sw_ring[first..first + rs as usize];
-            // The checks read no more than the first header line, which
-            // `tx_burst` touched: the Rx pool is known, so its region tells
-            // by address what the free path reads from the second line.
             let ok = if self.p.fast_free {
-                // The offload's contract: every buffer of the queue is a
-                // plain buffer of one pool.
                 rx.in_pool(batch[0])
             } else {
-                let plain = |e: Elem| {
-                    // SAFETY: the batch is complete (`done_batch`): its
-                    // slots hold mbufs we own that the device no longer
-                    // reads (`DANGLING` ones are not looked at).
+                batch.iter().all(|&e| {
+                    // SAFETY: as in `recycle_tx_mbufs`.
                     e != Elem::DANGLING && rx.in_pool(e) && unsafe { plain_line0(e) }
-                };
-                batch.iter().all(|&e| plain(e))
+                })
             };
             let Some(dst) = rx.slots(rs) else {
                 break;
             };
             if ok {
                 dst.copy_from_slice(batch);
-                // Retiring the batch without freeing it gives up our references.
-                // SAFETY: `dst` holds the batch's buffers: distinct, of the Rx
-                // pool, plain (checked above, or promised by fast free).
+                // SAFETY: `dst` holds the batch's buffers: distinct, of the
+                // Rx pool, plain (checked above, or promised by fast free).
                 unsafe { rx.commit(rs) };
                 moved += rs as usize;
             } else {
@@ -1004,7 +1065,7 @@ impl TxQueue for SoftTx {
         if moved != 0 {
             self.tx_recycled.add(moved as u64);
         }
-        Ok(moved)
+        moved
     }
 }
 
