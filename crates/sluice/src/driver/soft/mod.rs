@@ -410,11 +410,10 @@ impl PortDriver for SoftDriver {
             .txq
             .iter()
             .map(|q| {
-                // One block per descriptor: room for a regular WQE per
-                // packet in flight.
                 let nb = q.nb_txd as u32;
-                let cqes = tx_engine::cq_size(nb, nb, self.tx_rs_thresh, self.tx_comp);
-                TxRegs::new(nb as usize, cqes)
+                let blocks = tx_blocks(self.tx_mode, nb);
+                let cqes = tx_engine::cq_size(nb, blocks, self.tx_rs_thresh, self.tx_comp);
+                TxRegs::new(blocks as usize, cqes)
             })
             .collect();
         let rxo = config.rx_offloads;
@@ -571,6 +570,31 @@ impl PortDriver for SoftDriver {
 impl Drop for SoftDriver {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// Fewest 64-byte blocks in a Tx ring: room for the largest WQE
+/// ([`wqe::MAX_DS`] segments) several times over.
+const MIN_TX_BLOCKS: u32 = 64;
+
+/// The 64-byte blocks of a Tx queue's WQE ring for `nb_txd` descriptors.
+///
+/// Blocks come back when the device completes a WQE, not when the queue
+/// frees the buffers, so the ring only has to hold what the device has not
+/// read yet; its size matters because the queue walks all of it, and every
+/// block the walk has left since is a cache miss when written again.
+/// - `wqe`: one block per descriptor (a regular WQE per packet in flight).
+/// - `mpwqe`: 16 bytes per descriptor, the bytes of the old descriptor
+///   ring — one data segment per packet, the session headers shared — and
+///   at least [`MIN_TX_BLOCKS`]. A quarter of the `wqe` ring: a full-size
+///   ring here cost every path some 4 cycles a packet in L1 misses on the
+///   WQE writes. Packets that need regular WQEs (TSO, chains) take a block
+///   or more each and may find the ring full sooner: `tx_burst` then takes
+///   fewer, as when a NIC's send queue is full.
+fn tx_blocks(mode: TxMode, nb_txd: u32) -> u32 {
+    match mode {
+        TxMode::Wqe => nb_txd,
+        TxMode::Mpwqe => (nb_txd / 4).max(MIN_TX_BLOCKS),
     }
 }
 

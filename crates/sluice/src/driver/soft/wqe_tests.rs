@@ -917,3 +917,50 @@ fn tester_traffic_through_both_tx_modes_with_mixed_offloads_arrives_whole_and_in
         assert!(pool.is_full(), "{mode}");
     }
 }
+
+#[test]
+fn an_mpwqe_ring_holds_a_quarter_block_per_descriptor_and_a_full_one_holds_the_rest_back() {
+    use super::{TxMode as M, tx_blocks};
+    // 16 bytes per descriptor in mpwqe mode (at least 64 blocks), a block
+    // per descriptor in wqe mode.
+    assert_eq!(tx_blocks(M::Mpwqe, 1024), 256);
+    assert_eq!(tx_blocks(M::Mpwqe, 256), 64);
+    assert_eq!(tx_blocks(M::Mpwqe, 64), 64);
+    assert_eq!(tx_blocks(M::Wqe, 1024), 1024);
+    // 256 slots over 64 blocks: chains (regular WQEs of two blocks each)
+    // fill the blocks long before the slots. The queue takes what fits,
+    // leaves the rest in the burst (no error, nothing lost), and takes it
+    // once the device has completed the first WQEs.
+    let pool = pool(127);
+    let counters = Arc::new(PortCounters::new(1, 1, false));
+    let regs = TxRegs::new(64, tx_engine::cq_size(256, 64, 4, 0));
+    let engines = engines(&regs, &counters);
+    let mut tx = SoftTx::new(
+        Arc::clone(&regs),
+        256,
+        params(TxMode::Mpwqe),
+        Arc::clone(&engines),
+        false,
+        0,
+        Arc::clone(&counters),
+    );
+    tx.start().unwrap();
+    let frames: Vec<Vec<u8>> = (0..40).map(|i| udp4(300, i as u8)).collect();
+    let mut burst: Burst<64> = Burst::new();
+    for f in &frames {
+        burst.push(chain(&pool, f, 100)).unwrap();
+    }
+    let first = tx.tx_burst(&mut burst);
+    assert!(first > 0 && first < 40, "{first} of 40 taken");
+    assert_eq!(burst.len(), 40 - first);
+    assert_eq!(counters.stats().tx_errors, 0);
+    assert_eq!(tx.tx_burst(&mut burst), 0, "no block completed yet");
+    engines.tx[0].with(|e| e.step());
+    assert_eq!(tx.tx_burst(&mut burst), 40 - first);
+    assert!(burst.is_empty());
+    engines.tx[0].with(|e| e.step());
+    assert_eq!(engines.tx[0].with(|e| e.take_captured()), frames);
+    assert_eq!(counters.stats().tx_packets, 40);
+    drop(tx);
+    assert!(pool.is_full());
+}
