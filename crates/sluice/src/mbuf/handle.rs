@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 
 use super::MbufError;
 use super::extbuf::ExtSharedInfo;
-use super::layout::{MbufHeader, TxOffload};
+use super::layout::{MbufHeader, TxOffload, ol};
 use crate::mempool::{Elem, PoolInner};
 
 /// An owned reference to a packet buffer.
@@ -118,7 +118,10 @@ impl Mbuf {
     /// True when the header or the data is shared with another mbuf.
     #[inline]
     pub fn is_shared(&self) -> bool {
-        self.refcnt() != 1 || self.shinfo().is_some_and(ExtSharedInfo::is_shared)
+        self.refcnt() != 1
+            // Only an attached mbuf reads `shinfo`, in the second cache line.
+            || (self.ol_flags() & ol::EXTERNAL != 0
+                && self.shinfo().is_some_and(ExtSharedInfo::is_shared))
     }
 
     /// Another reference to the same buffer, or an error at 65 535 references.
@@ -293,7 +296,11 @@ impl Mbuf {
     /// True when this mbuf's data is an attached external buffer.
     #[inline]
     pub fn has_extbuf(&self) -> bool {
-        !self.header().shinfo.is_null()
+        debug_assert_eq!(
+            self.ol_flags() & ol::EXTERNAL != 0,
+            !self.header().shinfo.is_null()
+        );
+        self.ol_flags() & ol::EXTERNAL != 0
     }
 
     fn shinfo(&self) -> Option<&ExtSharedInfo> {
@@ -310,9 +317,11 @@ impl Mbuf {
         Ok(())
     }
 
-    /// Sets the offload flags.
+    /// Sets the offload flags ([`ol::EXTERNAL`] excepted: the library keeps
+    /// that one as it is).
     pub fn set_ol_flags(&mut self, flags: u64) -> Result<(), MbufError> {
-        self.unshared_header()?.ol_flags = flags;
+        let h = self.unshared_header()?;
+        h.ol_flags = (flags & !ol::EXTERNAL) | (h.ol_flags & ol::EXTERNAL);
         Ok(())
     }
 
@@ -537,6 +546,7 @@ impl Mbuf {
         h.data_len = 0;
         h.pkt_len = 0;
         h.shinfo = shinfo.as_ptr();
+        h.ol_flags |= ol::EXTERNAL;
     }
 }
 
@@ -647,6 +657,7 @@ unsafe fn free_segments(ptr: NonNull<MbufHeader>) {
             h.buf_iova = h.own_buf_iova;
             h.buf_len = h.own_buf_len;
             h.shinfo = std::ptr::null();
+            h.ol_flags &= !ol::EXTERNAL;
             // SAFETY: `shinfo` is valid while attached (attach contract) and
             // we give up this segment's attachment; the callback may free it,
             // and we do not touch it afterwards.
