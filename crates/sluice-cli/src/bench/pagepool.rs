@@ -41,7 +41,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use sluice::pagepool::{
-    BlockProvider, Frag, Page, PageFragAlloc, PageFragCache, PagePool, PagePoolConfig,
+    BlockProvider, BulkFree, Frag, Page, PageFragAlloc, PageFragCache, PagePool, PagePoolConfig,
     PagePoolError, ProviderConfig,
 };
 use sluice::ring::Ring;
@@ -105,21 +105,37 @@ enum What {
     Recycle,
 }
 
+/// How the freeing side gives buffers back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Free {
+    /// One at a time: each handle dropped.
+    Each,
+    /// Through a [`BulkFree`] kept by the freeing loop, flushed after each
+    /// batch (as a Tx completion burst would).
+    Bulk,
+}
+
 #[derive(Debug, Clone, Copy)]
 struct Case {
     what: What,
     cross: bool,
+    free: Free,
 }
 
 impl Case {
     fn name(&self) -> String {
         let cores = if self.cross { "2 cores" } else { "1 core" };
+        let bulk = if self.free == Free::Bulk {
+            ", bulk"
+        } else {
+            ""
+        };
         match self.what {
-            What::Alloc { kind, mtu, .. } => format!("{mtu} {} {cores}", kind.tag()),
+            What::Alloc { kind, mtu, .. } => format!("{mtu} {} {cores}{bulk}", kind.tag()),
             What::Provider { out: 0 } => "provider order 3 alloc+free".to_owned(),
             What::Provider { out } => format!("provider order 3, {out} out"),
-            What::Recycle if self.cross => "pool recycle via ring".to_owned(),
-            What::Recycle => "pool recycle direct".to_owned(),
+            What::Recycle if self.cross => format!("pool recycle via ring{bulk}"),
+            What::Recycle => format!("pool recycle direct{bulk}"),
         }
     }
 
@@ -226,32 +242,38 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     let two = ctx.cpu_pair();
     let mut cases: Vec<Case> = Vec::new();
     for (mtu, size) in MTUS {
-        for cross in [false, true] {
-            for kind in Kind::ALL {
-                cases.push(Case {
-                    what: What::Alloc { kind, mtu, size },
-                    cross,
-                });
+        for free in [Free::Each, Free::Bulk] {
+            for cross in [false, true] {
+                for kind in Kind::ALL {
+                    cases.push(Case {
+                        what: What::Alloc { kind, mtu, size },
+                        cross,
+                        free,
+                    });
+                }
             }
         }
     }
-    if sel == Selection::Full {
-        cases.push(Case {
-            what: What::Provider { out: 0 },
-            cross: false,
-        });
-        cases.push(Case {
-            what: What::Provider { out: PROVIDER_OUT },
-            cross: false,
-        });
-        cases.push(Case {
-            what: What::Recycle,
-            cross: false,
-        });
-        cases.push(Case {
-            what: What::Recycle,
-            cross: true,
-        });
+    if let Ok(f) = std::env::var("PP_ONLY") {
+        cases.retain(|c| c.name().contains(&f));
+    }
+    if sel == Selection::Full && std::env::var("PP_ONLY").is_err() {
+        for out in [0, PROVIDER_OUT] {
+            cases.push(Case {
+                what: What::Provider { out },
+                cross: false,
+                free: Free::Each,
+            });
+        }
+        for free in [Free::Each, Free::Bulk] {
+            for cross in [false, true] {
+                cases.push(Case {
+                    what: What::Recycle,
+                    cross,
+                    free,
+                });
+            }
+        }
     }
     let provider = match BlockProvider::new(ProviderConfig {
         name: "bench-pagepool".into(),
@@ -524,12 +546,22 @@ trait Source: Send + 'static {
     fn get(&mut self) -> Result<Self::H, PagePoolError>;
     /// Makes the calling lcore the owner of the pool behind, if any.
     fn bind(&self) -> Result<(), String>;
+    /// Frees one buffer through `bulk` (or on its own, for blocks).
+    #[inline(always)]
+    fn free_bulk(bulk: &mut BulkFree, h: Self::H) {
+        let _ = bulk;
+        drop(h);
+    }
 }
 
 struct PoolPages(PagePool);
 
 impl Source for PoolPages {
     type H = Page;
+    #[inline(always)]
+    fn free_bulk(bulk: &mut BulkFree, h: Page) {
+        bulk.free_page(h);
+    }
     #[inline(always)]
     fn get(&mut self) -> Result<Page, PagePoolError> {
         self.0.alloc_page()
@@ -544,6 +576,10 @@ struct PoolFrags(PageFragAlloc, usize);
 
 impl Source for PoolFrags {
     type H = Frag;
+    #[inline(always)]
+    fn free_bulk(bulk: &mut BulkFree, h: Frag) {
+        bulk.free_frag(h);
+    }
     #[inline(always)]
     fn get(&mut self) -> Result<Frag, PagePoolError> {
         self.0.alloc_frag(self.1)
@@ -560,6 +596,10 @@ struct CacheFrags(PageFragCache, usize);
 
 impl Source for CacheFrags {
     type H = Frag;
+    #[inline(always)]
+    fn free_bulk(bulk: &mut BulkFree, h: Frag) {
+        bulk.free_frag(h);
+    }
     #[inline(always)]
     fn get(&mut self) -> Result<Frag, PagePoolError> {
         self.0.alloc_frag(self.1)
@@ -604,12 +644,12 @@ fn measure(ctx: &Ctx, provider: &BlockProvider, case: Case, ops: u64) -> Result<
             let src = $src;
             if case.cross {
                 let (a, b) = pair.ok_or_else(|| "needs two CPUs".to_owned())?;
-                cross(src, (a, b), $out, warm, ops)
+                cross(src, (a, b), $out, warm, ops, case.free)
             } else {
                 on_lcore(cpu, move || {
                     let mut src = src;
                     src.bind()?;
-                    single(&mut src, $out, warm, ops)
+                    single(&mut src, $out, warm, ops, case.free)
                 })
             }
         }};
@@ -688,7 +728,14 @@ impl<H> Held<H> {
 
 /// One core: keep `out` buffers, allocate a batch, free the oldest batch.
 #[inline(never)]
-fn single<S: Source>(src: &mut S, out: usize, warm: u64, ops: u64) -> Result<Split, String> {
+fn single<S: Source>(
+    src: &mut S,
+    out: usize,
+    warm: u64,
+    ops: u64,
+    free: Free,
+) -> Result<Split, String> {
+    let mut bulk = BulkFree::new();
     let mut held: Held<S::H> = Held::new(out + BATCH);
     for _ in 0..out {
         held.push(src.get().map_err(|e| e.to_string())?);
@@ -705,17 +752,40 @@ fn single<S: Source>(src: &mut S, out: usize, warm: u64, ops: u64) -> Result<Spl
             }
         }
         let t1 = rdtsc();
-        for _ in 0..BATCH {
-            drop(black_box(held.pop()));
-        }
+        free_batch::<S>(&mut bulk, free, || held.pop());
         let t2 = rdtsc();
         if b >= warm_batches {
             split.add(false, t1 - t0);
             split.add(true, t2 - t1);
         }
     }
+    drop(bulk);
     drop(held);
     Ok(split)
+}
+
+/// Frees a batch of [`BATCH`] buffers taken from `next`: each dropped, or
+/// through `bulk`, flushed at the end.
+#[inline(always)]
+fn free_batch<S: Source>(bulk: &mut BulkFree, free: Free, mut next: impl FnMut() -> Option<S::H>) {
+    match free {
+        Free::Each => {
+            for _ in 0..BATCH {
+                drop(black_box(next()));
+            }
+        }
+        Free::Bulk => {
+            for _ in 0..BATCH {
+                if let Some(h) = next() {
+                    S::free_bulk(bulk, black_box(h));
+                }
+            }
+            static NOF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+            if !*NOF.get_or_init(|| std::env::var_os("PP_NOFLUSH").is_some()) {
+                bulk.flush();
+            }
+        }
+    }
 }
 
 /// Two cores: the owner lcore allocates batches and hands them over an SP/SC
@@ -726,6 +796,7 @@ fn cross<S: Source>(
     out: usize,
     warm: u64,
     ops: u64,
+    free: Free,
 ) -> Result<Split, String> {
     let total = (warm + ops).div_ceil(BATCH as u64) * BATCH as u64;
     let warm = warm.div_ceil(BATCH as u64) * BATCH as u64;
@@ -746,7 +817,11 @@ fn cross<S: Source>(
         let mut split = Split::default();
         barrier.wait()?;
         let mut sent = 0u64;
+        let fence = std::env::var("PP_FENCE").is_ok();
         while sent < total {
+            if fence {
+                std::sync::atomic::fence(Ordering::SeqCst);
+            }
             let t0 = rdtsc();
             for _ in 0..BATCH {
                 match src.get() {
@@ -758,13 +833,16 @@ fn cross<S: Source>(
             if sent >= warm {
                 split.add(false, t1 - t0);
             }
-            while let Some(mut h) = batch.pop() {
-                while let Err(back) = tx.push(h) {
-                    h = back;
-                    stall.failed()?;
+            // The hand-off: the batch into the ring in one move (one tail
+            // publish), untimed.
+            loop {
+                if let Some(chunk) = tx.reserve(BATCH) {
+                    chunk.fill_from_iter(std::iter::from_fn(|| batch.pop()));
+                    break;
                 }
-                stall.progressed();
+                stall.failed()?;
             }
+            stall.progressed();
             sent += BATCH as u64;
         }
         // Acquire pairs with the Release store below: every free happened.
@@ -776,28 +854,36 @@ fn cross<S: Source>(
     });
     let free: Worker<Split> = Box::new(move || {
         let mut stall = Stall::new("freeing lcore");
+        let mut bulk = BulkFree::new();
         let mut batch: Held<S::H> = Held::new(BATCH);
         let mut split = Split::default();
         b2.wait()?;
         let mut freed = 0u64;
+        let fence = std::env::var("PP_FENCE").is_ok();
         while freed < total {
-            while batch.len < BATCH {
-                match rx.pop() {
-                    Some(h) => batch.push(h),
-                    None => stall.failed()?,
+            // The hand-off: a whole batch out of the ring in one move (one
+            // head publish), untimed.
+            loop {
+                if let Some(chunk) = rx.peek(BATCH) {
+                    chunk.drain().for_each(|h| batch.push(h));
+                    break;
                 }
+                stall.failed()?;
             }
             stall.progressed();
-            let t0 = rdtsc();
-            for _ in 0..BATCH {
-                drop(black_box(batch.pop()));
+            if fence {
+                std::sync::atomic::fence(Ordering::SeqCst);
             }
+            let t0 = rdtsc();
+            free_batch::<S>(&mut bulk, free, || batch.pop());
             let t1 = rdtsc();
             if freed >= warm {
                 split.add(true, t1 - t0);
             }
             freed += BATCH as u64;
         }
+        // Every buffer home before the allocating side may drop its pool.
+        drop(bulk);
         done2.store(true, Ordering::Release);
         Ok(split)
     });
