@@ -361,6 +361,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     for line in rx_memory() {
         ctx.note(&line);
     }
+    fwd_rx_modes(ctx, sel);
     if !provider.is_full() {
         ctx.report(
             "pagepool",
@@ -536,6 +537,58 @@ fn rx_bytes_per_desc(mode: &str, mtu: u16, headroom: u16, data_room: u16) -> Res
         .xstats
         .get("rx_buf_bytes_per_desc")
         .ok_or_else(|| "no rx_buf_bytes_per_desc xstat".to_owned())
+}
+
+/// Packets forwarded per Rx mode (full selection; `--quick` a 16th).
+const FWD_OPS: u64 = 1 << 23;
+
+/// io forwarding between two soft ports on one core (as `sluice bench
+/// fwd`'s `soft io (inline)`, device cycles excluded) in both Rx modes, side
+/// by side: what arming descriptors with page-pool fragments costs per
+/// packet against plain mbufs.
+fn fwd_rx_modes(ctx: &mut Ctx, sel: Selection) {
+    use crate::fwd::args::Engine;
+    const SPECS: [&str; 2] = [const_format_rxbuf::MBUF, const_format_rxbuf::FRAG];
+    let ops = if sel == Selection::Full {
+        ctx.ops(FWD_OPS)
+    } else {
+        ctx.ops(FWD_OPS) / 4
+    };
+    ctx.note(&format!(
+        "io forwarding, two soft ports on one core (64-byte UDP frames, burst 32, device inline \
+         and its cycles excluded), {ops} packets per Rx mode; one op = one packet forwarded:"
+    ));
+    for (mode, spec) in ["mbuf", "frag"].into_iter().zip(SPECS) {
+        if std::env::var("PP_FWD").is_ok_and(|m| m != mode) {
+            continue;
+        }
+        let name: &'static str = if mode == "mbuf" {
+            "fwd io soft rxbuf=mbuf"
+        } else {
+            "fwd io soft rxbuf=frag"
+        };
+        let case = super::fwd::Case {
+            name,
+            driver: "soft",
+            specs: [spec, spec],
+            engine: Engine::Io,
+            preload: 0,
+            dpdk: None,
+        };
+        let r = super::fwd::measure(ctx.main_cpu(), &case, ops).map(|mut r| {
+            r.bench = "pagepool";
+            r
+        });
+        ctx.report(name, r);
+    }
+}
+
+/// The two forwarding specs.
+mod const_format_rxbuf {
+    pub const MBUF: &str =
+        "soft:tester=bench_pp_fwd,gen=udp,flows=1024,size=64,device=inline,dst=stream,rxbuf=mbuf";
+    pub const FRAG: &str =
+        "soft:tester=bench_pp_fwd,gen=udp,flows=1024,size=64,device=inline,dst=stream,rxbuf=frag";
 }
 
 /// Something that hands out packet buffers.
