@@ -19,12 +19,31 @@
 //! Each runs with one core (allocations and frees on the pool's owner
 //! lcore: pages recycle through its direct cache) and with two (allocations
 //! on the owner, frees on a second lcore fed through an SP/SC ring: pages
-//! come back through the pool's MP/MC ring). Both keep an Rx ring's worth
+//! come back through the pool's MP/MC ring — the issue's analysis, whose
+//! ~48 cycles per page is that ring recycle). Both keep an Rx ring's worth
 //! ([`IN_FLIGHT`]) of buffers out and work in batches of [`BATCH`], as a
 //! driver refilling its ring and a Tx path freeing completions would; each
 //! batch of allocations and each batch of frees is timed on its own core, so
 //! a two-core figure is allocation cycles (owner core) + free cycles (other
 //! core) per packet, without the hand-off between them.
+//!
+//! The hand-off moves a whole batch through the SP/SC ring in one reserve
+//! and one peek (one index publish per side per batch), each side's batch
+//! array its own (allocated by its thread). Handing over one handle at a
+//! time made the two cores share the ring's slot and index lines for every
+//! handle, and the misses leaked into the timed allocations (a 24-byte
+//! fragment handle: +6 cycles per packet in (c)).
+//!
+//! Two ways to free, each a row of its own:
+//! - **per buffer** (no suffix): each handle dropped — one atomic per
+//!   fragment, each page home on its own (one ring enqueue per page from
+//!   the other core). The analysis' model.
+//! - **bulk** (`, bulk`): through a [`BulkFree`] that the freeing loop keeps
+//!   and flushes after every batch, as a Tx completion burst would (Linux's
+//!   `xdp_frame_bulk`): one count update per run of a page's fragments,
+//!   pages home in one bulk put per flush (direct cache on the owner, one
+//!   ring enqueue elsewhere). page_frag_cache blocks still go back to the
+//!   provider one by one (Linux has no bulk free for them).
 //!
 //! Two more: the block provider's own cost per order-3 allocation + free
 //! (immediately, so every time a 2 MiB block splits six times and merges
@@ -34,6 +53,10 @@
 //!
 //! Cases run interleaved, one slice each per round, fresh allocators each
 //! time; figures are medians over rounds, min-max the spread.
+//!
+//! Last, io forwarding between two soft ports on one core in both Rx modes
+//! (`rxbuf=mbuf`, `rxbuf=frag`), as `sluice bench fwd`'s `soft io (inline)`
+//! measures it: what arming Rx descriptors with fragments costs per packet.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -156,6 +179,9 @@ pub struct PagePoolResult {
     pub allocator: &'static str,
     /// `single` (one core) or `cross` (frees on another core).
     pub threads: &'static str,
+    /// `each` (every buffer freed on its own) or `bulk` (through a
+    /// `BulkFree` flushed per batch).
+    pub free: &'static str,
     /// The MTU, for the allocator cases.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,
@@ -254,10 +280,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
             }
         }
     }
-    if let Ok(f) = std::env::var("PP_ONLY") {
-        cases.retain(|c| c.name().contains(&f));
-    }
-    if sel == Selection::Full && std::env::var("PP_ONLY").is_err() {
+    if sel == Selection::Full {
         for out in [0, PROVIDER_OUT] {
             cases.push(Case {
                 what: What::Provider { out },
@@ -300,8 +323,10 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
              batches of {BATCH}, each batch timed on its core. 1 core: allocs and frees on the \
              pool's owner lcore (CPU {}; pages recycle through the direct cache). 2 cores: \
              frees on a second lcore{} (pages come back through the pool's ring); cycles = \
-             alloc (owner core) + free (other core) per packet, the hand-off between them not \
-             counted.",
+             alloc (owner core) + free (other core) per packet, the hand-off between them (one \
+             SP/SC ring move per batch) not counted. Rows without a suffix free each buffer on \
+             its own; ', bulk' rows free through a BulkFree flushed after each batch (one \
+             count update per run of a page's fragments, pages home in one bulk put).",
             ctx.main_cpu(),
             match two {
                 Some((_, b)) => format!(" (CPU {b})"),
@@ -320,7 +345,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     ctx.title("pagepool (page pool, fragments, page_frag_cache)", &notes);
     if !ctx.json {
         emit(&format!(
-            "{:<28} {:>5} {:>10} {:>8} {:>8} {:>8}  {:>9}  detail",
+            "{:<34} {:>5} {:>10} {:>8} {:>8} {:>8}  {:>9}  detail",
             "case", "cores", "cycles/op", "alloc", "free", "Mops", "B/buffer"
         ));
     }
@@ -405,6 +430,10 @@ fn result(case: &Case, v: &[Split]) -> PagePoolResult {
         base,
         allocator,
         threads: if case.cross { "cross" } else { "single" },
+        free: match case.free {
+            Free::Each => "each",
+            Free::Bulk => "bulk",
+        },
         mtu,
         alloc_size,
         bytes_per_buffer: bytes,
@@ -445,7 +474,7 @@ fn print_row(ctx: &Ctx, r: &PagePoolResult) {
         .bytes_per_buffer
         .map_or_else(|| "-".to_owned(), |b| format!("{b:.0}"));
     emit(&format!(
-        "{:<28} {:>5} {:>10.1} {:>8.1} {:>8.1} {:>8.1}  {:>9}  {:.1}-{:.1}, cut {:.1}%",
+        "{:<34} {:>5} {:>10.1} {:>8.1} {:>8.1} {:>8.1}  {:>9}  {:.1}-{:.1}, cut {:.1}%",
         r.base.case,
         r.base.cores,
         r.base.cycles_per_op,
@@ -459,22 +488,47 @@ fn print_row(ctx: &Ctx, r: &PagePoolResult) {
     ));
 }
 
-/// The analysis' ordering, checked on this run's figures: at MTU 1500 (c)
-/// is the cheapest and at most 25 cycles; at MTU 8000 (c) is the cheapest
-/// and (a) beats (b).
+/// The analysis' ordering, checked on this run's figures for each setting
+/// (cores × way of freeing): at MTU 1500 (c) is the cheapest and at most 25
+/// cycles; at MTU 8000 (c) is the cheapest and (a) beats (b). Each line
+/// names the model it tests.
 pub fn verdict(rows: &[PagePoolResult]) -> Vec<String> {
-    let find = |mtu: u32, a: &str, t: &str| {
+    let find = |mtu: u32, a: &str, t: &str, f: &str| {
         rows.iter()
-            .find(|r| r.mtu == Some(mtu) && r.allocator == a && r.threads == t)
+            .find(|r| r.mtu == Some(mtu) && r.allocator == a && r.threads == t && r.free == f)
             .map(|r| r.base.cycles_per_op)
     };
     let mut out = Vec::new();
-    for t in ["single", "cross"] {
+    for (t, f, model) in [
+        (
+            "cross",
+            "each",
+            "2 cores, per-buffer free (the analysis' model: frees on another core, one atomic \
+             per fragment, each page back through the pool's ring on its own)",
+        ),
+        (
+            "cross",
+            "bulk",
+            "2 cores, bulk free (frees on another core through a BulkFree: one count update per \
+             run of a page's fragments, pages back through the ring in one enqueue per batch)",
+        ),
+        (
+            "single",
+            "each",
+            "1 core, per-buffer free (pages recycle through the owner's direct cache, no atomic: \
+             a page per packet is a push and a pop, cheaper than a fragment's cut and count)",
+        ),
+        (
+            "single",
+            "bulk",
+            "1 core, bulk free (pages into the direct cache in one push per batch)",
+        ),
+    ] {
         let get = |mtu| {
             Some((
-                find(mtu, "pool_page", t)?,
-                find(mtu, "frag_cache", t)?,
-                find(mtu, "pool_frags", t)?,
+                find(mtu, "pool_page", t, f)?,
+                find(mtu, "frag_cache", t, f)?,
+                find(mtu, "pool_frags", t, f)?,
             ))
         };
         let (Some((a1, b1, c1)), Some((a8, b8, c8))) = (get(1500), get(8000)) else {
@@ -482,9 +536,9 @@ pub fn verdict(rows: &[PagePoolResult]) -> Vec<String> {
         };
         let yes = |ok: bool| if ok { "yes" } else { "NO" };
         out.push(format!(
-            "{}: MTU 1500 (c) cheapest and <= 25 cycles: {} ({c1:.1} vs a {a1:.1}, b {b1:.1}); \
-             MTU 8000 (c) cheapest: {} ({c8:.1} vs a {a8:.1}, b {b8:.1}), (a) beats (b): {}",
-            if t == "single" { "1 core" } else { "2 cores" },
+            "{model}: MTU 1500 (c) cheapest and <= 25 cycles: {} ({c1:.1} vs a {a1:.1}, b \
+             {b1:.1}); MTU 8000 (c) cheapest: {} ({c8:.1} vs a {a8:.1}, b {b8:.1}), (a) beats \
+             (b): {}",
             yes(c1 < a1 && c1 < b1 && c1 <= 25.0),
             yes(c8 < a8 && c8 < b8),
             yes(a8 < b8)
@@ -559,9 +613,6 @@ fn fwd_rx_modes(ctx: &mut Ctx, sel: Selection) {
          and its cycles excluded), {ops} packets per Rx mode; one op = one packet forwarded:"
     ));
     for (mode, spec) in ["mbuf", "frag"].into_iter().zip(SPECS) {
-        if std::env::var("PP_FWD").is_ok_and(|m| m != mode) {
-            continue;
-        }
         let name: &'static str = if mode == "mbuf" {
             "fwd io soft rxbuf=mbuf"
         } else {
@@ -833,16 +884,14 @@ fn free_batch<S: Source>(bulk: &mut BulkFree, free: Free, mut next: impl FnMut()
                     S::free_bulk(bulk, black_box(h));
                 }
             }
-            static NOF: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-            if !*NOF.get_or_init(|| std::env::var_os("PP_NOFLUSH").is_some()) {
-                bulk.flush();
-            }
+            bulk.flush();
         }
     }
 }
 
 /// Two cores: the owner lcore allocates batches and hands them over an SP/SC
-/// ring (at most `out` in it) to a second lcore, which frees them.
+/// ring (at most `out`, and at least a batch, in it) to a second lcore,
+/// which frees them.
 fn cross<S: Source>(
     src: S,
     cpus: (usize, usize),
@@ -854,7 +903,8 @@ fn cross<S: Source>(
     let total = (warm + ops).div_ceil(BATCH as u64) * BATCH as u64;
     let warm = warm.div_ceil(BATCH as u64) * BATCH as u64;
     let (mut tx, mut rx) =
-        Ring::<S::H>::spsc(out.next_power_of_two()).map_err(|e| e.to_string())?;
+        // Room for a batch at least: batches move whole.
+        Ring::<S::H>::spsc(out.max(BATCH).next_power_of_two()).map_err(|e| e.to_string())?;
     let barrier = Arc::new(SpinBarrier::new(2));
     let b2 = Arc::clone(&barrier);
     // Set by the freeing lcore when it has freed everything: only then may
@@ -870,11 +920,7 @@ fn cross<S: Source>(
         let mut split = Split::default();
         barrier.wait()?;
         let mut sent = 0u64;
-        let fence = std::env::var("PP_FENCE").is_ok();
         while sent < total {
-            if fence {
-                std::sync::atomic::fence(Ordering::SeqCst);
-            }
             let t0 = rdtsc();
             for _ in 0..BATCH {
                 match src.get() {
@@ -912,7 +958,6 @@ fn cross<S: Source>(
         let mut split = Split::default();
         b2.wait()?;
         let mut freed = 0u64;
-        let fence = std::env::var("PP_FENCE").is_ok();
         while freed < total {
             // The hand-off: a whole batch out of the ring in one move (one
             // head publish), untimed.
@@ -924,9 +969,6 @@ fn cross<S: Source>(
                 stall.failed()?;
             }
             stall.progressed();
-            if fence {
-                std::sync::atomic::fence(Ordering::SeqCst);
-            }
             let t0 = rdtsc();
             free_batch::<S>(&mut bulk, free, || batch.pop());
             let t1 = rdtsc();
@@ -984,11 +1026,17 @@ mod tests {
             });
         }
         for what in whats {
-            for cross in [false, true] {
+            for (cross, free) in [
+                (false, Free::Each),
+                (true, Free::Each),
+                (false, Free::Bulk),
+                (true, Free::Bulk),
+            ] {
                 if cross && ctx.cpu_pair().is_none() {
                     continue;
                 }
-                let s = measure(&ctx, &provider, Case { what, cross }, BATCH as u64 * 4).unwrap();
+                let case = Case { what, cross, free };
+                let s = measure(&ctx, &provider, case, BATCH as u64 * 4).unwrap();
                 // Batches taking over 50 µs (a busy machine) are left out.
                 assert!(s.alloc_ops <= BATCH as u64 * 4 && s.free_ops <= BATCH as u64 * 4);
                 assert!(s.all > 0 && s.cut <= s.all);
@@ -1004,6 +1052,7 @@ mod tests {
             base: BenchResult::new("pagepool", String::new(), 1, c, 1.0),
             allocator,
             threads: "single",
+            free: "each",
             mtu: Some(mtu),
             alloc_size: None,
             bytes_per_buffer: None,
@@ -1025,7 +1074,8 @@ mod tests {
         let v = verdict(&rows);
         assert_eq!(v.len(), 1);
         assert!(
-            v[0].starts_with("1 core: MTU 1500 (c) cheapest and <= 25 cycles: yes"),
+            v[0].starts_with("1 core, per-buffer free (")
+                && v[0].contains("MTU 1500 (c) cheapest and <= 25 cycles: yes"),
             "{}",
             v[0]
         );

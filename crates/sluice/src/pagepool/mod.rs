@@ -72,8 +72,8 @@ pub use bulk::{BulkFree, PAGE_BULK};
 pub use frag::Frag;
 pub use frag_alloc::PageFragAlloc;
 pub use frag_cache::PageFragCache;
-pub(crate) use mbuf::{attach_frag_fresh, prefetch};
 pub use mbuf::{FragLayout, attach_frag};
+pub(crate) use mbuf::{attach_frag_fresh, prefetch};
 pub use pool::{
     DEFAULT_CACHE_SIZE, DEFAULT_RING_SIZE, Page, PagePool, PagePoolConfig, PagePoolStats,
 };
