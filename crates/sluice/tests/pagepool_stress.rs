@@ -226,7 +226,6 @@ fn worker(
     // The bulk context goes home first, then dropping the allocators gives
     // back what they hold of their pages; the pools themselves outlive every
     // thread (the main thread drops them).
-    drop(free_one);
     assert!(bulk_frees > 0);
     drop((bulk, frags, cache));
 }

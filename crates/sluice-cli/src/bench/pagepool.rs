@@ -383,6 +383,20 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     for line in verdict(&rows) {
         ctx.note(&line);
     }
+    if let Some(cpus) = two {
+        // Every two-core figure moves with this (see `bench ring`).
+        let trips = (ops / 64).max(1000);
+        match super::ring::line_round_trip(cpus, trips) {
+            Ok(s) => ctx.note(&format!(
+                "A cache line's round trip between CPUs {} and {} in this run: {:.0} cycles \
+                 (two-core figures move with it).",
+                cpus.0,
+                cpus.1,
+                s.cycles_per_op()
+            )),
+            Err(e) => ctx.note(&format!("cache line round trip: {e}")),
+        }
+    }
     for line in rx_memory() {
         ctx.note(&line);
     }
