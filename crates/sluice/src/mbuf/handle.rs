@@ -608,10 +608,11 @@ impl Drop for Mbuf {
     }
 }
 
-/// Gives up one reference. If it was the last and the buffer is a plain single
-/// segment, returns the header for the caller to put back (so a burst can
-/// batch the puts); otherwise frees what needs freeing itself and returns
-/// `None`.
+/// Gives up one reference. If it was the last and the buffer is a single
+/// segment — plain, or over an external buffer, which is detached here —
+/// returns the header, now a plain buffer, for the caller to put back (so a
+/// burst can batch the puts); otherwise frees what needs freeing itself and
+/// returns `None`.
 ///
 /// # Safety
 /// The caller owns one reference to `ptr` and does not use it afterwards.
@@ -631,12 +632,41 @@ pub(crate) unsafe fn prefree(ptr: NonNull<MbufHeader>) -> Option<NonNull<MbufHea
         // the header now.
         h.refcnt.store(1, Ordering::Relaxed);
     }
-    if h.next.is_null() && h.shinfo.is_null() {
+    if h.next.is_null() {
+        if !h.shinfo.is_null() {
+            // One segment over an external buffer (an Rx fragment): detach
+            // here, and the header is a plain buffer for the caller's (bulk)
+            // put, not a put of its own.
+            // SAFETY: the last reference: the header is ours alone.
+            unsafe { detach_ext(&mut *ptr.as_ptr()) };
+        }
         return Some(ptr);
     }
     // SAFETY: the last reference to the chain; each segment is freed once.
     unsafe { free_segments(ptr) };
     None
+}
+
+/// Detaches a segment's external buffer: the segment gets its own buffer
+/// back, and gives up its attachment (the last one calls the free callback).
+///
+/// # Safety
+/// `h` is a segment with an external buffer, exclusively ours.
+#[inline(always)]
+unsafe fn detach_ext(h: &mut MbufHeader) {
+    // SAFETY: attached, so not null.
+    let info = unsafe { NonNull::new_unchecked(h.shinfo.cast_mut()) };
+    // SAFETY: the external buffer was valid while attached.
+    let buf = unsafe { NonNull::new_unchecked(h.buf_addr) };
+    h.buf_addr = h.own_buf_addr;
+    h.buf_iova = h.own_buf_iova;
+    h.buf_len = h.own_buf_len;
+    h.shinfo = std::ptr::null();
+    h.ol_flags &= !ol::EXTERNAL;
+    // SAFETY: `shinfo` is valid while attached (attach contract) and we give
+    // up this segment's attachment; the callback may free it, and we do not
+    // touch it afterwards.
+    unsafe { ExtSharedInfo::put(info, buf) };
 }
 
 /// Frees every segment of a chain whose last reference was just given up.
@@ -650,18 +680,9 @@ unsafe fn free_segments(ptr: NonNull<MbufHeader>) {
         // SAFETY: a live segment of the chain, now exclusively ours.
         let h = unsafe { &mut *seg };
         let next = h.next;
-        if let Some(info) = NonNull::new(h.shinfo.cast_mut()) {
-            // SAFETY: the external buffer was valid while attached.
-            let buf = unsafe { NonNull::new_unchecked(h.buf_addr) };
-            h.buf_addr = h.own_buf_addr;
-            h.buf_iova = h.own_buf_iova;
-            h.buf_len = h.own_buf_len;
-            h.shinfo = std::ptr::null();
-            h.ol_flags &= !ol::EXTERNAL;
-            // SAFETY: `shinfo` is valid while attached (attach contract) and
-            // we give up this segment's attachment; the callback may free it,
-            // and we do not touch it afterwards.
-            unsafe { ExtSharedInfo::put(info, buf) };
+        if !h.shinfo.is_null() {
+            // SAFETY: attached, and the segment is ours alone.
+            unsafe { detach_ext(h) };
         }
         h.next = std::ptr::null_mut();
         h.nb_segs = 1;
