@@ -87,6 +87,14 @@ fn l3fwd_sends_each_packet_out_of_the_port_its_route_says() {
             p[1]["tx_packets"].as_u64().unwrap(),
         );
         assert!(rx0 > 0 && rx1 > 0, "{case}: {s}");
+        // The soft device checks IPv4 header checksums for the router.
+        for port in p {
+            assert_eq!(
+                port["rx_offloads"],
+                serde_json::json!(["ipv4_cksum"]),
+                "{case}"
+            );
+        }
         if cross {
             assert_eq!((tx1, tx0), (rx0, rx1), "{case}");
         } else {
@@ -234,6 +242,8 @@ fn l3fwd_rewrites_routed_frames_and_counts_each_drop_by_reason() {
     let d = &s["route_drops"];
     assert_eq!(d["no_route"], 3, "{d}");
     assert_eq!(d["ttl_expired"], 3, "{d}");
+    // pcap has no checksum offload: the router verified in software.
+    assert!(s["ports"][0].get("rx_offloads").is_none(), "{s}");
     assert_eq!(d["bad_checksum"], 1, "{d}");
     assert_eq!(d["bad_header"], 2, "{d}");
     assert_eq!(d["unwritable"], 0, "{d}");

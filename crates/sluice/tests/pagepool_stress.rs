@@ -7,6 +7,10 @@
 //! use, are caught where they are freed. At the end every block must be back
 //! in the provider, merged into the blocks it started with.
 //!
+//! Two of three frees go through the thread's [`BulkFree`] (one count
+//! update per run of a page's fragments, pages home in stashes), flushed now
+//! and then and at the end; the others drop the handle.
+//!
 //! Bounded in operations, not time; asserts nothing about speed.
 //! `SLUICE_STRESS_OPS` overrides the operations per thread.
 #![cfg(not(loom))]
@@ -16,7 +20,7 @@ use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use sluice::lcore;
 use sluice::mempool::HugepagePolicy;
 use sluice::pagepool::{
-    BlockProvider, Frag, Page, PageFragAlloc, PageFragCache, PagePool, PagePoolConfig,
+    BlockProvider, BulkFree, Frag, Page, PageFragAlloc, PageFragCache, PagePool, PagePoolConfig,
     ProviderConfig,
 };
 
@@ -114,9 +118,25 @@ fn worker(
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ ((id as u64 + 1) * 0x1234_5678));
     let mut held: Vec<Buf> = Vec::new();
     let mut done_peers = 0;
-    let free_one = |b: Buf| {
+    let mut bulk = BulkFree::new();
+    let mut bulk_frees = 0u64;
+    let mut free_rng = Rng(0x5851_f42d_4c95_7f2d ^ id as u64);
+    let mut free_one = |b: Buf| {
         b.check();
-        drop(b);
+        match (free_rng.below(3), b) {
+            (0, b) => drop(b),
+            (_, Buf::Frag(f, _)) => {
+                bulk.free_frag(f);
+                bulk_frees += 1;
+            }
+            (_, Buf::Page(p, _)) => {
+                bulk.free_page(p);
+                bulk_frees += 1;
+            }
+        }
+        if free_rng.below(32) == 0 {
+            bulk.flush();
+        }
     };
     for i in 0..ops {
         let tag = (i as u8) ^ (id as u8 * 61);
@@ -196,16 +216,18 @@ fn worker(
         }
     }
     drop(peers);
-    held.drain(..).for_each(free_one);
+    held.drain(..).for_each(&mut free_one);
     while done_peers < THREADS {
         match rx.recv().unwrap() {
             Msg::Buf(b) => free_one(b),
             Msg::Done => done_peers += 1,
         }
     }
-    // Dropping the allocators gives back what they hold of their pages; the
-    // pools themselves outlive every thread (the main thread drops them).
-    drop((frags, cache));
+    // The bulk context goes home first, then dropping the allocators gives
+    // back what they hold of their pages; the pools themselves outlive every
+    // thread (the main thread drops them).
+    assert!(bulk_frees > 0);
+    drop((bulk, frags, cache));
 }
 
 #[test]

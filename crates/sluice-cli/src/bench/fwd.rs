@@ -15,11 +15,11 @@
 //!   with mbufs preloaded to circulate; testpmd over `net_ring`: ≈ 2.3.
 //! - `soft io (inline)`: two `soft` ports on the built-in tester, the device
 //!   model running inline, its cycles excluded.
-//! - `soft l3fwd-lpm (inline)`: the same ports and traffic through
-//!   `sluice l3fwd`'s poll (header checks, LPM lookup, TTL and checksum,
-//!   MAC rewrite), each port's stream routed to the other
-//!   (`198.18.P.0/24 → peer`, the tester's `dst=stream`); its ratio to
-//!   `soft io` is printed (the bar: at most 1.3).
+//! - `soft io (inline, l3fwd ports)` and `soft l3fwd-lpm (inline)`: the
+//!   same traffic through `sluice l3fwd`'s poll (header checks, LPM lookup,
+//!   TTL and checksum, MAC rewrite) and through io forwarding, interleaved
+//!   on one pair of ports opened as l3fwd opens them; the l3fwd/io ratio is
+//!   printed (the bar: at most 1.3). See `fwd_l3.rs`.
 //! - `afpacket rx|io (veth)` and `raw socket rx (veth)`: a kernel port with
 //!   a generator in a namespace, as root (`fwd_afpacket.rs`).
 //! - `afxdp rx|io|recycle (veth)` and a raw-socket receiver: an AF_XDP port
@@ -31,29 +31,25 @@ use sluice::driver::DRIVERS;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{Port, PortConfig, PortCounters};
 use sluice::tsc::rdtsc_ordered;
-use std::sync::atomic::AtomicBool;
 
 use super::{BenchResult, Ctx, Sample, Selection, Stall, on_lcore};
 use crate::fwd::args::Engine;
 use crate::fwd::engine::{Fwd, Io, Mac, Stream, poll, udp_frame};
-use crate::fwd::lcore::StreamCounters;
 
 /// Packets asked per Rx call.
-const BURST: usize = 32;
+pub(super) const BURST: usize = 32;
 /// Per-lcore mempool cache.
 const CACHE: u32 = 256;
 /// Mbufs in the pool.
 const POOL_SIZE: u32 = 8191;
 /// Descriptors per queue.
-const DESC: u16 = 1024;
+pub(super) const DESC: u16 = 1024;
 /// Packets per case by default.
 const DEFAULT_OPS: u64 = 1 << 25;
 
 /// The soft ports of the soft cases (io and l3fwd alike).
-const SOFT_SPEC: &str = "soft:tester=bench_fwd,gen=udp,flows=1024,size=64,device=inline,dst=stream";
-
-/// The name of the l3fwd case.
-const L3FWD_CASE: &str = "soft l3fwd-lpm (inline)";
+pub(super) const SOFT_SPEC: &str =
+    "soft:tester=bench_fwd,gen=udp,flows=1024,size=64,device=inline,dst=stream";
 
 /// One case.
 #[derive(Debug, Clone)]
@@ -123,129 +119,28 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
          after a warm-up. An inline device's own cycles are excluded."
     )];
     ctx.section("fwd (io forwarding, two ports, one core)", &notes);
-    let mut soft_io = None;
     for case in cases() {
         if !DRIVERS.contains(&case.driver) {
             ctx.skip(case.name, &format!("no `{}` driver yet", case.driver));
             continue;
         }
         let r = measure(ctx.main_cpu(), &case, ops);
-        if case.driver == "soft"
-            && let Ok(r) = &r
-        {
-            soft_io = Some(r.cycles_per_op);
-        }
         ctx.report(case.name, r);
     }
-    let r = measure_l3fwd(ctx.main_cpu(), ops);
-    if let (Ok(r), Some(io)) = (&r, soft_io) {
-        let ratio = r.cycles_per_op / io;
-        ctx.note(&format!(
-            "l3fwd / io on soft ports: {ratio:.2} (bar: at most 1.30) {}",
-            if ratio <= 1.3 { "met" } else { "NOT met" }
-        ));
+    match super::fwd_l3::measure(ctx.main_cpu(), ops) {
+        Ok(pair) => {
+            ctx.note(&pair.note());
+            ctx.report(super::fwd_l3::IO_CASE, Ok(pair.io));
+            ctx.report(super::fwd_l3::L3FWD_CASE, Ok(pair.l3));
+        }
+        Err(e) => ctx.report(super::fwd_l3::L3FWD_CASE, Err(e)),
     }
-    ctx.report(L3FWD_CASE, r);
     super::fwd_afpacket::run(ctx);
     super::fwd_afxdp::run(ctx);
 }
 
-/// Measures `sluice l3fwd`'s poll on two soft ports, each stream routed to
-/// the other port.
-pub fn measure_l3fwd(cpu: usize, ops: u64) -> Result<BenchResult, String> {
-    use crate::l3fwd::classify::PortMacs;
-    use crate::l3fwd::lcore::{Bursts, L3Config, L3Lcore, RouteDropCounters, poll};
-    use crate::l3fwd::router::{Lookup, Tables};
-    use crate::l3fwd::routes;
-
-    let file = routes::parse("198.18.0.0/24 1\n198.18.1.0/24 0\n")?;
-    let Tables::Lpm(router) = Tables::build(&file, Lookup::Lpm, 2)? else {
-        return Err("not an LPM table".into());
-    };
-    let pool = bench_pool()?;
-    let mut ports = open_two(&pool, [SOFT_SPEC, SOFT_SPEC])?;
-    let p = pool.clone();
-    let (sample, device) = on_lcore(cpu, move || {
-        let r = (|| {
-            let err = |e: sluice::port::PortError| e.to_string();
-            for port in ports.iter_mut() {
-                port.start().map_err(err)?;
-            }
-            let macs: Vec<PortMacs> = ports
-                .iter()
-                .map(|port| PortMacs {
-                    dst: sluice::net::MacAddr([2, 0, 0, 0, 0, 1]),
-                    src: port.mac(),
-                })
-                .collect();
-            let counters: Vec<_> = ports.iter().map(Port::counters).collect();
-            let drops = RouteDropCounters::default();
-            let tx_drops: Vec<StreamCounters> = (0..2).map(|_| StreamCounters::default()).collect();
-            let stop = AtomicBool::new(false);
-            let cfg = L3Config {
-                burst: BURST,
-                tx_retry: 0,
-                counters: &tx_drops,
-                macs: &macs,
-                stop: &stop,
-            };
-            let mut lc = L3Lcore {
-                rx: Vec::new(),
-                tx: Vec::new(),
-                counters_base: 0,
-                drops: &drops,
-            };
-            for port in ports.iter_mut() {
-                let (rx, tx) = port.queues_mut().map_err(err)?;
-                lc.rx.push(rx[0].as_mut());
-                lc.tx.push(tx[0].as_mut());
-            }
-            let mut bufs = Bursts::new(2);
-            let mut run = |ops: u64| -> Result<u64, String> {
-                let mut moved = 0u64;
-                let mut stall = Stall::new("forwarding core");
-                while moved < ops {
-                    let n = poll(&*router, &mut lc, 0, &mut bufs, &cfg)
-                        + poll(&*router, &mut lc, 1, &mut bufs, &cfg);
-                    if n == 0 {
-                        stall.failed()?;
-                    } else {
-                        stall.progressed();
-                        moved += n as u64;
-                    }
-                }
-                Ok(moved)
-            };
-            run((ops / 16).max(1024))?;
-            let dev0 = device_cycles(&counters);
-            let start = rdtsc_ordered();
-            let moved = run(ops)?;
-            let end = rdtsc_ordered();
-            let device = device_cycles(&counters).saturating_sub(dev0);
-            let lost = drops.get();
-            let tx_lost: u64 = tx_drops.iter().map(|c| c.drops.get()).sum();
-            if lost != Default::default() || tx_lost != 0 {
-                return Err(format!("packets dropped: {lost:?}, Tx {tx_lost}"));
-            }
-            Ok((
-                Sample {
-                    ops: moved,
-                    start,
-                    end,
-                },
-                device,
-            ))
-        })();
-        ports.iter_mut().for_each(Port::stop);
-        drop(ports);
-        p.flush_local_cache();
-        r
-    })?;
-    finish(&pool, L3FWD_CASE, sample, device, None)
-}
-
 /// The pool of every case.
-fn bench_pool() -> Result<MbufPool, String> {
+pub(super) fn bench_pool() -> Result<MbufPool, String> {
     MbufPool::new(MbufPoolConfig {
         name: "bench-fwd".into(),
         size: POOL_SIZE,
@@ -269,7 +164,7 @@ fn open_two(pool: &MbufPool, specs: [&str; 2]) -> Result<Vec<Port>, String> {
 }
 
 /// The result row of a case: cycles per packet without the device's.
-fn finish(
+pub(super) fn finish(
     pool: &MbufPool,
     name: &str,
     sample: Sample,
@@ -317,7 +212,7 @@ pub fn measure(cpu: usize, case: &Case, ops: u64) -> Result<BenchResult, String>
 }
 
 /// Device cycles of the ports.
-fn device_cycles(counters: &[Arc<PortCounters>]) -> u64 {
+pub(super) fn device_cycles(counters: &[Arc<PortCounters>]) -> u64 {
     counters
         .iter()
         .filter_map(|c| c.xstats.get("device_cycles"))
@@ -409,7 +304,7 @@ pub(super) fn preload_port(port: &mut Port, pool: &MbufPool, n: usize) -> Result
 /// how many were. Dropped packets are an error (a forwarding bench must not
 /// lose them).
 #[inline(never)]
-fn forward<E: Fwd>(
+pub(super) fn forward<E: Fwd>(
     e: E,
     streams: &mut [Stream<'_>; 2],
     burst: &mut Burst<64>,
@@ -449,15 +344,6 @@ mod tests {
             assert!(r.cycles_per_op > 0.0 && r.mops > 0.0);
             assert_eq!((r.bench, r.bulk, r.cache), ("fwd", Some(32), Some(256)));
         }
-    }
-
-    #[test]
-    fn l3fwd_case_routes_everything_and_returns_every_buffer() {
-        let cpu = sluice::lcore::available_cpus()[0];
-        let r = measure_l3fwd(cpu, 4096).unwrap();
-        assert!(r.ops >= 4096, "{}", r.ops);
-        assert!(r.cycles_per_op > 0.0);
-        assert_eq!(r.case, L3FWD_CASE);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod distributor;
 pub mod fwd;
 pub mod fwd_afpacket;
 pub mod fwd_afxdp;
+pub mod fwd_l3;
 pub mod lpm;
 pub mod mbuf;
 pub mod mempool;

@@ -2,6 +2,7 @@
 
 use clap::{Args, ValueEnum};
 use sluice::net::MacAddr;
+use sluice::port::Offloads;
 
 /// Arguments of `sluice fwd`.
 #[derive(Args, Debug, Clone)]
@@ -68,6 +69,11 @@ pub struct FwdArgs {
     #[arg(long, default_value_t = 64, value_name = "SIZE",
           value_parser = clap::value_parser!(u16).range(42..=9000))]
     pub txpkts: u16,
+    /// Rx offloads asked for on each port whose device has them (not an
+    /// option: `sluice l3fwd` asks for the IPv4 checksum check and verifies
+    /// in software where the device cannot).
+    #[arg(skip)]
+    pub rx_offloads_if_capable: Offloads,
 }
 
 impl FwdArgs {
@@ -92,6 +98,7 @@ impl FwdArgs {
             eth_peer: Vec::new(),
             tx_first: false,
             txpkts: 64,
+            rx_offloads_if_capable: Offloads::NONE,
         }
     }
 

@@ -224,6 +224,7 @@ pub(crate) fn measure_with(
         .map(|(i, c)| {
             PortSummary::new(i, ports[i].name(), c, stream_drops[i], secs)
                 .with_recycle_counts(args.engine == Engine::Recycle)
+                .with_rx_offloads(ports[i].config().rx_offloads)
         })
         .collect();
     drop(ports);
@@ -324,7 +325,10 @@ fn open_all(
             .nb_rxd(args.rxd)
             .nb_txd(args.txd);
         config.burst_stats = args.hist;
-        ports.push(sluice::driver::open(spec, config)?);
+        let wanted = args.rx_offloads_if_capable;
+        ports.push(sluice::driver::open_with(spec, config, |info, c| {
+            c.rx_offloads |= wanted.intersect(info.rx_offload_capa);
+        })?);
     }
     Ok(ports)
 }

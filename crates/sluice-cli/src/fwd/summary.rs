@@ -6,7 +6,7 @@
 
 use serde::Serialize;
 use sluice::driver::soft::bus::{BusBytes, Link};
-use sluice::port::{BurstHistogram, PortCounters};
+use sluice::port::{BurstHistogram, Offloads, PortCounters};
 
 use super::lcore::LcoreCycles;
 use crate::bench::emit;
@@ -77,6 +77,10 @@ pub struct PortSummary {
     /// Bus figures of an emulated NIC (`soft`) that moved packets.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bus: Option<BusSummary>,
+    /// The Rx offloads the port was configured with (`sluice l3fwd` asks
+    /// for the IPv4 checksum check where the device has it).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub rx_offloads: Vec<&'static str>,
 }
 
 /// A soft port's bus traffic over the run: bytes per packet (received and
@@ -191,7 +195,14 @@ impl PortSummary {
             histograms,
             recycle: None,
             bus,
+            rx_offloads: Vec::new(),
         }
+    }
+
+    /// Notes the Rx offloads the port runs with.
+    pub fn with_rx_offloads(mut self, rx: Offloads) -> PortSummary {
+        self.rx_offloads = rx.names();
+        self
     }
 
     /// Fills [`recycle`](Self::recycle) from the xstats when one of its
@@ -336,6 +347,9 @@ impl Summary {
                 p.rx_errors,
                 p.tx_errors
             ));
+            if !p.rx_offloads.is_empty() {
+                emit(&format!("  rx offloads: {}", p.rx_offloads.join(", ")));
+            }
             if let Some(b) = &p.bus {
                 emit(&format!(
                     "  bus ({}): {:.1} B/pkt (descriptors {:.1}); to device {:.1} B/pkt, {:.2}% \

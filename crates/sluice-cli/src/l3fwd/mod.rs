@@ -29,7 +29,7 @@ use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 use sluice::mbuf::MbufPool;
-use sluice::port::Port;
+use sluice::port::{Offloads, Port};
 use sluice::tester::Tester;
 
 use crate::fwd::lcore::StreamCounters;
@@ -114,6 +114,10 @@ impl L3fwdArgs {
         a.tx_retry = self.tx_retry;
         a.hist = self.hist;
         a.json = self.json;
+        // As DPDK's l3fwd: the NIC checks IPv4 header checksums where it
+        // can (the router reads the verdict in the Rx flags), software
+        // elsewhere.
+        a.rx_offloads_if_capable = Offloads::IPV4_CKSUM;
         a
     }
 

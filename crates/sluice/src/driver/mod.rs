@@ -25,7 +25,7 @@ pub mod pcap;
 pub mod soft;
 pub mod tap;
 
-use crate::port::{Port, PortConfig, PortDriver, PortError, PortSpec};
+use crate::port::{DeviceInfo, Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
 pub const DRIVERS: &[&str] = &["afpacket", "afxdp", "null", "pair", "pcap", "soft", "tap"];
@@ -35,6 +35,18 @@ pub const DRIVERS: &[&str] = &["afpacket", "afxdp", "null", "pair", "pcap", "sof
 /// an unknown driver, an unknown key, a bad value, or a configuration the
 /// driver cannot take.
 pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
+    open_with(spec, config, |_, _| {})
+}
+
+/// [`open`], with `adjust` shown the driver's [`DeviceInfo`] before the
+/// configuration is checked and applied — DPDK's `rte_eth_dev_info_get`
+/// before `rte_eth_dev_configure` — so an application can, say, ask for an
+/// offload only where the device has it and do the work itself elsewhere.
+pub fn open_with(
+    spec: &str,
+    mut config: PortConfig,
+    adjust: impl FnOnce(&DeviceInfo, &mut PortConfig),
+) -> Result<Port, PortError> {
     let spec = PortSpec::parse(spec)?;
     let driver: Box<dyn PortDriver> = match spec.driver() {
         "afpacket" => Box::new(afpacket::AfPacketDriver::from_spec(&spec)?),
@@ -46,5 +58,6 @@ pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
         "tap" => Box::new(tap::TapDriver::from_spec(&spec)?),
         _ => return Err(spec.unknown_driver(DRIVERS).into()),
     };
+    adjust(driver.info(), &mut config);
     Port::new(spec.as_str(), driver, config)
 }

@@ -305,6 +305,9 @@ impl BurstSlice {
     }
 }
 
+/// Mbufs ahead whose external buffer's shared info `free_bulk` prefetches.
+const FREE_AHEAD: usize = 4;
+
 /// Moves the mbuf out of slot `i`.
 ///
 /// # Safety
@@ -327,6 +330,17 @@ pub(crate) unsafe fn free_bulk(slots: &mut [Elem]) {
     let mut k = 0;
     let mut pool = std::ptr::null();
     for i in 0..slots.len() {
+        if let Some(e) = slots.get(i + FREE_AHEAD) {
+            // An external buffer's shared info (an Rx fragment's tailroom) was
+            // last touched when the buffer was armed, long ago: ask for it a
+            // few mbufs ahead so its miss overlaps the frees before it.
+            // SAFETY: we own a reference to that header: its `shinfo` is
+            // written only by a holder of the last one.
+            let s = unsafe { (*e.as_ptr().cast::<MbufHeader>()).shinfo };
+            if !s.is_null() {
+                crate::pagepool::prefetch(s.cast());
+            }
+        }
         let p = slots[i].as_non_null().cast::<MbufHeader>();
         // SAFETY: we own this reference and give it up.
         let Some(h) = (unsafe { prefree(p) }) else {

@@ -23,7 +23,7 @@ use std::sync::atomic::Ordering;
 
 use super::MbufError;
 use super::extbuf::ExtSharedInfo;
-use super::layout::{MbufHeader, TxOffload};
+use super::layout::{MbufHeader, TxOffload, ol};
 use crate::mempool::{Elem, PoolInner};
 
 /// An owned reference to a packet buffer.
@@ -118,7 +118,10 @@ impl Mbuf {
     /// True when the header or the data is shared with another mbuf.
     #[inline]
     pub fn is_shared(&self) -> bool {
-        self.refcnt() != 1 || self.shinfo().is_some_and(ExtSharedInfo::is_shared)
+        self.refcnt() != 1
+            // Only an attached mbuf reads `shinfo`, in the second cache line.
+            || (self.ol_flags() & ol::EXTERNAL != 0
+                && self.shinfo().is_some_and(ExtSharedInfo::is_shared))
     }
 
     /// Another reference to the same buffer, or an error at 65 535 references.
@@ -293,7 +296,11 @@ impl Mbuf {
     /// True when this mbuf's data is an attached external buffer.
     #[inline]
     pub fn has_extbuf(&self) -> bool {
-        !self.header().shinfo.is_null()
+        debug_assert_eq!(
+            self.ol_flags() & ol::EXTERNAL != 0,
+            !self.header().shinfo.is_null()
+        );
+        self.ol_flags() & ol::EXTERNAL != 0
     }
 
     fn shinfo(&self) -> Option<&ExtSharedInfo> {
@@ -310,9 +317,11 @@ impl Mbuf {
         Ok(())
     }
 
-    /// Sets the offload flags.
+    /// Sets the offload flags ([`ol::EXTERNAL`] excepted: the library keeps
+    /// that one as it is).
     pub fn set_ol_flags(&mut self, flags: u64) -> Result<(), MbufError> {
-        self.unshared_header()?.ol_flags = flags;
+        let h = self.unshared_header()?;
+        h.ol_flags = (flags & !ol::EXTERNAL) | (h.ol_flags & ol::EXTERNAL);
         Ok(())
     }
 
@@ -537,6 +546,7 @@ impl Mbuf {
         h.data_len = 0;
         h.pkt_len = 0;
         h.shinfo = shinfo.as_ptr();
+        h.ol_flags |= ol::EXTERNAL;
     }
 }
 
@@ -598,10 +608,11 @@ impl Drop for Mbuf {
     }
 }
 
-/// Gives up one reference. If it was the last and the buffer is a plain single
-/// segment, returns the header for the caller to put back (so a burst can
-/// batch the puts); otherwise frees what needs freeing itself and returns
-/// `None`.
+/// Gives up one reference. If it was the last and the buffer is a single
+/// segment — plain, or over an external buffer, which is detached here —
+/// returns the header, now a plain buffer, for the caller to put back (so a
+/// burst can batch the puts); otherwise frees what needs freeing itself and
+/// returns `None`.
 ///
 /// # Safety
 /// The caller owns one reference to `ptr` and does not use it afterwards.
@@ -621,12 +632,41 @@ pub(crate) unsafe fn prefree(ptr: NonNull<MbufHeader>) -> Option<NonNull<MbufHea
         // the header now.
         h.refcnt.store(1, Ordering::Relaxed);
     }
-    if h.next.is_null() && h.shinfo.is_null() {
+    if h.next.is_null() {
+        if !h.shinfo.is_null() {
+            // One segment over an external buffer (an Rx fragment): detach
+            // here, and the header is a plain buffer for the caller's (bulk)
+            // put, not a put of its own.
+            // SAFETY: the last reference: the header is ours alone.
+            unsafe { detach_ext(&mut *ptr.as_ptr()) };
+        }
         return Some(ptr);
     }
     // SAFETY: the last reference to the chain; each segment is freed once.
     unsafe { free_segments(ptr) };
     None
+}
+
+/// Detaches a segment's external buffer: the segment gets its own buffer
+/// back, and gives up its attachment (the last one calls the free callback).
+///
+/// # Safety
+/// `h` is a segment with an external buffer, exclusively ours.
+#[inline(always)]
+unsafe fn detach_ext(h: &mut MbufHeader) {
+    // SAFETY: attached, so not null.
+    let info = unsafe { NonNull::new_unchecked(h.shinfo.cast_mut()) };
+    // SAFETY: the external buffer was valid while attached.
+    let buf = unsafe { NonNull::new_unchecked(h.buf_addr) };
+    h.buf_addr = h.own_buf_addr;
+    h.buf_iova = h.own_buf_iova;
+    h.buf_len = h.own_buf_len;
+    h.shinfo = std::ptr::null();
+    h.ol_flags &= !ol::EXTERNAL;
+    // SAFETY: `shinfo` is valid while attached (attach contract) and we give
+    // up this segment's attachment; the callback may free it, and we do not
+    // touch it afterwards.
+    unsafe { ExtSharedInfo::put(info, buf) };
 }
 
 /// Frees every segment of a chain whose last reference was just given up.
@@ -640,17 +680,9 @@ unsafe fn free_segments(ptr: NonNull<MbufHeader>) {
         // SAFETY: a live segment of the chain, now exclusively ours.
         let h = unsafe { &mut *seg };
         let next = h.next;
-        if let Some(info) = NonNull::new(h.shinfo.cast_mut()) {
-            // SAFETY: the external buffer was valid while attached.
-            let buf = unsafe { NonNull::new_unchecked(h.buf_addr) };
-            h.buf_addr = h.own_buf_addr;
-            h.buf_iova = h.own_buf_iova;
-            h.buf_len = h.own_buf_len;
-            h.shinfo = std::ptr::null();
-            // SAFETY: `shinfo` is valid while attached (attach contract) and
-            // we give up this segment's attachment; the callback may free it,
-            // and we do not touch it afterwards.
-            unsafe { ExtSharedInfo::put(info, buf) };
+        if !h.shinfo.is_null() {
+            // SAFETY: attached, and the segment is ours alone.
+            unsafe { detach_ext(h) };
         }
         h.next = std::ptr::null_mut();
         h.nb_segs = 1;

@@ -157,7 +157,8 @@ impl MbufHeader {
         vlan_tci: u16,
         rss_hash: u32,
     ) {
-        self.ol_flags = ol_flags;
+        // The attachment flag is the library's, not the device's.
+        self.ol_flags = ol_flags | (self.ol_flags & ol::EXTERNAL);
         self.packet_type = packet_type;
         self.pkt_len = len as u32;
         self.data_len = len;
@@ -287,4 +288,11 @@ pub mod ol {
     pub const TX_OUTER_IPV4: u64 = 1 << 59;
     /// Tx, tunnels: the outer header is IPv6.
     pub const TX_OUTER_IPV6: u64 = 1 << 60;
+    /// The data is an attached external buffer (DPDK's
+    /// `RTE_MBUF_F_EXTERNAL`). Kept by the library alone: set on attach,
+    /// cleared when the buffer goes back, never changed by
+    /// `Mbuf::set_ol_flags` or an Rx write-back. It lets the checks on the
+    /// hot path (`Mbuf::is_shared`) stay in the header's first cache line:
+    /// only a flagged mbuf's `shinfo` (second line) is read.
+    pub const EXTERNAL: u64 = 1 << 61;
 }

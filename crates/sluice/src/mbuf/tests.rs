@@ -285,6 +285,48 @@ fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
 }
 
 #[test]
+fn the_external_flag_follows_the_attachment_and_nothing_else() {
+    use super::layout::ol;
+    let p = pool(4);
+    let mem: *mut [u8; 256] = Box::into_raw(Box::new([0u8; 256]));
+    // SAFETY: `ext_free` frees exactly that box, once.
+    let info = Box::leak(Box::new(unsafe {
+        ExtSharedInfo::new(ext_free, mem.cast())
+    }));
+    let info_ptr = NonNull::from(&*info);
+    let buf = NonNull::new(mem.cast::<u8>()).unwrap();
+    let mut a = p.alloc().unwrap();
+    // A caller cannot set it on a plain mbuf ...
+    a.set_ol_flags(ol::EXTERNAL | ol::RX_VLAN).unwrap();
+    assert_eq!(a.ol_flags(), ol::RX_VLAN);
+    assert!(!a.has_extbuf() && !a.is_shared());
+    // SAFETY: the box lives until `ext_free`; `info` is leaked.
+    unsafe { a.attach_extbuf(buf, 0x1000, 256, 16, info_ptr).unwrap() };
+    assert_eq!(a.ol_flags(), ol::RX_VLAN | ol::EXTERNAL);
+    // ... nor clear it on an attached one; a device's write-back keeps it.
+    a.set_ol_flags(0).unwrap();
+    assert_eq!(a.ol_flags(), ol::EXTERNAL);
+    a.header_mut().set_rx(ol::RX_IP_CKSUM_GOOD, 0, 0, 0, 0);
+    assert_eq!(a.ol_flags(), ol::RX_IP_CKSUM_GOOD | ol::EXTERNAL);
+    assert!(a.has_extbuf() && !a.is_shared());
+    // A second attachment makes the data shared: `is_shared` reads the
+    // shared info because the flag says there is one.
+    let mut b = p.alloc().unwrap();
+    // SAFETY: as above.
+    unsafe { b.attach_extbuf(buf, 0x1000, 256, 16, info_ptr).unwrap() };
+    assert!(a.is_shared() && a.data_mut().is_err());
+    drop(b);
+    assert!(!a.is_shared());
+    drop(a);
+    // The header went home without the flag.
+    let mut all: Burst = Burst::new();
+    p.alloc_bulk(&mut all, 4).unwrap();
+    assert!(all.iter().all(|m| m.ol_flags() == 0 && !m.has_extbuf()));
+    drop(all);
+    assert!(p.is_full());
+}
+
+#[test]
 fn burst_push_pop_drain_retain_and_drop_free_everything() {
     let p = pool(40);
     let mut b: Burst = Burst::new();

@@ -83,6 +83,30 @@ impl DirectCache {
         true
     }
 
+    /// Pushes as many of `addrs` as fit (from the front); how many. Counts
+    /// them in `pushes` first, so the length store is the last access to the
+    /// pool.
+    ///
+    /// # Safety
+    /// Called on the owner thread; `addrs` are free pages of the pool.
+    #[inline]
+    pub(crate) unsafe fn push_bulk(&self, addrs: &[usize], pushes: &Counter) -> usize {
+        let n = self.len.load(Ordering::Relaxed);
+        let k = addrs.len().min((self.cap - n) as usize);
+        if k == 0 {
+            return 0;
+        }
+        pushes.add(k as u64);
+        self.slots.with_mut(|s| {
+            // SAFETY: the owner thread alone touches the stack; `n + k <= cap`.
+            let s = unsafe { &mut *s };
+            s[n as usize..n as usize + k].copy_from_slice(&addrs[..k]);
+        });
+        // Release: as in `push`.
+        self.len.store(n + k as u32, Ordering::Release);
+        k
+    }
+
     /// Moves up to `n` pages from `ring` into the (empty) stack; how many.
     ///
     /// # Safety

@@ -202,6 +202,10 @@ pub(crate) struct Carver {
     target: u32,
     /// Page size in bytes.
     page_bytes: u32,
+    /// The stride of the last page's fragments and its target: a page cut
+    /// for the same size again needs no division.
+    last_stride: u32,
+    last_target: u32,
 }
 
 // SAFETY: the carver's page is held through its count, which is atomic; the
@@ -218,6 +222,8 @@ impl Carver {
             carved: 0,
             target: 0,
             page_bytes: page_bytes as u32,
+            last_stride: 0,
+            last_target: 0,
         }
     }
 
@@ -287,7 +293,11 @@ impl Carver {
         let stride = (size as u32).next_multiple_of(FRAG_ALIGN as u32);
         self.offset = 0;
         self.carved = 0;
-        self.target = self.page_bytes / stride;
+        if stride != self.last_stride {
+            self.last_stride = stride;
+            self.last_target = self.page_bytes / stride;
+        }
+        self.target = self.last_target;
     }
 
     /// Leaves the current page (if any): gives back the references of the

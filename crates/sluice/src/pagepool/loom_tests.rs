@@ -142,3 +142,52 @@ fn loom_direct_cache_and_ring_hand_pages_back() {
         assert!(p.is_full());
     });
 }
+
+/// Bulk freeing: a thread that is not the owner frees two fragments of a
+/// page as one run (one count update of 2) and a whole page into its stash,
+/// then flushes; the owner frees the third fragment and leaves the page with
+/// one never cut. Whoever is last sends the fragments' page home — the
+/// flushing thread through its stash and the ring, the owner through its
+/// direct cache — exactly once, and the whole page reaches the ring.
+#[test]
+fn loom_bulk_free_run_and_stash_send_each_page_home_once() {
+    builder().check(|| {
+        let p = provider();
+        let _l = lcore::register().unwrap();
+        let pool = PagePool::new(
+            &p,
+            PagePoolConfig {
+                name: "loom".into(),
+                order: 3,
+                cache_size: 2,
+                ring_size: 2,
+                owner: lcore::current(),
+            },
+        )
+        .unwrap();
+        let mut fa = PageFragAlloc::new(pool.clone());
+        let a = fa.alloc_frag(8000).unwrap();
+        let b = fa.alloc_frag(8000).unwrap();
+        let c = fa.alloc_frag(8000).unwrap();
+        let y = pool.alloc_page().unwrap();
+        let t = loom::thread::spawn(move || {
+            let mut bulk = BulkFree::new();
+            bulk.free_frag(b);
+            bulk.free_frag(c);
+            bulk.free_page(y);
+            bulk.flush();
+        });
+        drop(a);
+        drop(fa); // gives back the fragment never cut
+        t.join().unwrap();
+        let s = pool.stats();
+        assert_eq!(s.alloc_slow, 2);
+        assert_eq!(
+            s.cached + s.in_ring + s.released,
+            2,
+            "each page home exactly once: {s:?}"
+        );
+        drop(pool);
+        assert!(p.is_full());
+    });
+}

@@ -14,7 +14,8 @@ use std::ptr::NonNull;
 use super::FRAG_ALIGN;
 use super::frag::{Frag, put_frag_ref};
 use super::meta::PageMeta;
-use crate::mbuf::{ExtSharedInfo, Mbuf, MbufError};
+use crate::mbuf::{ExtSharedInfo, Mbuf, MbufError, MbufHeader};
+use crate::mempool::Elem;
 
 /// How an Rx fragment is cut: headroom, then the data room (the largest
 /// frame), then the tailroom, whose start holds the external buffer's shared
@@ -64,6 +65,19 @@ impl FragLayout {
         (self.headroom as usize + self.data_room as usize).next_multiple_of(FRAG_ALIGN)
     }
 
+    /// Asks for the cache line that [`attach_frag`] writes (the shared
+    /// info) `ahead` fragments after `frag` in its page, so a refill's misses
+    /// on those lines (last touched when the fragments were last in use)
+    /// overlap. Past the page's end it asks for a line of another page,
+    /// harmlessly.
+    #[inline(always)]
+    pub fn prefetch_shinfo(&self, frag: &Frag, ahead: usize) {
+        prefetch(
+            frag.as_ptr()
+                .wrapping_add(ahead * self.stride() + self.shinfo_offset()),
+        );
+    }
+
     /// Checks that the layout can hold the shared info and fits an mbuf's
     /// 16-bit buffer length.
     pub fn check(&self) -> Result<(), MbufError> {
@@ -84,6 +98,19 @@ impl FragLayout {
         }
         Ok(())
     }
+}
+
+/// Asks for the cache line at `p` (a hint: no memory effect, any address).
+#[inline(always)]
+pub(crate) fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch reads nothing architecturally and never faults;
+    // SSE, which it needs, is part of every x86-64 target.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// What the external buffer's free callback needs, kept in the fragment's
@@ -157,4 +184,50 @@ pub fn attach_frag(m: &mut Mbuf, frag: Frag, layout: FragLayout) -> Result<(), (
         // its handle once.
         Err(e) => Err((e, unsafe { Frag::from_raw(raw) })),
     }
+}
+
+/// [`attach_frag`] for an Rx refill: the same result without its checks,
+/// inlined, so the fragment goes from the carver to the header in registers
+/// (a handle stored and reloaded whole costs a failed store forward).
+///
+/// # Safety
+/// `e` is a header fresh from its pool, ours alone (the free-buffer
+/// invariants: one reference, one segment, its own buffer); `layout` passed
+/// [`FragLayout::check`]; `frag` is at least `layout.frag_size()` bytes.
+#[inline(always)]
+pub(crate) unsafe fn attach_frag_fresh(e: Elem, frag: Frag, layout: FragLayout) {
+    debug_assert!(layout.check().is_ok() && frag.len() >= layout.frag_size());
+    let iova = frag.iova();
+    let raw = frag.into_raw();
+    // SAFETY: as in `attach_frag` (the caller vouches for its checks).
+    let (shinfo, tail) = unsafe {
+        let s = raw.ptr.add(layout.shinfo_offset()).cast::<ExtSharedInfo>();
+        (s, s.add(1).cast::<FragTail>())
+    };
+    // SAFETY: the tail's place is ours to write.
+    unsafe {
+        tail.write(FragTail {
+            meta: raw.meta,
+            target: (raw.len_target >> 32) as u32,
+        })
+    };
+    // SAFETY: as in `attach_frag`: the info is attached just below to this
+    // one header, before anything else sees it.
+    let info = unsafe { ExtSharedInfo::new_attached(frag_ext_free, tail.as_ptr().cast()) };
+    // SAFETY: the info's place is ours to write.
+    unsafe { shinfo.write(info) };
+    // SAFETY: a fresh header, ours alone (the caller's contract).
+    let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
+    // As `Mbuf::attach_extbuf_fresh`, whose checks the free-buffer
+    // invariants and the checked layout make true.
+    h.buf_addr = raw.ptr.as_ptr();
+    h.buf_iova = iova;
+    h.buf_len = layout.headroom + layout.data_room;
+    h.data_off = layout.headroom;
+    h.data_len = 0;
+    h.pkt_len = 0;
+    h.shinfo = shinfo.as_ptr();
+    // Attached (a free buffer carries no other flag worth keeping: the Rx
+    // write-back sets the rest).
+    h.ol_flags = crate::mbuf::layout::ol::EXTERNAL;
 }

@@ -20,6 +20,9 @@
 //! - [`PageFragAlloc`] (`frag_alloc.rs`): fragments from page-pool pages.
 //! - [`PageFragCache`] (`frag_cache.rs`): fragments from provider blocks
 //!   (Linux's page_frag_cache), for contrast.
+//! - [`BulkFree`] (`bulk.rs`): frees fragments and pages in bulk — one
+//!   count update per run of a page's fragments, pages home in stashes of
+//!   [`PAGE_BULK`] (Linux's `xdp_frame_bulk`).
 //! - `mbuf.rs`: an mbuf whose data is a fragment ([`attach_frag`]), the
 //!   external buffer's free callback returning the fragment; [`FragLayout`]
 //!   sizes an Rx fragment from the MTU.
@@ -48,6 +51,7 @@
 //! ```
 
 mod buddy;
+mod bulk;
 mod cache;
 mod frag;
 mod frag_alloc;
@@ -64,10 +68,12 @@ mod tests;
 mod loom_tests;
 
 pub use buddy::TOP_ORDER;
+pub use bulk::{BulkFree, PAGE_BULK};
 pub use frag::Frag;
 pub use frag_alloc::PageFragAlloc;
 pub use frag_cache::PageFragCache;
 pub use mbuf::{FragLayout, attach_frag};
+pub(crate) use mbuf::{attach_frag_fresh, prefetch};
 pub use pool::{
     DEFAULT_CACHE_SIZE, DEFAULT_RING_SIZE, Page, PagePool, PagePoolConfig, PagePoolStats,
 };

@@ -231,6 +231,35 @@ impl PoolInner {
         self.slow.released.fetch_add(1, Ordering::Release);
     }
 
+    /// Takes back pages in bulk (Linux's `page_pool_put_page_bulk`): on the
+    /// owner thread into the direct cache as far as it has room, the rest
+    /// (all of them elsewhere) onto the ring in one enqueue, what does not
+    /// fit there back to the provider.
+    ///
+    /// # Safety
+    /// As [`put`](Self::put), for each of `addrs` (distinct pages).
+    pub(crate) unsafe fn put_bulk(&self, addrs: &[usize]) {
+        let mut rest = addrs;
+        if self.is_owner() {
+            // SAFETY: the owner thread; free pages of the pool.
+            let n = unsafe { self.own.cache.push_bulk(rest, &self.own.recycle_fast) };
+            rest = &rest[n..];
+        }
+        if rest.is_empty() {
+            return;
+        }
+        // While any page of `rest` is not home, the pool stays (its last
+        // handle leaks it rather than free it with pages out): the ring's
+        // tail store, or the last release count below, is the last access.
+        let n = self.ring.enqueue(rest, false).n;
+        for &a in &rest[n..] {
+            // SAFETY: a page of this pool, from this provider, no longer used.
+            unsafe { self.provider().free_addr(a) };
+            // Release: as in `put_slow`.
+            self.slow.released.fetch_add(1, Ordering::Release);
+        }
+    }
+
     /// A snapshot. The last handle's drop decides on it whether every page
     /// is home, so each page's last step home is read with Acquire: the
     /// release count (pairs with `put_slow`'s Release increment), the cache
@@ -554,6 +583,13 @@ impl Page {
     /// Its IO address (offset in the provider's region).
     pub fn iova(&self) -> u64 {
         self.pool().provider().iova(self.ptr.as_ptr() as usize)
+    }
+
+    /// Gives up the handle without freeing: the page's address and its pool.
+    pub(crate) fn into_raw(self) -> (usize, *const PoolInner) {
+        let r = (self.ptr.as_ptr() as usize, self.pool.as_ptr().cast_const());
+        std::mem::forget(self);
+        r
     }
 
     /// The page's bytes.

@@ -483,6 +483,113 @@ fn the_last_free_on_another_thread_sends_the_page_home_once() {
     assert!(p.is_full());
 }
 
+// ---- bulk free --------------------------------------------------------------
+
+#[test]
+fn bulk_free_gives_a_run_back_in_one_update_and_each_page_home_once() {
+    let p = provider(2 << 20);
+    let pp = pool(&p, 3, None);
+    let mut fa = PageFragAlloc::new(pp.clone());
+    // 45 fragments of 2090 bytes: three pages of 15, every one cut.
+    let mut v: Vec<Frag> = (0..45).map(|_| fa.alloc_frag(2090).unwrap()).collect();
+    assert_eq!(pp.stats().alloc_slow, 3);
+    let mut bulk = BulkFree::new();
+    // The first page's 15 as one run: nothing goes home before the flush
+    // (or the next page's first fragment) ends it.
+    v.drain(..15).for_each(|f| bulk.free_frag(f));
+    assert_eq!(pp.stats().in_ring, 0);
+    // A fragment of the second page ends the run: the first page's count
+    // reaches its target and the page goes to the stash, not yet home.
+    bulk.free_frag(v.remove(0));
+    let s = pp.stats();
+    assert_eq!((s.in_ring, s.in_flight), (0, 3), "{s:?}");
+    bulk.flush();
+    assert_eq!(pp.stats().in_ring, 1, "the stash went home at the flush");
+    // The rest in a shuffled order: runs of one, a page home once each.
+    let mut rng = Rng(7);
+    while !v.is_empty() {
+        let k = rng.below(v.len() as u64) as usize;
+        bulk.free_frag(v.swap_remove(k));
+    }
+    drop(bulk); // flushes
+    let s = pp.stats();
+    assert_eq!((s.in_ring, s.released, s.in_flight), (3, 0, 0), "{s:?}");
+    drop((fa, pp));
+    assert!(p.is_full());
+}
+
+#[test]
+fn bulk_free_of_pages_fills_the_cache_then_the_ring_then_releases() {
+    let p = provider(2 << 20);
+    let pp = PagePool::new(
+        &p,
+        PagePoolConfig {
+            name: "bulk".into(),
+            order: 0,
+            cache_size: 4,
+            ring_size: 4,
+            owner: None,
+        },
+    )
+    .unwrap();
+    let pp2 = pp.clone();
+    std::thread::spawn(move || {
+        let _l = lcore::register().unwrap();
+        pp2.bind_to_current_lcore().unwrap();
+        let v: Vec<Page> = (0..12).map(|_| pp2.alloc_page().unwrap()).collect();
+        let mut bulk = BulkFree::new();
+        v.into_iter().for_each(|pg| bulk.free_page(pg));
+        assert_eq!(pp2.stats().in_flight, 12, "stashed, not home yet");
+        bulk.flush();
+        let s = pp2.stats();
+        // One bulk put on the owner: 4 into the cache, 4 onto the ring, 4
+        // released.
+        assert_eq!(
+            (s.cached, s.recycle_fast, s.in_ring, s.released, s.in_flight),
+            (4, 4, 4, 4, 0),
+            "{s:?}"
+        );
+        // A stash of more than PAGE_BULK pages goes home in several puts.
+        let n = PAGE_BULK + 3;
+        let v: Vec<Page> = (0..n).map(|_| pp2.alloc_page().unwrap()).collect();
+        std::thread::spawn(move || {
+            let mut bulk = BulkFree::new();
+            v.into_iter().for_each(|pg| bulk.free_page(pg));
+        })
+        .join()
+        .unwrap();
+        assert!(pp2.all_home());
+    })
+    .join()
+    .unwrap();
+    drop(pp);
+    assert!(p.is_full());
+}
+
+#[test]
+fn bulk_free_mixes_pools_and_frag_cache_blocks() {
+    let p = provider(4 << 20);
+    let (pa, pb) = (pool(&p, 3, None), pool(&p, 1, None));
+    let mut fa = PageFragAlloc::new(pa.clone());
+    let mut fc = PageFragCache::new(&p, 3).unwrap();
+    let mut bulk = BulkFree::new();
+    let mut rng = Rng(11);
+    for _ in 0..2000 {
+        match rng.below(3) {
+            0 => bulk.free_frag(fa.alloc_frag(1 + rng.below(9000) as usize).unwrap()),
+            1 => bulk.free_frag(fc.alloc_frag(1 + rng.below(9000) as usize).unwrap()),
+            _ => bulk.free_page(pb.alloc_page().unwrap()),
+        }
+        if rng.below(50) == 0 {
+            bulk.flush();
+        }
+    }
+    drop((bulk, fa, fc));
+    assert!(pa.all_home() && pb.all_home());
+    drop((pa, pb));
+    assert!(p.is_full());
+}
+
 // ---- mbufs over fragments ---------------------------------------------------
 
 #[test]

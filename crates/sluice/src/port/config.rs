@@ -54,6 +54,12 @@ impl Offloads {
         Offloads(self.0 & !other.0)
     }
 
+    /// The bits set both here and in `other` (e.g. the offloads wanted that a
+    /// device has).
+    pub const fn intersect(self, other: Offloads) -> Offloads {
+        Offloads(self.0 & other.0)
+    }
+
     /// True when no bit is set.
     pub const fn is_empty(self) -> bool {
         self.0 == 0

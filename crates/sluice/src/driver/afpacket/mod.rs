@@ -40,7 +40,7 @@ mod rx;
 mod sys;
 mod tx;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use super::netdev;
 use crate::net::MacAddr;
@@ -174,12 +174,7 @@ impl PortDriver for AfPacketDriver {
                 config.mtu, self.block_size
             )));
         }
-        let fanout = (config.rxq.len() > 1).then(|| {
-            Arc::new(FanoutGroup {
-                mode: self.fanout,
-                id: Mutex::new(None),
-            })
-        });
+        let fanout = (config.rxq.len() > 1).then(|| Arc::new(FanoutGroup::new(self.fanout)));
         let rss = config.rx_offloads.contains(Offloads::RSS_HASH);
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::new();
         for (q, qc) in config.rxq.iter().enumerate() {

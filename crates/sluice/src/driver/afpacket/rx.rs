@@ -423,31 +423,71 @@ impl RxQueue for AfPacketRx {
             self.read_kernel_stats(&ring);
             // Closing the socket leaves the fanout group and promiscuous
             // mode; the ring holds no mbuf.
+            drop(ring);
+            if let Some(f) = &self.fanout {
+                f.leave();
+            }
         }
     }
 }
 
 /// The fanout group of a port's Rx queues: the first queue to start makes
-/// it (with a kernel-chosen unique id), the others join it by that id.
+/// it (with a kernel-chosen unique id), the others join it by that id. When
+/// the last member leaves, the kernel drops the group and its id may go to
+/// someone else's, so the id is forgotten then: the next start makes a new
+/// group rather than joining by a stale id.
 pub(super) struct FanoutGroup {
     pub(super) mode: u32,
-    /// The group's id, once made.
-    pub(super) id: Mutex<Option<u16>>,
+    /// The group's id while it has members, and how many.
+    state: Mutex<FanoutState>,
+}
+
+/// See [`FanoutGroup`].
+#[derive(Default)]
+struct FanoutState {
+    /// The kernel's id of the group; `None` when it has no member.
+    id: Option<u16>,
+    /// Sockets of this port in the group.
+    members: usize,
 }
 
 impl FanoutGroup {
+    /// A group of `mode` not made yet.
+    pub(super) fn new(mode: u32) -> FanoutGroup {
+        FanoutGroup {
+            mode,
+            state: Mutex::new(FanoutState::default()),
+        }
+    }
+
     /// Joins (or makes) the group with socket `fd`.
     pub(super) fn join(&self, fd: &OwnedFd) -> std::io::Result<()> {
-        let mut id = self.id.lock().unwrap_or_else(|e| e.into_inner());
-        match *id {
-            Some(i) => sys::set_opt(fd, sys::PACKET_FANOUT, &(u32::from(i) | self.mode << 16)),
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        match st.id {
+            Some(i) => sys::set_opt(fd, sys::PACKET_FANOUT, &(u32::from(i) | self.mode << 16))?,
             None => {
                 let v = (self.mode | sys::PACKET_FANOUT_FLAG_UNIQUEID) << 16;
                 sys::set_opt(fd, sys::PACKET_FANOUT, &v)?;
                 let got: u32 = sys::get_opt(fd, sys::PACKET_FANOUT)?;
-                *id = Some(got as u16);
-                Ok(())
+                st.id = Some(got as u16);
             }
+        }
+        st.members += 1;
+        Ok(())
+    }
+
+    /// The group's id while it has members.
+    #[cfg(test)]
+    pub(super) fn id(&self) -> Option<u16> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).id
+    }
+
+    /// Notes that a member's socket was closed.
+    pub(super) fn leave(&self) {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        st.members = st.members.saturating_sub(1);
+        if st.members == 0 {
+            st.id = None;
         }
     }
 }

@@ -416,3 +416,51 @@ fn a_port_stops_and_starts_again() {
     // Stopped: nothing is received, nothing is sent.
     assert!(port.rx_queue(0).is_err());
 }
+
+#[test]
+fn a_fanout_group_is_forgotten_when_its_last_member_leaves() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    use super::rx::FanoutGroup;
+    use super::sys;
+    let w = wire("affanout");
+    let name = std::ffi::CString::new(w.veth.a()).unwrap();
+    // SAFETY: a NUL-terminated name that lives across the call.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    assert_ne!(index, 0);
+    let socket = || {
+        let fd = sys::packet_socket().unwrap();
+        sys::bind(&fd, index, libc::ETH_P_ALL as u16).unwrap();
+        fd
+    };
+    let g = FanoutGroup::new(sys::PACKET_FANOUT_HASH);
+    let (a, b) = (socket(), socket());
+    g.join(&a).unwrap();
+    g.join(&b).unwrap();
+    fn id(fd: &std::os::fd::OwnedFd) -> u16 {
+        sys::get_opt::<u32>(fd, sys::PACKET_FANOUT).unwrap() as u16
+    }
+    assert_eq!(
+        id(&a),
+        id(&b),
+        "the second socket joined the first one's group"
+    );
+    assert_eq!(g.id(), Some(id(&a)));
+    drop(a);
+    g.leave();
+    // One member left: a restarted queue joins it.
+    let c = socket();
+    g.join(&c).unwrap();
+    assert_eq!(id(&c), id(&b));
+    drop((b, c));
+    g.leave();
+    g.leave();
+    // Empty: the kernel dropped the group, and the next start makes a new
+    // one instead of joining by the old id (which may be someone else's by
+    // then).
+    assert_eq!(g.id(), None);
+    let d = socket();
+    g.join(&d).unwrap();
+    assert_eq!(g.id(), Some(id(&d)));
+}

@@ -156,3 +156,30 @@ fn queues_split_across_threads_and_stats_read_live() {
     drop(port);
     assert!(pool.is_full());
 }
+
+#[test]
+fn open_with_asks_for_an_offload_only_where_the_device_has_it() {
+    // As `sluice l3fwd` does: the IPv4 checksum check where the device can.
+    let pool = pool(63);
+    let wanted = Offloads::IPV4_CKSUM | Offloads::RSS_HASH;
+    let open_asking = |spec: &str| {
+        crate::driver::open_with(spec, PortConfig::new(Some(pool.clone())), |info, c| {
+            c.rx_offloads |= wanted.intersect(info.rx_offload_capa);
+        })
+        .unwrap()
+    };
+    // `null` has no Rx offload: nothing is asked, and the port opens.
+    assert_eq!(open_asking("null").config().rx_offloads, Offloads::NONE);
+    // `soft` has both.
+    let soft = open_asking("soft:tester=t-open-with");
+    assert_eq!(soft.config().rx_offloads, wanted);
+    drop(soft);
+    // Asking plainly for what `null` lacks is still the clear error.
+    let mut c = PortConfig::new(Some(pool.clone()));
+    c.rx_offloads |= Offloads::IPV4_CKSUM;
+    assert_eq!(
+        open("null", c).unwrap_err().to_string(),
+        "port 'null': driver null has no Rx offload ipv4_cksum"
+    );
+    assert!(pool.is_full());
+}

@@ -474,13 +474,7 @@ impl PortDriver for SoftDriver {
         for (q, regs) in rx_regs.into_iter().enumerate() {
             let pool = config.rx_pool_of(q).expect("checked by Port::new").clone();
             let frags = match (&provider, frag_layout) {
-                (Some(p), Some(l)) => Some(rx_frags::RxFrags::new(
-                    p,
-                    &self.spec,
-                    q,
-                    l,
-                    self.rx_free_thresh as usize,
-                )?),
+                (Some(p), Some(l)) => Some(rx_frags::RxFrags::new(p, &self.spec, q, l)?),
                 _ => None,
             };
             rx.push(Box::new(rx::SoftRx::new(

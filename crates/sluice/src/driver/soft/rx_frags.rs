@@ -19,9 +19,12 @@
 use crate::mbuf::{Mbuf, MbufHeader, MbufPool};
 use crate::mempool::Elem;
 use crate::pagepool::{
-    BlockProvider, Frag, FragLayout, PageFragAlloc, PagePool, PagePoolConfig, attach_frag,
+    BlockProvider, FragLayout, PageFragAlloc, PagePool, PagePoolConfig, attach_frag_fresh,
 };
 use crate::port::PortError;
+
+/// Fragments ahead whose shared-info line a refill prefetches.
+const PREFETCH_AHEAD: usize = 2;
 
 /// Page order of Rx fragment pages (32 KiB).
 pub const RX_PAGE_ORDER: u32 = 3;
@@ -39,22 +42,18 @@ pub fn frag_bytes_per_desc(layout: FragLayout, header_stride: usize) -> usize {
 pub struct RxFrags {
     alloc: PageFragAlloc,
     layout: FragLayout,
-    /// Fragments of the batch being armed (capacity: one batch).
-    scratch: Vec<Frag>,
     /// The page pool's owner is settled (bound to the polling lcore, or
     /// found owned).
     bound: bool,
 }
 
 impl RxFrags {
-    /// A source of fragments of `layout` for queue `q` of port `spec`, with
-    /// batches of up to `batch`.
+    /// A source of fragments of `layout` for queue `q` of port `spec`.
     pub fn new(
         provider: &BlockProvider,
         spec: &str,
         q: usize,
         layout: FragLayout,
-        batch: usize,
     ) -> Result<RxFrags, PortError> {
         layout
             .check()
@@ -77,7 +76,6 @@ impl RxFrags {
         Ok(RxFrags {
             alloc: PageFragAlloc::new(pool),
             layout,
-            scratch: Vec::with_capacity(batch),
             bound: false,
         })
     }
@@ -100,44 +98,36 @@ impl RxFrags {
 
     /// Fills every slot with a header from `pool` carrying a fresh
     /// fragment, or takes nothing (false: no header or no page).
+    ///
+    /// Headers first (one bulk get), then per slot a fragment cut and
+    /// attached at once, its handle never leaving registers; the shared-info
+    /// line of the fragment [`PREFETCH_AHEAD`] further is asked for meanwhile.
     pub fn fill(&mut self, pool: &MbufPool, slots: &mut [Elem]) -> bool {
+        if pool.mempool().get_bulk(slots).is_err() {
+            return false;
+        }
         let size = self.layout.frag_size();
-        self.scratch.clear();
-        for _ in 0..slots.len() {
+        for i in 0..slots.len() {
             match self.alloc.alloc_frag(size) {
-                Ok(f) => self.scratch.push(f),
+                Ok(f) => {
+                    self.layout.prefetch_shinfo(&f, PREFETCH_AHEAD);
+                    // SAFETY: a header just taken from the queue's mbuf pool,
+                    // ours; the layout was checked in `new`; the fragment is
+                    // of its size.
+                    unsafe { attach_frag_fresh(slots[i], f, self.layout) };
+                }
                 Err(_) => {
-                    // What was cut goes back as it drops.
-                    self.scratch.clear();
+                    for &e in &slots[..i] {
+                        // SAFETY: headers of this batch, attached above, each
+                        // rebuilt once: dropping detaches their fragments.
+                        drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+                    }
+                    // SAFETY: the rest of the batch: plain headers from
+                    // `pool`, ours.
+                    unsafe { pool.mempool().put_bulk(&slots[i..]) };
                     return false;
                 }
             }
-        }
-        if pool.mempool().get_bulk(slots).is_err() {
-            self.scratch.clear();
-            return false;
-        }
-        for i in 0..slots.len() {
-            let f = self.scratch.pop().expect("one fragment per slot");
-            // SAFETY: a header just taken from the queue's mbuf pool, ours.
-            let mut m = unsafe { Mbuf::from_elem(slots[i]) };
-            if attach_frag(&mut m, f, self.layout).is_err() {
-                // Not expected (a fresh header, a checked layout, a fragment
-                // of the layout's size), but never arm a header without its
-                // fragment: undo the batch. The fragment went back with the
-                // error; dropping the mbufs detaches theirs.
-                drop(m);
-                for &e in &slots[..i] {
-                    // SAFETY: headers of this batch, attached above and given
-                    // up with `into_raw`, each rebuilt once.
-                    drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
-                }
-                // SAFETY: the rest of the batch: plain headers from `pool`.
-                unsafe { pool.mempool().put_bulk(&slots[i + 1..]) };
-                self.scratch.clear();
-                return false;
-            }
-            let _ = m.into_raw();
         }
         true
     }
@@ -176,7 +166,7 @@ mod tests {
         })
         .unwrap();
         let layout = FragLayout::for_mtu(1500);
-        let mut rf = RxFrags::new(&provider, "soft:test", 0, layout, 32).unwrap();
+        let mut rf = RxFrags::new(&provider, "soft:test", 0, layout).unwrap();
         let pool = rf.alloc.pool().clone();
         let mut slots = [Elem::DANGLING; 32];
         assert!(rf.fill(&headers, &mut slots));
@@ -214,7 +204,7 @@ mod tests {
             hugepages: HugepagePolicy::Never,
         })
         .unwrap();
-        let Err(e) = RxFrags::new(&provider, "soft:x", 0, FragLayout::for_mtu(40000), 32) else {
+        let Err(e) = RxFrags::new(&provider, "soft:x", 0, FragLayout::for_mtu(40000)) else {
             panic!("accepted");
         };
         assert_eq!(

@@ -814,9 +814,18 @@ fn forward_mixed(a: &mut Port, b: &mut Port, t: &tester::Tester, want: u64) {
     let mut b13: Burst<13> = Burst::new();
     let mut b32: Burst<32> = Burst::new();
     let mut k = 0u64;
-    for r in 0..1_000_000 {
+    // Bounded in time, not in rounds: with a threaded device under load, a
+    // million rounds can pass while the device thread waits for a core.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    for r in 0u64.. {
         if t.report().received >= want {
             return;
+        }
+        if r % 1024 == 0 && std::time::Instant::now() > deadline {
+            break;
+        }
+        if r % 64 == 63 {
+            std::thread::yield_now();
         }
         let burst: &mut BurstSlice = match r % 3 {
             0 => &mut b7,

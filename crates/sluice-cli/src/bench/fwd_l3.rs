@@ -1,0 +1,306 @@
+//! `sluice bench fwd`'s l3fwd case: `sluice l3fwd`'s poll against io
+//! forwarding on the same two soft ports, interleaved.
+//!
+//! Both engines forward the built-in tester's traffic (64-byte UDP, 1024
+//! flows, each port's stream to its own destination: `dst=stream`) between
+//! the same two soft ports, with the inline device and its cycles excluded.
+//! The ports are opened as `sluice l3fwd` opens them: the device checks the
+//! IPv4 header checksum (DPDK's l3fwd leaves that to the NIC too), so the
+//! router reads the verdict from the Rx flags. Each port's stream is routed
+//! to the other (`198.18.0.0/24 → 1`, `198.18.1.0/24 → 0`), which is where
+//! io forwarding sends it as well.
+//!
+//! Method: after an untimed warm-up of each engine, [`ROUNDS`] rounds; in
+//! each, both engines forward one slice, the order alternating from round
+//! to round. Cycles per packet are medians over rounds; the l3fwd/io ratio
+//! is the median of the per-round ratios, so a change in the machine's load
+//! moves both sides of a ratio alike.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use sluice::mbuf::{Burst, MbufPool};
+use sluice::port::{Offloads, Port, PortConfig, PortCounters};
+use sluice::tsc::rdtsc_ordered;
+
+use super::fwd::{BURST, DESC, SOFT_SPEC, bench_pool, device_cycles, finish, forward};
+use super::{BenchResult, Sample, Stall, on_lcore};
+use crate::fwd::engine::{Io, Stream};
+use crate::fwd::lcore::StreamCounters;
+use crate::l3fwd::classify::PortMacs;
+use crate::l3fwd::lcore::{Bursts, L3Config, L3Lcore, RouteDropCounters, poll};
+use crate::l3fwd::router::{Lookup, LpmRouter, Tables};
+use crate::l3fwd::routes;
+
+/// The l3fwd row's name.
+pub const L3FWD_CASE: &str = "soft l3fwd-lpm (inline)";
+/// The io row's name: io on the l3fwd case's ports.
+pub const IO_CASE: &str = "soft io (inline, l3fwd ports)";
+/// Timed rounds (each engine forwards one slice per round).
+pub const ROUNDS: usize = 32;
+/// The bar: l3fwd at most this many times io's cycles per packet.
+pub const BAR: f64 = 1.3;
+
+/// What the pair measured.
+#[derive(Debug)]
+pub struct L3Pair {
+    /// io forwarding on the same ports (medians over rounds).
+    pub io: BenchResult,
+    /// l3fwd (medians over rounds).
+    pub l3: BenchResult,
+    /// Median of the per-round l3fwd/io ratios.
+    pub ratio: f64,
+    /// Smallest and largest per-round ratio.
+    pub ratio_range: (f64, f64),
+}
+
+impl L3Pair {
+    /// The verdict line.
+    pub fn note(&self) -> String {
+        format!(
+            "l3fwd / io on the same soft ports, {ROUNDS} interleaved rounds: {:.2} (min-max \
+             {:.2}-{:.2}; bar: at most {BAR:.2}) {}",
+            self.ratio,
+            self.ratio_range.0,
+            self.ratio_range.1,
+            if self.ratio <= BAR { "met" } else { "NOT met" }
+        )
+    }
+}
+
+/// One engine's timed slices.
+#[derive(Default)]
+struct Slices {
+    /// Cycles per packet of each round, device cycles excluded.
+    per_pkt: Vec<f64>,
+    /// Packets and cycles (all of them) over every round, for Mpps.
+    ops: u64,
+    cycles: u64,
+    /// Device cycles over every round.
+    device: u64,
+}
+
+impl Slices {
+    fn add(&mut self, moved: u64, cycles: u64, device: u64) {
+        self.per_pkt
+            .push(cycles.saturating_sub(device) as f64 / moved.max(1) as f64);
+        self.ops += moved;
+        self.cycles += cycles;
+        self.device += device;
+    }
+
+    /// A row whose cycles per packet is the median over rounds.
+    fn result(&self, pool: &MbufPool, name: &str) -> Result<BenchResult, String> {
+        let mut r = finish(
+            pool,
+            name,
+            Sample {
+                ops: self.ops,
+                start: 0,
+                end: self.cycles,
+            },
+            self.device,
+            None,
+        )?;
+        r.cycles_per_op = median(&self.per_pkt);
+        Ok(r)
+    }
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(0.0)
+}
+
+/// Measures l3fwd against io on `cpu`, `ops` packets per engine in all.
+pub fn measure(cpu: usize, ops: u64) -> Result<L3Pair, String> {
+    let file = routes::parse("198.18.0.0/24 1\n198.18.1.0/24 0\n")?;
+    let Tables::Lpm(router) = Tables::build(&file, Lookup::Lpm, 2)? else {
+        return Err("not an LPM table".into());
+    };
+    let pool = bench_pool()?;
+    let mut ports = Vec::new();
+    for i in 0..2 {
+        let config = PortConfig::new(Some(pool.clone()))
+            .port_id(i)
+            .nb_rxd(DESC)
+            .nb_txd(DESC);
+        // As `sluice l3fwd` asks (`FwdArgs::rx_offloads_if_capable`).
+        let port = sluice::driver::open_with(SOFT_SPEC, config, |info, c| {
+            c.rx_offloads |= Offloads::IPV4_CKSUM.intersect(info.rx_offload_capa);
+        })
+        .map_err(|e| e.to_string())?;
+        ports.push(port);
+    }
+    let slice = (ops / ROUNDS as u64).max(1024);
+    let p = pool.clone();
+    let (io, l3) = on_lcore(cpu, move || {
+        let r = rounds(&router, &mut ports, slice);
+        ports.iter_mut().for_each(Port::stop);
+        drop(ports);
+        p.flush_local_cache();
+        r
+    })?;
+    let ratios: Vec<f64> = l3
+        .per_pkt
+        .iter()
+        .zip(&io.per_pkt)
+        .map(|(l, i)| l / i.max(f64::MIN_POSITIVE))
+        .collect();
+    let lo = ratios.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = ratios.iter().copied().fold(0.0, f64::max);
+    Ok(L3Pair {
+        io: io.result(&pool, IO_CASE)?,
+        l3: l3.result(&pool, L3FWD_CASE)?,
+        ratio: median(&ratios),
+        ratio_range: (lo, hi),
+    })
+}
+
+/// Starts the ports, warms both engines up, runs the rounds.
+fn rounds(router: &LpmRouter, ports: &mut [Port], slice: u64) -> Result<(Slices, Slices), String> {
+    for port in ports.iter_mut() {
+        port.start().map_err(|e| e.to_string())?;
+    }
+    let counters: Vec<_> = ports.iter().map(Port::counters).collect();
+    let macs: Vec<PortMacs> = ports
+        .iter()
+        .map(|port| PortMacs {
+            dst: sluice::net::MacAddr([2, 0, 0, 0, 0, 1]),
+            src: port.mac(),
+        })
+        .collect();
+    let drops = RouteDropCounters::default();
+    let tx_drops: Vec<StreamCounters> = (0..2).map(|_| StreamCounters::default()).collect();
+    let stop = AtomicBool::new(false);
+    let cfg = L3Config {
+        burst: BURST,
+        tx_retry: 0,
+        counters: &tx_drops,
+        macs: &macs,
+        stop: &stop,
+    };
+    let (mut io, mut l3) = (Slices::default(), Slices::default());
+    let warm = (slice / 2).max(1024);
+    l3_slice(router, ports, &cfg, &drops, &counters, warm)?;
+    io_slice(ports, &counters, warm)?;
+    for round in 0..ROUNDS {
+        if round % 2 == 0 {
+            io_slice(ports, &counters, slice).map(|s| io.add(s.0, s.1, s.2))?;
+            l3_slice(router, ports, &cfg, &drops, &counters, slice)
+                .map(|s| l3.add(s.0, s.1, s.2))?;
+        } else {
+            l3_slice(router, ports, &cfg, &drops, &counters, slice)
+                .map(|s| l3.add(s.0, s.1, s.2))?;
+            io_slice(ports, &counters, slice).map(|s| io.add(s.0, s.1, s.2))?;
+        }
+    }
+    let lost = drops.get();
+    let tx_lost: u64 = tx_drops.iter().map(|c| c.drops.get()).sum();
+    if lost != Default::default() || tx_lost != 0 {
+        return Err(format!("packets dropped: {lost:?}, Tx {tx_lost}"));
+    }
+    Ok((io, l3))
+}
+
+/// Packets moved, cycles and device cycles of one timed slice.
+type Timed = (u64, u64, u64);
+
+/// Times `run` (which forwards at least `n` packets) on the ports.
+fn timed(
+    counters: &[Arc<PortCounters>],
+    run: impl FnOnce() -> Result<u64, String>,
+) -> Result<Timed, String> {
+    let dev0 = device_cycles(counters);
+    let start = rdtsc_ordered();
+    let moved = run()?;
+    let end = rdtsc_ordered();
+    let device = device_cycles(counters).saturating_sub(dev0);
+    Ok((moved, end.wrapping_sub(start), device))
+}
+
+/// l3fwd's poll on both ports until `n` packets have gone through.
+fn l3_slice(
+    router: &LpmRouter,
+    ports: &mut [Port],
+    cfg: &L3Config<'_>,
+    drops: &RouteDropCounters,
+    counters: &[Arc<PortCounters>],
+    n: u64,
+) -> Result<Timed, String> {
+    let mut lc = L3Lcore {
+        rx: Vec::new(),
+        tx: Vec::new(),
+        counters_base: 0,
+        drops,
+    };
+    for port in ports.iter_mut() {
+        let (rx, tx) = port.queues_mut().map_err(|e| e.to_string())?;
+        lc.rx.push(rx[0].as_mut());
+        lc.tx.push(tx[0].as_mut());
+    }
+    let mut bufs = Bursts::new(2);
+    timed(counters, || {
+        let mut moved = 0u64;
+        let mut stall = Stall::new("forwarding core");
+        while moved < n {
+            let k =
+                poll(router, &mut lc, 0, &mut bufs, cfg) + poll(router, &mut lc, 1, &mut bufs, cfg);
+            if k == 0 {
+                stall.failed()?;
+            } else {
+                stall.progressed();
+                moved += k as u64;
+            }
+        }
+        Ok(moved)
+    })
+}
+
+/// io forwarding on both ports until `n` packets have gone through.
+fn io_slice(ports: &mut [Port], counters: &[Arc<PortCounters>], n: u64) -> Result<Timed, String> {
+    let [a, b] = ports else {
+        return Err("two ports are needed".into());
+    };
+    let err = |e: sluice::port::PortError| e.to_string();
+    let (arx, atx) = a.queues_mut().map_err(err)?;
+    let (brx, btx) = b.queues_mut().map_err(err)?;
+    let mac = sluice::net::MacAddr([2, 0, 0, 0, 0, 1]);
+    let stream = |id, tx_port, rx, tx| Stream {
+        id,
+        tx_port,
+        rx,
+        tx,
+        src_mac: mac,
+        dst_mac: mac,
+        frame: None,
+        recycle_errors: 0,
+    };
+    let mut streams = [
+        stream(0, 1, arx[0].as_mut(), btx[0].as_mut()),
+        stream(1, 0, brx[0].as_mut(), atx[0].as_mut()),
+    ];
+    let mut burst: Burst<64> = Burst::new();
+    timed(counters, || forward(Io, &mut streams, &mut burst, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_engines_route_everything_and_return_every_buffer() {
+        let cpu = sluice::lcore::available_cpus()[0];
+        let r = measure(cpu, 8 * 2048).unwrap();
+        for row in [&r.io, &r.l3] {
+            assert!(row.ops >= 8 * 2048, "{}: {}", row.case, row.ops);
+            assert!(row.cycles_per_op > 0.0 && row.mops > 0.0);
+        }
+        assert_eq!(
+            (r.io.case.as_str(), r.l3.case.as_str()),
+            (IO_CASE, L3FWD_CASE)
+        );
+        assert!(r.ratio_range.0 <= r.ratio && r.ratio <= r.ratio_range.1);
+    }
+}
