@@ -57,7 +57,7 @@ fn l3fwd_sends_each_packet_out_of_the_port_its_route_says() {
             .args([
                 "l3fwd",
                 "--duration",
-                "0.4",
+                "1.5",
                 "--json",
                 "--rxd",
                 "256",
