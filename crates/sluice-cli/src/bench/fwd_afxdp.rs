@@ -24,19 +24,16 @@
 //! than one sender through the kernel's veth path, which decides the rate
 //! on two CPUs (no bar). The kernel's drop counters follow the rows.
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
-use sluice::net::MacAddr;
 use sluice::port::{PortConfig, recycle_mbufs};
 use sluice::tsc::rdtsc_ordered;
 
+use super::veth::{GenPort, RawSocket, VethPair, generate, is_root};
 use super::{BenchResult, Ctx, on_lcore};
-use crate::fwd::engine::udp_frame;
 
 /// Packets per case by default (a few seconds at the veth's rate).
 const DEFAULT_OPS: u64 = 1 << 21;
@@ -70,103 +67,6 @@ impl Receiver {
             Receiver::RawSocket => "raw socket rx (veth, xdp gen)",
         }
     }
-}
-
-/// Runs `ip ARGS`; its stderr on failure.
-fn ip(args: &[&str]) -> Result<(), String> {
-    let out = Command::new("ip")
-        .args(args)
-        .output()
-        .map_err(|e| format!("ip {}: {e}", args.join(" ")))?;
-    if out.status.success() {
-        return Ok(());
-    }
-    Err(format!(
-        "ip {}: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr).trim()
-    ))
-}
-
-/// The namespace and veth pair, removed on drop.
-struct Setup {
-    ns: String,
-    /// End a (root namespace) and end b (in `ns`).
-    a: String,
-    b: String,
-}
-
-impl Setup {
-    fn new() -> Result<Setup, String> {
-        let pid = std::process::id();
-        let s = Setup {
-            ns: format!("sluice-bxdp-{pid}"),
-            a: format!("slx{pid:x}a"),
-            b: format!("slx{pid:x}b"),
-        };
-        ip(&["netns", "add", &s.ns])?;
-        // From here on, drop removes what exists.
-        ip(&[
-            "link", "add", &s.a, "type", "veth", "peer", "name", &s.b, "netns", &s.ns,
-        ])?;
-        let _ = std::fs::write(format!("/proc/sys/net/ipv6/conf/{}/disable_ipv6", s.a), "1");
-        ip(&["link", "set", "dev", &s.a, "up"])?;
-        ip(&["-n", &s.ns, "link", "set", "dev", &s.b, "up"])?;
-        Ok(s)
-    }
-}
-
-impl Drop for Setup {
-    fn drop(&mut self) {
-        let _ = ip(&["link", "del", &self.a]);
-        let _ = ip(&["netns", "del", &self.ns]);
-    }
-}
-
-/// The generator: frames out of end b (in namespace `ns`) until `stop`;
-/// how many it sent and the seconds it ran.
-fn generate(ns: String, iface: String, stop: Arc<AtomicBool>) -> Result<(u64, f64), String> {
-    let path = format!("/run/netns/{ns}");
-    let f = std::fs::File::open(&path).map_err(|e| format!("{path}: {e}"))?;
-    // SAFETY: setns(2) with an open namespace descriptor; it moves only
-    // this thread, which ends with the generator.
-    if unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(format!("setns {path}: {}", std::io::Error::last_os_error()));
-    }
-    let pool = MbufPool::new(MbufPoolConfig {
-        name: "bench-xdp-gen".into(),
-        size: 4095,
-        cache_size: 0,
-        ..Default::default()
-    })
-    .map_err(|e| e.to_string())?;
-    // Tx only: no program on end b.
-    let cfg = PortConfig::new(Some(pool.clone()))
-        .queues(0, 1)
-        .nb_txd(2048);
-    let mut port =
-        sluice::driver::open(&format!("afxdp:iface={iface}"), cfg).map_err(|e| e.to_string())?;
-    port.start().map_err(|e| e.to_string())?;
-    let frame = udp_frame(64, port.mac(), MacAddr([0x02, 0xbe, 0, 0, 0, 1]));
-    let tx = port.tx_queue(0).map_err(|e| e.to_string())?;
-    let mut b: Burst<32> = Burst::new();
-    let t0 = Instant::now();
-    while !stop.load(Ordering::Relaxed) {
-        let k = b.free();
-        if pool.alloc_bulk(&mut b, k).is_ok() {
-            for m in b.iter_mut().rev().take(k) {
-                m.append(frame.len())
-                    .map_err(|e| e.to_string())?
-                    .copy_from_slice(&frame);
-            }
-        }
-        tx.tx_burst(&mut b);
-    }
-    let secs = t0.elapsed().as_secs_f64();
-    drop(b);
-    let sent = port.stats().tx_packets;
-    drop(port);
-    Ok((sent, secs))
 }
 
 /// What one receiver measured.
@@ -275,57 +175,10 @@ fn afxdp(iface: &str, how: Receiver, ops: u64) -> Result<Measured, String> {
 
 /// Receives with a plain packet socket on `iface`, one `recv` per frame.
 fn raw_socket(iface: &str, ops: u64) -> Result<Measured, String> {
-    let os = |what: &str| format!("{what}: {}", std::io::Error::last_os_error());
-    let cname = std::ffi::CString::new(iface).map_err(|e| e.to_string())?;
-    // SAFETY: a NUL-terminated name that outlives the call.
-    let ifindex = unsafe { libc::if_nametoindex(cname.as_ptr()) } as i32;
-    if ifindex == 0 {
-        return Err(os(iface));
-    }
-    let proto = (libc::ETH_P_ALL as u16).to_be();
-    // SAFETY: socket(2) with constant arguments.
-    let fd = unsafe {
-        libc::socket(
-            libc::AF_PACKET,
-            libc::SOCK_RAW | libc::SOCK_CLOEXEC,
-            i32::from(proto),
-        )
-    };
-    if fd < 0 {
-        return Err(os("socket(AF_PACKET)"));
-    }
-    // SAFETY: a descriptor we just opened and own.
-    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: all-zero is a valid `sockaddr_ll`.
-    let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    sll.sll_family = libc::AF_PACKET as u16;
-    sll.sll_protocol = proto;
-    sll.sll_ifindex = ifindex;
-    // SAFETY: a valid `sockaddr_ll` of the length given.
-    let r = unsafe {
-        libc::bind(
-            fd.as_raw_fd(),
-            std::ptr::from_ref(&sll).cast(),
-            std::mem::size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-        )
-    };
-    if r != 0 {
-        return Err(os("bind"));
-    }
+    let sock = RawSocket::bind(iface)?;
     let mut buf = [0u8; 2048];
-    let recv = |buf: &mut [u8]| -> isize {
-        // SAFETY: `buf` is writable for its length.
-        unsafe {
-            libc::recv(
-                fd.as_raw_fd(),
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                libc::MSG_DONTWAIT,
-            )
-        }
-    };
     let t = Instant::now();
-    while recv(&mut buf) <= 0 {
+    while sock.recv(&mut buf) <= 0 {
         if t.elapsed() > Duration::from_secs(10) {
             return Err("nothing arrived from the generator within 10 s".into());
         }
@@ -335,7 +188,7 @@ fn raw_socket(iface: &str, ops: u64) -> Result<Measured, String> {
     let start = rdtsc_ordered();
     while packets < ops {
         let t0 = rdtsc_ordered();
-        if recv(&mut buf) > 0 {
+        if sock.recv(&mut buf) > 0 {
             busy += rdtsc_ordered() - t0;
             packets += 1;
             if packets & 0xfff == 0 && Instant::now() > deadline {
@@ -349,23 +202,9 @@ fn raw_socket(iface: &str, ops: u64) -> Result<Measured, String> {
         }
     }
     let cycles = rdtsc_ordered() - start;
-    let mut st = [0u32; 2];
-    let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
-    // SAFETY: `st` is a writable `struct tpacket_stats` of `len` bytes.
-    let r = unsafe {
-        libc::getsockopt(
-            fd.as_raw_fd(),
-            libc::SOL_PACKET,
-            libc::PACKET_STATISTICS,
-            st.as_mut_ptr().cast(),
-            &mut len,
-        )
-    };
-    let drops = if r == 0 {
-        format!("socket drops {}", st[1])
-    } else {
-        String::new()
-    };
+    let drops = sock
+        .drops()
+        .map_or_else(String::new, |d| format!("socket drops {d}"));
     Ok(Measured {
         packets,
         cycles,
@@ -382,12 +221,11 @@ pub fn run(ctx: &mut Ctx) {
             ctx.skip(r.name(), why);
         }
     };
-    // SAFETY: geteuid(2) has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
+    if !is_root() {
         skip(ctx, "needs root (a network namespace, a veth pair, XDP)");
         return;
     }
-    let setup = match Setup::new() {
+    let setup = match VethPair::new("sluice-bxdp", "slx") {
         Ok(s) => s,
         Err(e) => {
             skip(ctx, &format!("no namespace and veth pair here: {e}"));
@@ -408,7 +246,13 @@ pub fn run(ctx: &mut Ctx) {
     let stop = Arc::new(AtomicBool::new(false));
     let generator = {
         let (ns, b, stop) = (setup.ns.clone(), setup.b.clone(), Arc::clone(&stop));
-        sluice::lcore::launch(Some(gen_cpu), move || generate(ns, b, stop))
+        // Tx only: no program on end b.
+        let port = GenPort {
+            spec: format!("afxdp:iface={b}"),
+            pool: ("bench-xdp-gen", 4095),
+            nb_txd: 2048,
+        };
+        sluice::lcore::launch(Some(gen_cpu), move || generate(&ns, port, &stop))
     };
     let generator = match generator {
         Ok(h) => h,

@@ -21,6 +21,7 @@ pub mod mpwqe;
 pub mod pagepool;
 pub mod recycle;
 pub mod ring;
+pub mod veth;
 
 use std::hint::spin_loop;
 use std::io::Write;
