@@ -16,8 +16,6 @@
 //! checks that no XDP program stays attached, and bounds every wait.
 //! Nothing is timed: the checks are replies and bytes.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -25,36 +23,15 @@ use std::time::{Duration, Instant};
 use sluice::driver::afxdp::link_info;
 use sluice_netns::{Netns, Output, Proc, RawSocket, Veth};
 
+mod common;
+use common::{TRANSFER, fail, first_reply, stop, tcp_transfer};
+
 const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
-
-/// Bytes of the TCP transfer.
-const TRANSFER: usize = 50 << 20;
-
-/// How long Sluice gets to end after SIGINT, printing its summary.
-const STOP: Duration = Duration::from_secs(60);
 
 /// Starts Sluice with `args`, JSON out.
 fn sluice(args: &[&str]) -> Proc<'static> {
     let argv: Vec<&str> = [SLUICE].iter().chain(args).copied().collect();
     sluice_netns::spawn(&argv).expect("sluice starts")
-}
-
-/// Stops Sluice (SIGINT) and returns its output and JSON summary.
-fn stop(sluice: Proc<'static>) -> (Output, serde_json::Value) {
-    let out = sluice.stop(STOP).expect("sluice ends on SIGINT");
-    assert!(out.success(), "{out}");
-    let last = out.stdout.lines().last().unwrap_or("").to_owned();
-    let v: serde_json::Value = serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(v["type"], "summary", "{out}");
-    (out, v)
-}
-
-/// Panics with `msg` and what Sluice printed so far.
-fn fail(sluice: Proc<'static>, msg: &str) -> ! {
-    match sluice.stop(STOP) {
-        Ok(out) => panic!("{msg}\n{out}"),
-        Err(e) => panic!("{msg}\n{e}"),
-    }
 }
 
 /// A host: a namespace with one end of a veth pair (the other, in the
@@ -97,94 +74,6 @@ fn wait_attached(a: &Host, b: &Host) -> bool {
     })
 }
 
-/// Pings `dst` from `ns` until one reply comes (ARP, the forwarder
-/// starting), bounded.
-fn first_reply(ns: &Netns, dst: &str) -> bool {
-    sluice_netns::wait_until(Duration::from_secs(90), || {
-        ns.exec_timeout(
-            &["ping", "-c", "1", "-W", "2", dst],
-            Duration::from_secs(20),
-        )
-        .is_ok_and(|o| o.success())
-    })
-}
-
-/// The byte at offset `i` of the transfer: a period (251) prime to every
-/// segment size, so a lost, repeated or misplaced segment shows.
-fn pattern(i: usize) -> u8 {
-    (i % 251) as u8
-}
-
-/// Sends [`TRANSFER`] bytes over TCP from `from` to `to` and checks every
-/// byte on arrival; returns the bytes received.
-fn tcp_transfer(from: &Host, to: &Host) -> usize {
-    let bind: SocketAddr = format!("{}:0", to.ip).parse().unwrap();
-    let listener = to
-        .ns
-        .run_in(move || TcpListener::bind(bind))
-        .unwrap()
-        .expect("listen in the receiving namespace");
-    let addr = listener.local_addr().unwrap();
-    let server = std::thread::spawn(move || -> Result<usize, String> {
-        listener.set_nonblocking(true).unwrap();
-        let deadline = Instant::now() + Duration::from_secs(120);
-        let (mut s, _) = loop {
-            match listener.accept() {
-                Ok(c) => break c,
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() > deadline {
-                        return Err("no connection within 120 s".into());
-                    }
-                    std::thread::sleep(Duration::from_millis(10));
-                }
-                Err(e) => return Err(format!("accept: {e}")),
-            }
-        };
-        s.set_nonblocking(false).unwrap();
-        s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-        let mut buf = vec![0u8; 1 << 16];
-        let mut total = 0usize;
-        loop {
-            let n = s
-                .read(&mut buf)
-                .map_err(|e| format!("read at {total}: {e}"))?;
-            if n == 0 {
-                return Ok(total);
-            }
-            for (k, b) in buf[..n].iter().enumerate() {
-                if *b != pattern(total + k) {
-                    return Err(format!(
-                        "byte {} is {b}, not {}",
-                        total + k,
-                        pattern(total + k)
-                    ));
-                }
-            }
-            total += n;
-        }
-    });
-    let mut c = from
-        .ns
-        .run_in(move || TcpStream::connect_timeout(&addr, Duration::from_secs(60)))
-        .unwrap()
-        .expect("connect from the sending namespace");
-    c.set_write_timeout(Some(Duration::from_secs(60))).unwrap();
-    let chunk: Vec<u8> = (0..251 * 256).map(pattern).collect();
-    let mut sent = 0;
-    while sent < TRANSFER {
-        let n = chunk.len().min(TRANSFER - sent);
-        c.write_all(&chunk[..n]).expect("write");
-        sent += n;
-    }
-    c.shutdown(std::net::Shutdown::Write).unwrap();
-    let got = server
-        .join()
-        .unwrap()
-        .expect("the receiver checks every byte");
-    assert_eq!(got, TRANSFER);
-    got
-}
-
 /// Ping A → B (5 replies of 5), then the transfer A → B.
 fn ping_and_transfer(a: &Host, b: &Host, sluice: Proc<'static>) -> Proc<'static> {
     if !wait_attached(a, b) {
@@ -200,7 +89,7 @@ fn ping_and_transfer(a: &Host, b: &Host, sluice: Proc<'static>) -> Proc<'static>
         )
         .expect("ping runs");
     assert!(out.success() && out.stdout.contains("5 received"), "{out}");
-    tcp_transfer(a, b);
+    tcp_transfer(&a.ns, &b.ns, b.ip);
     sluice
 }
 
