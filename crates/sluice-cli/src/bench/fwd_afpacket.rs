@@ -26,15 +26,13 @@
 //! rows. No bar: on a two-CPU machine the veth path, not the receiver,
 //! decides the rate.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{Port, PortConfig};
 use sluice::tsc::rdtsc_ordered;
 
-use super::veth::{GenPort, RawSocket, VethPair, generate, is_root};
+use super::veth::{GenPort, Generator, RawSocket, VethPair, is_root};
 use super::{BenchResult, Ctx, on_lcore};
 
 /// Packets per case by default (about 4 s at 0.5 Mpps).
@@ -239,18 +237,13 @@ pub fn run(ctx: &mut Ctx) {
          received per second.",
         MAX_TIME.as_secs()
     ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let generator = {
-        let (ns, b, stop) = (setup.ns.clone(), setup.b.clone(), Arc::clone(&stop));
-        let port = GenPort {
-            spec: format!("afpacket:iface={b}"),
-            pool: ("bench-afp-gen", 2047),
-            nb_txd: sluice::port::DEFAULT_NB_TXD,
-        };
-        sluice::lcore::launch(Some(gen_cpu), move || generate(&ns, port, &stop))
+    let port = GenPort {
+        spec: format!("afpacket:iface={}", setup.b),
+        pool: ("bench-afp-gen", 2047),
+        nb_txd: sluice::port::DEFAULT_NB_TXD,
     };
-    let generator = match generator {
-        Ok(h) => h,
+    let generator = match Generator::launch(gen_cpu, &setup, port) {
+        Ok(g) => g,
         Err(e) => {
             skip(ctx, &format!("the generator did not start: {e}"));
             return;
@@ -285,15 +278,7 @@ pub fn run(ctx: &mut Ctx) {
         });
         ctx.report(r.name(), result);
     }
-    stop.store(true, Ordering::Relaxed);
-    match generator.join() {
-        Ok(Ok((sent, secs))) => lines.push(format!(
-            "generator: {sent} packets in {secs:.1} s ({:.3} Mpps)",
-            sent as f64 / secs.max(1e-9) / 1e6
-        )),
-        Ok(Err(e)) => lines.push(format!("generator failed: {e}")),
-        Err(_) => lines.push("generator panicked".into()),
-    }
+    lines.push(generator.finish());
     for l in lines {
         ctx.note(&l);
     }

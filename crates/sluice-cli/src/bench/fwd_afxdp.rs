@@ -24,15 +24,13 @@
 //! than one sender through the kernel's veth path, which decides the rate
 //! on two CPUs (no bar). The kernel's drop counters follow the rows.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{PortConfig, recycle_mbufs};
 use sluice::tsc::rdtsc_ordered;
 
-use super::veth::{GenPort, RawSocket, VethPair, generate, is_root};
+use super::veth::{GenPort, Generator, RawSocket, VethPair, is_root};
 use super::{BenchResult, Ctx, on_lcore};
 
 /// Packets per case by default (a few seconds at the veth's rate).
@@ -243,19 +241,14 @@ pub fn run(ctx: &mut Ctx) {
          per second.",
         MAX_TIME.as_secs()
     ));
-    let stop = Arc::new(AtomicBool::new(false));
-    let generator = {
-        let (ns, b, stop) = (setup.ns.clone(), setup.b.clone(), Arc::clone(&stop));
-        // Tx only: no program on end b.
-        let port = GenPort {
-            spec: format!("afxdp:iface={b}"),
-            pool: ("bench-xdp-gen", 4095),
-            nb_txd: 2048,
-        };
-        sluice::lcore::launch(Some(gen_cpu), move || generate(&ns, port, &stop))
+    // Tx only: no program on end b.
+    let port = GenPort {
+        spec: format!("afxdp:iface={}", setup.b),
+        pool: ("bench-xdp-gen", 4095),
+        nb_txd: 2048,
     };
-    let generator = match generator {
-        Ok(h) => h,
+    let generator = match Generator::launch(gen_cpu, &setup, port) {
+        Ok(g) => g,
         Err(e) => {
             skip(ctx, &format!("the generator did not start: {e}"));
             return;
@@ -290,15 +283,7 @@ pub fn run(ctx: &mut Ctx) {
         });
         ctx.report(r.name(), result);
     }
-    stop.store(true, Ordering::Relaxed);
-    match generator.join() {
-        Ok(Ok((sent, secs))) => lines.push(format!(
-            "generator: {sent} packets in {secs:.1} s ({:.3} Mpps)",
-            sent as f64 / secs.max(1e-9) / 1e6
-        )),
-        Ok(Err(e)) => lines.push(format!("generator failed: {e}")),
-        Err(_) => lines.push("generator panicked".into()),
-    }
+    lines.push(generator.finish());
     for l in lines {
         ctx.note(&l);
     }

@@ -81,7 +81,7 @@ struct Slices {
 }
 
 impl Slices {
-    fn add(&mut self, moved: u64, cycles: u64, device: u64) {
+    fn add(&mut self, (moved, cycles, device): Timed) {
         self.per_pkt
             .push(cycles.saturating_sub(device) as f64 / moved.max(1) as f64);
         self.ops += moved;
@@ -187,13 +187,11 @@ fn rounds(router: &LpmRouter, ports: &mut [Port], slice: u64) -> Result<(Slices,
     io_slice(ports, &counters, warm)?;
     for round in 0..ROUNDS {
         if round % 2 == 0 {
-            io_slice(ports, &counters, slice).map(|s| io.add(s.0, s.1, s.2))?;
-            l3_slice(router, ports, &cfg, &drops, &counters, slice)
-                .map(|s| l3.add(s.0, s.1, s.2))?;
+            io_slice(ports, &counters, slice).map(|t| io.add(t))?;
+            l3_slice(router, ports, &cfg, &drops, &counters, slice).map(|t| l3.add(t))?;
         } else {
-            l3_slice(router, ports, &cfg, &drops, &counters, slice)
-                .map(|s| l3.add(s.0, s.1, s.2))?;
-            io_slice(ports, &counters, slice).map(|s| io.add(s.0, s.1, s.2))?;
+            l3_slice(router, ports, &cfg, &drops, &counters, slice).map(|t| l3.add(t))?;
+            io_slice(ports, &counters, slice).map(|t| io.add(t))?;
         }
     }
     let lost = drops.get();

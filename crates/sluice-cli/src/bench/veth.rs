@@ -7,9 +7,11 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
+use sluice::lcore::LcoreHandle;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::net::MacAddr;
 use sluice::port::PortConfig;
@@ -100,10 +102,40 @@ pub struct GenPort {
     pub nb_txd: u16,
 }
 
+/// The generator lcore, sending until [`finish`](Self::finish).
+pub struct Generator {
+    stop: Arc<AtomicBool>,
+    handle: LcoreHandle<Result<(u64, f64), String>>,
+}
+
+impl Generator {
+    /// Starts [`generate`] on `cpu` for end b of `pair`.
+    pub fn launch(cpu: usize, pair: &VethPair, port: GenPort) -> Result<Generator, String> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (ns, flag) = (pair.ns.clone(), Arc::clone(&stop));
+        let handle = sluice::lcore::launch(Some(cpu), move || generate(&ns, port, &flag))
+            .map_err(|e| e.to_string())?;
+        Ok(Generator { stop, handle })
+    }
+
+    /// Stops it; the line saying what it sent.
+    pub fn finish(self) -> String {
+        self.stop.store(true, Ordering::Relaxed);
+        match self.handle.join() {
+            Ok(Ok((sent, secs))) => format!(
+                "generator: {sent} packets in {secs:.1} s ({:.3} Mpps)",
+                sent as f64 / secs.max(1e-9) / 1e6
+            ),
+            Ok(Err(e)) => format!("generator failed: {e}"),
+            Err(_) => "generator panicked".into(),
+        }
+    }
+}
+
 /// The generator, run on its own thread: enters `ns`, then sends frames out
 /// of a Tx-only port made as `port` says until `stop`; how many the port
 /// sent and the seconds it ran.
-pub fn generate(ns: &str, port: GenPort, stop: &AtomicBool) -> Result<(u64, f64), String> {
+fn generate(ns: &str, port: GenPort, stop: &AtomicBool) -> Result<(u64, f64), String> {
     enter(ns)?;
     let pool = MbufPool::new(MbufPoolConfig {
         name: port.pool.0.into(),

@@ -120,8 +120,7 @@ impl Mbuf {
     pub fn is_shared(&self) -> bool {
         self.refcnt() != 1
             // Only an attached mbuf reads `shinfo`, in the second cache line.
-            || (self.ol_flags() & ol::EXTERNAL != 0
-                && self.shinfo().is_some_and(ExtSharedInfo::is_shared))
+            || (self.has_extbuf() && self.shinfo().is_some_and(ExtSharedInfo::is_shared))
     }
 
     /// Another reference to the same buffer, or an error at 65 535 references.

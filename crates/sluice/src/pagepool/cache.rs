@@ -52,11 +52,11 @@ impl DirectCache {
         if n == 0 {
             return None;
         }
-        // SAFETY: the owner thread alone touches the stack; `n - 1 < len
-        // <= cap`.
-        let a = self
-            .slots
-            .with(|s| unsafe { *(&*s).get_unchecked(n as usize - 1) });
+        let a = self.slots.with(|s| {
+            // SAFETY: the owner thread alone touches the stack; `n - 1 < len
+            // <= cap`.
+            unsafe { *(&*s).get_unchecked(n as usize - 1) }
+        });
         self.len.store(n - 1, Ordering::Relaxed);
         Some(a)
     }
