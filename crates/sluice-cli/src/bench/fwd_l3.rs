@@ -166,10 +166,7 @@ fn rounds(router: &LpmRouter, ports: &mut [Port], slice: u64) -> Result<(Slices,
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     let macs: Vec<PortMacs> = ports
         .iter()
-        .map(|port| PortMacs {
-            dst: sluice::net::MacAddr([2, 0, 0, 0, 0, 1]),
-            src: port.mac(),
-        })
+        .map(|port| PortMacs::new(sluice::net::MacAddr([2, 0, 0, 0, 0, 1]), port.mac()))
         .collect();
     let drops = RouteDropCounters::default();
     let tx_drops: Vec<StreamCounters> = (0..2).map(|_| StreamCounters::default()).collect();

@@ -45,10 +45,25 @@ pub trait Router: Sync {
 /// The MACs written on frames leaving one port.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PortMacs {
-    /// Destination (the next hop's MAC).
-    pub dst: MacAddr,
-    /// Source (the port's own).
-    pub src: MacAddr,
+    /// Destination (the next hop's MAC) then source (the port's own), as
+    /// the first 12 bytes of a frame: one copy writes both.
+    head: [u8; 12],
+}
+
+impl PortMacs {
+    /// Frames leaving the port go to `dst` from `src`.
+    pub fn new(dst: MacAddr, src: MacAddr) -> PortMacs {
+        let mut head = [0; 12];
+        head[..6].copy_from_slice(&dst.0);
+        head[6..].copy_from_slice(&src.0);
+        PortMacs { head }
+    }
+
+    /// Writes both into a frame's first 12 bytes.
+    #[inline(always)]
+    fn write(&self, eth: &mut [u8; 12]) {
+        *eth = self.head;
+    }
 }
 
 /// The IPv4 5-tuple of `ip` (header of `ihl` bytes): ports for TCP and UDP
@@ -115,6 +130,16 @@ fn ipv4_checksum_ok(h: &[u8]) -> bool {
     a == 0xffff
 }
 
+/// An IPv4 header checksum after the TTL drops by one: RFC 1624 eqn. 3,
+/// `~(~c + ~m + m')`, for the word holding TTL and protocol, which drops by
+/// 0x0100 (so `~m + m'` is `~0x0100` = 0xfeff). One fold is enough: the sum
+/// is at most 0xffff + 0xfeff = 0x1fefe, which folds to 0xfeff.
+#[inline(always)]
+fn checksum_after_ttl_decrement(c: u16) -> u16 {
+    let sum = u32::from(!c) + 0xfeff;
+    !(((sum & 0xffff) + (sum >> 16)) as u16)
+}
+
 /// Checks an IPv4 packet, looks it up and decrements its TTL; the output
 /// port.
 #[inline(always)]
@@ -137,15 +162,9 @@ fn ipv4<R: Router>(r: &R, ip: &mut [u8], ol_flags: u64) -> Result<u32, DropReaso
         return Err(DropReason::TtlExpired);
     }
     let hop = r.v4(ip, ihl).ok_or(DropReason::NoRoute)?;
-    // RFC 1624 eqn. 3 for the word holding TTL and protocol: the TTL
-    // byte drops by one, so the word drops by 0x0100 and the checksum,
-    // in ones' complement, rises by 0x0100.
     ip[8] = ttl - 1;
     let c = u16::from_be_bytes([ip[10], ip[11]]);
-    let sum = (!c as u32) + 0xfeff; // ~c + ~0x0100 (+ nothing for m')
-    let mut s = (sum & 0xffff) + (sum >> 16);
-    s = (s & 0xffff) + (s >> 16);
-    ip[10..12].copy_from_slice(&(!(s as u16)).to_be_bytes());
+    ip[10..12].copy_from_slice(&checksum_after_ttl_decrement(c).to_be_bytes());
     Ok(hop)
 }
 
@@ -169,6 +188,38 @@ fn ipv6<R: Router>(r: &R, ip: &mut [u8]) -> Result<u32, DropReason> {
     Ok(hop)
 }
 
+/// The common case of [`route`] in one pass over fixed offsets: an
+/// unshared IPv4 frame without options, whose header checksum the device
+/// verified (the Rx offload), TTL above 1, a total length that fits the
+/// frame, and a route to an existing port. Rewrites it (TTL, checksum,
+/// MACs) and returns the port. Anything else returns `None` with the frame
+/// untouched, for [`route`] to check in full and count.
+#[inline(always)]
+pub fn route_fast<R: Router>(r: &R, m: &mut Mbuf, macs: &[PortMacs]) -> Option<usize> {
+    if m.ol_flags() & (ol::RX_IP_CKSUM_GOOD | ol::RX_IP_CKSUM_BAD) != ol::RX_IP_CKSUM_GOOD {
+        return None;
+    }
+    let d = m.data_mut().ok()?;
+    let len = d.len();
+    let h = d.first_chunk::<34>()?;
+    // Bytes 12..15: ethertype 0x0800, then version 4 with IHL 5.
+    let kind = u32::from_be_bytes([0, h[12], h[13], h[14]]);
+    let total = u16::from_be_bytes([h[16], h[17]]) as usize;
+    // Bytes 22..26: TTL, protocol, header checksum.
+    let word = u32::from_be_bytes([h[22], h[23], h[24], h[25]]);
+    if kind != 0x08_00_45 || total < 20 || total + 14 > len || word < 2 << 24 {
+        return None;
+    }
+    let port = r.v4(&d[14..], 20)? as usize;
+    let mac = macs.get(port)?;
+    let c = checksum_after_ttl_decrement(word as u16);
+    let word = (word - (1 << 24)) & 0xffff_0000 | u32::from(c);
+    let h = d.first_chunk_mut::<34>()?;
+    h[22..26].copy_from_slice(&word.to_be_bytes());
+    mac.write(h.first_chunk_mut::<12>()?);
+    Some(port)
+}
+
 /// Routes one packet: checks, looks up, rewrites (TTL/hop limit, IPv4
 /// checksum, MACs from `macs[port]`); the output port, or why it must be
 /// dropped (then the frame may be partly rewritten — it is freed anyway).
@@ -186,8 +237,9 @@ pub fn route<R: Router>(r: &R, m: &mut Mbuf, macs: &[PortMacs]) -> Result<usize,
         _ => return Err(DropReason::BadHeader),
     } as usize;
     let mac = macs.get(port).ok_or(DropReason::NoRoute)?;
-    eth[0..6].copy_from_slice(&mac.dst.0);
-    eth[6..12].copy_from_slice(&mac.src.0);
+    if let Some(head) = eth.first_chunk_mut::<12>() {
+        mac.write(head);
+    }
     Ok(port)
 }
 
@@ -216,14 +268,14 @@ mod tests {
 
     fn macs() -> [PortMacs; 2] {
         [
-            PortMacs {
-                dst: MacAddr([2, 0, 0, 0, 0, 0xa0]),
-                src: MacAddr([2, 0, 0, 0, 0, 0xb0]),
-            },
-            PortMacs {
-                dst: MacAddr([2, 0, 0, 0, 0, 0xa1]),
-                src: MacAddr([2, 0, 0, 0, 0, 0xb1]),
-            },
+            PortMacs::new(
+                MacAddr([2, 0, 0, 0, 0, 0xa0]),
+                MacAddr([2, 0, 0, 0, 0, 0xb0]),
+            ),
+            PortMacs::new(
+                MacAddr([2, 0, 0, 0, 0, 0xa1]),
+                MacAddr([2, 0, 0, 0, 0, 0xb1]),
+            ),
         ]
     }
 
@@ -393,7 +445,94 @@ mod tests {
         );
     }
 
+    /// `frame` through [`route_fast`] and, on a copy, [`route`], with Rx
+    /// flags `flags`: the fast path either agrees with the full one (same
+    /// port, same bytes) or declines and leaves the frame untouched.
+    /// Whether it took the packet.
+    fn fast_agrees(p: &MbufPool, frame: &[u8], flags: u64) -> Result<bool, String> {
+        let load = || {
+            let mut m = p.alloc().unwrap();
+            m.append(frame.len()).unwrap().copy_from_slice(frame);
+            m.set_ol_flags(flags).unwrap();
+            m
+        };
+        let (mut fast, mut full) = (load(), load());
+        let took = route_fast(&Fixed, &mut fast, &macs());
+        let want = route(&Fixed, &mut full, &macs());
+        match took {
+            Some(port) if want == Ok(port) && fast.data() == full.data() => Ok(true),
+            None if fast.data() == frame => Ok(false),
+            other => Err(format!("fast {other:?}, full {want:?}")),
+        }
+    }
+
+    #[test]
+    fn the_fast_path_takes_the_common_case_and_agrees_with_the_full_one() {
+        let p = pool();
+        let good = ol::RX_IP_CKSUM_GOOD;
+        for ttl in 0..=255u8 {
+            let f = v4_frame([198, 18, 7, 9], ttl);
+            assert_eq!(fast_agrees(&p, &f, good), Ok(ttl > 1), "ttl {ttl}");
+        }
+        // Checksums of every value, trusted as the device said.
+        let mut f = v4_frame([198, 18, 0, 1], 64);
+        for c in 0..=u16::MAX {
+            f[24..26].copy_from_slice(&c.to_be_bytes());
+            assert_eq!(fast_agrees(&p, &f, good), Ok(true), "checksum {c:#x}");
+        }
+        // Declined: left to the full path, which checks and counts.
+        let f = v4_frame([198, 18, 0, 1], 64);
+        let mut declined = vec![
+            v4_frame([192, 0, 2, 1], 64), // no route
+            v4_frame([10, 0, 0, 1], 64),  // a port that does not exist
+            v6_frame([7; 16], 64),
+            f[..33].to_vec(),
+            f[..10].to_vec(),
+        ];
+        for (at, byte) in [
+            (14, 0x46),
+            (14, 0x55),
+            (12, 0x86),
+            (13, 0x06),
+            (16, 1),
+            (17, 19),
+        ] {
+            let mut g = f.clone();
+            g[at] = byte;
+            declined.push(g);
+        }
+        for (i, g) in declined.iter().enumerate() {
+            assert_eq!(fast_agrees(&p, g, good), Ok(false), "frame {i}");
+        }
+        // Only with the device's word that the checksum is good.
+        for flags in [0, ol::RX_IP_CKSUM_BAD, good | ol::RX_IP_CKSUM_BAD] {
+            assert_eq!(fast_agrees(&p, &f, flags), Ok(false), "{flags:#x}");
+        }
+        // A shared buffer is declined too.
+        let mut m = p.alloc().unwrap();
+        m.append(f.len()).unwrap().copy_from_slice(&f);
+        m.set_ol_flags(good).unwrap();
+        let clone = m.try_clone().unwrap();
+        assert_eq!(route_fast(&Fixed, &mut m, &macs()), None);
+        assert_eq!(clone.data(), &f[..]);
+        drop((m, clone));
+        assert!(p.is_full());
+    }
+
     proptest! {
+        /// Any bytes, the device's checksum verdict either way: the fast
+        /// path agrees with the full one or declines untouched.
+        #[test]
+        fn the_fast_path_never_disagrees(mut bytes in proptest::collection::vec(any::<u8>(), 0..80), verified in any::<bool>()) {
+            if bytes.len() >= 15 {
+                bytes[12..15].copy_from_slice(&[0x08, 0x00, 0x45]);
+            }
+            let p = pool();
+            let flags = if verified { ol::RX_IP_CKSUM_GOOD } else { 0 };
+            prop_assert_eq!(fast_agrees(&p, &bytes, flags).map(|_| ()), Ok(()));
+            prop_assert!(p.is_full());
+        }
+
         /// Any bytes: routed or dropped, never a panic, buffer returned.
         #[test]
         fn random_frames_never_panic(mut bytes in proptest::collection::vec(any::<u8>(), 0..120), v6 in any::<bool>()) {

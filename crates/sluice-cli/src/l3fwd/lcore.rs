@@ -17,7 +17,7 @@ use sluice::mbuf::{Burst, BurstSlice, MbufPool};
 use sluice::port::{RxQueue, TxQueue};
 use sluice::tsc::{self, rdtsc};
 
-use super::classify::{DropReason, PortMacs, Router, route};
+use super::classify::{DropReason, PortMacs, Router, route, route_fast};
 use crate::fwd::lcore::{LcoreCycles, StreamCounters};
 use crate::fwd::summary::RouteDrops;
 
@@ -193,7 +193,14 @@ pub fn poll<R: Router>(
         if let Some(ahead) = pkts.get(i + PREFETCH_AHEAD) {
             ahead.prefetch_data();
         }
-        match route(router, &mut pkts[i], cfg.macs) {
+        // The common case in one pass; anything else (IPv6, options, a
+        // header to check in software, a drop) through the full checks.
+        let m = &mut pkts[i];
+        if let Some(p) = route_fast(router, m, cfg.macs) {
+            dst[i] = p as u16;
+            continue;
+        }
+        match route(router, m, cfg.macs) {
             Ok(p) => dst[i] = p as u16,
             Err(why) => dropped[why as usize] += 1,
         }

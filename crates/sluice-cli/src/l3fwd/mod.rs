@@ -164,10 +164,7 @@ pub(crate) fn route_phase<R: Router>(
     let macs: Vec<PortMacs> = ports
         .iter()
         .enumerate()
-        .map(|(p, port)| PortMacs {
-            dst: args.peer_mac(p),
-            src: port.mac(),
-        })
+        .map(|(p, port)| PortMacs::new(args.peer_mac(p), port.mac()))
         .collect();
     let threaded = ports.iter().any(|p| fwd::has_threaded_device(p.name()));
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
