@@ -75,7 +75,8 @@ pub use frag_cache::PageFragCache;
 pub use mbuf::{FragLayout, attach_frag};
 pub(crate) use mbuf::{attach_frag_fresh, prefetch};
 pub use pool::{
-    DEFAULT_CACHE_SIZE, DEFAULT_RING_SIZE, Page, PagePool, PagePoolConfig, PagePoolStats,
+    DEFAULT_CACHE_SIZE, DEFAULT_RING_BATCH, DEFAULT_RING_SIZE, Page, PagePool, PagePoolConfig,
+    PagePoolStats,
 };
 pub use provider::{Block, BlockProvider, ProviderConfig, ProviderStats};
 
