@@ -247,6 +247,7 @@ fn random_allocs_and_frees_across_threads_give_every_block_back() {
                 order,
                 cache_size: 16,
                 ring_size: 16,
+                ring_batch: 4,
                 owner: None,
             };
             (

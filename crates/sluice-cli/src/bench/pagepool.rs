@@ -20,7 +20,9 @@
 //! lcore: pages recycle through its direct cache) and with two (allocations
 //! on the owner, frees on a second lcore fed through an SP/SC ring: pages
 //! come back through the pool's MP/MC ring — the issue's analysis, whose
-//! ~48 cycles per page is that ring recycle). Both keep an Rx ring's worth
+//! ~48 cycles per page is that ring recycle; the pools have the default
+//! ring batch, so the owner takes them from the ring a batch at a time, as a
+//! driver's pool would). Both keep an Rx ring's worth
 //! ([`IN_FLIGHT`]) of buffers out and work in batches of [`BATCH`], as a
 //! driver refilling its ring and a Tx path freeing completions would; each
 //! batch of allocations and each batch of frees is timed on its own core, so
@@ -64,8 +66,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde::Serialize;
 use sluice::pagepool::{
-    BlockProvider, BulkFree, Frag, Page, PageFragAlloc, PageFragCache, PagePool, PagePoolConfig,
-    PagePoolError, ProviderConfig,
+    BlockProvider, BulkFree, DEFAULT_CACHE_SIZE, DEFAULT_RING_BATCH, DEFAULT_RING_SIZE, Frag, Page,
+    PageFragAlloc, PageFragCache, PagePool, PagePoolConfig, PagePoolError, ProviderConfig,
 };
 use sluice::ring::Ring;
 use sluice::tsc::rdtsc;
@@ -335,9 +337,12 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         ),
         format!(
             "Block provider: {} MiB, {}, a buddy allocator (blocks up to 2 MiB) under a lock. \
-             {rounds} round(s) of {slice} ops per case, cases interleaved; medians, min-max \
-             over rounds. A batch that took over {CUT_US} µs (its thread was off its core) is \
-             left out with its buffers: 'cut' is the share of timed cycles left out.",
+             Page pools: direct cache {DEFAULT_CACHE_SIZE}, ring {DEFAULT_RING_SIZE}, ring \
+             batch {DEFAULT_RING_BATCH} (the owner refills from the ring once that many pages \
+             wait, growing from the provider until then). {rounds} round(s) of {slice} ops per \
+             case, cases interleaved; medians, min-max over rounds. A batch that took over \
+             {CUT_US} µs (its thread was off its core) is left out with its buffers: 'cut' is \
+             the share of timed cycles left out.",
             PROVIDER_BYTES >> 20,
             provider.backing()
         ),

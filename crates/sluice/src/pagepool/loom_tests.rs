@@ -46,6 +46,7 @@ fn loom_last_reference_sends_the_page_home_exactly_once() {
                 order: 3,
                 cache_size: 2,
                 ring_size: 2,
+                ring_batch: 1,
                 owner: lcore::current(),
             },
         )
@@ -115,6 +116,7 @@ fn loom_direct_cache_and_ring_hand_pages_back() {
                 order: 3,
                 cache_size: 1,
                 ring_size: 2,
+                ring_batch: 1,
                 owner: lcore::current(),
             },
         )
@@ -143,6 +145,62 @@ fn loom_direct_cache_and_ring_hand_pages_back() {
     });
 }
 
+/// The ring batch: the owner waits for a batch in the ring, and takes fewer
+/// once the provider is empty. A page returned from another thread while the
+/// owner gets one is either found in the ring (the owner's get takes it) or
+/// not yet there (the get fails: the provider is empty, the ring is not
+/// waited for); never lost, never handed out twice.
+#[test]
+fn loom_owner_takes_fewer_than_a_batch_when_the_provider_is_empty() {
+    builder().check(|| {
+        let p = provider();
+        let _l = lcore::register().unwrap();
+        let pool = PagePool::new(
+            &p,
+            PagePoolConfig {
+                name: "loom".into(),
+                order: 3,
+                cache_size: 2,
+                ring_size: 2,
+                ring_batch: 2,
+                owner: lcore::current(),
+            },
+        )
+        .unwrap();
+        // Both 32 KiB blocks of the provider.
+        let x = pool.alloc_page().unwrap();
+        let mut y = pool.alloc_page().unwrap();
+        let ya = y.as_ptr();
+        let t = loom::thread::spawn(move || {
+            y.as_mut_slice()[0] = 9;
+            drop(y); // not the owner: the ring
+        });
+        let got = pool.alloc_page();
+        t.join().unwrap();
+        let mut z = match got {
+            Ok(z) => z,
+            Err(e) => {
+                assert!(
+                    matches!(e, PagePoolError::Exhausted { order: 3, .. }),
+                    "{e}"
+                );
+                // Now it is in the ring.
+                pool.alloc_page().unwrap()
+            }
+        };
+        assert_eq!((z.as_ptr(), z.as_mut_slice()[0]), (ya, 9));
+        let s = pool.stats();
+        assert_eq!(
+            (s.alloc_slow, s.alloc_ring, s.in_flight),
+            (2, 1, 2),
+            "{s:?}"
+        );
+        drop((x, z));
+        drop(pool);
+        assert!(p.is_full());
+    });
+}
+
 /// Bulk freeing: a thread that is not the owner frees two fragments of a
 /// page as one run (one count update of 2) and a whole page into its stash,
 /// then flushes; the owner frees the third fragment and leaves the page with
@@ -161,6 +219,7 @@ fn loom_bulk_free_run_and_stash_send_each_page_home_once() {
                 order: 3,
                 cache_size: 2,
                 ring_size: 2,
+                ring_batch: 1,
                 owner: lcore::current(),
             },
         )

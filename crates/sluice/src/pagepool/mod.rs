@@ -10,8 +10,9 @@
 //!   slow path everything above amortises.
 //! - [`PagePool`] (`pool.rs`, `cache.rs`): pages of one order; a direct cache
 //!   used without atomics by the owner lcore, an MP/MC ring for pages
-//!   returned from other threads, refill from the provider when both are
-//!   empty, release to it when the ring is full.
+//!   returned from other threads (the owner takes them a *ring batch* at a
+//!   time), refill from the provider when neither can serve, release to it
+//!   when the ring is full.
 //! - [`Frag`] and the carving (`frag.rs`, `meta.rs`): fragments cut from a
 //!   page against a per-page target (Linux's bias, carried by each fragment
 //!   instead of written into the page) — carving needs no atomic, each free
@@ -75,7 +76,8 @@ pub use frag_cache::PageFragCache;
 pub use mbuf::{FragLayout, attach_frag};
 pub(crate) use mbuf::{attach_frag_fresh, prefetch};
 pub use pool::{
-    DEFAULT_CACHE_SIZE, DEFAULT_RING_SIZE, Page, PagePool, PagePoolConfig, PagePoolStats,
+    DEFAULT_CACHE_SIZE, DEFAULT_RING_BATCH, DEFAULT_RING_SIZE, Page, PagePool, PagePoolConfig,
+    PagePoolStats,
 };
 pub use provider::{Block, BlockProvider, ProviderConfig, ProviderStats};
 

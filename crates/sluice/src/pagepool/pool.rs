@@ -4,10 +4,11 @@
 //! # Algorithm (Linux's `page_pool`)
 //!
 //! - **Get:** on the owner thread, pop the direct cache (no atomic); if it is
-//!   empty, refill it from the ring with one burst dequeue (up to half the
-//!   cache) and pop. Other threads dequeue one page from the ring. When both
-//!   are empty, take a block from the provider (the slow path) and stamp its
-//!   metadata with this pool as the owner.
+//!   empty and at least a *ring batch* of pages waits in the ring, refill it
+//!   with one burst dequeue (up to half the cache) and pop. Other threads
+//!   dequeue one page from the ring. Otherwise take a block from the provider
+//!   (the slow path) and stamp its metadata with this pool as the owner; when
+//!   the provider has none left, the owner takes whatever the ring holds.
 //! - **Put (recycle):** on the owner thread, push onto the direct cache; from
 //!   any other thread — or when the cache is full — enqueue on the MP/MC ring;
 //!   when the ring is full too, release the page to the provider.
@@ -15,6 +16,21 @@
 //! The *owner* is one lcore id: given in the config, or bound later by
 //! [`PagePool::bind_to_current_lcore`] (a soft Rx queue binds its pool on its
 //! first poll). Only the thread holding that id touches the direct cache.
+//!
+//! # The ring batch
+//!
+//! A dequeue costs the owner about the same few cache-line transfers whether
+//! it moves one page or sixty: the producers' tail and the slots, written by
+//! the freeing cores, and its own head and tail, which every producer reads.
+//! Refilling with whatever waits, a pool with little slack — every page out
+//! but the two or three just freed — pays them every page or two, and the
+//! producers find those lines taken away as often. So the owner refills from
+//! the ring only once `ring_batch` pages wait there, and until then takes
+//! fresh pages from the provider: the pool grows once, by about a batch, and
+//! from then on each dequeue moves a batch and the shared lines change hands
+//! once per batch rather than per page. The price is about a batch of pages
+//! more than the frees in flight need. (Linux gets its slack another way: its
+//! slow path allocates a refill's worth of order-0 pages at once.)
 //!
 //! # Lifetime
 //!
@@ -45,6 +61,11 @@ const NO_OWNER: u32 = u32::MAX;
 pub const DEFAULT_CACHE_SIZE: u32 = 128;
 /// Default ring size.
 pub const DEFAULT_RING_SIZE: u32 = 1024;
+/// Default ring batch: pages that must be waiting in the ring before the
+/// owner refills its cache from it (see the module docs) — half a refill.
+/// The pool holds at most about this many pages more than its frees in
+/// flight need: 1 MiB of 32 KiB pages, 128 KiB of 4 KiB ones.
+pub const DEFAULT_RING_BATCH: u32 = 32;
 
 /// How to build a [`PagePool`].
 #[derive(Debug, Clone)]
@@ -58,6 +79,10 @@ pub struct PagePoolConfig {
     /// Ring entries for pages returned by other threads (a power of two,
     /// 1..=65536).
     pub ring_size: u32,
+    /// Pages that must wait in the ring before the owner refills from it
+    /// (1..=ring size; 1: whatever is there). Below that the owner takes a
+    /// page from the provider (see the module docs).
+    pub ring_batch: u32,
     /// The owner lcore, if known; else bound later.
     pub owner: Option<usize>,
 }
@@ -69,6 +94,7 @@ impl Default for PagePoolConfig {
             order: 0,
             cache_size: DEFAULT_CACHE_SIZE,
             ring_size: DEFAULT_RING_SIZE,
+            ring_batch: DEFAULT_RING_BATCH,
             owner: None,
         }
     }
@@ -110,8 +136,11 @@ pub(crate) struct PoolInner {
     order: u32,
     /// The owner lcore id, or `NO_OWNER`. Set once (config or bind).
     owner: AtomicU32,
-    /// Pages moved from the ring per refill of the cache.
+    /// Pages moved from the ring per refill of the cache, at most.
     refill: u32,
+    /// Pages that must be waiting in the ring for the owner to refill from
+    /// it (1..=ring size).
+    ring_batch: u32,
     /// The owner's cache and counters.
     own: CachePadded<Own>,
     /// Pages returned by other threads (and by the owner when its cache is
@@ -175,12 +204,22 @@ impl PoolInner {
     #[inline(never)]
     fn get_slow(&self) -> Result<usize, PagePoolError> {
         if self.is_owner() {
-            // SAFETY: we are the owner thread.
-            let n = unsafe { self.own.cache.refill_from(&self.ring, self.refill) };
-            if n != 0 {
-                self.slow.alloc_ring.fetch_add(n as u64, Ordering::Relaxed);
-                // SAFETY: as above; the refill left `n` pages in it.
-                if let Some(a) = unsafe { self.own.cache.pop() } {
+            // A snapshot: the dequeue takes what is there by then.
+            let waiting = self.ring.ring().len();
+            if waiting >= self.ring_batch as usize {
+                // SAFETY: we are the owner thread.
+                if let Some(a) = unsafe { self.refill_and_pop() } {
+                    return Ok(a);
+                }
+            } else if waiting != 0 {
+                // Fewer than a batch: grow by a page rather than dequeue
+                // them (see the module docs), unless the provider has none
+                // left; then they will do.
+                if let Some(a) = self.provider().try_alloc_addr(self.order) {
+                    return Ok(self.fresh(a));
+                }
+                // SAFETY: we are the owner thread.
+                if let Some(a) = unsafe { self.refill_and_pop() } {
                     return Ok(a);
                 }
             }
@@ -192,12 +231,35 @@ impl PoolInner {
             }
         }
         let a = self.provider().alloc_addr(self.order)?;
+        Ok(self.fresh(a))
+    }
+
+    /// Makes the block at `a`, fresh from the provider, a page of this pool.
+    #[inline]
+    fn fresh(&self, a: usize) -> usize {
         let meta = self.provider().meta_of(a);
         // Before any fragment of the page exists (see `PageMeta::owner`).
         meta.owner
             .store(self as *const PoolInner as usize, Ordering::Relaxed);
         self.slow.alloc_slow.fetch_add(1, Ordering::Relaxed);
-        Ok(a)
+        a
+    }
+
+    /// Moves what the ring holds (up to a refill) into the empty direct
+    /// cache and pops a page, if there was any.
+    ///
+    /// # Safety
+    /// Called on the owner thread.
+    #[inline]
+    unsafe fn refill_and_pop(&self) -> Option<usize> {
+        // SAFETY: the owner thread, per the contract.
+        let n = unsafe { self.own.cache.refill_from(&self.ring, self.refill) };
+        if n == 0 {
+            return None;
+        }
+        self.slow.alloc_ring.fetch_add(n as u64, Ordering::Relaxed);
+        // SAFETY: as above; the refill left `n` pages in it.
+        unsafe { self.own.cache.pop() }
     }
 
     /// Takes back a page.
@@ -356,6 +418,7 @@ impl PagePool {
             order,
             cache_size,
             ring_size,
+            ring_batch,
             owner,
         } = config;
         check_order(order)?;
@@ -367,6 +430,12 @@ impl PagePool {
         if !(1..=65536).contains(&ring_size) || !ring_size.is_power_of_two() {
             return Err(PagePoolError::Config(format!(
                 "page pool '{name}': ring size {ring_size} is not a power of two in 1..=65536"
+            )));
+        }
+        if !(1..=ring_size).contains(&ring_batch) {
+            return Err(PagePoolError::Config(format!(
+                "page pool '{name}': ring batch {ring_batch} is not in 1..={ring_size} (the ring \
+                 size)"
             )));
         }
         let owner = match owner {
@@ -387,6 +456,7 @@ impl PagePool {
             order,
             owner: AtomicU32::new(owner),
             refill: cache_size.div_ceil(2),
+            ring_batch,
             own: CachePadded::new(Own {
                 cache: DirectCache::new(cache_size),
                 alloc_fast: Counter::new(),

@@ -131,6 +131,15 @@ impl ProviderInner {
         }
     }
 
+    /// Allocates a block of `order` if one is free, for a caller that has
+    /// another way to get one: no failure counted, no error built.
+    pub(crate) fn try_alloc_addr(&self, order: u32) -> Option<usize> {
+        let mut l = self.lock();
+        let p = l.buddy.alloc(order)?;
+        l.allocs[order as usize] += 1;
+        Some(self.base + ((p as usize) << PAGE_SHIFT))
+    }
+
     /// Frees the block at `addr`.
     ///
     /// # Safety

@@ -28,6 +28,7 @@ fn pool(p: &BlockProvider, order: u32, owner: Option<usize>) -> PagePool {
             order,
             cache_size: 8,
             ring_size: 8,
+            ring_batch: 1,
             owner,
         },
     )
@@ -210,6 +211,21 @@ fn page_pool_config_errors_name_the_value() {
     );
     assert_eq!(
         bad(PagePoolConfig {
+            ring_batch: 0,
+            ..Default::default()
+        }),
+        "page pool 'page_pool': ring batch 0 is not in 1..=1024 (the ring size)"
+    );
+    assert_eq!(
+        bad(PagePoolConfig {
+            ring_size: 8,
+            ring_batch: 9,
+            ..Default::default()
+        }),
+        "page pool 'page_pool': ring batch 9 is not in 1..=8 (the ring size)"
+    );
+    assert_eq!(
+        bad(PagePoolConfig {
             owner: Some(128),
             ..Default::default()
         }),
@@ -268,6 +284,94 @@ fn owner_uses_the_direct_cache_others_the_ring_and_a_full_ring_releases() {
         .join()
         .unwrap();
         assert!(e.starts_with("page pool 'pp0' is owned by lcore "), "{e}");
+    })
+    .join()
+    .unwrap();
+    assert!(pp.all_home());
+    drop(pp);
+    assert!(p.is_full());
+}
+
+/// A pool of order-`order` pages with a ring batch of `batch`.
+fn batch_pool(p: &BlockProvider, order: u32, batch: u32) -> PagePool {
+    PagePool::new(
+        p,
+        PagePoolConfig {
+            name: "batch".into(),
+            order,
+            cache_size: 8,
+            ring_size: 8,
+            ring_batch: batch,
+            owner: None,
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn the_owner_refills_from_the_ring_only_once_a_batch_waits() {
+    let p = provider(1 << 20);
+    let pp = batch_pool(&p, 0, 4);
+    let pp2 = pp.clone();
+    std::thread::spawn(move || {
+        let _l = lcore::register().unwrap();
+        pp2.bind_to_current_lcore().unwrap();
+        let mut v: Vec<Page> = (0..4).map(|_| pp2.alloc_page().unwrap()).collect();
+        // Three come back from another thread: fewer than a batch, so the
+        // owner's next get takes a fresh page from the provider.
+        let three: Vec<Page> = v.drain(..3).collect();
+        std::thread::spawn(move || drop(three)).join().unwrap();
+        let x = pp2.alloc_page().unwrap();
+        let s = pp2.stats();
+        assert_eq!((s.alloc_slow, s.alloc_ring, s.in_ring), (5, 0, 3), "{s:?}");
+        // The fourth makes a batch: the next get moves all four (a refill,
+        // half the cache) into the cache and takes one.
+        std::thread::spawn(move || drop(v)).join().unwrap();
+        let y = pp2.alloc_page().unwrap();
+        let s = pp2.stats();
+        assert_eq!(
+            (s.alloc_slow, s.alloc_ring, s.in_ring, s.cached),
+            (5, 4, 0, 3),
+            "{s:?}"
+        );
+        drop((x, y)); // the owner's: into the cache
+        let s = pp2.stats();
+        assert_eq!((s.cached, s.in_flight), (5, 0), "{s:?}");
+    })
+    .join()
+    .unwrap();
+    drop(pp);
+    assert!(p.is_full());
+}
+
+#[test]
+fn with_the_provider_empty_the_owner_takes_fewer_than_a_batch() {
+    // Two blocks of 32 KiB.
+    let p = provider(64 << 10);
+    let pp = batch_pool(&p, 3, 4);
+    let pp2 = pp.clone();
+    std::thread::spawn(move || {
+        let _l = lcore::register().unwrap();
+        pp2.bind_to_current_lcore().unwrap();
+        let a = pp2.alloc_page().unwrap();
+        let b = pp2.alloc_page().unwrap();
+        assert_eq!(
+            pp2.alloc_page().unwrap_err().to_string(),
+            "block provider 'test' has no free block of order 3 (32 KiB)"
+        );
+        let ba = b.as_ptr();
+        std::thread::spawn(move || drop(b)).join().unwrap();
+        // One page in the ring, a batch is four, the provider has none: the
+        // owner takes the one.
+        let c = pp2.alloc_page().unwrap();
+        assert_eq!(c.as_ptr(), ba);
+        let s = pp2.stats();
+        assert_eq!(
+            (s.alloc_slow, s.alloc_ring, s.in_flight),
+            (2, 1, 2),
+            "{s:?}"
+        );
+        drop((a, c));
     })
     .join()
     .unwrap();
@@ -528,6 +632,7 @@ fn bulk_free_of_pages_fills_the_cache_then_the_ring_then_releases() {
             order: 0,
             cache_size: 4,
             ring_size: 4,
+            ring_batch: 1,
             owner: None,
         },
     )
