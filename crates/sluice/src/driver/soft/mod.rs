@@ -96,7 +96,7 @@ use std::sync::Arc;
 use crate::mbuf::ol;
 use crate::mempool::HugepagePolicy;
 use crate::net::MacAddr;
-use crate::pagepool::{BlockProvider, FragLayout, ProviderConfig};
+use crate::pagepool::{BlockProvider, DEFAULT_RING_BATCH, FragLayout, ProviderConfig};
 use crate::port::{
     DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
     RxQueue, SpecArgs, TxQueue,
@@ -314,7 +314,10 @@ impl SoftDriver {
 impl SoftDriver {
     /// The block provider of an `rxbuf=frag` port: room for a fragment per
     /// header of the Rx pools (headers bound the packets in flight), plus
-    /// two pages per queue being cut and a little slack, in 32 KiB pages.
+    /// per queue two pages being cut and one ring batch (pages freed on
+    /// another lcore wait in the queue's page pool ring until a batch has
+    /// gathered, fresh pages standing in for them meanwhile), and a little
+    /// slack, in 32 KiB pages.
     fn frag_provider(
         &self,
         config: &PortConfig,
@@ -334,7 +337,8 @@ impl SoftDriver {
             .filter_map(|q| config.rx_pool_of(q))
             .map(|p| p.size() as usize)
             .sum();
-        let pages = headers.div_ceil(per_page) + 2 * config.rxq.len() + 8;
+        let per_queue = 2 + DEFAULT_RING_BATCH as usize;
+        let pages = headers.div_ceil(per_page) + per_queue * config.rxq.len() + 8;
         BlockProvider::new(ProviderConfig {
             name: format!("{} rx fragments", self.spec),
             size: pages * rx_frags::RX_PAGE_BYTES,
