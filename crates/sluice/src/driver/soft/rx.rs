@@ -307,6 +307,9 @@ impl RxQueue for SoftRx {
         assert!(descs.len() == mask as usize + 1 && ring.len() == descs.len());
         let rearm = self.rearm;
         let rss_hash = self.rss_hash;
+        // Without fragments every armed buffer is plain (no external buffer
+        // attached): its header is written without being read.
+        let plain = self.frags.is_none();
         let mut next = self.next;
         // Only descriptors handed to the device can be done: past `tail`
         // lie delivered ones, their DD still set until they are rearmed.
@@ -363,7 +366,11 @@ impl RxQueue for SoftRx {
             // buffer, which we own (armed by us) and hand to the burst.
             let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
             h.rearm(rearm);
-            h.set_rx(flags, ptype, len, vlan, hash);
+            if plain {
+                h.set_rx_plain(flags, ptype, len, vlan, hash);
+            } else {
+                h.set_rx(flags, ptype, len, vlan, hash);
+            }
             slots[n] = e;
             n += 1;
             bytes += len as u64;
