@@ -166,6 +166,29 @@ impl MbufHeader {
         self.rss_hash = rss_hash;
     }
 
+    /// [`set_rx`](Self::set_rx) for a buffer with no external buffer
+    /// attached — a plain buffer fresh off an Rx ring, which the free-buffer
+    /// invariants guarantee: the flags are written outright, so the header
+    /// line is only written, never read, and a miss on it does not hold up
+    /// the receive loop (DPDK's vector Rx writes them the same way).
+    #[inline(always)]
+    pub(crate) fn set_rx_plain(
+        &mut self,
+        ol_flags: u64,
+        packet_type: u32,
+        len: u16,
+        vlan_tci: u16,
+        rss_hash: u32,
+    ) {
+        debug_assert_eq!(self.ol_flags & ol::EXTERNAL, 0, "an attached buffer");
+        self.ol_flags = ol_flags;
+        self.packet_type = packet_type;
+        self.pkt_len = len as u32;
+        self.data_len = len;
+        self.vlan_tci = vlan_tci;
+        self.rss_hash = rss_hash;
+    }
+
     /// Writes the header of a new element (all fields), for pool creation.
     pub(crate) fn init(
         this: *mut MbufHeader,

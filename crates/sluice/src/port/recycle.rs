@@ -44,6 +44,7 @@
 //!   ([`RecycleRxInfo::room`] says what fits).
 //! - A stopped queue, on either side, refuses ([`PortError::Stopped`]).
 
+use crate::copy::copy_slice;
 use crate::mbuf::MbufPool;
 use crate::mempool::Elem;
 
@@ -109,28 +110,55 @@ impl<'a> RecycleRxInfo<'a> {
         committed: &'a mut u32,
     ) -> RecycleRxInfo<'a> {
         let size = ring.len();
-        let unit = refill_requirement.max(1);
-        let unit_mask = unit - 1;
-        // Cheap checks (no division): this runs once per recycle step.
         assert!(
-            size.is_power_of_two()
-                && size <= 1 << 31
-                && due as usize <= size
-                && unit.is_power_of_two()
-                && unit as usize <= size
-                && refill_head & unit_mask == 0,
+            view_ok(size, refill_head, due, refill_requirement),
+            "bad recycle view: ring {size}, due {due}, unit {refill_requirement}, head {refill_head}"
+        );
+        // SAFETY: just checked.
+        unsafe {
+            RecycleRxInfo::new_unchecked(
+                ring,
+                refill_head,
+                due,
+                refill_requirement,
+                pool,
+                committed,
+            )
+        }
+    }
+
+    /// [`new`](Self::new) without its checks (kept in debug builds), for a
+    /// driver whose queue holds those conditions by construction: a recycle
+    /// step runs at every poll, and need not prove again what cannot change
+    /// (the ring size, the unit) or what the queue's indices guarantee.
+    ///
+    /// # Safety
+    /// The conditions [`new`](Self::new) lists hold: Tx queues fill, and
+    /// the Rx queue rearms, the slots this view describes.
+    #[inline(always)]
+    pub unsafe fn new_unchecked(
+        ring: &'a mut [Elem],
+        refill_head: u32,
+        due: u32,
+        refill_requirement: u32,
+        pool: &'a MbufPool,
+        committed: &'a mut u32,
+    ) -> RecycleRxInfo<'a> {
+        let size = ring.len();
+        debug_assert!(
+            view_ok(size, refill_head, due, refill_requirement),
             "bad recycle view: ring {size}, due {due}, unit {refill_requirement}, head {refill_head}"
         );
         let (pool_base, pool_len) = pool.region_range();
         RecycleRxInfo {
             pool_base,
             pool_len,
-            mask: size as u32 - 1,
+            mask: (size as u32).wrapping_sub(1),
             ring,
             refill_head,
             due,
             refill_requirement,
-            unit_mask,
+            unit_mask: refill_requirement.max(1) - 1,
             pool,
             committed,
         }
@@ -205,6 +233,34 @@ impl<'a> RecycleRxInfo<'a> {
         Some(&mut self.ring[start..start + n as usize])
     }
 
+    /// Copies the buffers of `a`, then those of `b` (a run cut in two by a
+    /// Tx ring's wrap; `b` is usually empty), into the next slots due and
+    /// [commits](Self::commit) them, with one check: false, and nothing
+    /// written, if their count does not [fit](Self::fits). What
+    /// [`slots`](Self::slots) and [`commit`](Self::commit) do, in one call.
+    ///
+    /// # Safety
+    /// As [`commit`](Self::commit), for the buffers of `a` and `b`: from
+    /// the call on the Rx queue owns them, and the caller keeps no
+    /// reference to them.
+    #[inline]
+    pub unsafe fn fill(&mut self, a: &[Elem], b: &[Elem]) -> bool {
+        let n = a.len() + b.len();
+        // `room` is at most the ring size (below 2^31): the count fits a
+        // u32 when it fits at all.
+        if n > self.ring.len() || !self.fits(n as u32) {
+            return false;
+        }
+        let start = (self.refill_head & self.mask) as usize;
+        let (da, db) = self.ring[start..start + n].split_at_mut(a.len());
+        copy_elems(da, a);
+        copy_elems(db, b);
+        self.refill_head = self.refill_head.wrapping_add(n as u32);
+        self.due -= n as u32;
+        *self.committed += n as u32;
+        true
+    }
+
     /// Hands the Rx queue the buffers written into the first `n` slots
     /// [`slots`](Self::slots) returned; the refill head moves past them.
     ///
@@ -223,6 +279,32 @@ impl<'a> RecycleRxInfo<'a> {
         self.due -= n;
         *self.committed += n;
     }
+}
+
+/// The conditions a view must meet (see [`RecycleRxInfo::new`]); cheap
+/// (no division), as a recycle step runs at every poll.
+#[inline(always)]
+fn view_ok(size: usize, refill_head: u32, due: u32, refill_requirement: u32) -> bool {
+    let unit = refill_requirement.max(1);
+    size.is_power_of_two()
+        && size <= 1 << 31
+        && due as usize <= size
+        && unit.is_power_of_two()
+        && unit as usize <= size
+        && refill_head & (unit - 1) == 0
+}
+
+/// Copies a run of buffer addresses (equal lengths) in whole cache lines of
+/// eight, inline: a batch of 32 is four line copies, no call into `memcpy`
+/// and its size dispatch.
+#[inline(always)]
+fn copy_elems(dst: &mut [Elem], src: &[Elem]) {
+    let (dst_lines, dst_rest) = dst.as_chunks_mut::<8>();
+    let (src_lines, src_rest) = src.as_chunks::<8>();
+    for (d, s) in dst_lines.iter_mut().zip(src_lines) {
+        *d = *s;
+    }
+    copy_slice(dst_rest, src_rest);
 }
 
 impl std::fmt::Debug for RecycleRxInfo<'_> {

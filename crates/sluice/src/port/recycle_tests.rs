@@ -328,3 +328,76 @@ fn a_refill_unit_larger_than_the_ring_is_refused() {
     let mut committed = 0;
     RecycleRxInfo::new(&mut r, 0, 16, 32, &pool, &mut committed);
 }
+
+#[test]
+fn fill_copies_both_pieces_in_order_and_commits_them() {
+    let pool = pool();
+    let mut r = ring(16);
+    let mut committed = 0;
+    let mut bufs = [Elem::DANGLING; 12];
+    pool.mempool().get_bulk(&mut bufs).unwrap();
+    {
+        let mut info = RecycleRxInfo::new(&mut r, 4, 12, 4, &pool, &mut committed);
+        // A run cut in two (6 + 2), then one piece of 4.
+        // SAFETY: distinct free buffers just taken from the info's pool:
+        // plain, unshared; `bufs` is the Rx queue's copy, given back below.
+        assert!(unsafe { info.fill(&bufs[..6], &bufs[6..8]) });
+        assert_eq!((info.refill_head(), info.due(), info.room()), (12, 4, 4));
+        // SAFETY: as above.
+        assert!(unsafe { info.fill(&bufs[8..], &[]) });
+        assert_eq!((info.refill_head(), info.due(), info.room()), (16, 0, 0));
+    }
+    assert_eq!(committed, 12);
+    assert_eq!(r[4..16], bufs[..]);
+    assert_eq!(r[..4], [Elem::DANGLING; 4]);
+    // SAFETY: the Rx queue's part: the committed buffers go back once.
+    unsafe { pool.mempool().put_bulk(&bufs) };
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_fill_that_does_not_fit_writes_and_commits_nothing() {
+    let pool = pool();
+    let marks: Vec<Elem> = (0..20).map(marker).collect();
+    let mut r = ring(16);
+    let mut committed = 0;
+    {
+        let mut info = RecycleRxInfo::new(&mut r, 12, 16, 4, &pool, &mut committed);
+        // The markers are no buffers, but nothing is committed: each fill
+        // is refused before it writes (the contract binds only a fill that
+        // is made).
+        // SAFETY: refused, so nothing is handed over.
+        unsafe {
+            assert!(!info.fill(&marks[..4], &marks[4..8]), "across the wrap");
+            assert!(!info.fill(&marks[..2], &[]), "part of a refill unit");
+            assert!(!info.fill(&[], &[]), "nothing");
+            assert!(!info.fill(&marks, &[]), "more than the ring");
+        }
+        assert_eq!((info.refill_head(), info.due(), info.room()), (12, 16, 4));
+    }
+    let mut r2 = ring(16);
+    {
+        let mut info = RecycleRxInfo::new(&mut r2, 0, 4, 4, &pool, &mut committed);
+        // SAFETY: refused, as above.
+        assert!(!unsafe { info.fill(&marks[..8], &[]) }, "more than due");
+    }
+    assert_eq!(committed, 0);
+    assert!(r.iter().chain(&r2).all(|&e| e == Elem::DANGLING));
+    assert!(pool.is_full());
+}
+
+#[test]
+fn the_unchecked_view_is_the_checked_one() {
+    let pool = pool();
+    let mut r = ring(32);
+    let mut c1 = 0;
+    let a = format!(
+        "{:?}",
+        RecycleRxInfo::new(&mut r, 48, 24, 8, &pool, &mut c1)
+    );
+    let mut c2 = 0;
+    // SAFETY: a valid view (the checked constructor took it just above).
+    let info = unsafe { RecycleRxInfo::new_unchecked(&mut r, 48, 24, 8, &pool, &mut c2) };
+    assert_eq!(format!("{info:?}"), a);
+    assert_eq!((info.mask(), info.room()), (31, 16), "16 to the wrap");
+}

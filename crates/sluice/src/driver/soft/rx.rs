@@ -102,6 +102,14 @@ impl SoftRx {
         frags: Option<RxFrags>,
     ) -> SoftRx {
         let nb = regs.descs.len();
+        // What a recycle view of the ring relies on (`recycle_view`).
+        assert!(
+            nb.is_power_of_two()
+                && nb <= 1 << 31
+                && free_thresh.is_power_of_two()
+                && free_thresh as usize <= nb,
+            "soft Rx queue: {nb} descriptors, rx_free_thresh {free_thresh}"
+        );
         let mut rearm = pool.rearm_data(port_id);
         if let Some(f) = &frags {
             rearm.data_off = f.layout().headroom;
@@ -307,6 +315,9 @@ impl RxQueue for SoftRx {
         assert!(descs.len() == mask as usize + 1 && ring.len() == descs.len());
         let rearm = self.rearm;
         let rss_hash = self.rss_hash;
+        // Without fragments every armed buffer is plain (no external buffer
+        // attached): its header is written without being read.
+        let plain = self.frags.is_none();
         let mut next = self.next;
         // Only descriptors handed to the device can be done: past `tail`
         // lie delivered ones, their DD still set until they are rearmed.
@@ -363,7 +374,11 @@ impl RxQueue for SoftRx {
             // buffer, which we own (armed by us) and hand to the burst.
             let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
             h.rearm(rearm);
-            h.set_rx(flags, ptype, len, vlan, hash);
+            if plain {
+                h.set_rx_plain(flags, ptype, len, vlan, hash);
+            } else {
+                h.set_rx(flags, ptype, len, vlan, hash);
+            }
             slots[n] = e;
             n += 1;
             bytes += len as u64;
@@ -421,15 +436,7 @@ impl RxQueue for SoftRx {
             return Err(self.recycle_refusal());
         }
         self.rearm_committed();
-        let due = self.due();
-        Ok(RecycleRxInfo::new(
-            &mut self.sw_ring,
-            self.tail,
-            due,
-            self.free_thresh,
-            &self.pool,
-            &mut self.committed,
-        ))
+        Ok(self.recycle_view())
     }
 
     #[inline]
@@ -445,24 +452,37 @@ impl RxQueue for SoftRx {
         // Slots a Tx queue committed through `recycle_rx_info` with no
         // `recycle_rx_refill` after it: rearmed first, as that call does.
         self.rearm_committed();
-        let moved = {
-            let due = self.due();
-            let mut info = RecycleRxInfo::new(
-                &mut self.sw_ring,
-                self.tail,
-                due,
-                self.free_thresh,
-                &self.pool,
-                &mut self.committed,
-            );
-            tx.recycle_tx_mbufs(&mut info)?
-        };
+        let moved = tx.recycle_tx_mbufs(&mut self.recycle_view())?;
         self.rearm_committed();
         Ok(moved)
     }
 }
 
 impl SoftRx {
+    /// The slots due for refill, lent for one recycle step (nothing
+    /// committed: the caller rearmed what was).
+    #[inline(always)]
+    fn recycle_view(&mut self) -> RecycleRxInfo<'_> {
+        debug_assert_eq!(self.committed, 0);
+        let due = self.due();
+        // SAFETY: the ring's size is the descriptor count, a power of two
+        // (port configuration, checked in `new`); `due <= nb` (`tail` is
+        // never behind `next` nor more than a ring ahead); `free_thresh` is
+        // a power of two no larger than the ring (driver arguments, checked
+        // in `new`), and `tail` a multiple of it (refills are whole batches,
+        // recycled runs whole units).
+        unsafe {
+            RecycleRxInfo::new_unchecked(
+                &mut self.sw_ring,
+                self.tail,
+                due,
+                self.free_thresh,
+                &self.pool,
+                &mut self.committed,
+            )
+        }
+    }
+
     /// Why this queue refuses a recycle step (stopped, or armed with
     /// fragments).
     #[cold]

@@ -63,7 +63,6 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use crate::copy::copy_slice;
 use crate::counter::Counter;
 use crate::mbuf::{
     BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, TxOffload, free_bulk, ol, put_bulk_to_pool,
@@ -430,6 +429,21 @@ impl SoftTx {
         let k = self.free_slots(first);
         self.retire();
         Some(k)
+    }
+
+    /// Asks for the software-ring lines of the next `n` packets to post
+    /// (a hint). Retired by recycling, those slots were last touched about
+    /// a ring of packets ago — the free path retires them just before
+    /// posting over them — so the next `tx_burst` would find them cold.
+    #[inline(always)]
+    fn prefetch_head(&self, n: usize) {
+        let ring = self.sw_ring.as_ptr();
+        let mut i = 0;
+        while i < n {
+            let at = (self.elts_head.wrapping_add(i as u32) & self.mask) as usize;
+            prefetch(ring.wrapping_add(at).cast());
+            i += 8;
+        }
     }
 
     /// Frees every mbuf not yet retired and resets the indices (the device
@@ -1007,21 +1021,25 @@ impl TxQueue for SoftTx {
             return Ok(self.recycle_batchwise(rx));
         }
         // Every batch passes: one straight copy of the run, in at most two
-        // pieces across the Tx ring's wrap, into one run of Rx slots.
+        // pieces across the Tx ring's wrap, into one run of Rx slots, and
+        // one commit.
         let n = (k << shift) as usize;
-        let Some(dst) = rx.slots(k << shift) else {
+        let head = n.min(self.nb as usize - first);
+        let (a, b) = (
+            &self.sw_ring[first..first + head],
+            &self.sw_ring[..n - head],
+        );
+        // Retiring the batches without freeing them gives up our references.
+        // SAFETY: `a` and `b` hold the batches' buffers: distinct, of the Rx
+        // pool, plain (checked above, or promised by fast free), completed;
+        // `next_free` moves past them below, so we keep none.
+        if !unsafe { rx.fill(a, b) } {
             // `k` whole batches of whole units within the room: they fit.
             return Ok(0);
-        };
-        let head = n.min(self.nb as usize - first);
-        copy_elems(&mut dst[..head], &self.sw_ring[first..first + head]);
-        copy_elems(&mut dst[head..], &self.sw_ring[..n - head]);
-        // Retiring the batches without freeing them gives up our references.
-        // SAFETY: the slots hold the batches' buffers: distinct, of the Rx
-        // pool, plain (checked above, or promised by fast free).
-        unsafe { rx.commit(k << shift) };
+        }
         self.next_free = self.next_free.wrapping_add(k << shift);
         self.tx_recycled.add(n as u64);
+        self.prefetch_head(n);
         Ok(n)
     }
 }
@@ -1049,14 +1067,13 @@ impl SoftTx {
                     e != Elem::DANGLING && rx.in_pool(e) && unsafe { plain_line0(e) }
                 })
             };
-            let Some(dst) = rx.slots(rs) else {
-                break;
-            };
             if ok {
-                dst.copy_from_slice(batch);
-                // SAFETY: `dst` holds the batch's buffers: distinct, of the
-                // Rx pool, plain (checked above, or promised by fast free).
-                unsafe { rx.commit(rs) };
+                // SAFETY: the batch's buffers: distinct, of the Rx pool,
+                // plain (checked above, or promised by fast free); retired
+                // below, so we keep none.
+                if !unsafe { rx.fill(batch, &[]) } {
+                    break;
+                }
                 moved += rs as usize;
             } else {
                 self.free_slots(first);
@@ -1069,19 +1086,6 @@ impl SoftTx {
         }
         moved
     }
-}
-
-/// Copies a run of buffer addresses (equal lengths) in whole cache lines
-/// of eight, inline: a batch of 32 is four line copies, no call into
-/// `memcpy` and its size dispatch.
-#[inline(always)]
-fn copy_elems(dst: &mut [Elem], src: &[Elem]) {
-    let (dst_lines, dst_rest) = dst.as_chunks_mut::<8>();
-    let (src_lines, src_rest) = src.as_chunks::<8>();
-    for (d, s) in dst_lines.iter_mut().zip(src_lines) {
-        *d = *s;
-    }
-    copy_slice(dst_rest, src_rest);
 }
 
 /// Whether the mbuf in `e` is plain — reference count 1 (ours), one
