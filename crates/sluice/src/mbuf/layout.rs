@@ -158,12 +158,8 @@ impl MbufHeader {
         rss_hash: u32,
     ) {
         // The attachment flag is the library's, not the device's.
-        self.ol_flags = ol_flags | (self.ol_flags & ol::EXTERNAL);
-        self.packet_type = packet_type;
-        self.pkt_len = len as u32;
-        self.data_len = len;
-        self.vlan_tci = vlan_tci;
-        self.rss_hash = rss_hash;
+        let ol_flags = ol_flags | (self.ol_flags & ol::EXTERNAL);
+        self.write_rx(ol_flags, packet_type, len, vlan_tci, rss_hash);
     }
 
     /// [`set_rx`](Self::set_rx) for a buffer with no external buffer
@@ -181,6 +177,19 @@ impl MbufHeader {
         rss_hash: u32,
     ) {
         debug_assert_eq!(self.ol_flags & ol::EXTERNAL, 0, "an attached buffer");
+        self.write_rx(ol_flags, packet_type, len, vlan_tci, rss_hash);
+    }
+
+    /// The Rx fields of [`set_rx`](Self::set_rx), written as given.
+    #[inline(always)]
+    fn write_rx(
+        &mut self,
+        ol_flags: u64,
+        packet_type: u32,
+        len: u16,
+        vlan_tci: u16,
+        rss_hash: u32,
+    ) {
         self.ol_flags = ol_flags;
         self.packet_type = packet_type;
         self.pkt_len = len as u32;
