@@ -219,6 +219,32 @@ pub(super) fn device_cycles(counters: &[Arc<PortCounters>]) -> u64 {
         .sum()
 }
 
+/// The two streams of io forwarding between two ports: queue 0 of each
+/// port's Rx to queue 0 of the other's Tx.
+pub(super) fn crossed_streams(ports: &mut [Port]) -> Result<[Stream<'_>; 2], String> {
+    let [a, b] = ports else {
+        return Err("two ports are needed".into());
+    };
+    let err = |e: sluice::port::PortError| e.to_string();
+    let (arx, atx) = a.queues_mut().map_err(err)?;
+    let (brx, btx) = b.queues_mut().map_err(err)?;
+    let mac = sluice::net::MacAddr([2, 0, 0, 0, 0, 1]);
+    let stream = |id, tx_port, rx, tx| Stream {
+        id,
+        tx_port,
+        rx,
+        tx,
+        src_mac: mac,
+        dst_mac: mac,
+        frame: None,
+        recycle_errors: 0,
+    };
+    Ok([
+        stream(0, 1, arx[0].as_mut(), btx[0].as_mut()),
+        stream(1, 0, brx[0].as_mut(), atx[0].as_mut()),
+    ])
+}
+
 /// Starts the ports, preloads, warms up, then forwards `ops` packets both
 /// ways; returns the timed sample and the device cycles inside it.
 fn timed<E: Fwd>(
@@ -236,26 +262,7 @@ fn timed<E: Fwd>(
         preload_port(&mut ports[0], pool, preload)?;
     }
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
-    let [a, b] = ports else {
-        return Err("two ports are needed".into());
-    };
-    let (arx, atx) = a.queues_mut().map_err(err)?;
-    let (brx, btx) = b.queues_mut().map_err(err)?;
-    let mac = sluice::net::MacAddr([2, 0, 0, 0, 0, 1]);
-    let stream = |id, tx_port, rx, tx| Stream {
-        id,
-        tx_port,
-        rx,
-        tx,
-        src_mac: mac,
-        dst_mac: mac,
-        frame: None,
-        recycle_errors: 0,
-    };
-    let mut streams = [
-        stream(0, 1, arx[0].as_mut(), btx[0].as_mut()),
-        stream(1, 0, brx[0].as_mut(), atx[0].as_mut()),
-    ];
+    let mut streams = crossed_streams(ports)?;
     let mut burst: Burst<64> = Burst::new();
     forward(e, &mut streams, &mut burst, (ops / 16).max(1024))?;
     let dev0 = device_cycles(&counters);

@@ -25,7 +25,7 @@ use sluice::tsc::rdtsc_ordered;
 
 use super::fwd::{BURST, DESC, SOFT_SPEC, bench_pool, device_cycles, finish, forward};
 use super::{BenchResult, Sample, Stall, on_lcore};
-use crate::fwd::engine::{Io, Stream};
+use crate::fwd::engine::Io;
 use crate::fwd::lcore::StreamCounters;
 use crate::l3fwd::classify::PortMacs;
 use crate::l3fwd::lcore::{Bursts, L3Config, L3Lcore, RouteDropCounters, poll};
@@ -255,27 +255,7 @@ fn l3_slice(
 
 /// io forwarding on both ports until `n` packets have gone through.
 fn io_slice(ports: &mut [Port], counters: &[Arc<PortCounters>], n: u64) -> Result<Timed, String> {
-    let [a, b] = ports else {
-        return Err("two ports are needed".into());
-    };
-    let err = |e: sluice::port::PortError| e.to_string();
-    let (arx, atx) = a.queues_mut().map_err(err)?;
-    let (brx, btx) = b.queues_mut().map_err(err)?;
-    let mac = sluice::net::MacAddr([2, 0, 0, 0, 0, 1]);
-    let stream = |id, tx_port, rx, tx| Stream {
-        id,
-        tx_port,
-        rx,
-        tx,
-        src_mac: mac,
-        dst_mac: mac,
-        frame: None,
-        recycle_errors: 0,
-    };
-    let mut streams = [
-        stream(0, 1, arx[0].as_mut(), btx[0].as_mut()),
-        stream(1, 0, brx[0].as_mut(), atx[0].as_mut()),
-    ];
+    let mut streams = super::fwd::crossed_streams(ports)?;
     let mut burst: Burst<64> = Burst::new();
     timed(counters, || forward(Io, &mut streams, &mut burst, n))
 }

@@ -12,7 +12,7 @@
 use std::ptr::NonNull;
 
 use super::FRAG_ALIGN;
-use super::frag::{Frag, put_frag_ref};
+use super::frag::{Frag, RawFrag, put_frag_ref};
 use super::meta::PageMeta;
 use crate::mbuf::{ExtSharedInfo, Mbuf, MbufError, MbufHeader};
 use crate::mempool::Elem;
@@ -155,8 +155,33 @@ pub fn attach_frag(m: &mut Mbuf, frag: Frag, layout: FragLayout) -> Result<(), (
     let iova = frag.iova();
     let raw = frag.into_raw();
     // SAFETY: the shared info and the tail fit in the fragment (checked
-    // above), 8-byte aligned (the fragment is 64-byte aligned), in bytes we
-    // own.
+    // above); it is attached below to this one mbuf.
+    let shinfo = unsafe { write_shinfo(&raw, layout) };
+    let buf_len = layout.headroom + layout.data_room;
+    // SAFETY: the fragment (`buf_len` bytes before its info) stays valid until
+    // the info's callback gives it back; the info lives inside it, at a fixed
+    // address, until then; only the attached mbufs use the fragment.
+    match unsafe { m.attach_extbuf_fresh(raw.ptr, iova, buf_len, layout.headroom, shinfo) } {
+        Ok(()) => Ok(()),
+        // SAFETY: not attached: the reference is still ours, rebuilt into
+        // its handle once.
+        Err(e) => Err((e, unsafe { Frag::from_raw(raw) })),
+    }
+}
+
+/// Writes a fragment's tail (its page and the count it gives back) and its
+/// shared info, attached once, at the end of the fragment's `layout`; the
+/// info's address.
+///
+/// # Safety
+/// `raw` is a fragment reference we own, of at least `layout.frag_size()`
+/// bytes, `layout` passed [`FragLayout::check`]; the info is attached to
+/// one mbuf before anything else sees it.
+#[inline(always)]
+unsafe fn write_shinfo(raw: &RawFrag, layout: FragLayout) -> NonNull<ExtSharedInfo> {
+    // SAFETY: the shared info and the tail fit in the fragment (the
+    // caller's contract), 8-byte aligned (the fragment is 64-byte aligned),
+    // in bytes we own.
     let (shinfo, tail) = unsafe {
         let s = raw.ptr.add(layout.shinfo_offset()).cast::<ExtSharedInfo>();
         (s, s.add(1).cast::<FragTail>())
@@ -169,21 +194,12 @@ pub fn attach_frag(m: &mut Mbuf, frag: Frag, layout: FragLayout) -> Result<(), (
         })
     };
     // SAFETY: `frag_ext_free` with the tail gives the fragment's reference
-    // back, callable once from any thread; the info is attached below to
-    // this one mbuf, before anything else sees it.
+    // back, callable once from any thread; the caller attaches the info to
+    // one mbuf before anything else sees it.
     let info = unsafe { ExtSharedInfo::new_attached(frag_ext_free, tail.as_ptr().cast()) };
     // SAFETY: as above, the info's place is ours to write.
     unsafe { shinfo.write(info) };
-    let buf_len = layout.headroom + layout.data_room;
-    // SAFETY: the fragment (`buf_len` bytes before its info) stays valid until
-    // the info's callback gives it back; the info lives inside it, at a fixed
-    // address, until then; only the attached mbufs use the fragment.
-    match unsafe { m.attach_extbuf_fresh(raw.ptr, iova, buf_len, layout.headroom, shinfo) } {
-        Ok(()) => Ok(()),
-        // SAFETY: not attached: the reference is still ours, rebuilt into
-        // its handle once.
-        Err(e) => Err((e, unsafe { Frag::from_raw(raw) })),
-    }
+    shinfo
 }
 
 /// [`attach_frag`] for an Rx refill: the same result without its checks,
@@ -199,23 +215,9 @@ pub(crate) unsafe fn attach_frag_fresh(e: Elem, frag: Frag, layout: FragLayout) 
     debug_assert!(layout.check().is_ok() && frag.len() >= layout.frag_size());
     let iova = frag.iova();
     let raw = frag.into_raw();
-    // SAFETY: as in `attach_frag` (the caller vouches for its checks).
-    let (shinfo, tail) = unsafe {
-        let s = raw.ptr.add(layout.shinfo_offset()).cast::<ExtSharedInfo>();
-        (s, s.add(1).cast::<FragTail>())
-    };
-    // SAFETY: the tail's place is ours to write.
-    unsafe {
-        tail.write(FragTail {
-            meta: raw.meta,
-            target: (raw.len_target >> 32) as u32,
-        })
-    };
-    // SAFETY: as in `attach_frag`: the info is attached just below to this
-    // one header, before anything else sees it.
-    let info = unsafe { ExtSharedInfo::new_attached(frag_ext_free, tail.as_ptr().cast()) };
-    // SAFETY: the info's place is ours to write.
-    unsafe { shinfo.write(info) };
+    // SAFETY: the layout was checked and the fragment is big enough (the
+    // caller's contract); it is attached just below to this one header.
+    let shinfo = unsafe { write_shinfo(&raw, layout) };
     // SAFETY: a fresh header, ours alone (the caller's contract).
     let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
     // As `Mbuf::attach_extbuf_fresh`, whose checks the free-buffer
