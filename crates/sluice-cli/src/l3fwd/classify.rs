@@ -130,14 +130,32 @@ fn ipv4_checksum_ok(h: &[u8]) -> bool {
     a == 0xffff
 }
 
-/// An IPv4 header checksum after the TTL drops by one: RFC 1624 eqn. 3,
-/// `~(~c + ~m + m')`, for the word holding TTL and protocol, which drops by
-/// 0x0100 (so `~m + m'` is `~0x0100` = 0xfeff). One fold is enough: the sum
-/// is at most 0xffff + 0xfeff = 0x1fefe, which folds to 0xfeff.
+/// An IPv4 header checksum `c` after one of the header's 16-bit words
+/// drops by `d` (without borrow): RFC 1624 eqn. 3, `~(~c + ~m + m')`, where
+/// `~m + m'` is `~d`. One fold is enough: the sum is at most 0xffff +
+/// 0xffff = 0x1fffe, which folds to 0xffff. Ones' complement sums do not
+/// depend on byte order, so `c` and `d` may both be byte-swapped (read
+/// little-endian) and the result is then swapped too.
 #[inline(always)]
-fn checksum_after_ttl_decrement(c: u16) -> u16 {
-    let sum = u32::from(!c) + 0xfeff;
+fn checksum_after_decrement(c: u16, d: u16) -> u16 {
+    let sum = u32::from(!c) + u32::from(!d);
     !(((sum & 0xffff) + (sum >> 16)) as u16)
+}
+
+/// The TTL's place in the big-endian word holding TTL and protocol: a
+/// decrement takes this off it.
+const TTL_ONE: u16 = 0x0100;
+
+/// Bytes 22..25 of an IPv4 frame read little-endian (TTL, protocol, the
+/// checksum byte-swapped in the high half) after the TTL, at least 1, drops
+/// by one: [`checksum_after_decrement`] on the high half, worked in the
+/// whole word. `~x + 0xfffe` is the high half of `(w ^ 0xffff0000) +
+/// 0xfffe0000`, its carry out is the fold's end-around carry (one fold is
+/// enough), and the TTL's decrement cannot borrow from the protocol.
+#[inline(always)]
+fn ttl_decremented(w: u32) -> u32 {
+    let (sum, carry) = (w ^ 0xffff_0000).overflowing_add(0xfffe_0000);
+    ((sum + (u32::from(carry) << 16)) ^ 0xffff_0000) - 1
 }
 
 /// Checks an IPv4 packet, looks it up and decrements its TTL; the output
@@ -164,7 +182,7 @@ fn ipv4<R: Router>(r: &R, ip: &mut [u8], ol_flags: u64) -> Result<u32, DropReaso
     let hop = r.v4(ip, ihl).ok_or(DropReason::NoRoute)?;
     ip[8] = ttl - 1;
     let c = u16::from_be_bytes([ip[10], ip[11]]);
-    ip[10..12].copy_from_slice(&checksum_after_ttl_decrement(c).to_be_bytes());
+    ip[10..12].copy_from_slice(&checksum_after_decrement(c, TTL_ONE).to_be_bytes());
     Ok(hop)
 }
 
@@ -194,6 +212,10 @@ fn ipv6<R: Router>(r: &R, ip: &mut [u8]) -> Result<u32, DropReason> {
 /// frame, and a route to an existing port. Rewrites it (TTL, checksum,
 /// MACs) and returns the port. Anything else returns `None` with the frame
 /// untouched, for [`route`] to check in full and count.
+///
+/// The header words are read little-endian, as the CPU loads them, so no
+/// byte is swapped but the destination address: a field test is a mask
+/// and a compare, and the checksum is updated in its swapped form.
 #[inline(always)]
 pub fn route_fast<R: Router>(r: &R, m: &mut Mbuf, macs: &[PortMacs]) -> Option<usize> {
     if m.ol_flags() & (ol::RX_IP_CKSUM_GOOD | ol::RX_IP_CKSUM_BAD) != ol::RX_IP_CKSUM_GOOD {
@@ -201,22 +223,27 @@ pub fn route_fast<R: Router>(r: &R, m: &mut Mbuf, macs: &[PortMacs]) -> Option<u
     }
     let d = m.data_mut().ok()?;
     let len = d.len();
-    let h = d.first_chunk::<34>()?;
-    // Bytes 12..15: ethertype 0x0800, then version 4 with IHL 5.
-    let kind = u32::from_be_bytes([0, h[12], h[13], h[14]]);
+    // At least 34 bytes from here on: `len - 34` below cannot wrap.
+    let h = d.first_chunk_mut::<34>()?;
+    // Bytes 12..14: ethertype 0x0800, then version 4 with IHL 5.
+    let ethertype = u16::from_le_bytes([h[12], h[13]]);
     let total = u16::from_be_bytes([h[16], h[17]]) as usize;
-    // Bytes 22..26: TTL, protocol, header checksum.
-    let word = u32::from_be_bytes([h[22], h[23], h[24], h[25]]);
-    if kind != 0x08_00_45 || total < 20 || total + 14 > len || word < 2 << 24 {
+    // Bytes 22..25: TTL (the low byte), protocol, then the checksum, its
+    // bytes swapped (the high half).
+    let word = u32::from_le_bytes([h[22], h[23], h[24], h[25]]);
+    // `total` in 20..=len - 14 in one compare: below 20 it wraps.
+    if ethertype != 0x00_08
+        || h[14] != 0x45
+        || total.wrapping_sub(20) > len - 34
+        || word as u8 & 0xfe == 0
+    {
         return None;
     }
-    let port = r.v4(&d[14..], 20)? as usize;
+    let port = r.v4(&h[14..], 20)? as usize;
     let mac = macs.get(port)?;
-    let c = checksum_after_ttl_decrement(word as u16);
-    let word = (word - (1 << 24)) & 0xffff_0000 | u32::from(c);
-    let h = d.first_chunk_mut::<34>()?;
-    h[22..26].copy_from_slice(&word.to_be_bytes());
-    mac.write(h.first_chunk_mut::<12>()?);
+    h[22..26].copy_from_slice(&ttl_decremented(word).to_le_bytes());
+    let (eth, _) = h.split_first_chunk_mut::<12>()?;
+    mac.write(eth);
     Some(port)
 }
 
@@ -339,6 +366,52 @@ mod tests {
             assert_eq!(r, Ok(1));
             let want = v4_frame([198, 18, 7, 9], ttl - 1);
             assert_eq!(out[14..34], want[14..34], "ttl {ttl}");
+        }
+    }
+
+    /// Ones' complement sum of two 16-bit words, folded.
+    fn add1c(a: u32, b: u32) -> u32 {
+        let s = a + b;
+        (s & 0xffff) + (s >> 16)
+    }
+
+    #[test]
+    fn checksum_update_equals_a_full_recomputation_in_either_byte_order() {
+        // A header of two words, `a` and the TTL/protocol word `m`, whose
+        // checksum is `c`: a = ~c - m in ones' complement. After the TTL
+        // drops, the recomputed checksum is ~(a + m - 0x100).
+        for c in 0..=0xffffu32 {
+            for m in [0x0111u32, 0x0206, 0x4006, 0xff11, 0x0100] {
+                let a = add1c(!c & 0xffff, !m & 0xffff);
+                let full = !add1c(a, m - 0x100) as u16;
+                let c = c as u16;
+                assert_eq!(
+                    checksum_after_decrement(c, TTL_ONE),
+                    full,
+                    "c {c:#x} m {m:#x}"
+                );
+                assert_eq!(
+                    checksum_after_decrement(c.swap_bytes(), TTL_ONE.swap_bytes()),
+                    full.swap_bytes(),
+                    "swapped: c {c:#x} m {m:#x}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn the_word_update_is_the_checksum_update_and_a_ttl_decrement() {
+        for c in 0..=0xffffu16 {
+            for (ttl, proto) in [(1u8, 17u8), (2, 6), (64, 17), (255, 255), (128, 0)] {
+                let w = u32::from_le_bytes([ttl, proto, 0, 0]) | u32::from(c.swap_bytes()) << 16;
+                let want = checksum_after_decrement(c, TTL_ONE).to_be_bytes();
+                let [t, p, c0, c1] = ttl_decremented(w).to_le_bytes();
+                assert_eq!(
+                    (t, p, [c0, c1]),
+                    (ttl - 1, proto, want),
+                    "c {c:#x} ttl {ttl}"
+                );
+            }
         }
     }
 
