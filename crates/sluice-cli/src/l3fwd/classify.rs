@@ -270,16 +270,17 @@ pub fn route<R: Router>(r: &R, m: &mut Mbuf, macs: &[PortMacs]) -> Result<usize,
     Ok(port)
 }
 
+/// Test fixtures shared with the lcore loop's tests: a fixed router, two
+/// ports' MACs, frames, a small pool.
 #[cfg(test)]
-mod tests {
+pub(crate) mod fixtures {
     use super::*;
     use etherparse::PacketBuilder;
-    use proptest::prelude::*;
     use sluice::mbuf::{MbufPool, MbufPoolConfig};
 
     /// Routes 198.18.0.0/16 and 2001:2::/32 to port 1, 10/8 to port 7
     /// (which does not exist), everything else nowhere.
-    struct Fixed;
+    pub(crate) struct Fixed;
     impl Router for Fixed {
         fn v4(&self, ip: &[u8], _ihl: usize) -> Option<u32> {
             match (ip[16], ip[17]) {
@@ -293,7 +294,7 @@ mod tests {
         }
     }
 
-    fn macs() -> [PortMacs; 2] {
+    pub(crate) fn macs() -> [PortMacs; 2] {
         [
             PortMacs::new(
                 MacAddr([2, 0, 0, 0, 0, 0xa0]),
@@ -306,7 +307,7 @@ mod tests {
         ]
     }
 
-    fn v4_frame(dst: [u8; 4], ttl: u8) -> Vec<u8> {
+    pub(crate) fn v4_frame(dst: [u8; 4], ttl: u8) -> Vec<u8> {
         let b = PacketBuilder::ethernet2([9; 6], [8; 6])
             .ipv4([10, 1, 2, 3], dst, ttl)
             .udp(1234, 9);
@@ -315,7 +316,7 @@ mod tests {
         v
     }
 
-    fn v6_frame(dst: [u8; 16], hops: u8) -> Vec<u8> {
+    pub(crate) fn v6_frame(dst: [u8; 16], hops: u8) -> Vec<u8> {
         let b = PacketBuilder::ethernet2([9; 6], [8; 6])
             .ipv6([0xfe; 16], dst, hops)
             .udp(1234, 9);
@@ -324,7 +325,7 @@ mod tests {
         v
     }
 
-    fn pool() -> MbufPool {
+    pub(crate) fn pool() -> MbufPool {
         MbufPool::new(MbufPoolConfig {
             size: 63,
             cache_size: 0,
@@ -332,6 +333,14 @@ mod tests {
         })
         .unwrap()
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::*;
+    use super::*;
+    use proptest::prelude::*;
+    use sluice::mbuf::MbufPool;
 
     fn run(pool: &MbufPool, frame: &[u8]) -> (Result<usize, DropReason>, Vec<u8>) {
         let mut m = pool.alloc().unwrap();

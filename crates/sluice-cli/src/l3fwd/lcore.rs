@@ -305,54 +305,13 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use etherparse::PacketBuilder;
-    use sluice::mbuf::MbufPoolConfig;
+    use crate::l3fwd::classify::fixtures::{Fixed, macs, pool, v4_frame};
     use sluice::mbuf::layout::ol;
-    use sluice::net::MacAddr;
-
-    /// 198.18/16 to port 1, 10/8 to port 5 (which does not exist).
-    struct Fixed;
-    impl Router for Fixed {
-        fn v4(&self, ip: &[u8], _ihl: usize) -> Option<u32> {
-            match (ip[16], ip[17]) {
-                (198, 18) => Some(1),
-                (10, _) => Some(5),
-                _ => None,
-            }
-        }
-        fn v6(&self, _ip: &[u8]) -> Option<u32> {
-            None
-        }
-    }
-
-    fn frame(dst: [u8; 4], ttl: u8, tag: u8) -> Vec<u8> {
-        let mut v = Vec::new();
-        PacketBuilder::ethernet2([9; 6], [8; 6])
-            .ipv4([10, 1, 2, 3], dst, ttl)
-            .udp(1234, 9)
-            .write(&mut v, &[tag; 18])
-            .unwrap();
-        v
-    }
 
     #[test]
     fn a_burst_routes_the_common_case_and_leaves_the_rest_untouched() {
-        let pool = MbufPool::new(MbufPoolConfig {
-            size: 127,
-            cache_size: 0,
-            ..Default::default()
-        })
-        .unwrap();
-        let macs = [
-            PortMacs::new(
-                MacAddr([2, 0, 0, 0, 0, 0xa0]),
-                MacAddr([2, 0, 0, 0, 0, 0xb0]),
-            ),
-            PortMacs::new(
-                MacAddr([2, 0, 0, 0, 0, 0xa1]),
-                MacAddr([2, 0, 0, 0, 0, 0xb1]),
-            ),
-        ];
+        let pool = pool();
+        let macs = macs();
         // 45 packets (past the prefetch distance, and the tail after it):
         // every fifth one routed, the others declined for a different
         // reason each.
@@ -361,11 +320,11 @@ mod tests {
         let mut want_declined = 0u64;
         for i in 0..45u8 {
             let (f, flags, taken) = match i % 5 {
-                0 => (frame([198, 18, 0, i], 64, i), ol::RX_IP_CKSUM_GOOD, true),
-                1 => (frame([198, 18, 0, i], 1, i), ol::RX_IP_CKSUM_GOOD, false),
-                2 => (frame([198, 18, 0, i], 64, i), 0, false),
-                3 => (frame([10, 0, 0, i], 64, i), ol::RX_IP_CKSUM_GOOD, false),
-                _ => (frame([192, 0, 2, i], 64, i), ol::RX_IP_CKSUM_GOOD, false),
+                0 => (v4_frame([198, 18, 0, i], 64), ol::RX_IP_CKSUM_GOOD, true),
+                1 => (v4_frame([198, 18, 0, i], 1), ol::RX_IP_CKSUM_GOOD, false),
+                2 => (v4_frame([198, 18, 0, i], 64), 0, false),
+                3 => (v4_frame([10, 0, 0, i], 64), ol::RX_IP_CKSUM_GOOD, false),
+                _ => (v4_frame([192, 0, 2, i], 64), ol::RX_IP_CKSUM_GOOD, false),
             };
             let mut m = pool.alloc().unwrap();
             m.append(f.len()).unwrap().copy_from_slice(&f);
