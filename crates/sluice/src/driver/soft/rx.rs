@@ -465,12 +465,13 @@ impl SoftRx {
     fn recycle_view(&mut self) -> RecycleRxInfo<'_> {
         debug_assert_eq!(self.committed, 0);
         let due = self.due();
-        // SAFETY: the ring's size is the descriptor count, a power of two
-        // (port configuration, checked in `new`); `due <= nb` (`tail` is
-        // never behind `next` nor more than a ring ahead); `free_thresh` is
-        // a power of two no larger than the ring (driver arguments, checked
-        // in `new`), and `tail` a multiple of it (refills are whole batches,
-        // recycled runs whole units).
+        // The view's conditions: the ring's size is the descriptor count, a
+        // power of two (port configuration, checked in `new`); `due <= nb`
+        // (`tail` is never behind `next` nor more than a ring ahead);
+        // `free_thresh` is a power of two no larger than the ring (driver
+        // arguments, checked in `new`), and `tail` a multiple of it
+        // (refills are whole batches, recycled runs whole units).
+        // SAFETY: those conditions, as just shown.
         unsafe {
             RecycleRxInfo::new_unchecked(
                 &mut self.sw_ring,
