@@ -23,6 +23,23 @@ fn provider() -> BlockProvider {
     .unwrap()
 }
 
+/// A pool of 32 KiB pages on `p`, owned by the calling lcore, with a ring
+/// of 2 and the given direct cache size and ring batch.
+fn order3_pool(p: &BlockProvider, cache_size: u32, ring_batch: u32) -> PagePool {
+    PagePool::new(
+        p,
+        PagePoolConfig {
+            name: "loom".into(),
+            order: 3,
+            cache_size,
+            ring_size: 2,
+            ring_batch,
+            owner: lcore::current(),
+        },
+    )
+    .unwrap()
+}
+
 fn builder() -> loom::model::Builder {
     let mut b = loom::model::Builder::new();
     b.preemption_bound = Some(3);
@@ -39,18 +56,7 @@ fn loom_last_reference_sends_the_page_home_exactly_once() {
     builder().check(|| {
         let p = provider();
         let _l = lcore::register().unwrap();
-        let pool = PagePool::new(
-            &p,
-            PagePoolConfig {
-                name: "loom".into(),
-                order: 3,
-                cache_size: 2,
-                ring_size: 2,
-                ring_batch: 1,
-                owner: lcore::current(),
-            },
-        )
-        .unwrap();
+        let pool = order3_pool(&p, 2, 1);
         let mut fa = PageFragAlloc::new(pool.clone());
         // 8000-byte fragments: target 4 per 32 KiB page; three are cut.
         let a = fa.alloc_frag(8000).unwrap();
@@ -109,18 +115,7 @@ fn loom_direct_cache_and_ring_hand_pages_back() {
     builder().check(|| {
         let p = provider();
         let _l = lcore::register().unwrap();
-        let pool = PagePool::new(
-            &p,
-            PagePoolConfig {
-                name: "loom".into(),
-                order: 3,
-                cache_size: 1,
-                ring_size: 2,
-                ring_batch: 1,
-                owner: lcore::current(),
-            },
-        )
-        .unwrap();
+        let pool = order3_pool(&p, 1, 1);
         let x = pool.alloc_page().unwrap();
         let mut y = pool.alloc_page().unwrap();
         let (xa, ya) = (x.as_ptr(), y.as_ptr());
@@ -155,18 +150,7 @@ fn loom_owner_takes_fewer_than_a_batch_when_the_provider_is_empty() {
     builder().check(|| {
         let p = provider();
         let _l = lcore::register().unwrap();
-        let pool = PagePool::new(
-            &p,
-            PagePoolConfig {
-                name: "loom".into(),
-                order: 3,
-                cache_size: 2,
-                ring_size: 2,
-                ring_batch: 2,
-                owner: lcore::current(),
-            },
-        )
-        .unwrap();
+        let pool = order3_pool(&p, 2, 2);
         // Both 32 KiB blocks of the provider.
         let x = pool.alloc_page().unwrap();
         let mut y = pool.alloc_page().unwrap();
@@ -212,18 +196,7 @@ fn loom_bulk_free_run_and_stash_send_each_page_home_once() {
     builder().check(|| {
         let p = provider();
         let _l = lcore::register().unwrap();
-        let pool = PagePool::new(
-            &p,
-            PagePoolConfig {
-                name: "loom".into(),
-                order: 3,
-                cache_size: 2,
-                ring_size: 2,
-                ring_batch: 1,
-                owner: lcore::current(),
-            },
-        )
-        .unwrap();
+        let pool = order3_pool(&p, 2, 1);
         let mut fa = PageFragAlloc::new(pool.clone());
         let a = fa.alloc_frag(8000).unwrap();
         let b = fa.alloc_frag(8000).unwrap();

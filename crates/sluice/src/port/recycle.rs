@@ -109,11 +109,7 @@ impl<'a> RecycleRxInfo<'a> {
         pool: &'a MbufPool,
         committed: &'a mut u32,
     ) -> RecycleRxInfo<'a> {
-        let size = ring.len();
-        assert!(
-            view_ok(size, refill_head, due, refill_requirement),
-            "bad recycle view: ring {size}, due {due}, unit {refill_requirement}, head {refill_head}"
-        );
+        check_view(ring.len(), refill_head, due, refill_requirement);
         // SAFETY: just checked.
         unsafe {
             RecycleRxInfo::new_unchecked(
@@ -144,16 +140,14 @@ impl<'a> RecycleRxInfo<'a> {
         pool: &'a MbufPool,
         committed: &'a mut u32,
     ) -> RecycleRxInfo<'a> {
-        let size = ring.len();
-        debug_assert!(
-            view_ok(size, refill_head, due, refill_requirement),
-            "bad recycle view: ring {size}, due {due}, unit {refill_requirement}, head {refill_head}"
-        );
+        if cfg!(debug_assertions) {
+            check_view(ring.len(), refill_head, due, refill_requirement);
+        }
         let (pool_base, pool_len) = pool.region_range();
         RecycleRxInfo {
             pool_base,
             pool_len,
-            mask: (size as u32).wrapping_sub(1),
+            mask: (ring.len() as u32).wrapping_sub(1),
             ring,
             refill_head,
             due,
@@ -292,6 +286,16 @@ fn view_ok(size: usize, refill_head: u32, due: u32, refill_requirement: u32) -> 
         && unit.is_power_of_two()
         && unit as usize <= size
         && refill_head & (unit - 1) == 0
+}
+
+/// Panics, naming the values, unless [`view_ok`].
+#[inline(always)]
+#[track_caller]
+fn check_view(size: usize, refill_head: u32, due: u32, refill_requirement: u32) {
+    assert!(
+        view_ok(size, refill_head, due, refill_requirement),
+        "bad recycle view: ring {size}, due {due}, unit {refill_requirement}, head {refill_head}"
+    );
 }
 
 /// Copies a run of buffer addresses (equal lengths) in whole cache lines of
