@@ -73,8 +73,17 @@ fn queue_counts_the_driver_cannot_do_are_clear_errors() {
     }
     let p = pool(255);
     let cfg = || PortConfig::new(Some(p.clone()));
-    let name = tap_name();
-    let spec = format!("tap:iface={name}");
+    // Each open creates the device before its queues are checked, and the
+    // kernel unregisters it only as the failed open's last descriptor
+    // closes, not always before the next open looks: a fresh name for each
+    // attempt, so none finds the one before it still listed.
+    let mut names = Vec::new();
+    let mut fresh = || {
+        let name = tap_name();
+        names.push(name.clone());
+        (format!("tap:iface={name}"), name)
+    };
+    let (spec, name) = fresh();
     assert_eq!(
         err(&spec, cfg().queues(2, 1)),
         format!(
@@ -82,10 +91,12 @@ fn queue_counts_the_driver_cannot_do_are_clear_errors() {
              both directions, so the counts must be equal"
         )
     );
+    let (spec, _) = fresh();
     assert_eq!(
         err(&spec, cfg().queues(17, 17)),
         format!("port '{spec}': 17 Rx queues asked, driver tap has at most 16")
     );
+    let (spec, name) = fresh();
     let mut big = cfg();
     big.mtu = 4000;
     assert_eq!(
@@ -95,11 +106,15 @@ fn queue_counts_the_driver_cannot_do_are_clear_errors() {
              of Rx queue 0's pool (2048)"
         )
     );
-    // Each failed open closed the device again: the name is free (the
-    // kernel unregisters it as the last descriptor closes).
-    assert!(sluice_netns::wait_until(Duration::from_secs(10), || {
-        crate::driver::netdev::index(&name).is_none()
-    }));
+    // Each failed open closed its device again: the names are free.
+    for name in &names {
+        assert!(
+            sluice_netns::wait_until(Duration::from_secs(10), || {
+                crate::driver::netdev::index(name).is_none()
+            }),
+            "{name} still listed"
+        );
+    }
     // A single-queue device takes one queue only.
     let single = tap_name();
     Netns::root()
