@@ -9,6 +9,7 @@
 //! Output is a table, or with `--json` one JSON object per result line on
 //! stdout (notes and skipped cases then go to stderr).
 
+pub mod contention;
 pub mod distributor;
 pub mod fwd;
 pub mod fwd_afpacket;
@@ -608,6 +609,16 @@ pub fn on_lcores<T: Send + 'static>(jobs: Vec<(usize, Worker<T>)>) -> Result<Vec
     match first_err {
         None => Ok(out),
         Some(e) => Err(e),
+    }
+}
+
+/// Prints the core-contention probe's line ([`contention`]) for the CPUs
+/// of two-core cases, if there are two.
+pub fn note_contention(ctx: &Ctx) {
+    let Some(cpus) = ctx.cpu_pair() else { return };
+    match contention::measure(cpus, contention::ITERS) {
+        Ok(c) => ctx.note(&c.describe(cpus)),
+        Err(e) => ctx.note(&format!("core contention: {e}")),
     }
 }
 

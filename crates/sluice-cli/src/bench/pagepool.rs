@@ -402,6 +402,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
             Err(e) => ctx.note(&format!("cache line round trip: {e}")),
         }
     }
+    super::note_contention(ctx);
     for line in rx_memory() {
         ctx.note(&line);
     }

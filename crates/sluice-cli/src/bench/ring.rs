@@ -163,6 +163,8 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
                 ctx.report(&case, r);
             }
         }
+        // The other floor: how much the two CPUs slow each other down.
+        super::note_contention(ctx);
     }
 
     for mode in [Mode::Spsc, Mode::Mpmc] {

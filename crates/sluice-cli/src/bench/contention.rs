@@ -1,0 +1,199 @@
+//! How much the two benchmark CPUs slow each other down right now.
+//!
+//! A fixed loop of register-only arithmetic — eight independent chains, 16
+//! integer ops per iteration, no memory access — is timed alone on each CPU,
+//! then on both at once. It is bound by the core's integer units (about 4
+//! TSC cycles per iteration on a core of its own), so:
+//!
+//! - when the two CPUs are separate physical cores, running it on both
+//!   changes nothing;
+//! - when they are SMT siblings, or a hypervisor runs the two vCPUs on one
+//!   physical core's hyperthreads, each gets about half the units and the
+//!   loop takes up to twice as long on both;
+//! - a slow *alone* figure says something else ran on that core's sibling
+//!   meanwhile (another guest's thread).
+//!
+//! Every two-core figure moves with this, as it does with the cache line's
+//! round trip (`sluice bench ring`), and on this project's 2-vCPU machine it
+//! has been seen anywhere from 1.0× to 2.0× within minutes. Benchmarks that
+//! report two-core figures print it beside them.
+
+use std::sync::Arc;
+
+use sluice::tsc::rdtsc_ordered;
+
+use super::{SpinBarrier, Worker, on_lcore, on_lcores};
+
+/// Iterations timed per run of the loop: about 4 M cycles on a core alone.
+pub const ITERS: u64 = 1 << 20;
+
+/// What the probe measured: cycles per loop iteration.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CoreContention {
+    /// Each CPU running the loop while the other idles.
+    pub alone: [f64; 2],
+    /// Both CPUs running it at the same time.
+    pub together: [f64; 2],
+}
+
+impl CoreContention {
+    /// How much slower the loop ran with both CPUs busy: the mean of the
+    /// two `together` figures over the mean of the two `alone` ones.
+    pub fn slowdown(&self) -> f64 {
+        (self.together[0] + self.together[1]) / (self.alone[0] + self.alone[1])
+    }
+
+    /// One line for a benchmark's notes.
+    pub fn describe(&self, cpus: (usize, usize)) -> String {
+        let s = self.slowdown();
+        let verdict = if s < 1.15 {
+            "the two CPUs run side by side at full speed"
+        } else if s < 1.6 {
+            "the two CPUs partly share execution units (SMT siblings, or a busy host)"
+        } else {
+            "the two CPUs share one physical core's execution units (SMT siblings on the host)"
+        };
+        let [a0, a1] = self.alone;
+        let slow_alone = if a0 > 1.3 * a1 {
+            format!(
+                "; CPU {} was slow even alone (something else ran on its core)",
+                cpus.0
+            )
+        } else if a1 > 1.3 * a0 {
+            format!(
+                "; CPU {} was slow even alone (something else ran on its core)",
+                cpus.1
+            )
+        } else {
+            String::new()
+        };
+        format!(
+            "Core contention in this run: a register-only loop takes {a0:.2} / {a1:.2} TSC \
+             cycles per iteration alone on CPUs {} / {}, {:.2} / {:.2} with both running it: \
+             {s:.2}x, {verdict}{slow_alone}. Two-core figures move with it.",
+            cpus.0, cpus.1, self.together[0], self.together[1]
+        )
+    }
+}
+
+/// Runs the probe on `cpus`, `iters` iterations per timing.
+pub fn measure(cpus: (usize, usize), iters: u64) -> Result<CoreContention, String> {
+    let a0 = on_lcore(cpus.0, move || Ok(cycles_per_iter(iters)))?;
+    let a1 = on_lcore(cpus.1, move || Ok(cycles_per_iter(iters)))?;
+    let barrier = Arc::new(SpinBarrier::new(2));
+    let job = |b: Arc<SpinBarrier>| -> Worker<f64> {
+        Box::new(move || {
+            b.wait()?;
+            Ok(cycles_per_iter(iters))
+        })
+    };
+    let v = on_lcores(vec![
+        (cpus.0, job(Arc::clone(&barrier))),
+        (cpus.1, job(barrier)),
+    ])?;
+    Ok(CoreContention {
+        alone: [a0, a1],
+        together: [v[0], v[1]],
+    })
+}
+
+/// Times `iters` iterations of the loop on the calling thread.
+fn cycles_per_iter(iters: u64) -> f64 {
+    let iters = iters.max(1);
+    let start = rdtsc_ordered();
+    let x = alu_loop(iters);
+    let end = rdtsc_ordered();
+    std::hint::black_box(x);
+    end.wrapping_sub(start) as f64 / iters as f64
+}
+
+/// Eight chains of `add`, `rol`: 16 integer ops per iteration, each chain
+/// two deep, so the core's integer units (not latency) set the pace.
+#[cfg(target_arch = "x86_64")]
+#[inline(never)]
+fn alu_loop(iters: u64) -> u64 {
+    let mut r = [1u64, 2, 3, 4, 5, 6, 7, 8];
+    let k = std::hint::black_box(0x9e37_79b9_7f4a_7c15u64);
+    for _ in 0..iters {
+        // SAFETY: register arithmetic on the operands alone: no memory, no
+        // stack, no flags anyone reads.
+        unsafe {
+            std::arch::asm!(
+                "add {0}, {k}", "add {1}, {k}", "add {2}, {k}", "add {3}, {k}",
+                "add {4}, {k}", "add {5}, {k}", "add {6}, {k}", "add {7}, {k}",
+                "rol {0}, 1", "rol {1}, 1", "rol {2}, 1", "rol {3}, 1",
+                "rol {4}, 1", "rol {5}, 1", "rol {6}, 1", "rol {7}, 1",
+                inout(reg) r[0], inout(reg) r[1], inout(reg) r[2], inout(reg) r[3],
+                inout(reg) r[4], inout(reg) r[5], inout(reg) r[6], inout(reg) r[7],
+                k = in(reg) k,
+                options(nomem, nostack),
+            );
+        }
+    }
+    r.iter().fold(0, |a, &b| a ^ b)
+}
+
+/// Elsewhere: the same chains in plain Rust (the compiler may reshape them;
+/// the figure is then only roughly comparable).
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(never)]
+fn alu_loop(iters: u64) -> u64 {
+    let mut r = [1u64, 2, 3, 4, 5, 6, 7, 8];
+    let k = std::hint::black_box(0x9e37_79b9_7f4a_7c15u64);
+    for _ in 0..iters {
+        for x in r.iter_mut() {
+            *x = x.wrapping_add(k).rotate_left(1);
+        }
+        r = std::hint::black_box(r);
+    }
+    r.iter().fold(0, |a, &b| a ^ b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_loop_computes_the_chains() {
+        // Two iterations by hand for chain 0.
+        let k = 0x9e37_79b9_7f4a_7c15u64;
+        let step = |x: u64| x.wrapping_add(k).rotate_left(1);
+        let want: u64 = (1..=8u64).map(|x| step(step(x))).fold(0, |a, b| a ^ b);
+        assert_eq!(alu_loop(2), want);
+    }
+
+    #[test]
+    fn the_probe_gives_four_figures_and_a_ratio() {
+        let cpus = sluice::lcore::available_cpus();
+        let pair = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
+        let c = measure(pair, 1 << 12).unwrap();
+        for v in c.alone.iter().chain(&c.together) {
+            assert!(v.is_finite() && *v > 0.0, "{c:?}");
+        }
+        let line = c.describe(pair);
+        assert!(line.starts_with("Core contention in this run:"), "{line}");
+        assert!(line.contains(&format!("{:.2}x", c.slowdown())), "{line}");
+    }
+
+    #[test]
+    fn the_verdict_follows_the_slowdown() {
+        let c = |t: f64| CoreContention {
+            alone: [4.0, 4.0],
+            together: [t, t],
+        };
+        assert!(c(4.1).describe((0, 1)).contains("side by side"));
+        assert!(c(5.0).describe((0, 1)).contains("partly share"));
+        assert!(c(7.9).describe((0, 1)).contains("share one physical core"));
+        assert_eq!(c(8.0).slowdown(), 2.0);
+        assert!(!c(4.0).describe((0, 1)).contains("slow even alone"));
+        let lopsided = CoreContention {
+            alone: [4.0, 6.5],
+            together: [4.0, 6.5],
+        };
+        assert!(
+            lopsided
+                .describe((0, 1))
+                .contains("CPU 1 was slow even alone")
+        );
+    }
+}
