@@ -10,8 +10,8 @@ use super::cache::{
 };
 use super::memory::Region;
 use super::{
-    ELT_ALIGN, Elem, MAX_CACHE_SIZE, MAX_ELT_SIZE, MAX_POOL_SIZE, MempoolConfig, MempoolError,
-    MempoolStats,
+    Elem, MAX_CACHE_SIZE, MAX_ELT_SIZE, MAX_POOL_SIZE, MempoolConfig, MempoolError, MempoolStats,
+    element_stride,
 };
 use crate::copy::copy_slice;
 use crate::lcore::{self, MAX_LCORES};
@@ -47,7 +47,8 @@ pub(crate) struct PoolInner {
     size: u32,
     /// Bytes asked for per element.
     elt_size: usize,
-    /// Distance between elements: `elt_size` rounded up to `ELT_ALIGN`.
+    /// Distance between elements: `element_stride(elt_size)`, an odd
+    /// number of cache lines.
     stride: usize,
     /// Per-lcore cache size (0: no caches).
     cache_size: u32,
@@ -119,7 +120,7 @@ impl Mempool {
         if flush_thresh > size {
             return Err(MempoolError::CacheExceedsPool { cache_size, size });
         }
-        let stride = elt_size.next_multiple_of(ELT_ALIGN);
+        let stride = element_stride(elt_size);
         let region =
             Region::new(stride * size as usize, hugepages).map_err(MempoolError::Memory)?;
         let ring = SharedRing::new((size as usize).next_power_of_two())

@@ -54,6 +54,46 @@ fn every_element_round_trips(p: &Mempool) {
 }
 
 #[test]
+fn elements_are_an_odd_number_of_lines_apart() {
+    // Whole lines, plus one when that is even.
+    for (elt, stride) in [
+        (1, 64),
+        (64, 64),
+        (65, 192),
+        (200, 320),
+        (2048, 2112),
+        (2304, 2368),
+        (2368, 2368),
+        (8320, 8384),
+    ] {
+        assert_eq!(element_stride(elt), stride, "{elt}");
+    }
+    // A pool lays them out so: element `i` at `i * stride`, and `n`
+    // consecutive elements start in `n` different sets of any power-of-two
+    // set count `n`.
+    let p = pool(300, 0);
+    assert_eq!((p.elt_size(), p.stride()), (200, 320));
+    let mut got = Vec::new();
+    while let Some(e) = p.get() {
+        got.push(e);
+    }
+    assert_eq!(got.len(), 300);
+    let sets = 256u64;
+    let starts: HashSet<u64> = got
+        .iter()
+        .filter(|&&e| p.index_of(e).unwrap() < sets as u32)
+        .map(|&e| {
+            assert_eq!(p.iova(e), p.index_of(e).unwrap() as u64 * 320);
+            (p.iova(e) / ELT_ALIGN as u64) % sets
+        })
+        .collect();
+    assert_eq!(starts.len(), sets as usize);
+    // SAFETY: elements got above, each put back once.
+    unsafe { p.put_bulk(&got) };
+    assert!(p.is_full());
+}
+
+#[test]
 fn every_element_without_cache() {
     every_element_round_trips(&pool(1000, 0));
 }

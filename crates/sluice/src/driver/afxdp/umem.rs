@@ -4,15 +4,17 @@
 //!
 //! # Layout: unaligned chunks
 //! The UMEM is the mbuf pool's whole region, registered as it is: one
-//! *chunk* per pool element (`chunk_size` = the pool's stride, 2304 bytes
-//! for the default 128-byte header + 128 headroom + 2048 data room), so a
+//! *chunk* per pool element (`chunk_size` = the element size, 2304 bytes
+//! for the default 128-byte header + 128 headroom + 2048 data room; the
+//! chunks lie the pool's stride apart, 2368 bytes, an odd number of cache
+//! lines: see [`element_stride`](crate::mempool::element_stride)), so a
 //! frame **is** an mbuf: the kernel writes a received packet at
 //! `chunk + umem_headroom + XDP_PACKET_HEADROOM (256)`, which is exactly
 //! where the mbuf's data starts after its 128-byte header and 128-byte
 //! headroom (`umem_headroom` = header + pool headroom − 256, 0 by
 //! default). Received packets become mbufs with no copy.
 //!
-//! The default stride is not a power of two, so the UMEM is registered in
+//! The default chunk and stride are not powers of two, so the UMEM is registered in
 //! *unaligned chunk* mode (`XDP_UMEM_UNALIGNED_CHUNK_FLAG`). Aligned mode
 //! would need 4096-byte elements (44 % of the memory wasted at the default
 //! data room) or a data room cut to 1792 bytes; unaligned mode takes any
@@ -61,8 +63,12 @@ pub(crate) struct Umem {
     base: usize,
     /// Bytes registered (the region's length).
     len: u64,
-    /// Chunk size: the pool's element stride.
+    /// Distance between chunks: the pool's element stride (an odd number
+    /// of cache lines, so a line or so more than an element).
     stride: u64,
+    /// Chunk size registered with the kernel: the pool's element size, so
+    /// the kernel never writes into the padding between elements.
+    chunk: u64,
     /// Elements (chunks) in use: `frames * stride <= len`.
     frames: u32,
     /// `stride = odd << shift`.
@@ -96,10 +102,11 @@ impl Umem {
         let mp = pool.mempool();
         let region = mp.region();
         let stride = mp.stride() as u64;
+        let chunk = mp.elt_size() as u64;
         let name = mp.name();
-        if stride < MIN_CHUNK {
+        if chunk < MIN_CHUNK {
             return Err(format!(
-                "pool '{name}': elements of {stride} bytes are smaller than an AF_XDP frame \
+                "pool '{name}': elements of {chunk} bytes are smaller than an AF_XDP frame \
                  ({MIN_CHUNK}); give it a data room of at least {}",
                 MIN_CHUNK - HEADER_SIZE as u64 - pool.headroom() as u64
             ));
@@ -113,11 +120,12 @@ impl Umem {
             base: region.base().as_ptr() as usize,
             len: region.len() as u64,
             stride,
+            chunk,
             frames: mp.size(),
             shift,
             inv: inverse_mod_2_64(odd),
             headroom: headroom as u32,
-            frame_room: (stride - kernel_start) as u32,
+            frame_room: (chunk - kernel_start) as u32,
             hugepages: region.backing() == crate::mempool::Backing::Hugepages,
         })
     }
@@ -132,9 +140,10 @@ impl Umem {
         self.len
     }
 
-    /// The chunk size.
+    /// The chunk size: the most bytes of a chunk a frame may use, from
+    /// its start.
     pub(crate) fn chunk_size(&self) -> u32 {
-        self.stride as u32
+        self.chunk as u32
     }
 
     /// The UMEM headroom to register.
@@ -331,7 +340,9 @@ mod tests {
         assert_eq!(u.frame_room(), 2048);
         assert_eq!(u.frames(), 1000);
         assert!(!u.zero_copy_ok(), "2304-byte chunks on 4 KiB pages");
-        assert!(u.len() >= 1000 * 2304);
+        // Chunks lie an odd number of lines apart: 37 of them.
+        assert!(u.len() >= 1000 * 2368);
+        assert_eq!(u.offset_of_index(1), 2368);
         // A bigger pool headroom is given to the kernel as UMEM headroom.
         let p2 = pool(10, 256, 2048);
         let u2 = Umem::of_pool(&p2).unwrap();
@@ -359,8 +370,19 @@ mod tests {
             assert_eq!(u.offset_of(e), off);
             assert_eq!(u.index_of(e), idx);
         }
-        let end = 777 * 2304;
-        for bad in [1, 128, 2303, 2305, end, end + 2304, u64::MAX >> 16, 1 << 47] {
+        // The stride: 2304 bytes spread to 37 lines.
+        let end = 777 * 2368;
+        for bad in [
+            1,
+            128,
+            2304,
+            2367,
+            2369,
+            end,
+            end + 2368,
+            u64::MAX >> 16,
+            1 << 47,
+        ] {
             assert_eq!(u.index(bad), None, "{bad}");
         }
         assert!(!u.holds(u.elem_at(end)));
@@ -388,7 +410,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             Umem::of_pool(&p).unwrap_err(),
-            "pool 'tiny': elements of 1280 bytes are smaller than an AF_XDP frame (2048); give \
+            "pool 'tiny': elements of 1256 bytes are smaller than an AF_XDP frame (2048); give \
              it a data room of at least 1792"
         );
     }
