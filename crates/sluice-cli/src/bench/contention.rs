@@ -76,6 +76,27 @@ impl CoreContention {
     }
 }
 
+/// One line for a benchmark that probed at the start of each of its
+/// rounds: the spread of the slowdowns it saw.
+pub fn describe_rounds(slowdowns: &[f64]) -> String {
+    if slowdowns.is_empty() {
+        return "Core contention: not measured.".to_owned();
+    }
+    let mut v = slowdowns.to_vec();
+    v.sort_by(f64::total_cmp);
+    let median = v[v.len() / 2];
+    let shared = v.iter().filter(|&&s| s >= 1.6).count();
+    format!(
+        "Core contention at the start of each of the {} round(s) (a register-only loop on \
+         both CPUs at once against each alone): median {median:.2}x, {:.2}-{:.2}x; {shared} \
+         round(s) at 1.6x or more, where the two CPUs shared one physical core and the \
+         two-core figures were not two cores' figures.",
+        v.len(),
+        v[0],
+        v[v.len() - 1]
+    )
+}
+
 /// Runs the probe on `cpus`, `iters` iterations per timing.
 pub fn measure(cpus: (usize, usize), iters: u64) -> Result<CoreContention, String> {
     let a0 = on_lcore(cpus.0, move || Ok(cycles_per_iter(iters)))?;
@@ -195,5 +216,12 @@ mod tests {
                 .describe((0, 1))
                 .contains("CPU 1 was slow even alone")
         );
+        let r = describe_rounds(&[2.0, 1.0, 1.1]);
+        assert!(r.contains("each of the 3 round(s)"), "{r}");
+        assert!(
+            r.contains("median 1.10x, 1.00-2.00x; 1 round(s) at 1.6x"),
+            "{r}"
+        );
+        assert_eq!(describe_rounds(&[]), "Core contention: not measured.");
     }
 }

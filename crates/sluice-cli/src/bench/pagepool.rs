@@ -54,7 +54,12 @@
 //! through the direct cache, and through the ring from another core).
 //!
 //! Cases run interleaved, one slice each per round, fresh allocators each
-//! time; figures are medians over rounds, min-max the spread.
+//! time; figures are medians over rounds, min-max the spread. With two CPUs
+//! each round starts with the core-contention probe
+//! ([`contention`](super::contention)), and a note gives the spread of what
+//! it saw: a two-core row taken while the host ran both vCPUs on one
+//! physical core is slowed by up to 2x in every instruction, not by the
+//! allocator.
 //!
 //! Last, io forwarding between two soft ports on one core in both Rx modes
 //! (`rxbuf=mbuf`, `rxbuf=frag`), as `sluice bench fwd`'s `soft io (inline)`
@@ -355,7 +360,15 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         ));
     }
     let mut splits: Vec<Result<Vec<Split>, String>> = vec![Ok(Vec::new()); cases.len()];
+    let mut slowdowns = Vec::new();
     for r in 0..rounds as usize {
+        // How much the two CPUs slow each other down in this round (the
+        // host may move them onto one physical core and back).
+        if let Some(cpus) = two
+            && let Ok(c) = super::contention::measure(cpus, super::contention::ITERS)
+        {
+            slowdowns.push(c.slowdown());
+        }
         // Rotate the order so no case always runs first.
         for k in 0..cases.len() {
             let i = (k + r) % cases.len();
@@ -385,9 +398,6 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
             Err(e) => ctx.report(&case.name(), Err(e)),
         }
     }
-    for line in verdict(&rows) {
-        ctx.note(&line);
-    }
     if let Some(cpus) = two {
         // Every two-core figure moves with this (see `bench ring`).
         let trips = (ops / 64).max(1000);
@@ -402,7 +412,12 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
             Err(e) => ctx.note(&format!("cache line round trip: {e}")),
         }
     }
-    super::note_contention(ctx);
+    if two.is_some() {
+        ctx.note(&super::contention::describe_rounds(&slowdowns));
+    }
+    for line in verdict(&rows) {
+        ctx.note(&line);
+    }
     for line in rx_memory() {
         ctx.note(&line);
     }
