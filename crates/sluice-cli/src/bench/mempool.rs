@@ -83,9 +83,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     }
     ctx.section("mempool (cf. DPDK mempool_perf_autotest)", &notes);
 
-    if ctx.cpu_pair().is_some() {
-        super::note_contention(ctx);
-    }
+    super::note_contention(ctx);
     for cores in [1u32, 2] {
         for cache in CACHES {
             let todo: Vec<usize> = BULKS
