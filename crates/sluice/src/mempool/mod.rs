@@ -90,7 +90,7 @@ pub const ELT_ALIGN: usize = 64;
 /// cachegrind's model of this machine's L2 (1 MiB, 8-way), `sluice bench
 /// fwd`'s l3fwd case went from 6.6 M to 0.35 M L2 read misses with it (the
 /// cycles moved much less: the L3 behind that L2 is quick). The price is at
-/// most one line per element: a third more for 2-line elements, 3 % for
+/// most one line per element: half again for 2-line elements, 3 % for
 /// the default mbuf.
 pub const fn element_stride(elt_size: usize) -> usize {
     let lines = elt_size.div_ceil(ELT_ALIGN);
