@@ -47,9 +47,21 @@ pub(super) const DESC: u16 = 1024;
 /// Packets per case by default.
 const DEFAULT_OPS: u64 = 1 << 25;
 
-/// The soft ports of the soft cases (io and l3fwd alike).
-pub(super) const SOFT_SPEC: &str =
-    "soft:tester=bench_fwd,gen=udp,flows=1024,size=64,device=inline,dst=stream";
+/// The soft ports' traffic and device, after the tester's name (io and
+/// l3fwd cases alike).
+macro_rules! soft_traffic {
+    () => {
+        "gen=udp,flows=1024,size=64,device=inline,dst=stream"
+    };
+}
+
+/// The soft ports of the io case.
+pub(super) const SOFT_SPEC: &str = concat!("soft:tester=bench_fwd,", soft_traffic!());
+
+/// A soft port spec as the io case's, on a tester of its own.
+pub(super) fn soft_spec_on(tester: &str) -> String {
+    format!("soft:tester={tester},{}", soft_traffic!())
+}
 
 /// One case.
 #[derive(Debug, Clone)]

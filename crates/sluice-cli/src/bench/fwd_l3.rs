@@ -23,7 +23,7 @@ use sluice::mbuf::{Burst, MbufPool};
 use sluice::port::{Offloads, Port, PortConfig, PortCounters};
 use sluice::tsc::rdtsc_ordered;
 
-use super::fwd::{BURST, DESC, SOFT_SPEC, bench_pool, device_cycles, finish, forward};
+use super::fwd::{BURST, DESC, bench_pool, device_cycles, finish, forward, soft_spec_on};
 use super::{BenchResult, Sample, Stall, on_lcore};
 use crate::fwd::engine::Io;
 use crate::fwd::lcore::StreamCounters;
@@ -120,6 +120,10 @@ pub fn measure(cpu: usize, ops: u64) -> Result<L3Pair, String> {
         return Err("not an LPM table".into());
     };
     let pool = bench_pool()?;
+    // A tester of its own: `bench fwd`'s io cases (or their test, running
+    // at once) use theirs, and ports of both on one tester would take each
+    // other's streams (unrouted here).
+    let spec = soft_spec_on(&super::unique_name("bench_fwd_l3"));
     let mut ports = Vec::new();
     for i in 0..2 {
         let config = PortConfig::new(Some(pool.clone()))
@@ -127,7 +131,7 @@ pub fn measure(cpu: usize, ops: u64) -> Result<L3Pair, String> {
             .nb_rxd(DESC)
             .nb_txd(DESC);
         // As `sluice l3fwd` asks (`FwdArgs::rx_offloads_if_capable`).
-        let port = sluice::driver::open_with(SOFT_SPEC, config, |info, c| {
+        let port = sluice::driver::open_with(&spec, config, |info, c| {
             c.rx_offloads |= Offloads::IPV4_CKSUM.intersect(info.rx_offload_capa);
         })
         .map_err(|e| e.to_string())?;

@@ -612,6 +612,14 @@ pub fn on_lcores<T: Send + 'static>(jobs: Vec<(usize, Worker<T>)>) -> Result<Vec
     }
 }
 
+/// A name no other bench in this process has used: `{prefix}_{n}`. Soft
+/// ports cable to a tester or a wire by name, so two benches — or two tests
+/// running at once — that picked the same name would share one.
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    format!("{prefix}_{}", NEXT.fetch_add(1, Ordering::Relaxed))
+}
+
 /// Prints the core-contention probe's line ([`contention`]) for the CPUs
 /// of two-core cases, if there are two.
 pub fn note_contention(ctx: &Ctx) {

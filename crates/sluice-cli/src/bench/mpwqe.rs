@@ -39,7 +39,6 @@
 //! corrupt), no port may count an error, and every pool is full again.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Serialize;
 use sluice::counter::Counter;
@@ -297,9 +296,6 @@ fn print_row(ctx: &Ctx, r: &MpwqeResult) {
     ));
 }
 
-/// Tester names unique in the process (tests run groups at once).
-static NEXT_NAME: AtomicUsize = AtomicUsize::new(0);
-
 /// One mode's ports.
 struct Bed {
     pool: MbufPool,
@@ -329,8 +325,8 @@ impl Bed {
             ..Default::default()
         })
         .map_err(|e| format!("mbuf pool: {e}"))?;
-        let id = NEXT_NAME.fetch_add(1, Ordering::Relaxed);
-        let tname = format!("bench_mpwqe_{id}");
+        // Unique in the process (tests run groups at once).
+        let tname = super::unique_name("bench_mpwqe");
         let nports = if g.workload == Workload::Io { 2 } else { 1 };
         let mut ports = Vec::new();
         for i in 0..nports {

@@ -66,7 +66,6 @@
 //! out is printed.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
@@ -415,9 +414,6 @@ fn print_row(ctx: &Ctx, r: &RecycleResult) {
     ));
 }
 
-/// Wire and tester names unique in the process (tests run groups at once).
-static NEXT_NAME: AtomicUsize = AtomicUsize::new(0);
-
 /// One path's ports: its own pool, ports, and (tester source) tester.
 struct Bed {
     pool: MbufPool,
@@ -444,12 +440,13 @@ impl Bed {
             ..Default::default()
         })
         .map_err(|e| format!("mbuf pool: {e}"))?;
-        let id = NEXT_NAME.fetch_add(1, Ordering::Relaxed);
-        let tester_name = format!("bench_recycle_{id}");
+        // Wire and tester names unique in the process (tests run groups at
+        // once).
+        let tester_name = super::unique_name("bench_recycle");
         let mut ports = Vec::with_capacity(nports);
         for i in 0..nports {
             let cable = match opts.source {
-                Source::Wire => format!("wire=bench_recycle_{id}_{}", i / 2),
+                Source::Wire => format!("wire={tester_name}_{}", i / 2),
                 Source::Tester => format!("tester={tester_name},gen=udp,flows=1024,size={FRAME}"),
             };
             let spec = format!("soft:{cable},device=inline,tx_free={}", path.tx_free());
