@@ -2,8 +2,8 @@
 //!
 //! A fixed loop of register-only arithmetic — eight independent chains, 16
 //! integer ops per iteration, no memory access — is timed alone on each CPU,
-//! then on both at once. It is bound by the core's integer units (about 4
-//! TSC cycles per iteration on a core of its own), so:
+//! then on both at once. It is bound by the core's integer units (about 3.5
+//! TSC cycles per iteration on a core of its own here), so:
 //!
 //! - when the two CPUs are separate physical cores, running it on both
 //!   changes nothing;
@@ -54,19 +54,16 @@ impl CoreContention {
             "the two CPUs share one physical core's execution units (SMT siblings on the host)"
         };
         let [a0, a1] = self.alone;
-        let slow_alone = if a0 > 1.3 * a1 {
-            format!(
-                "; CPU {} was slow even alone (something else ran on its core)",
-                cpus.0
-            )
+        let slow = if a0 > 1.3 * a1 {
+            Some(cpus.0)
         } else if a1 > 1.3 * a0 {
-            format!(
-                "; CPU {} was slow even alone (something else ran on its core)",
-                cpus.1
-            )
+            Some(cpus.1)
         } else {
-            String::new()
+            None
         };
+        let slow_alone = slow
+            .map(|c| format!("; CPU {c} was slow even alone (something else ran on its core)"))
+            .unwrap_or_default();
         format!(
             "Core contention in this run: a register-only loop takes {a0:.2} / {a1:.2} TSC \
              cycles per iteration alone on CPUs {} / {}, {:.2} / {:.2} with both running it: \
