@@ -47,20 +47,13 @@ pub(super) const DESC: u16 = 1024;
 /// Packets per case by default.
 const DEFAULT_OPS: u64 = 1 << 25;
 
-/// The soft ports' traffic and device, after the tester's name (io and
-/// l3fwd cases alike).
-macro_rules! soft_traffic {
-    () => {
-        "gen=udp,flows=1024,size=64,device=inline,dst=stream"
-    };
-}
-
-/// The soft ports of the io case.
-pub(super) const SOFT_SPEC: &str = concat!("soft:tester=bench_fwd,", soft_traffic!());
-
-/// A soft port spec as the io case's, on a tester of its own.
-pub(super) fn soft_spec_on(tester: &str) -> String {
-    format!("soft:tester={tester},{}", soft_traffic!())
+/// The spec of a soft port of the soft cases (io and l3fwd alike) on
+/// `tester`. Each case takes a tester of its own
+/// ([`unique_name`](super::unique_name)): ports of two cases on one tester —
+/// say a bench's and a test's running at once — would take each other's
+/// streams.
+pub(super) fn soft_spec(tester: &str) -> String {
+    format!("soft:tester={tester},gen=udp,flows=1024,size=64,device=inline,dst=stream")
 }
 
 /// One case.
@@ -71,7 +64,7 @@ pub struct Case {
     /// The driver it needs.
     pub driver: &'static str,
     /// The two ports.
-    pub specs: [&'static str; 2],
+    pub specs: [String; 2],
     /// The engine.
     pub engine: Engine,
     /// Mbufs sent into port 0 before timing, to circulate (for ports that
@@ -81,13 +74,16 @@ pub struct Case {
     pub dpdk: Option<f64>,
 }
 
-/// Every case, whether or not its driver exists.
+/// Every case, whether or not its driver exists; the pair and soft cases
+/// on a link and a tester of their own.
 pub fn cases() -> Vec<Case> {
+    let pair = format!("pair:name={}", super::unique_name("bench_fwd"));
+    let soft = soft_spec(&super::unique_name("bench_fwd"));
     vec![
         Case {
             name: "null io",
             driver: "null",
-            specs: ["null:size=64", "null:size=64"],
+            specs: ["null:size=64".into(), "null:size=64".into()],
             engine: Engine::Io,
             preload: 0,
             dpdk: Some(17.0),
@@ -95,7 +91,7 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "null mac",
             driver: "null",
-            specs: ["null:size=64", "null:size=64"],
+            specs: ["null:size=64".into(), "null:size=64".into()],
             engine: Engine::Mac,
             preload: 0,
             dpdk: Some(21.0),
@@ -103,7 +99,7 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "pair io",
             driver: "pair",
-            specs: ["pair:name=bench_fwd", "pair:name=bench_fwd"],
+            specs: [pair.clone(), pair],
             engine: Engine::Io,
             preload: 1024,
             dpdk: Some(2.3),
@@ -111,7 +107,7 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "soft io (inline)",
             driver: "soft",
-            specs: [SOFT_SPEC, SOFT_SPEC],
+            specs: [soft.clone(), soft],
             engine: Engine::Io,
             preload: 0,
             dpdk: None,
@@ -163,7 +159,7 @@ pub(super) fn bench_pool() -> Result<MbufPool, String> {
 }
 
 /// Opens ports 0 and 1 of a case.
-fn open_two(pool: &MbufPool, specs: [&str; 2]) -> Result<Vec<Port>, String> {
+fn open_two(pool: &MbufPool, specs: &[String; 2]) -> Result<Vec<Port>, String> {
     let mut ports = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         let config = PortConfig::new(Some(pool.clone()))
@@ -206,7 +202,7 @@ pub(super) fn finish(
 /// Measures one case on `cpu`.
 pub fn measure(cpu: usize, case: &Case, ops: u64) -> Result<BenchResult, String> {
     let pool = bench_pool()?;
-    let mut ports = open_two(&pool, case.specs)?;
+    let mut ports = open_two(&pool, &case.specs)?;
     let (engine, preload) = (case.engine, case.preload);
     let p = pool.clone();
     let (sample, device) = on_lcore(cpu, move || {

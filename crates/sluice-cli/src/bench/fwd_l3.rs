@@ -23,7 +23,7 @@ use sluice::mbuf::{Burst, MbufPool};
 use sluice::port::{Offloads, Port, PortConfig, PortCounters};
 use sluice::tsc::rdtsc_ordered;
 
-use super::fwd::{BURST, DESC, bench_pool, device_cycles, finish, forward, soft_spec_on};
+use super::fwd::{BURST, DESC, bench_pool, device_cycles, finish, forward, soft_spec};
 use super::{BenchResult, Sample, Stall, on_lcore};
 use crate::fwd::engine::Io;
 use crate::fwd::lcore::StreamCounters;
@@ -120,10 +120,8 @@ pub fn measure(cpu: usize, ops: u64) -> Result<L3Pair, String> {
         return Err("not an LPM table".into());
     };
     let pool = bench_pool()?;
-    // A tester of its own: `bench fwd`'s io cases (or their test, running
-    // at once) use theirs, and ports of both on one tester would take each
-    // other's streams (unrouted here).
-    let spec = soft_spec_on(&super::unique_name("bench_fwd_l3"));
+    // A tester of its own (another case's streams would be unrouted here).
+    let spec = soft_spec(&super::unique_name("bench_fwd_l3"));
     let mut ports = Vec::new();
     for i in 0..2 {
         let config = PortConfig::new(Some(pool.clone()))

@@ -637,7 +637,6 @@ const FWD_OPS: u64 = 1 << 23;
 /// packet against plain mbufs.
 fn fwd_rx_modes(ctx: &mut Ctx, sel: Selection) {
     use crate::fwd::args::Engine;
-    const SPECS: [&str; 2] = [const_format_rxbuf::MBUF, const_format_rxbuf::FRAG];
     let ops = if sel == Selection::Full {
         ctx.ops(FWD_OPS)
     } else {
@@ -647,7 +646,11 @@ fn fwd_rx_modes(ctx: &mut Ctx, sel: Selection) {
         "io forwarding, two soft ports on one core (64-byte UDP frames, burst 32, device inline \
          and its cycles excluded), {ops} packets per Rx mode; one op = one packet forwarded:"
     ));
-    for (mode, spec) in ["mbuf", "frag"].into_iter().zip(SPECS) {
+    for mode in ["mbuf", "frag"] {
+        let spec = format!(
+            "{},rxbuf={mode}",
+            super::fwd::soft_spec(&super::unique_name("bench_pp_fwd"))
+        );
         let name: &'static str = if mode == "mbuf" {
             "fwd io soft rxbuf=mbuf"
         } else {
@@ -656,7 +659,7 @@ fn fwd_rx_modes(ctx: &mut Ctx, sel: Selection) {
         let case = super::fwd::Case {
             name,
             driver: "soft",
-            specs: [spec, spec],
+            specs: [spec.clone(), spec],
             engine: Engine::Io,
             preload: 0,
             dpdk: None,
@@ -667,14 +670,6 @@ fn fwd_rx_modes(ctx: &mut Ctx, sel: Selection) {
         });
         ctx.report(name, r);
     }
-}
-
-/// The two forwarding specs.
-mod const_format_rxbuf {
-    pub const MBUF: &str =
-        "soft:tester=bench_pp_fwd,gen=udp,flows=1024,size=64,device=inline,dst=stream,rxbuf=mbuf";
-    pub const FRAG: &str =
-        "soft:tester=bench_pp_fwd,gen=udp,flows=1024,size=64,device=inline,dst=stream,rxbuf=frag";
 }
 
 /// Something that hands out packet buffers.
