@@ -183,6 +183,41 @@ impl Mempool {
         self.inner
     }
 
+    /// A new handle on the pool an element out of it points back at (a
+    /// driver keeping the pool of the buffers it is given), or `None` if
+    /// no handle is left (the pool was let go with elements out and is
+    /// leaked: it stays valid, but a handle on it may not come back).
+    ///
+    /// # Safety
+    /// `inner` is [`inner_ptr`](Self::inner_ptr) of a pool one of whose
+    /// elements the caller holds out: the pool is alive (it is never freed
+    /// with an element out) for at least the call.
+    pub(crate) unsafe fn from_element_pool(inner: *const PoolInner) -> Option<Mempool> {
+        // SAFETY: the caller's contract: a live pool.
+        let pool = unsafe { &*inner };
+        // A count, only while it is not 0 (`Weak::upgrade`'s loop): the last
+        // handle's drop reads the pool after its decrement, so one that
+        // reached 0 must never be revived and then freed under it. Relaxed:
+        // as in `clone`, the handle we found keeps the pool alive.
+        let mut n = pool.handles.load(Ordering::Relaxed);
+        loop {
+            if n == 0 {
+                return None;
+            }
+            match pool
+                .handles
+                .compare_exchange_weak(n, n + 1, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    return Some(Mempool {
+                        inner: NonNull::from(pool),
+                    });
+                }
+                Err(now) => n = now,
+            }
+        }
+    }
+
     /// Gets one element, or `None` when the pool is empty.
     #[inline]
     pub fn get(&self) -> Option<Elem> {

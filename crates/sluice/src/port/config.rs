@@ -14,7 +14,10 @@ impl Offloads {
     /// None.
     pub const NONE: Offloads = Offloads(0);
     /// Tx: every buffer of a queue comes from one pool and has refcount 1,
-    /// so completed buffers are freed in one bulk put without checks.
+    /// so completed buffers are freed in one bulk put without checks. A
+    /// promise, as in DPDK, but not an unchecked one: a driver that acts on
+    /// it checks each packet as it is sent (`soft`), and one that breaks it
+    /// is freed the normal way, only slower.
     pub const FAST_FREE: Offloads = Offloads(1 << 0);
     /// Rx: packets may span several buffers; Tx: chained mbufs are accepted.
     pub const MULTI_SEG: Offloads = Offloads(1 << 1);

@@ -75,6 +75,7 @@
 pub mod bus;
 pub mod desc;
 mod device;
+mod fast_free;
 mod frame;
 mod runner;
 mod rx;
@@ -84,6 +85,8 @@ mod tx_engine;
 mod wire;
 pub mod wqe;
 
+#[cfg(all(test, not(loom)))]
+mod fast_free_tests;
 #[cfg(all(test, not(loom)))]
 mod recycle_tests;
 #[cfg(all(test, not(loom)))]

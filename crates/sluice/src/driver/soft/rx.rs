@@ -186,9 +186,9 @@ impl SoftRx {
     #[inline]
     fn rearm(&mut self, n: u32) {
         // A run never crosses the wrap: refill batches divide the ring and
-        // keep `tail` a multiple of them, and recycled slots are committed
-        // before the wrap ([`RecycleRxInfo::room`]). One bounds check each
-        // for the run, none per descriptor.
+        // keep `tail` a multiple of them, and `rearm_committed` cuts a
+        // recycled run at the wrap. One bounds check each for the run, none
+        // per descriptor.
         let start = (self.tail & self.mask) as usize;
         let end = start + n as usize;
         let slots = &self.sw_ring[start..end];
@@ -223,7 +223,16 @@ impl SoftRx {
         if n == 0 {
             return 0;
         }
-        self.rearm(n);
+        // One step may fill up to the wrap and go on from the ring's start
+        // (each fill stops at the wrap, [`RecycleRxInfo::room`]): rearmed
+        // in two runs then.
+        let to_wrap = self.mask + 1 - (self.tail & self.mask);
+        if n > to_wrap {
+            self.rearm(to_wrap);
+            self.rearm(n - to_wrap);
+        } else {
+            self.rearm(n);
+        }
         self.committed = 0;
         self.rx_recycled.add(n as u64);
         n as usize

@@ -17,13 +17,13 @@ fn pool(size: u32, data_room: u16) -> MbufPool {
     .unwrap()
 }
 
-fn port(spec: &str, config: PortConfig) -> Port {
+pub(super) fn port(spec: &str, config: PortConfig) -> Port {
     let mut p = open(spec, config).unwrap();
     p.start().unwrap();
     p
 }
 
-fn tester_of(name: &str) -> Arc<Tester> {
+pub(super) fn tester_of(name: &str) -> Arc<Tester> {
     tester::attach(name, None).unwrap()
 }
 
@@ -33,7 +33,7 @@ fn xstat(p: &Port, name: &str) -> u64 {
 
 /// Sends all of `burst` on `tx`, retrying while the ring is full (the
 /// inline device completes descriptors in each call).
-fn send_all(tx: &mut dyn TxQueue, burst: &mut BurstSlice) {
+pub(super) fn send_all(tx: &mut dyn TxQueue, burst: &mut BurstSlice) {
     for _ in 0..1_000_000 {
         if burst.is_empty() {
             return;

@@ -44,17 +44,20 @@
 //! completed batches of `tx_rs_thresh` packets, until `tx_free_thresh` are
 //! free or the next batch is not done. With the fast-free offload (all
 //! buffers from one pool, reference count 1, one segment) a batch is one
-//! bulk put into the first buffer's pool; otherwise each mbuf is freed
-//! normally (reference counts, chains), puts batched per pool. With
+//! bulk put into the queue's pool — the promise checked packet by packet at
+//! `tx_burst`, and a batch that may hold one breaking it freed the normal
+//! way ([`super::fast_free`]); otherwise each mbuf is freed normally
+//! (reference counts, chains), puts batched per pool. With
 //! `tx_free=zc` a batch of plain buffers of one pool is written straight
 //! into reserved slots of the lcore's mempool cache instead (zero-copy put).
 //!
 //! # Recycling
 //! `recycle_tx_mbufs` retires completed batches into an Rx queue's software
 //! ring instead ([`crate::port::recycle`]): a batch moves whole if it fits
-//! the Rx slots due and passes the checks (fast free: the first buffer's
-//! pool is the Rx pool; otherwise every buffer is a plain buffer of that
-//! pool whose last reference we hold), else it takes the free path above
+//! the Rx slots due and passes the checks (fast free, on batches the
+//! screen passed: the first buffer's pool is the Rx pool; otherwise every
+//! buffer is a plain buffer of that pool whose last reference we hold),
+//! else it takes the free path above
 //! and counts `recycle_fallbacks`. Both Tx modes free by completion the
 //! same way, so recycling works with either. The common case is one move:
 //! all the completed batches that fit pass, and go over in one straight
@@ -71,6 +74,7 @@ use crate::mempool::{Elem, PoolInner};
 use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
 use super::device::PortEngines;
+use super::fast_free::FastFree;
 use super::tx_engine::TxRegs;
 use super::wqe::{
     CE, CQE_INVALID, CQE_REQ, CqeInfo, Eseg, EsegWords, MAX_DS, MAX_TSO_HEADER, MIN_INLINE, OP_MPW,
@@ -180,6 +184,9 @@ pub struct SoftTx {
     /// The send queue number the WQEs carry.
     sqn: u32,
     p: TxParams,
+    /// With fast free: the pool learnt and the batches that must take the
+    /// checks all the same ([`super::fast_free`]).
+    ff: FastFree,
     engines: Arc<PortEngines>,
     inline: bool,
     q: usize,
@@ -207,7 +214,7 @@ unsafe impl Send for SoftTx {}
 
 /// `a < b` for free-running indices less than 2^31 apart.
 #[inline(always)]
-fn before(a: u32, b: u32) -> bool {
+pub(super) fn before(a: u32, b: u32) -> bool {
     (a.wrapping_sub(b) as i32) < 0
 }
 
@@ -306,6 +313,7 @@ impl SoftTx {
             cq_ci: 0,
             sqn: q as u32,
             p,
+            ff: FastFree::new(),
             engines,
             inline,
             q,
@@ -393,13 +401,15 @@ impl SoftTx {
     fn free_slots(&mut self, first: usize) -> usize {
         let rs = self.p.rs_thresh as usize;
         let batch = &mut self.sw_ring[first..first + rs];
-        if self.p.fast_free {
-            // Fast free: the offload's contract makes every slot a plain
-            // buffer (one segment, reference count 1) of one pool.
+        if self.p.fast_free
+            && let Some(pool) = self.ff.pool_from(self.next_free)
+        {
+            // Fast free: every slot of the batch passed the screen at
+            // `tx_burst` — a plain buffer (one segment, reference count 1,
+            // its own data room) of the queue's pool.
             // SAFETY: the batch is complete (`done_batch`): buffers we own,
-            // the device done with them, plain, of the first one's pool.
+            // the device done with them, plain, of `pool`.
             unsafe {
-                let pool = header(batch[0]).pool;
                 if !(self.p.zc_free && zc_put(pool, batch)) {
                     put_bulk_to_pool(pool, batch);
                 }
@@ -459,6 +469,7 @@ impl SoftTx {
             i = i.wrapping_add(1);
         }
         self.sw_ring.fill(Elem::DANGLING);
+        self.ff.reset();
         self.elts_head = 0;
         self.elts_done = 0;
         self.next_free = 0;
@@ -890,11 +901,17 @@ impl TxQueue for SoftTx {
         if self.elts_free() < self.p.free_thresh {
             while self.elts_free() < self.p.free_thresh && self.free_batch().is_some() {}
         }
+        // SAFETY: the burst's mbufs are ours.
+        let clean = !self.p.fast_free || unsafe { self.ff.screen(burst.raw()) };
         let mut st = BurstCounts::default();
         let taken = match self.p.mode {
             TxMode::Mpwqe => self.burst_mpw(burst.raw(), &mut st),
             TxMode::Wqe => self.burst_wqe(burst.raw(), &mut st),
         };
+        if !clean {
+            // Whatever of the burst was posted lies before `elts_head`.
+            self.ff.taint(self.elts_head);
+        }
         if st.sent != 0 {
             // The doorbell: the WQEs above are visible to a device that
             // loads it (acquire).
@@ -999,14 +1016,16 @@ impl TxQueue for SoftTx {
         // `tx_burst` touched: the Rx pool is known, so its region tells by
         // address what the free path reads from the second line.
         let first = (self.next_free & self.mask) as usize;
+        // Fast free, and the whole run posted after any packet that failed
+        // the screen: every buffer is a plain buffer of one pool.
+        let screened = self.p.fast_free && self.ff.pool_from(self.next_free).is_some();
         let passes = |b: u32| {
             // A batch never wraps: `next_free` is a multiple of `rs`, which
             // divides the ring.
             let at = (first + (b << shift) as usize) & self.mask as usize;
             let batch = &self.sw_ring[at..at + rs as usize];
-            if self.p.fast_free {
-                // The offload's contract: every buffer of the queue is a
-                // plain buffer of one pool.
+            if screened {
+                // One pool for all: the first buffer's tells.
                 rx.in_pool(batch[0])
             } else {
                 batch.iter().all(|&e| {
@@ -1031,7 +1050,7 @@ impl TxQueue for SoftTx {
         );
         // Retiring the batches without freeing them gives up our references.
         // SAFETY: `a` and `b` hold the batches' buffers: distinct, of the Rx
-        // pool, plain (checked above, or promised by fast free), completed;
+        // pool, plain (checked above, or screened at `tx_burst`), completed;
         // `next_free` moves past them below, so we keep none.
         if !unsafe { rx.fill(a, b) } {
             // `k` whole batches of whole units within the room: they fit.
@@ -1058,8 +1077,9 @@ impl SoftTx {
             let Some(first) = self.done_batch() else {
                 break;
             };
+            let screened = self.p.fast_free && self.ff.pool_from(self.next_free).is_some();
             let batch = &self.sw_ring[first..first + rs as usize];
-            let ok = if self.p.fast_free {
+            let ok = if screened {
                 rx.in_pool(batch[0])
             } else {
                 batch.iter().all(|&e| {
@@ -1069,7 +1089,7 @@ impl SoftTx {
             };
             if ok {
                 // SAFETY: the batch's buffers: distinct, of the Rx pool,
-                // plain (checked above, or promised by fast free); retired
+                // plain (checked above, or screened at `tx_burst`); retired
                 // below, so we keep none.
                 if !unsafe { rx.fill(batch, &[]) } {
                     break;

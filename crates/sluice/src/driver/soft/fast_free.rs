@@ -1,0 +1,152 @@
+//! The fast-free offload, kept sound: its contract checked where it costs
+//! least.
+//!
+//! Fast free (DPDK's `MBUF_FAST_FREE`) lets a Tx queue give a completed
+//! batch back in one bulk put into one pool, and a recycle step move it
+//! after looking at its first buffer only. The application promises what
+//! makes that right: every buffer the queue sends is a *plain* buffer —
+//! reference count 1, one segment, its own data room (no external buffer)
+//! — of one pool. In C a broken promise is the caller's undefined
+//! behaviour; Sluice's API is safe, so a clone still held elsewhere, a
+//! fragment-backed mbuf or another pool's buffer must not end up in the
+//! pool (or an Rx ring) as if it were free.
+//!
+//! # How
+//! - **The pool is learnt** from the first packet the queue sends after a
+//!   start, and a handle on it kept until the queue stops: a pool cannot go
+//!   away (and another take its place in memory) while the queue compares
+//!   addresses with it.
+//! - **Each packet is screened at `tx_burst`**, which reads its first
+//!   header line anyway: its address lies in the pool's region, and the
+//!   first line says plain (reference count, segment count, `buf_addr` at
+//!   the element's own data room). The packet is the burst's alone, so
+//!   what holds then holds until it is freed: no one else can clone it or
+//!   attach anything to it.
+//! - **A burst with a packet that fails taints** every slot posted up to
+//!   its end: a mark `taint_end` on the free-running slot index. Batches
+//!   retire in order, so one mark serves: a batch starting before it is
+//!   freed (or offered for recycling) with the full per-buffer checks, one
+//!   starting at or after it the fast way. The mark is conservative — the
+//!   clean batches between the last fast one and a failing packet take the
+//!   checks too — and free of cost on the fast path: one compare per batch.
+
+use crate::mbuf::{HEADER_SIZE, MbufHeader};
+use crate::mempool::{Elem, Mempool, PoolInner};
+use crate::sync::Ordering;
+
+use super::tx::before;
+
+/// A fast-free Tx queue's pool and taint mark (see the module docs).
+pub(super) struct FastFree {
+    /// The pool learnt from the first packet sent since the start (`None`
+    /// before it, or if that pool has no handle left): the handle keeps it
+    /// alive while `base`/`len` are compared with.
+    pool: Option<Mempool>,
+    /// Its address (null while `pool` is `None`).
+    inner: *const PoolInner,
+    /// Its region, `[base, base + len)`; `len` 0 while there is no pool, so
+    /// no address is in it.
+    base: usize,
+    len: usize,
+    /// Slots at free-running indices before this may hold a packet that is
+    /// not a plain buffer of `pool`. Meaningful while `tainted`.
+    taint_end: u32,
+    /// Some batch before `taint_end` is not retired yet.
+    tainted: bool,
+}
+
+impl FastFree {
+    /// No pool learnt, nothing tainted.
+    pub(super) fn new() -> FastFree {
+        FastFree {
+            pool: None,
+            inner: std::ptr::null(),
+            base: 0,
+            len: 0,
+            taint_end: 0,
+            tainted: false,
+        }
+    }
+
+    /// Whether every packet of `raw` — a burst about to be posted — is a
+    /// plain buffer of the queue's pool, learning the pool from the first
+    /// packet if there is none yet.
+    ///
+    /// # Safety
+    /// `raw` holds mbufs the caller owns (a burst's).
+    #[inline(always)]
+    pub(super) unsafe fn screen(&mut self, raw: &[Elem]) -> bool {
+        if self.pool.is_none() {
+            let Some(&first) = raw.first() else {
+                return true;
+            };
+            // SAFETY: an mbuf the burst owns (caller's contract).
+            unsafe { self.learn(first) };
+        }
+        let (base, len) = (self.base, self.len);
+        // Every packet, no early exit (a fold of plain compares): the
+        // burst's first lines are about to be read by the post loop anyway.
+        raw.iter().fold(true, |ok, &e| {
+            let addr = e.as_ptr() as usize;
+            // SAFETY: an mbuf the burst owns.
+            let h = unsafe { &*e.as_ptr().cast::<MbufHeader>() };
+            // Acquire: a clone dropped on another thread released its uses
+            // of the buffer with its decrement; reading 1 makes them
+            // happen-before the free this allows.
+            ok & (addr.wrapping_sub(base) < len)
+                & (h.refcnt.load(Ordering::Acquire) == 1)
+                & (h.nb_segs == 1)
+                & (h.buf_addr as usize == addr + HEADER_SIZE)
+        })
+    }
+
+    /// Takes the pool of the mbuf at `e` as the queue's.
+    ///
+    /// # Safety
+    /// `e` is an mbuf the caller owns.
+    #[cold]
+    unsafe fn learn(&mut self, e: Elem) {
+        // SAFETY: an mbuf the caller owns: its header is readable, and its
+        // pool alive while it is out of it.
+        let pool = unsafe { Mempool::from_element_pool((*e.as_ptr().cast::<MbufHeader>()).pool) };
+        // A pool with no handle left is never learnt: every packet then
+        // fails the screen (no region), and every batch takes the checks.
+        if let Some(pool) = pool {
+            self.inner = pool.inner_ptr().as_ptr();
+            self.base = pool.region().base().as_ptr() as usize;
+            self.len = pool.region().len();
+            self.pool = Some(pool);
+        }
+    }
+
+    /// Notes that the slots posted before `elts_head` may hold a packet
+    /// that failed the screen.
+    #[inline]
+    pub(super) fn taint(&mut self, elts_head: u32) {
+        self.taint_end = elts_head;
+        self.tainted = true;
+    }
+
+    /// The pool every buffer of the batches from free-running index `first`
+    /// on belongs to as a plain buffer — so they may be freed or recycled
+    /// the fast way — or `None` if they must take the checks.
+    #[inline(always)]
+    pub(super) fn pool_from(&mut self, first: u32) -> Option<*const PoolInner> {
+        if self.tainted {
+            if before(first, self.taint_end) {
+                return None;
+            }
+            // Every slot before the mark is retired: it no longer matters
+            // (and must not come to look ahead once the indices wrap).
+            self.tainted = false;
+        }
+        // A slot was posted clean only with a pool learnt.
+        (!self.inner.is_null()).then_some(self.inner)
+    }
+
+    /// Forgets the pool and the mark: the queue holds no buffer (stopped,
+    /// its indices reset).
+    pub(super) fn reset(&mut self) {
+        *self = FastFree::new();
+    }
+}
