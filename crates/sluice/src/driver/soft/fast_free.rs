@@ -16,12 +16,13 @@
 //!   start, and a handle on it kept until the queue stops: a pool cannot go
 //!   away (and another take its place in memory) while the queue compares
 //!   addresses with it.
-//! - **Each packet is screened at `tx_burst`**, which reads its first
-//!   header line anyway: its address lies in the pool's region, and the
-//!   first line says plain (reference count, segment count, `buf_addr` at
-//!   the element's own data room). The packet is the burst's alone, so
-//!   what holds then holds until it is freed: no one else can clone it or
-//!   attach anything to it.
+//! - **Each packet is screened as `tx_burst` posts it**, in the loop that
+//!   reads its first header line anyway: its address lies in the pool's
+//!   region, and the first line says plain (reference count, segment count,
+//!   `buf_addr` at the element's own data room) — a few branch-free
+//!   operations OR-ed into one word per burst. The packet is the burst's
+//!   alone, so what holds then holds until it is freed: no one else can
+//!   clone it or attach anything to it.
 //! - **A burst with a packet that fails taints** every slot posted up to
 //!   its end: a mark `taint_end` on the free-running slot index. Batches
 //!   retire in order, so one mark serves: a batch starting before it is
@@ -68,36 +69,23 @@ impl FastFree {
         }
     }
 
-    /// Whether every packet of `raw` — a burst about to be posted — is a
-    /// plain buffer of the queue's pool, learning the pool from the first
-    /// packet if there is none yet.
+    /// The pool's region `(base, len)` to screen packets against with
+    /// [`unfit`], learning the pool from `first` (the first packet of a
+    /// burst about to be posted) if there is none yet. With no pool (none
+    /// learnt, or that pool had no handle left) the region is empty: every
+    /// packet is unfit.
     ///
     /// # Safety
-    /// `raw` holds mbufs the caller owns (a burst's).
+    /// `first`, if any, is an mbuf the caller owns.
     #[inline(always)]
-    pub(super) unsafe fn screen(&mut self, raw: &[Elem]) -> bool {
-        if self.pool.is_none() {
-            let Some(&first) = raw.first() else {
-                return true;
-            };
-            // SAFETY: an mbuf the burst owns (caller's contract).
-            unsafe { self.learn(first) };
+    pub(super) unsafe fn region(&mut self, first: Option<&Elem>) -> (usize, usize) {
+        if self.pool.is_none()
+            && let Some(&e) = first
+        {
+            // SAFETY: an mbuf the caller owns.
+            unsafe { self.learn(e) };
         }
-        let (base, len) = (self.base, self.len);
-        // Every packet, no early exit (a fold of plain compares): the
-        // burst's first lines are about to be read by the post loop anyway.
-        raw.iter().fold(true, |ok, &e| {
-            let addr = e.as_ptr() as usize;
-            // SAFETY: an mbuf the burst owns.
-            let h = unsafe { &*e.as_ptr().cast::<MbufHeader>() };
-            // Acquire: a clone dropped on another thread released its uses
-            // of the buffer with its decrement; reading 1 makes them
-            // happen-before the free this allows.
-            ok & (addr.wrapping_sub(base) < len)
-                & (h.refcnt.load(Ordering::Acquire) == 1)
-                & (h.nb_segs == 1)
-                & (h.buf_addr as usize == addr + HEADER_SIZE)
-        })
+        (self.base, self.len)
     }
 
     /// Takes the pool of the mbuf at `e` as the queue's.
@@ -149,4 +137,21 @@ impl FastFree {
     pub(super) fn reset(&mut self) {
         *self = FastFree::new();
     }
+}
+
+/// Non-zero unless the mbuf at `e` (header `h`) is a plain buffer of the
+/// pool whose region is `[base, base + len)`: reference count 1, one
+/// segment, `buf_addr` at its own data room, its address in the region.
+/// Branch-free, to be OR-ed over a burst as its packets are posted (their
+/// first header lines are being read then anyway). `h` is `e`'s header.
+#[inline(always)]
+pub(super) fn unfit(e: Elem, h: &MbufHeader, base: usize, len: usize) -> u64 {
+    let addr = e.as_ptr() as usize;
+    // Acquire: a clone dropped on another thread released its uses of the
+    // buffer with its decrement; reading 1 makes them happen-before the
+    // free this allows.
+    (h.refcnt.load(Ordering::Acquire) as u64 ^ 1)
+        | (h.nb_segs as u64 ^ 1)
+        | (h.buf_addr as u64 ^ (addr + HEADER_SIZE) as u64)
+        | (addr.wrapping_sub(base) >= len) as u64
 }

@@ -74,7 +74,7 @@ use crate::mempool::{Elem, PoolInner};
 use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
 use super::device::PortEngines;
-use super::fast_free::FastFree;
+use super::fast_free::{self, FastFree};
 use super::tx_engine::TxRegs;
 use super::wqe::{
     CE, CQE_INVALID, CQE_REQ, CqeInfo, Eseg, EsegWords, MAX_DS, MAX_TSO_HEADER, MIN_INLINE, OP_MPW,
@@ -745,9 +745,21 @@ impl SoftTx {
         Class::Entry(key, need)
     }
 
-    /// Keeps a sent packet: its software-ring slot, the burst's counts.
+    /// Keeps a sent packet: its software-ring slot, the burst's counts, and
+    /// with `SCREEN` (fast free) whether it is [unfit](fast_free::unfit) for
+    /// the pool region `region`, OR-ed into `unfit`.
     #[inline(always)]
-    fn keep(&mut self, e: Elem, h: &MbufHeader, st: &mut BurstCounts) {
+    fn keep<const SCREEN: bool>(
+        &mut self,
+        e: Elem,
+        h: &MbufHeader,
+        st: &mut BurstCounts,
+        region: (usize, usize),
+        unfit: &mut u64,
+    ) {
+        if SCREEN {
+            *unfit |= fast_free::unfit(e, h, region.0, region.1);
+        }
         self.sw_ring[(self.elts_head & self.mask) as usize] = e;
         self.elts_head = self.elts_head.wrapping_add(1);
         st.bytes += h.pkt_len as u64;
@@ -755,8 +767,15 @@ impl SoftTx {
     }
 
     /// Mode `wqe`: one regular WQE per packet. Returns the packets taken.
+    /// `SCREEN`, `region`, `unfit`: as in [`keep`](Self::keep).
     #[inline(never)]
-    fn burst_wqe(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
+    fn burst_wqe<const SCREEN: bool>(
+        &mut self,
+        raw: &[Elem],
+        st: &mut BurstCounts,
+        region: (usize, usize),
+        unfit: &mut u64,
+    ) -> usize {
         let mut room = self.elts_free();
         let mut i = 0;
         while i < raw.len() && room != 0 {
@@ -766,7 +785,7 @@ impl SoftTx {
             let f = h.ol_flags & self.p.ol_mask;
             match self.post(h, h.nb_segs as u32, f, st) {
                 Post::Done => {
-                    self.keep(e, h, st);
+                    self.keep::<SCREEN>(e, h, st, region, unfit);
                     room -= 1;
                 }
                 Post::Full => break,
@@ -778,9 +797,18 @@ impl SoftTx {
     }
 
     /// Mode `mpwqe`: sessions of packets sharing an eseg, regular WQEs for
-    /// the others. Returns the packets taken.
+    /// the others. Returns the packets taken. `SCREEN`, `region`, `unfit`:
+    /// as in [`keep`](Self::keep).
     #[inline(never)]
-    fn burst_mpw(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
+    fn burst_mpw<const SCREEN: bool>(
+        &mut self,
+        raw: &[Elem],
+        st: &mut BurstCounts,
+        region: (usize, usize),
+        unfit: &mut u64,
+    ) -> usize {
+        // Accumulated in a register, written once.
+        let mut acc = 0u64;
         let mut room = self.elts_free();
         let mut i = 0;
         // The class of packet `i` when the session before found it.
@@ -799,7 +827,7 @@ impl SoftTx {
                     let f = h.ol_flags & self.p.ol_mask;
                     match self.post_fallback(h, h.nb_segs as u32, f, st) {
                         Post::Done => {
-                            self.keep(e, h, st);
+                            self.keep::<SCREEN>(e, h, st, region, &mut acc);
                             room -= 1;
                         }
                         Post::Full => break,
@@ -846,6 +874,9 @@ impl SoftTx {
                     write_entry(ring, at, data);
                     st.inline_bytes += data.len() as u64;
                 }
+                if SCREEN {
+                    acc |= fast_free::unfit(e, h, region.0, region.1);
+                }
                 self.sw_ring[(eh & mask) as usize] = e;
                 eh = eh.wrapping_add(1);
                 // One segment: the packet is its data.
@@ -888,6 +919,7 @@ impl SoftTx {
             self.elts_head = eh;
             self.close(base, ds, pkts, st);
         }
+        *unfit |= acc;
         i
     }
 }
@@ -901,17 +933,29 @@ impl TxQueue for SoftTx {
         if self.elts_free() < self.p.free_thresh {
             while self.elts_free() < self.p.free_thresh && self.free_batch().is_some() {}
         }
-        // SAFETY: the burst's mbufs are ours.
-        let clean = !self.p.fast_free || unsafe { self.ff.screen(burst.raw()) };
         let mut st = BurstCounts::default();
-        let taken = match self.p.mode {
-            TxMode::Mpwqe => self.burst_mpw(burst.raw(), &mut st),
-            TxMode::Wqe => self.burst_wqe(burst.raw(), &mut st),
+        let raw = burst.raw();
+        let taken = if self.p.fast_free {
+            // Fast free: each packet posted is screened ([`fast_free`]).
+            // SAFETY: the burst's mbufs are ours.
+            let region = unsafe { self.ff.region(raw.first()) };
+            let mut unfit = 0;
+            let taken = match self.p.mode {
+                TxMode::Mpwqe => self.burst_mpw::<true>(raw, &mut st, region, &mut unfit),
+                TxMode::Wqe => self.burst_wqe::<true>(raw, &mut st, region, &mut unfit),
+            };
+            if unfit != 0 {
+                // The packets posted lie before `elts_head`.
+                self.ff.taint(self.elts_head);
+            }
+            taken
+        } else {
+            let mut unused = 0;
+            match self.p.mode {
+                TxMode::Mpwqe => self.burst_mpw::<false>(raw, &mut st, (0, 0), &mut unused),
+                TxMode::Wqe => self.burst_wqe::<false>(raw, &mut st, (0, 0), &mut unused),
+            }
         };
-        if !clean {
-            // Whatever of the burst was posted lies before `elts_head`.
-            self.ff.taint(self.elts_head);
-        }
         if st.sent != 0 {
             // The doorbell: the WQEs above are visible to a device that
             // loads it (acquire).
