@@ -299,6 +299,28 @@ fn dropping_the_last_handle_with_elements_out_keeps_them_valid() {
     unsafe { e.as_ptr().write_bytes(0xab, 200) };
 }
 
+#[test]
+fn a_handle_is_made_from_an_element_while_one_lives_and_never_after() {
+    let p = pool(16, 0);
+    let e = p.get().unwrap();
+    let inner = p.inner_ptr().as_ptr().cast_const();
+    // SAFETY: `e` is out of the pool at `inner`.
+    let h = unsafe { Mempool::from_element_pool(inner) }.expect("a handle lives");
+    assert_eq!(h.size(), 16);
+    // The new handle keeps the pool: the old one may go.
+    drop(p);
+    // SAFETY: from this pool, once.
+    unsafe { h.put(e) };
+    assert!(h.is_full());
+    let _out = h.get().unwrap();
+    drop(h);
+    // The last handle went with an element out: the pool is leaked, and no
+    // handle may come back (the last drop reads the pool after its
+    // decrement).
+    // SAFETY: `_out` is out of that (leaked, so valid) pool.
+    assert!(unsafe { Mempool::from_element_pool(inner) }.is_none());
+}
+
 /// Threads (lcores and not) get and put random-sized batches, stamping each
 /// element with their id while they hold it and checking the stamp before
 /// putting it back: an element handed to two holders at once would be caught.
