@@ -74,23 +74,36 @@ impl CoreContention {
 }
 
 /// One line for a benchmark that probed at the start of each of its
-/// rounds: the spread of the slowdowns it saw.
-pub fn describe_rounds(slowdowns: &[f64]) -> String {
-    if slowdowns.is_empty() {
+/// rounds (on `cpus`): the spread of the slowdowns it saw, and how fast each
+/// CPU ran the loop alone — against the fastest round, so a CPU whose core
+/// something else shared for a while shows as rounds run slow.
+pub fn describe_rounds(rounds: &[CoreContention], cpus: (usize, usize)) -> String {
+    if rounds.is_empty() {
         return "Core contention: not measured.".to_owned();
     }
-    let mut v = slowdowns.to_vec();
-    v.sort_by(f64::total_cmp);
-    let median = v[v.len() / 2];
-    let shared = v.iter().filter(|&&s| s >= 1.6).count();
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 2], v[0], v[v.len() - 1])
+    };
+    let (med, lo, hi) = median(rounds.iter().map(CoreContention::slowdown).collect());
+    let shared = rounds.iter().filter(|c| c.slowdown() >= 1.6).count();
+    let (a0, best0, _) = median(rounds.iter().map(|c| c.alone[0]).collect());
+    let (a1, best1, _) = median(rounds.iter().map(|c| c.alone[1]).collect());
+    let best = best0.min(best1);
+    let slow = rounds
+        .iter()
+        .filter(|c| c.alone[0] > 1.3 * best || c.alone[1] > 1.3 * best)
+        .count();
     format!(
         "Core contention at the start of each of the {} round(s) (a register-only loop on \
-         both CPUs at once against each alone): median {median:.2}x, {:.2}-{:.2}x; {shared} \
+         both CPUs at once against each alone): median {med:.2}x, {lo:.2}-{hi:.2}x; {shared} \
          round(s) at 1.6x or more, where the two CPUs shared one physical core and the \
-         two-core figures were not two cores' figures.",
-        v.len(),
-        v[0],
-        v[v.len() - 1]
+         two-core figures were not two cores' figures. Alone, the loop took a median {a0:.2} / \
+         {a1:.2} cycles per iteration on CPUs {} / {} (fastest {best:.2}); {slow} round(s) \
+         had a CPU 1.3x slower than that even alone (something else ran on its core).",
+        rounds.len(),
+        cpus.0,
+        cpus.1,
     )
 }
 
@@ -213,12 +226,28 @@ mod tests {
                 .describe((0, 1))
                 .contains("CPU 1 was slow even alone")
         );
-        let r = describe_rounds(&[2.0, 1.0, 1.1]);
+        // Slowdowns 2.0, 1.0 and 1.1; CPU 1 at twice the time alone in the
+        // second round.
+        let round = |alone: [f64; 2], together: [f64; 2]| CoreContention { alone, together };
+        let rounds = [
+            round([3.5, 3.5], [7.0, 7.0]),
+            round([3.5, 7.0], [3.5, 7.0]),
+            round([3.6, 3.6], [3.96, 3.96]),
+        ];
+        let r = describe_rounds(&rounds, (0, 1));
         assert!(r.contains("each of the 3 round(s)"), "{r}");
         assert!(
             r.contains("median 1.10x, 1.00-2.00x; 1 round(s) at 1.6x"),
             "{r}"
         );
-        assert_eq!(describe_rounds(&[]), "Core contention: not measured.");
+        assert!(
+            r.contains("median 3.50 / 3.60 cycles per iteration on CPUs 0 / 1 (fastest 3.50)"),
+            "{r}"
+        );
+        assert!(r.contains("1 round(s) had a CPU 1.3x slower"), "{r}");
+        assert_eq!(
+            describe_rounds(&[], (0, 1)),
+            "Core contention: not measured."
+        );
     }
 }

@@ -138,6 +138,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     match super::fwd_l3::measure(ctx.main_cpu(), ops) {
         Ok(pair) => {
             ctx.note(&pair.note());
+            super::note_contention(ctx);
             ctx.report(super::fwd_l3::IO_CASE, Ok(pair.io));
             ctx.report(super::fwd_l3::L3FWD_CASE, Ok(pair.l3));
         }

@@ -360,14 +360,14 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         ));
     }
     let mut splits: Vec<Result<Vec<Split>, String>> = vec![Ok(Vec::new()); cases.len()];
-    let mut slowdowns = Vec::new();
+    let mut probes = Vec::new();
     for r in 0..rounds as usize {
         // How much the two CPUs slow each other down in this round (the
         // host may move them onto one physical core and back).
         if let Some(cpus) = two
             && let Ok(c) = super::contention::measure(cpus, super::contention::ITERS)
         {
-            slowdowns.push(c.slowdown());
+            probes.push(c);
         }
         // Rotate the order so no case always runs first.
         for k in 0..cases.len() {
@@ -412,8 +412,8 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
             Err(e) => ctx.note(&format!("cache line round trip: {e}")),
         }
     }
-    if two.is_some() {
-        ctx.note(&super::contention::describe_rounds(&slowdowns));
+    if let Some(cpus) = two {
+        ctx.note(&super::contention::describe_rounds(&probes, cpus));
     }
     for line in verdict(&rows) {
         ctx.note(&line);

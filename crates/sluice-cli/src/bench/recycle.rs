@@ -364,6 +364,9 @@ pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
             Err(e) => ctx.report(&name, Err(e)),
         }
     }
+    // One core's figures, but they move with how fast the host lets that
+    // core run (the ratios, per round, much less).
+    super::note_contention(ctx);
 }
 
 /// Rounds for `ops` packets per path: as many as fit slices of at least
