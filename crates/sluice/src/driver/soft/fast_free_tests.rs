@@ -9,7 +9,7 @@
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::tests::{port, send_all, tester_of};
+use super::tests::{ext_copy, port, send_all, tester_of};
 use crate::mbuf::{Burst, ExtSharedInfo, Mbuf, MbufPool, MbufPoolConfig};
 use crate::port::{Offloads, PortConfig};
 
@@ -98,25 +98,15 @@ fn a_fast_free_queue_sent_what_breaks_the_promise_frees_it_all_the_checked_way()
                     burst[i] = copy;
                 }
                 4 if used_ext < EXT => {
-                    let mut e = pool_a.alloc().unwrap();
+                    let buf = NonNull::new(base.wrapping_add(used_ext * EXT_LEN)).unwrap();
                     // SAFETY: slot `used_ext` of `region`, EXT_LEN bytes,
                     // and its info live until the end of the test, after
                     // every mbuf; nothing else uses them.
-                    unsafe {
-                        let buf = NonNull::new(base.add(used_ext * EXT_LEN)).unwrap();
-                        e.attach_extbuf(
-                            buf,
-                            buf.as_ptr() as u64,
-                            EXT_LEN as u16,
-                            0,
-                            NonNull::from(&infos[used_ext]),
-                        )
-                        .unwrap();
-                    }
-                    used_ext += 1;
-                    let len = burst[i].data().len();
-                    e.append(len).unwrap().copy_from_slice(burst[i].data());
+                    let e = unsafe {
+                        ext_copy(&pool_a, &burst[i], buf, EXT_LEN as u16, &infos[used_ext])
+                    };
                     burst[i] = e;
+                    used_ext += 1;
                 }
                 _ => {}
             }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::tester::{self, Tester, TesterReport};
+use super::tests::ext_copy;
 use crate::driver::open;
 use crate::mbuf::{Burst, BurstSlice, ExtSharedInfo, Mbuf, MbufPool, MbufPoolConfig};
 use crate::port::{Offloads, Port, PortConfig, PortError, RxQueue, TxQueue, recycle_mbufs};
@@ -33,6 +34,16 @@ fn port(spec: &str, config: PortConfig) -> Port {
     let mut p = open(spec, config).unwrap();
     p.start().unwrap();
     p
+}
+
+/// A port of `pool`, 128 descriptors each way, with the fast-free offload
+/// or without.
+fn port_config(pool: &MbufPool, fast_free: bool) -> PortConfig {
+    let mut c = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
+    if fast_free {
+        c.tx_offloads |= Offloads::FAST_FREE;
+    }
+    c
 }
 
 fn tester_of(name: &str) -> Arc<Tester> {
@@ -174,10 +185,7 @@ fn recycling_moves_every_completed_batch_without_touching_the_mempool() {
     ] {
         let name = format!("t-rc-basic-{fast_free}-{txmode}");
         let pool = pool(&name, 1023);
-        let mut config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
-        if fast_free {
-            config.tx_offloads |= Offloads::FAST_FREE;
-        }
+        let config = port_config(&pool, fast_free);
         let mut p = guard(port(
             &format!("soft:tester={name},count=3200,flows=16,txmode={txmode}"),
             config,
@@ -217,10 +225,7 @@ fn a_batch_holding_a_buffer_with_a_live_clone_falls_back_and_the_clone_keeps_its
     for fast_free in [false, true] {
         let name = &format!("t-rc-clone-{fast_free}");
         let pool = pool(name, 1023);
-        let mut config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
-        if fast_free {
-            config.tx_offloads |= Offloads::FAST_FREE;
-        }
+        let config = port_config(&pool, fast_free);
         let mut p = guard(port(
             &format!("soft:tester={name},count=3200,flows=16"),
             config,
@@ -290,10 +295,7 @@ fn a_batch_carrying_one_buffer_twice_falls_back_and_frees_each_reference() {
     for fast_free in [false, true] {
         let name = &format!("t-rc-twice-{fast_free}");
         let pool = pool(name, 1023);
-        let mut config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
-        if fast_free {
-            config.tx_offloads |= Offloads::FAST_FREE;
-        }
+        let config = port_config(&pool, fast_free);
         let mut p = guard(port(
             &format!("soft:tester={name},count=3200,flows=16"),
             config,
@@ -341,19 +343,12 @@ fn buffers_of_another_pool_are_never_recycled_with_or_without_fast_free() {
         let name = format!("t-rc-foreign-{fast_free}");
         let pool_a = pool(&format!("{name}-a"), 1023);
         let pool_b = pool(&format!("{name}-b"), 1023);
-        let config = |pool: &MbufPool| {
-            let mut c = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
-            if fast_free {
-                c.tx_offloads |= Offloads::FAST_FREE;
-            }
-            c
-        };
         let spec = format!("soft:tester={name},count=3200,flows=16");
         // P receives into pool A and sends what Q received (pool B); Q the
         // other way round.
         let mut ports = guard(vec![
-            port(&spec, config(&pool_a)),
-            port(&spec, config(&pool_b)),
+            port(&spec, port_config(&pool_a, fast_free)),
+            port(&spec, port_config(&pool_b, fast_free)),
         ]);
         let pools = [&pool_a, &pool_b];
         let t = tester_of(&name);
@@ -422,14 +417,9 @@ fn a_batch_mixing_pools_falls_back_wherever_the_foreign_buffer_sits() {
         let name = &format!("t-rc-mixed-{fast_free}");
         let pool_a = pool(&format!("{name}-a"), 1023);
         let pool_b = pool(&format!("{name}-b"), 255);
-        let mut config = PortConfig::new(Some(pool_a.clone()))
-            .nb_rxd(128)
-            .nb_txd(128);
-        if fast_free {
-            // The queue learns pool B, the first packet's: every batch then
-            // takes the checks, and still only pool A's move.
-            config.tx_offloads |= Offloads::FAST_FREE;
-        }
+        // With fast free the queue learns pool B, the first packet's: every
+        // batch then takes the checks, and still only pool A's move.
+        let config = port_config(&pool_a, fast_free);
         let mut p = guard(port(
             &format!("soft:tester={name},count=3200,flows=16"),
             config,
@@ -491,10 +481,7 @@ fn a_batch_holding_a_buffer_with_an_external_buffer_attached_falls_back() {
             .collect();
         let name = &format!("t-rc-ext-{fast_free}");
         let pool = pool(name, 1023);
-        let mut config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
-        if fast_free {
-            config.tx_offloads |= Offloads::FAST_FREE;
-        }
+        let config = port_config(&pool, fast_free);
         let mut p = guard(port(
             &format!("soft:tester={name},count=3200,flows=16"),
             config,
@@ -519,25 +506,12 @@ fn a_batch_holding_a_buffer_with_an_external_buffer_attached_falls_back() {
             if k % 3 == 1 && ext.len() < N {
                 // A packet moves to a pool buffer with external data.
                 let i = ext.len();
-                let mut e = pool.alloc().unwrap();
+                let j = k % 32;
+                let buf = NonNull::new(base.wrapping_add(i * EXT_LEN)).unwrap();
                 // SAFETY: slot `i` of `region`, EXT_LEN bytes, and `infos[i]`
                 // live until the end of the test, after every mbuf; nothing
                 // else uses them.
-                unsafe {
-                    let buf = NonNull::new(base.add(i * EXT_LEN)).unwrap();
-                    e.attach_extbuf(
-                        buf,
-                        buf.as_ptr() as u64,
-                        EXT_LEN as u16,
-                        0,
-                        NonNull::from(&infos[i]),
-                    )
-                    .unwrap();
-                }
-                let j = k % 32;
-                let len = burst[j].data().len();
-                e.append(len).unwrap().copy_from_slice(burst[j].data());
-                burst[j] = e;
+                burst[j] = unsafe { ext_copy(&pool, &burst[j], buf, EXT_LEN as u16, &infos[i]) };
                 ext.push(k);
             }
             send_all(tx, &mut burst);
@@ -711,7 +685,7 @@ fn a_step_falling_back_batch_by_batch_fills_up_to_the_rx_wrap_and_on_from_its_st
     // rearms both runs.
     let name = "t-rc-wrap-fallback";
     let pool = pool(name, 1023);
-    let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
+    let config = port_config(&pool, false);
     let spec = format!(
         "soft:tester={name},count=6400,flows=16,rx_free_thresh=16,tx_rs_thresh=16,\
          tx_free_thresh=32"
@@ -770,7 +744,7 @@ fn run_loopback(p: &mut Port, steps: usize) -> usize {
 fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after_a_restart() {
     let name = "t-rc-stopped";
     let pool = pool(name, 1023);
-    let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
+    let config = port_config(&pool, false);
     let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
     let t = tester_of(name);
     assert!(run_loopback(&mut p, 20) > 0);
@@ -867,7 +841,7 @@ fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after
 fn a_queue_stopped_between_the_commit_and_the_refill_leaks_nothing() {
     let name = "t-rc-middle";
     let pool = pool(name, 1023);
-    let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
+    let config = port_config(&pool, false);
     let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
     let t = tester_of(name);
     let mut lost_commits = 0;
@@ -916,7 +890,7 @@ fn a_queue_stopped_between_the_commit_and_the_refill_leaks_nothing() {
 fn a_tx_queue_stopped_between_two_recycle_steps_gives_its_batches_back() {
     let name = "t-rc-txstop";
     let pool = pool(name, 1023);
-    let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
+    let config = port_config(&pool, false);
     let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
     let t = tester_of(name);
     let mut burst: Burst<32> = Burst::new();
@@ -956,7 +930,7 @@ fn a_tx_queue_stopped_between_two_recycle_steps_gives_its_batches_back() {
 fn recycling_with_a_null_pair_or_pcap_queue_is_unsupported_and_loses_nothing() {
     let name = "t-rc-unsup";
     let pool = pool(name, 2047);
-    let config = || PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
+    let config = || port_config(&pool, false);
     let pcap_path =
         std::env::temp_dir().join(format!("sluice-{}-rc-unsup.pcap", std::process::id()));
     let pcap_spec = format!("pcap:tx={}", pcap_path.display());

@@ -1,10 +1,11 @@
+use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::runner;
 use super::tester::{self, Tester};
 use crate::driver::open;
-use crate::mbuf::{Burst, BurstSlice, MbufPool, MbufPoolConfig, ol};
+use crate::mbuf::{Burst, BurstSlice, ExtSharedInfo, Mbuf, MbufPool, MbufPoolConfig, ol};
 use crate::port::{Offloads, Port, PortConfig, PortError, RxQueue, TxQueue};
 
 fn pool(size: u32, data_room: u16) -> MbufPool {
@@ -29,6 +30,29 @@ pub(super) fn tester_of(name: &str) -> Arc<Tester> {
 
 fn xstat(p: &Port, name: &str) -> u64 {
     p.counters().xstats.get(name).unwrap()
+}
+
+/// A copy of `m` in a buffer of `pool` whose data room is external memory:
+/// the `len` bytes at `buf`, shared info `info`.
+///
+/// # Safety
+/// Those bytes and `info` outlive every mbuf that will refer to them, and
+/// nothing else uses them meanwhile.
+pub(super) unsafe fn ext_copy(
+    pool: &MbufPool,
+    m: &Mbuf,
+    buf: NonNull<u8>,
+    len: u16,
+    info: &ExtSharedInfo,
+) -> Mbuf {
+    let mut e = pool.alloc().unwrap();
+    // SAFETY: the caller's contract.
+    unsafe {
+        e.attach_extbuf(buf, buf.as_ptr() as u64, len, 0, NonNull::from(info))
+            .unwrap();
+    }
+    e.append(m.data().len()).unwrap().copy_from_slice(m.data());
+    e
 }
 
 /// Sends all of `burst` on `tx`, retrying while the ring is full (the
