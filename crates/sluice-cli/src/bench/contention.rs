@@ -81,14 +81,15 @@ pub fn describe_rounds(rounds: &[CoreContention], cpus: (usize, usize)) -> Strin
     if rounds.is_empty() {
         return "Core contention: not measured.".to_owned();
     }
-    let median = |mut v: Vec<f64>| {
+    // (median, smallest, largest)
+    let spread = |mut v: Vec<f64>| {
         v.sort_by(f64::total_cmp);
         (v[v.len() / 2], v[0], v[v.len() - 1])
     };
-    let (med, lo, hi) = median(rounds.iter().map(CoreContention::slowdown).collect());
+    let (med, lo, hi) = spread(rounds.iter().map(CoreContention::slowdown).collect());
     let shared = rounds.iter().filter(|c| c.slowdown() >= 1.6).count();
-    let (a0, best0, _) = median(rounds.iter().map(|c| c.alone[0]).collect());
-    let (a1, best1, _) = median(rounds.iter().map(|c| c.alone[1]).collect());
+    let (a0, best0, _) = spread(rounds.iter().map(|c| c.alone[0]).collect());
+    let (a1, best1, _) = spread(rounds.iter().map(|c| c.alone[1]).collect());
     let best = best0.min(best1);
     let slow = rounds
         .iter()

@@ -69,23 +69,26 @@ impl FastFree {
         }
     }
 
-    /// The pool's region `(base, len)` to screen packets against with
-    /// [`unfit`], learning the pool from `first` (the first packet of a
-    /// burst about to be posted) if there is none yet. With no pool (none
-    /// learnt, or that pool had no handle left) the region is empty: every
-    /// packet is unfit.
+    /// The pool's region, to screen packets against with
+    /// [`Region::unfit`], learning the pool from `first` (the first packet
+    /// of a burst about to be posted) if there is none yet. With no pool
+    /// (none learnt, or that pool had no handle left) the region is empty:
+    /// every packet is unfit.
     ///
     /// # Safety
     /// `first`, if any, is an mbuf the caller owns.
     #[inline(always)]
-    pub(super) unsafe fn region(&mut self, first: Option<&Elem>) -> (usize, usize) {
+    pub(super) unsafe fn region(&mut self, first: Option<&Elem>) -> Region {
         if self.pool.is_none()
             && let Some(&e) = first
         {
             // SAFETY: an mbuf the caller owns.
             unsafe { self.learn(e) };
         }
-        (self.base, self.len)
+        Region {
+            base: self.base,
+            len: self.len,
+        }
     }
 
     /// Takes the pool of the mbuf at `e` as the queue's.
@@ -139,19 +142,29 @@ impl FastFree {
     }
 }
 
-/// Non-zero unless the mbuf at `e` (header `h`) is a plain buffer of the
-/// pool whose region is `[base, base + len)`: reference count 1, one
-/// segment, `buf_addr` at its own data room, its address in the region.
-/// Branch-free, to be OR-ed over a burst as its packets are posted (their
-/// first header lines are being read then anyway). `h` is `e`'s header.
-#[inline(always)]
-pub(super) fn unfit(e: Elem, h: &MbufHeader, base: usize, len: usize) -> u64 {
-    let addr = e.as_ptr() as usize;
-    // Acquire: a clone dropped on another thread released its uses of the
-    // buffer with its decrement; reading 1 makes them happen-before the
-    // free this allows.
-    (h.refcnt.load(Ordering::Acquire) as u64 ^ 1)
-        | (h.nb_segs as u64 ^ 1)
-        | (h.buf_addr as u64 ^ (addr + HEADER_SIZE) as u64)
-        | (addr.wrapping_sub(base) >= len) as u64
+/// A pool's memory, `[base, base + len)`, that screened packets must lie
+/// in; empty by default (every packet unfit).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Region {
+    base: usize,
+    len: usize,
+}
+
+impl Region {
+    /// Non-zero unless the mbuf at `e` (header `h`) is a plain buffer of
+    /// this region's pool: reference count 1, one segment, `buf_addr` at
+    /// its own data room, its address in the region. Branch-free, to be
+    /// OR-ed over a burst as its packets are posted (their first header
+    /// lines are being read then anyway).
+    #[inline(always)]
+    pub(super) fn unfit(self, e: Elem, h: &MbufHeader) -> u64 {
+        let addr = e.as_ptr() as usize;
+        // Acquire: a clone dropped on another thread released its uses of
+        // the buffer with its decrement; reading 1 makes them happen-before
+        // the free this allows.
+        (h.refcnt.load(Ordering::Acquire) as u64 ^ 1)
+            | (h.nb_segs as u64 ^ 1)
+            | (h.buf_addr as u64 ^ (addr + HEADER_SIZE) as u64)
+            | (addr.wrapping_sub(self.base) >= self.len) as u64
+    }
 }

@@ -74,7 +74,7 @@ use crate::mempool::{Elem, PoolInner};
 use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
 use super::device::PortEngines;
-use super::fast_free::{self, FastFree};
+use super::fast_free::{FastFree, Region};
 use super::tx_engine::TxRegs;
 use super::wqe::{
     CE, CQE_INVALID, CQE_REQ, CqeInfo, Eseg, EsegWords, MAX_DS, MAX_TSO_HEADER, MIN_INLINE, OP_MPW,
@@ -131,7 +131,9 @@ struct CompRec {
     elts: u32,
 }
 
-/// Counts of one burst, added to the xstats at its end.
+/// Counts of one burst, added to the xstats at its end, and with fast free
+/// its screen: the pool region posted packets must be plain buffers of,
+/// and the OR of what they were [unfit](Region::unfit) for it by.
 #[derive(Debug, Default)]
 struct BurstCounts {
     sent: usize,
@@ -140,6 +142,8 @@ struct BurstCounts {
     mpw_pkts: u64,
     wqe_pkts: u64,
     inline_bytes: u64,
+    screen: Region,
+    unfit: u64,
 }
 
 /// What became of a packet given a regular WQE.
@@ -745,20 +749,12 @@ impl SoftTx {
         Class::Entry(key, need)
     }
 
-    /// Keeps a sent packet: its software-ring slot, the burst's counts, and
-    /// with `SCREEN` (fast free) whether it is [unfit](fast_free::unfit) for
-    /// the pool region `region`, OR-ed into `unfit`.
+    /// Keeps a sent packet: its software-ring slot, the burst's counts,
+    /// and with `SCREEN` (fast free) its screen.
     #[inline(always)]
-    fn keep<const SCREEN: bool>(
-        &mut self,
-        e: Elem,
-        h: &MbufHeader,
-        st: &mut BurstCounts,
-        region: (usize, usize),
-        unfit: &mut u64,
-    ) {
+    fn keep<const SCREEN: bool>(&mut self, e: Elem, h: &MbufHeader, st: &mut BurstCounts) {
         if SCREEN {
-            *unfit |= fast_free::unfit(e, h, region.0, region.1);
+            st.unfit |= st.screen.unfit(e, h);
         }
         self.sw_ring[(self.elts_head & self.mask) as usize] = e;
         self.elts_head = self.elts_head.wrapping_add(1);
@@ -767,15 +763,9 @@ impl SoftTx {
     }
 
     /// Mode `wqe`: one regular WQE per packet. Returns the packets taken.
-    /// `SCREEN`, `region`, `unfit`: as in [`keep`](Self::keep).
+    /// `SCREEN`: as in [`keep`](Self::keep).
     #[inline(never)]
-    fn burst_wqe<const SCREEN: bool>(
-        &mut self,
-        raw: &[Elem],
-        st: &mut BurstCounts,
-        region: (usize, usize),
-        unfit: &mut u64,
-    ) -> usize {
+    fn burst_wqe<const SCREEN: bool>(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
         let mut room = self.elts_free();
         let mut i = 0;
         while i < raw.len() && room != 0 {
@@ -785,7 +775,7 @@ impl SoftTx {
             let f = h.ol_flags & self.p.ol_mask;
             match self.post(h, h.nb_segs as u32, f, st) {
                 Post::Done => {
-                    self.keep::<SCREEN>(e, h, st, region, unfit);
+                    self.keep::<SCREEN>(e, h, st);
                     room -= 1;
                 }
                 Post::Full => break,
@@ -797,18 +787,13 @@ impl SoftTx {
     }
 
     /// Mode `mpwqe`: sessions of packets sharing an eseg, regular WQEs for
-    /// the others. Returns the packets taken. `SCREEN`, `region`, `unfit`:
-    /// as in [`keep`](Self::keep).
+    /// the others. Returns the packets taken. `SCREEN`: as in
+    /// [`keep`](Self::keep).
     #[inline(never)]
-    fn burst_mpw<const SCREEN: bool>(
-        &mut self,
-        raw: &[Elem],
-        st: &mut BurstCounts,
-        region: (usize, usize),
-        unfit: &mut u64,
-    ) -> usize {
-        // Accumulated in a register, written once.
-        let mut acc = 0u64;
+    fn burst_mpw<const SCREEN: bool>(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
+        // The sessions' screen, in registers, added to `st` once.
+        let screen = st.screen;
+        let mut unfit = 0u64;
         let mut room = self.elts_free();
         let mut i = 0;
         // The class of packet `i` when the session before found it.
@@ -827,7 +812,7 @@ impl SoftTx {
                     let f = h.ol_flags & self.p.ol_mask;
                     match self.post_fallback(h, h.nb_segs as u32, f, st) {
                         Post::Done => {
-                            self.keep::<SCREEN>(e, h, st, region, &mut acc);
+                            self.keep::<SCREEN>(e, h, st);
                             room -= 1;
                         }
                         Post::Full => break,
@@ -875,7 +860,7 @@ impl SoftTx {
                     st.inline_bytes += data.len() as u64;
                 }
                 if SCREEN {
-                    acc |= fast_free::unfit(e, h, region.0, region.1);
+                    unfit |= screen.unfit(e, h);
                 }
                 self.sw_ring[(eh & mask) as usize] = e;
                 eh = eh.wrapping_add(1);
@@ -919,7 +904,7 @@ impl SoftTx {
             self.elts_head = eh;
             self.close(base, ds, pkts, st);
         }
-        *unfit |= acc;
+        st.unfit |= unfit;
         i
     }
 }
@@ -936,26 +921,23 @@ impl TxQueue for SoftTx {
         let mut st = BurstCounts::default();
         let raw = burst.raw();
         let taken = if self.p.fast_free {
-            // Fast free: each packet posted is screened ([`fast_free`]).
+            // Fast free: each packet posted is screened ([`super::fast_free`]).
             // SAFETY: the burst's mbufs are ours.
-            let region = unsafe { self.ff.region(raw.first()) };
-            let mut unfit = 0;
-            let taken = match self.p.mode {
-                TxMode::Mpwqe => self.burst_mpw::<true>(raw, &mut st, region, &mut unfit),
-                TxMode::Wqe => self.burst_wqe::<true>(raw, &mut st, region, &mut unfit),
-            };
-            if unfit != 0 {
-                // The packets posted lie before `elts_head`.
-                self.ff.taint(self.elts_head);
-            }
-            taken
-        } else {
-            let mut unused = 0;
+            st.screen = unsafe { self.ff.region(raw.first()) };
             match self.p.mode {
-                TxMode::Mpwqe => self.burst_mpw::<false>(raw, &mut st, (0, 0), &mut unused),
-                TxMode::Wqe => self.burst_wqe::<false>(raw, &mut st, (0, 0), &mut unused),
+                TxMode::Mpwqe => self.burst_mpw::<true>(raw, &mut st),
+                TxMode::Wqe => self.burst_wqe::<true>(raw, &mut st),
+            }
+        } else {
+            match self.p.mode {
+                TxMode::Mpwqe => self.burst_mpw::<false>(raw, &mut st),
+                TxMode::Wqe => self.burst_wqe::<false>(raw, &mut st),
             }
         };
+        if st.unfit != 0 {
+            // The packets posted lie before `elts_head`.
+            self.ff.taint(self.elts_head);
+        }
         if st.sent != 0 {
             // The doorbell: the WQEs above are visible to a device that
             // loads it (acquire).
