@@ -148,14 +148,15 @@ const TTL_ONE: u16 = 0x0100;
 
 /// Bytes 22..25 of an IPv4 frame read little-endian (TTL, protocol, the
 /// checksum byte-swapped in the high half) after the TTL, at least 1, drops
-/// by one: [`checksum_after_decrement`] on the high half, worked in the
-/// whole word. `~x + 0xfffe` is the high half of `(w ^ 0xffff0000) +
-/// 0xfffe0000`, its carry out is the fold's end-around carry (one fold is
-/// enough), and the TTL's decrement cannot borrow from the protocol.
+/// by one. [`checksum_after_decrement`] of a swapped checksum `s` is
+/// `~(~s + 0xfffe)`: the sum carries round, making it `s + 1`, unless `~s`
+/// is 0 or 1, i.e. `s` is 0xffff or 0xfffe, which become 0x0001 and 0x0000:
+/// `s + 2`. So the word gains 0xffff (the TTL's decrement cannot borrow from
+/// the protocol), or 0x1ffff when its high half is 0xfffe or 0xffff, the
+/// high half wrapping.
 #[inline(always)]
 fn ttl_decremented(w: u32) -> u32 {
-    let (sum, carry) = (w ^ 0xffff_0000).overflowing_add(0xfffe_0000);
-    ((sum + (u32::from(carry) << 16)) ^ 0xffff_0000) - 1
+    w.wrapping_add(if w >= 0xfffe_0000 { 0x1_ffff } else { 0xffff })
 }
 
 /// Checks an IPv4 packet, looks it up and decrements its TTL; the output
@@ -207,7 +208,8 @@ fn ipv6<R: Router>(r: &R, ip: &mut [u8]) -> Result<u32, DropReason> {
 }
 
 /// The common case of [`route`] in one pass over fixed offsets: an
-/// unshared IPv4 frame without options, whose header checksum the device
+/// unshared IPv4 frame without options in the mbuf's own buffer (not an
+/// attached external one, which `route` takes), whose header checksum the device
 /// verified (the Rx offload), TTL above 1, a total length that fits the
 /// frame, and a route to an existing port. Rewrites it (TTL, checksum,
 /// MACs) and returns the port. Anything else returns `None` with the frame
@@ -218,23 +220,29 @@ fn ipv6<R: Router>(r: &R, ip: &mut [u8]) -> Result<u32, DropReason> {
 /// and a compare, and the checksum is updated in its swapped form.
 #[inline(always)]
 pub fn route_fast<R: Router>(r: &R, m: &mut Mbuf, macs: &[PortMacs]) -> Option<usize> {
-    if m.ol_flags() & (ol::RX_IP_CKSUM_GOOD | ol::RX_IP_CKSUM_BAD) != ol::RX_IP_CKSUM_GOOD {
+    // One test of the flags word: the device verified the checksum, and the
+    // buffer is the mbuf's own (so `direct_data_mut` only checks the count).
+    let flags = ol::RX_IP_CKSUM_GOOD | ol::RX_IP_CKSUM_BAD | ol::EXTERNAL;
+    if m.ol_flags() & flags != ol::RX_IP_CKSUM_GOOD {
         return None;
     }
-    let d = m.data_mut().ok()?;
-    let len = d.len();
-    // At least 34 bytes from here on: `len - 34` below cannot wrap.
+    let d = m.direct_data_mut()?;
+    // What the frame holds past the 34 bytes read here.
+    let room = d.len().checked_sub(34)?;
     let h = d.first_chunk_mut::<34>()?;
     // Bytes 12..14: ethertype 0x0800, then version 4 with IHL 5.
     let ethertype = u16::from_le_bytes([h[12], h[13]]);
     let total = u16::from_be_bytes([h[16], h[17]]) as usize;
     // Bytes 22..25: TTL (the low byte), protocol, then the checksum, its
     // bytes swapped (the high half).
-    let word = u32::from_le_bytes([h[22], h[23], h[24], h[25]]);
-    // `total` in 20..=len - 14 in one compare: below 20 it wraps.
+    let mut b = [0; 4];
+    b.copy_from_slice(&h[22..26]);
+    let word = u32::from_le_bytes(b);
+    // `total` in 20..=len - 14 (`room + 20`) in one compare: below 20 it
+    // wraps.
     if ethertype != 0x00_08
         || h[14] != 0x45
-        || total.wrapping_sub(20) > len - 34
+        || total.wrapping_sub(20) > room
         || word as u8 & 0xfe == 0
     {
         return None;

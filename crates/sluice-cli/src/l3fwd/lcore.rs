@@ -230,48 +230,26 @@ pub fn poll<R: Router>(
 /// has its port in `dst`; the result has bit `i` set for each packet `i` it
 /// declined, left untouched. A function of its own, called once a burst, so
 /// that its loop has the registers to itself (the tables, the MACs, `dst`).
-/// The headers of packet `i + PREFETCH_AHEAD` are prefetched while packet
-/// `i` is routed.
+///
+/// Every packet's headers are prefetched first, then routed: the loads of
+/// the second loop find their lines arrived or on the way, and the loop
+/// that routes carries no prefetch-distance arithmetic (DPDK's l3fwd
+/// prefetches a fixed distance ahead inside its loop; the two are alike in
+/// what they overlap, and this one runs fewer instructions per packet).
 #[inline(never)]
 fn route_burst<R: Router>(r: &R, pkts: &mut [Mbuf], macs: &[PortMacs], dst: &mut [u16; 64]) -> u64 {
-    let n = pkts.len().min(dst.len());
-    let pkts = &mut pkts[..n];
     let mut declined = 0u64;
-    for m in pkts.iter().take(PREFETCH_AHEAD) {
+    for m in pkts.iter().take(dst.len()) {
         m.prefetch_data();
     }
-    // While there are packets ahead to prefetch, then the last few.
-    for ahead in PREFETCH_AHEAD..n {
-        pkts[ahead].prefetch_data();
-        let i = ahead - PREFETCH_AHEAD;
-        route_one(r, pkts, i, macs, dst, &mut declined);
-    }
-    for i in n.saturating_sub(PREFETCH_AHEAD)..n {
-        route_one(r, pkts, i, macs, dst, &mut declined);
+    for (i, (m, d)) in pkts.iter_mut().zip(dst.iter_mut()).enumerate() {
+        match route_fast(r, m, macs) {
+            Some(p) => *d = p as u16,
+            None => declined |= 1 << i,
+        }
     }
     declined
 }
-
-/// [`route_fast`] on packet `i` (below 64): its port into `dst[i]`, or bit
-/// `i` set in `declined`.
-#[inline(always)]
-fn route_one<R: Router>(
-    r: &R,
-    pkts: &mut [Mbuf],
-    i: usize,
-    macs: &[PortMacs],
-    dst: &mut [u16; 64],
-    declined: &mut u64,
-) {
-    match route_fast(r, &mut pkts[i], macs) {
-        Some(p) => dst[i] = p as u16,
-        None => *declined |= 1 << i,
-    }
-}
-
-/// How many packets ahead of the one being routed its headers are
-/// prefetched.
-const PREFETCH_AHEAD: usize = 4;
 
 /// `dst` of a packet being dropped.
 const DROP: u16 = u16::MAX;
@@ -312,9 +290,8 @@ mod tests {
     fn a_burst_routes_the_common_case_and_leaves_the_rest_untouched() {
         let pool = pool();
         let macs = macs();
-        // 45 packets (past the prefetch distance, and the tail after it):
-        // every fifth one routed, the others declined for a different
-        // reason each.
+        // 45 packets: every fifth one routed, the others declined for a
+        // different reason each.
         let mut burst = Vec::new();
         let mut sent = Vec::new();
         let mut want_declined = 0u64;

@@ -189,6 +189,34 @@ impl Mbuf {
         })
     }
 
+    /// This segment's data, writable, if the mbuf holds its own buffer (no
+    /// external buffer attached) and is unshared; `None` otherwise, when
+    /// [`data_mut`](Self::data_mut) may still give it (an unshared external
+    /// buffer).
+    ///
+    /// The check a per-packet fast path wants: the flags word is read
+    /// before the reference count, so a caller that has just read
+    /// [`ol_flags`](Self::ol_flags) and tested [`ol::EXTERNAL`] with its
+    /// other flags lets the compiler drop both the second load and the
+    /// test, leaving one load and compare of the count.
+    #[inline(always)]
+    pub fn direct_data_mut(&mut self) -> Option<&mut [u8]> {
+        if self.header().ol_flags & ol::EXTERNAL != 0 || self.refcnt() != 1 {
+            return None;
+        }
+        let h = self.header();
+        // SAFETY: the mbuf's own buffer is a pool element's data room, never
+        // at address 0 (told to the compiler so that a caller's `?` on the
+        // result is no test of the pointer).
+        unsafe { std::hint::assert_unchecked(!h.buf_addr.is_null()) };
+        // SAFETY: bounds as in `data`; the buffer is the mbuf's own and its
+        // one reference is this handle, and `&mut self` excludes every other
+        // access through it.
+        Some(unsafe {
+            std::slice::from_raw_parts_mut(h.buf_addr.add(h.data_off as usize), h.data_len as usize)
+        })
+    }
+
     /// The data of each segment, in order.
     pub fn segments(&self) -> Segments<'_> {
         Segments {

@@ -296,13 +296,25 @@ fn the_external_flag_follows_the_attachment_and_nothing_else() {
     let info_ptr = NonNull::from(&*info);
     let buf = NonNull::new(mem.cast::<u8>()).unwrap();
     let mut a = p.alloc().unwrap();
+    a.append(4).unwrap();
     // A caller cannot set it on a plain mbuf ...
     a.set_ol_flags(ol::EXTERNAL | ol::RX_VLAN).unwrap();
     assert_eq!(a.ol_flags(), ol::RX_VLAN);
     assert!(!a.has_extbuf() && !a.is_shared());
+    // The direct data is the data, while unshared.
+    let own = a.data().as_ptr();
+    assert_eq!(
+        a.direct_data_mut().map(|d| (d.as_ptr(), d.len())),
+        Some((own, 4))
+    );
+    let clone = a.try_clone().unwrap();
+    assert!(a.direct_data_mut().is_none());
+    drop(clone);
     // SAFETY: the box lives until `ext_free`; `info` is leaked.
     unsafe { a.attach_extbuf(buf, 0x1000, 256, 16, info_ptr).unwrap() };
     assert_eq!(a.ol_flags(), ol::RX_VLAN | ol::EXTERNAL);
+    // An external buffer is writable through `data_mut` alone.
+    assert!(a.data_mut().is_ok() && a.direct_data_mut().is_none());
     // ... nor clear it on an attached one; a device's write-back keeps it.
     a.set_ol_flags(0).unwrap();
     assert_eq!(a.ol_flags(), ol::EXTERNAL);
