@@ -156,7 +156,9 @@ const TTL_ONE: u16 = 0x0100;
 /// high half wrapping.
 #[inline(always)]
 fn ttl_decremented(w: u32) -> u32 {
-    w.wrapping_add(if w >= 0xfffe_0000 { 0x1_ffff } else { 0xffff })
+    // The wrap's 0x10000 is bit 32 of `w + 0x20000`, moved down.
+    let w = u64::from(w);
+    (w + 0xffff + ((w + 0x2_0000) >> 32 << 16)) as u32
 }
 
 /// Checks an IPv4 packet, looks it up and decrements its TTL; the output
@@ -232,17 +234,18 @@ pub fn route_fast<R: Router>(r: &R, m: &mut Mbuf, macs: &[PortMacs]) -> Option<u
     let h = d.first_chunk_mut::<34>()?;
     // Bytes 12..14: ethertype 0x0800, then version 4 with IHL 5.
     let ethertype = u16::from_le_bytes([h[12], h[13]]);
-    let total = u16::from_be_bytes([h[16], h[17]]) as usize;
+    let total = u16::from_be_bytes([h[16], h[17]]);
     // Bytes 22..25: TTL (the low byte), protocol, then the checksum, its
     // bytes swapped (the high half).
     let mut b = [0; 4];
     b.copy_from_slice(&h[22..26]);
     let word = u32::from_le_bytes(b);
-    // `total` in 20..=len - 14 (`room + 20`) in one compare: below 20 it
-    // wraps.
+    // `total` in 20..=len - 14 (`room + 20`) in one 16-bit compare: below
+    // 20 it wraps. `room` fits 16 bits, the data length being a `u16`; were
+    // it cut, it would only shrink and decline a frame, never take one.
     if ethertype != 0x00_08
         || h[14] != 0x45
-        || total.wrapping_sub(20) > room
+        || total.wrapping_sub(20) > room as u16
         || word as u8 & 0xfe == 0
     {
         return None;

@@ -239,7 +239,9 @@ pub fn poll<R: Router>(
 #[inline(never)]
 fn route_burst<R: Router>(r: &R, pkts: &mut [Mbuf], macs: &[PortMacs], dst: &mut [u16; 64]) -> u64 {
     let mut declined = 0u64;
-    for m in pkts.iter().take(dst.len()) {
+    let n = pkts.len().min(dst.len());
+    let pkts = &mut pkts[..n];
+    for m in pkts.iter() {
         m.prefetch_data();
     }
     for (i, (m, d)) in pkts.iter_mut().zip(dst.iter_mut()).enumerate() {
