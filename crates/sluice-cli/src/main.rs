@@ -96,7 +96,11 @@ fn demo_port_specs(cpus: usize) -> Vec<String> {
 /// Tx attempts more in the demo before a packet is dropped: the device
 /// thread drains Tx rings in its own time, and the demo shows a lossless
 /// pipeline (`sluice fwd` drops after one try by default, as testpmd).
-const DEMO_TX_RETRY: u32 = 1 << 20;
+/// About a second of tries (a try on a full ring is a few tens of cycles):
+/// a shared host has been seen to leave the device thread's vCPU unrun for
+/// longer than the 2^20 tries (about 10 ms) this once was, and the demo lost
+/// packets.
+const DEMO_TX_RETRY: u32 = 1 << 26;
 
 /// `sluice` with no arguments: the demo.
 fn demo() -> Result<(), String> {

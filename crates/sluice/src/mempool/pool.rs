@@ -22,6 +22,11 @@ use crate::sync::Ordering;
 /// and every cache is a handful of tracked atomics, so they get 4.
 const NB_CACHES: usize = if cfg!(loom) { 4 } else { MAX_LCORES };
 
+/// Failed tries in a row after which a full ring's put checks whether it
+/// can ever succeed (see `ring_put_retry`): far more than a stale consumer
+/// tail lasts (a store on its way between cores).
+const PUT_SPINS_BEFORE_CHECK: u32 = 1 << 20;
+
 /// A handle to a pool. Cheap to clone; `Send` and `Sync`.
 ///
 /// The pool lives while any handle does. When the last handle goes, the pool
@@ -604,13 +609,32 @@ impl PoolInner {
         }
     }
 
+    /// The retries of [`ring_put`](Self::ring_put). A ring that stays full
+    /// for [`PUT_SPINS_BEFORE_CHECK`] tries in a row is checked: if it holds
+    /// as many elements as the pool has, what is left to put is more than
+    /// the pool owns — an element returned twice, or one of another pool —
+    /// and no consumer can make room for it. That is a broken invariant, and
+    /// it panics saying so rather than spinning for ever.
     #[cold]
     #[inline(never)]
     fn ring_put_retry(&self, mut src: &[Elem]) {
+        let mut stuck = 0u32;
         while !src.is_empty() {
             crate::sync::spin_loop();
             let done = self.ring.enqueue(src, false).n;
             src = &src[done..];
+            stuck = if done == 0 { stuck + 1 } else { 0 };
+            if stuck == PUT_SPINS_BEFORE_CHECK {
+                stuck = 0;
+                let held = self.ring.ring().len();
+                assert!(
+                    held < self.size as usize,
+                    "mempool: {} element(s) put back into a ring already holding {held}, all \
+                     {} the pool has: an element was freed twice or into the wrong pool",
+                    src.len(),
+                    self.size
+                );
+            }
         }
     }
 

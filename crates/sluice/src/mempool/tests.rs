@@ -397,3 +397,31 @@ mod debug {
         unsafe { p.put(e) };
     }
 }
+
+#[test]
+fn more_puts_than_the_ring_holds_panic_saying_why_instead_of_spinning() {
+    // No cache: every put goes to the ring, whose capacity is the pool size
+    // rounded up. Putting one element back again and again fills it with
+    // copies, and then a put can never succeed.
+    let p = pool(4, 0);
+    let e = p.get().unwrap();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for _ in 0..64 {
+            // SAFETY: none — this is the misuse under test, one element
+            // returned many times; the pool is leaked below, never used
+            // again.
+            unsafe { p.put(e) };
+        }
+    }));
+    let msg = r.expect_err("a put into a ring full of copies returned");
+    let msg = msg
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .unwrap_or_default();
+    assert!(
+        msg.contains("freed twice or into the wrong pool"),
+        "panic message: {msg}"
+    );
+    // Its ring holds copies: leak it rather than run its drop.
+    std::mem::forget(p);
+}
