@@ -218,8 +218,9 @@ fn ipv6<R: Router>(r: &R, ip: &mut [u8]) -> Result<u32, DropReason> {
 /// untouched, for [`route`] to check in full and count.
 ///
 /// The header words are read little-endian, as the CPU loads them, so no
-/// byte is swapped but the destination address: a field test is a mask
-/// and a compare, and the checksum is updated in its swapped form.
+/// bytes are swapped but the total length's (for its range compare) and
+/// the destination address's (for the lookup): a field test is a mask and
+/// a compare, and the checksum is updated in its swapped form.
 #[inline(always)]
 pub fn route_fast<R: Router>(r: &R, m: &mut Mbuf, macs: &[PortMacs]) -> Option<usize> {
     // One test of the flags word: the device verified the checksum, and the
