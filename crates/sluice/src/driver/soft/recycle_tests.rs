@@ -172,6 +172,39 @@ fn drain_loopback(p: &mut Port, t: &Tester) {
     panic!("the port did not drain: {}", t.report());
 }
 
+/// 100 loopback steps on queue 0 of `p`, each: the recycle step, 32
+/// frames received, `spoil(k, burst)` on them, the burst sent. `spoil` says
+/// whether it put a buffer in the burst that must not be recycled; the
+/// batch of such a step falls back at the next one, every other batch moves
+/// whole, which is checked step by step and in the port's recycle counters
+/// (batch 99 is never tried). Returns the spoiled steps.
+fn spoiled_batches_fall_back(
+    p: &mut Port,
+    mut spoil: impl FnMut(usize, &mut Burst<32>) -> bool,
+) -> Vec<usize> {
+    let mut burst: Burst<32> = Burst::new();
+    let mut spoiled = Vec::new();
+    for k in 0..100usize {
+        let (rx, tx) = loopback(p);
+        let m = recycle_mbufs(rx, tx).unwrap();
+        assert_eq!(rx.rx_burst(&mut burst), 32);
+        let want = match k {
+            0 => 0,
+            _ if spoiled.last() == Some(&(k - 1)) => 0,
+            _ => 32,
+        };
+        assert_eq!(m, want, "step {k}");
+        if spoil(k, &mut burst) {
+            spoiled.push(k);
+        }
+        send_all(tx, &mut burst);
+    }
+    let fallbacks = spoiled.iter().filter(|&&k| k < 99).count() as u64;
+    let recycled = (99 - fallbacks) * 32;
+    assert_eq!(recycle_counts(p), (recycled, recycled, fallbacks));
+    spoiled
+}
+
 // ---- recycling happens ---------------------------------------------------
 
 #[test]
@@ -301,31 +334,17 @@ fn a_batch_carrying_one_buffer_twice_falls_back_and_frees_each_reference() {
             config,
         ));
         let t = tester_of(name);
-        let mut burst: Burst<32> = Burst::new();
-        let mut twice = Vec::new();
-        for k in 0..100usize {
-            let (rx, tx) = loopback(&mut p);
-            let m = recycle_mbufs(rx, tx).unwrap();
-            assert_eq!(rx.rx_burst(&mut burst), 32);
-            let want = match k {
-                0 => 0,
-                _ if twice.last() == Some(&(k - 1)) => 0,
-                _ => 32,
-            };
-            assert_eq!(m, want, "step {k}");
-            if k % 7 == 3 {
-                // Packet i goes out twice (a second reference in place of the
-                // packet after it, which is dropped): one buffer, two slots of
-                // the batch, reference count 2 while both are in the ring.
-                let i = k % 31;
-                burst[i + 1] = burst[i].try_clone().unwrap();
-                twice.push(k);
+        let twice = spoiled_batches_fall_back(&mut p, |k, burst| {
+            if k % 7 != 3 {
+                return false;
             }
-            send_all(tx, &mut burst);
-        }
-        let fallbacks = twice.iter().filter(|&&k| k < 99).count() as u64;
-        let recycled = (99 - fallbacks) * 32;
-        assert_eq!(recycle_counts(&p), (recycled, recycled, fallbacks));
+            // Packet i goes out twice (a second reference in place of the
+            // packet after it, which is dropped): one buffer, two slots of
+            // the batch, reference count 2 while both are in the ring.
+            let i = k % 31;
+            burst[i + 1] = burst[i].try_clone().unwrap();
+            true
+        });
         let r = t.report();
         let n = twice.len() as u64;
         assert_eq!((r.received, r.duplicates, r.lost), (3200 - n, n, n), "{r}");
@@ -425,33 +444,18 @@ fn a_batch_mixing_pools_falls_back_wherever_the_foreign_buffer_sits() {
             config,
         ));
         let t = tester_of(name);
-        let mut burst: Burst<32> = Burst::new();
-        let mut mixed = Vec::new();
-        for k in 0..100usize {
-            let (rx, tx) = loopback(&mut p);
-            let m = recycle_mbufs(rx, tx).unwrap();
-            assert_eq!(rx.rx_burst(&mut burst), 32);
-            // The batch the step before sent moves, unless it holds a buffer
-            // of pool B.
-            let want = match k {
-                0 => 0,
-                _ if mixed.last() == Some(&(k - 1)) => 0,
-                _ => 32,
-            };
-            assert_eq!(m, want, "step {k}");
+        // The batch the step before sent moves, unless it holds a buffer of
+        // pool B.
+        spoiled_batches_fall_back(&mut p, |k, burst| {
             assert!(burst.iter().all(|b| pool_a.owns(b)), "step {k}");
             // One packet in three of four bursts moves to a copy in pool B:
             // first, in the middle, last.
-            if let Some(i) = [Some(0), Some(15), Some(31), None][k % 4] {
-                mixed.push(k);
-                let copy = pool_b.alloc_from_slice(burst[i].data()).unwrap();
-                burst[i] = copy;
-            }
-            send_all(tx, &mut burst);
-        }
-        let fallbacks = mixed.iter().filter(|&&k| k < 99).count() as u64;
-        let recycled = (99 - fallbacks) * 32;
-        assert_eq!(recycle_counts(&p), (recycled, recycled, fallbacks));
+            let Some(i) = [Some(0), Some(15), Some(31), None][k % 4] else {
+                return false;
+            };
+            burst[i] = pool_b.alloc_from_slice(burst[i].data()).unwrap();
+            true
+        });
         let r = t.report();
         assert_eq!(r.received, 3200, "{r}");
         assert_clean(&r);
@@ -487,38 +491,25 @@ fn a_batch_holding_a_buffer_with_an_external_buffer_attached_falls_back() {
             config,
         ));
         let t = tester_of(name);
-        let mut burst: Burst<32> = Burst::new();
         let base = region.as_mut_ptr();
         let freed_before = EXT_FREED.load(Ordering::SeqCst);
-        let mut ext = Vec::new();
-        for k in 0..100usize {
-            let (rx, tx) = loopback(&mut p);
-            let m = recycle_mbufs(rx, tx).unwrap();
-            assert_eq!(rx.rx_burst(&mut burst), 32);
-            // The batch the step before sent moves, unless it holds an mbuf
-            // whose data is an external buffer.
-            let want = match k {
-                0 => 0,
-                _ if ext.last() == Some(&(k - 1)) => 0,
-                _ => 32,
-            };
-            assert_eq!(m, want, "step {k}");
-            if k % 3 == 1 && ext.len() < N {
-                // A packet moves to a pool buffer with external data.
-                let i = ext.len();
-                let j = k % 32;
-                let buf = NonNull::new(base.wrapping_add(i * EXT_LEN)).unwrap();
-                // SAFETY: slot `i` of `region`, EXT_LEN bytes, and `infos[i]`
-                // live until the end of the test, after every mbuf; nothing
-                // else uses them.
-                burst[j] = unsafe { ext_copy(&pool, &burst[j], buf, EXT_LEN as u16, &infos[i]) };
-                ext.push(k);
+        // The batch the step before sent moves, unless it holds an mbuf
+        // whose data is an external buffer.
+        let mut used = 0;
+        let ext = spoiled_batches_fall_back(&mut p, |k, burst| {
+            if k % 3 != 1 || used == N {
+                return false;
             }
-            send_all(tx, &mut burst);
-        }
-        let fallbacks = ext.iter().filter(|&&k| k < 99).count() as u64;
-        let recycled = (99 - fallbacks) * 32;
-        assert_eq!(recycle_counts(&p), (recycled, recycled, fallbacks));
+            // A packet moves to a pool buffer with external data.
+            let (i, j) = (used, k % 32);
+            let buf = NonNull::new(base.wrapping_add(i * EXT_LEN)).unwrap();
+            // SAFETY: slot `i` of `region`, EXT_LEN bytes, and `infos[i]`
+            // live until the end of the test, after every mbuf; nothing
+            // else uses them.
+            burst[j] = unsafe { ext_copy(&pool, &burst[j], buf, EXT_LEN as u16, &infos[i]) };
+            used += 1;
+            true
+        });
         let r = t.report();
         assert_eq!(r.received, 3200, "{r}");
         assert_clean(&r);
