@@ -60,6 +60,53 @@ pub fn rdtsc_ordered() -> u64 {
     }
 }
 
+/// Reads the TSC at the start of a timed region that follows untimed work:
+/// a full memory fence (every earlier store has left the store buffer), then
+/// `lfence; rdtsc` (every earlier load has completed). So the region does not
+/// pay for stores still waiting for their cache lines or loads still in
+/// flight from before it — with a plain [`rdtsc`] those finish inside the
+/// region and are counted there. Later instructions may start before the
+/// counter is read (no trailing fence: its wait would be counted). End the
+/// region with [`rdtsc_completed`].
+#[inline(always)]
+pub fn rdtsc_drained() -> u64 {
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_lfence, _rdtsc};
+        // SAFETY: LFENCE (SSE2) and RDTSC are part of the x86-64 baseline and have
+        // no memory effects beyond ordering.
+        unsafe {
+            _mm_lfence();
+            _rdtsc()
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        fallback::now_ns()
+    }
+}
+
+/// Reads the TSC at the end of a timed region: `lfence; rdtsc`, so every
+/// instruction of the region has completed (its stores may still sit in the
+/// store buffer, as they would in the caller's next steps anyway).
+#[inline(always)]
+pub fn rdtsc_completed() -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        use core::arch::x86_64::{_mm_lfence, _rdtsc};
+        // SAFETY: as in `rdtsc_drained`.
+        unsafe {
+            _mm_lfence();
+            _rdtsc()
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        fallback::now_ns()
+    }
+}
+
 /// Whether the CPU reports an invariant TSC (CPUID `0x8000_0007` EDX bit 8):
 /// constant rate across frequency changes and idle states. Without it, TSC
 /// ticks are not a steady clock. Always `true` on other architectures, whose
@@ -175,6 +222,13 @@ mod tests {
             let now = rdtsc_ordered();
             assert!(now >= last, "TSC went from {last} back to {now}");
             last = now;
+        }
+        // A region's two ends, as a two-core benchmark times a batch.
+        for _ in 0..10_000 {
+            let start = rdtsc_drained();
+            let end = rdtsc_completed();
+            assert!(start >= last && end >= start, "{last}, {start}, {end}");
+            last = end;
         }
         let a = rdtsc();
         std::thread::sleep(Duration::from_millis(1));

@@ -36,6 +36,16 @@
 //! handle, and the misses leaked into the timed allocations (a 24-byte
 //! fragment handle: +6 cycles per packet in (c)).
 //!
+//! The hand-off's own misses must not leak either. Filling the ring's slots
+//! leaves stores waiting for lines the other core holds, and draining them
+//! leaves loads in flight; a plain `rdtsc` at the next batch's start does
+//! not wait for them, so they finished inside the timed batch. (In (c) that
+//! was about 8 of the owner's 18 cycles per packet, and the round-to-round
+//! spread doubled.) Two-core batches therefore start at
+//! [`rdtsc_drained`] (a full fence, then `lfence; rdtsc`) and end at
+//! [`rdtsc_completed`] (`lfence; rdtsc`, so the batch's own last
+//! instructions are counted).
+//!
 //! Two ways to free, each a row of its own:
 //! - **per buffer** (no suffix): each handle dropped — one atomic per
 //!   fragment, each page home on its own (one ring enqueue per page from
@@ -75,7 +85,7 @@ use sluice::pagepool::{
     PageFragAlloc, PageFragCache, PagePool, PagePoolConfig, PagePoolError, ProviderConfig,
 };
 use sluice::ring::Ring;
-use sluice::tsc::rdtsc;
+use sluice::tsc::{rdtsc, rdtsc_completed, rdtsc_drained};
 
 use super::recycle::median;
 use super::{BenchResult, Ctx, Selection, SpinBarrier, Stall, Worker, emit, on_lcore, on_lcores};
@@ -331,7 +341,8 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
              pool's owner lcore (CPU {}; pages recycle through the direct cache). 2 cores: \
              frees on a second lcore{} (pages come back through the pool's ring); cycles = \
              alloc (owner core) + free (other core) per packet, the hand-off between them (one \
-             SP/SC ring move per batch) not counted. Rows without a suffix free each buffer on \
+             SP/SC ring move per batch) not counted: each batch starts once the hand-off's \
+             loads and stores are done (fence; lfence; rdtsc) and ends with lfence; rdtsc. Rows without a suffix free each buffer on \
              its own; ', bulk' rows free through a BulkFree flushed after each batch (one \
              count update per run of a page's fragments, pages home in one bulk put).",
             ctx.main_cpu(),
@@ -951,14 +962,15 @@ fn cross<S: Source>(
         barrier.wait()?;
         let mut sent = 0u64;
         while sent < total {
-            let t0 = rdtsc();
+            // After the untimed hand-off: its stores drained, its loads done.
+            let t0 = rdtsc_drained();
             for _ in 0..BATCH {
                 match src.get() {
                     Ok(h) => batch.push(h),
                     Err(e) => return Err(e.to_string()),
                 }
             }
-            let t1 = rdtsc();
+            let t1 = rdtsc_completed();
             if sent >= warm {
                 split.add(false, t1 - t0);
             }
@@ -999,9 +1011,9 @@ fn cross<S: Source>(
                 stall.failed()?;
             }
             stall.progressed();
-            let t0 = rdtsc();
+            let t0 = rdtsc_drained();
             free_batch::<S>(&mut bulk, free, || batch.pop());
-            let t1 = rdtsc();
+            let t1 = rdtsc_completed();
             if freed >= warm {
                 split.add(true, t1 - t0);
             }
