@@ -71,20 +71,7 @@ pub fn rdtsc_ordered() -> u64 {
 #[inline(always)]
 pub fn rdtsc_drained() -> u64 {
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
-    #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_lfence, _rdtsc};
-        // SAFETY: LFENCE (SSE2) and RDTSC are part of the x86-64 baseline and have
-        // no memory effects beyond ordering.
-        unsafe {
-            _mm_lfence();
-            _rdtsc()
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        fallback::now_ns()
-    }
+    rdtsc_completed()
 }
 
 /// Reads the TSC at the end of a timed region: `lfence; rdtsc`, so every
@@ -95,7 +82,8 @@ pub fn rdtsc_completed() -> u64 {
     #[cfg(target_arch = "x86_64")]
     {
         use core::arch::x86_64::{_mm_lfence, _rdtsc};
-        // SAFETY: as in `rdtsc_drained`.
+        // SAFETY: LFENCE (SSE2) and RDTSC are part of the x86-64 baseline and have
+        // no memory effects beyond ordering.
         unsafe {
             _mm_lfence();
             _rdtsc()
