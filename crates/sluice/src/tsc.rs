@@ -42,22 +42,14 @@ pub fn rdtsc() -> u64 {
 /// before. Use it at both ends of a timed region.
 #[inline(always)]
 pub fn rdtsc_ordered() -> u64 {
+    let t = rdtsc_completed();
     #[cfg(target_arch = "x86_64")]
-    {
-        use core::arch::x86_64::{_mm_lfence, _rdtsc};
-        // SAFETY: LFENCE (SSE2) and RDTSC are part of the x86-64 baseline and have
-        // no memory effects beyond ordering.
-        unsafe {
-            _mm_lfence();
-            let t = _rdtsc();
-            _mm_lfence();
-            t
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        fallback::now_ns()
-    }
+    // SAFETY: LFENCE (SSE2) is part of the x86-64 baseline and has no memory
+    // effects beyond ordering.
+    unsafe {
+        core::arch::x86_64::_mm_lfence()
+    };
+    t
 }
 
 /// Reads the TSC at the start of a timed region that follows untimed work:

@@ -343,8 +343,9 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
              alloc (owner core) + free (other core) per packet, the hand-off between them (one \
              SP/SC ring move per batch) not counted: each batch starts once the hand-off's \
              loads and stores are done (fence; lfence; rdtsc) and ends with lfence; rdtsc. \
-             Rows without a suffix free each buffer on its own; ', bulk' rows free through a BulkFree flushed after each batch (one \
-             count update per run of a page's fragments, pages home in one bulk put).",
+             Rows without a suffix free each buffer on its own; ', bulk' rows free through a \
+             BulkFree flushed after each batch (one count update per run of a page's \
+             fragments, pages home in one bulk put).",
             ctx.main_cpu(),
             match two {
                 Some((_, b)) => format!(" (CPU {b})"),
