@@ -61,7 +61,7 @@ impl PortMacs {
 
     /// Writes both into a frame's first 12 bytes.
     #[inline(always)]
-    fn write(&self, eth: &mut [u8; 12]) {
+    pub(crate) fn write(&self, eth: &mut [u8; 12]) {
         *eth = self.head;
     }
 }
@@ -221,8 +221,18 @@ fn ipv6<R: Router>(r: &R, ip: &mut [u8]) -> Result<u32, DropReason> {
 /// bytes are swapped but the total length's (for its range compare) and
 /// the destination address's (for the lookup): a field test is a mask and
 /// a compare, and the checksum is updated in its swapped form.
+///
+/// `last` carries the previous packet's port and MACs across a burst: a
+/// burst mostly leaves by one port, so its MACs stay in registers (or one
+/// stack slot) and `macs` is read again only when the port changes. Start
+/// each burst with [`LastPort::new`].
 #[inline(always)]
-pub fn route_fast<R: Router>(r: &R, m: &mut Mbuf, macs: &[PortMacs]) -> Option<usize> {
+pub fn route_fast<R: Router>(
+    r: &R,
+    m: &mut Mbuf,
+    macs: &[PortMacs],
+    last: &mut LastPort,
+) -> Option<usize> {
     // One test of the flags word: the device verified the checksum, and the
     // buffer is the mbuf's own (so `direct_data_mut` only checks the count).
     let flags = ol::RX_IP_CKSUM_GOOD | ol::RX_IP_CKSUM_BAD | ol::EXTERNAL;
@@ -252,11 +262,39 @@ pub fn route_fast<R: Router>(r: &R, m: &mut Mbuf, macs: &[PortMacs]) -> Option<u
         return None;
     }
     let port = r.v4(&h[14..], 20)? as usize;
-    let mac = macs.get(port)?;
+    if port != last.port {
+        last.macs = *macs.get(port)?;
+        last.port = port;
+    }
     h[22..26].copy_from_slice(&ttl_decremented(word).to_le_bytes());
     let (eth, _) = h.split_first_chunk_mut::<12>()?;
-    mac.write(eth);
+    last.macs.write(eth);
     Some(port)
+}
+
+/// The output port [`route_fast`] used last and its MACs.
+#[derive(Debug, Clone, Copy)]
+pub struct LastPort {
+    /// `usize::MAX` until a packet is routed.
+    port: usize,
+    /// `macs[port]` once `port` is set.
+    macs: PortMacs,
+}
+
+impl LastPort {
+    /// No port yet: the first packet routed reads the table.
+    pub fn new() -> LastPort {
+        LastPort {
+            port: usize::MAX,
+            macs: PortMacs { head: [0; 12] },
+        }
+    }
+}
+
+impl Default for LastPort {
+    fn default() -> LastPort {
+        LastPort::new()
+    }
 }
 
 /// Routes one packet: checks, looks up, rewrites (TTL/hop limit, IPv4
@@ -290,13 +328,15 @@ pub(crate) mod fixtures {
     use etherparse::PacketBuilder;
     use sluice::mbuf::{MbufPool, MbufPoolConfig};
 
-    /// Routes 198.18.0.0/16 and 2001:2::/32 to port 1, 10/8 to port 7
-    /// (which does not exist), everything else nowhere.
+    /// Routes 198.18.0.0/16 and 2001:2::/32 to port 1, 198.19.0.0/16 to
+    /// port 0, 10/8 to port 7 (which does not exist), everything else
+    /// nowhere.
     pub(crate) struct Fixed;
     impl Router for Fixed {
         fn v4(&self, ip: &[u8], _ihl: usize) -> Option<u32> {
             match (ip[16], ip[17]) {
                 (198, 18) => Some(1),
+                (198, 19) => Some(0),
                 (10, _) => Some(7),
                 _ => None,
             }
@@ -551,7 +591,7 @@ mod tests {
             m
         };
         let (mut fast, mut full) = (load(), load());
-        let took = route_fast(&Fixed, &mut fast, &macs());
+        let took = route_fast(&Fixed, &mut fast, &macs(), &mut LastPort::new());
         let want = route(&Fixed, &mut full, &macs());
         match took {
             Some(port) if want == Ok(port) && fast.data() == full.data() => Ok(true),
@@ -607,7 +647,10 @@ mod tests {
         m.append(f.len()).unwrap().copy_from_slice(&f);
         m.set_ol_flags(good).unwrap();
         let clone = m.try_clone().unwrap();
-        assert_eq!(route_fast(&Fixed, &mut m, &macs()), None);
+        assert_eq!(
+            route_fast(&Fixed, &mut m, &macs(), &mut LastPort::new()),
+            None
+        );
         assert_eq!(clone.data(), &f[..]);
         drop((m, clone));
         assert!(p.is_full());

@@ -17,7 +17,7 @@ use sluice::mbuf::{Burst, BurstSlice, Mbuf, MbufPool};
 use sluice::port::{RxQueue, TxQueue};
 use sluice::tsc::{self, rdtsc};
 
-use super::classify::{DropReason, PortMacs, Router, route, route_fast};
+use super::classify::{DropReason, LastPort, PortMacs, Router, route, route_fast};
 use crate::fwd::lcore::{LcoreCycles, StreamCounters};
 use crate::fwd::summary::RouteDrops;
 
@@ -244,8 +244,9 @@ fn route_burst<R: Router>(r: &R, pkts: &mut [Mbuf], macs: &[PortMacs], dst: &mut
     for m in pkts.iter() {
         m.prefetch_data();
     }
+    let mut last = LastPort::new();
     for (i, (m, d)) in pkts.iter_mut().zip(dst.iter_mut()).enumerate() {
-        match route_fast(r, m, macs) {
+        match route_fast(r, m, macs, &mut last) {
             Some(p) => *d = p as u16,
             None => declined |= 1 << i,
         }
@@ -287,6 +288,57 @@ mod tests {
     use super::*;
     use crate::l3fwd::classify::fixtures::{Fixed, macs, pool, v4_frame};
     use sluice::mbuf::layout::ol;
+
+    #[test]
+    fn each_packet_gets_its_own_ports_macs_when_the_port_changes_mid_burst() {
+        let pool = pool();
+        let macs = macs();
+        // Runs of each port, single packets between, and a packet to a port
+        // that does not exist (declined) between two of the same port.
+        let ports: [Option<u16>; 12] = [
+            Some(1),
+            Some(1),
+            Some(0),
+            Some(1),
+            Some(0),
+            Some(0),
+            Some(0),
+            None,
+            Some(0),
+            Some(1),
+            None,
+            Some(1),
+        ];
+        let mut burst = Vec::new();
+        for (i, p) in ports.iter().enumerate() {
+            let dst = match p {
+                Some(1) => [198, 18, 0, i as u8],
+                Some(_) => [198, 19, 0, i as u8],
+                None => [10, 0, 0, i as u8],
+            };
+            let f = v4_frame(dst, 64);
+            let mut m = pool.alloc().unwrap();
+            m.append(f.len()).unwrap().copy_from_slice(&f);
+            m.set_ol_flags(ol::RX_IP_CKSUM_GOOD).unwrap();
+            burst.push(m);
+        }
+        let mut dst = [DROP; 64];
+        let declined = route_burst(&Fixed, &mut burst, &macs, &mut dst);
+        assert_eq!(declined, 1 << 7 | 1 << 10);
+        for (i, (m, p)) in burst.iter().zip(ports).enumerate() {
+            match p {
+                Some(p) => {
+                    assert_eq!(dst[i], p, "packet {i}");
+                    let mut want = [0; 12];
+                    macs[p as usize].write(&mut want);
+                    assert_eq!(m.data()[..12], want, "packet {i}");
+                }
+                None => assert_eq!(m.data()[..6], [8; 6], "packet {i}: untouched"),
+            }
+        }
+        drop(burst);
+        assert!(pool.is_full());
+    }
 
     #[test]
     fn a_burst_routes_the_common_case_and_leaves_the_rest_untouched() {
