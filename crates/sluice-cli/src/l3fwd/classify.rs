@@ -31,12 +31,32 @@ pub enum DropReason {
     Unwritable,
 }
 
+/// Set in a route entry ([`Router::v4_entry`]) that names a next hop.
+pub const ENTRY_FOUND: u32 = 1 << 31;
+/// The next hop's bits in a route entry that has [`ENTRY_FOUND`].
+pub const ENTRY_HOP: u32 = (1 << 24) - 1;
+
 /// How a packet's output port is found, for IPv4 and IPv6. The lcore loop
 /// is generic over it, so the lookup is inlined.
 pub trait Router: Sync {
     /// The next hop of an IPv4 packet; `ip` is its header and payload,
     /// checked to hold `ihl` header bytes.
     fn v4(&self, ip: &[u8], ihl: usize) -> Option<u32>;
+
+    /// [`v4`](Self::v4)'s answer as an entry: [`ENTRY_FOUND`] set when
+    /// there is a next hop, which is then in [`ENTRY_HOP`]; the other bits
+    /// are the router's own, but equal entries always mean the same next
+    /// hop, so [`route_fast`] derives the port and its MACs once per run of
+    /// equal entries. The default packs `v4`'s answer; a hop too large for
+    /// the field reads as none here (the fast path then leaves the packet
+    /// to [`route`], which asks `v4`).
+    #[inline(always)]
+    fn v4_entry(&self, ip: &[u8], ihl: usize) -> u32 {
+        match self.v4(ip, ihl) {
+            Some(h) if h <= ENTRY_HOP => ENTRY_FOUND | h,
+            _ => 0,
+        }
+    }
     /// The next hop of an IPv6 packet; `ip` is checked to hold the 40-byte
     /// header.
     fn v6(&self, ip: &[u8]) -> Option<u32>;
@@ -222,10 +242,10 @@ fn ipv6<R: Router>(r: &R, ip: &mut [u8]) -> Result<u32, DropReason> {
 /// the destination address's (for the lookup): a field test is a mask and
 /// a compare, and the checksum is updated in its swapped form.
 ///
-/// `last` carries the previous packet's port and MACs across a burst: a
-/// burst mostly leaves by one port, so its MACs stay in registers (or one
-/// stack slot) and `macs` is read again only when the port changes. Start
-/// each burst with [`LastPort::new`].
+/// `last` carries the previous packet's route entry, port and MACs across
+/// a burst: a burst mostly takes one route, so a packet whose entry equals
+/// the last one's skips the found test, the port's extraction and bounds
+/// check and the MAC table read. Start each burst with [`LastPort::new`].
 #[inline(always)]
 pub fn route_fast<R: Router>(
     r: &R,
@@ -261,31 +281,41 @@ pub fn route_fast<R: Router>(
     {
         return None;
     }
-    let port = r.v4(&h[14..], 20)? as usize;
-    if port != last.port {
+    let e = r.v4_entry(&h[14..], 20);
+    if u64::from(e) != last.entry {
+        // A route other than the last packet's (rare within a burst).
+        if e & ENTRY_FOUND == 0 {
+            return None;
+        }
+        let port = (e & ENTRY_HOP) as usize;
         last.macs = *macs.get(port)?;
         last.port = port;
+        last.entry = u64::from(e);
     }
     h[22..26].copy_from_slice(&ttl_decremented(word).to_le_bytes());
     let (eth, _) = h.split_first_chunk_mut::<12>()?;
     last.macs.write(eth);
-    Some(port)
+    Some(last.port)
 }
 
-/// The output port [`route_fast`] used last and its MACs.
+/// The route entry [`route_fast`] took last, its port and the port's MACs.
 #[derive(Debug, Clone, Copy)]
 pub struct LastPort {
-    /// `usize::MAX` until a packet is routed.
+    /// The entry, widened: `u64::MAX`, which no entry equals, until a
+    /// packet is routed; after that always one with [`ENTRY_FOUND`].
+    entry: u64,
+    /// The entry's next hop, an existing port (below `macs.len()`).
     port: usize,
-    /// `macs[port]` once `port` is set.
+    /// `macs[port]`.
     macs: PortMacs,
 }
 
 impl LastPort {
-    /// No port yet: the first packet routed reads the table.
+    /// No route yet: the first packet routed reads the table.
     pub fn new() -> LastPort {
         LastPort {
-            port: usize::MAX,
+            entry: u64::MAX,
+            port: 0,
             macs: PortMacs { head: [0; 12] },
         }
     }

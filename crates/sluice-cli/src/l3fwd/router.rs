@@ -5,9 +5,10 @@ use std::net::IpAddr;
 
 use clap::ValueEnum;
 use sluice::net::em::{EmConfig, EmTable, Flow4, Flow6};
+use sluice::net::lpm::ipv4::field;
 use sluice::net::lpm::{Lpm4, Lpm6, LpmConfig};
 
-use super::classify::{Router, flow4, flow6};
+use super::classify::{ENTRY_FOUND, ENTRY_HOP, Router, flow4, flow6};
 use super::routes::RoutesFile;
 
 /// How the output port is found.
@@ -27,11 +28,20 @@ pub struct LpmRouter {
     v6: Lpm6,
 }
 
+// The table's entries are route entries as `Router::v4_entry` defines them.
+const _: () = assert!(field::VALID == ENTRY_FOUND && field::DATA == ENTRY_HOP);
+
 impl Router for LpmRouter {
     #[inline(always)]
     fn v4(&self, ip: &[u8], _ihl: usize) -> Option<u32> {
         self.v4
             .lookup(u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]))
+    }
+
+    #[inline(always)]
+    fn v4_entry(&self, ip: &[u8], _ihl: usize) -> u32 {
+        self.v4
+            .lookup_entry(u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]))
     }
 
     #[inline(always)]

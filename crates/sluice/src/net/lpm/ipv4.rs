@@ -450,6 +450,17 @@ impl Lpm4 {
         hop(self.entry(addr))
     }
 
+    /// The entry that decides `addr`'s route, its extension group followed:
+    /// [`field::VALID`] set when a route covers `addr`, and then the next hop
+    /// [`lookup`](Self::lookup) returns in [`field::DATA`]; the other bits
+    /// (the route's depth) are the table's. Equal entries always mean the
+    /// same answer, so a caller routing a burst may compare an address's
+    /// entry with the previous one's and reuse what it derived from it.
+    #[inline]
+    pub fn lookup_entry(&self, addr: u32) -> u32 {
+        self.entry(addr)
+    }
+
     /// Looks up four addresses; the four tbl24 loads are issued before any
     /// tbl8 load, so their cache misses overlap.
     #[inline]

@@ -5,6 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use proptest::prelude::*;
 
+use super::ipv4::field;
 use super::{Lpm4, LpmConfig, LpmError};
 
 fn ip(a: u8, b: u8, c: u8, d: u8) -> u32 {
@@ -359,6 +360,11 @@ fn check(t: &Lpm4, r: &Reference, probes: &[u32]) {
     let expect: Vec<Option<u32>> = addrs.iter().map(|&a| r.lookup(a)).collect();
     let single: Vec<Option<u32>> = addrs.iter().map(|&a| t.lookup(a)).collect();
     assert_eq!(single, expect, "lookup");
+    let entries: Vec<u32> = addrs.iter().map(|&a| t.lookup_entry(a)).collect();
+    for ((&a, &e), want) in addrs.iter().zip(&entries).zip(&expect) {
+        let hop = (e & field::VALID != 0).then_some(e & field::DATA);
+        assert_eq!(hop, *want, "lookup_entry {a:#x}: {e:#x}");
+    }
     let mut bulk = vec![Some(u32::MAX); addrs.len()];
     t.lookup_bulk(&addrs, &mut bulk);
     assert_eq!(bulk, expect, "lookup_bulk");
