@@ -234,7 +234,7 @@ fn ipv6<R: Router>(r: &R, ip: &mut [u8]) -> Result<u32, DropReason> {
 /// attached external one, which `route` takes), whose header checksum the device
 /// verified (the Rx offload), TTL above 1, a total length that fits the
 /// frame, and a route to an existing port. Rewrites it (TTL, checksum,
-/// MACs) and returns the port. Anything else returns `None` with the frame
+/// MACs) and returns the port, and whether the route is new. Anything else returns `None` with the frame
 /// untouched, for [`route`] to check in full and count.
 ///
 /// The header words are read little-endian, as the CPU loads them, so no
@@ -252,7 +252,7 @@ pub fn route_fast<R: Router>(
     m: &mut Mbuf,
     macs: &[PortMacs],
     last: &mut LastPort,
-) -> Option<usize> {
+) -> Option<Taken> {
     // One test of the flags word: the device verified the checksum, and the
     // buffer is the mbuf's own (so `direct_data_mut` only checks the count).
     let flags = ol::RX_IP_CKSUM_GOOD | ol::RX_IP_CKSUM_BAD | ol::EXTERNAL;
@@ -282,20 +282,48 @@ pub fn route_fast<R: Router>(
         return None;
     }
     let e = r.v4_entry(&h[14..], 20);
-    if u64::from(e) != last.entry {
-        // A route other than the last packet's (rare within a burst).
-        if e & ENTRY_FOUND == 0 {
-            return None;
-        }
-        let port = (e & ENTRY_HOP) as usize;
-        last.macs = *macs.get(port)?;
-        last.port = port;
-        last.entry = u64::from(e);
+    if u64::from(e) == last.entry {
+        // The last packet's route (the common case within a burst).
+        rewrite(h, word, &last.macs);
+        return Some(Taken {
+            port: last.port,
+            new_route: false,
+        });
     }
+    if e & ENTRY_FOUND == 0 {
+        return None;
+    }
+    let port = (e & ENTRY_HOP) as usize;
+    *last = LastPort {
+        entry: u64::from(e),
+        port,
+        macs: *macs.get(port)?,
+    };
+    rewrite(h, word, &last.macs);
+    Some(Taken {
+        port,
+        new_route: true,
+    })
+}
+
+/// The writes of [`route_fast`]: TTL and checksum (`word`, bytes 22..26 as
+/// read) and the MACs.
+#[inline(always)]
+fn rewrite(h: &mut [u8; 34], word: u32, macs: &PortMacs) {
     h[22..26].copy_from_slice(&ttl_decremented(word).to_le_bytes());
-    let (eth, _) = h.split_first_chunk_mut::<12>()?;
-    last.macs.write(eth);
-    Some(last.port)
+    if let Some((eth, _)) = h.split_first_chunk_mut::<12>() {
+        macs.write(eth);
+    }
+}
+
+/// A packet [`route_fast`] took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Taken {
+    /// Its output port.
+    pub port: usize,
+    /// Its route differs from the previous packet's (or it is the burst's
+    /// first): the port may have changed.
+    pub new_route: bool,
 }
 
 /// The route entry [`route_fast`] took last, its port and the port's MACs.
@@ -621,7 +649,7 @@ mod tests {
             m
         };
         let (mut fast, mut full) = (load(), load());
-        let took = route_fast(&Fixed, &mut fast, &macs(), &mut LastPort::new());
+        let took = route_fast(&Fixed, &mut fast, &macs(), &mut LastPort::new()).map(|t| t.port);
         let want = route(&Fixed, &mut full, &macs());
         match took {
             Some(port) if want == Ok(port) && fast.data() == full.data() => Ok(true),

@@ -3,10 +3,13 @@
 //!
 //! Lcore `i` owns Tx queue `i` of every port (so any packet can leave by
 //! any port without sharing a queue) and a share of all ports' Rx queues.
-//! Per Rx burst: each packet is routed ([`route`]) into the burst of its
-//! output port or dropped with its reason; then each non-empty output burst
-//! goes to its Tx queue (with `--tx-retry` more tries), what is left is
-//! freed and counted as that port's drop. Cycles are counted as in
+//! Per Rx burst: the common case is routed in one loop ([`route_burst`]),
+//! which notes a port only where the route changes; a burst that took one
+//! route goes whole to its port's Tx queue. Otherwise each packet's port is
+//! spread from its run, what the loop declined goes through the full checks
+//! ([`route`]) or is dropped with its reason, and each non-empty output
+//! burst goes to its Tx queue. Sends get `--tx-retry` more tries; what is
+//! left is freed and counted as that port's drop. Cycles are counted as in
 //! `sluice fwd`: busy polls only, from before `rx_burst` to after the last
 //! `tx_burst`.
 
@@ -17,7 +20,7 @@ use sluice::mbuf::{Burst, BurstSlice, Mbuf, MbufPool};
 use sluice::port::{RxQueue, TxQueue};
 use sluice::tsc::{self, rdtsc};
 
-use super::classify::{DropReason, LastPort, PortMacs, Router, route, route_fast};
+use super::classify::{DropReason, LastPort, PortMacs, Router, Taken, route, route_fast};
 use crate::fwd::lcore::{LcoreCycles, StreamCounters};
 use crate::fwd::summary::RouteDrops;
 
@@ -181,13 +184,25 @@ pub fn poll<R: Router>(
     if n == 0 {
         return 0;
     }
-    // Route in place, noting each packet's port (or DROP): the common
-    // case for the whole burst in one tight loop, then anything it declined
-    // (IPv6, options, a header to check in software, a drop) through the
-    // full checks.
+    // Route in place: the common case for the whole burst in one tight
+    // loop, which notes a packet's port only where the route changes; then
+    // anything it declined (IPv6, options, a header to check in software,
+    // a drop) through the full checks.
     let mut dst = [DROP; 64];
     let pkts = burst.as_mut_slice();
-    let mut declined = route_burst(router, pkts, cfg.macs, &mut dst);
+    let Routed {
+        mut declined,
+        starts,
+    } = route_burst(router, pkts, cfg.macs, &mut dst);
+    if declined == 0 && starts == 1 {
+        // The common case: the whole burst took one route.
+        let p = dst[0] as usize;
+        send(&mut *lc.tx[p], burst, cfg, lc.counters_base + p);
+        return n;
+    }
+    // Each packet's port (or DROP): the runs' ports spread over the packets
+    // the fast path took, then the full path's verdicts.
+    spread_runs(declined, starts, &mut dst[..n]);
     if declined != 0 {
         let mut dropped = [0u64; 5];
         while declined != 0 {
@@ -226,10 +241,22 @@ pub fn poll<R: Router>(
     n
 }
 
-/// [`route_fast`] over a burst (at most 64 packets): each packet it takes
-/// has its port in `dst`; the result has bit `i` set for each packet `i` it
-/// declined, left untouched. A function of its own, called once a burst, so
-/// that its loop has the registers to itself (the tables, the MACs, `dst`).
+/// What [`route_burst`] did with a burst.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Routed {
+    /// Bit `i` set: packet `i` declined, left untouched.
+    declined: u64,
+    /// Bit `i` set: packet `i` was taken and starts a run of packets taken
+    /// with the same route; its port is in `dst[i]`. Every taken packet up
+    /// to the next start (declined ones aside) has that port.
+    starts: u64,
+}
+
+/// [`route_fast`] over a burst (at most 64 packets). A packet's port is
+/// written to `dst` only where the route changes ([`Routed::starts`]): a
+/// burst that took one route is `starts == 1` with its port in `dst[0]`. A
+/// function of its own, called once a burst, so that its loop has the
+/// registers to itself (the tables, the last route).
 ///
 /// Every packet's headers are prefetched first, then routed: the loads of
 /// the second loop find their lines arrived or on the way, and the loop
@@ -237,8 +264,16 @@ pub fn poll<R: Router>(
 /// prefetches a fixed distance ahead inside its loop; the two are alike in
 /// what they overlap, and this one runs fewer instructions per packet).
 #[inline(never)]
-fn route_burst<R: Router>(r: &R, pkts: &mut [Mbuf], macs: &[PortMacs], dst: &mut [u16; 64]) -> u64 {
-    let mut declined = 0u64;
+fn route_burst<R: Router>(
+    r: &R,
+    pkts: &mut [Mbuf],
+    macs: &[PortMacs],
+    dst: &mut [u16; 64],
+) -> Routed {
+    let mut out = Routed {
+        declined: 0,
+        starts: 0,
+    };
     let n = pkts.len().min(dst.len());
     let pkts = &mut pkts[..n];
     for m in pkts.iter() {
@@ -247,11 +282,31 @@ fn route_burst<R: Router>(r: &R, pkts: &mut [Mbuf], macs: &[PortMacs], dst: &mut
     let mut last = LastPort::new();
     for (i, (m, d)) in pkts.iter_mut().zip(dst.iter_mut()).enumerate() {
         match route_fast(r, m, macs, &mut last) {
-            Some(p) => *d = p as u16,
-            None => declined |= 1 << i,
+            Some(Taken {
+                new_route: false, ..
+            }) => {}
+            Some(Taken { port, .. }) => {
+                *d = port as u16;
+                out.starts |= 1 << i;
+            }
+            None => out.declined |= 1 << i,
         }
     }
-    declined
+    out
+}
+
+/// Gives every packet [`route_burst`] took its port in `dst`: the port of
+/// the run it is in ([`Routed::starts`]). Declined packets' entries are left
+/// as they are.
+fn spread_runs(declined: u64, starts: u64, dst: &mut [u16]) {
+    let mut port = DROP;
+    for (i, d) in dst.iter_mut().enumerate() {
+        if starts >> i & 1 != 0 {
+            port = *d;
+        } else if declined >> i & 1 == 0 {
+            *d = port;
+        }
+    }
 }
 
 /// `dst` of a packet being dropped.
@@ -289,6 +344,111 @@ mod tests {
     use crate::l3fwd::classify::fixtures::{Fixed, macs, pool, v4_frame};
     use sluice::mbuf::layout::ol;
 
+    /// One `poll` over a burst that takes both ports, in runs, with drops
+    /// and packets only the full path takes: each packet leaves by its
+    /// route's port, in order, with that port's MACs; drops are counted by
+    /// reason; every buffer comes back.
+    #[test]
+    fn a_poll_sends_each_run_to_its_port_and_counts_the_drops() {
+        use sluice::port::PortConfig;
+        let pool = pool();
+        let open = |name: &str| {
+            let spec = format!("pair:name=l3fwd_poll_{name}_{}", std::process::id());
+            let a = sluice::driver::open(&spec, PortConfig::new(Some(pool.clone()))).unwrap();
+            let b = sluice::driver::open(&spec, PortConfig::new(Some(pool.clone()))).unwrap();
+            (a, b)
+        };
+        // The router's ports 0 and 1 are the B ends; the A ends feed and
+        // watch them.
+        let ((mut a0, mut b0), (mut a1, mut b1)) = (open("p0"), open("p1"));
+        for p in [&mut a0, &mut b0, &mut a1, &mut b1] {
+            p.start().unwrap();
+        }
+        // (destination, TTL, checksum verified by the device, expected port)
+        let good = true;
+        let cases: [([u8; 4], u8, bool, Option<usize>); 12] = [
+            ([198, 18, 0, 1], 64, good, Some(1)),
+            ([198, 18, 0, 2], 64, good, Some(1)),
+            ([198, 19, 0, 3], 64, good, Some(0)),
+            ([192, 0, 2, 4], 64, good, None), // no route
+            ([198, 19, 0, 5], 64, good, Some(0)),
+            ([198, 18, 0, 6], 64, !good, Some(1)), // the full path checks it
+            ([198, 18, 0, 7], 64, good, Some(1)),
+            ([198, 18, 0, 8], 1, good, None), // TTL expired
+            ([198, 18, 0, 9], 64, good, Some(1)),
+            ([10, 0, 0, 10], 64, good, None), // port 7: no such port
+            ([198, 19, 0, 11], 64, !good, Some(0)),
+            ([198, 19, 0, 12], 64, good, Some(0)),
+        ];
+        let mut burst: Burst<64> = Burst::new();
+        for (dst, ttl, verified, _) in cases {
+            let f = v4_frame(dst, ttl);
+            let mut m = pool.alloc().unwrap();
+            m.append(f.len()).unwrap().copy_from_slice(&f);
+            m.set_ol_flags(if verified { ol::RX_IP_CKSUM_GOOD } else { 0 })
+                .unwrap();
+            burst.push(m).unwrap();
+        }
+        {
+            let (_, tx) = a0.queues_mut().unwrap();
+            tx[0].tx_burst(&mut burst);
+            assert!(burst.is_empty());
+        }
+        let macs = macs();
+        let drops = RouteDropCounters::default();
+        let tx_drops = [StreamCounters::default(), StreamCounters::default()];
+        let stop = AtomicBool::new(false);
+        let cfg = L3Config {
+            burst: 32,
+            tx_retry: 0,
+            counters: &tx_drops,
+            macs: &macs,
+            stop: &stop,
+        };
+        {
+            let (rx0, tx0) = b0.queues_mut().unwrap();
+            let (_, tx1) = b1.queues_mut().unwrap();
+            let mut lc = L3Lcore {
+                rx: vec![rx0[0].as_mut()],
+                tx: vec![tx0[0].as_mut(), tx1[0].as_mut()],
+                counters_base: 0,
+                drops: &drops,
+            };
+            let mut bufs = Bursts::new(2);
+            assert_eq!(poll(&Fixed, &mut lc, 0, &mut bufs, &cfg), cases.len());
+        }
+        let d = drops.get();
+        assert_eq!((d.no_route, d.ttl_expired), (2, 1), "{d:?}");
+        assert_eq!(tx_drops.iter().map(|c| c.drops.get()).sum::<u64>(), 0);
+        for (port, a) in [&mut a0, &mut a1].into_iter().enumerate() {
+            let want: Vec<u8> = cases
+                .iter()
+                .filter(|c| c.3 == Some(port))
+                .map(|c| c.0[3])
+                .collect();
+            let mut got: Burst<64> = Burst::new();
+            let (rx, _) = a.queues_mut().unwrap();
+            rx[0].rx_burst(&mut got);
+            let mut head = [0; 12];
+            macs[port].write(&mut head);
+            for m in got.as_mut_slice().iter() {
+                assert_eq!(m.data()[..12], head, "port {port}");
+                assert_eq!(m.data()[14 + 8], 63, "port {port}: TTL");
+            }
+            let tags: Vec<u8> = got.as_mut_slice().iter().map(|m| m.data()[33]).collect();
+            assert_eq!(
+                tags, want,
+                "port {port}: the packets routed there, in order"
+            );
+            got.clear();
+        }
+        for p in [&mut a0, &mut b0, &mut a1, &mut b1] {
+            p.stop();
+        }
+        drop((a0, b0, a1, b1));
+        assert!(pool.is_full());
+    }
+
     #[test]
     fn each_packet_gets_its_own_ports_macs_when_the_port_changes_mid_burst() {
         let pool = pool();
@@ -323,8 +483,23 @@ mod tests {
             burst.push(m);
         }
         let mut dst = [DROP; 64];
-        let declined = route_burst(&Fixed, &mut burst, &macs, &mut dst);
-        assert_eq!(declined, 1 << 7 | 1 << 10);
+        let routed = route_burst(&Fixed, &mut burst, &macs, &mut dst);
+        // A run starts where the port changes; a declined packet does not
+        // end one.
+        let starts = 1 << 0 | 1 << 2 | 1 << 3 | 1 << 4 | 1 << 9;
+        assert_eq!(
+            routed,
+            Routed {
+                declined: 1 << 7 | 1 << 10,
+                starts
+            }
+        );
+        for (i, &d) in dst[..ports.len()].iter().enumerate() {
+            if starts >> i & 1 == 0 {
+                assert_eq!(d, DROP, "packet {i}: not a run's start");
+            }
+        }
+        spread_runs(routed.declined, routed.starts, &mut dst[..ports.len()]);
         for (i, (m, p)) in burst.iter().zip(ports).enumerate() {
             match p {
                 Some(p) => {
@@ -333,7 +508,10 @@ mod tests {
                     macs[p as usize].write(&mut want);
                     assert_eq!(m.data()[..12], want, "packet {i}");
                 }
-                None => assert_eq!(m.data()[..6], [8; 6], "packet {i}: untouched"),
+                None => {
+                    assert_eq!(dst[i], DROP, "packet {i}");
+                    assert_eq!(m.data()[..6], [8; 6], "packet {i}: untouched");
+                }
             }
         }
         drop(burst);
@@ -367,8 +545,17 @@ mod tests {
             }
         }
         let mut dst = [DROP; 64];
-        let declined = route_burst(&Fixed, &mut burst, &macs, &mut dst);
-        assert_eq!(declined, want_declined);
+        let routed = route_burst(&Fixed, &mut burst, &macs, &mut dst);
+        // One route: one run, from packet 0.
+        assert_eq!(
+            routed,
+            Routed {
+                declined: want_declined,
+                starts: 1
+            }
+        );
+        let declined = routed.declined;
+        spread_runs(declined, routed.starts, &mut dst[..burst.len()]);
         for (i, (m, f)) in burst.iter().zip(&sent).enumerate() {
             if declined & 1 << i != 0 {
                 assert_eq!(m.data(), &f[..], "packet {i}: declined, untouched");
