@@ -231,11 +231,12 @@ fn ipv6<R: Router>(r: &R, ip: &mut [u8]) -> Result<u32, DropReason> {
 
 /// The common case of [`route`] in one pass over fixed offsets: an
 /// unshared IPv4 frame without options in the mbuf's own buffer (not an
-/// attached external one, which `route` takes), whose header checksum the device
-/// verified (the Rx offload), TTL above 1, a total length that fits the
-/// frame, and a route to an existing port. Rewrites it (TTL, checksum,
-/// MACs) and returns the port, and whether the route is new. Anything else returns `None` with the frame
-/// untouched, for [`route`] to check in full and count.
+/// attached external one, which `route` takes), whose header checksum the
+/// device verified (the Rx offload), TTL above 1, a total length that fits
+/// the frame, and a route to an existing port. Rewrites it (TTL, checksum,
+/// MACs) and returns the port and whether the route differs from the last
+/// packet's. Anything else returns `None` with the frame untouched, for
+/// [`route`] to check in full and count.
 ///
 /// The header words are read little-endian, as the CPU loads them, so no
 /// bytes are swapped but the total length's (for its range compare) and
