@@ -31,17 +31,21 @@ pub struct LpmRouter {
 // The table's entries are route entries as `Router::v4_entry` defines them.
 const _: () = assert!(field::VALID == ENTRY_FOUND && field::DATA == ENTRY_HOP);
 
+/// The destination address of IPv4 header `ip` (at least 20 bytes).
+#[inline(always)]
+fn dst4(ip: &[u8]) -> u32 {
+    u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]])
+}
+
 impl Router for LpmRouter {
     #[inline(always)]
     fn v4(&self, ip: &[u8], _ihl: usize) -> Option<u32> {
-        self.v4
-            .lookup(u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]))
+        self.v4.lookup(dst4(ip))
     }
 
     #[inline(always)]
     fn v4_entry(&self, ip: &[u8], _ihl: usize) -> u32 {
-        self.v4
-            .lookup_entry(u32::from_be_bytes([ip[16], ip[17], ip[18], ip[19]]))
+        self.v4.lookup_entry(dst4(ip))
     }
 
     #[inline(always)]
