@@ -11,10 +11,10 @@
 //! left for hardware to fill in would reach B unfilled.
 //!
 //! Each test skips with a printed reason where the machine cannot (not
-//! root, no `ip`, no namespaces; `ping` or `ethtool` missing outside CI),
-//! removes its namespaces and links on the way out (also when it fails),
-//! checks that no XDP program stays attached, and bounds every wait.
-//! Nothing is timed: the checks are replies and bytes.
+//! root, no `ip`, no namespaces, `ping` or `ethtool` missing; under CI as
+//! root it fails instead), removes its namespaces and links on the way out
+//! (also when it fails), checks that no XDP program stays attached, and
+//! bounds every wait. Nothing is timed: the checks are replies and bytes.
 
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};

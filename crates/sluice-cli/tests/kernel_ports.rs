@@ -7,9 +7,10 @@
 //! is the real MAC of the host behind it.
 //!
 //! Each test skips with a printed reason where the machine cannot (not
-//! root, no `ip`, no namespaces; `ping` missing outside CI), removes its
-//! namespaces and links on the way out (also when it fails), and bounds
-//! every wait. Nothing is timed: the checks are replies and bytes.
+//! root, no `ip`, no namespaces, `ping` missing; under CI as root it
+//! fails instead), removes its namespaces and links on the way out (also
+//! when it fails), and bounds every wait. Nothing is timed: the checks
+//! are replies and bytes.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;

@@ -32,8 +32,11 @@
 //! Kernel-port tests need root, `ip`, and namespace support. Start them
 //! with [`skip_unless_root`] (or [`skip_unless_root_with`], which also
 //! needs the named tools): it prints why and returns `true` when the
-//! machine cannot run the test, and the test returns early. Under CI
-//! (`CI=true`) a missing tool is a failure, not a skip: CI installs them.
+//! machine cannot run the test, and the test returns early. A test that
+//! finds something else missing (a tool, a permission) says so with
+//! [`skip_or_fail`]. Under CI (`CI=true`) as root a skip is a failure
+//! instead, and under CI a missing tool always is ([`skip_is_failure`]):
+//! there every kernel-port test must run.
 //!
 //! # Example
 //! Two namespaces joined by a veth pair, a ping across, and nothing left
@@ -90,7 +93,9 @@ pub use error::{Error, Result};
 pub use netns::{Mac, Netns};
 pub use proc::{DEFAULT_TIMEOUT, Output, Proc, exec, spawn};
 pub use raw::RawSocket;
-pub use skip::{skip_unless_root, skip_unless_root_with, unavailable};
+pub use skip::{
+    Need, skip_is_failure, skip_or_fail, skip_unless_root, skip_unless_root_with, unavailable,
+};
 pub use veth::Veth;
 
 use std::time::{Duration, Instant};

@@ -1,6 +1,7 @@
 //! The harness itself, as root: namespaces and veth pairs come and go,
 //! traffic crosses them, and nothing is left after drop — also after a
-//! panic. Each test skips with a printed reason where the machine cannot.
+//! panic. Each test skips with a printed reason where the machine cannot
+//! (under CI as root it fails instead).
 
 use std::time::Duration;
 
