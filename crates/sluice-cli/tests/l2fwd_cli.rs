@@ -1,6 +1,7 @@
 //! `sluice l2fwd` end to end: forwarding over emulated NIC ports with the
 //! tester, MAC rewriting, and a run ended by SIGTERM.
 
+use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -66,13 +67,47 @@ fn l2fwd_runs_until_sigterm_and_prints_its_summary() {
             "128",
             "--txd",
             "128",
+            "-T",
+            "0.05",
         ])
         .args(["-p", "null", "-p", "null"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("the sluice binary starts");
-    std::thread::sleep(Duration::from_millis(500));
+    // Its stdout, line by line; the reader ends at the end of the output.
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    // Stats lines come once the signal handlers are set: SIGTERM waits
+    // for one that shows packets forwarded.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+            let _ = child.kill();
+            panic!("no stats line with packets received within 60 s");
+        };
+        let Ok(line) = lines.recv_timeout(left) else {
+            let _ = child.kill();
+            panic!("no stats line with packets received within 60 s (or stdout closed)");
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert_eq!(v["type"], "stats", "{v}");
+        let ports = v["ports"].as_array().unwrap();
+        if ports
+            .iter()
+            .any(|p| p["rx_packets"].as_u64().is_some_and(|n| n > 0))
+        {
+            break;
+        }
+    }
     assert!(
         child.try_wait().unwrap().is_none(),
         "it must still be running"
@@ -93,7 +128,9 @@ fn l2fwd_runs_until_sigterm_and_prints_its_summary() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let s = summary(&out.stdout);
+    reader.join().unwrap();
+    let rest: Vec<String> = lines.try_iter().collect();
+    let s = summary(rest.join("\n").as_bytes());
     assert_eq!(s["engine"], "io");
     assert!(s["rx_packets"].as_u64().unwrap() > 0, "{s}");
     assert_eq!(s["pool_full"], true);

@@ -165,19 +165,18 @@ fn a_spawned_process_is_stopped_or_killed() {
         return;
     }
     let ns = Netns::new("spawn").unwrap();
-    // SIGINT ends it; its output is kept.
-    let p = ns
-        .spawn(&[
-            "sh",
-            "-c",
-            "trap 'echo bye; exit 0' INT; echo hi; while :; do sleep 0.05; done",
-        ])
-        .unwrap();
-    assert!(sluice_netns::wait_until(Duration::from_secs(30), || {
-        // The trap is set once "hi" is printed; give the shell that long.
-        std::fs::read_to_string(format!("/proc/{}/status", p.id())).is_ok()
-    }));
-    std::thread::sleep(Duration::from_millis(300));
+    // SIGINT ends it; its output is kept. The shell makes `ready` once its
+    // trap is set: a SIGINT before that would kill it unheard.
+    let ready = std::env::temp_dir().join(format!("sluice-netns-trap-{}", std::process::id()));
+    let _ = std::fs::remove_file(&ready);
+    let script = format!(
+        "trap 'echo bye; exit 0' INT; echo hi; : > '{}'; while :; do sleep 0.05; done",
+        ready.display()
+    );
+    let p = ns.spawn(&["sh", "-c", &script]).unwrap();
+    let set = sluice_netns::wait_until(Duration::from_secs(30), || ready.exists());
+    let _ = std::fs::remove_file(&ready);
+    assert!(set, "the shell did not set its trap within 30 s");
     let out = p.stop(Duration::from_secs(30)).unwrap();
     assert!(out.success(), "{out}");
     assert_eq!(out.stdout, "hi\nbye\n");

@@ -210,6 +210,8 @@ mod tests {
             assert!(start >= last && end >= start, "{last}, {start}, {end}");
             last = end;
         }
+        // Time passing is what is tested: any pause longer than a tick (a
+        // nanosecond at most) will do, so its length does not matter.
         let a = rdtsc();
         std::thread::sleep(Duration::from_millis(1));
         assert!(rdtsc() > a);
