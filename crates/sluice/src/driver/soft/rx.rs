@@ -479,7 +479,12 @@ impl SoftRx {
         // (`tail` is never behind `next` nor more than a ring ahead);
         // `free_thresh` is a power of two no larger than the ring (driver
         // arguments, checked in `new`), and `tail` a multiple of it
-        // (refills are whole batches, recycled runs whole units).
+        // (refills are whole batches, recycled runs whole units). The
+        // view's promise: the slots due are `[tail, next + nb)`, delivered
+        // descriptors' slots, which this queue reads only after refilling
+        // them (the buffers it owns are `[next, tail)`); `committed` slots
+        // from `tail` are rearmed by `rearm_committed` or given back by
+        // `release_all` (at `stop` and on drop); `pool` is the refill pool.
         // SAFETY: those conditions, as just shown.
         unsafe {
             RecycleRxInfo::new_unchecked(
