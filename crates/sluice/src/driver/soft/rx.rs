@@ -513,7 +513,11 @@ impl SoftRx {
 
 impl Drop for SoftRx {
     fn drop(&mut self) {
-        // Port::stop has normally run; if not, the buffers still go back.
+        // Port::stop has normally run. If not (the queue taken out of a
+        // started port), the queue stops now: under the engine lock, with
+        // the tail register reset, so a threaded device arms nothing more
+        // and writes into no buffer that goes back.
+        self.stop();
         if self.next != self.tail || self.committed != 0 || !self.reuse.is_empty() {
             self.release_all();
         }
