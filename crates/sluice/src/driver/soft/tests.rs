@@ -975,3 +975,63 @@ fn an_rx_queue_dropped_while_its_threaded_device_runs_leaves_it_no_buffer() {
     p.stop();
     assert!(pool.is_full());
 }
+
+#[test]
+fn a_tx_queue_dropped_while_its_threaded_device_runs_leaves_it_no_buffer() {
+    let pool = pool(4095, 512);
+    let config = |txd| PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(txd);
+    let spec = "soft:wire=w-txdrop,device=threaded";
+    let mut a = port(spec, config(1024));
+    let mut b = port(spec, config(128));
+    // 640 frames posted on A's Tx queue: with flow control, B's ring (128)
+    // and the wire (256 frames) take 384 until B receives, so at least 256
+    // stay posted, their buffers the device's to read.
+    let frame = udp_frame();
+    let mut burst: Burst<32> = Burst::new();
+    for _ in 0..20 {
+        for _ in 0..32 {
+            let mut m = pool.alloc().unwrap();
+            m.append(frame.len()).unwrap().copy_from_slice(&frame);
+            burst.push(m).unwrap();
+        }
+        assert_eq!(a.tx_queue(0).unwrap().tx_burst(&mut burst), 32);
+    }
+    // Safe code drops the queue while the port, and its device, run.
+    let sink = Box::new(crate::port::SinkTx::new(&a.counters(), 0));
+    let real = std::mem::replace(&mut a.queues_mut().unwrap().1[0], sink);
+    drop(real);
+    // Every buffer of the pool, marked where a frame's bytes lie.
+    let mut held = Vec::new();
+    while let Some(mut m) = pool.alloc() {
+        m.append(frame.len()).unwrap().fill(0xa5);
+        held.push(m);
+    }
+    assert_eq!(
+        held.len() as u32,
+        4095 - 2 * 128,
+        "the dropped queue gave its buffers back (both Rx rings armed)"
+    );
+    // B receives what the device sent before the drop, and polls on (a
+    // bounded count) for anything it sends after.
+    let (mut received, mut foreign) = (0u64, 0u64);
+    for _ in 0..200_000 {
+        let n = b.rx_queue(0).unwrap().rx_burst(&mut burst);
+        received += n as u64;
+        foreign += burst.iter().filter(|m| m.data() != &frame[..]).count() as u64;
+        burst.clear();
+        if received > 384 + 32 {
+            break;
+        }
+    }
+    assert_eq!(
+        foreign, 0,
+        "the device sent frames out of buffers given back"
+    );
+    assert!(
+        received <= 384,
+        "{received}: more than the ring and the wire held"
+    );
+    drop(held);
+    drop((a, b));
+    assert!(pool.is_full());
+}
