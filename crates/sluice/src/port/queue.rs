@@ -39,7 +39,11 @@ pub trait RxQueue: Send {
     }
 
     /// Lends the software-ring slots due for refill, for one recycle step.
-    /// [`PortError::Unsupported`] if the queue cannot,
+    /// Only the queue can make the view, of its own ring
+    /// ([`RecycleRxInfo::new`] is `unsafe`: the queue vouches that it gives
+    /// back what is committed), and the view borrows the queue: what a Tx
+    /// queue commits into it is the queue's at once, whatever becomes of
+    /// the view. [`PortError::Unsupported`] if the queue cannot,
     /// [`PortError::Stopped`] if it is stopped.
     fn recycle_rx_info(&mut self) -> Result<RecycleRxInfo<'_>, PortError> {
         Err(PortError::Unsupported(

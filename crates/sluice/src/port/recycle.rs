@@ -1,4 +1,4 @@
-//! Tx→Rx buffer recycling (technique T1, DPDK's "mbufs recycle mode").
+//! Tx→Rx buffer recycling (DPDK's "mbufs recycle mode").
 //!
 //! # The three ways a buffer gets back to an Rx ring
 //! 1. **Normal:** the Tx queue frees a completed batch into the lcore's
@@ -30,6 +30,23 @@
 //! [`recycle_mbufs`] runs the three steps. Any Tx queue may feed any Rx
 //! queue, across ports and drivers, and the pairing may change between
 //! steps: nothing is registered.
+//!
+//! # Why safe code cannot lose a buffer here
+//! A Tx queue moves buffers only into a [`RecycleRxInfo`], and only an Rx
+//! queue makes one, of its own software ring: building one is `unsafe`
+//! ([`RecycleRxInfo::new`]), so safe code cannot point a Tx queue at a ring
+//! no Rx queue would give back. The view borrows the queue that lent it:
+//! while it lives that queue cannot receive, stop, start or be dropped, so a
+//! view is never used across a stop, a restart or a new ring. Each commit
+//! counts its buffers in the queue itself at once, so dropping or
+//! forgetting the view, a panic between the steps, or the steps called in
+//! any order leaves every committed buffer with the queue, which rearms it
+//! or gives it back when it stops. Writing slots without a commit gives
+//! nothing away (the slots due hold no buffer of the queue), and committing
+//! is `unsafe`: only a Tx queue that gave the buffers up does it. Paired
+//! with an Rx queue of another pool or another driver, a Tx queue moves
+//! nothing the rules below refuse (a buffer of another pool, one still
+//! shared): that batch is freed as usual.
 //!
 //! # The rules a Tx queue keeps
 //! - A buffer is recycled only if it is a plain buffer whose last reference
@@ -63,6 +80,42 @@ mod tests;
 /// Slot `i` (a free-running index) is `ring[i & mask]`. The slots due are
 /// `[refill_head, refill_head + due)`; a Tx queue fills a prefix of them
 /// that does not cross the wrap.
+///
+/// Only an Rx queue makes a view, of its own ring
+/// ([`RxQueue::recycle_rx_info`], or within [`RxQueue::recycle_from`]), and
+/// the view borrows the queue (see [the module](self) for why no buffer can
+/// be lost through it). Safe code cannot build one over a ring of its own,
+/// which would let a Tx queue's buffers move where no stop finds them:
+///
+/// ```compile_fail,E0133
+/// use sluice::mbuf::{MbufPool, MbufPoolConfig};
+/// use sluice::mempool::Elem;
+/// use sluice::port::{PortConfig, RecycleRxInfo};
+///
+/// let pool = MbufPool::new(MbufPoolConfig { size: 1023, ..Default::default() }).unwrap();
+/// let mut port = sluice::driver::open("soft", PortConfig::new(Some(pool.clone()))).unwrap();
+/// port.start().unwrap();
+/// let mut ring = vec![Elem::DANGLING; 128];
+/// let mut committed = 0;
+/// let mut view = RecycleRxInfo::new(&mut ring, 0, 128, 32, &pool, &mut committed);
+/// port.tx_queue(0).unwrap().recycle_tx_mbufs(&mut view).unwrap();
+/// ```
+///
+/// Nor keep a queue's view across that queue's stop (or anything else done
+/// to the queue):
+///
+/// ```compile_fail,E0499
+/// use sluice::mbuf::{MbufPool, MbufPoolConfig};
+/// use sluice::port::PortConfig;
+///
+/// let pool = MbufPool::new(MbufPoolConfig { size: 1023, ..Default::default() }).unwrap();
+/// let mut port = sluice::driver::open("soft", PortConfig::new(Some(pool.clone()))).unwrap();
+/// port.start().unwrap();
+/// let (rx, tx) = port.queues_mut().unwrap();
+/// let mut view = rx[0].recycle_rx_info().unwrap();
+/// rx[0].stop();
+/// tx[0].recycle_tx_mbufs(&mut view).unwrap();
+/// ```
 pub struct RecycleRxInfo<'a> {
     /// The Rx queue's software ring: one buffer address per descriptor.
     /// Entries of due slots are stale until committed.
@@ -93,15 +146,29 @@ pub struct RecycleRxInfo<'a> {
 }
 
 impl<'a> RecycleRxInfo<'a> {
-    /// The view an Rx queue hands out (for drivers). `ring.len()` is a power
-    /// of two, `due` at most that, `refill_requirement` 0 or a power of two
-    /// no larger, with `refill_head` a multiple of it; `committed` is the
-    /// queue's count of slots from `refill_head` it owns but has not
-    /// rearmed (0 when the view is made).
+    /// The view an Rx queue lends of its own ring (for drivers). Its shape:
+    /// `ring.len()` is a power of two, `due` at most that,
+    /// `refill_requirement` 0 or a power of two no larger, with
+    /// `refill_head` a multiple of it.
+    ///
+    /// # Safety
+    /// The view stands for an Rx queue's promise, which Tx queues rely on
+    /// to give their buffers up into it. `ring` is the software ring of the
+    /// Rx queue making the view, and that queue:
+    /// - owns no buffer in the slots due, `[refill_head, refill_head +
+    ///   due)`: it reads their entries as buffers only after it refilled
+    ///   them itself or a commit handed them over, so whatever is written
+    ///   there without a commit (which safe code may do through
+    ///   [`slots`](Self::slots)) is never taken for a buffer;
+    /// - takes `*committed` (0 when the view is made) as the count of slots
+    ///   from `refill_head` holding buffers it owns, whatever becomes of the
+    ///   view: it rearms them, or gives each back to `pool` once when it
+    ///   stops or is dropped;
+    /// - refills from `pool`, and gives its buffers back there.
     ///
     /// # Panics
-    /// If those conditions do not hold (a driver bug).
-    pub fn new(
+    /// If the shape is wrong (a driver bug).
+    pub unsafe fn new(
         ring: &'a mut [Elem],
         refill_head: u32,
         due: u32,
@@ -110,7 +177,8 @@ impl<'a> RecycleRxInfo<'a> {
         committed: &'a mut u32,
     ) -> RecycleRxInfo<'a> {
         check_view(ring.len(), refill_head, due, refill_requirement);
-        // SAFETY: just checked.
+        // SAFETY: the shape just checked; the rest is the caller's promise,
+        // forwarded.
         unsafe {
             RecycleRxInfo::new_unchecked(
                 ring,
@@ -123,14 +191,14 @@ impl<'a> RecycleRxInfo<'a> {
         }
     }
 
-    /// [`new`](Self::new) without its checks (kept in debug builds), for a
-    /// driver whose queue holds those conditions by construction: a recycle
+    /// [`new`](Self::new) without its shape checks (kept in debug builds),
+    /// for a driver whose queue holds that shape by construction: a recycle
     /// step runs at every poll, and need not prove again what cannot change
     /// (the ring size, the unit) or what the queue's indices guarantee.
     ///
     /// # Safety
-    /// The conditions [`new`](Self::new) lists hold: Tx queues fill, and
-    /// the Rx queue rearms, the slots this view describes.
+    /// As [`new`](Self::new), and the shape it checks holds: Tx queues
+    /// fill, and the Rx queue rearms, the slots this view describes.
     #[inline(always)]
     pub unsafe fn new_unchecked(
         ring: &'a mut [Elem],
@@ -255,14 +323,15 @@ impl<'a> RecycleRxInfo<'a> {
         true
     }
 
-    /// Hands the Rx queue the buffers written into the first `n` slots
-    /// [`slots`](Self::slots) returned; the refill head moves past them.
+    /// Hands the Rx queue the buffers written into the next `n` slots due
+    /// (those [`slots`](Self::slots)`(n)` returns); the refill head moves
+    /// past them.
     ///
     /// # Safety
-    /// Those slots hold `n` distinct buffers of [`pool`](Self::pool), each
-    /// a free buffer in all but name: reference count 1, one segment (no
-    /// next), no external buffer attached, and no reference to it left with
-    /// the caller or anyone else.
+    /// Those `n` slots, every one of them, hold distinct buffers of
+    /// [`pool`](Self::pool), each a free buffer in all but name: reference
+    /// count 1, one segment (no next), no external buffer attached, and no
+    /// reference to it left with the caller or anyone else.
     ///
     /// # Panics
     /// If `n` does not [fit](Self::fits).
@@ -275,7 +344,7 @@ impl<'a> RecycleRxInfo<'a> {
     }
 }
 
-/// The conditions a view must meet (see [`RecycleRxInfo::new`]); cheap
+/// The shape a view must have (see [`RecycleRxInfo::new`]); cheap
 /// (no division), as a recycle step runs at every poll.
 #[inline(always)]
 fn view_ok(size: usize, refill_head: u32, due: u32, refill_requirement: u32) -> bool {

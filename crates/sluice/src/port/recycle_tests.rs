@@ -1,7 +1,7 @@
 //! Unit tests of [`RecycleRxInfo`]: what a Tx queue may fill, against small
-//! rings. The rings hold [`Elem::DANGLING`] placeholders; the one test that
-//! commits fills the slots with real buffers of the pool first (the commit
-//! contract) and plays the Rx queue, putting them back afterwards.
+//! rings. The rings hold [`Elem::DANGLING`] placeholders; the tests that
+//! commit fill the slots with real buffers of the pool first (the commit
+//! contract) and play the Rx queue, putting them back afterwards.
 
 use crate::mbuf::{MbufPool, MbufPoolConfig};
 use crate::mempool::Elem;
@@ -30,6 +30,23 @@ fn ring(n: usize) -> Vec<Elem> {
     vec![Elem::DANGLING; n]
 }
 
+/// A view of `ring` from `head`, `due` slots due in units of `unit`, the
+/// test playing the Rx queue that lends it: each test that commits gives
+/// the committed buffers back itself, once.
+fn view<'a>(
+    ring: &'a mut [Elem],
+    head: u32,
+    due: u32,
+    unit: u32,
+    pool: &'a MbufPool,
+    committed: &'a mut u32,
+) -> RecycleRxInfo<'a> {
+    // SAFETY: the ring holds placeholders and markers, no buffer, until a
+    // test commits buffers of `pool` into it, which that test then owns and
+    // gives back (the Rx queue's part); nothing else reads the ring.
+    unsafe { RecycleRxInfo::new(ring, head, due, unit, pool, committed) }
+}
+
 /// Fills the `n` slots `info` offers with buffers from its pool and commits
 /// them; returns the buffers, which the caller (playing the Rx queue that
 /// now owns them) must put back.
@@ -49,7 +66,7 @@ fn the_view_reports_what_the_rx_queue_lent() {
     let pool = pool();
     let mut r = ring(16);
     let mut committed = 0;
-    let info = RecycleRxInfo::new(&mut r, 48, 7, 4, &pool, &mut committed);
+    let info = view(&mut r, 48, 7, 4, &pool, &mut committed);
     assert_eq!(info.ring_size(), 16);
     assert_eq!(info.mask(), 15);
     assert_eq!(info.refill_head(), 48);
@@ -73,7 +90,7 @@ fn a_buffer_belongs_to_the_pool_by_its_address() {
     .unwrap();
     let mut r = ring(16);
     let mut committed = 0;
-    let info = RecycleRxInfo::new(&mut r, 0, 16, 4, &pool, &mut committed);
+    let info = view(&mut r, 0, 16, 4, &pool, &mut committed);
     let mut mine = [Elem::DANGLING; 63];
     pool.mempool().get_bulk(&mut mine).unwrap();
     let mut theirs = [Elem::DANGLING; 7];
@@ -103,7 +120,7 @@ fn room_is_the_slots_due_in_whole_refill_units() {
     let pool = pool();
     let mut r = ring(16);
     let mut committed = 0;
-    let info = RecycleRxInfo::new(&mut r, 0, 10, 4, &pool, &mut committed);
+    let info = view(&mut r, 0, 10, 4, &pool, &mut committed);
     assert_eq!(info.room(), 8, "10 due, in units of 4");
     assert!(info.fits(4) && info.fits(8));
     assert!(!info.fits(0), "nothing is not a fill");
@@ -111,7 +128,7 @@ fn room_is_the_slots_due_in_whole_refill_units() {
     assert!(!info.fits(10), "more than the units due");
     assert!(!info.fits(12), "more than due");
     let mut committed = 0;
-    let info = RecycleRxInfo::new(&mut r, 4, 3, 4, &pool, &mut committed);
+    let info = view(&mut r, 4, 3, 4, &pool, &mut committed);
     assert_eq!(info.room(), 0, "less than a unit due");
     assert!(!info.fits(4));
 }
@@ -122,7 +139,7 @@ fn room_never_reaches_past_the_slots_due() {
     let mut r = ring(16);
     for due in 0..=16u32 {
         let mut committed = 0;
-        let info = RecycleRxInfo::new(&mut r, 0, due, 0, &pool, &mut committed);
+        let info = view(&mut r, 0, due, 0, &pool, &mut committed);
         assert_eq!(info.room(), due);
         assert!(!info.fits(due + 1), "due {due}");
     }
@@ -135,7 +152,7 @@ fn room_stops_at_the_wrap_of_the_ring() {
     // The head 4 slots before the end, the whole ring due: 4 fit.
     for head in [12u32, 28, 12 + (1 << 20)] {
         let mut committed = 0;
-        let mut info = RecycleRxInfo::new(&mut r, head, 16, 4, &pool, &mut committed);
+        let mut info = view(&mut r, head, 16, 4, &pool, &mut committed);
         assert_eq!(info.room(), 4, "head {head}");
         assert!(info.fits(4));
         assert!(!info.fits(8), "8 would cross the wrap");
@@ -145,14 +162,14 @@ fn room_stops_at_the_wrap_of_the_ring() {
     // Without a refill unit too: 3 slots to the wrap.
     let mut r8 = ring(8);
     let mut committed = 0;
-    let info = RecycleRxInfo::new(&mut r8, 5, 6, 0, &pool, &mut committed);
+    let info = view(&mut r8, 5, 6, 0, &pool, &mut committed);
     assert_eq!(info.room(), 3);
     assert!(info.fits(1) && info.fits(3) && !info.fits(4));
     // A batch larger than what is left before the wrap does not fit, even
     // with the whole ring due.
     let mut committed = 0;
     let mut r32 = ring(32);
-    let info = RecycleRxInfo::new(&mut r32, 24, 32, 8, &pool, &mut committed);
+    let info = view(&mut r32, 24, 32, 8, &pool, &mut committed);
     assert_eq!(info.room(), 8, "8 to the wrap of 32");
     assert!(!info.fits(16));
 }
@@ -163,7 +180,7 @@ fn slots_are_the_ring_entries_from_the_refill_head() {
     let mut r = ring(16);
     let mut committed = 0;
     {
-        let mut info = RecycleRxInfo::new(&mut r, 16 + 8, 8, 4, &pool, &mut committed);
+        let mut info = view(&mut r, 16 + 8, 8, 4, &pool, &mut committed);
         let s = info.slots(4).unwrap();
         for (i, e) in s.iter_mut().enumerate() {
             *e = marker(i);
@@ -187,7 +204,7 @@ fn commit_moves_the_head_and_hands_the_count_to_the_queue() {
     let mut committed = 0;
     let mut taken = Vec::new();
     {
-        let mut info = RecycleRxInfo::new(&mut r, 8, 12, 4, &pool, &mut committed);
+        let mut info = view(&mut r, 8, 12, 4, &pool, &mut committed);
         assert_eq!(info.room(), 8, "8 to the wrap");
         taken.extend(fill_and_commit(&mut info, 4));
         assert_eq!((info.refill_head(), info.due(), info.room()), (12, 8, 4));
@@ -217,7 +234,7 @@ fn the_refill_head_runs_free_across_u32_wrap() {
     let mut committed = 0;
     let head = u32::MAX - 3; // slot 12, a multiple of 4
     let taken = {
-        let mut info = RecycleRxInfo::new(&mut r, head, 8, 4, &pool, &mut committed);
+        let mut info = view(&mut r, head, 8, 4, &pool, &mut committed);
         assert_eq!(info.room(), 4);
         let taken = fill_and_commit(&mut info, 4);
         assert_eq!((info.refill_head(), info.due(), info.room()), (0, 4, 4));
@@ -236,7 +253,7 @@ fn a_commit_across_the_wrap_panics() {
     let pool = pool();
     let mut r = ring(16);
     let mut committed = 0;
-    let mut info = RecycleRxInfo::new(&mut r, 12, 16, 4, &pool, &mut committed);
+    let mut info = view(&mut r, 12, 16, 4, &pool, &mut committed);
     // SAFETY: the count does not fit, so commit panics before it takes
     // anything: no slot is handed over.
     unsafe { info.commit(8) };
@@ -248,7 +265,7 @@ fn a_commit_of_more_than_due_panics() {
     let pool = pool();
     let mut r = ring(16);
     let mut committed = 0;
-    let mut info = RecycleRxInfo::new(&mut r, 0, 4, 4, &pool, &mut committed);
+    let mut info = view(&mut r, 0, 4, 4, &pool, &mut committed);
     // SAFETY: as above: the commit panics before taking anything.
     unsafe { info.commit(8) };
 }
@@ -259,7 +276,7 @@ fn a_commit_of_part_of_a_refill_unit_panics() {
     let pool = pool();
     let mut r = ring(16);
     let mut committed = 0;
-    let mut info = RecycleRxInfo::new(&mut r, 0, 8, 4, &pool, &mut committed);
+    let mut info = view(&mut r, 0, 8, 4, &pool, &mut committed);
     // SAFETY: as above: the commit panics before taking anything.
     unsafe { info.commit(6) };
 }
@@ -270,7 +287,7 @@ fn a_commit_of_nothing_panics() {
     let pool = pool();
     let mut r = ring(16);
     let mut committed = 0;
-    let mut info = RecycleRxInfo::new(&mut r, 0, 8, 4, &pool, &mut committed);
+    let mut info = view(&mut r, 0, 8, 4, &pool, &mut committed);
     // SAFETY: as above: the commit panics before taking anything.
     unsafe { info.commit(0) };
 }
@@ -281,7 +298,7 @@ fn a_ring_whose_size_is_not_a_power_of_two_is_refused() {
     let pool = pool();
     let mut r = ring(12);
     let mut committed = 0;
-    RecycleRxInfo::new(&mut r, 0, 4, 4, &pool, &mut committed);
+    view(&mut r, 0, 4, 4, &pool, &mut committed);
 }
 
 #[test]
@@ -290,7 +307,7 @@ fn an_empty_ring_is_refused() {
     let pool = pool();
     let mut r = ring(0);
     let mut committed = 0;
-    RecycleRxInfo::new(&mut r, 0, 0, 0, &pool, &mut committed);
+    view(&mut r, 0, 0, 0, &pool, &mut committed);
 }
 
 #[test]
@@ -299,7 +316,7 @@ fn more_slots_due_than_the_ring_holds_is_refused() {
     let pool = pool();
     let mut r = ring(16);
     let mut committed = 0;
-    RecycleRxInfo::new(&mut r, 0, 17, 4, &pool, &mut committed);
+    view(&mut r, 0, 17, 4, &pool, &mut committed);
 }
 
 #[test]
@@ -308,7 +325,7 @@ fn a_refill_head_off_the_refill_unit_is_refused() {
     let pool = pool();
     let mut r = ring(16);
     let mut committed = 0;
-    RecycleRxInfo::new(&mut r, 6, 4, 4, &pool, &mut committed);
+    view(&mut r, 6, 4, 4, &pool, &mut committed);
 }
 
 #[test]
@@ -317,7 +334,7 @@ fn a_refill_unit_that_is_not_a_power_of_two_is_refused() {
     let pool = pool();
     let mut r = ring(16);
     let mut committed = 0;
-    RecycleRxInfo::new(&mut r, 0, 4, 3, &pool, &mut committed);
+    view(&mut r, 0, 4, 3, &pool, &mut committed);
 }
 
 #[test]
@@ -326,7 +343,7 @@ fn a_refill_unit_larger_than_the_ring_is_refused() {
     let pool = pool();
     let mut r = ring(16);
     let mut committed = 0;
-    RecycleRxInfo::new(&mut r, 0, 16, 32, &pool, &mut committed);
+    view(&mut r, 0, 16, 32, &pool, &mut committed);
 }
 
 #[test]
@@ -337,7 +354,7 @@ fn fill_copies_both_pieces_in_order_and_commits_them() {
     let mut bufs = [Elem::DANGLING; 12];
     pool.mempool().get_bulk(&mut bufs).unwrap();
     {
-        let mut info = RecycleRxInfo::new(&mut r, 4, 12, 4, &pool, &mut committed);
+        let mut info = view(&mut r, 4, 12, 4, &pool, &mut committed);
         // A run cut in two (6 + 2), then one piece of 4.
         // SAFETY: distinct free buffers just taken from the info's pool:
         // plain, unshared; `bufs` is the Rx queue's copy, given back below.
@@ -362,7 +379,7 @@ fn a_fill_that_does_not_fit_writes_and_commits_nothing() {
     let mut r = ring(16);
     let mut committed = 0;
     {
-        let mut info = RecycleRxInfo::new(&mut r, 12, 16, 4, &pool, &mut committed);
+        let mut info = view(&mut r, 12, 16, 4, &pool, &mut committed);
         // The markers are no buffers, but nothing is committed: each fill
         // is refused before it writes (the contract binds only a fill that
         // is made).
@@ -377,7 +394,7 @@ fn a_fill_that_does_not_fit_writes_and_commits_nothing() {
     }
     let mut r2 = ring(16);
     {
-        let mut info = RecycleRxInfo::new(&mut r2, 0, 4, 4, &pool, &mut committed);
+        let mut info = view(&mut r2, 0, 4, 4, &pool, &mut committed);
         // SAFETY: refused, as above.
         assert!(!unsafe { info.fill(&marks[..8], &[]) }, "more than due");
     }
@@ -391,12 +408,10 @@ fn the_unchecked_view_is_the_checked_one() {
     let pool = pool();
     let mut r = ring(32);
     let mut c1 = 0;
-    let a = format!(
-        "{:?}",
-        RecycleRxInfo::new(&mut r, 48, 24, 8, &pool, &mut c1)
-    );
+    let a = format!("{:?}", view(&mut r, 48, 24, 8, &pool, &mut c1));
     let mut c2 = 0;
-    // SAFETY: a valid view (the checked constructor took it just above).
+    // SAFETY: the shape the checked constructor took just above; the ring
+    // holds placeholders and nothing is committed (as in `view`).
     let info = unsafe { RecycleRxInfo::new_unchecked(&mut r, 48, 24, 8, &pool, &mut c2) };
     assert_eq!(format!("{info:?}"), a);
     assert_eq!((info.mask(), info.room()), (31, 16), "16 to the wrap");

@@ -291,20 +291,8 @@ impl RxQueue for AfxdpRx {
 
     #[inline]
     fn recycle_rx_info(&mut self) -> Result<RecycleRxInfo<'_>, PortError> {
-        if self.rings.is_none() {
-            return Err(PortError::Stopped);
-        }
         self.publish_committed();
-        let r = self.rings.as_ref().ok_or(PortError::Stopped)?;
-        let (head, due) = (r.fill.prod(), Self::due(r));
-        Ok(RecycleRxInfo::new(
-            &mut self.sw,
-            head,
-            due,
-            REFILL_UNIT,
-            &self.pool,
-            &mut self.committed,
-        ))
+        self.recycle_view()
     }
 
     #[inline]
@@ -313,25 +301,41 @@ impl RxQueue for AfxdpRx {
     }
 
     fn recycle_from(&mut self, tx: &mut dyn TxQueue) -> Result<usize, PortError> {
-        if self.rings.is_none() {
-            return Err(PortError::Stopped);
-        }
         self.publish_committed();
-        let moved = {
-            let r = self.rings.as_ref().ok_or(PortError::Stopped)?;
-            let (head, due) = (r.fill.prod(), Self::due(r));
-            let mut info = RecycleRxInfo::new(
+        let moved = tx.recycle_tx_mbufs(&mut self.recycle_view()?)?;
+        self.publish_committed();
+        Ok(moved)
+    }
+}
+
+impl AfxdpRx {
+    /// `sw` from the fill producer index, lent for one recycle step
+    /// (nothing committed: the caller published what was).
+    #[inline]
+    fn recycle_view(&mut self) -> Result<RecycleRxInfo<'_>, PortError> {
+        let r = self.rings.as_ref().ok_or(PortError::Stopped)?;
+        debug_assert_eq!(self.committed, 0);
+        let (head, due) = (r.fill.prod(), Self::due(r));
+        // SAFETY: `sw` is this queue's software ring. The slots due from
+        // the producer index hold stale entries (frames put on the fill
+        // ring a ring of entries earlier, whose ownership the ledger
+        // tracks, or placeholders): the queue reads them only after filling
+        // them itself or a commit handed them over. `committed`
+        // slots from the producer index go onto the fill ring at
+        // `publish_committed`, or back to the pool at `stop` (also run on
+        // drop). `pool` is the UMEM's, the refill pool. (`new` checks the
+        // shape: `sw` is the fill size, a power of two; the producer index
+        // advances in whole units of `REFILL_UNIT`.)
+        Ok(unsafe {
+            RecycleRxInfo::new(
                 &mut self.sw,
                 head,
                 due,
                 REFILL_UNIT,
                 &self.pool,
                 &mut self.committed,
-            );
-            tx.recycle_tx_mbufs(&mut info)?
-        };
-        self.publish_committed();
-        Ok(moved)
+            )
+        })
     }
 }
 

@@ -17,7 +17,10 @@ use super::tester::{self, Tester, TesterReport};
 use super::tests::ext_copy;
 use crate::driver::open;
 use crate::mbuf::{Burst, BurstSlice, ExtSharedInfo, Mbuf, MbufPool, MbufPoolConfig};
-use crate::port::{Offloads, Port, PortConfig, PortError, RxQueue, TxQueue, recycle_mbufs};
+use crate::mempool::Elem;
+use crate::port::{
+    Offloads, Port, PortConfig, PortError, RecycleRxInfo, RxQueue, TxQueue, recycle_mbufs,
+};
 
 fn pool(name: &str, size: u32) -> MbufPool {
     MbufPool::new(MbufPoolConfig {
@@ -913,6 +916,213 @@ fn a_tx_queue_stopped_between_two_recycle_steps_gives_its_batches_back() {
     let r = t.report();
     assert!(r.received > 0);
     assert_clean(&r);
+}
+
+// ---- whatever safe code does with the steps ---------------------------------
+
+/// A distinct address that is no buffer, for slots written and never
+/// committed.
+fn marker(i: usize) -> Elem {
+    Elem::from_ptr(NonNull::new(std::ptr::without_provenance_mut(0x1000 + i * 8)).unwrap())
+}
+
+/// A Tx queue failing half-way through a recycle step: it writes markers
+/// into every slot it may fill, lets the queue it wraps move its completed
+/// batches (over the markers), then panics before the Rx queue's refill.
+struct PanickingTx<'a>(&'a mut dyn TxQueue);
+
+impl TxQueue for PanickingTx<'_> {
+    fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize {
+        self.0.tx_burst(burst)
+    }
+
+    fn start(&mut self) -> Result<(), PortError> {
+        self.0.start()
+    }
+
+    fn stop(&mut self) {
+        self.0.stop();
+    }
+
+    fn recycle_tx_mbufs(&mut self, rx: &mut RecycleRxInfo<'_>) -> Result<usize, PortError> {
+        if let Some(slots) = rx.slots(rx.room()) {
+            for (i, e) in slots.iter_mut().enumerate() {
+                *e = marker(i);
+            }
+        }
+        let moved = self.0.recycle_tx_mbufs(rx)?;
+        panic!("a Tx queue failing after moving {moved} buffers");
+    }
+}
+
+// A view has no drop glue (forgetting it is dropping it, which is why a
+// forget loses nothing); the calls spell out what a caller may do.
+#[allow(clippy::forget_non_drop, clippy::drop_non_drop)]
+#[test]
+fn whatever_safe_code_does_with_the_recycle_steps_every_buffer_comes_back() {
+    let name = "t-rc-safe";
+    let pool_a = pool(&format!("{name}-a"), 2047);
+    let pool_b = pool(&format!("{name}-b"), 1023);
+    let names = [0, 1, 2].map(|i| format!("{name}-{i}"));
+    // Ports 0 and 1 receive into pool A (1 with fast free), port 2 into B.
+    let configs = [
+        port_config(&pool_a, false),
+        port_config(&pool_a, true),
+        port_config(&pool_b, false),
+    ];
+    let mut ports = guard(
+        names
+            .iter()
+            .zip(configs)
+            .map(|(n, c)| port(&format!("soft:tester={n},flows=16"), c))
+            .collect::<Vec<_>>(),
+    );
+    let testers = names.each_ref().map(|n| tester_of(n));
+    // Forwards port `i` with recycling, then drains it: its Tx queue holds
+    // the completed batch it sent last, its Rx queue has 32 slots due.
+    let settle = |ports: &mut [Port], i: usize| {
+        testers[i].pause(false);
+        assert!(run_loopback(&mut ports[i], 10) > 0, "port {i} recycles");
+        drain_loopback(&mut ports[i], &testers[i]);
+        let (rx, _) = loopback(&mut ports[i]);
+        assert_eq!(rx.recycle_rx_info().unwrap().room(), 32, "port {i}");
+    };
+    // Committed into an Rx queue and never rearmed: the queue's stop gave
+    // them back.
+    let mut unrearmed = 0;
+
+    // A view forgotten after a commit: the queue owns the buffers already.
+    settle(&mut ports, 0);
+    {
+        let (rx, tx) = loopback(&mut ports[0]);
+        let mut v = rx.recycle_rx_info().unwrap();
+        assert_eq!(tx.recycle_tx_mbufs(&mut v).unwrap(), 32);
+        std::mem::forget(v);
+        assert_eq!(rx.recycle_rx_refill(), 32, "rearmed by the next call");
+        assert_eq!(rx.recycle_rx_refill(), 0, "once");
+    }
+
+    // The steps in the wrong order, a view forgotten before any commit.
+    settle(&mut ports, 0);
+    {
+        let (rx, tx) = loopback(&mut ports[0]);
+        assert_eq!(rx.recycle_rx_refill(), 0, "a refill before any view");
+        std::mem::forget(rx.recycle_rx_info().unwrap());
+        let mut v = rx.recycle_rx_info().unwrap();
+        assert_eq!(tx.recycle_tx_mbufs(&mut v).unwrap(), 32);
+        assert_eq!(tx.recycle_tx_mbufs(&mut v).unwrap(), 0, "no room left");
+        drop(v);
+        // A new view before the refill: the queue rearms the commit first.
+        let v = rx.recycle_rx_info().unwrap();
+        assert_eq!((v.due(), v.room()), (0, 0));
+        drop(v);
+        assert_eq!(rx.recycle_rx_refill(), 0, "rearmed already");
+    }
+
+    // Slots written and never committed are not taken for buffers: the
+    // next refill takes buffers from the pool over them.
+    settle(&mut ports, 0);
+    {
+        let (rx, _) = loopback(&mut ports[0]);
+        let mut v = rx.recycle_rx_info().unwrap();
+        for (i, e) in v.slots(32).unwrap().iter_mut().enumerate() {
+            *e = marker(i);
+        }
+        drop(v);
+        let available = pool_a.available();
+        let mut burst: Burst<32> = Burst::new();
+        assert_eq!(rx.rx_burst(&mut burst), 0, "the tester is paused");
+        assert_eq!(pool_a.available(), available - 32, "refilled from the pool");
+    }
+
+    // A Tx queue panicking between the commit and the refill.
+    settle(&mut ports, 0);
+    {
+        let (rx, tx) = loopback(&mut ports[0]);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            recycle_mbufs(&mut *rx, &mut PanickingTx(&mut *tx))
+        }));
+        assert!(r.is_err(), "the Tx queue panicked");
+        assert_eq!(rx.recycle_rx_refill(), 32, "the commit is the Rx queue's");
+    }
+
+    // A Tx queue of another pool, with fast free or without, feeds nothing
+    // and frees its batch.
+    for i in 0..3 {
+        settle(&mut ports, i);
+    }
+    for (rx_port, tx_port, pool) in [(0, 2, &pool_b), (2, 0, &pool_a), (2, 1, &pool_a)] {
+        let fallbacks = recycle_counts(&ports[tx_port]).2;
+        let available = pool.available();
+        let (rx, tx) = rx_tx(&mut ports, (rx_port, 0), (tx_port, 0)).unwrap();
+        assert_eq!(
+            recycle_mbufs(rx, tx).unwrap(),
+            0,
+            "{tx_port} into {rx_port}"
+        );
+        // Every completed batch (two once a refill from the pool skipped
+        // a step) falls back whole.
+        let fell_back = recycle_counts(&ports[tx_port]).2 - fallbacks;
+        assert!(fell_back >= 1, "{tx_port} into {rx_port}");
+        assert_eq!(pool.available() as u64, available as u64 + 32 * fell_back);
+    }
+
+    // A Tx queue of the same pool on another port, whose port stops while
+    // the view is still lent.
+    settle(&mut ports, 0);
+    settle(&mut ports, 1);
+    {
+        let (a, b) = ports.split_at_mut(1);
+        let rx = a[0].rx_queue(0).unwrap();
+        let mut v = rx.recycle_rx_info().unwrap();
+        assert_eq!(
+            b[0].tx_queue(0).unwrap().recycle_tx_mbufs(&mut v).unwrap(),
+            32
+        );
+        b[0].stop();
+        drop(v);
+        assert_eq!(rx.recycle_rx_refill(), 32);
+        b[0].start().unwrap();
+    }
+
+    // The Rx port stopped between that commit and the refill.
+    settle(&mut ports, 0);
+    settle(&mut ports, 1);
+    {
+        let (a, b) = ports.split_at_mut(1);
+        let mut v = a[0].rx_queue(0).unwrap().recycle_rx_info().unwrap();
+        assert_eq!(
+            b[0].tx_queue(0).unwrap().recycle_tx_mbufs(&mut v).unwrap(),
+            32
+        );
+        unrearmed += 32;
+    }
+    ports[0].stop();
+    ports[0].start().unwrap();
+
+    // Every port still recycles; stopped, every pool is full.
+    for i in 0..3 {
+        settle(&mut ports, i);
+    }
+    for p in ports.iter_mut() {
+        p.stop();
+    }
+    assert!(pool_a.is_full(), "pool A: {} of 2047", pool_a.available());
+    assert!(pool_b.is_full(), "pool B: {} of 1023", pool_b.available());
+    let (rxr, txr) = ports.iter().fold((0, 0), |(r, t), p| {
+        let (pr, pt, _) = recycle_counts(p);
+        (r + pr, t + pt)
+    });
+    assert_eq!(
+        rxr + unrearmed,
+        txr,
+        "each buffer moved was rearmed or freed"
+    );
+    for t in &testers {
+        let r = t.report();
+        assert!(r.received > 0);
+        assert_clean(&r);
+    }
 }
 
 // ---- queues without recycling ---------------------------------------------

@@ -479,7 +479,12 @@ impl SoftRx {
         // (`tail` is never behind `next` nor more than a ring ahead);
         // `free_thresh` is a power of two no larger than the ring (driver
         // arguments, checked in `new`), and `tail` a multiple of it
-        // (refills are whole batches, recycled runs whole units).
+        // (refills are whole batches, recycled runs whole units). The
+        // view's promise: the slots due are `[tail, next + nb)`, delivered
+        // descriptors' slots, which this queue reads only after refilling
+        // them (the buffers it owns are `[next, tail)`); `committed` slots
+        // from `tail` are rearmed by `rearm_committed` or given back by
+        // `release_all` (at `stop` and on drop); `pool` is the refill pool.
         // SAFETY: those conditions, as just shown.
         unsafe {
             RecycleRxInfo::new_unchecked(
@@ -508,7 +513,11 @@ impl SoftRx {
 
 impl Drop for SoftRx {
     fn drop(&mut self) {
-        // Port::stop has normally run; if not, the buffers still go back.
+        // Port::stop has normally run. If not (the queue taken out of a
+        // started port), the queue stops now: under the engine lock, with
+        // the tail register reset, so a threaded device arms nothing more
+        // and writes into no buffer that goes back.
+        self.stop();
         if self.next != self.tail || self.committed != 0 || !self.reuse.is_empty() {
             self.release_all();
         }

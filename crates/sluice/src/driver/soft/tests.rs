@@ -902,3 +902,136 @@ fn rxbuf_frag_buffers_freed_on_another_lcore_come_home() {
     assert!(headers.is_full());
     drop((t, w1, w2));
 }
+
+/// An Rx queue that receives nothing: what safe code may put in a started
+/// port in place of a real queue ([`Port::queues_mut`]).
+struct NoRx;
+
+impl RxQueue for NoRx {
+    fn rx_burst(&mut self, _: &mut BurstSlice) -> usize {
+        0
+    }
+
+    fn start(&mut self) -> Result<(), PortError> {
+        Ok(())
+    }
+
+    fn stop(&mut self) {}
+}
+
+#[test]
+fn an_rx_queue_dropped_while_its_threaded_device_runs_leaves_it_no_buffer() {
+    let name = "t-rx-dropped";
+    let pool = pool(1023, 512);
+    let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
+    let spec = format!("soft:tester={name},flows=16,fc=off,device=threaded");
+    let mut p = port(&spec, config);
+    let t = tester_of(name);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    // Everything the tester sent received or dropped, then the ring
+    // rearmed: the device holds armed, empty descriptors.
+    t.pause(true);
+    let mut burst: Burst<32> = Burst::new();
+    loop {
+        p.rx_queue(0).unwrap().rx_burst(&mut burst);
+        burst.clear();
+        let s = p.stats();
+        if s.rx_packets + s.rx_missed >= t.report().sent {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{}", t.report());
+        std::thread::yield_now();
+    }
+    p.rx_queue(0).unwrap().rx_burst(&mut burst);
+    assert!(burst.is_empty(), "the tester is paused");
+    // Safe code drops the queue while the port, and its device, run.
+    let real = std::mem::replace(&mut p.queues_mut().unwrap().0[0], Box::new(NoRx));
+    drop(real);
+    // Every buffer of the pool, marked where a frame would land.
+    let mut held = Vec::new();
+    while let Some(mut m) = pool.alloc() {
+        m.append(64).unwrap().fill(0xa5);
+        held.push(m);
+    }
+    assert_eq!(held.len(), 1023, "the dropped queue gave its buffers back");
+    // The device runs on while the tester sends more frames than the ring
+    // holds: each finds no descriptor.
+    let sent = t.report().sent;
+    t.pause(false);
+    while t.report().sent < sent + 1024 {
+        assert!(std::time::Instant::now() < deadline, "{}", t.report());
+        std::thread::yield_now();
+    }
+    t.pause(true);
+    let written = held
+        .iter()
+        .filter(|m| m.data().iter().any(|&b| b != 0xa5))
+        .count();
+    assert_eq!(
+        written, 0,
+        "the device wrote frames into buffers given back"
+    );
+    drop(held);
+    p.stop();
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_tx_queue_dropped_while_its_threaded_device_runs_leaves_it_no_buffer() {
+    let pool = pool(4095, 512);
+    let config = |txd| PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(txd);
+    let spec = "soft:wire=w-txdrop,device=threaded";
+    let mut a = port(spec, config(1024));
+    let mut b = port(spec, config(128));
+    // 640 frames posted on A's Tx queue: with flow control, B's ring (128)
+    // and the wire (256 frames) take 384 until B receives, so at least 256
+    // stay posted, their buffers the device's to read.
+    let frame = udp_frame();
+    let mut burst: Burst<32> = Burst::new();
+    for _ in 0..20 {
+        for _ in 0..32 {
+            let mut m = pool.alloc().unwrap();
+            m.append(frame.len()).unwrap().copy_from_slice(&frame);
+            burst.push(m).unwrap();
+        }
+        assert_eq!(a.tx_queue(0).unwrap().tx_burst(&mut burst), 32);
+    }
+    // Safe code drops the queue while the port, and its device, run.
+    let sink = Box::new(crate::port::SinkTx::new(&a.counters(), 0));
+    let real = std::mem::replace(&mut a.queues_mut().unwrap().1[0], sink);
+    drop(real);
+    // Every buffer of the pool, marked where a frame's bytes lie.
+    let mut held = Vec::new();
+    while let Some(mut m) = pool.alloc() {
+        m.append(frame.len()).unwrap().fill(0xa5);
+        held.push(m);
+    }
+    assert_eq!(
+        held.len() as u32,
+        4095 - 2 * 128,
+        "the dropped queue gave its buffers back (both Rx rings armed)"
+    );
+    // B receives what the device sent before the drop, and polls on (a
+    // bounded count) for anything it sends after.
+    let (mut received, mut foreign) = (0u64, 0u64);
+    for _ in 0..200_000 {
+        let n = b.rx_queue(0).unwrap().rx_burst(&mut burst);
+        received += n as u64;
+        foreign += burst.iter().filter(|m| m.data() != &frame[..]).count() as u64;
+        burst.clear();
+        if received > 384 + 32 {
+            break;
+        }
+    }
+    assert_eq!(
+        foreign, 0,
+        "the device sent frames out of buffers given back"
+    );
+    assert!(
+        received <= 384,
+        "{received}: more than the ring and the wire held"
+    );
+    drop(held);
+    drop((a, b));
+    assert!(pool.is_full());
+}

@@ -1173,7 +1173,11 @@ unsafe fn zc_put(pool: *const PoolInner, batch: &[Elem]) -> bool {
 
 impl Drop for SoftTx {
     fn drop(&mut self) {
-        // Port::stop has normally run; if not, the buffers still go back.
+        // Port::stop has normally run. If not (the queue taken out of a
+        // started port), the queue stops now: under the engine lock, with
+        // the tail register reset, so a threaded device reads no posted
+        // buffer after it goes back.
+        self.stop();
         self.release_all();
     }
 }
