@@ -643,6 +643,25 @@ fn a_non_regular_rx_file_is_refused_at_once_without_stream() {
         "rx file '/dev/null': a character device, not a regular file (stream=1 reads one as a \
          stream)"
     );
+    // As a tx file: refused too, even with a reader there (which keeps an
+    // open that waits for one from waiting).
+    let reader = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&f.0)
+            .unwrap()
+    };
+    let e = open(&format!("pcap:tx={}", f.0), PortConfig::new(None))
+        .unwrap_err()
+        .to_string()
+        .replace(&f.0, "F");
+    drop(reader);
+    assert_eq!(
+        e,
+        "tx file 'F': a FIFO, not a regular file or character device"
+    );
     let e = open("pcap:rx=/,stream=1", PortConfig::new(Some(pool.clone())))
         .unwrap_err()
         .to_string();
