@@ -352,3 +352,150 @@ fn a_bad_routes_file_fails_naming_the_line() {
         "{err}"
     );
 }
+
+/// Runs `sluice ARGS` with its address space capped at 1 GiB (so a file read
+/// whole cannot take the machine's memory) and killed after 20 s (so one read
+/// for ever cannot hang the test): the output, and whether it ended by itself.
+fn sluice_bounded(args: &[&str]) -> (std::process::Output, bool) {
+    use std::process::Stdio;
+    use std::time::{Duration, Instant};
+    let mut child = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -v 1048576; exec \"$0\" \"$@\"")
+        .arg(env!("CARGO_BIN_EXE_sluice"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut ended = false;
+    while Instant::now() < deadline {
+        if child.try_wait().unwrap().is_some() {
+            ended = true;
+            break;
+        }
+        std::thread::yield_now();
+    }
+    if !ended {
+        child.kill().unwrap();
+    }
+    (child.wait_with_output().unwrap(), ended)
+}
+
+/// A FIFO and a character device are refused at once, without reading them:
+/// a FIFO nobody writes would block for ever, `/dev/zero` would be read until
+/// memory runs out.
+#[test]
+fn a_routes_file_that_is_not_a_regular_file_is_refused_at_once() {
+    let fifo = scratch("routes-fifo");
+    let _ = std::fs::remove_file(&fifo);
+    assert!(
+        Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let fifo_s = fifo.to_string_lossy().into_owned();
+    for (path, kind) in [
+        (fifo_s.as_str(), "a FIFO"),
+        ("/dev/zero", "a character device"),
+    ] {
+        let (out, ended) = sluice_bounded(&["l3fwd", "--routes", path, "-p", "null"]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(ended, "{path}: still running after 20 s");
+        assert!(!out.status.success(), "{path}");
+        assert!(
+            err.contains(&format!("routes file '{path}': {kind}, not a regular file")),
+            "{path}: {err}"
+        );
+    }
+    std::fs::remove_file(&fifo).unwrap();
+}
+
+/// An error quotes at most about 100 characters of the offending line, with
+/// an ellipsis and the line number.
+#[test]
+fn a_routes_error_quotes_a_long_line_bounded() {
+    let long = format!("10.0.0.0/8 1\n{} 1\n", "x".repeat(10_000));
+    let routes = write_routes("long", &long);
+    let path = routes.to_string_lossy().into_owned();
+    let (out, ended) = sluice_bounded(&["l3fwd", "--routes", &path, "-p", "null", "-p", "null"]);
+    std::fs::remove_file(&routes).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(ended && !out.status.success(), "{err}");
+    let want = format!("line 2: '{}…", "x".repeat(100));
+    assert!(err.contains(&want), "{err}");
+    assert!(err.len() < 600, "{} bytes: {err}", err.len());
+}
+
+/// The same prefix (or 5-tuple) to two different ports is an error naming
+/// both lines; the same one to the same port twice is fine.
+#[test]
+fn a_route_given_twice_with_different_ports_is_an_error_naming_both_lines() {
+    for (name, lookup, text, want) in [
+        (
+            "dup-lpm",
+            "lpm",
+            "10.0.0.0/8 1\n# other\n10.0.0.0/8 0  # again\n",
+            "line 3: '10.0.0.0/8 0  # again': 10.0.0.0/8 already goes to port 1 on line 1 \
+             ('10.0.0.0/8 1')",
+        ),
+        (
+            "dup-em",
+            "em",
+            "10.0.0.1 10.0.0.2 1 2 udp 1\n10.0.0.1 10.0.0.2 1 2 17 0\n",
+            "line 2: '10.0.0.1 10.0.0.2 1 2 17 0': flow 10.0.0.1 10.0.0.2 1 2 17 already goes \
+             to port 1 on line 1 ('10.0.0.1 10.0.0.2 1 2 17 1')",
+        ),
+    ] {
+        let routes = write_routes(name, text);
+        let path = routes.to_string_lossy().into_owned();
+        let (out, ended) = sluice_bounded(&[
+            "l3fwd",
+            "--lookup",
+            lookup,
+            "--duration",
+            "0.1",
+            "--routes",
+            &path,
+            "-p",
+            "null",
+            "-p",
+            "null",
+        ]);
+        std::fs::remove_file(&routes).unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(ended && !out.status.success(), "{name}: {err}");
+        assert!(err.contains(want), "{name}: {err}");
+    }
+    for (name, lookup, text) in [
+        ("same-lpm", "lpm", "10.0.0.0/8 1\n10.0.0.0/8 1\n"),
+        (
+            "same-em",
+            "em",
+            "10.0.0.1 10.0.0.2 1 2 udp 1\n10.0.0.1 10.0.0.2 1 2 17 1\n",
+        ),
+    ] {
+        let routes = write_routes(name, text);
+        let path = routes.to_string_lossy().into_owned();
+        let (out, ended) = sluice_bounded(&[
+            "l3fwd",
+            "--lookup",
+            lookup,
+            "--duration",
+            "0.1",
+            "--json",
+            "--routes",
+            &path,
+            "-p",
+            "null",
+            "-p",
+            "null",
+        ]);
+        std::fs::remove_file(&routes).unwrap();
+        assert!(ended, "{name}");
+        summary(&out);
+    }
+}

@@ -30,7 +30,7 @@ use crate::fwd::lcore::StreamCounters;
 use crate::l3fwd::classify::PortMacs;
 use crate::l3fwd::lcore::{Bursts, L3Config, L3Lcore, RouteDropCounters, poll};
 use crate::l3fwd::router::{Lookup, LpmRouter, Tables};
-use crate::l3fwd::routes;
+use sluice::net::routes;
 
 /// The l3fwd row's name.
 pub const L3FWD_CASE: &str = "soft l3fwd-lpm (inline)";
@@ -115,7 +115,7 @@ fn median(v: &[f64]) -> f64 {
 
 /// Measures l3fwd against io on `cpu`, `ops` packets per engine in all.
 pub fn measure(cpu: usize, ops: u64) -> Result<L3Pair, String> {
-    let file = routes::parse("198.18.0.0/24 1\n198.18.1.0/24 0\n")?;
+    let file = routes::parse("198.18.0.0/24 1\n198.18.1.0/24 0\n").map_err(|e| e.to_string())?;
     let Tables::Lpm(router) = Tables::build(&file, Lookup::Lpm, 2)? else {
         return Err("not an LPM table".into());
     };

@@ -1,7 +1,7 @@
 //! `sluice l3fwd`: DPDK's l3fwd sample application on Sluice ports — an
 //! IPv4/IPv6 router.
 //!
-//! - **Routes** come from a file ([`routes`]): `PREFIX/LEN PORT` lines for
+//! - **Routes** come from a file (`sluice::net::routes`): `PREFIX/LEN PORT` lines for
 //!   longest-prefix match (`--lookup lpm`, the default: `Lpm4` DIR-24-8 and
 //!   `Lpm6` multibit trie in `sluice::net::lpm`), or 5-tuple lines for exact match (`--lookup em`:
 //!   `sluice::net::em` hash tables).
@@ -22,13 +22,13 @@
 pub mod classify;
 pub mod lcore;
 pub mod router;
-pub mod routes;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
 use clap::Args;
 use sluice::mbuf::MbufPool;
+use sluice::net::routes;
 use sluice::port::{Offloads, Port};
 use sluice::tester::Tester;
 
@@ -132,7 +132,8 @@ impl L3fwdArgs {
 
 /// Runs `sluice l3fwd`; an unclean tester report is an error.
 pub fn run(args: &L3fwdArgs) -> Result<(), String> {
-    let file = routes::load(&args.routes)?;
+    let file =
+        routes::load(&args.routes).map_err(|e| format!("routes file '{}': {e}", args.routes))?;
     let fa = args.to_fwd();
     if fa.all_specs().is_empty() {
         return Err(

@@ -9,7 +9,7 @@ use sluice::net::lpm::ipv4::field;
 use sluice::net::lpm::{Lpm4, Lpm6, LpmConfig};
 
 use super::classify::{ENTRY_FOUND, ENTRY_HOP, Router, flow4, flow6};
-use super::routes::RoutesFile;
+use sluice::net::routes::RoutesFile;
 
 /// How the output port is found.
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -200,8 +200,8 @@ impl Tables {
 
 #[cfg(test)]
 mod tests {
-    use super::super::routes::parse;
     use super::*;
+    use sluice::net::routes::parse;
 
     #[test]
     fn wrong_kind_of_line_and_missing_ports_are_errors() {

@@ -32,6 +32,9 @@ pub mod ethernet;
 pub mod ipv4;
 pub mod ipv6;
 pub mod lpm;
+pub mod routes;
+#[cfg(all(test, not(loom)))]
+mod routes_tests;
 pub mod rss;
 pub mod tcp;
 pub mod udp;

@@ -59,6 +59,8 @@ pub enum PcapError {
     },
     /// A record's lengths cannot be right.
     Corrupt {
+        /// The record's number (1-based).
+        record: u64,
         /// Offset of the record header.
         offset: u64,
         /// What is wrong.
@@ -85,8 +87,15 @@ impl std::fmt::Display for PcapError {
                 f,
                 "pcap: truncated {what} at offset {offset}: {have} of {need} bytes"
             ),
-            PcapError::Corrupt { offset, what } => {
-                write!(f, "pcap: corrupt record at offset {offset}: {what}")
+            PcapError::Corrupt {
+                record,
+                offset,
+                what,
+            } => {
+                write!(
+                    f,
+                    "pcap: corrupt record {record} at offset {offset}: {what}"
+                )
             }
         }
     }
@@ -154,6 +163,109 @@ pub struct PcapReader<R> {
     info: FileInfo,
     /// Offset of the next record header.
     offset: u64,
+    /// Records read.
+    records: u64,
+}
+
+/// Checks a global header and reads its facts.
+pub fn parse_global_header(h: &[u8; GLOBAL_HEADER_LEN]) -> Result<FileInfo, PcapError> {
+    let le = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+    if ![
+        MAGIC_US,
+        MAGIC_NS,
+        MAGIC_US.swap_bytes(),
+        MAGIC_NS.swap_bytes(),
+    ]
+    .contains(&le)
+    {
+        return Err(PcapError::BadMagic { found: le });
+    }
+    let big_endian = le == MAGIC_US.swap_bytes() || le == MAGIC_NS.swap_bytes();
+    let u16_at = |i: usize| {
+        let b = [h[i], h[i + 1]];
+        if big_endian {
+            u16::from_be_bytes(b)
+        } else {
+            u16::from_le_bytes(b)
+        }
+    };
+    let u32_at = |i: usize| {
+        let b = [h[i], h[i + 1], h[i + 2], h[i + 3]];
+        if big_endian {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        }
+    };
+    let (major, minor) = (u16_at(4), u16_at(6));
+    if major != 2 {
+        return Err(PcapError::BadVersion { major, minor });
+    }
+    Ok(FileInfo {
+        snaplen: u32_at(16),
+        linktype: u32_at(20),
+        nanos: u32_at(0) == MAGIC_NS,
+        big_endian,
+    })
+}
+
+/// The largest captured length a record of a file with `info` may have:
+/// [`MAX_CAPTURE`], or the file's snap length up to four times that.
+pub fn max_caplen(info: &FileInfo) -> u32 {
+    MAX_CAPTURE.max(info.snaplen.min(MAX_CAPTURE * 4))
+}
+
+/// Checks record header `h` of a file with `info`: the record's facts, its
+/// data not read yet. `offset` is where the header is, `record` its number
+/// (1-based); both go into the error. A length that cannot be right is an
+/// error here, before anything is allocated for the data.
+pub fn parse_record_header(
+    info: &FileInfo,
+    h: &[u8; RECORD_HEADER_LEN],
+    offset: u64,
+    record: u64,
+) -> Result<Record, PcapError> {
+    let be = info.big_endian;
+    let u32_at = |i: usize| {
+        let b = [h[i], h[i + 1], h[i + 2], h[i + 3]];
+        if be {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        }
+    };
+    let (sec, frac, caplen, origlen) = (u32_at(0), u32_at(4), u32_at(8), u32_at(12));
+    let corrupt = |what: String| PcapError::Corrupt {
+        record,
+        offset,
+        what,
+    };
+    let limit = max_caplen(info);
+    if caplen > limit {
+        return Err(corrupt(format!(
+            "captured length {caplen} exceeds {limit} (snap length {})",
+            info.snaplen
+        )));
+    }
+    if caplen > origlen {
+        return Err(corrupt(format!(
+            "captured length {caplen} exceeds the original length {origlen}"
+        )));
+    }
+    let (frac_max, frac_ns) = if info.nanos {
+        (1_000_000_000, 1)
+    } else {
+        (1_000_000, 1_000)
+    };
+    if frac >= frac_max {
+        return Err(corrupt(format!("sub-second timestamp {frac} out of range")));
+    }
+    Ok(Record {
+        ts_nanos: sec as u64 * 1_000_000_000 + frac as u64 * frac_ns,
+        caplen,
+        origlen,
+        offset,
+    })
 }
 
 impl<R: Read> PcapReader<R> {
@@ -162,6 +274,7 @@ impl<R: Read> PcapReader<R> {
         let mut h = [0u8; GLOBAL_HEADER_LEN];
         let got = read_full(&mut input, &mut h)?;
         if got >= 4 {
+            // A wrong magic is the clearer error for a short file too.
             let le = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
             if ![
                 MAGIC_US,
@@ -182,38 +295,11 @@ impl<R: Read> PcapReader<R> {
                 have: got,
             });
         }
-        let le_magic = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-        let big_endian = le_magic == MAGIC_US.swap_bytes() || le_magic == MAGIC_NS.swap_bytes();
-        let u16_at = |i: usize| {
-            let b = [h[i], h[i + 1]];
-            if big_endian {
-                u16::from_be_bytes(b)
-            } else {
-                u16::from_le_bytes(b)
-            }
-        };
-        let u32_at = |i: usize| {
-            let b = [h[i], h[i + 1], h[i + 2], h[i + 3]];
-            if big_endian {
-                u32::from_be_bytes(b)
-            } else {
-                u32::from_le_bytes(b)
-            }
-        };
-        let (major, minor) = (u16_at(4), u16_at(6));
-        if major != 2 {
-            return Err(PcapError::BadVersion { major, minor });
-        }
-        let magic = u32_at(0);
         Ok(PcapReader {
             input,
-            info: FileInfo {
-                snaplen: u32_at(16),
-                linktype: u32_at(20),
-                nanos: magic == MAGIC_NS,
-                big_endian,
-            },
+            info: parse_global_header(&h)?,
             offset: GLOBAL_HEADER_LEN as u64,
+            records: 0,
         })
     }
 
@@ -239,37 +325,8 @@ impl<R: Read> PcapReader<R> {
                 have: got,
             });
         }
-        let be = self.info.big_endian;
-        let u32_at = |i: usize| {
-            let b = [h[i], h[i + 1], h[i + 2], h[i + 3]];
-            if be {
-                u32::from_be_bytes(b)
-            } else {
-                u32::from_le_bytes(b)
-            }
-        };
-        let (sec, frac, caplen, origlen) = (u32_at(0), u32_at(4), u32_at(8), u32_at(12));
-        let corrupt = |what: String| PcapError::Corrupt { offset, what };
-        let limit = MAX_CAPTURE.max(self.info.snaplen.min(MAX_CAPTURE * 4));
-        if caplen > limit {
-            return Err(corrupt(format!(
-                "captured length {caplen} exceeds {limit} (snap length {})",
-                self.info.snaplen
-            )));
-        }
-        if caplen > origlen {
-            return Err(corrupt(format!(
-                "captured length {caplen} exceeds the original length {origlen}"
-            )));
-        }
-        let (frac_max, frac_ns) = if self.info.nanos {
-            (1_000_000_000, 1)
-        } else {
-            (1_000_000, 1_000)
-        };
-        if frac >= frac_max {
-            return Err(corrupt(format!("sub-second timestamp {frac} out of range")));
-        }
+        let rec = parse_record_header(&self.info, &h, offset, self.records + 1)?;
+        let caplen = rec.caplen;
         data.clear();
         data.resize(caplen as usize, 0);
         let got = read_full(&mut self.input, data)?;
@@ -283,13 +340,37 @@ impl<R: Read> PcapReader<R> {
             });
         }
         self.offset = offset + RECORD_HEADER_LEN as u64 + caplen as u64;
-        Ok(Some(Record {
-            ts_nanos: sec as u64 * 1_000_000_000 + frac as u64 * frac_ns,
-            caplen,
-            origlen,
-            offset,
-        }))
+        self.records += 1;
+        Ok(Some(rec))
     }
+
+    /// Offset of the next record header (the end of the records read).
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+}
+
+/// The little-endian record header of a packet of `len` bytes stamped
+/// `ts_nanos`, cut to `snaplen` (the original length is recorded), with
+/// nanosecond or microsecond timestamps; and how many of its bytes the
+/// record keeps.
+pub fn record_header(
+    ts_nanos: u64,
+    len: usize,
+    snaplen: u32,
+    nanos: bool,
+) -> ([u8; RECORD_HEADER_LEN], usize) {
+    let origlen = u32::try_from(len).unwrap_or(u32::MAX);
+    let caplen = origlen.min(snaplen);
+    let sec = (ts_nanos / 1_000_000_000) as u32;
+    let sub = ts_nanos % 1_000_000_000;
+    let frac = if nanos { sub } else { sub / 1_000 } as u32;
+    let mut h = [0u8; RECORD_HEADER_LEN];
+    h[0..4].copy_from_slice(&sec.to_le_bytes());
+    h[4..8].copy_from_slice(&frac.to_le_bytes());
+    h[8..12].copy_from_slice(&caplen.to_le_bytes());
+    h[12..16].copy_from_slice(&origlen.to_le_bytes());
+    (h, caplen as usize)
 }
 
 /// Writes a pcap file (little-endian, version 2.4).
@@ -323,18 +404,9 @@ impl<W: Write> PcapWriter<W> {
     /// Writes one packet with timestamp `ts_nanos`, cut to the snap length
     /// (the original length is recorded).
     pub fn write(&mut self, ts_nanos: u64, packet: &[u8]) -> Result<(), PcapError> {
-        let origlen = u32::try_from(packet.len()).unwrap_or(u32::MAX);
-        let caplen = origlen.min(self.snaplen);
-        let sec = (ts_nanos / 1_000_000_000) as u32;
-        let sub = ts_nanos % 1_000_000_000;
-        let frac = if self.nanos { sub } else { sub / 1_000 } as u32;
-        let mut h = [0u8; RECORD_HEADER_LEN];
-        h[0..4].copy_from_slice(&sec.to_le_bytes());
-        h[4..8].copy_from_slice(&frac.to_le_bytes());
-        h[8..12].copy_from_slice(&caplen.to_le_bytes());
-        h[12..16].copy_from_slice(&origlen.to_le_bytes());
+        let (h, caplen) = record_header(ts_nanos, packet.len(), self.snaplen, self.nanos);
         self.output.write_all(&h)?;
-        self.output.write_all(&packet[..caplen as usize])?;
+        self.output.write_all(&packet[..caplen])?;
         Ok(())
     }
 
@@ -477,19 +549,19 @@ mod tests {
         big[32..36].copy_from_slice(&10_000_000u32.to_le_bytes());
         assert_eq!(
             err(&big),
-            "pcap: corrupt record at offset 24: captured length 10000000 exceeds 262144 (snap length 64)"
+            "pcap: corrupt record 1 at offset 24: captured length 10000000 exceeds 262144 (snap length 64)"
         );
         let mut longer = f.clone();
         longer[32..36].copy_from_slice(&61u32.to_le_bytes());
         assert_eq!(
             err(&longer),
-            "pcap: corrupt record at offset 24: captured length 61 exceeds the original length 60"
+            "pcap: corrupt record 1 at offset 24: captured length 61 exceeds the original length 60"
         );
         let mut ts = f.clone();
         ts[28..32].copy_from_slice(&1_000_000u32.to_le_bytes());
         assert_eq!(
             err(&ts),
-            "pcap: corrupt record at offset 24: sub-second timestamp 1000000 out of range"
+            "pcap: corrupt record 1 at offset 24: sub-second timestamp 1000000 out of range"
         );
         assert_eq!(err(&f), "ok");
     }

@@ -1,19 +1,29 @@
 //! The `pcap` driver: packets from and to pcap files (the classic format
 //! tshark and Wireshark read), as DPDK's `net_pcap` with files.
 //!
-//! Spec: `pcap:rx=FILE,tx=FILE,loop=BOOL,timing=BOOL,snaplen=N` (at least one
-//! of `rx` and `tx`)
-//! - `rx`: the file received packets come from. It is read and checked
-//!   completely when the port is opened, so a truncated or corrupt file is an
-//!   error at open that names the file and the byte offset. `rx_burst`
-//!   copies packets into mbufs from the Rx pool (`rx.rs`).
+//! Spec: `pcap:rx=FILE,tx=FILE,loop=BOOL,timing=BOOL,snaplen=N,stream=BOOL`
+//! (at least one of `rx` and `tx`)
+//! - `rx`: the file received packets come from, a regular file. It is read
+//!   through and checked when the port is opened, so a truncated or corrupt
+//!   file is an error at open that names the file, the record and the byte
+//!   offset; `rx_burst` then reads it again a record at a time and copies
+//!   packets into mbufs from the Rx pool (`rx.rs`). No file is held in
+//!   memory, and no record longer than the format allows is read.
+//! - `stream` (default false): `rx` may also be a FIFO or a character device
+//!   (or a regular file still being written), read as a stream: opened
+//!   without waiting for a writer, read as bytes arrive, `rx_burst` never
+//!   blocks. A stream that is not pcap or goes corrupt counts one
+//!   `rx_errors` and ends. Without `stream`, anything but a regular file is
+//!   an error at open (a FIFO would block, `/dev/zero` never ends).
 //! - `loop` (default false): start again at the end of the file; otherwise
-//!   `rx_burst` returns 0 after the last packet.
+//!   `rx_burst` returns 0 after the last packet. Not with `stream`.
 //! - `timing` (default false): release packets with the file's gaps between
 //!   their timestamps (by the TSC; `rx_burst` never sleeps, it returns 0
 //!   until the next packet is due); otherwise at full speed.
-//! - `tx`: the file sent packets are written to, created (or emptied) when
-//!   the port is opened (`tx.rs`).
+//! - `tx`: the file sent packets are written to, a regular file created (or
+//!   emptied) when the port is opened, or a character device such as
+//!   `/dev/null`. A packet counts as sent once its record is written;
+//!   a failed write counts its packets in `tx_errors` (`tx.rs`).
 //! - `snaplen` (1..=262144, default 65535): bytes kept of each sent packet;
 //!   the record keeps the original length.
 //!
@@ -21,8 +31,13 @@
 //! nothing (and needs no pool); without `tx` the Tx queue frees what it is
 //! given and counts it as sent.
 //!
+//! No two pcap ports of the process write one file, nor does one write a
+//! file another reads (`claim.rs`): whatever paths name them, that is an
+//! error at open naming both.
+//!
 //! [`format`](mod@format) reads and writes the file format itself.
 
+mod claim;
 pub mod format;
 mod rx;
 mod tx;
@@ -35,12 +50,21 @@ use crate::port::{
     RxQueue, SinkTx, SpecArgs, SpecError, TxQueue,
 };
 
+use claim::FileClaim;
 use format::MAX_CAPTURE;
-use rx::{Capture, Clock, PcapRx};
-use tx::PcapTx;
+use rx::{Clock, PcapRx, RxFile};
+use tx::{PcapTx, open_tx_file};
 
 /// Spec keys.
-const KEYS: &[&str] = &["rx", "tx", "loop", "timing", "snaplen"];
+const KEYS: &[&str] = &["rx", "tx", "loop", "timing", "snaplen", "stream"];
+
+/// The `tx` file, open.
+struct TxFile {
+    file: std::fs::File,
+    /// Bytes written at open (the global header, for a regular file).
+    written: u64,
+    claim: Option<Arc<FileClaim>>,
+}
 
 /// Default snap length of written files.
 pub const DEFAULT_SNAPLEN: u32 = 65_535;
@@ -48,10 +72,10 @@ pub const DEFAULT_SNAPLEN: u32 = 65_535;
 /// The `pcap` driver.
 pub struct PcapDriver {
     info: DeviceInfo,
-    /// The packets of the `rx` file.
-    rx: Option<Arc<Capture>>,
+    /// The `rx` file.
+    rx: Option<Arc<RxFile>>,
     /// The `tx` file.
-    tx: Option<String>,
+    tx: Option<TxFile>,
     snaplen: u32,
     looping: bool,
     timing: bool,
@@ -70,7 +94,14 @@ impl PcapDriver {
         let snaplen = args
             .u64_in("snaplen", 1..=MAX_CAPTURE as u64)?
             .map_or(DEFAULT_SNAPLEN, |n| n as u32);
+        let stream = args.bool("stream")?.unwrap_or(false);
         args.finish()?;
+        if stream && looping {
+            return Err(PortError::Driver(format!(
+                "port spec '{}': loop replays a regular file; a stream cannot start again",
+                spec.as_str()
+            )));
+        }
         if rx.is_none() && tx.is_none() {
             return Err(SpecError::MissingKey {
                 spec: spec.as_str().to_owned(),
@@ -79,8 +110,21 @@ impl PcapDriver {
             }
             .into());
         }
+        // The rx file is claimed first, so a tx file that is the same file
+        // is refused before it is emptied.
         let capture = match rx {
-            Some(path) => Some(Arc::new(Capture::load(path)?)),
+            Some(path) => Some(Arc::new(RxFile::open(path, stream)?)),
+            None => None,
+        };
+        let tx = match tx {
+            Some(path) => {
+                let (file, written, claim) = open_tx_file(path, snaplen)?;
+                Some(TxFile {
+                    file,
+                    written,
+                    claim: claim.map(Arc::new),
+                })
+            }
             None => None,
         };
         Ok(PcapDriver {
@@ -98,7 +142,7 @@ impl PcapDriver {
                 mac: MacAddr([0x02, 0, 0, 0x70, 0x63, 0]),
             },
             rx: capture,
-            tx: tx.map(str::to_owned),
+            tx,
             snaplen,
             looping,
             timing,
@@ -133,8 +177,19 @@ impl PortDriver for PcapDriver {
         let mut tx: Vec<Box<dyn TxQueue>> = Vec::new();
         for q in 0..config.txq.len() {
             tx.push(match &self.tx {
-                Some(path) => {
-                    Box::new(PcapTx::create(path, self.snaplen, Arc::clone(counters), q)?)
+                Some(t) => {
+                    let file = t
+                        .file
+                        .try_clone()
+                        .map_err(|e| PortError::io("pcap: tx file", e))?;
+                    Box::new(PcapTx::new(
+                        Box::new(file),
+                        t.claim.clone(),
+                        t.written,
+                        self.snaplen,
+                        Arc::clone(counters),
+                        q,
+                    ))
                 }
                 None => Box::new(SinkTx::new(counters, q)),
             });

@@ -1,12 +1,15 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::PcapDriver;
+use std::time::{Duration, Instant};
+
 use super::format::{PcapReader, PcapWriter};
 use super::rx::Clock;
+use super::tx::{PcapTx, RecordSink};
+use super::{DEFAULT_SNAPLEN, PcapDriver};
 use crate::driver::open;
 use crate::mbuf::{Burst, Mbuf, MbufPool, MbufPoolConfig};
-use crate::port::{Offloads, Port, PortConfig, PortSpec};
+use crate::port::{Offloads, Port, PortConfig, PortCounters, PortSpec, TxQueue};
 
 fn pool(size: u32, data_room: u16) -> MbufPool {
     MbufPool::new(MbufPoolConfig {
@@ -332,8 +335,17 @@ fn bad_files_are_rejected_at_open_naming_file_and_offset() {
     corrupt[100 + 8..100 + 12].copy_from_slice(&61u32.to_le_bytes());
     assert_eq!(
         err("corrupt", &corrupt),
-        "rx file 'F': pcap: corrupt record at offset 100: captured length 61 exceeds the \
+        "rx file 'F': pcap: corrupt record 2 at offset 100: captured length 61 exceeds the \
          original length 60"
+    );
+    // A header claiming a 4 GiB record is an error naming it, not an
+    // allocation.
+    let mut huge = bytes.clone();
+    huge[100 + 8..100 + 16].copy_from_slice(&[0xff; 8]);
+    assert_eq!(
+        err("huge", &huge),
+        "rx file 'F': pcap: corrupt record 2 at offset 100: captured length 4294967295 exceeds \
+         262144 (snap length 65535)"
     );
     assert_eq!(
         err("magic", b"not a pcap file at all, no"),
@@ -384,7 +396,7 @@ fn spec_and_config_errors_name_the_fault() {
     assert_eq!(
         msg("pcap:tx=/tmp/x,speed=1", c()),
         "port spec 'pcap:tx=/tmp/x,speed=1': driver 'pcap' has no key 'speed' (keys: rx, tx, \
-         loop, timing, snaplen)"
+         loop, timing, snaplen, stream)"
     );
     assert_eq!(
         msg("pcap:tx=/nonexistent-dir/x.pcap", c()),
@@ -422,6 +434,8 @@ fn without_rx_nothing_arrives_and_without_tx_packets_are_freed() {
     assert!(pool.is_full());
 }
 
+/// A packet counts as sent only once its record is in the file: none of
+/// them reach `/dev/full`, so none is sent and every one is an error.
 #[test]
 fn write_errors_count_tx_errors_and_free_the_packets() {
     let pool = pool(63, 2048);
@@ -438,8 +452,398 @@ fn write_errors_count_tx_errors_and_free_the_packets() {
     }
     port.stop();
     let s = port.stats();
-    assert!(s.tx_errors > 0, "{s:?}");
-    assert!(s.tx_packets < 320, "{s:?}");
+    assert_eq!(
+        (s.tx_packets, s.tx_bytes, s.tx_errors),
+        (0, 0, 320),
+        "{s:?}"
+    );
     drop(port);
+    assert!(pool.is_full());
+}
+
+/// An output that takes `room` bytes, then fails; what it holds, and the
+/// lengths it was cut to.
+#[derive(Clone, Default)]
+struct FailingSink {
+    out: Arc<std::sync::Mutex<(Vec<u8>, Vec<u64>)>>,
+    room: usize,
+    /// Whether it can be cut (a file) or not (a device).
+    cuttable: bool,
+}
+
+impl RecordSink for FailingSink {
+    fn put(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let mut out = self.out.lock().unwrap();
+        let n = buf.len().min(self.room.saturating_sub(out.0.len()));
+        if n == 0 {
+            return Err(std::io::Error::from(std::io::ErrorKind::StorageFull));
+        }
+        out.0.extend_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
+    fn cut(&mut self, len: u64) -> std::io::Result<()> {
+        if !self.cuttable {
+            return Err(std::io::Error::from(std::io::ErrorKind::Unsupported));
+        }
+        let mut out = self.out.lock().unwrap();
+        out.0.truncate(len as usize);
+        out.1.push(len);
+        Ok(())
+    }
+}
+
+/// A write that fails part-way: the records wholly written count as sent,
+/// the rest as errors, and the partial record is cut off so the file reads;
+/// where it cannot be cut, nothing more is written.
+#[test]
+fn a_write_failing_part_way_counts_only_the_records_written() {
+    let pool = pool(31, 2048);
+    // Header 24, then records of 16 + 100 bytes: room for 2 and a half.
+    for cuttable in [true, false] {
+        let sink = FailingSink {
+            room: 24 + 116 * 2 + 50,
+            cuttable,
+            ..Default::default()
+        };
+        let counters = Arc::new(PortCounters::new(1, 1, false));
+        let mut tx = PcapTx::new(
+            Box::new(sink.clone()),
+            None,
+            0,
+            DEFAULT_SNAPLEN,
+            Arc::clone(&counters),
+            0,
+        );
+        let mut burst: Burst = Burst::new();
+        for i in 0..4 {
+            burst
+                .push(pool.alloc_from_slice(&frame(100, i)).unwrap())
+                .unwrap();
+        }
+        assert_eq!(tx.tx_burst(&mut burst), 4);
+        assert!(burst.is_empty());
+        let s = counters.stats();
+        assert_eq!((s.tx_packets, s.tx_bytes, s.tx_errors), (2, 200, 2));
+        let (bytes, cuts) = sink.out.lock().unwrap().clone();
+        if cuttable {
+            assert_eq!(cuts, [24 + 116 * 2]);
+            let mut r = PcapReader::new(&bytes[..]).unwrap();
+            let mut d = Vec::new();
+            for i in 0..2 {
+                r.next_into(&mut d).unwrap().unwrap();
+                assert_eq!(d, frame(100, i));
+            }
+            assert!(r.next_into(&mut d).unwrap().is_none(), "no partial record");
+        } else {
+            assert_eq!(bytes.len(), 24 + 116 * 2 + 50);
+        }
+        // The next burst: no room left either way, all errors.
+        for i in 0..3 {
+            burst
+                .push(pool.alloc_from_slice(&frame(60, i)).unwrap())
+                .unwrap();
+        }
+        assert_eq!(tx.tx_burst(&mut burst), 3);
+        let s = counters.stats();
+        assert_eq!((s.tx_packets, s.tx_errors), (2, 5));
+        drop(tx);
+    }
+    assert!(pool.is_full());
+}
+
+/// A scratch FIFO, removed when dropped.
+fn fifo(name: &str) -> TmpFile {
+    let f = TmpFile::new(name);
+    let _ = std::fs::remove_file(&f.0);
+    let ok = std::process::Command::new("mkfifo")
+        .arg(&f.0)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "mkfifo {}", f.0);
+    f
+}
+
+/// Opens `path` for writing once something reads it (or gives up at the
+/// deadline or when `done` is set), then writes `data` and closes it: a
+/// writer that keeps a reader of the FIFO from waiting for ever.
+fn fifo_writer(
+    path: &str,
+    data: Vec<u8>,
+    done: Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<usize> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = path.to_owned();
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !done.load(Ordering::Relaxed) && Instant::now() < deadline {
+            // Without blocking: fails while nobody reads.
+            let Ok(mut f) = std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&path)
+            else {
+                std::thread::yield_now();
+                continue;
+            };
+            let mut sent = 0;
+            // In small pieces, so records arrive split.
+            for piece in data.chunks(7) {
+                let mut rest = piece;
+                while !rest.is_empty() {
+                    if done.load(Ordering::Relaxed) || Instant::now() >= deadline {
+                        return sent;
+                    }
+                    match f.write(rest) {
+                        Ok(n) => {
+                            sent += n;
+                            rest = &rest[n..];
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                            std::thread::yield_now()
+                        }
+                        Err(_) => return sent,
+                    }
+                }
+            }
+            return sent;
+        }
+        0
+    })
+}
+
+#[test]
+fn a_non_regular_rx_file_is_refused_at_once_without_stream() {
+    let pool = pool(15, 2048);
+    let f = fifo("fifo-refused");
+    // Should the open wait for a writer, this one comes and writes garbage,
+    // so the test fails rather than hangs.
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = fifo_writer(&f.0, vec![0; 4096], Arc::clone(&done));
+    let e = open(
+        &format!("pcap:rx={}", f.0),
+        PortConfig::new(Some(pool.clone())),
+    )
+    .unwrap_err()
+    .to_string()
+    .replace(&f.0, "F");
+    done.store(true, Ordering::Relaxed);
+    writer.join().unwrap();
+    assert_eq!(
+        e,
+        "rx file 'F': a FIFO, not a regular file (stream=1 reads one as a stream)"
+    );
+    let e = open("pcap:rx=/dev/null", PortConfig::new(Some(pool.clone())))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "rx file '/dev/null': a character device, not a regular file (stream=1 reads one as a \
+         stream)"
+    );
+    // As a tx file: refused too, even with a reader there (which keeps an
+    // open that waits for one from waiting).
+    let reader = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&f.0)
+            .unwrap()
+    };
+    let e = open(&format!("pcap:tx={}", f.0), PortConfig::new(None))
+        .unwrap_err()
+        .to_string()
+        .replace(&f.0, "F");
+    drop(reader);
+    assert_eq!(
+        e,
+        "tx file 'F': a FIFO, not a regular file or character device"
+    );
+    let e = open("pcap:rx=/,stream=1", PortConfig::new(Some(pool.clone())))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(e, "rx file '/': a directory, not a regular file");
+    assert_eq!(
+        open(
+            "pcap:rx=/dev/null,stream=1,loop=1",
+            PortConfig::new(Some(pool.clone()))
+        )
+        .unwrap_err()
+        .to_string(),
+        "port spec 'pcap:rx=/dev/null,stream=1,loop=1': loop replays a regular file; a stream \
+         cannot start again"
+    );
+    assert!(pool.is_full());
+}
+
+/// `/dev/zero` is never read whole: refused without `stream`; with it, read
+/// a header's worth, found not to be pcap, counted once.
+#[test]
+fn dev_zero_is_refused_or_streamed_and_counted_as_an_error() {
+    let pool = pool(15, 2048);
+    let e = open("pcap:rx=/dev/zero", PortConfig::new(Some(pool.clone())))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "rx file '/dev/zero': a character device, not a regular file (stream=1 reads one as a \
+         stream)"
+    );
+    let mut port = open(
+        "pcap:rx=/dev/zero,stream=1",
+        PortConfig::new(Some(pool.clone())),
+    )
+    .unwrap();
+    port.start().unwrap();
+    let mut burst: Burst = Burst::new();
+    for _ in 0..3 {
+        assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 0);
+    }
+    assert_eq!((port.stats().rx_packets, port.stats().rx_errors), (0, 1));
+    drop(port);
+    assert!(pool.is_full());
+}
+
+/// With `stream=1` a FIFO opens at once, before anyone writes, and its
+/// packets arrive as they are written, records split across reads.
+#[test]
+fn a_fifo_streams_with_stream_set() {
+    let pool = pool(31, 2048);
+    let f = fifo("fifo-stream");
+    let mut port = open(
+        &format!("pcap:rx={},stream=1", f.0),
+        PortConfig::new(Some(pool.clone())),
+    )
+    .unwrap();
+    port.start().unwrap();
+    let mut burst: Burst<8> = Burst::new();
+    assert_eq!(
+        port.rx_queue(0).unwrap().rx_burst(&mut burst),
+        0,
+        "nothing written yet"
+    );
+    let mut w = PcapWriter::new(Vec::new(), 65535, 1, true).unwrap();
+    for i in 0..20u8 {
+        let mut p = frame(60 + i as usize, i);
+        p[0] = i;
+        w.write(i as u64, &p).unwrap();
+    }
+    let bytes = w.finish().unwrap();
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = fifo_writer(&f.0, bytes.clone(), Arc::clone(&done));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = Vec::new();
+    while got.len() < 20 && Instant::now() < deadline {
+        burst.clear();
+        port.rx_queue(0).unwrap().rx_burst(&mut burst);
+        got.extend(burst.iter().map(|m| m.to_vec()));
+    }
+    done.store(true, Ordering::Relaxed);
+    assert_eq!(writer.join().unwrap(), bytes.len());
+    burst.clear();
+    assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 0);
+    let want: Vec<Vec<u8>> = (0..20u8)
+        .map(|i| {
+            let mut p = frame(60 + i as usize, i);
+            p[0] = i;
+            p
+        })
+        .collect();
+    assert_eq!(got, want);
+    assert_eq!((port.stats().rx_packets, port.stats().rx_errors), (20, 0));
+    drop(port);
+    assert!(pool.is_full());
+}
+
+/// A file changed under a replaying port so that it no longer reads: one
+/// `rx_errors`, then nothing, never a panic or a wrong packet.
+#[test]
+fn a_file_cut_after_open_ends_the_replay_with_one_error() {
+    let pool = pool(31, 2048);
+    let file = sample_file("cut-later", &[1, 2, 3, 4]);
+    let mut port = open(
+        &format!("pcap:rx={},loop=1", file.0),
+        PortConfig::new(Some(pool.clone())),
+    )
+    .unwrap();
+    port.start().unwrap();
+    let mut burst: Burst<8> = Burst::new();
+    assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 8);
+    assert_eq!(tags(&burst), [0, 1, 2, 3, 0, 1, 2, 3]);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&file.0)
+        .unwrap()
+        .set_len(24 + 76 + 30)
+        .unwrap();
+    burst.clear();
+    assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 1);
+    burst.clear();
+    assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 0);
+    assert_eq!(port.stats().rx_errors, 1);
+    drop(burst);
+    drop(port);
+    assert!(pool.is_full());
+}
+
+/// Two ports never write one file, nor does one write a file another reads,
+/// whatever path names it; readers share; a closed port lets its file go.
+#[test]
+fn two_ports_writing_one_file_is_an_error_at_open() {
+    let pool = pool(15, 2048);
+    let out = TmpFile::new("claimed-out");
+    let input = sample_file("claimed-in", &[1, 2]);
+    let link = TmpFile::new("claimed-link");
+    std::os::unix::fs::symlink(&out.0, &link.0).unwrap();
+    let c = || PortConfig::new(Some(pool.clone()));
+    let first = open(&format!("pcap:tx={}", out.0), c()).unwrap();
+    let msg = |spec: String| {
+        open(&spec, c())
+            .unwrap_err()
+            .to_string()
+            .replace(&out.0, "OUT")
+            .replace(&link.0, "LINK")
+            .replace(&input.0, "IN")
+    };
+    assert_eq!(
+        msg(format!("pcap:tx={}", out.0)),
+        "tx file 'OUT' is the tx file 'OUT' of a pcap port already open: one file has one \
+         writer, or only readers"
+    );
+    assert_eq!(
+        msg(format!("pcap:tx={}", link.0)),
+        "tx file 'LINK' is the tx file 'OUT' of a pcap port already open: one file has one \
+         writer, or only readers"
+    );
+    assert_eq!(
+        msg(format!("pcap:rx={}", out.0)),
+        "rx file 'OUT' is the tx file 'OUT' of a pcap port already open: one file has one \
+         writer, or only readers"
+    );
+    let reader = open(&format!("pcap:rx={}", input.0), c()).unwrap();
+    let reader2 = open(&format!("pcap:rx={}", input.0), c()).unwrap();
+    let before = std::fs::read(&input.0).unwrap();
+    assert_eq!(
+        msg(format!("pcap:tx={}", input.0)),
+        "tx file 'IN' is the rx file 'IN' of a pcap port already open: one file has one \
+         writer, or only readers"
+    );
+    assert_eq!(std::fs::read(&input.0).unwrap(), before, "not emptied");
+    drop((reader, reader2));
+    // One port reading and writing one file.
+    assert_eq!(
+        msg(format!("pcap:rx={0},tx={0}", input.0)),
+        "tx file 'IN' is the rx file 'IN' of a pcap port already open: one file has one \
+         writer, or only readers"
+    );
+    // Devices hold nothing: any number of writers.
+    let null1 = open("pcap:tx=/dev/null", c()).unwrap();
+    let null2 = open("pcap:tx=/dev/null", c()).unwrap();
+    drop((null1, null2, first));
+    let again = open(&format!("pcap:tx={}", link.0), c()).unwrap();
+    drop(again);
     assert!(pool.is_full());
 }
