@@ -675,12 +675,22 @@ fn from_args_errors_are_exact() {
             )
         );
     }
-    for bad in ["0", "-5", "fast", "inf", "NaN"] {
+    for bad in [
+        "0",
+        "-5",
+        "fast",
+        "inf",
+        "NaN",
+        "0.0001",
+        "1.00001e10",
+        "18446744073709551615",
+        "1e300",
+    ] {
         assert_eq!(
             args_err(&format!("soft:rate={bad}")),
             format!(
                 "port spec 'soft:rate={bad}': key 'rate' = '{bad}' is not a rate in frames/s \
-                 above 0"
+                 in 1e-3..=1e10"
             )
         );
     }
