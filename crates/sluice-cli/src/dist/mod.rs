@@ -447,6 +447,9 @@ impl WithDist for Pipeline<'_> {
         };
         let (pool, place) = (self.pool, self.place);
         std::thread::scope(|scope| {
+            // Should this thread panic below, the scope joins the others
+            // before passing the panic on: they must have been told to stop.
+            let _stop = crate::fwd::StopOnDrop(&stop);
             let lcore = std::thread::Builder::new()
                 .name("dist-lcore".into())
                 .spawn_scoped(scope, move || {

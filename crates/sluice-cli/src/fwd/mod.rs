@@ -599,6 +599,9 @@ pub(crate) fn run_lcores_with<T: Send>(
     }
     let body = &body;
     let (results, secs, snapshots) = std::thread::scope(|scope| {
+        // Should the main thread panic below, the scope joins the lcores
+        // before passing the panic on: they must have been told to stop.
+        let _stop = StopOnDrop(stop);
         let handles: Vec<_> = per_lcore
             .into_iter()
             .enumerate()
@@ -646,6 +649,17 @@ pub(crate) fn run_lcores_with<T: Send>(
         return Err(fault);
     }
     Ok((lcores, secs, snapshots))
+}
+
+/// Sets its flag when dropped, unwinding included: lcores polling under
+/// `std::thread::scope` stop even when the thread that should tell them
+/// panics.
+pub(crate) struct StopOnDrop<'a>(pub &'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// `--tx-first`: one burst of generated frames on the stream's Tx queue
