@@ -296,3 +296,32 @@ fn numeric_options_out_of_range_are_errors_naming_the_option_and_range() {
         );
     }
 }
+
+#[test]
+fn a_panic_on_an_l3fwd_lcore_ends_the_run_naming_it() {
+    let routes = std::env::temp_dir().join(format!("hang-cli-routes-{}", std::process::id()));
+    std::fs::write(&routes, "198.18.0.0/15 1\n").unwrap();
+    let e = run_bounded(&[
+        "l3fwd",
+        "--routes",
+        routes.to_str().unwrap(),
+        "-p",
+        "soft:tester=l3fwd_panic,panic_at=20",
+        "-p",
+        "soft:tester=l3fwd_panic",
+        "--duration",
+        "1000",
+    ]);
+    std::fs::remove_file(&routes).unwrap();
+    let Some(e) = e else {
+        panic!("the run did not end within {RUN_MAX:?}");
+    };
+    assert_eq!(e.status.code(), Some(1), "{}", e.stderr);
+    assert!(
+        e.stderr.contains(&format!(
+            "sluice: error: forwarding lcore panicked: {INJECTED}"
+        )),
+        "{}",
+        e.stderr
+    );
+}
