@@ -25,8 +25,8 @@ pub struct GenArgs {
     /// The port to send on (a spec string).
     #[arg(long, short = 'p', value_name = "SPEC")]
     pub port: String,
-    /// How long to send, in seconds.
-    #[arg(long, default_value_t = 1.0)]
+    /// How long to send, in seconds (at most 1e6).
+    #[arg(long, default_value_t = 1.0, value_parser = crate::fwd::parse_seconds)]
     pub duration: f64,
     /// Frames per second (default: full speed).
     #[arg(long, value_name = "PPS")]
@@ -109,9 +109,9 @@ struct GenReport {
 
 /// Runs `sluice gen`; `Ok(false)` when `--check` found the report unclean.
 pub fn run(args: &GenArgs) -> Result<bool, String> {
-    if !(args.duration.is_finite() && args.duration > 0.0) {
+    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= 1e6) {
         return Err(format!(
-            "--duration {}: not a number of seconds above 0",
+            "--duration {}: not a number of seconds in (0, 1e6]",
             args.duration
         ));
     }
@@ -140,12 +140,14 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(args.duration);
     let mut polls = 0u64;
+    let counters = port.counters();
     {
         let (rxq, txq) = port.queues_mut().map_err(|e| e.to_string())?;
         let (rxq, txq) = (&mut rxq[0], &mut txq[0]);
         loop {
             polls += 1;
-            if polls.is_multiple_of(256) && Instant::now() >= end {
+            // A failed device (see `PortCounters::fault`) ends the run.
+            if polls.is_multiple_of(256) && (Instant::now() >= end || counters.fault().is_some()) {
                 break;
             }
             // New frames only into the free room: unsent ones go first.
@@ -204,6 +206,9 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     let secs = start.elapsed().as_secs_f64();
     tx.clear();
     port.stop();
+    if let Some(fault) = counters.fault() {
+        return Err(format!("port {}: {fault}", args.port));
+    }
     let stats = port.stats();
     drop(port);
     drop(checker);

@@ -17,8 +17,14 @@ use sluice::port::{Port, PortConfig};
 /// Set by the SIGINT handler.
 static STOP: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_sigint(_: libc::c_int) {
-    STOP.store(true, Ordering::Relaxed);
+/// The first Ctrl-C asks for a clean stop (stats printed); a second one
+/// ends the process at once, whatever the stop is waiting for.
+extern "C" fn on_sigint(sig: libc::c_int) {
+    if STOP.swap(true, Ordering::Relaxed) {
+        // SAFETY: `_exit` is async-signal-safe and ends the process without
+        // running anything else.
+        unsafe { libc::_exit(128 + sig) };
+    }
 }
 
 /// When to stop, besides Ctrl-C.
@@ -33,9 +39,10 @@ fn parse_limit(s: &str) -> Result<Limit, String> {
         return secs
             .parse::<f64>()
             .ok()
-            .filter(|v| v.is_finite() && *v > 0.0)
-            .map(|v| Limit::Time(Duration::from_secs_f64(v)))
-            .ok_or_else(|| format!("'{s}' is not a number of seconds"));
+            .filter(|v| *v > 0.0)
+            .and_then(|v| Duration::try_from_secs_f64(v).ok())
+            .map(Limit::Time)
+            .ok_or_else(|| format!("'{s}' is not a number of seconds above 0"));
     }
     s.parse::<u64>()
         .map(Limit::Packets)
@@ -77,9 +84,11 @@ fn run() -> Result<(), String> {
     }
 
     let handler: extern "C" fn(libc::c_int) = on_sigint;
-    // SAFETY: the handler only stores to an atomic (async-signal-safe).
+    // SAFETY: the handler only swaps an atomic and calls `_exit`, both
+    // async-signal-safe.
     unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
 
+    let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     let start = Instant::now();
     let mut forwarded = 0u64;
     let mut dropped = 0u64;
@@ -101,6 +110,11 @@ fn run() -> Result<(), String> {
                 }
             }
             polls += 1;
+            // A port whose device failed (a threaded device's step
+            // panicked) moves nothing more: end the run.
+            if polls.is_multiple_of(1024) && counters.iter().any(|c| c.fault().is_some()) {
+                break;
+            }
             let done = match limit {
                 Limit::None => false,
                 Limit::Packets(n) => forwarded >= n,
@@ -135,5 +149,12 @@ fn run() -> Result<(), String> {
     );
     drop(ports);
     pool.flush_local_cache();
+    if let Some((i, f)) = counters
+        .iter()
+        .enumerate()
+        .find_map(|(i, c)| c.fault().map(|f| (i, f)))
+    {
+        return Err(format!("port {i}: {f}"));
+    }
     Ok(())
 }

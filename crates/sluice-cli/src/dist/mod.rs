@@ -447,6 +447,9 @@ impl WithDist for Pipeline<'_> {
         };
         let (pool, place) = (self.pool, self.place);
         std::thread::scope(|scope| {
+            // Should this thread panic below, the scope joins the others
+            // before passing the panic on: they must have been told to stop.
+            let _stop = crate::fwd::StopOnDrop(&stop);
             let lcore = std::thread::Builder::new()
                 .name("dist-lcore".into())
                 .spawn_scoped(scope, move || {
@@ -480,7 +483,22 @@ impl WithDist for Pipeline<'_> {
             let live = Live::new(&src, args.json);
             let started = live.start();
             if lcore.is_ok() && workers.iter().all(|w| w.is_ok()) {
-                main_loop(live, &src, args, self.testers, &lc.received, &wcounters);
+                // A thread that ends before it is told to has failed (an
+                // error or a panic): the run ends, and the joins say why.
+                let ended = || {
+                    lcore.as_ref().is_ok_and(|h| h.is_finished())
+                        || workers
+                            .iter()
+                            .any(|w| w.as_ref().is_ok_and(|w| w.is_finished()))
+                };
+                main_loop(
+                    live,
+                    &src,
+                    args,
+                    self.testers,
+                    (&lc.received, &wcounters),
+                    &ended,
+                );
             }
             stop.store(true, Ordering::Relaxed);
             let lcore_out = match lcore {
@@ -501,6 +519,9 @@ impl WithDist for Pipeline<'_> {
                 })?);
             }
             let (stats, matching, cycles) = lcore_out?;
+            if let Some(fault) = src.fault() {
+                return Err(fault);
+            }
             Ok(Ran {
                 secs,
                 workers: outs,
@@ -525,14 +546,16 @@ fn pin(cpu: usize, who: &str) {
 /// runs until nothing moved for a few looks, at most [`DRAIN_MAX`] — or,
 /// when every port is on a tester, until every frame they sent was received
 /// or counted as a drop or an Rx miss, at most [`DRAIN_MAX_ACCOUNTED`] (so a
-/// thread descheduled on a loaded machine cannot end the drain early).
+/// thread descheduled on a loaded machine cannot end the drain early). A
+/// failure — a thread ended (`ended`) or a port's device failed — ends the
+/// loop at once, without the drain.
 fn main_loop(
     mut live: Live,
     src: &Sources<'_>,
     args: &DistArgs,
     testers: &[(String, Arc<Tester>)],
-    received: &Counter,
-    workers: &[WorkerCounter],
+    (received, workers): (&Counter, &[WorkerCounter]),
+    ended: &dyn Fn() -> bool,
 ) {
     let start = live.start();
     let end = start + Duration::from_secs_f64(args.duration);
@@ -541,6 +564,9 @@ fn main_loop(
     let mut last: Vec<u64> = workers.iter().map(|w| w.0.get()).collect();
     let mut last_time = start;
     loop {
+        if ended() || src.fault().is_some() {
+            return;
+        }
         let now = Instant::now();
         let enough = args.packets.is_some_and(|n| received.get() >= n);
         if now >= end || enough || crate::fwd::interrupted() {

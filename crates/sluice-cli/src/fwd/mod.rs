@@ -60,8 +60,23 @@ const DRAIN_MAX_ACCOUNTED: Duration = Duration::from_secs(2);
 /// printed).
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
-extern "C" fn on_signal(_: libc::c_int) {
-    INTERRUPTED.store(true, Ordering::Relaxed);
+/// Writes `msg` to stderr from a signal handler.
+fn signal_safe_note(msg: &[u8]) {
+    // SAFETY: `write` is async-signal-safe; `msg` is valid for its length.
+    let _ = unsafe { libc::write(libc::STDERR_FILENO, msg.as_ptr().cast(), msg.len()) };
+}
+
+/// The first SIGINT or SIGTERM asks for a clean stop; a second one ends the
+/// process at once (exit status 128 + the signal), whatever the stop is
+/// waiting for.
+extern "C" fn on_signal(sig: libc::c_int) {
+    if INTERRUPTED.swap(true, Ordering::Relaxed) {
+        signal_safe_note(b"sluice: second signal: ending at once\n");
+        // SAFETY: `_exit` is async-signal-safe and ends the process without
+        // running anything else.
+        unsafe { libc::_exit(128 + sig) };
+    }
+    signal_safe_note(b"sluice: stopping (a second SIGINT or SIGTERM ends the process at once)\n");
 }
 
 /// Whether SIGINT or SIGTERM was seen since [`catch_sigint`].
@@ -74,8 +89,9 @@ pub(crate) fn interrupted() -> bool {
 pub(crate) fn catch_sigint() {
     let handler: extern "C" fn(libc::c_int) = on_signal;
     for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only stores to an atomic, which is
-        // async-signal-safe; `signal` has no other precondition.
+        // SAFETY: the handler only swaps an atomic and calls `write` and
+        // `_exit`, all async-signal-safe; `signal` has no other
+        // precondition.
         unsafe { libc::signal(sig, handler as libc::sighandler_t) };
     }
 }
@@ -583,6 +599,9 @@ pub(crate) fn run_lcores_with<T: Send>(
     }
     let body = &body;
     let (results, secs, snapshots) = std::thread::scope(|scope| {
+        // Should the main thread panic below, the scope joins the lcores
+        // before passing the panic on: they must have been told to stop.
+        let _stop = StopOnDrop(stop);
         let handles: Vec<_> = per_lcore
             .into_iter()
             .enumerate()
@@ -597,7 +616,14 @@ pub(crate) fn run_lcores_with<T: Send>(
         let started = live.start();
         let mut snapshots = None;
         if handles.iter().all(|h| h.is_ok()) {
-            snapshots = main_loop(live, src, args, testers, control);
+            // An lcore that ends before it is told to has failed (an error
+            // or a panic): the run ends, and the join below says why.
+            let lcore_ended = || {
+                handles
+                    .iter()
+                    .any(|h| h.as_ref().is_ok_and(|h| h.is_finished()))
+            };
+            snapshots = main_loop(live, src, args, testers, control, &lcore_ended);
         }
         stop.store(true, Ordering::Relaxed);
         let secs = started.elapsed().as_secs_f64();
@@ -619,7 +645,21 @@ pub(crate) fn run_lcores_with<T: Send>(
         (results, secs, snapshots)
     });
     let lcores = results.into_iter().collect::<Result<Vec<_>, _>>()?;
+    if let Some(fault) = src.fault() {
+        return Err(fault);
+    }
     Ok((lcores, secs, snapshots))
+}
+
+/// Sets its flag when dropped, unwinding included: lcores polling under
+/// `std::thread::scope` stop even when the thread that should tell them
+/// panics.
+pub(crate) struct StopOnDrop<'a>(pub &'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 /// `--tx-first`: one burst of generated frames on the stream's Tx queue
@@ -647,13 +687,16 @@ fn send_first_burst(s: &mut Stream<'_>, pool: &MbufPool, args: &FwdArgs) {
 /// was received or counted as a drop or a miss, at most
 /// [`DRAIN_MAX_ACCOUNTED`] (a descheduled lcore then cannot end the drain
 /// early). With a warm-up, the duration starts after it, and the counters
-/// at the window's open and close are returned.
+/// at the window's open and close are returned. A failure — an lcore
+/// ended (`lcore_ended`) or a port's device failed — ends the loop at once,
+/// without the drain.
 fn main_loop(
     mut live: Live,
     src: &Sources<'_>,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
     control: Control<'_>,
+    lcore_ended: &dyn Fn() -> bool,
 ) -> Option<WindowEnds> {
     let start = live.start();
     let warmup = control.warmup;
@@ -667,6 +710,9 @@ fn main_loop(
     let mut open: Option<Snapshot> = None;
     let mut snapshots = None;
     loop {
+        if lcore_ended() || src.fault().is_some() {
+            return None;
+        }
         let now = Instant::now();
         if let Some((_, flag, inline)) = warmup
             && open.is_none()

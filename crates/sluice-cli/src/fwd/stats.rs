@@ -63,6 +63,15 @@ impl Sources<'_> {
         out
     }
 
+    /// The first port whose device failed, and why (see
+    /// `PortCounters::fault`).
+    pub fn fault(&self) -> Option<String> {
+        self.ports
+            .iter()
+            .enumerate()
+            .find_map(|(i, c)| c.fault().map(|f| format!("port {i}: {f}")))
+    }
+
     /// Packets received and sent by every port (to see whether anything
     /// still moves).
     pub fn moved(&self) -> u64 {

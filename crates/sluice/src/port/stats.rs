@@ -103,6 +103,8 @@ pub struct PortCounters {
     pub tx: Box<[TxQueueStats]>,
     /// The driver's named counters.
     pub xstats: super::Xstats,
+    /// Why the port's device failed (see [`PortCounters::fault`]).
+    fault: std::sync::OnceLock<String>,
 }
 
 impl PortCounters {
@@ -112,7 +114,22 @@ impl PortCounters {
             rx: (0..rx).map(|_| RxQueueStats::new(burst_stats)).collect(),
             tx: (0..tx).map(|_| TxQueueStats::new(burst_stats)).collect(),
             xstats: super::Xstats::new(),
+            fault: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Records that the port's device failed (a device model's step
+    /// panicked): the queues it served move nothing more, and an
+    /// application polling the port should end its run. The first reason
+    /// recorded stays.
+    pub fn set_fault(&self, why: String) {
+        let _ = self.fault.set(why);
+    }
+
+    /// Why the port's device failed, if it did (see
+    /// [`set_fault`](Self::set_fault)).
+    pub fn fault(&self) -> Option<&str> {
+        self.fault.get().map(String::as_str)
     }
 
     /// A snapshot of the basic counters.

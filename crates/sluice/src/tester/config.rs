@@ -134,7 +134,14 @@ pub const TESTER_KEYS: &[&str] = &["gen", "flows", "size", "rate", "count", "dst
 /// The `gen=` values, in the order of [`TesterConfig::gen_name`].
 const GEN_NAMES: &[&str] = &["udp", "tcp", "udp6", "tcp6"];
 
-/// A rate in frames per second: finite and above 0.
+/// The lowest rate accepted, frames per second.
+pub const MIN_RATE: f64 = 1e-3;
+/// The highest rate accepted, frames per second: the pacer's arithmetic
+/// (milli-frames per second times TSC ticks, in 128 bits) cannot overflow
+/// below it.
+pub const MAX_RATE: f64 = 1e10;
+
+/// A rate in frames per second, in [`MIN_RATE`]..=[`MAX_RATE`].
 struct Rate(f64);
 
 impl FromStr for Rate {
@@ -142,7 +149,7 @@ impl FromStr for Rate {
 
     fn from_str(s: &str) -> Result<Self, ()> {
         match s.parse::<f64>() {
-            Ok(r) if r.is_finite() && r > 0.0 => Ok(Rate(r)),
+            Ok(r) if (MIN_RATE..=MAX_RATE).contains(&r) => Ok(Rate(r)),
             _ => Err(()),
         }
     }
@@ -155,7 +162,7 @@ impl TesterConfig {
     /// - `gen=udp|tcp|udp6|tcp6`: the protocols (`6` for IPv6);
     /// - `flows=N`: flows per stream, 1..=1048576;
     /// - `size=N|imix`: frame length without FCS, 60..=9000, or the IMIX;
-    /// - `rate=PPS`: frames per second per stream (a number above 0, such as
+    /// - `rate=PPS`: frames per second per stream, 1e-3..=1e10 (such as
     ///   `1e6`); absent is full speed;
     /// - `count=N`: frames per stream, at least 1; absent is no limit;
     /// - `dst=fixed|stream`: one destination address for all streams, or
@@ -166,7 +173,7 @@ impl TesterConfig {
         let gen_kind = args.choice("gen", GEN_NAMES)?;
         let flows = args.u64_in("flows", 1..=u64::from(MAX_FLOWS))?;
         let size = args.parse::<FrameSize>("size", "a frame size in 60..=9000 or imix")?;
-        let rate = args.parse::<Rate>("rate", "a rate in frames/s above 0")?;
+        let rate = args.parse::<Rate>("rate", "a rate in frames/s in 1e-3..=1e10")?;
         let count = args.u64_in("count", 1..=u64::MAX)?;
         let dst = args.choice("dst", &["fixed", "stream"])?;
         if gen_kind.is_none()

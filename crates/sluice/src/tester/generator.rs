@@ -92,7 +92,8 @@ impl Pacer {
             return 1;
         }
         let dt = u128::from(now.saturating_sub(self.t0));
-        let allowed = u128::from(self.base) + dt * self.num / self.den;
+        // No overflow for rates up to `MAX_RATE`; saturating past it.
+        let allowed = u128::from(self.base).saturating_add(dt.saturating_mul(self.num) / self.den);
         u64::try_from(allowed.saturating_sub(u128::from(self.taken))).unwrap_or(u64::MAX)
     }
 

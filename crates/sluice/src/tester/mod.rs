@@ -56,8 +56,8 @@ use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 pub use checker::Checker;
 pub use config::{
-    DEFAULT_DST_MAC, DEFAULT_SEED, DEFAULT_SRC_MAC, FrameSize, L3, L4, MAX_FRAME, MIN_FRAME,
-    TESTER_KEYS, TesterConfig,
+    DEFAULT_DST_MAC, DEFAULT_SEED, DEFAULT_SRC_MAC, FrameSize, L3, L4, MAX_FRAME, MAX_RATE,
+    MIN_FRAME, MIN_RATE, TESTER_KEYS, TesterConfig,
 };
 pub use frame::{FlowTuple, MAX_FLOWS, MAX_STREAMS};
 pub use generator::{Generator, IMIX_ORDER};
@@ -92,7 +92,8 @@ pub struct Tester {
 impl Tester {
     /// A tester for `config`. Out-of-range values are brought into range:
     /// `flows` to 1..=[`MAX_FLOWS`], a fixed size to 60..=9000, a rate that
-    /// is not above 0 (or not finite) to full speed, a count of 0 to 1.
+    /// is not above 0 (or not finite) to full speed and any other to
+    /// [`MIN_RATE`]..=[`MAX_RATE`], a count of 0 to 1.
     pub fn new(config: TesterConfig) -> Arc<Tester> {
         let config = Self::new_config(config);
         Arc::new(Tester {
@@ -114,6 +115,7 @@ impl Tester {
         if config.rate_pps.is_some_and(|r| !(r.is_finite() && r > 0.0)) {
             config.rate_pps = None;
         }
+        config.rate_pps = config.rate_pps.map(|r| r.clamp(MIN_RATE, MAX_RATE));
         config.count = config.count.map(|n| n.max(1));
         config
     }

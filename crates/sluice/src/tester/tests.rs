@@ -497,6 +497,29 @@ fn rate_limit_lets_through_exactly_what_the_tsc_advance_allows() {
     assert_eq!(fast.ready(0), u64::MAX);
 }
 
+#[test]
+fn a_rate_out_of_range_is_brought_into_range_and_paces_without_overflow() {
+    for (asked, got) in [(1e300, MAX_RATE), (1e-9, MIN_RATE), (0.0, 0.0)] {
+        let t = Tester::new(TesterConfig {
+            rate_pps: Some(asked),
+            ..TesterConfig::default()
+        });
+        assert_eq!(t.config().rate_pps.unwrap_or(0.0), got, "{asked}");
+    }
+    let t = Tester::new(TesterConfig {
+        rate_pps: Some(1e300),
+        flows: 1,
+        ..TesterConfig::default()
+    });
+    let s = t.add_stream();
+    let mut g = t.generator(s, vec![0]);
+    let mut buf = [0u8; 64];
+    assert!(g.fill(&mut buf, 0).is_some());
+    // The longest gap a TSC can show: the cap, no overflow.
+    let cap = (MAX_RATE / 1000.0) as u64;
+    assert_eq!(g.ready(u64::MAX), cap);
+}
+
 fn frames_at(g: &mut Generator, now: u64) -> u64 {
     let mut buf = [0u8; 9000];
     let mut n = 0;
@@ -675,12 +698,22 @@ fn from_args_errors_are_exact() {
             )
         );
     }
-    for bad in ["0", "-5", "fast", "inf", "NaN"] {
+    for bad in [
+        "0",
+        "-5",
+        "fast",
+        "inf",
+        "NaN",
+        "0.0001",
+        "1.00001e10",
+        "18446744073709551615",
+        "1e300",
+    ] {
         assert_eq!(
             args_err(&format!("soft:rate={bad}")),
             format!(
                 "port spec 'soft:rate={bad}': key 'rate' = '{bad}' is not a rate in frames/s \
-                 above 0"
+                 in 1e-3..=1e10"
             )
         );
     }

@@ -52,7 +52,7 @@
 
 use std::cell::UnsafeCell;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 use crossbeam_utils::CachePadded;
 
@@ -99,53 +99,97 @@ impl QueueRegs {
     }
 }
 
+/// [`EngineCell`] states.
+const FREE: u8 = 0;
+const BUSY: u8 = 1;
+const POISONED: u8 = 2;
+
 /// An engine behind a try-lock.
+///
+/// A holder that panics leaves the engine poisoned: whatever the panic
+/// interrupted is never run again. Steps then find the engine unavailable
+/// (as when busy) and return at once, and the control path gets
+/// [`Poisoned`] instead of waiting for a release that never comes.
 pub struct EngineCell<E> {
-    busy: AtomicBool,
+    state: AtomicU8,
     engine: UnsafeCell<E>,
 }
 
+/// The engine's holder panicked: the engine is never run again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Poisoned;
+
+/// Held while a closure runs on the engine: dropped by unwinding (the
+/// closure panicked), it marks the engine poisoned; a normal return
+/// forgets it and frees the engine.
+struct PoisonOnUnwind<'a>(&'a AtomicU8);
+
+impl Drop for PoisonOnUnwind<'_> {
+    fn drop(&mut self) {
+        self.0.store(POISONED, Ordering::Release);
+    }
+}
+
 // SAFETY: the engine is reached only through `try_with`/`with`, which hold
-// the `busy` flag (acquire on taking, release on leaving), so one thread at
-// a time has it, and each sees the previous holder's writes.
+// the state at BUSY (acquire on taking, release on leaving), so one thread
+// at a time has it, and each sees the previous holder's writes; a poisoned
+// engine is reached by no one.
 unsafe impl<E: Send> Sync for EngineCell<E> {}
 
 impl<E> EngineCell<E> {
     /// A cell holding `e`.
     pub fn new(e: E) -> EngineCell<E> {
         EngineCell {
-            busy: AtomicBool::new(false),
+            state: AtomicU8::new(FREE),
             engine: UnsafeCell::new(e),
         }
     }
 
-    /// Runs `f` on the engine unless another thread has it.
+    /// Takes the engine: `Err` with the state found when it is not free.
+    #[inline]
+    fn acquire(&self) -> Result<(), u8> {
+        self.state
+            .compare_exchange(FREE, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .map(|_| ())
+    }
+
+    /// Runs `f` on the engine with the state held at BUSY.
+    #[inline]
+    fn run_held<R>(&self, f: impl FnOnce(&mut E) -> R) -> R {
+        let poison = PoisonOnUnwind(&self.state);
+        // SAFETY: the caller took the state from FREE to BUSY: no one else
+        // reaches the engine until it is stored back. Should `f` panic,
+        // `poison` leaves it POISONED and the engine is never reached again.
+        let r = f(unsafe { &mut *self.engine.get() });
+        std::mem::forget(poison);
+        self.state.store(FREE, Ordering::Release);
+        r
+    }
+
+    /// Runs `f` on the engine unless another thread has it or it is
+    /// poisoned.
     #[inline]
     pub fn try_with<R>(&self, f: impl FnOnce(&mut E) -> R) -> Option<R> {
-        if self
-            .busy
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            return None;
-        }
-        // SAFETY: we hold the flag: no one else reaches the engine. If `f`
-        // panics the flag stays set and the engine is never touched again.
-        let r = f(unsafe { &mut *self.engine.get() });
-        self.busy.store(false, Ordering::Release);
-        Some(r)
+        self.acquire().ok()?;
+        Some(self.run_held(f))
     }
 
     /// Runs `f` on the engine, waiting for another holder to finish its
-    /// step (control path only).
-    pub fn with<R>(&self, f: impl FnOnce(&mut E) -> R) -> R {
-        let mut f = Some(f);
+    /// step (control path only); [`Poisoned`] when a holder panicked.
+    pub fn with<R>(&self, f: impl FnOnce(&mut E) -> R) -> Result<R, Poisoned> {
         loop {
-            if let Some(r) = self.try_with(|e| (f.take().expect("runs once"))(e)) {
-                return r;
+            match self.acquire() {
+                Ok(()) => return Ok(self.run_held(f)),
+                Err(POISONED) => return Err(Poisoned),
+                Err(_) => std::thread::yield_now(),
             }
-            std::thread::yield_now();
         }
+    }
+
+    /// Whether a holder panicked (for tests).
+    #[cfg(all(test, not(loom)))]
+    pub fn is_poisoned(&self) -> bool {
+        self.state.load(Ordering::Acquire) == POISONED
     }
 }
 
@@ -287,6 +331,8 @@ pub struct RxEngine {
     bus: Bus,
     counters: Arc<PortCounters>,
     q: usize,
+    /// Steps left before an injected panic (`panic_at`), if one is asked.
+    panic_in: Option<u64>,
 }
 
 impl RxEngine {
@@ -310,7 +356,14 @@ impl RxEngine {
             bus,
             counters,
             q,
+            panic_in: None,
         }
+    }
+
+    /// Fault injection (tests): the engine panics in its `n`th step
+    /// (`n >= 1`), midway, with its frame source taken out.
+    pub fn panic_at(&mut self, n: u64) {
+        self.panic_in = Some(n.max(1));
     }
 
     /// Back to descriptor 0 (the queue is starting; the ring is empty).
@@ -372,6 +425,15 @@ impl RxEngine {
         let missed = &self.counters.rx[self.q].missed;
         let mut dropped = 0u64;
         let mut source = std::mem::replace(&mut self.source, RxSource::Idle);
+        if let Some(n) = &mut self.panic_in {
+            *n -= 1;
+            if *n == 0 {
+                panic!(
+                    "soft: panic injected in Rx queue {}'s step (panic_at)",
+                    self.q
+                );
+            }
+        }
         match &mut source {
             RxSource::Idle => {}
             RxSource::Gen(g) => {
@@ -457,6 +519,8 @@ pub struct PortEngines {
     pub rx: Box<[EngineCell<RxEngine>]>,
     /// Tx engines, by queue.
     pub tx: Box<[EngineCell<super::tx_engine::TxEngine>]>,
+    /// The port's counters, where a failed step is recorded.
+    pub counters: Arc<PortCounters>,
 }
 
 impl PortEngines {
@@ -471,6 +535,27 @@ impl PortEngines {
             n += e.try_with(super::tx_engine::TxEngine::step).unwrap_or(0);
         }
         n
+    }
+
+    /// [`step_all`](Self::step_all), with a panic caught: the engine that
+    /// panicked is poisoned (never run again) and the port's fault
+    /// records the panic; the other engines go on.
+    pub fn step_all_or_fault(&self) -> usize {
+        // Unwind safety: the only state a panic can interrupt is the
+        // stepping engine's, and its cell is poisoned on the way out.
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.step_all())) {
+            Ok(n) => n,
+            Err(p) => {
+                let msg = p
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| p.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".into());
+                self.counters
+                    .set_fault(format!("soft: the device model panicked: {msg}"));
+                0
+            }
+        }
     }
 }
 
@@ -516,6 +601,26 @@ mod tests {
             c.try_with(|_| ())
         });
         assert_eq!(inner, Some(None));
-        assert_eq!(c.with(|v| *v), 6);
+        assert_eq!(c.with(|v| *v), Ok(6));
+    }
+
+    #[test]
+    fn a_panicking_holder_leaves_the_cell_failing_fast() {
+        let c = Arc::new(EngineCell::new(5u32));
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            c.try_with(|_| panic!("engine step fails"))
+        }));
+        assert!(r.is_err());
+        assert_eq!(c.try_with(|v| *v), None, "never run again");
+        // The control path gives up instead of waiting for ever.
+        let c2 = Arc::clone(&c);
+        let t = std::thread::spawn(move || c2.with(|v| *v));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !t.is_finished() && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        assert!(t.is_finished(), "with() spins on a poisoned engine");
+        assert_eq!(t.join().unwrap(), Err(Poisoned));
+        assert!(c.is_poisoned());
     }
 }

@@ -59,6 +59,11 @@
 //!   port). The Rx pool's data room then goes unused (a pool of small
 //!   elements will do) and Tx→Rx recycling into the queue is refused.
 //!
+//! - `panic_at` (1..=2^64-1; fault injection, for tests): the Rx engine
+//!   of queue 0 panics in its Nth step. The engine is poisoned (never run
+//!   again); a threaded device records the panic as the port's fault
+//!   (`PortCounters::fault`), an inline one passes it to the polling thread.
+//!
 //! Both queue kinds support Tx→Rx buffer recycling
 //! ([`crate::port::recycle`]); the Rx refill unit is `rx_free_thresh`.
 //!
@@ -136,6 +141,7 @@ const KEYS: &[&str] = &[
     "tx_comp",
     "link",
     "rxbuf",
+    "panic_at",
 ];
 
 /// Where the device runs.
@@ -170,6 +176,8 @@ pub struct SoftDriver {
     tx_comp: u32,
     /// `rxbuf=frag`: Rx descriptors carry page-pool fragments.
     rx_frags: bool,
+    /// `panic_at`: the step of Rx queue 0 that panics.
+    panic_at: Option<u64>,
     engines: Option<Arc<PortEngines>>,
     running: bool,
 }
@@ -228,6 +236,7 @@ impl SoftDriver {
         let tx_comp = args.u64_in("tx_comp", 0..=4096)?.unwrap_or(0) as u32;
         args.choice("link", bus::LINKS)?;
         let rx_frags = args.choice("rxbuf", &["mbuf", "frag"])? == Some("frag");
+        let panic_at = args.u64_in("panic_at", 1..=u64::MAX)?;
         args.finish()?;
         debug_assert!(TESTER_KEYS.iter().all(|k| KEYS.contains(k)));
         let source = match wname {
@@ -281,6 +290,7 @@ impl SoftDriver {
             inline_mpw,
             tx_comp,
             rx_frags,
+            panic_at,
             engines: None,
             running: false,
         })
@@ -427,7 +437,7 @@ impl PortDriver for SoftDriver {
         let mut rx_engines = Vec::with_capacity(nrx);
         for (q, source) in sources.into_iter().enumerate() {
             let pool = config.rx_pool_of(q).expect("checked by Port::new");
-            rx_engines.push(EngineCell::new(RxEngine::new(
+            let mut engine = RxEngine::new(
                 Arc::clone(&rx_regs[q]),
                 source,
                 RxParams {
@@ -445,7 +455,11 @@ impl PortDriver for SoftDriver {
                 Bus::new(x, self.bus_overhead),
                 Arc::clone(counters),
                 q,
-            )));
+            );
+            if let (0, Some(n)) = (q, self.panic_at) {
+                engine.panic_at(n);
+            }
+            rx_engines.push(EngineCell::new(engine));
         }
         let mut tx_engines = Vec::with_capacity(config.txq.len());
         for (q, regs) in tx_regs.iter().enumerate() {
@@ -467,6 +481,7 @@ impl PortDriver for SoftDriver {
         let engines = Arc::new(PortEngines {
             rx: rx_engines.into_boxed_slice(),
             tx: tx_engines.into_boxed_slice(),
+            counters: Arc::clone(counters),
         });
         let inline = self.mode == DeviceMode::Inline;
 

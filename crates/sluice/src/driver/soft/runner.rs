@@ -67,7 +67,9 @@ fn run(s: Arc<Shared>) {
         if s.stop.load(Ordering::Acquire) {
             return;
         }
-        let work: usize = list.iter().map(|p| p.step_all()).sum();
+        // A panicking step poisons its engine and records the port's
+        // fault: the thread goes on with every other engine.
+        let work: usize = list.iter().map(|p| p.step_all_or_fault()).sum();
         if work != 0 {
             idle = 0;
         } else {

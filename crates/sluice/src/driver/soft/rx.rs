@@ -405,10 +405,12 @@ impl RxQueue for SoftRx {
             return Ok(());
         }
         let engines = Arc::clone(&self.engines);
-        engines.rx[self.q].with(|e| {
-            self.regs.reset();
-            e.reset();
-        });
+        engines.rx[self.q]
+            .with(|e| {
+                self.regs.reset();
+                e.reset();
+            })
+            .map_err(|_| self.poisoned())?;
         self.next = 0;
         self.tail = 0;
         self.committed = 0;
@@ -427,11 +429,18 @@ impl RxQueue for SoftRx {
         // a step on this queue, and once the tail register is 0 and its head
         // reset it arms nothing more.
         let engines = Arc::clone(&self.engines);
-        engines.rx[self.q].with(|e| {
+        let stopped = engines.rx[self.q].with(|e| {
             self.regs.reset();
             e.reset();
             self.release_all();
         });
+        if stopped.is_err() {
+            // The engine panicked in a step and never runs again: no
+            // device touches this queue's buffers any more, so they go
+            // home as on a normal stop.
+            self.regs.reset();
+            self.release_all();
+        }
     }
 
     fn recycle_rx_capable(&self) -> bool {
@@ -496,6 +505,15 @@ impl SoftRx {
                 &mut self.committed,
             )
         }
+    }
+
+    /// The error of a queue whose engine panicked in a step.
+    #[cold]
+    fn poisoned(&self) -> PortError {
+        PortError::Driver(format!(
+            "soft: the device's Rx engine of queue {} panicked in a step and cannot run again",
+            self.q
+        ))
     }
 
     /// Why this queue refuses a recycle step (stopped, or armed with

@@ -976,6 +976,96 @@ fn an_rx_queue_dropped_while_its_threaded_device_runs_leaves_it_no_buffer() {
     assert!(pool.is_full());
 }
 
+/// Runs `f` on its own thread; `None` when it has not returned within 60 s
+/// (the thread is then left behind).
+fn bounded<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let h = std::thread::spawn(f);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while !h.is_finished() && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    h.is_finished().then(|| h.join().unwrap())
+}
+
+#[test]
+fn an_inline_device_step_that_panics_fails_fast_afterwards_and_returns_every_buffer() {
+    let pool = pool(1023, 2048);
+    let config = PortConfig::new(Some(pool.clone())).nb_rxd(256).nb_txd(256);
+    let mut p = port("soft:tester=t-panic,panic_at=3", config);
+    let mut burst: Burst<32> = Burst::new();
+    let mut panic = None;
+    for _ in 0..3 {
+        let rx = p.rx_queue(0).unwrap();
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| rx.rx_burst(&mut burst))) {
+            Ok(_) => burst.clear(),
+            Err(e) => panic = e.downcast_ref::<String>().cloned(),
+        }
+    }
+    assert_eq!(
+        panic.as_deref(),
+        Some("soft: panic injected in Rx queue 0's step (panic_at)")
+    );
+    // Later calls return (what was delivered before, then nothing)...
+    let mut after = 0;
+    for _ in 0..100 {
+        after += p.rx_queue(0).unwrap().rx_burst(&mut burst);
+        burst.clear();
+    }
+    assert!(after <= 256, "{after}");
+    // ...and so do stop and start, with every buffer back home.
+    let p = bounded(move || {
+        p.stop();
+        let again = p.start().unwrap_err().to_string();
+        (p, again)
+    });
+    let (p, again) = p.expect("stop or start spins on the engine that panicked");
+    assert_eq!(
+        again,
+        "soft: the device's Rx engine of queue 0 panicked in a step and cannot run again"
+    );
+    drop(p);
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_threaded_device_step_that_panics_is_the_ports_fault_and_the_device_goes_on() {
+    let pool = pool(1023, 2048);
+    let config = PortConfig::new(Some(pool.clone())).nb_rxd(256).nb_txd(256);
+    let mut p = port(
+        "soft:tester=t-panic-thr,device=threaded,panic_at=3",
+        config.clone(),
+    );
+    let mut q = port("soft:tester=t-panic-thr,device=threaded", config);
+    let counters = p.counters();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let mut burst: Burst<32> = Burst::new();
+    while counters.fault().is_none() && std::time::Instant::now() < deadline {
+        p.rx_queue(0).unwrap().rx_burst(&mut burst);
+        burst.clear();
+    }
+    assert_eq!(
+        counters.fault(),
+        Some(
+            "soft: the device model panicked: soft: panic injected in Rx queue 0's step (panic_at)"
+        )
+    );
+    // The device thread steps the other port still.
+    let before = q.counters().stats().rx_packets;
+    while q.counters().stats().rx_packets == before && std::time::Instant::now() < deadline {
+        q.rx_queue(0).unwrap().rx_burst(&mut burst);
+        burst.clear();
+    }
+    assert!(q.counters().stats().rx_packets > before);
+    assert!(q.counters().fault().is_none());
+    let ports = bounded(move || {
+        p.stop();
+        q.stop();
+        (p, q)
+    });
+    drop(ports.expect("stop spins on the engine that panicked"));
+    assert!(pool.is_full());
+}
+
 #[test]
 fn a_tx_queue_dropped_while_its_threaded_device_runs_leaves_it_no_buffer() {
     let pool = pool(4095, 512);
@@ -1033,5 +1123,103 @@ fn a_tx_queue_dropped_while_its_threaded_device_runs_leaves_it_no_buffer() {
     );
     drop(held);
     drop((a, b));
+    assert!(pool.is_full());
+}
+
+#[test]
+fn every_numeric_spec_key_is_range_checked_naming_its_range() {
+    let pool = pool(255, 2048);
+    let c = || PortConfig::new(Some(pool.clone())).nb_rxd(64).nb_txd(64);
+    let range = |lo: &str, hi: &str| format!("a number in {lo}..={hi}");
+    let u64max = u64::MAX.to_string();
+    let table: Vec<(&str, &str, Vec<&str>, String)> = vec![
+        ("soft", "flows", vec!["0", "1048577"], range("1", "1048576")),
+        (
+            "soft",
+            "size",
+            vec!["59", "9001"],
+            "a frame size in 60..=9000 or imix".into(),
+        ),
+        (
+            "soft",
+            "rate",
+            vec!["0", "1e300", "18446744073709551615"],
+            "a rate in frames/s in 1e-3..=1e10".into(),
+        ),
+        (
+            "soft",
+            "count",
+            vec!["0", "18446744073709551616"],
+            range("1", &u64max),
+        ),
+        (
+            "soft",
+            "rx_free_thresh",
+            vec!["2", "8192"],
+            range("4", "4096"),
+        ),
+        (
+            "soft",
+            "tx_rs_thresh",
+            vec!["0", "8192"],
+            range("4", "4096"),
+        ),
+        (
+            "soft",
+            "tx_free_thresh",
+            vec!["3", "4097"],
+            range("4", "4096"),
+        ),
+        ("soft", "bus_overhead", vec!["257", "-1"], range("0", "256")),
+        ("soft", "mpw_segs", vec!["0", "63"], range("1", "62")),
+        ("soft", "inline_mpw", vec!["989"], range("0", "988")),
+        ("soft", "tx_comp", vec!["4097"], range("0", "4096")),
+        ("soft", "panic_at", vec!["0"], range("1", &u64max)),
+        ("null", "size", vec!["13", "9001"], range("14", "9000")),
+        (
+            "pcap:tx=/dev/null,",
+            "snaplen",
+            vec!["0", "262145"],
+            range("1", "262144"),
+        ),
+        (
+            "afpacket:iface=lo,",
+            "block_size",
+            vec!["4095", "4194305"],
+            range("4096", "4194304"),
+        ),
+        (
+            "afpacket:iface=lo,",
+            "block_timeout",
+            vec!["0", "1001"],
+            range("1", "1000"),
+        ),
+        (
+            "afxdp:iface=lo,",
+            "queue",
+            vec!["65536"],
+            range("0", "65535"),
+        ),
+        (
+            "afxdp:iface=lo,",
+            "fill",
+            vec!["63", "32769"],
+            range("64", "32768"),
+        ),
+    ];
+    for (driver, key, bad, expected) in table {
+        for v in bad {
+            let spec = if driver.ends_with(',') {
+                format!("{driver}{key}={v}")
+            } else {
+                format!("{driver}:{key}={v}")
+            };
+            let r: Result<Port, PortError> = open(&spec, c());
+            assert_eq!(
+                r.unwrap_err().to_string(),
+                format!("port spec '{spec}': key '{key}' = '{v}' is not {expected}"),
+            );
+        }
+    }
     assert!(pool.is_full());
 }

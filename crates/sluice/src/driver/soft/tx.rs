@@ -981,10 +981,12 @@ impl TxQueue for SoftTx {
             return Ok(());
         }
         let engines = Arc::clone(&self.engines);
-        engines.tx[self.q].with(|e| {
-            self.regs.reset();
-            e.reset();
-        });
+        engines.tx[self.q]
+            .with(|e| {
+                self.regs.reset();
+                e.reset();
+            })
+            .map_err(|_| self.poisoned())?;
         self.started = true;
         Ok(())
     }
@@ -998,11 +1000,18 @@ impl TxQueue for SoftTx {
         // of this queue, and with the tail register and its head at 0 it
         // reads nothing more.
         let engines = Arc::clone(&self.engines);
-        engines.tx[self.q].with(|e| {
+        let stopped = engines.tx[self.q].with(|e| {
             self.regs.reset();
             e.reset();
             self.release_all();
         });
+        if stopped.is_err() {
+            // The engine panicked in a step and never runs again: no
+            // device touches this queue's buffers any more, so they go
+            // home as on a normal stop.
+            self.regs.reset();
+            self.release_all();
+        }
     }
 
     fn recycle_tx_capable(&self) -> bool {
@@ -1169,6 +1178,17 @@ unsafe fn zc_put(pool: *const PoolInner, batch: &[Elem]) -> bool {
     // up (caller's contract), each once.
     unsafe { z.commit() };
     true
+}
+
+impl SoftTx {
+    /// The error of a queue whose engine panicked in a step.
+    #[cold]
+    fn poisoned(&self) -> PortError {
+        PortError::Driver(format!(
+            "soft: the device's Tx engine of queue {} panicked in a step and cannot run again",
+            self.q
+        ))
+    }
 }
 
 impl Drop for SoftTx {

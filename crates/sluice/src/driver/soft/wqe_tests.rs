@@ -92,11 +92,11 @@ impl Rig {
     }
 
     fn step(&self) -> usize {
-        self.engines.tx[0].with(|e| e.step())
+        self.engines.tx[0].with(|e| e.step()).unwrap()
     }
 
     fn captured(&self) -> Vec<Vec<u8>> {
-        self.engines.tx[0].with(|e| e.take_captured())
+        self.engines.tx[0].with(|e| e.take_captured()).unwrap()
     }
 
     /// Block `b`'s 64 bytes.
@@ -146,6 +146,7 @@ fn engines(regs: &Arc<TxRegs>, counters: &PortCounters) -> Arc<PortEngines> {
     Arc::new(PortEngines {
         rx: Box::new([]),
         tx: vec![EngineCell::new(engine)].into_boxed_slice(),
+        counters: Arc::new(PortCounters::new(0, 1, false)),
     })
 }
 
@@ -728,9 +729,9 @@ fn the_device_rejects_malformed_wqes_with_a_counted_error_and_goes_on() {
     regs.tail.store(b + 2, Ordering::Release);
     let mut sent = 0;
     for _ in 0..10 {
-        sent += engines.tx[0].with(|e| e.step());
+        sent += engines.tx[0].with(|e| e.step()).unwrap();
     }
-    let frames = engines.tx[0].with(|e| e.take_captured());
+    let frames = engines.tx[0].with(|e| e.take_captured()).unwrap();
     assert_eq!(sent, 1 + faults.len());
     assert_eq!(frames, vec![f.clone(); 1 + faults.len()]);
     let x = &counters.xstats;
@@ -753,26 +754,33 @@ fn the_device_rejects_malformed_wqes_with_a_counted_error_and_goes_on() {
         (c.opcode, c.syndrome, c.wqe_counter),
         (CQE_ERR, syndrome::BAD_SIZE, halt as u16)
     );
-    assert!(engines.tx[0].with(|e| e.halted()), "the queue stopped");
+    assert!(
+        engines.tx[0].with(|e| e.halted()).unwrap(),
+        "the queue stopped"
+    );
     // A reset (the queue restarting) clears the error state.
-    engines.tx[0].with(|e| {
-        regs.reset();
-        e.reset();
-    });
-    assert!(!engines.tx[0].with(|e| e.halted()));
-    mpw_one(&regs, 0, a, 60);
-    regs.tail.store(1, Ordering::Release);
-    assert_eq!(engines.tx[0].with(|e| e.step()), 1);
-    // A WQE past the tail, and one above the largest size, also stop it.
-    for ds in [8, wqe::MAX_DS + 1] {
-        engines.tx[0].with(|e| {
+    engines.tx[0]
+        .with(|e| {
             regs.reset();
             e.reset();
-        });
+        })
+        .unwrap();
+    assert!(!engines.tx[0].with(|e| e.halted()).unwrap());
+    mpw_one(&regs, 0, a, 60);
+    regs.tail.store(1, Ordering::Release);
+    assert_eq!(engines.tx[0].with(|e| e.step()).unwrap(), 1);
+    // A WQE past the tail, and one above the largest size, also stop it.
+    for ds in [8, wqe::MAX_DS + 1] {
+        engines.tx[0]
+            .with(|e| {
+                regs.reset();
+                e.reset();
+            })
+            .unwrap();
         seg(0, 0, cseg(OPMOD_EMPW, 0, OP_MPW, 0, ds, 0));
         regs.tail.store(1, Ordering::Release);
-        assert_eq!(engines.tx[0].with(|e| e.step()), 0);
-        assert!(engines.tx[0].with(|e| e.halted()), "ds {ds}");
+        assert_eq!(engines.tx[0].with(|e| e.step()).unwrap(), 0);
+        assert!(engines.tx[0].with(|e| e.halted()).unwrap(), "ds {ds}");
     }
 }
 
@@ -964,11 +972,11 @@ fn an_mpwqe_ring_holds_a_quarter_block_per_descriptor_and_a_full_one_holds_the_r
     assert_eq!(burst.len(), 40 - first);
     assert_eq!(counters.stats().tx_errors, 0);
     assert_eq!(tx.tx_burst(&mut burst), 0, "no block completed yet");
-    engines.tx[0].with(|e| e.step());
+    engines.tx[0].with(|e| e.step()).unwrap();
     assert_eq!(tx.tx_burst(&mut burst), 40 - first);
     assert!(burst.is_empty());
-    engines.tx[0].with(|e| e.step());
-    assert_eq!(engines.tx[0].with(|e| e.take_captured()), frames);
+    engines.tx[0].with(|e| e.step()).unwrap();
+    assert_eq!(engines.tx[0].with(|e| e.take_captured()).unwrap(), frames);
     assert_eq!(counters.stats().tx_packets, 40);
     drop(tx);
     assert!(pool.is_full());
