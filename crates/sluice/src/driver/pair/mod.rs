@@ -45,7 +45,7 @@ use crate::mempool::Elem;
 use crate::net::MacAddr;
 use crate::port::{
     DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
-    RxQueue, SpecArgs, TxQueue,
+    RxFrameCheck, RxQueue, SpecArgs, TxQueue,
 };
 use crate::ring::{Consumer, Producer, Ring};
 
@@ -224,6 +224,7 @@ impl PortDriver for PairDriver {
                 consumer: Some(consumer),
                 link,
                 bytes: self.bytes,
+                check: RxFrameCheck::new(&counters.xstats, config.mtu),
                 counters: Arc::clone(counters),
                 q,
             }));
@@ -283,6 +284,8 @@ struct PairRx {
     link: Arc<Link>,
     /// Count bytes.
     bytes: bool,
+    /// Runts and oversize frames (sent by the peer) are dropped here.
+    check: RxFrameCheck,
     counters: Arc<PortCounters>,
     q: usize,
 }
@@ -300,6 +303,7 @@ impl RxQueue for PairRx {
         // SAFETY: the `n` slots after `len` now hold mbufs whose ownership
         // the sending Tx queue gave to the ring.
         unsafe { burst.set_len(len + n) };
+        let n = n - self.check.filter(burst, len, &stats.errors);
         let bytes = if self.bytes {
             bytes_of(&burst.as_slice()[len..])
         } else {

@@ -5,7 +5,9 @@
 //! a bad record. Each packet is copied into an mbuf from the queue's pool —
 //! into a chain of segments when it is longer than the data room and the
 //! port has the multi-segment Rx offload, otherwise it is counted in
-//! `rx_errors` and skipped. An empty pool counts `rx_nombuf` and leaves the
+//! `rx_errors` and `rx_oversize_errors` and skipped. A runt (shorter than
+//! an Ethernet header) or a packet longer than the MTU allows is counted the
+//! same way (`rx_runt_errors`, `rx_oversize_errors`). An empty pool counts `rx_nombuf` and leaves the
 //! packet for the next call.
 //!
 //! With `timing`, packet `i` is due when the clock has advanced by the gap
@@ -18,7 +20,7 @@ use std::sync::Arc;
 
 use super::format::{LINKTYPE_ETHERNET, PcapReader};
 use crate::mbuf::{BurstSlice, Mbuf, MbufPool};
-use crate::port::{Offloads, PortConfig, PortCounters, PortError, RxQueue};
+use crate::port::{Offloads, PortConfig, PortCounters, PortError, RxFrameCheck, RxQueue};
 
 /// The packets of an `rx` file.
 pub(crate) struct Capture {
@@ -121,6 +123,8 @@ pub(crate) struct PcapRx {
     timing: Option<Timing>,
     /// The next packet to deliver.
     next: usize,
+    /// Runts and frames over the MTU are counted and skipped.
+    check: RxFrameCheck,
     counters: Arc<PortCounters>,
     q: usize,
 }
@@ -163,6 +167,7 @@ impl PcapRx {
             looping,
             timing,
             next: 0,
+            check: RxFrameCheck::new(&counters.xstats, config.mtu),
             counters,
             q,
         }
@@ -232,6 +237,11 @@ impl RxQueue for PcapRx {
             }
             let r = recs[self.next];
             let pkt = &capture.data[r.start..r.start + r.len];
+            if !self.check.accepts(r.len) {
+                self.check.count_drop(r.len, &stats.errors);
+                self.next += 1;
+                continue;
+            }
             match copy_in(pool, pkt, self.multi_seg, self.port_id) {
                 Ok(m) => {
                     // Room: at most `free` packets are pushed.
@@ -239,7 +249,7 @@ impl RxQueue for PcapRx {
                     n += 1;
                     bytes += r.len as u64;
                 }
-                Err(Fail::TooLong) => stats.errors.inc(),
+                Err(Fail::TooLong) => self.check.count_drop(r.len, &stats.errors),
                 Err(Fail::NoBuf) => {
                     stats.nombuf.inc();
                     break;

@@ -67,7 +67,8 @@
 //! `bus_doorbell_bytes`, `device_cycles`, `device_tx_errors`,
 //! `device_wqe_errors`, `tx_mpwqe_blks`, `tx_mpwqe_pkts`, `tx_wqe_pkts`,
 //! `tx_inline_bytes`, `tx_cqe_errors`, `rx_recycled`, `tx_recycled`,
-//! `recycle_fallbacks`, and `rx_buf_bytes_per_desc` (set at setup: buffer
+//! `recycle_fallbacks`, `rx_runt_errors` and `rx_oversize_errors` (frames
+//! the device refused, also in `rx_errors`), and `rx_buf_bytes_per_desc` (set at setup: buffer
 //! memory one posted Rx descriptor takes — the mempool element in `mbuf`
 //! mode; the fragment's share of its page plus the header's element in
 //! `frag` mode).
@@ -496,6 +497,7 @@ impl PortDriver for SoftDriver {
                 Arc::clone(counters),
                 4 + self.bus_overhead,
                 frags,
+                config.mtu,
             )));
         }
         let txo = config.tx_offloads;

@@ -902,3 +902,37 @@ fn rxbuf_frag_buffers_freed_on_another_lcore_come_home() {
     assert!(headers.is_full());
     drop((t, w1, w2));
 }
+
+#[test]
+fn runts_and_frames_over_the_mtu_from_the_wire_are_counted_with_their_reason() {
+    let pool = pool(255, 2048);
+    let config = PortConfig::new(Some(pool.clone())).nb_rxd(64).nb_txd(64);
+    let mut small = config.clone();
+    small.mtu = 1000;
+    let mut w1 = port("soft:wire=w-runt", config);
+    let mut w2 = port("soft:wire=w-runt", small);
+    let mut burst: Burst<8> = Burst::new();
+    for len in [5usize, 60, 13, 14, 1018, 1019, 1500, 60] {
+        burst
+            .push(pool.alloc_from_slice(&vec![7u8; len]).unwrap())
+            .unwrap();
+    }
+    send_all(w1.tx_queue(0).unwrap(), &mut burst);
+    let mut rx: Burst<8> = Burst::new();
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        w2.rx_queue(0).unwrap().rx_burst(&mut rx);
+        got.extend(rx.iter().map(|m| m.pkt_len()));
+        rx.clear();
+        if got.len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(got, [60, 14, 1018, 60]);
+    let s = w2.stats();
+    assert_eq!((s.rx_packets, s.rx_errors), (4, 4));
+    assert_eq!(xstat(&w2, "rx_runt_errors"), 2);
+    assert_eq!(xstat(&w2, "rx_oversize_errors"), 2);
+    drop((w1, w2));
+    assert!(pool.is_full());
+}
