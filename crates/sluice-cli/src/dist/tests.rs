@@ -121,3 +121,21 @@ fn soft_ports_through_the_single_packet_distributor_lose_nothing() {
     assert_eq!(s.api, Api::Single);
     assert_right(&s, name, 2);
 }
+
+#[test]
+fn a_starved_pool_is_not_clean_and_says_the_pool_ran_dry() {
+    let name = "dist_unit_starved";
+    let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
+    let mut a = quick(&[&spec, &spec], Api::Burst, 1);
+    a.pool_size = Some(255);
+    a.cache = 0;
+    let s = run(&a).unwrap();
+    assert!(s.alloc_failures > 0, "{s:?}");
+    assert!(!s.clean && !s.ok(), "{s:?}");
+    assert!(s.pool_full, "every buffer home all the same");
+    let err = run_checked(&a).unwrap_err();
+    assert!(
+        err.contains("pool ran dry") && err.contains("raise --pool-size"),
+        "{err}"
+    );
+}

@@ -43,7 +43,7 @@ use sluice::tester::Tester;
 pub use args::{Engine, EthPeer, FwdArgs, parse_eth_peer, parse_seconds};
 use engine::{Stream, udp_frame};
 use lcore::{LcoreConfig, LcoreCycles, StreamCounters, Window, lcore_main};
-use stats::{Live, Sources};
+use stats::{Live, PortSample, Sources};
 use summary::{PortSummary, RouteDrops, Summary, TesterSummary, cycles_per_packet};
 use window::{Snapshot, WindowFigures};
 
@@ -207,6 +207,7 @@ pub(crate) fn measure_with(
         drops: stream_drops,
         recycle_errors,
         route_drops,
+        drain_accounted,
     } = phase(&mut ports, &pool, &testers)?;
 
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
@@ -232,7 +233,10 @@ pub(crate) fn measure_with(
     let (busy_cycles, busy_packets, cpp) = cycles_per_packet(&lcores, device_cycles);
     let rx: u64 = port_rows.iter().map(|p| p.rx_packets).sum();
     let tx: u64 = port_rows.iter().map(|p| p.tx_packets).sum();
-    let clean = testers.iter().all(|t| t.clean);
+    let alloc_failures = port_rows.iter().map(|p| p.rx_nombuf).sum();
+    // A run starved of buffers tested less than it was asked to: it is
+    // not called clean even when every frame it sent came back.
+    let clean = testers.iter().all(|t| t.clean) && alloc_failures == 0;
     let summary = Summary {
         kind: "summary",
         engine,
@@ -253,6 +257,8 @@ pub(crate) fn measure_with(
         recycle_errors,
         route_drops,
         pool_full: pool.is_full(),
+        alloc_failures,
+        drain_accounted,
         testers,
         clean,
     };
@@ -379,6 +385,9 @@ pub(crate) struct Forwarded {
     pub recycle_errors: u64,
     /// `l3fwd`: packets dropped by the router, by reason.
     pub route_drops: Option<RouteDrops>,
+    /// When every frame starts and ends at a tester: whether the drain saw
+    /// every frame sent received or counted as a drop.
+    pub drain_accounted: Option<bool>,
 }
 
 /// The forwarding phase: streams, lcores, live stats, and, when `testers`
@@ -490,7 +499,7 @@ fn forward_window(
         accountable,
         warmup: warmup.map(|secs| (secs, &window, inline.as_slice())),
     };
-    let (lcores, secs, snapshots) = run_lcores_with(
+    let (lcores, secs, snapshots, drain_accounted) = run_lcores_with(
         per_lcore,
         threaded,
         &src,
@@ -508,6 +517,7 @@ fn forward_window(
         drops,
         recycle_errors,
         route_drops: None,
+        drain_accounted,
     };
     Ok((f, window))
 }
@@ -534,8 +544,9 @@ pub(crate) type Warmup<'a> = (f64, &'a AtomicU8, &'a [bool]);
 /// Runs one forwarding thread per element of `per_lcore` (each pinned to
 /// its CPU from [`lcore_cpus`], named `fwd-I`), prints live stats from
 /// `src` until the duration is over or a signal came (then the drain, see
-/// [`main_loop`]), sets `stop` and joins them. Each lcore's cycles, and the
-/// seconds from start to stop.
+/// [`main_loop`]), sets `stop` and joins them. Each lcore's cycles, the
+/// seconds from start to stop, and whether the drain accounted for every
+/// frame (`None` unless every port is on a tester).
 pub(crate) fn run_lcores<T: Send>(
     per_lcore: Vec<T>,
     threaded: bool,
@@ -544,7 +555,7 @@ pub(crate) fn run_lcores<T: Send>(
     testers: &[(String, Arc<Tester>)],
     stop: &AtomicBool,
     body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
-) -> Result<(Vec<LcoreCycles>, f64), String> {
+) -> Result<(Vec<LcoreCycles>, f64, Option<bool>), String> {
     // Every port on a tester: the drain can wait for the counts to add up.
     let accountable = !testers.is_empty()
         && args
@@ -556,10 +567,15 @@ pub(crate) fn run_lcores<T: Send>(
         accountable,
         warmup: None,
     };
-    let (lcores, secs, _) =
+    let (lcores, secs, _, drain_accounted) =
         run_lcores_with(per_lcore, threaded, src, args, testers, control, body)?;
-    Ok((lcores, secs))
+    Ok((lcores, secs, drain_accounted))
 }
+
+/// What [`run_lcores_with`] returns: each lcore's cycles, the seconds from
+/// start to stop, the counters at a measured window's ends, and whether the
+/// drain accounted for every frame (when it could: see [`main_loop`]).
+pub(crate) type LcoresRan = (Vec<LcoreCycles>, f64, Option<WindowEnds>, Option<bool>);
 
 /// [`run_lcores`] under `control`: with a warm-up, also the counters at the
 /// measured window's open and close.
@@ -571,7 +587,7 @@ pub(crate) fn run_lcores_with<T: Send>(
     testers: &[(String, Arc<Tester>)],
     control: Control<'_>,
     body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
-) -> Result<(Vec<LcoreCycles>, f64, Option<WindowEnds>), String> {
+) -> Result<LcoresRan, String> {
     let stop = control.stop;
     let cpus = lcore_cpus(&sluice::lcore::available_cpus(), threaded);
     if per_lcore.len() > cpus.len() {
@@ -582,7 +598,7 @@ pub(crate) fn run_lcores_with<T: Send>(
         );
     }
     let body = &body;
-    let (results, secs, snapshots) = std::thread::scope(|scope| {
+    let (results, secs, (snapshots, accounted)) = std::thread::scope(|scope| {
         let handles: Vec<_> = per_lcore
             .into_iter()
             .enumerate()
@@ -595,9 +611,9 @@ pub(crate) fn run_lcores_with<T: Send>(
             .collect();
         let live = Live::new(src, args.json);
         let started = live.start();
-        let mut snapshots = None;
+        let mut ends = (None, None);
         if handles.iter().all(|h| h.is_ok()) {
-            snapshots = main_loop(live, src, args, testers, control);
+            ends = main_loop(live, src, args, testers, control);
         }
         stop.store(true, Ordering::Relaxed);
         let secs = started.elapsed().as_secs_f64();
@@ -616,10 +632,10 @@ pub(crate) fn run_lcores_with<T: Send>(
                 Err(e) => Err(format!("cannot start a forwarding thread: {e}")),
             })
             .collect();
-        (results, secs, snapshots)
+        (results, secs, ends)
     });
     let lcores = results.into_iter().collect::<Result<Vec<_>, _>>()?;
-    Ok((lcores, secs, snapshots))
+    Ok((lcores, secs, snapshots, accounted))
 }
 
 /// `--tx-first`: one burst of generated frames on the stream's Tx queue
@@ -647,14 +663,17 @@ fn send_first_burst(s: &mut Stream<'_>, pool: &MbufPool, args: &FwdArgs) {
 /// was received or counted as a drop or a miss, at most
 /// [`DRAIN_MAX_ACCOUNTED`] (a descheduled lcore then cannot end the drain
 /// early). With a warm-up, the duration starts after it, and the counters
-/// at the window's open and close are returned.
+/// at the window's open and close are returned; with `control.accountable`,
+/// whether the drain ended with every frame accounted for (every frame the
+/// testers sent received, or counted as a drop: refused by a Tx queue,
+/// missed, an Rx or Tx error, or dropped by the application).
 fn main_loop(
     mut live: Live,
     src: &Sources<'_>,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
     control: Control<'_>,
-) -> Option<WindowEnds> {
+) -> (Option<WindowEnds>, Option<bool>) {
     let start = live.start();
     let warmup = control.warmup;
     let warm = Duration::from_secs_f64(warmup.map_or(0.0, |w| w.0));
@@ -699,7 +718,7 @@ fn main_loop(
         }
     }
     if testers.is_empty() {
-        return snapshots;
+        return (snapshots, None);
     }
     for (_, t) in testers {
         t.pause(true);
@@ -721,17 +740,17 @@ fn main_loop(
         let counted: u64 = src
             .sample()
             .iter()
-            .map(|p| p.drops + p.rx_missed)
+            .map(PortSample::counted_drops)
             .sum::<u64>()
             + src.app_drops.map_or(0, |f| f());
         sent == received + counted
     };
+    let mut accounted = false;
     while Instant::now() < drain_end {
-        if if accountable {
-            added_up()
-        } else {
-            idle >= DRAIN_IDLE_LOOKS
-        } {
+        if accountable {
+            accounted = added_up();
+        }
+        if accounted || (!accountable && idle >= DRAIN_IDLE_LOOKS) {
             break;
         }
         std::thread::sleep(DRAIN_STEP);
@@ -743,7 +762,10 @@ fn main_loop(
             last = cur;
         }
     }
-    snapshots
+    if accountable && !accounted {
+        accounted = added_up();
+    }
+    (snapshots, accountable.then_some(accounted))
 }
 
 /// Each registered tester's report.
@@ -920,6 +942,64 @@ mod tests {
         assert!(report.sent > 0);
         assert_eq!(report.received, report.sent, "{report}");
         assert!(pool.is_full());
+    }
+
+    #[test]
+    fn the_drain_accounts_for_frames_dropped_as_rx_errors() {
+        // Frames of 2000 bytes on ports of MTU 1500: every one is dropped
+        // at Rx as oversize, and the drain must still see them all.
+        let name = "fwd_drain_errors";
+        let spec = format!("soft:tester={name},gen=udp,flows=4,size=2000,device=inline");
+        let args = quick(&[&spec, &spec], Engine::Io, 1);
+        let pool = MbufPool::new(MbufPoolConfig {
+            size: 2047,
+            cache_size: 32,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
+        ports.iter_mut().for_each(|p| p.start().unwrap());
+        let testers: Vec<_> = sluice::tester::registered()
+            .into_iter()
+            .filter(|(n, _)| n == name)
+            .collect();
+        let f = forward(&mut ports, &pool, &args, &testers).unwrap();
+        assert_eq!(f.drain_accounted, Some(true));
+        let errors: u64 = ports.iter().map(|p| p.stats().rx_errors).sum();
+        let oversize: u64 = ports
+            .iter()
+            .map(|p| p.counters().xstats.get("rx_oversize_errors").unwrap())
+            .sum();
+        ports.iter_mut().for_each(Port::stop);
+        drop(ports);
+        let report = testers[0].1.report();
+        assert!(report.sent > 0);
+        assert_eq!(
+            (report.received, errors, oversize),
+            (0, report.sent, report.sent)
+        );
+        assert!(pool.is_full());
+    }
+
+    #[test]
+    fn a_starved_pool_is_not_clean_and_says_so() {
+        let name = "fwd_starved";
+        let spec = format!("soft:tester={name},gen=udp,flows=4,size=64,device=inline");
+        let mut args = quick(&[&spec, &spec], Engine::Io, 1);
+        args.pool_size = Some(127);
+        args.cache = 0;
+        let s = measure_with(&args, "io", |ports, pool, testers| {
+            forward(ports, pool, &args, testers)
+        })
+        .unwrap();
+        assert!(s.alloc_failures > 0, "{s:?}");
+        assert!(s.testers[0].sent > 0, "{s:?}");
+        assert!(!s.clean, "{s:?}");
+        assert!(s.pool_full);
+        assert_eq!(
+            summary::pool_ran_dry(3),
+            "pool ran dry: 3 allocation failures — raise --pool-size"
+        );
     }
 
     #[test]

@@ -221,7 +221,7 @@ pub(crate) fn route_phase<R: Router>(
         macs: &macs,
         stop: &stop,
     };
-    let (cycles, secs) = fwd::run_lcores(
+    let (cycles, secs, drain_accounted) = fwd::run_lcores(
         lcores,
         threaded,
         &src,
@@ -236,5 +236,6 @@ pub(crate) fn route_phase<R: Router>(
         drops: src.sample().iter().map(|s| s.drops).collect(),
         recycle_errors: 0,
         route_drops: Some(sum_drops(&drop_counters)),
+        drain_accounted,
     })
 }
