@@ -1050,6 +1050,16 @@ mod tests {
     }
 
     #[test]
+    fn a_wire_with_one_end_is_an_error_naming_it() {
+        let args = quick(&["soft:wire=fwd_one_end", "null"], Engine::Io, 1);
+        assert_eq!(
+            run(&args).unwrap_err(),
+            "port 0 (soft:wire=fwd_one_end): soft: wire 'fwd_one_end' has one end: no other \
+             port names it (cable two soft ports with wire=fwd_one_end)"
+        );
+    }
+
+    #[test]
     fn a_bad_spec_is_an_error_naming_it() {
         let args = quick(&["null", "null:size=5"], Engine::Io, 1);
         assert_eq!(

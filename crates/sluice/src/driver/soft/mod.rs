@@ -21,7 +21,8 @@
 //!   (default `t0`) and adds one stream of its own. With no source key at
 //!   all the port joins tester `t0` as it is (or with its defaults).
 //! - `wire=NAME`: cabled to the other soft port with the same `wire`
-//!   (exclusive with the tester keys).
+//!   (exclusive with the tester keys). Both ends must be open when a port
+//!   starts: a wire with one end is an error naming it.
 //! - `device=inline|threaded` (default inline): where the device runs —
 //!   inside the queue calls (deterministic) or on the process's device
 //!   thread.
@@ -551,6 +552,10 @@ impl PortDriver for SoftDriver {
     }
 
     fn start(&mut self) -> Result<(), PortError> {
+        if let Source::Wire(end) = &self.source {
+            end.check_peer()
+                .map_err(|e| PortError::config(format!("soft: {e}")))?;
+        }
         if self.mode == DeviceMode::Threaded
             && let Some(e) = &self.engines
         {

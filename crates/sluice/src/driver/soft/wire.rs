@@ -270,6 +270,24 @@ impl WireEnd {
         Ok(WireEnd { wire, side })
     }
 
+    /// Whether a port is plugged into the other end.
+    pub fn peer_attached(&self) -> bool {
+        self.wire.lock()[1 - self.side].taken
+    }
+
+    /// An error unless a port is plugged into the other end: a port cabled
+    /// to nothing would send every frame into the void and receive none.
+    pub fn check_peer(&self) -> Result<(), String> {
+        if self.peer_attached() {
+            return Ok(());
+        }
+        let name = &self.wire.name;
+        Err(format!(
+            "wire '{name}' has one end: no other port names it (cable two soft ports with \
+             wire={name})"
+        ))
+    }
+
     /// Publishes this port's receive side (at setup).
     pub fn set_rx(&self, rx: RxSide) {
         self.wire.lock()[self.side].rx = Some(Arc::new(rx));
