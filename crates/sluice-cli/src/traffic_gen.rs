@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
-use sluice::port::{PortConfig, PortSpec, SpecArgs, SpecError};
-use sluice::tester::{TESTER_KEYS, Tester, TesterConfig, TesterReport};
+use sluice::port::{FRAME_OVERHEAD, PortConfig, PortSpec, SpecArgs, SpecError};
+use sluice::tester::{
+    FrameSize, IMIX_ORDER, MAX_FRAME, TESTER_KEYS, Tester, TesterConfig, TesterReport,
+};
 use sluice::tsc::rdtsc;
 
 use crate::bench::emit;
@@ -117,17 +119,38 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     }
     let config = args.tester_config()?;
     let _lcore = sluice::lcore::register().map_err(|e| e.to_string())?;
+    // Buffers and MTU sized for the largest frame sent, no more: a port
+    // kind with a limit on its buffers (AF_XDP: a frame per page) takes the
+    // defaults, and a bigger --size meets the limit by name.
+    let largest = match config.size {
+        FrameSize::Fixed(n) => n,
+        FrameSize::Imix => IMIX_ORDER.iter().copied().max().unwrap_or(MAX_FRAME),
+    };
+    let data_room = largest.max(2048);
     let pool = MbufPool::new(MbufPoolConfig {
         name: "gen".into(),
         size: 8191,
         cache_size: 256,
-        data_room: 9216,
+        data_room,
         ..Default::default()
     })
     .map_err(|e| format!("mbuf pool: {e}"))?;
-    let mut port = sluice::driver::open(&args.port, PortConfig::new(Some(pool.clone())))
-        .map_err(|e| e.to_string())?;
-    port.start().map_err(|e| e.to_string())?;
+    let mut port_config = PortConfig::new(Some(pool.clone()));
+    port_config.mtu = port_config
+        .mtu
+        .max(largest.saturating_sub(FRAME_OVERHEAD as u16));
+    let sized = |e: sluice::port::PortError| {
+        if data_room > 2048 {
+            format!(
+                "{e} (buffers of {data_room} bytes and MTU {} for --size {})",
+                port_config.mtu, args.size
+            )
+        } else {
+            e.to_string()
+        }
+    };
+    let mut port = sluice::driver::open(&args.port, port_config.clone()).map_err(sized)?;
+    port.start().map_err(sized)?;
     let tester = Tester::new(config);
     let stream = tester.add_stream();
     let flows = tester.config().flows;
