@@ -328,6 +328,8 @@ pub struct RouteDrops {
     pub bad_checksum: u64,
     /// Shared buffers that could not be rewritten.
     pub unwritable: u64,
+    /// Frames shorter than an Ethernet header.
+    pub runt: u64,
 }
 
 /// Cycles per packet, `device` excluded (never below 0).
@@ -420,8 +422,8 @@ impl Summary {
         if let Some(r) = &self.route_drops {
             emit(&format!(
                 "router drops: no_route {}  ttl_expired {}  bad_header {}  bad_checksum {}  \
-                 unwritable {}",
-                r.no_route, r.ttl_expired, r.bad_header, r.bad_checksum, r.unwritable
+                 unwritable {}  runt {}",
+                r.no_route, r.ttl_expired, r.bad_header, r.bad_checksum, r.unwritable, r.runt
             ));
         }
         match self.cycles_per_packet {

@@ -206,7 +206,7 @@ pub(crate) fn route_phase<R: Router>(
     let stop = AtomicBool::new(false);
     let app_drops = || {
         let d = sum_drops(&drop_counters);
-        d.no_route + d.ttl_expired + d.bad_header + d.bad_checksum + d.unwritable
+        d.no_route + d.ttl_expired + d.bad_header + d.bad_checksum + d.unwritable + d.runt
     };
     let src = Sources {
         ports: counters,
