@@ -106,6 +106,9 @@ struct GenReport {
     foreign: u64,
     bytes_sent: u64,
     tx_mpps: f64,
+    /// Frames the port took but could not send (the interface refused
+    /// them: longer than its MTU, say).
+    tx_errors: u64,
     clean: Option<bool>,
 }
 
@@ -232,7 +235,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     drop(checker);
     let r = tester.report();
     let clean = args.check.then(|| r.is_clean());
-    print_report(args, &r, stats.tx_packets, secs, clean);
+    print_report(args, &r, &stats, secs, clean);
     pool.flush_local_cache();
     if !pool.is_full() {
         return Err("the mbuf pool is not full after the port stopped".into());
@@ -258,7 +261,14 @@ fn check_burst(
     n
 }
 
-fn print_report(args: &GenArgs, r: &TesterReport, tx_packets: u64, secs: f64, clean: Option<bool>) {
+fn print_report(
+    args: &GenArgs,
+    r: &TesterReport,
+    stats: &sluice::port::PortStats,
+    secs: f64,
+    clean: Option<bool>,
+) {
+    let tx_packets = stats.tx_packets;
     if args.json {
         let j = GenReport {
             kind: "gen",
@@ -273,6 +283,7 @@ fn print_report(args: &GenArgs, r: &TesterReport, tx_packets: u64, secs: f64, cl
             foreign: r.foreign,
             bytes_sent: r.bytes_sent,
             tx_mpps: tx_packets as f64 / secs / 1e6,
+            tx_errors: stats.tx_errors,
             clean,
         };
         match serde_json::to_string(&j) {
@@ -288,6 +299,12 @@ fn print_report(args: &GenArgs, r: &TesterReport, tx_packets: u64, secs: f64, cl
         secs,
         tx_packets as f64 / secs / 1e6
     ));
+    if stats.tx_errors != 0 {
+        emit(&format!(
+            "warning: {} frames could not be sent (tx_errors: the port refused them)",
+            stats.tx_errors
+        ));
+    }
     emit(&format!("tester: {r}"));
     match clean {
         Some(true) => emit("clean: nothing lost, reordered, duplicated or corrupted"),
