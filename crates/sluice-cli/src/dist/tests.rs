@@ -139,3 +139,18 @@ fn a_starved_pool_is_not_clean_and_says_the_pool_ran_dry() {
         "{err}"
     );
 }
+
+#[test]
+fn a_runt_and_an_oversize_frame_are_dropped_with_their_reason_when_distributing() {
+    let file = crate::fwd::tests::pcap_of("dist_runts", &[5, 60, 2000, 13, 60]);
+    let rx = format!("pcap:rx={}", file.display());
+    let s = run(&quick(&[&rx, "null"], Api::Burst, 1)).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    let p = &s.ports[0];
+    let get = |n: &str| p.xstats.iter().find(|(k, _)| k == n).map(|&(_, v)| v);
+    assert_eq!(get("rx_runt_errors"), Some(2), "{s:?}");
+    assert_eq!(get("rx_oversize_errors"), Some(1), "{s:?}");
+    assert_eq!((p.rx_packets, p.rx_errors), (2, 3), "{s:?}");
+    assert_eq!(s.ports[1].tx_packets, 2, "{s:?}");
+    assert!(s.counts_match && s.pool_full, "{s:?}");
+}

@@ -792,7 +792,7 @@ pub(crate) fn tester_reports(mut testers: Vec<(String, Arc<Tester>)>) -> Vec<Tes
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -979,6 +979,47 @@ mod tests {
             (0, report.sent, report.sent)
         );
         assert!(pool.is_full());
+    }
+
+    /// A pcap file of `lens`-byte frames in the temporary directory.
+    pub(crate) fn pcap_of(name: &str, lens: &[usize]) -> std::path::PathBuf {
+        use sluice::driver::pcap::format::PcapWriter;
+        let path = std::env::temp_dir().join(format!("sluice-{}-{name}.pcap", std::process::id()));
+        let mut w = PcapWriter::new(Vec::new(), 65535, 1, true).unwrap();
+        for (i, &n) in lens.iter().enumerate() {
+            w.write(i as u64, &vec![0x0a; n]).unwrap();
+        }
+        std::fs::write(&path, w.finish().unwrap()).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_runt_and_an_oversize_frame_are_dropped_with_their_reason_when_forwarding() {
+        let file = pcap_of("fwd_runts", &[5, 60, 2000, 13, 60]);
+        let rx = format!("pcap:rx={}", file.display());
+        for engine in [Engine::Io, Engine::Mac, Engine::Macswap] {
+            let args = quick(&[&rx, "null"], engine, 1);
+            let pool = MbufPool::new(MbufPoolConfig {
+                size: 2047,
+                cache_size: 32,
+                ..Default::default()
+            })
+            .unwrap();
+            let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
+            ports.iter_mut().for_each(|p| p.start().unwrap());
+            let f = forward(&mut ports, &pool, &args, &[]).unwrap();
+            assert_eq!(f.drops, [0, 0]);
+            let x = ports[0].counters().xstats.snapshot();
+            let get = |n: &str| x.iter().find(|(k, _)| k == n).map(|&(_, v)| v);
+            assert_eq!(get("rx_runt_errors"), Some(2), "{engine:?}");
+            assert_eq!(get("rx_oversize_errors"), Some(1), "{engine:?}");
+            let s = ports[0].stats();
+            assert_eq!((s.rx_packets, s.rx_errors), (2, 3), "{engine:?}");
+            assert_eq!(ports[1].stats().tx_packets, 2, "{engine:?}");
+            drop(ports);
+            assert!(pool.is_full());
+        }
+        std::fs::remove_file(&file).unwrap();
     }
 
     #[test]
