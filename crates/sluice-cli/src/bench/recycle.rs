@@ -517,6 +517,7 @@ impl Bed {
                 dst_mac: mac,
                 frame: None,
                 recycle_errors: 0,
+                alloc_failures: 0,
             });
         }
         Ok(streams)

@@ -208,6 +208,7 @@ pub(crate) fn measure_with(
         recycle_errors,
         route_drops,
         drain_accounted,
+        alloc_failures: gen_failures,
     } = phase(&mut ports, &pool, &testers)?;
 
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
@@ -233,7 +234,7 @@ pub(crate) fn measure_with(
     let (busy_cycles, busy_packets, cpp) = cycles_per_packet(&lcores, device_cycles);
     let rx: u64 = port_rows.iter().map(|p| p.rx_packets).sum();
     let tx: u64 = port_rows.iter().map(|p| p.tx_packets).sum();
-    let alloc_failures = port_rows.iter().map(|p| p.rx_nombuf).sum();
+    let alloc_failures = port_rows.iter().map(|p| p.rx_nombuf).sum::<u64>() + gen_failures;
     // A run starved of buffers tested less than it was asked to: it is
     // not called clean even when every frame it sent came back.
     let clean = testers.iter().all(|t| t.clean) && alloc_failures == 0;
@@ -388,6 +389,8 @@ pub(crate) struct Forwarded {
     /// When every frame starts and ends at a tester: whether the drain saw
     /// every frame sent received or counted as a drop.
     pub drain_accounted: Option<bool>,
+    /// `txonly`: bursts not generated because the pool was empty.
+    pub alloc_failures: u64,
 }
 
 /// The forwarding phase: streams, lcores, live stats, and, when `testers`
@@ -462,6 +465,7 @@ fn forward_window(
                 frame: (args.engine == Engine::Txonly)
                     .then(|| (udp_frame(args.txpkts, src_mac, dst_mac), pool.clone())),
                 recycle_errors: 0,
+                alloc_failures: 0,
             });
         }
     }
@@ -510,6 +514,7 @@ fn forward_window(
     )?;
     let drops = src.sample().iter().map(|s| s.drops).collect();
     let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
+    let alloc_failures = stream_counters.iter().map(|c| c.alloc_failures.get()).sum();
     let window = snapshots.map(|(open, close)| WindowFigures::new(&open, &close, &lcores));
     let f = Forwarded {
         lcores,
@@ -518,6 +523,7 @@ fn forward_window(
         recycle_errors,
         route_drops: None,
         drain_accounted,
+        alloc_failures,
     };
     Ok((f, window))
 }
@@ -1020,6 +1026,23 @@ pub(crate) mod tests {
             assert!(pool.is_full());
         }
         std::fs::remove_file(&file).unwrap();
+    }
+
+    #[test]
+    fn txonly_counts_the_bursts_a_dry_pool_could_not_generate() {
+        // Nothing receives on the pair: its rings keep the buffers sent
+        // until the pool is empty.
+        let pair = "pair:name=fwd_txonly_dry";
+        let mut args = quick(&[pair, pair], Engine::Txonly, 1);
+        args.pool_size = Some(63);
+        args.cache = 0;
+        let s = measure_with(&args, "txonly", |ports, pool, testers| {
+            forward(ports, pool, &args, testers)
+        })
+        .unwrap();
+        assert!(s.alloc_failures > 0, "{s:?}");
+        assert!(!s.clean, "{s:?}");
+        assert!(s.pool_full);
     }
 
     #[test]

@@ -286,8 +286,8 @@ pub struct Summary {
     pub route_drops: Option<RouteDrops>,
     /// Whether every buffer was back in the pool after the ports stopped.
     pub pool_full: bool,
-    /// Times the pool was found empty (every port's `rx_nombuf`): the pool
-    /// ran dry.
+    /// Times the pool was found empty (every port's `rx_nombuf`, and the
+    /// bursts `txonly` could not generate): the pool ran dry.
     pub alloc_failures: u64,
     /// When every frame starts and ends at a tester: whether the drain saw
     /// every frame sent received or counted as a drop.

@@ -237,5 +237,6 @@ pub(crate) fn route_phase<R: Router>(
         recycle_errors: 0,
         route_drops: Some(sum_drops(&drop_counters)),
         drain_accounted,
+        alloc_failures: 0,
     })
 }
