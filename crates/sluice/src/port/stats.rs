@@ -362,6 +362,30 @@ mod tests {
     }
 
     #[test]
+    fn the_frame_check_takes_14_to_mtu_plus_18_bytes_and_names_the_rest() {
+        let x = crate::port::Xstats::new();
+        let c = RxFrameCheck::new(&x, 1500);
+        assert_eq!(c.max_frame(), 1518);
+        for (len, ok) in [
+            (0, false),
+            (13, false),
+            (14, true),
+            (1518, true),
+            (1519, false),
+        ] {
+            assert_eq!(c.accepts(len), ok, "{len}");
+        }
+        assert!(!c.accepts(usize::MAX));
+        let errors = Counter::new();
+        for len in [0, 13, 1519, 9000] {
+            c.count_drop(len, &errors);
+        }
+        assert_eq!(errors.get(), 4);
+        assert_eq!(x.get("rx_runt_errors"), Some(2));
+        assert_eq!(x.get("rx_oversize_errors"), Some(2));
+    }
+
+    #[test]
     fn port_stats_add_up_the_queues() {
         let rx = [RxQueueStats::default(), RxQueueStats::default()];
         let tx = [TxQueueStats::default()];

@@ -340,3 +340,23 @@ fn runts_and_frames_over_the_mtu_are_dropped_at_rx_with_their_reason() {
     drop((a, b));
     assert!(pool.is_full());
 }
+
+#[test]
+fn without_bytes_no_header_is_read_and_nothing_is_checked() {
+    let pool = pool(63);
+    let spec = "pair:name=t_runts_nobytes";
+    let mut a = open(spec, PortConfig::new(None)).unwrap();
+    let mut b = open(spec, PortConfig::new(None)).unwrap();
+    a.start().unwrap();
+    b.start().unwrap();
+    let mut burst: Burst = Burst::new();
+    burst
+        .push(pool.alloc_from_slice(&[1u8; 5]).unwrap())
+        .unwrap();
+    assert_eq!(a.tx_queue(0).unwrap().tx_burst(&mut burst), 1);
+    assert_eq!(b.rx_queue(0).unwrap().rx_burst(&mut burst), 1);
+    assert_eq!(b.stats().rx_errors, 0);
+    drop(burst);
+    drop((a, b));
+    assert!(pool.is_full());
+}
