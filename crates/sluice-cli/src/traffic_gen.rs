@@ -13,8 +13,10 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
-use sluice::port::{PortConfig, PortSpec, SpecArgs, SpecError};
-use sluice::tester::{TESTER_KEYS, Tester, TesterConfig, TesterReport};
+use sluice::port::{FRAME_OVERHEAD, PortConfig, PortSpec, SpecArgs, SpecError};
+use sluice::tester::{
+    FrameSize, IMIX_ORDER, MAX_FRAME, TESTER_KEYS, Tester, TesterConfig, TesterReport,
+};
 use sluice::tsc::rdtsc;
 
 use crate::bench::emit;
@@ -104,6 +106,9 @@ struct GenReport {
     foreign: u64,
     bytes_sent: u64,
     tx_mpps: f64,
+    /// Frames the port took but could not send (the interface refused
+    /// them: longer than its MTU, say).
+    tx_errors: u64,
     clean: Option<bool>,
 }
 
@@ -117,17 +122,38 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     }
     let config = args.tester_config()?;
     let _lcore = sluice::lcore::register().map_err(|e| e.to_string())?;
+    // Buffers and MTU sized for the largest frame sent, no more: a port
+    // kind with a limit on its buffers (AF_XDP: a frame per page) takes the
+    // defaults, and a bigger --size meets the limit by name.
+    let largest = match config.size {
+        FrameSize::Fixed(n) => n,
+        FrameSize::Imix => IMIX_ORDER.iter().copied().max().unwrap_or(MAX_FRAME),
+    };
+    let data_room = largest.max(2048);
     let pool = MbufPool::new(MbufPoolConfig {
         name: "gen".into(),
         size: 8191,
         cache_size: 256,
-        data_room: 9216,
+        data_room,
         ..Default::default()
     })
     .map_err(|e| format!("mbuf pool: {e}"))?;
-    let mut port = sluice::driver::open(&args.port, PortConfig::new(Some(pool.clone())))
-        .map_err(|e| e.to_string())?;
-    port.start().map_err(|e| e.to_string())?;
+    let mut port_config = PortConfig::new(Some(pool.clone()));
+    port_config.mtu = port_config
+        .mtu
+        .max(largest.saturating_sub(FRAME_OVERHEAD as u16));
+    let sized = |e: sluice::port::PortError| {
+        if data_room > 2048 {
+            format!(
+                "{e} (buffers of {data_room} bytes and MTU {} for --size {})",
+                port_config.mtu, args.size
+            )
+        } else {
+            e.to_string()
+        }
+    };
+    let mut port = sluice::driver::open(&args.port, port_config.clone()).map_err(sized)?;
+    port.start().map_err(sized)?;
     let tester = Tester::new(config);
     let stream = tester.add_stream();
     let flows = tester.config().flows;
@@ -214,7 +240,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     drop(checker);
     let r = tester.report();
     let clean = args.check.then(|| r.is_clean());
-    print_report(args, &r, stats.tx_packets, secs, clean);
+    print_report(args, &r, &stats, secs, clean);
     pool.flush_local_cache();
     if !pool.is_full() {
         return Err("the mbuf pool is not full after the port stopped".into());
@@ -240,7 +266,14 @@ fn check_burst(
     n
 }
 
-fn print_report(args: &GenArgs, r: &TesterReport, tx_packets: u64, secs: f64, clean: Option<bool>) {
+fn print_report(
+    args: &GenArgs,
+    r: &TesterReport,
+    stats: &sluice::port::PortStats,
+    secs: f64,
+    clean: Option<bool>,
+) {
+    let tx_packets = stats.tx_packets;
     if args.json {
         let j = GenReport {
             kind: "gen",
@@ -255,6 +288,7 @@ fn print_report(args: &GenArgs, r: &TesterReport, tx_packets: u64, secs: f64, cl
             foreign: r.foreign,
             bytes_sent: r.bytes_sent,
             tx_mpps: tx_packets as f64 / secs / 1e6,
+            tx_errors: stats.tx_errors,
             clean,
         };
         match serde_json::to_string(&j) {
@@ -270,6 +304,12 @@ fn print_report(args: &GenArgs, r: &TesterReport, tx_packets: u64, secs: f64, cl
         secs,
         tx_packets as f64 / secs / 1e6
     ));
+    if stats.tx_errors != 0 {
+        emit(&format!(
+            "warning: {} frames could not be sent (tx_errors: the port refused them)",
+            stats.tx_errors
+        ));
+    }
     emit(&format!("tester: {r}"));
     match clean {
         Some(true) => emit("clean: nothing lost, reordered, duplicated or corrupted"),

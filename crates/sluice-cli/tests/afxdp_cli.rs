@@ -305,6 +305,41 @@ fn raw_frames_cross_afxdp_ports_intact_both_ways() {
     assert!(!xdp_attached(va.a()) && !xdp_attached(vb.a()));
 }
 
+/// `sluice gen` with its defaults sends on an afxdp port (its buffers fit
+/// an AF_XDP frame), and the frames arrive at the veth's other end.
+#[test]
+fn gen_with_its_defaults_sends_on_an_afxdp_port() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let ns = Netns::new("wg").unwrap();
+    let v = Veth::into_ns(&ns).unwrap();
+    let raw = RawSocket::open(&ns, v.b()).unwrap();
+    let port = format!("afxdp:iface={}", v.a());
+    let argv = [
+        SLUICE,
+        "gen",
+        "--port",
+        &port,
+        "--count",
+        "200",
+        "--duration",
+        "2",
+        "--json",
+    ];
+    let out = sluice_netns::exec(&argv, Duration::from_secs(120)).unwrap();
+    assert!(out.success(), "{out}");
+    let last = out.stdout.lines().last().unwrap_or_default();
+    let r: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(r["sent"], 200, "{out}");
+    // The tester's frames (UDP to port 9 and up, 64 bytes) at the peer.
+    let got = raw
+        .recv_frames(200, Duration::from_secs(2), |f| f.len() == 64)
+        .unwrap();
+    assert_eq!(got.len(), 200, "{out}");
+    assert!(!xdp_attached(v.a()));
+}
+
 /// Runs Sluice with `args` to its end (bounded), with `pre` applied in the
 /// child before exec; its standard error, and the exit code must be 1.
 fn sluice_err(args: &[&str], pre: Option<fn() -> std::io::Result<()>>) -> String {

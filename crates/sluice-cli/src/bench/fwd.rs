@@ -247,6 +247,7 @@ pub(super) fn crossed_streams(ports: &mut [Port]) -> Result<[Stream<'_>; 2], Str
         dst_mac: mac,
         frame: None,
         recycle_errors: 0,
+        alloc_failures: 0,
     };
     Ok([
         stream(0, 1, arx[0].as_mut(), btx[0].as_mut()),

@@ -461,10 +461,12 @@ impl Bed {
             if g.fast_free {
                 config.tx_offloads |= Offloads::FAST_FREE;
             }
-            let mut port = sluice::driver::open(&spec, config).map_err(|e| e.to_string())?;
+            ports.push(sluice::driver::open(&spec, config).map_err(|e| e.to_string())?);
+        }
+        // Started once all are open: a wire's two ends are then plugged in.
+        for (i, port) in ports.iter_mut().enumerate() {
             port.start()
-                .map_err(|e| format!("port {i} ({spec}): {e}"))?;
-            ports.push(port);
+                .map_err(|e| format!("port {i} ({}): {e}", port.name()))?;
         }
         if path == Path::Recycle {
             crate::fwd::check_recycle(&ports)?;
@@ -515,6 +517,7 @@ impl Bed {
                 dst_mac: mac,
                 frame: None,
                 recycle_errors: 0,
+                alloc_failures: 0,
             });
         }
         Ok(streams)

@@ -42,7 +42,7 @@ use sluice::mbuf::{MbufPool, MbufPoolConfig};
 use sluice::port::{Offloads, Port, PortConfig, PortError, PortSpec};
 use sluice::tester::Tester;
 
-use crate::fwd::stats::{Live, Sources};
+use crate::fwd::stats::{Live, PortSample, Sources};
 use crate::fwd::summary::PortSummary;
 use crate::fwd::{inline_device_cycles, peer, tester_reports};
 use api::{Api, DistSide, WithDist};
@@ -210,21 +210,25 @@ pub fn default_pool_size(ports: usize, args: &DistArgs) -> u32 {
 }
 
 /// Runs `sluice dist`; an error when the run was not right (a tester
-/// report not clean, packets unaccounted for, buffers missing).
+/// report not clean, the pool ran dry, packets unaccounted for, buffers
+/// missing).
 pub fn run_checked(args: &DistArgs) -> Result<(), String> {
     let s = run(args)?;
     if s.ok() {
         return Ok(());
     }
     let mut why = Vec::new();
-    if !s.clean {
-        why.push("a tester report is not clean");
+    if s.alloc_failures != 0 {
+        why.push(crate::fwd::summary::pool_ran_dry(s.alloc_failures));
+    }
+    if !s.testers.iter().all(|t| t.clean) {
+        why.push("a tester report is not clean".into());
     }
     if !s.counts_match {
-        why.push("packets are not accounted for once each");
+        why.push("packets are not accounted for once each".into());
     }
     if !s.pool_full {
-        why.push("buffers are missing from the pool");
+        why.push("buffers are missing from the pool".into());
     }
     Err(why.join("; "))
 }
@@ -300,6 +304,7 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
         .collect();
     drop(ports);
     let testers = tester_reports(testers);
+    let alloc_failures = port_rows.iter().map(|p| p.rx_nombuf).sum();
     let rx: u64 = port_rows.iter().map(|p| p.rx_packets).sum();
     let tx: u64 = port_rows.iter().map(|p| p.tx_packets).sum();
     let per_worker = worker_rows(&ran.workers, &ran.stats.handed);
@@ -328,7 +333,10 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
         lcore_busy_loops: c.busy_loops,
         tsc_hz: sluice::tsc::tsc_hz(),
         pool_full: pool.is_full(),
-        clean: testers.iter().all(|t| t.clean),
+        alloc_failures,
+        // A run starved of buffers tested less than it was asked to: it is
+        // not called clean even when every frame it sent came back.
+        clean: testers.iter().all(|t| t.clean) && alloc_failures == 0,
         testers,
         ports: port_rows,
     };
@@ -545,10 +553,10 @@ fn pin(cpu: usize, who: &str) {
 /// SIGINT; then, with testers, the drain: they are paused and the pipeline
 /// runs until nothing moved for a few looks, at most [`DRAIN_MAX`] — or,
 /// when every port is on a tester, until every frame they sent was received
-/// or counted as a drop or an Rx miss, at most [`DRAIN_MAX_ACCOUNTED`] (so a
-/// thread descheduled on a loaded machine cannot end the drain early). A
-/// failure — a thread ended (`ended`) or a port's device failed — ends the
-/// loop at once, without the drain.
+/// or counted as a drop (refused, missed, an Rx or Tx error), at most
+/// [`DRAIN_MAX_ACCOUNTED`] (so a thread descheduled on a loaded machine cannot
+/// end the drain early). A failure — a thread ended (`ended`) or a port's
+/// device failed — ends the loop at once, without the drain.
 fn main_loop(
     mut live: Live,
     src: &Sources<'_>,
@@ -615,7 +623,7 @@ fn main_loop(
             let rep = t.report();
             (s + rep.sent, r + rep.received)
         });
-        let counted: u64 = src.sample().iter().map(|p| p.drops + p.rx_missed).sum();
+        let counted: u64 = src.sample().iter().map(PortSample::counted_drops).sum();
         sent == received + counted
     };
     let mut last = src.moved();

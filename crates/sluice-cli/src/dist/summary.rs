@@ -8,7 +8,7 @@ use sluice::distributor::DistStats;
 use super::api::Api;
 use super::worker::WorkerOut;
 use crate::bench::emit;
-use crate::fwd::summary::{PortSummary, TesterSummary};
+use crate::fwd::summary::{PortSummary, TesterSummary, pool_ran_dry, tester_verdict};
 
 /// One worker.
 #[derive(Serialize, Debug, Clone, PartialEq)]
@@ -156,9 +156,13 @@ pub struct DistSummary {
     pub counts_match: bool,
     /// Every buffer back in the pool after the ports stopped.
     pub pool_full: bool,
+    /// Times the pool was found empty (every port's `rx_nombuf`): the pool
+    /// ran dry.
+    pub alloc_failures: u64,
     /// Each tester's report.
     pub testers: Vec<TesterSummary>,
-    /// Every tester report clean (true when there is none).
+    /// Every tester report clean (true when there is none) and the pool
+    /// never ran dry.
     pub clean: bool,
 }
 
@@ -293,8 +297,11 @@ impl DistSummary {
                 "tester {}: {} — {}",
                 t.name,
                 t.report,
-                if t.clean { "clean" } else { "NOT CLEAN" }
+                tester_verdict(t.clean, self.alloc_failures != 0)
             ));
+        }
+        if self.alloc_failures != 0 {
+            emit(&format!("warning: {}", pool_ran_dry(self.alloc_failures)));
         }
         emit(if self.pool_full {
             "pool: every mbuf back"

@@ -121,3 +121,36 @@ fn soft_ports_through_the_single_packet_distributor_lose_nothing() {
     assert_eq!(s.api, Api::Single);
     assert_right(&s, name, 2);
 }
+
+#[test]
+fn a_starved_pool_is_not_clean_and_says_the_pool_ran_dry() {
+    let name = "dist_unit_starved";
+    let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
+    let mut a = quick(&[&spec, &spec], Api::Burst, 1);
+    a.pool_size = Some(255);
+    a.cache = 0;
+    let s = run(&a).unwrap();
+    assert!(s.alloc_failures > 0, "{s:?}");
+    assert!(!s.clean && !s.ok(), "{s:?}");
+    assert!(s.pool_full, "every buffer home all the same");
+    let err = run_checked(&a).unwrap_err();
+    assert!(
+        err.contains("pool ran dry") && err.contains("raise --pool-size"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_runt_and_an_oversize_frame_are_dropped_with_their_reason_when_distributing() {
+    let file = crate::fwd::tests::pcap_of("dist_runts", &[5, 60, 2000, 13, 60]);
+    let rx = format!("pcap:rx={}", file.display());
+    let s = run(&quick(&[&rx, "null"], Api::Burst, 1)).unwrap();
+    std::fs::remove_file(&file).unwrap();
+    let p = &s.ports[0];
+    let get = |n: &str| p.xstats.iter().find(|(k, _)| k == n).map(|&(_, v)| v);
+    assert_eq!(get("rx_runt_errors"), Some(2), "{s:?}");
+    assert_eq!(get("rx_oversize_errors"), Some(1), "{s:?}");
+    assert_eq!((p.rx_packets, p.rx_errors), (2, 3), "{s:?}");
+    assert_eq!(s.ports[1].tx_packets, 2, "{s:?}");
+    assert!(s.counts_match && s.pool_full, "{s:?}");
+}

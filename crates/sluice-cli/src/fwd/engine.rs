@@ -40,6 +40,9 @@ pub struct Stream<'a> {
     /// `recycle`: recycle steps that failed (a queue stopped or unable),
     /// counted by the polling lcore.
     pub recycle_errors: u64,
+    /// `txonly`: bursts that could not be generated because the pool was
+    /// empty, counted by the polling lcore.
+    pub alloc_failures: u64,
 }
 
 /// What one poll moved.
@@ -128,6 +131,7 @@ impl Fwd for TxOnly {
         };
         let n = burst.free();
         if pool.alloc_bulk(burst, n).is_err() {
+            s.alloc_failures += 1;
             return 0;
         }
         for m in burst.iter_mut() {
@@ -257,6 +261,7 @@ mod tests {
             dst_mac: dst,
             frame: make.then(|| (udp_frame(60, src, dst), pool.clone())),
             recycle_errors: 0,
+            alloc_failures: 0,
         };
         let mut burst: Burst<64> = Burst::new();
         let moved = poll(e, &mut s, burst.capped(burst_size), 0);
@@ -372,6 +377,7 @@ mod tests {
             dst_mac: mac,
             frame: None,
             recycle_errors: 0,
+            alloc_failures: 0,
         }
     }
 

@@ -30,6 +30,9 @@ pub struct StreamCounters {
     pub drops: Counter,
     /// `recycle`: recycle steps that failed (added when the lcore ends).
     pub recycle_errors: Counter,
+    /// `txonly`: bursts not generated for want of buffers (added when the
+    /// lcore ends).
+    pub alloc_failures: Counter,
 }
 
 /// What one lcore measured.
@@ -156,6 +159,11 @@ fn run<E: Fwd>(e: E, streams: &mut [Stream<'_>], cfg: LcoreConfig<'_>) -> LcoreC
             cfg.counters[s.id]
                 .recycle_errors
                 .add(std::mem::take(&mut s.recycle_errors));
+        }
+        if s.alloc_failures != 0 {
+            cfg.counters[s.id]
+                .alloc_failures
+                .add(std::mem::take(&mut s.alloc_failures));
         }
     }
     c

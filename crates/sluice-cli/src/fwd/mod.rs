@@ -43,7 +43,7 @@ use sluice::tester::Tester;
 pub use args::{Engine, EthPeer, FwdArgs, parse_eth_peer, parse_seconds};
 use engine::{Stream, udp_frame};
 use lcore::{LcoreConfig, LcoreCycles, StreamCounters, Window, lcore_main};
-use stats::{Live, Sources};
+use stats::{Live, PortSample, Sources};
 use summary::{PortSummary, RouteDrops, Summary, TesterSummary, cycles_per_packet};
 use window::{Snapshot, WindowFigures};
 
@@ -223,6 +223,8 @@ pub(crate) fn measure_with(
         drops: stream_drops,
         recycle_errors,
         route_drops,
+        drain_accounted,
+        alloc_failures: gen_failures,
     } = phase(&mut ports, &pool, &testers)?;
 
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
@@ -248,7 +250,10 @@ pub(crate) fn measure_with(
     let (busy_cycles, busy_packets, cpp) = cycles_per_packet(&lcores, device_cycles);
     let rx: u64 = port_rows.iter().map(|p| p.rx_packets).sum();
     let tx: u64 = port_rows.iter().map(|p| p.tx_packets).sum();
-    let clean = testers.iter().all(|t| t.clean);
+    let alloc_failures = port_rows.iter().map(|p| p.rx_nombuf).sum::<u64>() + gen_failures;
+    // A run starved of buffers tested less than it was asked to: it is
+    // not called clean even when every frame it sent came back.
+    let clean = testers.iter().all(|t| t.clean) && alloc_failures == 0;
     let summary = Summary {
         kind: "summary",
         engine,
@@ -269,6 +274,8 @@ pub(crate) fn measure_with(
         recycle_errors,
         route_drops,
         pool_full: pool.is_full(),
+        alloc_failures,
+        drain_accounted,
         testers,
         clean,
     };
@@ -395,6 +402,11 @@ pub(crate) struct Forwarded {
     pub recycle_errors: u64,
     /// `l3fwd`: packets dropped by the router, by reason.
     pub route_drops: Option<RouteDrops>,
+    /// When every frame starts and ends at a tester: whether the drain saw
+    /// every frame sent received or counted as a drop.
+    pub drain_accounted: Option<bool>,
+    /// `txonly`: bursts not generated because the pool was empty.
+    pub alloc_failures: u64,
 }
 
 /// The forwarding phase: streams, lcores, live stats, and, when `testers`
@@ -469,6 +481,7 @@ fn forward_window(
                 frame: (args.engine == Engine::Txonly)
                     .then(|| (udp_frame(args.txpkts, src_mac, dst_mac), pool.clone())),
                 recycle_errors: 0,
+                alloc_failures: 0,
             });
         }
     }
@@ -506,7 +519,7 @@ fn forward_window(
         accountable,
         warmup: warmup.map(|secs| (secs, &window, inline.as_slice())),
     };
-    let (lcores, secs, snapshots) = run_lcores_with(
+    let (lcores, secs, snapshots, drain_accounted) = run_lcores_with(
         per_lcore,
         threaded,
         &src,
@@ -517,6 +530,7 @@ fn forward_window(
     )?;
     let drops = src.sample().iter().map(|s| s.drops).collect();
     let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
+    let alloc_failures = stream_counters.iter().map(|c| c.alloc_failures.get()).sum();
     let window = snapshots.map(|(open, close)| WindowFigures::new(&open, &close, &lcores));
     let f = Forwarded {
         lcores,
@@ -524,6 +538,8 @@ fn forward_window(
         drops,
         recycle_errors,
         route_drops: None,
+        drain_accounted,
+        alloc_failures,
     };
     Ok((f, window))
 }
@@ -550,8 +566,9 @@ pub(crate) type Warmup<'a> = (f64, &'a AtomicU8, &'a [bool]);
 /// Runs one forwarding thread per element of `per_lcore` (each pinned to
 /// its CPU from [`lcore_cpus`], named `fwd-I`), prints live stats from
 /// `src` until the duration is over or a signal came (then the drain, see
-/// [`main_loop`]), sets `stop` and joins them. Each lcore's cycles, and the
-/// seconds from start to stop.
+/// [`main_loop`]), sets `stop` and joins them. Each lcore's cycles, the
+/// seconds from start to stop, and whether the drain accounted for every
+/// frame (`None` unless every port is on a tester).
 pub(crate) fn run_lcores<T: Send>(
     per_lcore: Vec<T>,
     threaded: bool,
@@ -560,7 +577,7 @@ pub(crate) fn run_lcores<T: Send>(
     testers: &[(String, Arc<Tester>)],
     stop: &AtomicBool,
     body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
-) -> Result<(Vec<LcoreCycles>, f64), String> {
+) -> Result<(Vec<LcoreCycles>, f64, Option<bool>), String> {
     // Every port on a tester: the drain can wait for the counts to add up.
     let accountable = !testers.is_empty()
         && args
@@ -572,10 +589,15 @@ pub(crate) fn run_lcores<T: Send>(
         accountable,
         warmup: None,
     };
-    let (lcores, secs, _) =
+    let (lcores, secs, _, drain_accounted) =
         run_lcores_with(per_lcore, threaded, src, args, testers, control, body)?;
-    Ok((lcores, secs))
+    Ok((lcores, secs, drain_accounted))
 }
+
+/// What [`run_lcores_with`] returns: each lcore's cycles, the seconds from
+/// start to stop, the counters at a measured window's ends, and whether the
+/// drain accounted for every frame (when it could: see [`main_loop`]).
+pub(crate) type LcoresRan = (Vec<LcoreCycles>, f64, Option<WindowEnds>, Option<bool>);
 
 /// [`run_lcores`] under `control`: with a warm-up, also the counters at the
 /// measured window's open and close.
@@ -587,7 +609,7 @@ pub(crate) fn run_lcores_with<T: Send>(
     testers: &[(String, Arc<Tester>)],
     control: Control<'_>,
     body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
-) -> Result<(Vec<LcoreCycles>, f64, Option<WindowEnds>), String> {
+) -> Result<LcoresRan, String> {
     let stop = control.stop;
     let cpus = lcore_cpus(&sluice::lcore::available_cpus(), threaded);
     if per_lcore.len() > cpus.len() {
@@ -598,7 +620,7 @@ pub(crate) fn run_lcores_with<T: Send>(
         );
     }
     let body = &body;
-    let (results, secs, snapshots) = std::thread::scope(|scope| {
+    let (results, secs, (snapshots, accounted)) = std::thread::scope(|scope| {
         // Should the main thread panic below, the scope joins the lcores
         // before passing the panic on: they must have been told to stop.
         let _stop = StopOnDrop(stop);
@@ -614,7 +636,7 @@ pub(crate) fn run_lcores_with<T: Send>(
             .collect();
         let live = Live::new(src, args.json);
         let started = live.start();
-        let mut snapshots = None;
+        let mut ends = (None, None);
         if handles.iter().all(|h| h.is_ok()) {
             // An lcore that ends before it is told to has failed (an error
             // or a panic): the run ends, and the join below says why.
@@ -623,7 +645,7 @@ pub(crate) fn run_lcores_with<T: Send>(
                     .iter()
                     .any(|h| h.as_ref().is_ok_and(|h| h.is_finished()))
             };
-            snapshots = main_loop(live, src, args, testers, control, &lcore_ended);
+            ends = main_loop(live, src, args, testers, control, &lcore_ended);
         }
         stop.store(true, Ordering::Relaxed);
         let secs = started.elapsed().as_secs_f64();
@@ -642,13 +664,13 @@ pub(crate) fn run_lcores_with<T: Send>(
                 Err(e) => Err(format!("cannot start a forwarding thread: {e}")),
             })
             .collect();
-        (results, secs, snapshots)
+        (results, secs, ends)
     });
     let lcores = results.into_iter().collect::<Result<Vec<_>, _>>()?;
     if let Some(fault) = src.fault() {
         return Err(fault);
     }
-    Ok((lcores, secs, snapshots))
+    Ok((lcores, secs, snapshots, accounted))
 }
 
 /// Sets its flag when dropped, unwinding included: lcores polling under
@@ -687,9 +709,12 @@ fn send_first_burst(s: &mut Stream<'_>, pool: &MbufPool, args: &FwdArgs) {
 /// was received or counted as a drop or a miss, at most
 /// [`DRAIN_MAX_ACCOUNTED`] (a descheduled lcore then cannot end the drain
 /// early). With a warm-up, the duration starts after it, and the counters
-/// at the window's open and close are returned. A failure — an lcore
-/// ended (`lcore_ended`) or a port's device failed — ends the loop at once,
-/// without the drain.
+/// at the window's open and close are returned; with `control.accountable`,
+/// whether the drain ended with every frame accounted for (every frame the
+/// testers sent received, or counted as a drop: refused by a Tx queue,
+/// missed, an Rx or Tx error, or dropped by the application). A failure — an
+/// lcore ended (`lcore_ended`) or a port's device failed — ends the loop at
+/// once, without the drain.
 fn main_loop(
     mut live: Live,
     src: &Sources<'_>,
@@ -697,7 +722,7 @@ fn main_loop(
     testers: &[(String, Arc<Tester>)],
     control: Control<'_>,
     lcore_ended: &dyn Fn() -> bool,
-) -> Option<WindowEnds> {
+) -> (Option<WindowEnds>, Option<bool>) {
     let start = live.start();
     let warmup = control.warmup;
     let warm = Duration::from_secs_f64(warmup.map_or(0.0, |w| w.0));
@@ -711,7 +736,7 @@ fn main_loop(
     let mut snapshots = None;
     loop {
         if lcore_ended() || src.fault().is_some() {
-            return None;
+            return (None, None);
         }
         let now = Instant::now();
         if let Some((_, flag, inline)) = warmup
@@ -745,7 +770,7 @@ fn main_loop(
         }
     }
     if testers.is_empty() {
-        return snapshots;
+        return (snapshots, None);
     }
     for (_, t) in testers {
         t.pause(true);
@@ -767,17 +792,17 @@ fn main_loop(
         let counted: u64 = src
             .sample()
             .iter()
-            .map(|p| p.drops + p.rx_missed)
+            .map(PortSample::counted_drops)
             .sum::<u64>()
             + src.app_drops.map_or(0, |f| f());
         sent == received + counted
     };
+    let mut accounted = false;
     while Instant::now() < drain_end {
-        if if accountable {
-            added_up()
-        } else {
-            idle >= DRAIN_IDLE_LOOKS
-        } {
+        if accountable {
+            accounted = added_up();
+        }
+        if accounted || (!accountable && idle >= DRAIN_IDLE_LOOKS) {
             break;
         }
         std::thread::sleep(DRAIN_STEP);
@@ -789,7 +814,10 @@ fn main_loop(
             last = cur;
         }
     }
-    snapshots
+    if accountable && !accounted {
+        accounted = added_up();
+    }
+    (snapshots, accountable.then_some(accounted))
 }
 
 /// Each registered tester's report.
@@ -816,7 +844,7 @@ pub(crate) fn tester_reports(mut testers: Vec<(String, Arc<Tester>)>) -> Vec<Tes
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -969,6 +997,122 @@ mod tests {
     }
 
     #[test]
+    fn the_drain_accounts_for_frames_dropped_as_rx_errors() {
+        // Frames of 2000 bytes on ports of MTU 1500: every one is dropped
+        // at Rx as oversize, and the drain must still see them all.
+        let name = "fwd_drain_errors";
+        let spec = format!("soft:tester={name},gen=udp,flows=4,size=2000,device=inline");
+        let args = quick(&[&spec, &spec], Engine::Io, 1);
+        let pool = MbufPool::new(MbufPoolConfig {
+            size: 2047,
+            cache_size: 32,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
+        ports.iter_mut().for_each(|p| p.start().unwrap());
+        let testers: Vec<_> = sluice::tester::registered()
+            .into_iter()
+            .filter(|(n, _)| n == name)
+            .collect();
+        let f = forward(&mut ports, &pool, &args, &testers).unwrap();
+        assert_eq!(f.drain_accounted, Some(true));
+        let errors: u64 = ports.iter().map(|p| p.stats().rx_errors).sum();
+        let oversize: u64 = ports
+            .iter()
+            .map(|p| p.counters().xstats.get("rx_oversize_errors").unwrap())
+            .sum();
+        ports.iter_mut().for_each(Port::stop);
+        drop(ports);
+        let report = testers[0].1.report();
+        assert!(report.sent > 0);
+        assert_eq!(
+            (report.received, errors, oversize),
+            (0, report.sent, report.sent)
+        );
+        assert!(pool.is_full());
+    }
+
+    /// A pcap file of `lens`-byte frames in the temporary directory.
+    pub(crate) fn pcap_of(name: &str, lens: &[usize]) -> std::path::PathBuf {
+        use sluice::driver::pcap::format::PcapWriter;
+        let path = std::env::temp_dir().join(format!("sluice-{}-{name}.pcap", std::process::id()));
+        let mut w = PcapWriter::new(Vec::new(), 65535, 1, true).unwrap();
+        for (i, &n) in lens.iter().enumerate() {
+            w.write(i as u64, &vec![0x0a; n]).unwrap();
+        }
+        std::fs::write(&path, w.finish().unwrap()).unwrap();
+        path
+    }
+
+    #[test]
+    fn a_runt_and_an_oversize_frame_are_dropped_with_their_reason_when_forwarding() {
+        let file = pcap_of("fwd_runts", &[5, 60, 2000, 13, 60]);
+        let rx = format!("pcap:rx={}", file.display());
+        for engine in [Engine::Io, Engine::Mac, Engine::Macswap] {
+            let args = quick(&[&rx, "null"], engine, 1);
+            let pool = MbufPool::new(MbufPoolConfig {
+                size: 2047,
+                cache_size: 32,
+                ..Default::default()
+            })
+            .unwrap();
+            let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
+            ports.iter_mut().for_each(|p| p.start().unwrap());
+            let f = forward(&mut ports, &pool, &args, &[]).unwrap();
+            assert_eq!(f.drops, [0, 0]);
+            let x = ports[0].counters().xstats.snapshot();
+            let get = |n: &str| x.iter().find(|(k, _)| k == n).map(|&(_, v)| v);
+            assert_eq!(get("rx_runt_errors"), Some(2), "{engine:?}");
+            assert_eq!(get("rx_oversize_errors"), Some(1), "{engine:?}");
+            let s = ports[0].stats();
+            assert_eq!((s.rx_packets, s.rx_errors), (2, 3), "{engine:?}");
+            assert_eq!(ports[1].stats().tx_packets, 2, "{engine:?}");
+            drop(ports);
+            assert!(pool.is_full());
+        }
+        std::fs::remove_file(&file).unwrap();
+    }
+
+    #[test]
+    fn txonly_counts_the_bursts_a_dry_pool_could_not_generate() {
+        // Nothing receives on the pair: its rings keep the buffers sent
+        // until the pool is empty.
+        let pair = "pair:name=fwd_txonly_dry";
+        let mut args = quick(&[pair, pair], Engine::Txonly, 1);
+        args.pool_size = Some(63);
+        args.cache = 0;
+        let s = measure_with(&args, "txonly", |ports, pool, testers| {
+            forward(ports, pool, &args, testers)
+        })
+        .unwrap();
+        assert!(s.alloc_failures > 0, "{s:?}");
+        assert!(!s.clean, "{s:?}");
+        assert!(s.pool_full);
+    }
+
+    #[test]
+    fn a_starved_pool_is_not_clean_and_says_so() {
+        let name = "fwd_starved";
+        let spec = format!("soft:tester={name},gen=udp,flows=4,size=64,device=inline");
+        let mut args = quick(&[&spec, &spec], Engine::Io, 1);
+        args.pool_size = Some(127);
+        args.cache = 0;
+        let s = measure_with(&args, "io", |ports, pool, testers| {
+            forward(ports, pool, &args, testers)
+        })
+        .unwrap();
+        assert!(s.alloc_failures > 0, "{s:?}");
+        assert!(s.testers[0].sent > 0, "{s:?}");
+        assert!(!s.clean, "{s:?}");
+        assert!(s.pool_full);
+        assert_eq!(
+            summary::pool_ran_dry(3),
+            "pool ran dry: 3 allocation failures — raise --pool-size"
+        );
+    }
+
+    #[test]
     fn recycle_engine_on_ports_that_cannot_is_an_error_naming_them() {
         let err = run(&quick(&["null", "null"], Engine::Recycle, 1)).unwrap_err();
         assert_eq!(
@@ -1013,6 +1157,16 @@ mod tests {
         assert_eq!(inline_device_cycles("soft:device=inline", &c), 500);
         assert_eq!(inline_device_cycles("soft", &c), 500);
         assert_eq!(inline_device_cycles("soft:device=threaded", &c), 0);
+    }
+
+    #[test]
+    fn a_wire_with_one_end_is_an_error_naming_it() {
+        let args = quick(&["soft:wire=fwd_one_end", "null"], Engine::Io, 1);
+        assert_eq!(
+            run(&args).unwrap_err(),
+            "port 0 (soft:wire=fwd_one_end): soft: wire 'fwd_one_end' has one end: no other \
+             port names it (cable two soft ports with wire=fwd_one_end)"
+        );
     }
 
     #[test]

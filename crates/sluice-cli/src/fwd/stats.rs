@@ -38,6 +38,18 @@ pub struct PortSample {
     pub rx_missed: u64,
     /// Rx refills that found the pool empty.
     pub rx_nombuf: u64,
+    /// Frames the port's Rx dropped as errors (runts, oversize, ...).
+    pub rx_errors: u64,
+    /// Packets the port's Tx took but could not send.
+    pub tx_errors: u64,
+}
+
+impl PortSample {
+    /// Every packet this port dropped and counted: refused by its Tx queues,
+    /// missed, and dropped as Rx or Tx errors.
+    pub fn counted_drops(&self) -> u64 {
+        self.drops + self.rx_missed + self.rx_errors + self.tx_errors
+    }
 }
 
 impl Sources<'_> {
@@ -54,6 +66,8 @@ impl Sources<'_> {
                     drops: 0,
                     rx_missed: s.rx_missed,
                     rx_nombuf: s.rx_nombuf,
+                    rx_errors: s.rx_errors,
+                    tx_errors: s.tx_errors,
                 }
             })
             .collect();
@@ -189,6 +203,8 @@ mod tests {
         ports[0].rx[0].record_burst(10, 640);
         ports[1].tx[0].record_burst(7, 448);
         ports[0].rx[0].missed.add(2);
+        ports[0].rx[0].errors.add(4);
+        ports[0].tx[0].errors.add(5);
         let streams = [StreamCounters::default(), StreamCounters::default()];
         streams[0].drops.add(3);
         streams[1].drops.add(1);
@@ -206,9 +222,12 @@ mod tests {
                 tx: 0,
                 drops: 1,
                 rx_missed: 2,
-                rx_nombuf: 0
+                rx_nombuf: 0,
+                rx_errors: 4,
+                tx_errors: 5,
             }
         );
+        assert_eq!(s[0].counted_drops(), 1 + 2 + 4 + 5);
         assert_eq!((s[1].tx, s[1].drops), (7, 3));
         assert_eq!(src.moved(), 17);
     }

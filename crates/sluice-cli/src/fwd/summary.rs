@@ -286,10 +286,33 @@ pub struct Summary {
     pub route_drops: Option<RouteDrops>,
     /// Whether every buffer was back in the pool after the ports stopped.
     pub pool_full: bool,
+    /// Times the pool was found empty (every port's `rx_nombuf`, and the
+    /// bursts `txonly` could not generate): the pool ran dry.
+    pub alloc_failures: u64,
+    /// When every frame starts and ends at a tester: whether the drain saw
+    /// every frame sent received or counted as a drop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_accounted: Option<bool>,
     /// Each tester's report.
     pub testers: Vec<TesterSummary>,
-    /// Every tester report clean (true when there is none).
+    /// Every tester report clean (true when there is none) and the pool
+    /// never ran dry.
     pub clean: bool,
+}
+
+/// The line that says the pool ran dry, `failures` times.
+pub fn pool_ran_dry(failures: u64) -> String {
+    format!("pool ran dry: {failures} allocation failures — raise --pool-size")
+}
+
+/// The verdict word of a tester line: a clean report in a run whose pool
+/// ran dry says so instead of "clean".
+pub fn tester_verdict(clean: bool, pool_dry: bool) -> &'static str {
+    match (clean, pool_dry) {
+        (true, false) => "clean",
+        (true, true) => "every frame accounted for, but the pool ran dry: not clean",
+        (false, _) => "NOT CLEAN",
+    }
 }
 
 /// Packets `sluice l3fwd` dropped before Tx, by reason.
@@ -305,6 +328,8 @@ pub struct RouteDrops {
     pub bad_checksum: u64,
     /// Shared buffers that could not be rewritten.
     pub unwritable: u64,
+    /// Frames shorter than an Ethernet header.
+    pub runt: u64,
 }
 
 /// Cycles per packet, `device` excluded (never below 0).
@@ -397,8 +422,8 @@ impl Summary {
         if let Some(r) = &self.route_drops {
             emit(&format!(
                 "router drops: no_route {}  ttl_expired {}  bad_header {}  bad_checksum {}  \
-                 unwritable {}",
-                r.no_route, r.ttl_expired, r.bad_header, r.bad_checksum, r.unwritable
+                 unwritable {}  runt {}",
+                r.no_route, r.ttl_expired, r.bad_header, r.bad_checksum, r.unwritable, r.runt
             ));
         }
         match self.cycles_per_packet {
@@ -413,13 +438,26 @@ impl Summary {
             )),
             None => emit("forwarding lcores: no packet moved"),
         }
+        match self.drain_accounted {
+            Some(true) => emit(
+                "drain: every frame the testers sent was received or counted as a drop \
+                 (refused, missed, Rx or Tx error, or dropped by the application)",
+            ),
+            Some(false) => {
+                emit("warning: the drain ended with frames neither received nor counted as a drop")
+            }
+            None => {}
+        }
         for t in &self.testers {
             emit(&format!(
                 "tester {}: {} — {}",
                 t.name,
                 t.report,
-                if t.clean { "clean" } else { "NOT CLEAN" }
+                tester_verdict(t.clean, self.alloc_failures != 0)
             ));
+        }
+        if self.alloc_failures != 0 {
+            emit(&format!("warning: {}", pool_ran_dry(self.alloc_failures)));
         }
         if self.recycle_errors != 0 {
             emit(&format!(

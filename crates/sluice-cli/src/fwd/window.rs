@@ -121,6 +121,8 @@ mod tests {
             drops,
             rx_missed: rx / 10,
             rx_nombuf: 0,
+            rx_errors: 0,
+            tx_errors: 0,
         };
         let open = Snapshot {
             at,

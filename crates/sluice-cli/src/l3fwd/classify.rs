@@ -6,8 +6,9 @@
 //! the frame, the header checksum verifies — or the Rx offload already said
 //! good; for IPv6: version 6 and the payload length fits), its TTL / hop
 //! limit is above 1, and a route or flow names an existing port. Anything
-//! else is a counted drop with its reason; nothing here panics on any
-//! input (a property test feeds random bytes).
+//! else is a counted drop with its reason (a frame shorter than an Ethernet
+//! header is a runt); nothing here panics on any input (a property test
+//! feeds random bytes).
 
 use sluice::mbuf::Mbuf;
 use sluice::mbuf::layout::ol;
@@ -29,6 +30,9 @@ pub enum DropReason {
     /// The buffer is shared (a clone is held elsewhere), so it cannot be
     /// rewritten.
     Unwritable,
+    /// Shorter than an Ethernet header (a runt: ports drop these at Rx,
+    /// unless one lets it through).
+    Runt,
 }
 
 /// Set in a route entry ([`Router::v4_entry`]) that names a next hop.
@@ -364,7 +368,7 @@ pub fn route<R: Router>(r: &R, m: &mut Mbuf, macs: &[PortMacs]) -> Result<usize,
     let ol_flags = m.ol_flags();
     let d = m.data_mut().map_err(|_| DropReason::Unwritable)?;
     if d.len() < 14 {
-        return Err(DropReason::BadHeader);
+        return Err(DropReason::Runt);
     }
     let (eth, ip) = d.split_at_mut(14);
     let port = match u16::from_be_bytes([eth[12], eth[13]]) {
@@ -588,7 +592,9 @@ mod tests {
         bad[12..14].copy_from_slice(&[0x08, 0x06]); // ARP
         assert_eq!(run(&p, &bad).0, Err(DropReason::BadHeader));
         assert_eq!(run(&p, &good[..30]).0, Err(DropReason::BadHeader));
-        assert_eq!(run(&p, &good[..10]).0, Err(DropReason::BadHeader));
+        assert_eq!(run(&p, &good[..10]).0, Err(DropReason::Runt));
+        assert_eq!(run(&p, &good[..13]).0, Err(DropReason::Runt));
+        assert_eq!(run(&p, &good[..14]).0, Err(DropReason::BadHeader));
         // A shared buffer cannot be rewritten.
         let mut m = p.alloc().unwrap();
         m.append(good.len()).unwrap().copy_from_slice(&good);

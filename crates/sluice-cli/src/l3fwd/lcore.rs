@@ -46,6 +46,7 @@ pub struct RouteDropCounters {
     bad_header: Counter,
     bad_checksum: Counter,
     unwritable: Counter,
+    runt: Counter,
 }
 
 impl RouteDropCounters {
@@ -57,16 +58,18 @@ impl RouteDropCounters {
             bad_header: self.bad_header.get(),
             bad_checksum: self.bad_checksum.get(),
             unwritable: self.unwritable.get(),
+            runt: self.runt.get(),
         }
     }
 
-    fn add(&self, local: &[u64; 5]) {
+    fn add(&self, local: &[u64; 6]) {
         for (c, n) in [
             &self.no_route,
             &self.ttl_expired,
             &self.bad_header,
             &self.bad_checksum,
             &self.unwritable,
+            &self.runt,
         ]
         .into_iter()
         .zip(local)
@@ -88,6 +91,7 @@ pub fn sum_drops(all: &[RouteDropCounters]) -> RouteDrops {
             bad_header: a.bad_header + b.bad_header,
             bad_checksum: a.bad_checksum + b.bad_checksum,
             unwritable: a.unwritable + b.unwritable,
+            runt: a.runt + b.runt,
         }
     })
 }
@@ -204,7 +208,7 @@ pub fn poll<R: Router>(
     // the fast path took, then the full path's verdicts.
     spread_runs(declined, starts, &mut dst[..n]);
     if declined != 0 {
-        let mut dropped = [0u64; 5];
+        let mut dropped = [0u64; 6];
         while declined != 0 {
             let i = declined.trailing_zeros() as usize;
             declined &= declined - 1;
@@ -336,6 +340,7 @@ const _: () = {
     assert!(DropReason::BadHeader as usize == 2);
     assert!(DropReason::BadChecksum as usize == 3);
     assert!(DropReason::Unwritable as usize == 4);
+    assert!(DropReason::Runt as usize == 5);
 };
 
 #[cfg(test)]

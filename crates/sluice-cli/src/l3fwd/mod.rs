@@ -207,7 +207,7 @@ pub(crate) fn route_phase<R: Router>(
     let stop = AtomicBool::new(false);
     let app_drops = || {
         let d = sum_drops(&drop_counters);
-        d.no_route + d.ttl_expired + d.bad_header + d.bad_checksum + d.unwritable
+        d.no_route + d.ttl_expired + d.bad_header + d.bad_checksum + d.unwritable + d.runt
     };
     let src = Sources {
         ports: counters,
@@ -222,7 +222,7 @@ pub(crate) fn route_phase<R: Router>(
         macs: &macs,
         stop: &stop,
     };
-    let (cycles, secs) = fwd::run_lcores(
+    let (cycles, secs, drain_accounted) = fwd::run_lcores(
         lcores,
         threaded,
         &src,
@@ -237,5 +237,7 @@ pub(crate) fn route_phase<R: Router>(
         drops: src.sample().iter().map(|s| s.drops).collect(),
         recycle_errors: 0,
         route_drops: Some(sum_drops(&drop_counters)),
+        drain_accounted,
+        alloc_failures: 0,
     })
 }

@@ -49,5 +49,8 @@ pub use error::PortError;
 pub use queue::{RxQueue, SinkTx, TxQueue};
 pub use recycle::{RecycleRxInfo, recycle_mbufs};
 pub use spec::{PortSpec, SpecArgs, SpecError};
-pub use stats::{BurstHistogram, PortCounters, PortStats, QueueCounts, RxQueueStats, TxQueueStats};
+pub use stats::{
+    BurstHistogram, FRAME_OVERHEAD, MIN_FRAME, PortCounters, PortStats, QueueCounts, RxFrameCheck,
+    RxQueueStats, TxQueueStats,
+};
 pub use xstats::Xstats;

@@ -89,6 +89,113 @@ fn record(
     }
 }
 
+/// Shortest frame a port delivers: an Ethernet header (destination,
+/// source, EtherType). Anything shorter is a runt.
+pub const MIN_FRAME: usize = 14;
+
+/// Bytes a frame may carry beyond its MTU: the Ethernet header and one
+/// VLAN tag (the frame check sequence is not part of a received frame).
+pub const FRAME_OVERHEAD: usize = 18;
+
+/// The length check an Rx queue runs on every frame where it comes in, and
+/// the named counters of the frames it refuses: a runt (shorter than
+/// [`MIN_FRAME`]) counts `rx_runt_errors`, a frame longer than the MTU
+/// allows counts `rx_oversize_errors`; both count `rx_errors` as well, so
+/// every refused frame is a counted drop with a reason.
+///
+/// Each driver runs it once per frame, where the frame enters the port, so
+/// every forwarding path above the port sees only frames that passed. The
+/// check is one unsigned compare ([`accepts`](Self::accepts)); only a
+/// refused frame takes the cold path that tells the reasons apart.
+#[derive(Debug, Clone)]
+pub struct RxFrameCheck {
+    /// Longest frame accepted less [`MIN_FRAME`].
+    span: usize,
+    runts: std::sync::Arc<Counter>,
+    oversize: std::sync::Arc<Counter>,
+}
+
+impl RxFrameCheck {
+    /// A check for frames of up to `mtu` + [`FRAME_OVERHEAD`] bytes, its
+    /// counters registered in `xstats` (one pair per queue, added up when
+    /// read).
+    pub fn new(xstats: &super::Xstats, mtu: u16) -> RxFrameCheck {
+        RxFrameCheck {
+            span: usize::from(mtu) + FRAME_OVERHEAD - MIN_FRAME,
+            runts: xstats.register("rx_runt_errors"),
+            oversize: xstats.register("rx_oversize_errors"),
+        }
+    }
+
+    /// The longest frame accepted.
+    pub fn max_frame(&self) -> usize {
+        self.span + MIN_FRAME
+    }
+
+    /// Whether a frame of `len` bytes is delivered: at least [`MIN_FRAME`]
+    /// and at most [`max_frame`](Self::max_frame) bytes (one compare: a
+    /// runt wraps round to a huge value).
+    #[inline(always)]
+    pub fn accepts(&self, len: usize) -> bool {
+        len.wrapping_sub(MIN_FRAME) <= self.span
+    }
+
+    /// Counts a refused frame of `len` bytes: `errors` (the queue's
+    /// `rx_errors`) and its reason (single writer: the polling thread).
+    #[cold]
+    #[inline(never)]
+    pub fn count_drop(&self, len: usize, errors: &Counter) {
+        errors.inc();
+        if len < MIN_FRAME {
+            self.runts.inc();
+        } else {
+            self.oversize.inc();
+        }
+    }
+
+    /// Checks the packets of `burst` from index `from` on: those refused
+    /// are counted ([`count_drop`](Self::count_drop)) and freed, the rest
+    /// keep their order. Returns how many were refused (a driver that
+    /// counted them as received takes them off its `rx_packets`).
+    #[inline]
+    pub fn filter(
+        &self,
+        burst: &mut crate::mbuf::BurstSlice,
+        from: usize,
+        errors: &Counter,
+    ) -> usize {
+        let fresh = burst.as_slice().get(from..).unwrap_or(&[]);
+        if fresh.iter().all(|m| self.accepts(m.pkt_len() as usize)) {
+            return 0;
+        }
+        self.filter_slow(burst, from, errors)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn filter_slow(
+        &self,
+        burst: &mut crate::mbuf::BurstSlice,
+        from: usize,
+        errors: &Counter,
+    ) -> usize {
+        let before = burst.len();
+        let mut i = 0;
+        burst.retain(|m| {
+            let keep = i < from || {
+                let len = m.pkt_len() as usize;
+                self.accepts(len) || {
+                    self.count_drop(len, errors);
+                    false
+                }
+            };
+            i += 1;
+            keep
+        });
+        before - burst.len()
+    }
+}
+
 /// Largest burst size a histogram tells apart (DPDK's usual burst).
 pub const HISTOGRAM_MAX: usize = 32;
 
@@ -269,6 +376,30 @@ mod tests {
         assert_eq!(h.bursts(), 7);
         assert!((h.mean() - (1.0 + 31.0 + 32.0 * 3.0) / 7.0).abs() < 1e-9);
         assert_eq!(BurstHistogram::new(4).mean(), 0.0);
+    }
+
+    #[test]
+    fn the_frame_check_takes_14_to_mtu_plus_18_bytes_and_names_the_rest() {
+        let x = crate::port::Xstats::new();
+        let c = RxFrameCheck::new(&x, 1500);
+        assert_eq!(c.max_frame(), 1518);
+        for (len, ok) in [
+            (0, false),
+            (13, false),
+            (14, true),
+            (1518, true),
+            (1519, false),
+        ] {
+            assert_eq!(c.accepts(len), ok, "{len}");
+        }
+        assert!(!c.accepts(usize::MAX));
+        let errors = Counter::new();
+        for len in [0, 13, 1519, 9000] {
+            c.count_drop(len, &errors);
+        }
+        assert_eq!(errors.get(), 4);
+        assert_eq!(x.get("rx_runt_errors"), Some(2));
+        assert_eq!(x.get("rx_oversize_errors"), Some(2));
     }
 
     #[test]

@@ -204,6 +204,7 @@ impl PortDriver for AfPacketDriver {
                 rss,
                 pool,
                 config.port_id,
+                config.mtu,
                 Arc::clone(counters),
                 q,
             )));

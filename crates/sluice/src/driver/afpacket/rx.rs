@@ -14,10 +14,11 @@
 //!
 //! Per packet: a VLAN tag the kernel stripped (`TP_STATUS_VLAN_VALID`) is put
 //! back into the frame, so what is forwarded is what was on the wire; a
-//! truncated frame, or one longer than the data room, counts `rx_errors`
-//! and is skipped; `TP_STATUS_CSUMNOTREADY` (the sender left a checksum to
-//! hardware that never ran — a veth whose peer has checksum offload on)
-//! counts `rx_csum_not_ready`.
+//! runt, a truncated frame, or one longer than the MTU or the data room,
+//! counts `rx_errors` with its reason (`rx_runt_errors`,
+//! `rx_oversize_errors`) and is skipped; `TP_STATUS_CSUMNOTREADY` (the
+//! sender left a checksum to hardware that never ran — a veth whose peer
+//! has checksum offload on) counts `rx_csum_not_ready`.
 //!
 //! The kernel's own counts (`PACKET_STATISTICS`, which reset when read) are
 //! added into xstats every 1024 polls and at stop; its drops (ring full)
@@ -32,7 +33,7 @@ use super::sys::{self, Mmap, block, hdr3};
 use crate::counter::Counter;
 use crate::mbuf::{BurstSlice, MbufHeader, MbufPool, RearmData, ol};
 use crate::mempool::Elem;
-use crate::port::{PortCounters, PortError, RxQueue};
+use crate::port::{PortCounters, PortError, RxFrameCheck, RxQueue};
 
 /// How the ring of one Rx queue is laid out.
 #[derive(Debug, Clone, Copy)]
@@ -150,6 +151,8 @@ struct Pkt {
 
 /// The Rx queue of an afpacket port.
 pub(super) struct AfPacketRx {
+    /// Runts and frames over the MTU are counted and skipped.
+    check: RxFrameCheck,
     iface: Arc<IfaceRef>,
     geometry: RxGeometry,
     fanout: Option<Arc<FanoutGroup>>,
@@ -182,11 +185,13 @@ impl AfPacketRx {
         rss: bool,
         pool: MbufPool,
         port_id: u16,
+        mtu: u16,
         counters: Arc<PortCounters>,
         q: usize,
     ) -> AfPacketRx {
         let x = &counters.xstats;
         AfPacketRx {
+            check: RxFrameCheck::new(x, mtu),
             kernel_packets: x.register("rx_kernel_packets"),
             kernel_drops: x.register("rx_kernel_drops"),
             freeze_q: x.register("rx_kernel_freeze_q"),
@@ -316,12 +321,17 @@ fn next_packet(ring: &mut Ring) -> Pkt {
 
 impl AfPacketRx {
     /// Copies `pkt` into the free pool element `e`; returns its length, or
-    /// `None` if it cannot be delivered (truncated, or too long).
-    fn fill(&self, e: Elem, pkt: &Pkt) -> Option<usize> {
+    /// the frame's length on the wire if it cannot be delivered (a runt,
+    /// truncated, or too long).
+    fn fill(&self, e: Elem, pkt: &Pkt) -> Result<usize, usize> {
         let tag = if pkt.vlan.is_some() { 4 } else { 0 };
         let len = pkt.snaplen + tag;
-        if pkt.snaplen < pkt.len || len > self.pool.data_room() as usize || pkt.snaplen < 12 {
-            return None;
+        if pkt.snaplen < pkt.len
+            || !self.check.accepts(len)
+            || len > self.pool.data_room() as usize
+            || pkt.snaplen < 12
+        {
+            return Err(pkt.len + tag);
         }
         // SAFETY: a buffer just taken from this queue's pool: it satisfies
         // the free-buffer invariants and no one else can reach it.
@@ -349,7 +359,7 @@ impl AfPacketRx {
                 }
             }
         }
-        Some(len)
+        Ok(len)
     }
 }
 
@@ -386,11 +396,11 @@ impl RxQueue for AfPacketRx {
                     self.csum_not_ready.inc();
                 }
                 match self.fill(slots[used], &pkt) {
-                    Some(len) => {
+                    Ok(len) => {
                         used += 1;
                         bytes += len as u64;
                     }
-                    None => stats.errors.inc(),
+                    Err(len) => self.check.count_drop(len, &stats.errors),
                 }
             }
             if used < want {

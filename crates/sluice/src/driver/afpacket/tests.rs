@@ -472,3 +472,33 @@ fn a_fanout_group_is_forgotten_when_its_last_member_leaves() {
     g.join(&d).unwrap();
     assert_eq!(g.id(), Some(id(&d)));
 }
+
+#[test]
+fn frames_over_the_mtu_are_dropped_as_oversize() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let w = wire("afbig");
+    let p = pool(1023);
+    let spec = format!("afpacket:iface={}", w.veth.a());
+    let mut cfg = PortConfig::new(Some(p.clone())).nb_rxd(4096);
+    // The veth takes 1500-byte frames; the port only up to 1000 + 18.
+    cfg.mtu = 1000;
+    let mut port = open(&spec, cfg).unwrap();
+    port.start().unwrap();
+    let mac = port.mac().0;
+    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let lens = [60usize, 1018, 1019, 1400, 60];
+    for (i, &len) in lens.iter().enumerate() {
+        peer.send(&frame(mac, i as u32, len)).unwrap();
+    }
+    let got = receive(&mut port, 3, Duration::from_secs(5));
+    let got: Vec<usize> = got.iter().map(|(_, f)| f.len()).collect();
+    assert_eq!(got, [60, 1018, 60]);
+    let x = port.counters();
+    assert_eq!(x.xstats.get("rx_oversize_errors"), Some(2));
+    assert_eq!(x.xstats.get("rx_runt_errors"), Some(0));
+    assert_eq!(port.stats().rx_errors, 2);
+    drop(port);
+    assert!(p.is_full());
+}

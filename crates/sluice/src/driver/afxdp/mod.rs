@@ -372,6 +372,7 @@ impl PortDriver for AfxdpDriver {
                     Arc::clone(&slot),
                     pool.clone(),
                     config.port_id,
+                    config.mtu,
                     q,
                     Arc::clone(counters),
                 )));

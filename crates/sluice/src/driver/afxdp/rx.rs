@@ -37,7 +37,7 @@ use std::sync::Arc;
 use crate::counter::Counter;
 use crate::mbuf::{BurstSlice, HEADER_SIZE, MbufHeader, MbufPool, RearmData};
 use crate::mempool::Elem;
-use crate::port::{PortCounters, PortError, RecycleRxInfo, RxQueue, TxQueue};
+use crate::port::{PortCounters, PortError, RecycleRxInfo, RxFrameCheck, RxQueue, TxQueue};
 
 use super::slot::QueueSlot;
 use super::umem::Umem;
@@ -69,6 +69,8 @@ pub struct AfxdpRx {
     rx_recycled: Arc<Counter>,
     rx_bad_addrs: Arc<Counter>,
     rx_wakeups: Arc<Counter>,
+    /// Runts and frames over the MTU are counted and given back.
+    check: RxFrameCheck,
 }
 
 impl AfxdpRx {
@@ -77,6 +79,7 @@ impl AfxdpRx {
         slot: Arc<QueueSlot>,
         pool: MbufPool,
         port_id: u16,
+        mtu: u16,
         q: usize,
         counters: Arc<PortCounters>,
     ) -> AfxdpRx {
@@ -87,6 +90,7 @@ impl AfxdpRx {
             rx_recycled: counters.xstats.register("rx_recycled"),
             rx_bad_addrs: counters.xstats.register("rx_bad_addrs"),
             rx_wakeups: counters.xstats.register("rx_wakeups"),
+            check: RxFrameCheck::new(&counters.xstats, mtu),
             slot,
             rings: None,
             umem,
@@ -219,6 +223,13 @@ impl RxQueue for AfxdpRx {
             let e = self.umem.elem_at(off);
             if data < HEADER_SIZE as u32 || data as u64 + d.len as u64 > stride as u64 {
                 self.counters.rx[self.q].errors.inc();
+                // SAFETY: the frame is ours again (mark taken), unused.
+                unsafe { self.pool.mempool().put_bulk(&[e]) };
+                continue;
+            }
+            if !self.check.accepts(d.len as usize) {
+                self.check
+                    .count_drop(d.len as usize, &self.counters.rx[self.q].errors);
                 // SAFETY: the frame is ours again (mark taken), unused.
                 unsafe { self.pool.mempool().put_bulk(&[e]) };
                 continue;

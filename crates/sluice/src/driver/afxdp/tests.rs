@@ -795,3 +795,31 @@ fn one_direction_ports_work_and_a_tx_only_one_attaches_nothing() {
     drop(port);
     assert!(p.is_full());
 }
+
+#[test]
+fn frames_over_the_mtu_are_dropped_as_oversize() {
+    let Some((ns, veth)) = veth_into_ns("big") else {
+        return;
+    };
+    let p = pool("afxdp_big", 2047);
+    let spec = format!("afxdp:iface={},xdp_mode=generic,bind=copy", veth.a());
+    let mut config = PortConfig::new(Some(p.clone())).nb_rxd(256).nb_txd(256);
+    // The veth takes 1500-byte frames; the port only up to 1000 + 18.
+    config.mtu = 1000;
+    let mut port = crate::driver::open(&spec, config).unwrap();
+    port.start().unwrap();
+    let raw = Raw::on(&ns, veth.b());
+    let lens = [60usize, 1018, 1019, 1400, 60];
+    for (i, &len) in lens.iter().enumerate() {
+        raw.send(&frame(i as u32, len, 1));
+    }
+    let got: Vec<usize> = receive(&mut port, 3).iter().map(Vec::len).collect();
+    assert_eq!(got, [60, 1018, 60]);
+    let x = &port.counters().xstats;
+    assert_eq!(x.get("rx_oversize_errors"), Some(2));
+    assert_eq!(x.get("rx_runt_errors"), Some(0));
+    assert_eq!(port.stats().rx_errors, 2);
+    port.stop();
+    drop(port);
+    assert!(p.is_full());
+}

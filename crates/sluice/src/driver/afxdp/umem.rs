@@ -56,6 +56,15 @@ pub(crate) const OFFSET_SHIFT: u32 = 48;
 /// Unaligned mode: the chunk offset is below [`OFFSET_SHIFT`].
 pub(crate) const ADDR_MASK: u64 = (1 << OFFSET_SHIFT) - 1;
 
+/// The system's page size (4096 if it cannot be read).
+fn page_size() -> u64 {
+    // SAFETY: sysconf(3) has no memory-safety preconditions.
+    match unsafe { libc::sysconf(libc::_SC_PAGESIZE) } {
+        p if p > 0 => p as u64,
+        _ => 4096,
+    }
+}
+
 /// Where a pool's elements lie, as UMEM addresses.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Umem {
@@ -114,6 +123,19 @@ impl Umem {
         let data_start = HEADER_SIZE as u64 + pool.headroom() as u64;
         let headroom = data_start.saturating_sub(XDP_PACKET_HEADROOM);
         let kernel_start = headroom + XDP_PACKET_HEADROOM;
+        let hugepages = region.backing() == crate::mempool::Backing::Hugepages;
+        let page = page_size();
+        // The kernel takes chunks of at most a page (a larger one only on
+        // hugepage-backed memory).
+        if chunk > page && !hugepages {
+            return Err(format!(
+                "pool '{name}': elements of {chunk} bytes are larger than a {page}-byte page, \
+                 the largest AF_XDP frame on pages of that size; give it a data room of at \
+                 most {} (MTU {})",
+                page.saturating_sub(data_start),
+                page.saturating_sub(kernel_start + 18)
+            ));
+        }
         let shift = stride.trailing_zeros();
         let odd = stride >> shift;
         Ok(Umem {
@@ -126,7 +148,7 @@ impl Umem {
             inv: inverse_mod_2_64(odd),
             headroom: headroom as u32,
             frame_room: (chunk - kernel_start) as u32,
-            hugepages: region.backing() == crate::mempool::Backing::Hugepages,
+            hugepages,
         })
     }
 
@@ -413,6 +435,28 @@ mod tests {
             "pool 'tiny': elements of 1256 bytes are smaller than an AF_XDP frame (2048); give \
              it a data room of at least 1792"
         );
+    }
+
+    #[test]
+    fn elements_larger_than_a_page_are_an_error_naming_the_limit() {
+        let p = MbufPool::new(MbufPoolConfig {
+            name: "jumbo".into(),
+            size: 10,
+            cache_size: 0,
+            data_room: 9216,
+            hugepages: HugepagePolicy::Never,
+            ..Default::default()
+        })
+        .unwrap();
+        assert_eq!(
+            Umem::of_pool(&p).unwrap_err(),
+            "pool 'jumbo': elements of 9472 bytes are larger than a 4096-byte page, the \
+             largest AF_XDP frame on pages of that size; give it a data room of at most 3840 \
+             (MTU 3822)"
+        );
+        // The largest data room that fits.
+        let p = pool(10, 128, 3840);
+        assert_eq!(Umem::of_pool(&p).unwrap().chunk_size(), 4096);
     }
 
     #[test]

@@ -308,3 +308,55 @@ fn bytes_are_counted_only_when_asked() {
     drop((a, b));
     assert!(pool.is_full());
 }
+
+#[test]
+fn runts_and_frames_over_the_mtu_are_dropped_at_rx_with_their_reason() {
+    let pool = MbufPool::new(MbufPoolConfig {
+        size: 63,
+        cache_size: 0,
+        data_room: 4096,
+        ..Default::default()
+    })
+    .unwrap();
+    let (mut a, mut b) = pair("t_runts", PortConfig::new(None), PortConfig::new(None));
+    let mut burst: Burst = Burst::new();
+    for len in [5usize, 60, 0, 14, 1518, 1519, 3000, 60] {
+        burst
+            .push(pool.alloc_from_slice(&vec![1u8; len]).unwrap())
+            .unwrap();
+    }
+    assert_eq!(a.tx_queue(0).unwrap().tx_burst(&mut burst), 8);
+    assert_eq!(b.rx_queue(0).unwrap().rx_burst(&mut burst), 4);
+    assert_eq!(
+        burst.iter().map(|m| m.pkt_len()).collect::<Vec<_>>(),
+        [60, 14, 1518, 60]
+    );
+    let s = b.stats();
+    assert_eq!((s.rx_packets, s.rx_bytes, s.rx_errors), (4, 1652, 4));
+    let x = &b.counters().xstats;
+    assert_eq!(x.get("rx_runt_errors"), Some(2));
+    assert_eq!(x.get("rx_oversize_errors"), Some(2));
+    drop(burst);
+    drop((a, b));
+    assert!(pool.is_full());
+}
+
+#[test]
+fn without_bytes_no_header_is_read_and_nothing_is_checked() {
+    let pool = pool(63);
+    let spec = "pair:name=t_runts_nobytes";
+    let mut a = open(spec, PortConfig::new(None)).unwrap();
+    let mut b = open(spec, PortConfig::new(None)).unwrap();
+    a.start().unwrap();
+    b.start().unwrap();
+    let mut burst: Burst = Burst::new();
+    burst
+        .push(pool.alloc_from_slice(&[1u8; 5]).unwrap())
+        .unwrap();
+    assert_eq!(a.tx_queue(0).unwrap().tx_burst(&mut burst), 1);
+    assert_eq!(b.rx_queue(0).unwrap().rx_burst(&mut burst), 1);
+    assert_eq!(b.stats().rx_errors, 0);
+    drop(burst);
+    drop((a, b));
+    assert!(pool.is_full());
+}

@@ -18,7 +18,9 @@
 //! Each packet is copied into an mbuf from the queue's pool — into a chain
 //! of segments when it is longer than the data room and the port has the
 //! multi-segment Rx offload, otherwise it is counted in `rx_errors` and
-//! skipped. An empty pool counts `rx_nombuf` and leaves the packet for the
+//! `rx_oversize_errors` and skipped. A runt (shorter than an Ethernet
+//! header) or a packet longer than the MTU allows is counted the same way
+//! (`rx_runt_errors`, `rx_oversize_errors`). An empty pool counts `rx_nombuf` and leaves the packet for the
 //! next call.
 //!
 //! With `timing`, a packet is due when the clock has advanced by the gap
@@ -37,7 +39,7 @@ use super::format::{
     max_caplen, parse_global_header, parse_record_header,
 };
 use crate::mbuf::{BurstSlice, Mbuf, MbufPool};
-use crate::port::{Offloads, PortConfig, PortCounters, PortError, RxQueue};
+use crate::port::{Offloads, PortConfig, PortCounters, PortError, RxFrameCheck, RxQueue};
 
 /// Bytes asked of a stream per read.
 const READ_CHUNK: usize = 64 * 1024;
@@ -369,6 +371,8 @@ pub(crate) struct PcapRx {
     /// The next packet, read but not delivered yet, and its bytes.
     pending: Option<Record>,
     pkt: Vec<u8>,
+    /// Runts and frames over the MTU are counted and skipped.
+    check: RxFrameCheck,
     counters: Arc<PortCounters>,
     q: usize,
 }
@@ -416,6 +420,7 @@ impl PcapRx {
             timing,
             pending: None,
             pkt: Vec::new(),
+            check: RxFrameCheck::new(&counters.xstats, config.mtu),
             counters,
             q,
         }
@@ -528,6 +533,12 @@ impl RxQueue for PcapRx {
                 break;
             };
             let stats = &self.counters.rx[self.q];
+            if !self.check.accepts(self.pkt.len()) {
+                self.check.count_drop(self.pkt.len(), &stats.errors);
+                self.pending = None;
+                room -= 1;
+                continue;
+            }
             match copy_in(pool, &self.pkt, self.multi_seg, self.port_id) {
                 Ok(m) => {
                     // Room: at most `free` packets are pushed.
@@ -535,7 +546,7 @@ impl RxQueue for PcapRx {
                     n += 1;
                     bytes += self.pkt.len() as u64;
                 }
-                Err(Fail::TooLong) => stats.errors.inc(),
+                Err(Fail::TooLong) => self.check.count_drop(self.pkt.len(), &stats.errors),
                 Err(Fail::NoBuf) => {
                     stats.nombuf.inc();
                     break;

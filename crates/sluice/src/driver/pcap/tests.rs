@@ -111,6 +111,7 @@ fn write_then_read_back_bit_identical() {
     // Read back into 2048-byte buffers, chaining the long ones.
     let mut c = PortConfig::new(Some(small.clone())).port_id(7);
     c.rx_offloads |= Offloads::MULTI_SEG;
+    c.mtu = 9000;
     let mut rx = open(&format!("pcap:rx={}", file.0), c).unwrap();
     rx.start().unwrap();
     let got = receive_all(&mut rx);
@@ -131,11 +132,9 @@ fn write_then_read_back_bit_identical() {
 
     // Into 9216-byte buffers: every packet in one segment.
     let big = pool(15, 9216);
-    let mut rx = open(
-        &format!("pcap:rx={}", file.0),
-        PortConfig::new(Some(big.clone())),
-    )
-    .unwrap();
+    let mut c = PortConfig::new(Some(big.clone()));
+    c.mtu = 9000;
+    let mut rx = open(&format!("pcap:rx={}", file.0), c).unwrap();
     rx.start().unwrap();
     let got = receive_all(&mut rx);
     assert!(got.iter().all(|m| m.nb_segs() == 1));
@@ -144,12 +143,10 @@ fn write_then_read_back_bit_identical() {
     drop(rx);
 
     // Into 2048-byte buffers without the offload: the two long ones are
-    // errors, skipped.
-    let mut rx = open(
-        &format!("pcap:rx={}", file.0),
-        PortConfig::new(Some(small.clone())),
-    )
-    .unwrap();
+    // errors (oversize for the data room), skipped.
+    let mut c = PortConfig::new(Some(small.clone()));
+    c.mtu = 9000;
+    let mut rx = open(&format!("pcap:rx={}", file.0), c).unwrap();
     rx.start().unwrap();
     let got = receive_all(&mut rx);
     assert_eq!(
@@ -157,6 +154,7 @@ fn write_then_read_back_bit_identical() {
         frames[..4]
     );
     assert_eq!((rx.stats().rx_packets, rx.stats().rx_errors), (4, 2));
+    assert_eq!(rx.counters().xstats.get("rx_oversize_errors"), Some(2));
     drop(got);
     drop(rx);
     assert!(small.is_full() && big.is_full());
@@ -180,6 +178,37 @@ fn snaplen_cuts_the_record_and_keeps_the_original_length() {
         .map(|f| (f[..f.len().min(100)].to_vec(), f.len() as u32))
         .collect();
     assert_eq!(on_disk, want);
+    assert!(pool.is_full());
+}
+
+#[test]
+fn runts_and_frames_over_the_mtu_are_dropped_with_their_reason() {
+    let file = TmpFile::new("runts");
+    let lens = [5usize, 60, 13, 14, 1518, 1519, 0, 60];
+    let mut w = PcapWriter::new(Vec::new(), 65535, 1, true).unwrap();
+    for (i, &n) in lens.iter().enumerate() {
+        w.write(i as u64, &frame(n, i as u8)).unwrap();
+    }
+    std::fs::write(&file.0, w.finish().unwrap()).unwrap();
+    let pool = pool(63, 2048);
+    let mut rx = open(
+        &format!("pcap:rx={}", file.0),
+        PortConfig::new(Some(pool.clone())),
+    )
+    .unwrap();
+    rx.start().unwrap();
+    let got = receive_all(&mut rx);
+    assert_eq!(
+        got.iter().map(|m| m.pkt_len()).collect::<Vec<_>>(),
+        [60, 14, 1518, 60]
+    );
+    let s = rx.stats();
+    assert_eq!((s.rx_packets, s.rx_errors), (4, 4));
+    let x = &rx.counters().xstats;
+    assert_eq!(x.get("rx_runt_errors"), Some(3));
+    assert_eq!(x.get("rx_oversize_errors"), Some(1));
+    drop(got);
+    drop(rx);
     assert!(pool.is_full());
 }
 

@@ -76,6 +76,8 @@ pub mod rx {
     pub const L4CS: u64 = 1 << 5;
     /// Qword 1, status: the IPv4 header checksum was checked.
     pub const IPCS: u64 = 1 << 6;
+    /// Qword 1, error: the frame is shorter than an Ethernet header.
+    pub const ERR_RUNT: u64 = 1 << 28;
     /// Qword 1, error: the frame did not fit the buffer (or the MTU); the
     /// buffer holds only its head.
     pub const ERR_OVERSIZE: u64 = 1 << 29;
@@ -84,7 +86,7 @@ pub mod rx {
     /// Qword 1, error: bad IPv4 header checksum.
     pub const ERR_IP: u64 = 1 << 31;
     /// Qword 1: errors that drop the frame.
-    pub const ERR_DROP: u64 = ERR_OVERSIZE;
+    pub const ERR_DROP: u64 = ERR_OVERSIZE | ERR_RUNT;
     /// Qword 1: frame length.
     pub const LEN_SHIFT: u32 = 32;
     /// Qword 1: VLAN tag.

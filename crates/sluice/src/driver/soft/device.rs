@@ -19,7 +19,8 @@
 //!   writes each into the next buffer, parses it (packet type, RSS hash,
 //!   checksums if the Rx offloads ask) and writes the descriptor back, the
 //!   `DD` word last with release. A frame longer than the buffer or the MTU
-//!   gets the oversize error. Without a free descriptor, with flow control
+//!   gets the oversize error, one shorter than an Ethernet header the runt
+//!   error. Without a free descriptor, with flow control
 //!   (`fc=on`, 802.3x PAUSE) the source is not asked; with `fc=off` the
 //!   frame is received anyway and dropped (`rx_missed`).
 //! - Tx: loads the tail, reads each packet's descriptors and data into its
@@ -57,7 +58,7 @@ use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 use crossbeam_utils::CachePadded;
 
 use crate::counter::Counter;
-use crate::port::{PortCounters, Xstats};
+use crate::port::{MIN_FRAME, PortCounters, Xstats};
 use crate::tsc::rdtsc;
 
 use super::desc::{DescRing, rx};
@@ -391,12 +392,18 @@ impl RxEngine {
         d.q1.store(rx::wb1(st, buf.len() as u16, vlan), Ordering::Release);
     }
 
-    /// Writes back an oversize error for descriptor `head`: the buffer
-    /// holds the frame's first `len` bytes.
-    fn write_back_oversize(&self, len: usize) {
+    /// Writes back an error for descriptor `head` (oversize: the buffer
+    /// holds the frame's first `len` bytes; runt: the whole frame, shorter
+    /// than an Ethernet header).
+    fn write_back_error(&self, len: usize) {
         let d = self.regs.descs.get(self.head);
         d.q0.store(0, Ordering::Relaxed);
-        let st = rx::DD | rx::EOP | rx::ERR_OVERSIZE;
+        let err = if len < MIN_FRAME {
+            rx::ERR_RUNT
+        } else {
+            rx::ERR_OVERSIZE
+        };
+        let st = rx::DD | rx::EOP | err;
         d.q1.store(rx::wb1(st, len as u16, 0), Ordering::Release);
     }
 
@@ -453,7 +460,7 @@ impl RxEngine {
                         let n = len.min(self.p.buf_size);
                         buf[..n].copy_from_slice(&self.scratch[..n]);
                         self.bus.data(n);
-                        self.write_back_oversize(n);
+                        self.write_back_error(n);
                     }
                     self.head = self.head.wrapping_add(1);
                 }
@@ -478,7 +485,10 @@ impl RxEngine {
                     };
                     // SAFETY: `head` is below the tail loaded above.
                     let buf = unsafe { self.buffer() };
-                    if bytes.len() <= room {
+                    // The whole frame's length: a frame longer than a lane
+                    // slot arrives as its head.
+                    let len = meta.len as usize;
+                    if (MIN_FRAME..=room).contains(&len) {
                         buf[..bytes.len()].copy_from_slice(bytes);
                         self.bus.data(bytes.len());
                         self.write_back(&buf[..bytes.len()], Some((meta.hash, meta.rss_type)));
@@ -486,7 +496,7 @@ impl RxEngine {
                         let n = bytes.len().min(self.p.buf_size);
                         buf[..n].copy_from_slice(&bytes[..n]);
                         self.bus.data(n);
-                        self.write_back_oversize(n);
+                        self.write_back_error(n);
                     }
                     lane.release(i);
                     self.head = self.head.wrapping_add(1);

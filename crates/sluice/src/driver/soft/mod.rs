@@ -21,7 +21,8 @@
 //!   (default `t0`) and adds one stream of its own. With no source key at
 //!   all the port joins tester `t0` as it is (or with its defaults).
 //! - `wire=NAME`: cabled to the other soft port with the same `wire`
-//!   (exclusive with the tester keys).
+//!   (exclusive with the tester keys). Both ends must be open when a port
+//!   starts: a wire with one end is an error naming it.
 //! - `device=inline|threaded` (default inline): where the device runs —
 //!   inside the queue calls (deterministic) or on the process's device
 //!   thread.
@@ -72,7 +73,8 @@
 //! `bus_doorbell_bytes`, `device_cycles`, `device_tx_errors`,
 //! `device_wqe_errors`, `tx_mpwqe_blks`, `tx_mpwqe_pkts`, `tx_wqe_pkts`,
 //! `tx_inline_bytes`, `tx_cqe_errors`, `rx_recycled`, `tx_recycled`,
-//! `recycle_fallbacks`, and `rx_buf_bytes_per_desc` (set at setup: buffer
+//! `recycle_fallbacks`, `rx_runt_errors` and `rx_oversize_errors` (frames
+//! the device refused, also in `rx_errors`), and `rx_buf_bytes_per_desc` (set at setup: buffer
 //! memory one posted Rx descriptor takes — the mempool element in `mbuf`
 //! mode; the fragment's share of its page plus the header's element in
 //! `frag` mode).
@@ -511,6 +513,7 @@ impl PortDriver for SoftDriver {
                 Arc::clone(counters),
                 4 + self.bus_overhead,
                 frags,
+                config.mtu,
             )));
         }
         let txo = config.tx_offloads;
@@ -564,6 +567,10 @@ impl PortDriver for SoftDriver {
     }
 
     fn start(&mut self) -> Result<(), PortError> {
+        if let Source::Wire(end) = &self.source {
+            end.check_peer()
+                .map_err(|e| PortError::config(format!("soft: {e}")))?;
+        }
         if self.mode == DeviceMode::Threaded
             && let Some(e) = &self.engines
         {

@@ -1649,7 +1649,7 @@ fn a_long_random_run_of_pairings_clones_and_stops_delivers_every_packet_once_and
         c
     };
     let tester = format!("soft:tester={name},flows=16");
-    let ports = vec![
+    let mut ports = vec![
         port(&tester, cfg(0, 2, 2, false)),
         port(
             &format!("{tester},rx_free_thresh=16,tx_rs_thresh=16,txmode=wqe"),
@@ -1659,16 +1659,22 @@ fn a_long_random_run_of_pairings_clones_and_stops_delivers_every_packet_once_and
             &format!("{tester},tx_rs_thresh=64,tx_free_thresh=64"),
             cfg(1, 2, 1, false),
         ),
-        port(
+        // The wire's ends start once both are open.
+        open(
             "soft:wire=w-rc-rand,fc=off,rx_free_thresh=64",
             cfg(2, 1, 1, false),
-        ),
-        port(
+        )
+        .unwrap(),
+        open(
             "soft:wire=w-rc-rand,fc=off,rx_free_thresh=16,tx_rs_thresh=64,tx_free_thresh=64,\
              txmode=wqe",
             cfg(3, 1, 1, false),
-        ),
+        )
+        .unwrap(),
     ];
+    for p in &mut ports[3..] {
+        p.start().unwrap();
+    }
     let t = tester_of(name);
     const A: u32 = 1;
     const B: u32 = 2;

@@ -40,7 +40,7 @@ use std::sync::atomic::Ordering;
 use crate::counter::Counter;
 use crate::mbuf::{BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, MbufPool, RearmData, ol};
 use crate::mempool::Elem;
-use crate::port::{PortCounters, PortError, RecycleRxInfo, RxQueue, TxQueue};
+use crate::port::{PortCounters, PortError, RecycleRxInfo, RxFrameCheck, RxQueue, TxQueue};
 
 use super::desc::rx;
 use super::device::{PortEngines, QueueRegs};
@@ -79,6 +79,9 @@ pub struct SoftRx {
     rx_recycled: Arc<Counter>,
     /// `rxbuf=frag`: headers carry page-pool fragments (no recycling then).
     frags: Option<RxFrags>,
+    /// The named counters of the frames the device refused (runts and
+    /// oversize frames, told apart by the written-back length).
+    check: RxFrameCheck,
 }
 
 // SAFETY: the raw buffer addresses in the rings are buffers this queue owns;
@@ -100,6 +103,7 @@ impl SoftRx {
         counters: Arc<PortCounters>,
         doorbell_cost: u64,
         frags: Option<RxFrags>,
+        mtu: u16,
     ) -> SoftRx {
         let nb = regs.descs.len();
         // What a recycle view of the ring relies on (`recycle_view`).
@@ -117,7 +121,9 @@ impl SoftRx {
         let doorbells = counters.xstats.register("bus_doorbells");
         let doorbell_bytes = counters.xstats.register("bus_doorbell_bytes");
         let rx_recycled = counters.xstats.register("rx_recycled");
+        let check = RxFrameCheck::new(&counters.xstats, mtu);
         SoftRx {
+            check,
             mask: nb as u32 - 1,
             sw_ring: vec![Elem::DANGLING; nb].into_boxed_slice(),
             regs,
@@ -342,7 +348,9 @@ impl RxQueue for SoftRx {
             let e = ring[i];
             next = next.wrapping_add(1);
             if q1 & rx::ERR_DROP != 0 {
-                self.counters.rx[self.q].errors.inc();
+                let len = (q1 >> rx::LEN_SHIFT) as u16;
+                self.check
+                    .count_drop(len as usize, &self.counters.rx[self.q].errors);
                 if self.reuse.len() < self.reuse.capacity() {
                     self.reuse.push(e);
                 } else {

@@ -24,6 +24,16 @@ pub(super) fn port(spec: &str, config: PortConfig) -> Port {
     p
 }
 
+/// Two ports cabled by a wire: both opened, then both started (a wire
+/// with one end does not start).
+fn wire_pair(a: (&str, PortConfig), b: (&str, PortConfig)) -> [Port; 2] {
+    let mut pa = open(a.0, a.1).unwrap();
+    let mut pb = open(b.0, b.1).unwrap();
+    pa.start().unwrap();
+    pb.start().unwrap();
+    [pa, pb]
+}
+
 pub(super) fn tester_of(name: &str) -> Arc<Tester> {
     tester::attach(name, None).unwrap()
 }
@@ -211,8 +221,10 @@ fn two_ports_cabled_by_a_wire_carry_the_tester_traffic() {
     let pool = pool(2047, 2048);
     let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
     let mut t = port("soft:tester=t-wire,count=2000,flows=32", config.clone());
-    let mut w1 = port("soft:wire=w-wire", config.clone());
-    let mut w2 = port("soft:wire=w-wire", config);
+    let [mut w1, mut w2] = wire_pair(
+        ("soft:wire=w-wire", config.clone()),
+        ("soft:wire=w-wire", config),
+    );
     let tr = tester_of("t-wire");
     let mut burst: Burst<32> = Burst::new();
     for _ in 0..100_000 {
@@ -258,8 +270,7 @@ fn checksum_offloads_flag_bad_frames_and_fill_zeroed_fields() {
     c1.tx_offloads |= Offloads::CHECKSUMS | Offloads::MULTI_SEG;
     let mut c2 = PortConfig::new(Some(pool.clone())).nb_rxd(64).nb_txd(64);
     c2.rx_offloads |= Offloads::CHECKSUMS;
-    let mut w1 = port("soft:wire=w-ck", c1);
-    let mut w2 = port("soft:wire=w-ck", c2);
+    let [mut w1, mut w2] = wire_pair(("soft:wire=w-ck", c1), ("soft:wire=w-ck", c2));
     let good = udp_frame();
     let mut bad_ip = good.clone();
     bad_ip[24] ^= 0x55;
@@ -336,8 +347,10 @@ fn tx_checksum_command_bits_satisfy_the_checker() {
 fn multi_segment_packets_need_the_offload() {
     let pool = pool(255, 2048);
     let config = PortConfig::new(Some(pool.clone())).nb_rxd(64).nb_txd(64);
-    let mut w1 = port("soft:wire=w-seg", config.clone());
-    let _w2 = port("soft:wire=w-seg", config);
+    let [mut w1, _w2] = wire_pair(
+        ("soft:wire=w-seg", config.clone()),
+        ("soft:wire=w-seg", config),
+    );
     let good = udp_frame();
     let mut head = pool.alloc_from_slice(&good[..20]).unwrap();
     head.chain(pool.alloc_from_slice(&good[20..]).unwrap())
@@ -842,8 +855,10 @@ fn rxbuf_frag_buffers_freed_on_another_lcore_come_home() {
         &format!("soft:tester=t-frag-x,count={COUNT},flows=32,size=imix,rxbuf=frag"),
         config.clone(),
     );
-    let mut w1 = port("soft:wire=w-frag-x", config.clone());
-    let mut w2 = port("soft:wire=w-frag-x,rxbuf=frag", config);
+    let [mut w1, mut w2] = wire_pair(
+        ("soft:wire=w-frag-x", config.clone()),
+        ("soft:wire=w-frag-x,rxbuf=frag", config),
+    );
     let tr = tester_of("t-frag-x");
     let (mut to_y, mut from_x) = Ring::<Mbuf>::spsc(1024).unwrap();
     let done = AtomicBool::new(false);
@@ -1221,5 +1236,61 @@ fn every_numeric_spec_key_is_range_checked_naming_its_range() {
             );
         }
     }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn runts_and_frames_over_the_mtu_from_the_wire_are_counted_with_their_reason() {
+    let pool = pool(255, 2048);
+    let config = PortConfig::new(Some(pool.clone())).nb_rxd(64).nb_txd(64);
+    let mut small = config.clone();
+    small.mtu = 1000;
+    let [mut w1, mut w2] = wire_pair(("soft:wire=w-runt", config), ("soft:wire=w-runt", small));
+    let mut burst: Burst<8> = Burst::new();
+    for len in [5usize, 60, 13, 14, 1018, 1019, 1500, 60] {
+        burst
+            .push(pool.alloc_from_slice(&vec![7u8; len]).unwrap())
+            .unwrap();
+    }
+    send_all(w1.tx_queue(0).unwrap(), &mut burst);
+    let mut rx: Burst<8> = Burst::new();
+    let mut got = Vec::new();
+    for _ in 0..100 {
+        w2.rx_queue(0).unwrap().rx_burst(&mut rx);
+        got.extend(rx.iter().map(|m| m.pkt_len()));
+        rx.clear();
+        if got.len() == 4 {
+            break;
+        }
+    }
+    assert_eq!(got, [60, 14, 1018, 60]);
+    let s = w2.stats();
+    assert_eq!((s.rx_packets, s.rx_errors), (4, 4));
+    assert_eq!(xstat(&w2, "rx_runt_errors"), 2);
+    assert_eq!(xstat(&w2, "rx_oversize_errors"), 2);
+    drop((w1, w2));
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_wire_with_one_end_is_an_error_at_start_naming_it() {
+    let pool = pool(255, 2048);
+    let config = PortConfig::new(Some(pool.clone())).nb_rxd(64).nb_txd(64);
+    let mut alone = open("soft:wire=w-alone", config.clone()).unwrap();
+    assert_eq!(
+        alone.start().unwrap_err().to_string(),
+        "soft: wire 'w-alone' has one end: no other port names it (cable two soft ports \
+         with wire=w-alone)"
+    );
+    assert!(pool.is_full(), "a failed start gives every buffer back");
+    // Its peer arrives: the wire has two ends and both start.
+    let mut peer = open("soft:wire=w-alone", config).unwrap();
+    alone.start().unwrap();
+    peer.start().unwrap();
+    drop(peer);
+    // The peer left: a restart of the remaining end is refused again.
+    alone.stop();
+    assert!(alone.start().is_err());
+    drop(alone);
     assert!(pool.is_full());
 }

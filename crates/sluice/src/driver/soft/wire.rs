@@ -163,19 +163,19 @@ impl LaneTx {
     }
 
     /// Copies `frame` into a free slot and queues it. False when the lane
-    /// is full (nothing was copied) or the frame is longer than a slot.
+    /// is full (nothing was copied). A frame longer than a slot (longer
+    /// than the receiver's MTU allows) keeps only its head, with its whole
+    /// length in the meta, so the receiver counts it as oversize.
     #[inline]
     pub fn send(&mut self, frame: &[u8], hash: u32, rss_type: u64) -> bool {
-        if frame.len() > self.lane.slot_size {
-            return false;
-        }
         let Some(i) = self.free.pop() else {
             return false;
         };
+        let n = frame.len().min(self.lane.slot_size);
         // SAFETY: slot `i` came off the `free` ring: ours alone until we
-        // publish it on `full`; it spans `slot_size >= frame.len()` bytes.
+        // publish it on `full`; it spans `slot_size >= n` bytes.
         unsafe {
-            std::ptr::copy_nonoverlapping(frame.as_ptr(), self.lane.slot_ptr(i), frame.len());
+            std::ptr::copy_nonoverlapping(frame.as_ptr(), self.lane.slot_ptr(i), n);
             *self.lane.meta[i as usize].get() = SlotMeta {
                 len: frame.len() as u32,
                 hash,
@@ -270,6 +270,24 @@ impl WireEnd {
         Ok(WireEnd { wire, side })
     }
 
+    /// Whether a port is plugged into the other end.
+    pub fn peer_attached(&self) -> bool {
+        self.wire.lock()[1 - self.side].taken
+    }
+
+    /// An error unless a port is plugged into the other end: a port cabled
+    /// to nothing would send every frame into the void and receive none.
+    pub fn check_peer(&self) -> Result<(), String> {
+        if self.peer_attached() {
+            return Ok(());
+        }
+        let name = &self.wire.name;
+        Err(format!(
+            "wire '{name}' has one end: no other port names it (cable two soft ports with \
+             wire={name})"
+        ))
+    }
+
     /// Publishes this port's receive side (at setup).
     pub fn set_rx(&self, rx: RxSide) {
         self.wire.lock()[self.side].rx = Some(Arc::new(rx));
@@ -361,7 +379,7 @@ impl WireTx {
         if lane.send(frame, hash, ty) {
             return Sent::Ok;
         }
-        if lane.lane.fc && frame.len() <= lane.lane.slot_size {
+        if lane.lane.fc {
             return Sent::Pause;
         }
         lane.lane.dropped.fetch_add(1, Ordering::Relaxed);
@@ -381,11 +399,16 @@ mod tests {
             assert!(tx.send(&[i as u8; 60], i as u32, 1));
         }
         assert!(!tx.send(&[0; 60], 0, 0), "full");
-        assert!(!tx.send(&[0; 65], 0, 0), "too long");
         let (i, b, m) = rx.pop().unwrap();
         assert_eq!((b.len(), b[0], m.hash), (60, 0, 0));
         rx.release(i);
-        assert!(tx.send(&[9; 60], 9, 1));
+        assert!(tx.send(&[9; 65], 9, 1), "too long: its head");
+        for _ in 1..LANE_SLOTS {
+            let (i, _, _) = rx.pop().unwrap();
+            rx.release(i);
+        }
+        let (_, b, m) = rx.pop().unwrap();
+        assert_eq!((b.len(), m.len), (64, 65));
     }
 
     #[test]

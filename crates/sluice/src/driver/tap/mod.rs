@@ -192,6 +192,7 @@ impl PortDriver for TapDriver {
                 Arc::clone(&self.fds[q]),
                 pool,
                 config.port_id,
+                config.mtu,
                 Arc::clone(counters),
                 q,
             )));

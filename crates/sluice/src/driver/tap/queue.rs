@@ -13,7 +13,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
 use crate::mbuf::{BurstSlice, Mbuf, MbufPool};
-use crate::port::{PortCounters, PortError, RxQueue, TxQueue};
+use crate::port::{PortCounters, PortError, RxFrameCheck, RxQueue, TxQueue};
 
 /// Largest frame a TAP device hands over (its MTU is at most 65535).
 const SCRATCH: usize = 65_536 + 64;
@@ -32,6 +32,8 @@ pub(super) struct TapRx {
     /// Behind the data room: where the tail of an over-long frame lands.
     scratch: Box<[u8]>,
     started: bool,
+    /// Runts and frames over the MTU are counted and skipped.
+    check: RxFrameCheck,
     counters: Arc<PortCounters>,
     q: usize,
 }
@@ -41,6 +43,7 @@ impl TapRx {
         fd: Arc<OwnedFd>,
         pool: MbufPool,
         port_id: u16,
+        mtu: u16,
         counters: Arc<PortCounters>,
         q: usize,
     ) -> TapRx {
@@ -51,6 +54,7 @@ impl TapRx {
             spare: None,
             scratch: vec![0u8; SCRATCH].into_boxed_slice(),
             started: false,
+            check: RxFrameCheck::new(&counters.xstats, mtu),
             counters,
             q,
         }
@@ -104,20 +108,21 @@ impl RxQueue for TapRx {
                     },
                 };
                 match read_frame(&self.fd, &mut self.scratch, &mut m) {
-                    Ok(len) if len > 0 && len <= m.data_len() as usize => {
+                    Ok(0) => {
+                        self.spare = Some(m);
+                        break;
+                    }
+                    Ok(len) if len <= m.data_len() as usize && self.check.accepts(len) => {
                         let _ = m.set_port(self.port_id);
                         bytes += len as u64;
                         n += 1;
                         // Room: at most `free` packets are pushed.
                         let _ = burst.push(m);
                     }
-                    Ok(0) => {
-                        self.spare = Some(m);
-                        break;
-                    }
-                    Ok(_) => {
-                        // Longer than the data room: counted, skipped.
-                        stats.errors.inc();
+                    Ok(len) => {
+                        // A runt, or longer than the MTU or the data room:
+                        // counted with its reason, skipped.
+                        self.check.count_drop(len, &stats.errors);
                         let _ = m.trim(m.data_len() as usize);
                         self.spare = Some(m);
                     }

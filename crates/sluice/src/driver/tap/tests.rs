@@ -354,3 +354,33 @@ fn attach_uses_an_existing_device_and_leaves_it() {
     assert!(still, "an attached device outlives the port");
     assert!(p.is_full());
 }
+
+#[test]
+fn frames_over_the_mtu_are_dropped_as_oversize() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let p = pool(1023);
+    let name = tap_name();
+    let mut cfg = PortConfig::new(Some(p.clone()));
+    // The device takes 1500-byte frames; the port only up to 1000 + 18.
+    cfg.mtu = 1000;
+    let mut port = open(&format!("tap:iface={name}"), cfg).unwrap();
+    port.start().unwrap();
+    let ns = Netns::new("tapbig").unwrap();
+    Netns::root().move_link(&name, &ns).unwrap();
+    let peer = RawSocket::open(&ns, &name).unwrap();
+    let lens = [60usize, 1018, 1019, 1400, 60];
+    for (i, &len) in lens.iter().enumerate() {
+        peer.send(&frame(port.mac().0, i as u32, len)).unwrap();
+    }
+    let got = receive(&mut port, 3, Duration::from_secs(10));
+    let got: Vec<usize> = got.iter().map(|(_, f)| f.len()).collect();
+    assert_eq!(got, [60, 1018, 60]);
+    let x = &port.counters().xstats;
+    assert_eq!(x.get("rx_oversize_errors"), Some(2));
+    assert_eq!(x.get("rx_runt_errors"), Some(0));
+    assert_eq!(port.stats().rx_errors, 2);
+    drop(port);
+    assert!(p.is_full());
+}
