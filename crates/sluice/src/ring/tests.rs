@@ -989,3 +989,133 @@ fn slot_array_is_aligned_to_two_cache_lines() {
     let (p, _c) = Ring::<[u8; 3]>::mpmc(16).unwrap();
     assert_eq!(p.ring().slot_ptr(0) as usize % 128, 0);
 }
+
+// ---------------------------------------------------------------------------
+// Forgotten chunks and iterators, and panicking producers of values.
+
+/// A value that counts its drops, in a leaked array (so a value dropped
+/// twice shows as a count of 2, not as a corrupted heap).
+struct Counted {
+    id: usize,
+    drops: &'static [std::sync::atomic::AtomicUsize],
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.drops[self.id].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Drop counters for `n` values.
+fn tracked(n: usize) -> &'static [std::sync::atomic::AtomicUsize] {
+    Vec::leak((0..n).map(|_| Default::default()).collect())
+}
+
+fn drop_counts(drops: &[std::sync::atomic::AtomicUsize]) -> Vec<usize> {
+    drops
+        .iter()
+        .map(|d| d.load(std::sync::atomic::Ordering::Relaxed))
+        .collect()
+}
+
+/// Values 0..6 in a ring of 8; `peek(4).drain()` yields `k` of them and is
+/// forgotten. Then either the ends are dropped at once, or the consumer pops
+/// what is left, values 6..10 go through, and then the ends are dropped.
+/// Every value leaves the ring at most once and is dropped exactly once.
+fn check_forgotten_drain(k: usize, keep_using: bool) {
+    let drops = tracked(10);
+    let make = |id| Counted { id, drops };
+    let (mut p, mut c) = Ring::<Counted>::spsc(8).unwrap();
+    for id in 0..6 {
+        assert!(p.push(make(id)).is_ok());
+    }
+    let mut seen = [0usize; 10];
+    let mut d = c.peek(4).unwrap().drain();
+    for v in d.by_ref().take(k) {
+        seen[v.id] += 1;
+    }
+    std::mem::forget(d);
+    if keep_using {
+        assert_eq!(c.len(), 6 - k, "what was taken is no longer waiting");
+        for _ in 0..8 {
+            let Some(v) = c.pop() else { break };
+            seen[v.id] += 1;
+        }
+        for id in 6..10 {
+            assert!(p.push(make(id)).is_ok(), "room for value {id}");
+        }
+        let got: Vec<usize> = c.peek_burst(8).drain().map(|v| v.id).collect();
+        assert_eq!(got, [6, 7, 8, 9]);
+        for id in got {
+            seen[id] += 1;
+        }
+        assert_eq!(seen, [1; 10], "values out of the ring, k = {k}");
+    } else {
+        assert!(seen.iter().all(|&s| s <= 1), "values out: {seen:?}");
+    }
+    drop((p, c));
+    let expected: Vec<usize> = (0..10)
+        .map(|id| usize::from(id < 6 || keep_using))
+        .collect();
+    assert_eq!(drop_counts(drops), expected, "drops per value, k = {k}");
+}
+
+#[test]
+fn a_forgotten_drain_yields_no_value_twice() {
+    for k in [0, 1, 3, 4] {
+        check_forgotten_drain(k, true);
+        check_forgotten_drain(k, false);
+    }
+}
+
+// The chunks have no `Drop` (dropping one commits nothing), so forgetting one
+// is dropping it; the test keeps that true should one get a `Drop`.
+#[allow(clippy::forget_non_drop)]
+#[test]
+fn a_forgotten_chunk_publishes_nothing() {
+    let drops = tracked(4);
+    let make = |id| Counted { id, drops };
+    let (mut p, mut c) = Ring::<Counted>::spsc(4).unwrap();
+    std::mem::forget(p.reserve(4).unwrap());
+    assert!(p.push(make(0)).is_ok());
+    assert!(p.push(make(1)).is_ok());
+    std::mem::forget(c.peek(2).unwrap());
+    assert_eq!(c.pop().map(|v| v.id), Some(0));
+    drop((p, c));
+    assert_eq!(drop_counts(drops), [1, 1, 0, 0]);
+}
+
+/// `fill_from_iter` with an iterator that panics after yielding `k` values:
+/// the values written are published, none is dropped twice, and the ring
+/// goes on working.
+fn check_panicking_fill(k: usize) {
+    let drops = tracked(8);
+    let make = |id| Counted { id, drops };
+    let (mut p, mut c) = Ring::<Counted>::spsc(8).unwrap();
+    let values = (0..).map(|id| {
+        assert!(id < k, "the iterator panics at value {id}");
+        make(id)
+    });
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        p.reserve(4).unwrap().fill_from_iter(values)
+    }));
+    assert!(result.is_err());
+    let got: Vec<usize> = c.peek_burst(8).drain().map(|v| v.id).collect();
+    assert_eq!(
+        got,
+        (0..k).collect::<Vec<_>>(),
+        "published before the panic"
+    );
+    assert!(p.push(make(k)).is_ok());
+    assert_eq!(c.pop().map(|v| v.id), Some(k));
+    drop((p, c));
+    let expected: Vec<usize> = (0..8).map(|id| usize::from(id <= k)).collect();
+    assert_eq!(drop_counts(drops), expected, "drops per value, k = {k}");
+}
+
+#[test]
+fn a_panicking_fill_iterator_publishes_what_it_wrote() {
+    for k in [0, 1, 3] {
+        check_panicking_fill(k);
+    }
+}
