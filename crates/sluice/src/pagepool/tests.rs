@@ -727,6 +727,41 @@ fn a_forgotten_bulk_free_leaks_what_it_held_and_frees_nothing_twice() {
     }
 }
 
+/// A direct cache emptied into a callback that panics at its second page:
+/// the page handed over is no longer in the stack, the rest still are, and
+/// a second drain hands out exactly those.
+#[test]
+fn a_direct_cache_drain_that_panics_hands_no_page_out_twice() {
+    let cache = super::cache::DirectCache::new(4);
+    let pushes = crate::counter::Counter::new();
+    for a in [0x1000, 0x2000, 0x3000] {
+        // SAFETY: this thread is the stack's only user.
+        assert!(unsafe { cache.push(a, &pushes) });
+    }
+    let mut out = Vec::new();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: as above.
+        unsafe {
+            cache.drain(|a| {
+                out.push(a);
+                assert!(out.len() < 2, "the callback panics at page {a:#x}");
+            })
+        }
+    }));
+    assert!(result.is_err());
+    assert_eq!(out.len(), 2);
+    assert_eq!(
+        cache.len(),
+        1,
+        "the page being handed over left the stack first"
+    );
+    // SAFETY: as above.
+    unsafe { cache.drain(|a| out.push(a)) };
+    out.sort_unstable();
+    assert_eq!(out, [0x1000, 0x2000, 0x3000], "each page once");
+    assert_eq!(cache.len(), 0);
+}
+
 // ---- mbufs over fragments ---------------------------------------------------
 
 #[test]
