@@ -233,7 +233,7 @@ impl<T, M: SyncMode> Consumer<T, M> {
     /// True when no entry is waiting (a snapshot).
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.ring.is_empty()
+        self.len() == 0
     }
 
     /// Step 1: claims up to `n` published entries (all or nothing with `bulk`).

@@ -273,6 +273,8 @@ enum ReadHow {
     CommitAll,
     /// `drain`, take `k`, drop the iterator.
     Drain,
+    /// `drain`, take `k`, forget the iterator.
+    DrainForget,
 }
 
 #[derive(Debug, Clone)]
@@ -313,6 +315,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         Just(ReadHow::Commit),
         Just(ReadHow::CommitAll),
         Just(ReadHow::Drain),
+        Just(ReadHow::DrainForget),
     ];
     prop_oneof![
         2 => Just(Op::Push),
@@ -363,6 +366,9 @@ struct Model {
     cached_cons: usize,
     /// `pushed` when a single-threaded consumer last read `prod.tail`.
     cached_prod: usize,
+    /// Values a forgotten drain took that the consumer has not published
+    /// yet: out of `q`, but still occupying their slots for the producer.
+    unpublished: usize,
     p_multi: bool,
     c_multi: bool,
 }
@@ -377,13 +383,22 @@ impl Model {
             popped: 0,
             cached_cons: 0,
             cached_prod: 0,
+            unpublished: 0,
             p_multi,
             c_multi,
         }
     }
 
     fn free(&self) -> usize {
-        self.cap - self.q.len()
+        self.cap - self.q.len() - self.unpublished
+    }
+
+    /// The consumer published its tail (any consumer operation that moved
+    /// at least one value): what forgotten drains took is free now.
+    fn cons_published(&mut self, moved: usize) {
+        if moved != 0 {
+            self.unpublished = 0;
+        }
     }
 
     /// A producer claim of `n`: `(taken, left)` as the end must report them.
@@ -394,7 +409,7 @@ impl Model {
         } else {
             let mut view = self.cap - (self.pushed - self.cached_cons);
             if view < n {
-                self.cached_cons = self.popped;
+                self.cached_cons = self.popped - self.unpublished;
                 view = self.free();
             }
             view
@@ -596,13 +611,15 @@ impl ZeroCopyConsumer for Consumer<u32, Single> {
                 chunk.commit_all();
                 len
             }
-            ReadHow::Drain => {
+            ReadHow::Drain | ReadHow::DrainForget => {
                 let k = k % (len + 1);
                 let mut it = chunk.drain();
                 assert_eq!(it.len(), len);
                 drained.extend(it.by_ref().take(k));
                 assert_eq!(it.len(), len - k);
-                drop(it);
+                if matches!(how, ReadHow::DrainForget) {
+                    std::mem::forget(it);
+                }
                 k
             }
         };
@@ -647,6 +664,7 @@ where
             Op::Pop => {
                 let (take, _) = m.cons_claim(1, true);
                 let want = m.dequeue(take).pop();
+                m.cons_published(take);
                 prop_assert_eq!(c.pop(), want, "op {}: pop", i);
             }
             Op::Enqueue { n, bulk } => {
@@ -676,6 +694,7 @@ where
                 };
                 prop_assert_eq!(moved, Moved { n: take, left }, "op {}: {:?}", i, op);
                 let want = m.dequeue(take);
+                m.cons_published(take);
                 prop_assert_eq!(&dst[..take], &want[..], "op {}: values", i);
                 prop_assert!(dst[take..].iter().all(|&v| v == u32::MAX), "wrote past n");
                 prop_assert!(moved.left <= m.q.len(), "left is a lower bound");
@@ -713,14 +732,25 @@ where
                         prop_assert_eq!(&r.seen, &want, "op {}: peeked values", i);
                         prop_assert_eq!(r.first, take.min(cap - at), "op {}: wrap split", i);
                         let released = m.dequeue(r.released);
-                        if matches!(how, ReadHow::Drain) {
+                        if matches!(how, ReadHow::DrainForget) {
+                            m.unpublished += r.released;
+                        } else {
+                            m.cons_published(r.released);
+                        }
+                        if matches!(how, ReadHow::Drain | ReadHow::DrainForget) {
                             prop_assert_eq!(&r.drained, &released, "op {}: drained", i);
                         }
                     }
                 }
             }
         }
-        prop_assert_eq!(p.ring().len(), m.q.len(), "op {}: len after {:?}", i, op);
+        prop_assert_eq!(
+            p.ring().len(),
+            m.q.len() + m.unpublished,
+            "op {}: len after {:?}",
+            i,
+            op
+        );
         prop_assert_eq!(c.len(), m.q.len());
         prop_assert_eq!(c.is_empty(), m.q.is_empty());
         prop_assert_eq!(p.free(), m.free());
@@ -892,6 +922,7 @@ fn check_drops(cap: usize, start: u32, ops: &[Op]) -> Result<(), TestCaseError> 
                 for _ in 0..n {
                     let (take, _) = m.cons_claim(1, true);
                     let want = m.dequeue(take).pop();
+                    m.cons_published(take);
                     prop_assert_eq!(c.pop().map(|t| t.v), want, "op {}: pop", i);
                 }
             }
@@ -935,15 +966,26 @@ fn check_drops(cap: usize, start: u32, ops: &[Op]) -> Result<(), TestCaseError> 
                             let k = k % (take + 1);
                             chunk.commit(k);
                             m.dequeue(k);
+                            m.cons_published(k);
                         }
                         ReadHow::CommitAll => {
                             chunk.commit_all();
                             m.dequeue(take);
+                            m.cons_published(take);
                         }
                         ReadHow::Drain => {
                             let k = k % (take + 1);
                             let got: Vec<u32> = chunk.drain().take(k).map(|t| t.v).collect();
                             prop_assert_eq!(got, m.dequeue(k), "op {}: drained", i);
+                            m.cons_published(k);
+                        }
+                        ReadHow::DrainForget => {
+                            let k = k % (take + 1);
+                            let mut it = chunk.drain();
+                            let got: Vec<u32> = it.by_ref().take(k).map(|t| t.v).collect();
+                            std::mem::forget(it);
+                            prop_assert_eq!(got, m.dequeue(k), "op {}: drained", i);
+                            m.unpublished += k;
                         }
                     }
                 }
