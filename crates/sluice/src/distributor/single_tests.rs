@@ -606,3 +606,60 @@ fn wait_active(d: &mut SingleDistributor, n: usize) {
     }
     panic!("{} of {n} workers became active", d.active_workers());
 }
+
+/// Worker 0 takes `k` packets of flow A (handing each back with its next
+/// request), then its handle is forgotten while idle. Its id stays claimed;
+/// worker 1 serves flow B meanwhile, and the distributor drops without
+/// waiting for the forgotten handle. Every packet reaches a worker once and
+/// comes back at most once, and the pool ends exactly full (an idle handle
+/// holds no packet).
+fn check_forgotten_idle_worker(k: usize) {
+    let pool = pool(127);
+    let mut d = SingleDistributor::new(2).unwrap();
+    let mut w0 = d.worker(0).unwrap();
+    let mut w1 = d.worker(1).unwrap();
+    let mut handed: HashMap<u64, usize> = HashMap::new();
+    let mut returned: HashMap<u64, usize> = HashMap::new();
+    w1.request_pkt(None).unwrap();
+    let mut held: Option<Mbuf> = None;
+    for i in 0..k as u64 {
+        w0.request_pkt(held.take()).unwrap();
+        let mut b: Burst<1> = burst_of(&pool, 1, i, |_| 5);
+        assert_eq!(d.process(&mut b), 1);
+        let m = w0.poll_pkt().unwrap().expect("answered");
+        *handed.entry(m.udata64()).or_default() += 1;
+        held = Some(m);
+    }
+    drop(held);
+    std::mem::forget(w0);
+    assert!(matches!(
+        d.worker(0),
+        Err(DistError::WorkerClaimed { id: 0 })
+    ));
+    let mut b: Burst<1> = burst_of(&pool, 1, 1000, |_| 6);
+    assert_eq!(d.process(&mut b), 1);
+    let m = w1.poll_pkt().unwrap().expect("answered");
+    *handed.entry(m.udata64()).or_default() += 1;
+    w1.request_pkt(Some(m)).unwrap();
+    d.process(&mut none());
+    let mut back = Burst::<32>::new();
+    while d.returned_pkts(&mut back) != 0 {
+        for s in seqs(&back) {
+            *returned.entry(s).or_default() += 1;
+        }
+        back.clear();
+    }
+    assert!(handed.values().all(|&n| n == 1), "handed out: {handed:?}");
+    assert_eq!(handed.len(), k + 1);
+    assert!(returned.values().all(|&n| n == 1), "returned: {returned:?}");
+    assert!(returned.keys().all(|s| handed.contains_key(s)));
+    drop((d, w1));
+    assert!(pool.is_full(), "k = {k}");
+}
+
+#[test]
+fn a_forgotten_idle_worker_loses_nothing_and_blocks_nothing() {
+    for k in [0, 1, 3] {
+        check_forgotten_idle_worker(k);
+    }
+}

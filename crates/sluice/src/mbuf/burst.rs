@@ -195,16 +195,60 @@ impl BurstSlice {
     }
 
     /// Keeps the mbufs for which `keep` is true, in order; frees the others.
+    ///
+    /// If `keep` panics, the burst keeps the mbufs already kept, the one
+    /// being judged and every one after it (in order), as `Vec::retain`
+    /// does: the mbufs it had already rejected are freed, and nothing is lost
+    /// or freed twice.
     pub fn retain(&mut self, mut keep: impl FnMut(&mut Mbuf) -> bool) {
+        /// While `retain` runs, `slots[..kept]` are kept, `slots[next..old]`
+        /// are not judged yet, and the burst counts none of them; this
+        /// moves the unjudged ones behind the kept ones and counts both,
+        /// at the end or during an unwind.
+        struct Compact<'b> {
+            burst: &'b mut BurstSlice,
+            kept: usize,
+            next: usize,
+            old: usize,
+        }
+        impl Drop for Compact<'_> {
+            fn drop(&mut self) {
+                let (kept, next, old) = (self.kept, self.next, self.old);
+                if kept != next {
+                    self.burst.slots.copy_within(next..old, kept);
+                }
+                self.burst.len = kept + (old - next);
+            }
+        }
         let old = self.len;
+        // Counted by `Compact` from here on: a forgotten or unwinding
+        // `retain` never leaves an mbuf counted twice.
         self.len = 0;
-        for i in 0..old {
-            // SAFETY: slot `i` holds an owned mbuf (indices >= the new `len`
-            // are read at most once each, in order).
-            let mut m = unsafe { take(&self.slots, i) };
-            if keep(&mut m) {
-                self.slots[self.len] = Elem::from_ptr(m.into_raw().cast());
-                self.len += 1;
+        let mut c = Compact {
+            burst: self,
+            kept: 0,
+            next: 0,
+            old,
+        };
+        while c.next < c.old {
+            let i = c.next;
+            // Judged in place: if `keep` panics, the mbuf is still in its
+            // slot, not judged, and `Compact` keeps it.
+            let slot = &mut c.burst.slots[i];
+            // SAFETY: slot `i` holds an owned mbuf (`i < old`, not judged
+            // yet), and `Mbuf` is a transparent wrapper of the pointer an
+            // `Elem` wraps; the reference ends before the slot is touched
+            // again.
+            let m = unsafe { &mut *std::ptr::from_mut(slot).cast::<Mbuf>() };
+            let k = keep(m);
+            c.next = i + 1;
+            if k {
+                c.burst.slots[c.kept] = c.burst.slots[i];
+                c.kept += 1;
+            } else {
+                // SAFETY: slot `i` held an owned mbuf, now judged and in
+                // neither counted range.
+                drop(unsafe { take(&c.burst.slots, i) });
             }
         }
     }
@@ -212,12 +256,20 @@ impl BurstSlice {
     /// Moves the first `n` mbufs (at most `len`) out, in order; when the
     /// iterator is dropped, those it did not yield are freed and the rest of
     /// the burst moves to the front.
+    ///
+    /// As `Vec::drain` does, the burst counts nothing while the iterator
+    /// lives: an iterator that is forgotten (`mem::forget`) leaves the burst
+    /// empty (leaking the mbufs it did not yield) rather than still owning
+    /// mbufs it handed out.
     pub fn drain_front(&mut self, n: usize) -> DrainFront<'_> {
-        let n = n.min(self.len);
+        let old = self.len;
+        let n = n.min(old);
+        self.len = 0;
         DrainFront {
             burst: self,
             next: 0,
             end: n,
+            old,
         }
     }
 
@@ -413,13 +465,18 @@ impl<'a, const N: usize> IntoIterator for &'a Burst<N> {
     }
 }
 
-/// Iterator from [`BurstSlice::drain_front`].
+/// Iterator from [`BurstSlice::drain_front`]. While it lives, the burst
+/// counts no mbuf: `slots[next..end]` are still to be yielded and
+/// `slots[end..old]` are the rest of the burst, owned by the iterator until
+/// its drop hands them back.
 pub struct DrainFront<'a> {
     burst: &'a mut BurstSlice,
     /// Next slot to yield.
     next: usize,
     /// End of the drained range.
     end: usize,
+    /// The burst's length before the drain.
+    old: usize,
 }
 
 impl Iterator for DrainFront<'_> {
@@ -432,8 +489,8 @@ impl Iterator for DrainFront<'_> {
         }
         let i = self.next;
         self.next += 1;
-        // SAFETY: slot `i` is in the drained range and read once; `Drop`
-        // accounts for it as moved out.
+        // SAFETY: slot `i` is in the drained range, which the burst does not
+        // count, and is read once: `next` has moved past it.
         Some(unsafe { take(&self.burst.slots, i) })
     }
 
@@ -447,15 +504,14 @@ impl ExactSizeIterator for DrainFront<'_> {}
 
 impl Drop for DrainFront<'_> {
     fn drop(&mut self) {
+        let (next, end, old) = (self.next, self.end, self.old);
         let b = &mut *self.burst;
-        let old = b.len;
-        // Nothing is counted as owned while we shuffle.
-        b.len = 0;
-        // SAFETY: `slots[next..end]` are drained but not yielded: free them.
-        unsafe { free_bulk(&mut b.slots[self.next..self.end]) };
-        // Move the undrained tail to the front.
-        let rest = old - self.end;
-        b.slots.copy_within(self.end..old, 0);
-        b.len = rest;
+        // SAFETY: `slots[next..end]` are drained but not yielded, owned by
+        // this iterator alone (the burst counts none): free them. If a free
+        // panics, the burst stays empty and the rest leaks.
+        unsafe { free_bulk(&mut b.slots[next..end]) };
+        // Move the undrained tail to the front, and count it again.
+        b.slots.copy_within(end..old, 0);
+        b.len = old - end;
     }
 }

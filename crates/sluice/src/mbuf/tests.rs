@@ -9,7 +9,7 @@ use proptest::prelude::*;
 
 use super::layout::offset;
 use super::*;
-use crate::mempool::HugepagePolicy;
+use crate::mempool::{Elem, HugepagePolicy};
 
 fn pool(size: u32) -> MbufPool {
     MbufPool::new(MbufPoolConfig {
@@ -594,5 +594,117 @@ proptest! {
         drop(held);
         drop(burst);
         prop_assert!(p.is_full());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Forgotten drains and panicking `retain` callbacks.
+
+/// The first byte of an mbuf's data: the id a test tagged it with.
+fn id_of(m: &Mbuf) -> usize {
+    m.data()[0] as usize
+}
+
+/// `n` fresh mbufs in `b`, tagged with ids `first..first + n`.
+fn alloc_tagged(p: &MbufPool, b: &mut BurstSlice, first: usize, n: usize) {
+    let base = b.len();
+    p.alloc_bulk(b, n).unwrap();
+    for (i, m) in b.iter_mut().skip(base).enumerate() {
+        m.append(1).unwrap()[0] = (first + i) as u8;
+    }
+}
+
+/// `p` holds exactly its `size` buffers, each once: the free count says so,
+/// and allocating all of them at once gives distinct buffers.
+fn assert_exactly_full(p: &MbufPool, size: u32) {
+    assert_eq!(p.available(), size, "free buffers");
+    let mut all: Burst<64> = Burst::new();
+    p.alloc_bulk(&mut all, size as usize).unwrap();
+    let mut addrs: Vec<usize> = all.raw().iter().map(|e| e.as_ptr() as usize).collect();
+    addrs.sort_unstable();
+    addrs.dedup();
+    assert_eq!(addrs.len(), size as usize, "distinct buffers");
+    drop(all);
+    assert!(p.is_full());
+}
+
+/// Mbufs 0..8 in a burst; `drain_front(5)` yields `k` of them and is
+/// forgotten; the burst is then used (4 more appended, all read) and
+/// dropped. No mbuf comes out of the burst twice, and after the test takes
+/// back the mbufs the forgotten iterator leaked, the pool is exactly full.
+fn check_forgotten_drain_front(k: usize) {
+    const SIZE: u32 = 16;
+    let p = pool(SIZE);
+    let mut b: Burst = Burst::new();
+    alloc_tagged(&p, &mut b, 0, 8);
+    let before: Vec<Elem> = b.raw().to_vec();
+    let mut seen = [0usize; 12];
+    let mut yielded = Vec::new();
+    let mut d = b.drain_front(5);
+    for m in d.by_ref().take(k) {
+        seen[id_of(&m)] += 1;
+        yielded.push(m);
+    }
+    std::mem::forget(d);
+    let kept: Vec<Elem> = b.raw().to_vec();
+    alloc_tagged(&p, &mut b, 8, 4);
+    for m in b.iter() {
+        seen[id_of(m)] += 1;
+    }
+    if seen.iter().any(|&s| s > 1) {
+        // Dropping them would free an mbuf twice: leak them and fail.
+        std::mem::forget((b, yielded));
+        panic!("an mbuf came out twice, k = {k}: {seen:?}");
+    }
+    drop(b);
+    drop(yielded);
+    // What neither the iterator yielded nor the burst kept is leaked: give
+    // it back, so the pool shows any buffer that was freed twice.
+    for (i, e) in before.iter().enumerate() {
+        if i >= k && !kept.contains(e) {
+            // SAFETY: an mbuf allocated above that no handle or burst owns.
+            drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+        }
+    }
+    assert_exactly_full(&p, SIZE);
+}
+
+#[test]
+fn a_forgotten_drain_front_yields_no_mbuf_twice() {
+    for k in [0, 1, 3, 5] {
+        check_forgotten_drain_front(k);
+    }
+}
+
+/// A `retain` whose callback panics at mbuf `at` of 8 (having dropped the
+/// odd ones before it): the burst keeps the even ones before it and every
+/// one from it on, in order, and nothing is lost or freed twice.
+fn check_panicking_retain(at: usize) {
+    const SIZE: u32 = 16;
+    let p = pool(SIZE);
+    let mut b: Burst = Burst::new();
+    alloc_tagged(&p, &mut b, 0, 8);
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        b.retain(|m| {
+            let id = id_of(m);
+            assert!(id != at, "the callback panics at mbuf {id}");
+            id.is_multiple_of(2)
+        })
+    }));
+    assert!(result.is_err());
+    let ids: Vec<usize> = b.iter().map(id_of).collect();
+    let expected: Vec<usize> = (0..8)
+        .filter(|&id| id >= at || id.is_multiple_of(2))
+        .collect();
+    assert_eq!(ids, expected, "kept after a panic at {at}");
+    assert_eq!(p.available(), SIZE - expected.len() as u32);
+    drop(b);
+    assert_exactly_full(&p, SIZE);
+}
+
+#[test]
+fn a_panicking_retain_callback_keeps_what_it_did_not_judge() {
+    for at in [0, 1, 4, 7] {
+        check_panicking_retain(at);
     }
 }

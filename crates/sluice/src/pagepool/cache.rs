@@ -124,18 +124,28 @@ impl DirectCache {
         got
     }
 
-    /// Empties the stack into `f`, one page at a time.
+    /// Empties the stack into `f`, one page at a time, from the top. Each
+    /// page leaves the stack before `f` gets it: if `f` panics, the pages
+    /// it has had are no longer in the stack and the others still are.
     ///
     /// # Safety
     /// Called on the owner thread, or when no other thread can reach the
     /// pool.
     pub(crate) unsafe fn drain(&self, mut f: impl FnMut(usize)) {
-        let n = self.len.load(Ordering::Acquire);
-        self.slots.with(|s| {
-            // SAFETY: as the contract says, no one else touches the stack.
-            let s = unsafe { &*s };
-            s[..n as usize].iter().for_each(|&a| f(a));
-        });
-        self.len.store(0, Ordering::Release);
+        // Acquire: pairs with the owner's Release length store, so the slots
+        // it wrote are seen (when the caller is not the owner).
+        let mut n = self.len.load(Ordering::Acquire);
+        while n != 0 {
+            n -= 1;
+            let a = self.slots.with(|s| {
+                // SAFETY: as the contract says, no one else touches the
+                // stack; `n < len <= cap`.
+                unsafe { *(&*s).get_unchecked(n as usize) }
+            });
+            // Release, as every length store: a reader that sees the
+            // shorter stack (the pool's `all_home`) sees it whole.
+            self.len.store(n, Ordering::Release);
+            f(a);
+        }
     }
 }

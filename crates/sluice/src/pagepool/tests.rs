@@ -695,6 +695,73 @@ fn bulk_free_mixes_pools_and_frag_cache_blocks() {
     assert!(p.is_full());
 }
 
+/// 45 fragments (three pages of 15); `k` of them go to a `BulkFree` that is
+/// then forgotten, the rest are dropped one by one. What the context held
+/// (its run's references, its stash) is leaked, never given back twice:
+/// exactly the pages it held stay out, every other page is home once.
+fn check_forgotten_bulk_free(k: usize, pages_held: u64) {
+    let p = provider(2 << 20);
+    let pp = pool(&p, 3, None);
+    let mut fa = PageFragAlloc::new(pp.clone());
+    let mut v: Vec<Frag> = (0..45).map(|_| fa.alloc_frag(2090).unwrap()).collect();
+    assert_eq!(pp.stats().alloc_slow, 3);
+    let mut bulk = BulkFree::new();
+    v.drain(..k).for_each(|f| bulk.free_frag(f));
+    std::mem::forget(bulk);
+    drop(v);
+    drop(fa);
+    let s = pp.stats();
+    assert_eq!(s.in_flight, pages_held, "k = {k}: {s:?}");
+    assert_eq!(s.in_ring + s.cached + s.released, 3 - pages_held, "{s:?}");
+    assert_eq!(pp.all_home(), pages_held == 0);
+    drop(pp);
+    assert_eq!(p.is_full(), pages_held == 0);
+}
+
+#[test]
+fn a_forgotten_bulk_free_leaks_what_it_held_and_frees_nothing_twice() {
+    // Nothing; a run of one; a whole page's run; a page stashed and a run
+    // of one on the next page.
+    for (k, held) in [(0, 0), (1, 1), (15, 1), (16, 2)] {
+        check_forgotten_bulk_free(k, held);
+    }
+}
+
+/// A direct cache emptied into a callback that panics at its second page:
+/// the page handed over is no longer in the stack, the rest still are, and
+/// a second drain hands out exactly those.
+#[test]
+fn a_direct_cache_drain_that_panics_hands_no_page_out_twice() {
+    let cache = super::cache::DirectCache::new(4);
+    let pushes = crate::counter::Counter::new();
+    for a in [0x1000, 0x2000, 0x3000] {
+        // SAFETY: this thread is the stack's only user.
+        assert!(unsafe { cache.push(a, &pushes) });
+    }
+    let mut out = Vec::new();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        // SAFETY: as above.
+        unsafe {
+            cache.drain(|a| {
+                out.push(a);
+                assert!(out.len() < 2, "the callback panics at page {a:#x}");
+            })
+        }
+    }));
+    assert!(result.is_err());
+    assert_eq!(out.len(), 2);
+    assert_eq!(
+        cache.len(),
+        1,
+        "the page being handed over left the stack first"
+    );
+    // SAFETY: as above.
+    unsafe { cache.drain(|a| out.push(a)) };
+    out.sort_unstable();
+    assert_eq!(out, [0x1000, 0x2000, 0x3000], "each page once");
+    assert_eq!(cache.len(), 0);
+}
+
 // ---- mbufs over fragments ---------------------------------------------------
 
 #[test]

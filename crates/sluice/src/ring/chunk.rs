@@ -12,7 +12,7 @@ use std::cell::Cell;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
 
-use super::core::Claim;
+use super::core::{Claim, Ring};
 use super::{Consumer, Producer, Single};
 
 /// Slots reserved by [`Producer::reserve`]: write them, then commit.
@@ -133,22 +133,36 @@ impl<'a, T> WriteChunk<'a, T> {
 
     /// Moves values from `iter` into the reserved slots until either runs out,
     /// publishes them and returns how many were written.
-    pub fn fill_from_iter<I: IntoIterator<Item = T>>(mut self, iter: I) -> usize {
-        let mut iter = iter.into_iter();
-        let mut written = 0;
-        let (a, b) = self.as_mut_slices();
-        for slot in a.iter_mut().chain(b.iter_mut()) {
-            match iter.next() {
-                Some(v) => {
-                    slot.write(v);
-                    written += 1;
-                }
-                None => break,
-            }
+    ///
+    /// If `iter` panics, the values written before the panic are published
+    /// (during the unwind), so none is lost or dropped twice.
+    pub fn fill_from_iter<I: IntoIterator<Item = T>>(self, iter: I) -> usize {
+        let WriteChunk { producer, claim } = self;
+        let mut written = PublishOnDrop {
+            producer,
+            claim: Claim { n: 0, ..claim },
+        };
+        for (i, v) in (0..claim.n).zip(iter) {
+            // SAFETY: slot `head + i` is reserved by the claim, unpublished
+            // and empty; `claim.n` counts exactly the slots written before.
+            unsafe { written.producer.ring.write(claim.head.wrapping_add(i), v) };
+            written.claim.n += 1;
         }
-        // SAFETY: exactly the first `written` slots were initialised above.
-        unsafe { self.commit(written) };
-        written
+        written.claim.n as usize
+        // `written` publishes the slots as it goes out of scope.
+    }
+}
+
+/// Publishes `claim` (the written prefix of a reservation) when dropped,
+/// including during an unwind.
+struct PublishOnDrop<'a, T> {
+    producer: &'a mut Producer<T, Single>,
+    claim: Claim,
+}
+
+impl<T> Drop for PublishOnDrop<'_, T> {
+    fn drop(&mut self) {
+        self.producer.publish(self.claim);
     }
 }
 
@@ -249,39 +263,54 @@ impl<'a, T> ReadChunk<'a, T> {
         self.commit(n);
     }
 
-    /// Moves the entries out, in order; each is released as it is taken, and
-    /// entries the iterator did not reach stay in the ring.
+    /// Moves the entries out, in order; entries the iterator did not reach
+    /// stay in the ring.
+    ///
+    /// The consumer's own head moves past an entry before the entry is
+    /// handed out, so an iterator that is forgotten (`mem::forget`) never
+    /// lets an entry be read twice: the next operation on the consumer, or
+    /// its drop, releases what the iterator took.
     pub fn drain(self) -> Drain<'a, T> {
-        Drain {
-            chunk: self,
-            taken: 0,
-        }
+        let end = self.claim.head.wrapping_add(self.claim.n);
+        Drain { chunk: self, end }
     }
 }
 
 /// Iterator returned by [`ReadChunk::drain`].
+///
+/// It advances the consumer's head (a plain field of the single-threaded
+/// end) past each entry before yielding it, and publishes the consumer tail
+/// up to that head once, when dropped: one Release store per drain, not one
+/// per entry.
 #[derive(Debug)]
 pub struct Drain<'a, T> {
     chunk: ReadChunk<'a, T>,
-    taken: u32,
+    /// One past the last borrowed entry.
+    end: u32,
 }
 
 impl<T> Iterator for Drain<'_, T> {
     type Item = T;
 
+    #[inline]
     fn next(&mut self) -> Option<T> {
-        if self.taken == self.chunk.claim.n {
+        let consumer = &mut *self.chunk.consumer;
+        let idx = consumer.head;
+        if idx == self.end {
             return None;
         }
-        let idx = self.chunk.claim.head.wrapping_add(self.taken);
-        self.taken += 1;
-        // SAFETY: the entry is claimed and initialised, and is read exactly
-        // once: `taken` moves past it and `Drop` publishes it as consumed.
-        Some(unsafe { self.chunk.consumer.ring.read(idx) })
+        // The entry stops belonging to the ring before it is read: however
+        // the iterator ends (dropped, forgotten, unwound), the ring never
+        // counts it again.
+        consumer.head = idx.wrapping_add(1);
+        // SAFETY: `idx` is in the claim (`claim.head <= idx < end`), so
+        // published and initialised; the head has moved past it, so it is
+        // read exactly once.
+        Some(unsafe { consumer.ring.read(idx) })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
-        let left = (self.chunk.claim.n - self.taken) as usize;
+        let left = self.end.wrapping_sub(self.chunk.consumer.head) as usize;
         (left, Some(left))
     }
 }
@@ -290,10 +319,12 @@ impl<T> ExactSizeIterator for Drain<'_, T> {}
 
 impl<T> Drop for Drain<'_, T> {
     fn drop(&mut self) {
-        let claim = Claim {
-            n: self.taken,
-            ..self.chunk.claim
-        };
-        self.chunk.consumer.publish(claim);
+        let consumer = &mut *self.chunk.consumer;
+        if consumer.head != self.chunk.claim.head {
+            // Release, pairing with the producer's Acquire load of
+            // `cons.tail`: the reads of the taken entries happen-before the
+            // producer writes those slots again.
+            Ring::<T>::publish_single(consumer.ring.cons(), consumer.head);
+        }
     }
 }

@@ -44,7 +44,10 @@ pub struct Producer<T, M: SyncMode = Single> {
 pub struct Consumer<T, M: SyncMode = Single> {
     /// The shared ring.
     pub(super) ring: Arc<Ring<T>>,
-    /// Single mode: the next index to claim (== `ring.cons.tail`).
+    /// Single mode: the next index to claim. `ring.cons.tail` (which only
+    /// this end writes) is the same, or behind it while a chunk's `Drain`
+    /// has taken entries and not yet published them; the next publish, or
+    /// the end's drop, brings the tail up to it.
     pub(super) head: u32,
     /// Single mode: a value `prod.tail` had at some point; the real one is the
     /// same or larger, so entries computed from it are a lower bound.
@@ -215,13 +218,22 @@ impl<T, M: SyncMode> Consumer<T, M> {
     /// Entries waiting (a snapshot).
     #[inline]
     pub fn len(&self) -> usize {
-        self.ring.len()
+        if M::MULTI {
+            return self.ring.len();
+        }
+        // A single-threaded end counts from its own head, which may be ahead
+        // of the published tail (a forgotten `Drain` took entries and did not
+        // publish). Acquire pairs with the producer's Release tail store, as
+        // in `Ring::len`; `head <= prod.tail`, as it only claims published
+        // entries.
+        let prod = self.ring.prod().tail.load(crate::sync::Ordering::Acquire);
+        prod.wrapping_sub(self.head) as usize
     }
 
     /// True when no entry is waiting (a snapshot).
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.ring.is_empty()
+        self.len() == 0
     }
 
     /// Step 1: claims up to `n` published entries (all or nothing with `bulk`).
@@ -259,6 +271,18 @@ impl<T, M: SyncMode> Consumer<T, M> {
         let value = unsafe { self.ring.read(claim.head) };
         self.publish(claim);
         Some(value)
+    }
+}
+
+impl<T, M: SyncMode> Drop for Consumer<T, M> {
+    fn drop(&mut self) {
+        if !M::MULTI {
+            // Publishes entries a forgotten `Drain` took, so the ring's drop
+            // (which drops the live values `[cons.tail, prod.tail)`) does not
+            // drop them a second time. Release, as every tail store; the
+            // ring's drop runs after the last `Arc` is gone in any case.
+            Ring::<T>::publish_single(self.ring.cons(), self.head);
+        }
     }
 }
 

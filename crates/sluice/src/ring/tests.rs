@@ -273,6 +273,8 @@ enum ReadHow {
     CommitAll,
     /// `drain`, take `k`, drop the iterator.
     Drain,
+    /// `drain`, take `k`, forget the iterator.
+    DrainForget,
 }
 
 #[derive(Debug, Clone)]
@@ -313,6 +315,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         Just(ReadHow::Commit),
         Just(ReadHow::CommitAll),
         Just(ReadHow::Drain),
+        Just(ReadHow::DrainForget),
     ];
     prop_oneof![
         2 => Just(Op::Push),
@@ -363,6 +366,9 @@ struct Model {
     cached_cons: usize,
     /// `pushed` when a single-threaded consumer last read `prod.tail`.
     cached_prod: usize,
+    /// Values a forgotten drain took that the consumer has not published
+    /// yet: out of `q`, but still occupying their slots for the producer.
+    unpublished: usize,
     p_multi: bool,
     c_multi: bool,
 }
@@ -377,13 +383,22 @@ impl Model {
             popped: 0,
             cached_cons: 0,
             cached_prod: 0,
+            unpublished: 0,
             p_multi,
             c_multi,
         }
     }
 
     fn free(&self) -> usize {
-        self.cap - self.q.len()
+        self.cap - self.q.len() - self.unpublished
+    }
+
+    /// The consumer published its tail (any consumer operation that moved
+    /// at least one value): what forgotten drains took is free now.
+    fn cons_published(&mut self, moved: usize) {
+        if moved != 0 {
+            self.unpublished = 0;
+        }
     }
 
     /// A producer claim of `n`: `(taken, left)` as the end must report them.
@@ -394,7 +409,7 @@ impl Model {
         } else {
             let mut view = self.cap - (self.pushed - self.cached_cons);
             if view < n {
-                self.cached_cons = self.popped;
+                self.cached_cons = self.popped - self.unpublished;
                 view = self.free();
             }
             view
@@ -596,13 +611,15 @@ impl ZeroCopyConsumer for Consumer<u32, Single> {
                 chunk.commit_all();
                 len
             }
-            ReadHow::Drain => {
+            ReadHow::Drain | ReadHow::DrainForget => {
                 let k = k % (len + 1);
                 let mut it = chunk.drain();
                 assert_eq!(it.len(), len);
                 drained.extend(it.by_ref().take(k));
                 assert_eq!(it.len(), len - k);
-                drop(it);
+                if matches!(how, ReadHow::DrainForget) {
+                    std::mem::forget(it);
+                }
                 k
             }
         };
@@ -647,6 +664,7 @@ where
             Op::Pop => {
                 let (take, _) = m.cons_claim(1, true);
                 let want = m.dequeue(take).pop();
+                m.cons_published(take);
                 prop_assert_eq!(c.pop(), want, "op {}: pop", i);
             }
             Op::Enqueue { n, bulk } => {
@@ -676,6 +694,7 @@ where
                 };
                 prop_assert_eq!(moved, Moved { n: take, left }, "op {}: {:?}", i, op);
                 let want = m.dequeue(take);
+                m.cons_published(take);
                 prop_assert_eq!(&dst[..take], &want[..], "op {}: values", i);
                 prop_assert!(dst[take..].iter().all(|&v| v == u32::MAX), "wrote past n");
                 prop_assert!(moved.left <= m.q.len(), "left is a lower bound");
@@ -713,14 +732,25 @@ where
                         prop_assert_eq!(&r.seen, &want, "op {}: peeked values", i);
                         prop_assert_eq!(r.first, take.min(cap - at), "op {}: wrap split", i);
                         let released = m.dequeue(r.released);
-                        if matches!(how, ReadHow::Drain) {
+                        if matches!(how, ReadHow::DrainForget) {
+                            m.unpublished += r.released;
+                        } else {
+                            m.cons_published(r.released);
+                        }
+                        if matches!(how, ReadHow::Drain | ReadHow::DrainForget) {
                             prop_assert_eq!(&r.drained, &released, "op {}: drained", i);
                         }
                     }
                 }
             }
         }
-        prop_assert_eq!(p.ring().len(), m.q.len(), "op {}: len after {:?}", i, op);
+        prop_assert_eq!(
+            p.ring().len(),
+            m.q.len() + m.unpublished,
+            "op {}: len after {:?}",
+            i,
+            op
+        );
         prop_assert_eq!(c.len(), m.q.len());
         prop_assert_eq!(c.is_empty(), m.q.is_empty());
         prop_assert_eq!(p.free(), m.free());
@@ -892,6 +922,7 @@ fn check_drops(cap: usize, start: u32, ops: &[Op]) -> Result<(), TestCaseError> 
                 for _ in 0..n {
                     let (take, _) = m.cons_claim(1, true);
                     let want = m.dequeue(take).pop();
+                    m.cons_published(take);
                     prop_assert_eq!(c.pop().map(|t| t.v), want, "op {}: pop", i);
                 }
             }
@@ -935,15 +966,26 @@ fn check_drops(cap: usize, start: u32, ops: &[Op]) -> Result<(), TestCaseError> 
                             let k = k % (take + 1);
                             chunk.commit(k);
                             m.dequeue(k);
+                            m.cons_published(k);
                         }
                         ReadHow::CommitAll => {
                             chunk.commit_all();
                             m.dequeue(take);
+                            m.cons_published(take);
                         }
                         ReadHow::Drain => {
                             let k = k % (take + 1);
                             let got: Vec<u32> = chunk.drain().take(k).map(|t| t.v).collect();
                             prop_assert_eq!(got, m.dequeue(k), "op {}: drained", i);
+                            m.cons_published(k);
+                        }
+                        ReadHow::DrainForget => {
+                            let k = k % (take + 1);
+                            let mut it = chunk.drain();
+                            let got: Vec<u32> = it.by_ref().take(k).map(|t| t.v).collect();
+                            std::mem::forget(it);
+                            prop_assert_eq!(got, m.dequeue(k), "op {}: drained", i);
+                            m.unpublished += k;
                         }
                     }
                 }
@@ -988,4 +1030,134 @@ fn slot_array_is_aligned_to_two_cache_lines() {
     }
     let (p, _c) = Ring::<[u8; 3]>::mpmc(16).unwrap();
     assert_eq!(p.ring().slot_ptr(0) as usize % 128, 0);
+}
+
+// ---------------------------------------------------------------------------
+// Forgotten chunks and iterators, and panicking producers of values.
+
+/// A value that counts its drops, in a leaked array (so a value dropped
+/// twice shows as a count of 2, not as a corrupted heap).
+struct Counted {
+    id: usize,
+    drops: &'static [std::sync::atomic::AtomicUsize],
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.drops[self.id].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Drop counters for `n` values.
+fn tracked(n: usize) -> &'static [std::sync::atomic::AtomicUsize] {
+    Vec::leak((0..n).map(|_| Default::default()).collect())
+}
+
+fn drop_counts(drops: &[std::sync::atomic::AtomicUsize]) -> Vec<usize> {
+    drops
+        .iter()
+        .map(|d| d.load(std::sync::atomic::Ordering::Relaxed))
+        .collect()
+}
+
+/// Values 0..6 in a ring of 8; `peek(4).drain()` yields `k` of them and is
+/// forgotten. Then either the ends are dropped at once, or the consumer pops
+/// what is left, values 6..10 go through, and then the ends are dropped.
+/// Every value leaves the ring at most once and is dropped exactly once.
+fn check_forgotten_drain(k: usize, keep_using: bool) {
+    let drops = tracked(10);
+    let make = |id| Counted { id, drops };
+    let (mut p, mut c) = Ring::<Counted>::spsc(8).unwrap();
+    for id in 0..6 {
+        assert!(p.push(make(id)).is_ok());
+    }
+    let mut seen = [0usize; 10];
+    let mut d = c.peek(4).unwrap().drain();
+    for v in d.by_ref().take(k) {
+        seen[v.id] += 1;
+    }
+    std::mem::forget(d);
+    if keep_using {
+        assert_eq!(c.len(), 6 - k, "what was taken is no longer waiting");
+        for _ in 0..8 {
+            let Some(v) = c.pop() else { break };
+            seen[v.id] += 1;
+        }
+        for id in 6..10 {
+            assert!(p.push(make(id)).is_ok(), "room for value {id}");
+        }
+        let got: Vec<usize> = c.peek_burst(8).drain().map(|v| v.id).collect();
+        assert_eq!(got, [6, 7, 8, 9]);
+        for id in got {
+            seen[id] += 1;
+        }
+        assert_eq!(seen, [1; 10], "values out of the ring, k = {k}");
+    } else {
+        assert!(seen.iter().all(|&s| s <= 1), "values out: {seen:?}");
+    }
+    drop((p, c));
+    let expected: Vec<usize> = (0..10)
+        .map(|id| usize::from(id < 6 || keep_using))
+        .collect();
+    assert_eq!(drop_counts(drops), expected, "drops per value, k = {k}");
+}
+
+#[test]
+fn a_forgotten_drain_yields_no_value_twice() {
+    for k in [0, 1, 3, 4] {
+        check_forgotten_drain(k, true);
+        check_forgotten_drain(k, false);
+    }
+}
+
+// The chunks have no `Drop` (dropping one commits nothing), so forgetting one
+// is dropping it; the test keeps that true should one get a `Drop`.
+#[allow(clippy::forget_non_drop)]
+#[test]
+fn a_forgotten_chunk_publishes_nothing() {
+    let drops = tracked(4);
+    let make = |id| Counted { id, drops };
+    let (mut p, mut c) = Ring::<Counted>::spsc(4).unwrap();
+    std::mem::forget(p.reserve(4).unwrap());
+    assert!(p.push(make(0)).is_ok());
+    assert!(p.push(make(1)).is_ok());
+    std::mem::forget(c.peek(2).unwrap());
+    assert_eq!(c.pop().map(|v| v.id), Some(0));
+    drop((p, c));
+    assert_eq!(drop_counts(drops), [1, 1, 0, 0]);
+}
+
+/// `fill_from_iter` with an iterator that panics after yielding `k` values:
+/// the values written are published, none is dropped twice, and the ring
+/// goes on working.
+fn check_panicking_fill(k: usize) {
+    let drops = tracked(8);
+    let make = |id| Counted { id, drops };
+    let (mut p, mut c) = Ring::<Counted>::spsc(8).unwrap();
+    let values = (0..).map(|id| {
+        assert!(id < k, "the iterator panics at value {id}");
+        make(id)
+    });
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        p.reserve(4).unwrap().fill_from_iter(values)
+    }));
+    assert!(result.is_err());
+    let got: Vec<usize> = c.peek_burst(8).drain().map(|v| v.id).collect();
+    assert_eq!(
+        got,
+        (0..k).collect::<Vec<_>>(),
+        "published before the panic"
+    );
+    assert!(p.push(make(k)).is_ok());
+    assert_eq!(c.pop().map(|v| v.id), Some(k));
+    drop((p, c));
+    let expected: Vec<usize> = (0..8).map(|id| usize::from(id <= k)).collect();
+    assert_eq!(drop_counts(drops), expected, "drops per value, k = {k}");
+}
+
+#[test]
+fn a_panicking_fill_iterator_publishes_what_it_wrote() {
+    for k in [0, 1, 3] {
+        check_panicking_fill(k);
+    }
 }
