@@ -6,7 +6,9 @@
 //! array indexed by it. Threads that are not lcores get `None` and take the
 //! slow, shared path of such structures.
 //!
-//! The id is held by an [`LcoreGuard`]; dropping the guard gives the id back. An
+//! The id is held by an [`LcoreGuard`]; dropping the guard gives the id back,
+//! after moving the free elements in the lcore's mempool caches to their
+//! pools' rings (so they never wait in the cache of an lcore that is gone). An
 //! id is handed from one thread to the next with release/acquire ordering (see
 //! [`LcoreGuard`]), so a new owner of id `k` sees everything the previous owner
 //! of `k` wrote to per-lcore state before it let go.
@@ -252,11 +254,14 @@ impl Drop for Claim {
 
 /// Proof that the calling thread is registered as lcore [`id`](Self::id).
 ///
-/// Dropping it unregisters the thread and frees the id (with Release ordering,
-/// paired with the Acquire of the next [`register`] that claims it; see the
-/// [module docs](self)). It is `!Send`: an lcore id belongs to one thread.
+/// Dropping it unregisters the thread, moves the free elements in its
+/// mempool caches to their pools' rings, and frees the id (with Release
+/// ordering, paired with the Acquire of the next [`register`] that claims it;
+/// see the [module docs](self)). Unwinding from a panic drops it too. It is
+/// `!Send`: an lcore id belongs to one thread.
 ///
-/// If the guard is leaked (`mem::forget`), the id stays taken for good.
+/// If the guard is leaked (`mem::forget`), the id stays taken for good, and
+/// the elements in its caches stay there.
 ///
 /// ```compile_fail
 /// let guard = sluice::lcore::register().unwrap();
@@ -285,6 +290,8 @@ impl fmt::Debug for LcoreGuard {
 impl Drop for LcoreGuard {
     fn drop(&mut self) {
         LCORE_ID.with(|c| c.set(NO_LCORE));
+        // SAFETY: the id is still ours, and is released only below.
+        unsafe { crate::mempool::release_lcore(self.id) };
         IDS.release(self.id);
     }
 }

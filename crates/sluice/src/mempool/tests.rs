@@ -428,3 +428,135 @@ fn more_puts_than_the_ring_holds_panic_saying_why_instead_of_spinning() {
     // Its ring holds copies: leak it rather than run its drop.
     std::mem::forget(p);
 }
+
+/// Registers the calling thread as an lcore, gets and puts so that its cache
+/// of `p` holds elements, and returns how many it holds; the thread then ends
+/// (or panics, with `panic`) without flushing.
+fn leave_elements_in_an_lcore_cache(p: &Mempool, panic: bool) -> usize {
+    let p = p.clone();
+    let held = std::thread::spawn(move || {
+        let _lcore = lcore::register().unwrap();
+        let mut batch = [Elem::DANGLING; 5];
+        p.get_bulk(&mut batch).unwrap();
+        // SAFETY: from `p`, once each.
+        unsafe { p.put_bulk(&batch) };
+        let held = p.local_cache_len();
+        assert!(held > 0, "the cache holds the elements put");
+        if panic {
+            std::panic::resume_unwind(Box::new(held));
+        }
+        held
+    })
+    .join();
+    match held {
+        Ok(n) => n,
+        Err(payload) => *payload.downcast::<usize>().unwrap(),
+    }
+}
+
+/// Gets `p.size()` elements from the calling thread, one by one, checks
+/// that one more get fails and that the count said so, and puts them back.
+fn allocate_all(p: &Mempool) {
+    let size = p.size() as usize;
+    assert_eq!(p.stats().available as usize, size, "{:?}", p.stats());
+    let mut got = Vec::with_capacity(size);
+    for _ in 0..size {
+        match p.get() {
+            Some(e) => got.push(e),
+            None => panic!(
+                "only {} of {size} elements allocatable while the pool counts {:?}",
+                got.len(),
+                p.stats()
+            ),
+        }
+    }
+    assert!(p.get().is_none());
+    assert_eq!(p.stats().available, 0, "{:?}", p.stats());
+    // SAFETY: from `p`, once each.
+    unsafe { p.put_bulk(&got) };
+    assert!(p.is_full());
+}
+
+#[test]
+fn an_ended_lcores_cached_elements_are_allocatable_by_another_thread() {
+    let p = pool(32, 4);
+    assert!(leave_elements_in_an_lcore_cache(&p, false) > 0);
+    allocate_all(&p);
+}
+
+#[test]
+fn a_panicked_lcores_cached_elements_are_allocatable_by_another_thread() {
+    let p = pool(32, 4);
+    assert!(leave_elements_in_an_lcore_cache(&p, true) > 0);
+    allocate_all(&p);
+}
+
+#[test]
+fn an_ended_lcores_cached_elements_are_allocatable_by_another_lcore_in_one_get() {
+    let p = pool(32, 4);
+    assert!(leave_elements_in_an_lcore_cache(&p, false) > 0);
+    std::thread::spawn(move || {
+        let _lcore = lcore::register().unwrap();
+        assert_eq!(
+            p.local_cache_len(),
+            0,
+            "a new lcore starts with an empty cache"
+        );
+        let mut all = vec![Elem::DANGLING; 32];
+        p.get_bulk(&mut all).unwrap();
+        assert_eq!(all.iter().collect::<HashSet<_>>().len(), 32);
+        // SAFETY: from `p`, once each.
+        unsafe { p.put_bulk(&all) };
+        p.flush_local_cache();
+        assert!(p.is_full());
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn an_ended_lcores_cached_mbufs_are_allocatable_by_another_thread() {
+    use crate::mbuf::{MbufPool, MbufPoolConfig};
+    let pool = MbufPool::new(MbufPoolConfig {
+        name: "ended-lcore".into(),
+        size: 32,
+        cache_size: 4,
+        hugepages: HugepagePolicy::Never,
+        ..Default::default()
+    })
+    .unwrap();
+    let p = pool.clone();
+    std::thread::spawn(move || {
+        let _lcore = lcore::register().unwrap();
+        let bufs: Vec<_> = (0..5).map(|_| p.alloc().unwrap()).collect();
+        drop(bufs);
+        assert!(p.mempool().local_cache_len() > 0);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(pool.available(), 32);
+    let all: Vec<_> = (0..32).map_while(|_| pool.alloc()).collect();
+    assert_eq!(all.len(), 32, "{:?}", pool.stats());
+    drop(all);
+    assert!(pool.is_full());
+}
+
+#[test]
+fn an_lcore_guard_dropped_early_returns_the_cache_and_the_thread_goes_on_uncached() {
+    let p = pool(32, 4);
+    let q = p.clone();
+    std::thread::spawn(move || {
+        let guard = lcore::register().unwrap();
+        let e = q.get().unwrap();
+        // SAFETY: from `q`, once.
+        unsafe { q.put(e) };
+        assert!(q.local_cache_len() > 0);
+        drop(guard);
+        // No longer an lcore: the cache went home with the id.
+        assert_eq!(q.local_cache_len(), 0);
+        assert_eq!(q.stats().cached, 0, "{:?}", q.stats());
+    })
+    .join()
+    .unwrap();
+    allocate_all(&p);
+}
