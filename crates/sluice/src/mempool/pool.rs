@@ -330,7 +330,9 @@ impl Mempool {
     ///
     /// # Safety
     /// Until the returned guard is committed or dropped, the calling thread
-    /// makes no other call on this pool (the slots are the cache's top).
+    /// makes no other call on this pool (the slots are the cache's top) and
+    /// stays registered as the same lcore (letting go of the id empties the
+    /// cache and hands it to the id's next holder).
     #[inline]
     pub unsafe fn zc_put_bulk(&self, n: usize) -> Option<ZcPut<'_>> {
         // SAFETY: forwarded.

@@ -560,3 +560,52 @@ fn an_lcore_guard_dropped_early_returns_the_cache_and_the_thread_goes_on_uncache
     .unwrap();
     allocate_all(&p);
 }
+
+#[test]
+fn an_lcore_guard_kept_in_a_thread_local_returns_the_cache_when_the_thread_ends() {
+    use std::cell::RefCell;
+    std::thread_local! {
+        static GUARD: RefCell<Option<lcore::LcoreGuard>> = const { RefCell::new(None) };
+    }
+    let p = pool(32, 4);
+    let q = p.clone();
+    std::thread::spawn(move || {
+        GUARD.with(|g| *g.borrow_mut() = Some(lcore::register().unwrap()));
+        let e = q.get().unwrap();
+        // SAFETY: from `q`, once.
+        unsafe { q.put(e) };
+        assert!(q.local_cache_len() > 0);
+        // The guard goes with the thread's thread-locals, after this returns.
+    })
+    .join()
+    .unwrap();
+    allocate_all(&p);
+}
+
+#[test]
+fn a_pool_dropped_before_its_lcore_ends_is_freed_and_the_lcore_ends_cleanly() {
+    use std::sync::mpsc::channel;
+    let p = pool(32, 4);
+    let (cached_tx, cached_rx) = channel();
+    let (dropped_tx, dropped_rx) = channel::<()>();
+    let lcore = std::thread::spawn(move || {
+        let _lcore = lcore::register().unwrap();
+        let e = p.get().unwrap();
+        // SAFETY: from `p`, once.
+        unsafe { p.put(e) };
+        assert!(p.is_full());
+        cached_tx.send(p).unwrap();
+        // The pool's last handle goes on the other thread while this one
+        // still holds elements in its cache; the lcore ends afterwards.
+        dropped_rx.recv().unwrap();
+    });
+    let p = cached_rx.recv().unwrap();
+    assert!(p.stats().cached > 0);
+    drop(p);
+    dropped_tx.send(()).unwrap();
+    lcore.join().unwrap();
+    // A new pool and a new lcore work as usual afterwards.
+    let p = pool(32, 4);
+    leave_elements_in_an_lcore_cache(&p, false);
+    allocate_all(&p);
+}
