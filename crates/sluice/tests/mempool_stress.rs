@@ -40,9 +40,9 @@ fn ops_per_thread() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if cfg!(debug_assertions) {
-            20_000
+            60_000
         } else {
-            200_000
+            600_000
         })
 }
 
