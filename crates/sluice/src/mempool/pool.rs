@@ -871,12 +871,14 @@ impl PoolInner {
             if count.settled || attempt >= tries {
                 return count;
             }
-            attempt += 1;
-            // A flusher that was preempted needs the core back.
+            // Past a snapshot's tries (a teardown's wait for a flush to
+            // end), a flusher that was preempted needs the core back.
             #[cfg(not(loom))]
-            std::thread::yield_now();
-            #[cfg(loom)]
+            if attempt >= STATS_COUNTS {
+                std::thread::yield_now();
+            }
             crate::sync::spin_loop();
+            attempt += 1;
         }
     }
 
