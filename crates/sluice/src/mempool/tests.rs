@@ -609,3 +609,19 @@ fn a_pool_dropped_before_its_lcore_ends_is_freed_and_the_lcore_ends_cleanly() {
     leave_elements_in_an_lcore_cache(&p, false);
     allocate_all(&p);
 }
+
+#[test]
+fn a_thread_that_forgets_its_lcore_guard_returns_the_cache_when_it_ends() {
+    let p = pool(32, 4);
+    let q = p.clone();
+    std::thread::spawn(move || {
+        std::mem::forget(lcore::register().unwrap());
+        let e = q.get().unwrap();
+        // SAFETY: from `q`, once.
+        unsafe { q.put(e) };
+        assert!(q.local_cache_len() > 0);
+    })
+    .join()
+    .unwrap();
+    allocate_all(&p);
+}
