@@ -6,7 +6,9 @@
 //! array indexed by it. Threads that are not lcores get `None` and take the
 //! slow, shared path of such structures.
 //!
-//! The id is held by an [`LcoreGuard`]; dropping the guard gives the id back. An
+//! The id is held by an [`LcoreGuard`]; dropping the guard gives the id back,
+//! after moving the free elements in the lcore's mempool caches to their
+//! pools' rings (so they never wait in the cache of an lcore that is gone). An
 //! id is handed from one thread to the next with release/acquire ordering (see
 //! [`LcoreGuard`]), so a new owner of id `k` sees everything the previous owner
 //! of `k` wrote to per-lcore state before it let go.
@@ -237,6 +239,9 @@ impl Claim {
         let id = self.id;
         std::mem::forget(self);
         LCORE_ID.with(|c| c.set(id as u32));
+        // The first access registers the thread-exit release.
+        #[cfg(not(loom))]
+        let _ = EXIT_RELEASE.try_with(|_| ());
         Ok(LcoreGuard {
             id,
             _not_send: PhantomData,
@@ -252,11 +257,15 @@ impl Drop for Claim {
 
 /// Proof that the calling thread is registered as lcore [`id`](Self::id).
 ///
-/// Dropping it unregisters the thread and frees the id (with Release ordering,
-/// paired with the Acquire of the next [`register`] that claims it; see the
-/// [module docs](self)). It is `!Send`: an lcore id belongs to one thread.
+/// Dropping it unregisters the thread, moves the free elements in its
+/// mempool caches to their pools' rings, and frees the id (with Release
+/// ordering, paired with the Acquire of the next [`register`] that claims it;
+/// see the [module docs](self)). Unwinding from a panic drops it too. It is
+/// `!Send`: an lcore id belongs to one thread.
 ///
-/// If the guard is leaked (`mem::forget`), the id stays taken for good.
+/// If the guard is leaked (`mem::forget`), the thread stays registered until
+/// it ends; then a thread-local destructor unregisters it as dropping the
+/// guard would.
 ///
 /// ```compile_fail
 /// let guard = sluice::lcore::register().unwrap();
@@ -284,9 +293,42 @@ impl fmt::Debug for LcoreGuard {
 
 impl Drop for LcoreGuard {
     fn drop(&mut self) {
-        LCORE_ID.with(|c| c.set(NO_LCORE));
-        IDS.release(self.id);
+        // The thread still holds the id unless its thread-exit release ran
+        // first (the guard lives in a thread-local destroyed after it).
+        if current() == Some(self.id) {
+            unregister(self.id);
+        }
     }
+}
+
+/// Unregisters the calling thread, which holds lcore id `id`: gives back
+/// what its mempool caches hold, then the id.
+fn unregister(id: usize) {
+    LCORE_ID.with(|c| c.set(NO_LCORE));
+    // SAFETY: the id is still ours, and is released only below.
+    unsafe { crate::mempool::release_lcore(id) };
+    IDS.release(id);
+}
+
+/// Unregisters a thread that ends still registered: its guard was leaked
+/// (`mem::forget`) or lives in a thread-local destroyed after this one.
+#[cfg(not(loom))]
+struct ExitRelease;
+
+#[cfg(not(loom))]
+impl Drop for ExitRelease {
+    fn drop(&mut self) {
+        if let Some(id) = current() {
+            unregister(id);
+        }
+    }
+}
+
+#[cfg(not(loom))]
+std::thread_local! {
+    /// Registered (first touched) when the thread becomes an lcore; its
+    /// destructor runs when the thread ends.
+    static EXIT_RELEASE: ExitRelease = const { ExitRelease };
 }
 
 /// Registers the calling thread as an lcore with the lowest free id.

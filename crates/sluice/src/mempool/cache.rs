@@ -18,7 +18,11 @@ pub const MAX_CACHE_SIZE: usize = 512;
 pub(crate) const CACHE_STACK: usize = if cfg!(loom) { 16 } else { 2 * MAX_CACHE_SIZE };
 
 /// Bits of the state word holding the length.
-pub(crate) const LEN_MASK: u64 = 0xffff;
+pub(crate) const LEN_MASK: u64 = 0x7fff;
+/// Set in the state word while the owner moves the cache's elements to the
+/// ring: they may then be in both, so a count that sees it counts the cache
+/// as empty and tries again (see `PoolInner::count_free`).
+pub(crate) const FLUSHING: u64 = 1 << 15;
 /// One hit, in the state word.
 pub(crate) const HIT: u64 = 1 << 16;
 const _: () = assert!(CACHE_STACK as u64 <= LEN_MASK);
@@ -43,17 +47,20 @@ pub const fn flush_threshold(size: usize) -> usize {
 
 /// One lcore's cache.
 ///
-/// Ownership: the thread currently registered with this cache's lcore id is
-/// the only one that touches `stack` or writes `state` and the counters. Lcore
-/// ids are unique among live threads, and an id released by one thread is
-/// claimed by the next with Release/Acquire, so accesses never overlap.
+/// Ownership: the thread currently holding this cache's lcore id is the only
+/// one that touches `stack` or writes `state` and the counters. Lcore ids are
+/// unique among live threads, and an id released by one thread is claimed by
+/// the next with Release/Acquire, so accesses never overlap. A thread gives
+/// its caches back to the ring before it lets go of its id, so the next
+/// holder starts with empty ones.
 /// Other threads only read `state` and the counters, for statistics.
 pub(crate) struct LocalCache {
     /// The length and the hit count in one word, so a cache hit updates both
     /// with the one store it makes anyway: bits 0..16 are the length
     /// (`stack[..len]` are free elements of the pool; at most `CACHE_STACK`),
-    /// bits 16..64 count gets served from the cache alone (wrapping after
-    /// 2^48, some 8 days at 400 million gets a second on one lcore).
+    /// bit 15 is [`FLUSHING`], bits 16..64 count gets served from the cache
+    /// alone (wrapping after 2^48, some 8 days at 400 million gets a second
+    /// on one lcore).
     /// Written only by the owner, with plain stores (a `mov` on x86-64).
     pub(crate) state: AtomicU64,
     /// Gets that went to the ring (refill or direct).
@@ -90,11 +97,22 @@ impl LocalCache {
         state_len(self.state())
     }
 
-    /// Sets the length, keeping the hit count (owner only).
+    /// Sets the length, keeping the hit count and ending a flush (owner
+    /// only).
     #[inline(always)]
     pub(crate) fn set_len(&self, len: usize, order: Ordering) {
         let st = self.state();
-        self.state.store((st & !LEN_MASK) | len as u64, order);
+        self.state
+            .store((st & !(LEN_MASK | FLUSHING)) | len as u64, order);
+    }
+
+    /// Marks the start of a flush (owner only), before the first element
+    /// goes to the ring. Relaxed: the ring's Release publication of the
+    /// flushed elements orders it for whoever sees them there.
+    #[inline(always)]
+    pub(crate) fn begin_flush(&self) {
+        let st = self.state();
+        self.state.store(st | FLUSHING, Ordering::Relaxed);
     }
 }
 

@@ -58,3 +58,45 @@ fn loom_mempool_cache_handoff_between_lcores() {
         assert_eq!((s.in_ring, s.cached, s.in_use), (6, 0, 0), "{s:?}");
     });
 }
+
+/// The last handle goes, on another thread, while an lcore holding two
+/// elements but no handle (mbufs being freed) puts them back, the second put
+/// flushing its cache to the ring, and then unregisters, which gives its
+/// cache back to the ring. The last handle's drop must free the pool only
+/// once every element is home and no put can touch the pool any more: every
+/// put path reads a ghost cell in the pool just before its last store, and
+/// freeing writes it, so loom reports a race if the pool can be freed while
+/// a put is under way (as when an element is counted twice, in the ring and
+/// in the cache it is being flushed from, and the count reaches `size`
+/// early). (The handle goes on the spawned thread: loom's scheduler learns
+/// a spawned thread's first access only when it runs, so this way round it
+/// explores the drop's reads between the puts' stores.)
+#[test]
+fn loom_mempool_last_handle_drop_races_puts_and_flushes() {
+    let mut b = loom::model::Builder::new();
+    b.preemption_bound = Some(3);
+    b.check(|| {
+        let pool = Mempool::new(MempoolConfig {
+            name: "loom-drop".into(),
+            size: 3,
+            elt_size: 64,
+            cache_size: 1,
+            hugepages: HugepagePolicy::Never,
+        })
+        .unwrap();
+        let mut out = [Elem::DANGLING; 2];
+        pool.get_bulk(&mut out).unwrap();
+        let inner = pool.inner_ptr().as_ptr().cast_const();
+        let last_handle = loom::thread::spawn(move || drop(pool));
+        let lcore = lcore::register().unwrap();
+        // SAFETY: the pool is never freed while an element is out, and this
+        // thread holds two until its puts below.
+        let pool = unsafe { &*inner };
+        for e in out {
+            // SAFETY: from this pool, put back once each.
+            unsafe { pool.put_bulk(&[e]) };
+        }
+        drop(lcore);
+        last_handle.join().unwrap();
+    });
+}

@@ -15,6 +15,9 @@
 //! is refilled from the ring (up to `cache_size`) when a get finds it short,
 //! and flushed to the ring when a put would take it past the flush threshold
 //! (1.5 × `cache_size`). Threads that are not lcores go straight to the ring.
+//! An lcore's caches go to the rings when it lets go of its id (its thread
+//! ends, panics or drops its [`LcoreGuard`](crate::lcore::LcoreGuard)), so a
+//! free element never waits in the cache of an lcore that is gone.
 //!
 //! Gets of more elements than the cache holds are served from the ring; when
 //! the ring alone cannot serve a get, the caller's own cache contributes what
@@ -69,8 +72,8 @@ mod loom_tests;
 
 pub use cache::{MAX_CACHE_SIZE, flush_threshold};
 pub use memory::{Backing, HUGEPAGE_SIZE, HugepagePolicy, Region};
-pub(crate) use pool::PoolInner;
 pub use pool::{Mempool, ZcPut};
+pub(crate) use pool::{PoolInner, release_lcore};
 
 use std::ptr::NonNull;
 

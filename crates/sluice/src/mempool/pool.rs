@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64 as StdAtomicU64, AtomicUsize as StdAtomicUsize
 use crossbeam_utils::CachePadded;
 
 use super::cache::{
-    CACHE_STACK, HIT, LocalCache, flush_threshold, stack_mut, state_hits, state_len,
+    CACHE_STACK, FLUSHING, HIT, LocalCache, flush_threshold, stack_mut, state_hits, state_len,
 };
 use super::memory::Region;
 use super::{
@@ -16,7 +16,7 @@ use super::{
 use crate::copy::copy_slice;
 use crate::lcore::{self, MAX_LCORES};
 use crate::ring::SharedRing;
-use crate::sync::Ordering;
+use crate::sync::{Mutex, MutexGuard, Ordering};
 
 /// Caches per pool: one per possible lcore id. Loom models use few threads,
 /// and every cache is a handful of tracked atomics, so they get 4.
@@ -27,13 +27,69 @@ const NB_CACHES: usize = if cfg!(loom) { 4 } else { MAX_LCORES };
 /// tail lasts (a store on its way between cores).
 const PUT_SPINS_BEFORE_CHECK: u32 = 1 << 20;
 
+/// Counts of free elements a teardown makes before it settles for one that
+/// may undercount (see [`PoolInner::count_free`]): each retry means another
+/// thread's flush was under way, and flushes end by themselves.
+const TEARDOWN_COUNTS: u32 = if cfg!(loom) { 2 } else { 1 << 16 };
+
+/// Counts a statistics snapshot makes before it takes one that moved.
+const STATS_COUNTS: u32 = if cfg!(loom) { 1 } else { 8 };
+
+/// A pool's address in [`POOLS`].
+struct Listed(NonNull<PoolInner>);
+
+// SAFETY: only an address; `PoolInner` is `Sync` in all but name (see the
+// `Send`/`Sync` impls of `Mempool`).
+unsafe impl Send for Listed {}
+
+/// Every pool with lcore caches, so an lcore that ends can give each its
+/// cached elements back ([`release_lcore`]). A pool leaves the list, under
+/// the lock, before it is freed; a leaked pool stays (its memory stays
+/// valid, and an lcore that ends later still gives its elements back).
+#[cfg(not(loom))]
+static POOLS: Mutex<Vec<Listed>> = Mutex::new(Vec::new());
+
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref POOLS: Mutex<Vec<Listed>> = Mutex::new(Vec::new());
+}
+
+/// The pool list, locked. A panic while it was held (a put found an element
+/// freed twice) leaves the list itself consistent: take it anyway.
+fn pools() -> MutexGuard<'static, Vec<Listed>> {
+    POOLS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Gives lcore `id`'s cached elements in every pool back to the pool's ring.
+/// Called by the lcore's thread when it lets go of the id (dropping its
+/// [`LcoreGuard`](crate::lcore::LcoreGuard), which unwinding from a panic or
+/// the thread's end does too), so that free elements never wait in the
+/// cache of an lcore that is gone, and the next thread given the id starts
+/// with empty caches.
+///
+/// # Safety
+/// The caller holds lcore id `id` (it is the owner of cache `id` in every
+/// pool) and lets go of it only after this returns.
+pub(crate) unsafe fn release_lcore(id: usize) {
+    let pools = pools();
+    for p in pools.iter() {
+        // SAFETY: a listed pool is alive (it leaves the list under this lock
+        // before it is freed), and the caller owns cache `id`.
+        unsafe { p.0.as_ref().flush_cache_of(id) };
+    }
+}
+
 /// A handle to a pool. Cheap to clone; `Send` and `Sync`.
 ///
 /// The pool lives while any handle does. When the last handle goes, the pool
 /// is freed if every element is back (in the ring or a cache); otherwise it is
 /// deliberately leaked, with a warning on stderr, so that elements still held
 /// (for instance by buffers in flight on another thread) never point into
-/// freed memory.
+/// freed memory. The count it decides on never counts an element twice, even
+/// while other threads put elements back and flush their caches; what it may
+/// do, if other threads keep flushing for very long, is undercount and leak.
 pub struct Mempool {
     inner: NonNull<PoolInner>,
 }
@@ -71,6 +127,11 @@ pub(crate) struct PoolInner {
     /// `debug` feature: one state byte per element (0 free, 1 in use).
     #[cfg(feature = "debug")]
     states: Box<[std::sync::atomic::AtomicU8]>,
+    /// Loom models: read by every put just before its last store to the
+    /// pool and written when the pool is freed, so loom reports a race if
+    /// the pool can be freed while a put is still under way.
+    #[cfg(loom)]
+    teardown_witness: crate::sync::UnsafeCell<()>,
     /// The elements. Dropped last.
     region: Region,
 }
@@ -168,11 +229,15 @@ impl Mempool {
             states: (0..size)
                 .map(|_| std::sync::atomic::AtomicU8::new(0))
                 .collect(),
+            #[cfg(loom)]
+            teardown_witness: crate::sync::UnsafeCell::new(()),
             region,
         });
-        Ok(Mempool {
-            inner: NonNull::from(Box::leak(inner)),
-        })
+        let inner = NonNull::from(Box::leak(inner));
+        if cache_size > 0 {
+            pools().push(Listed(inner));
+        }
+        Ok(Mempool { inner })
     }
 
     #[inline(always)]
@@ -265,7 +330,9 @@ impl Mempool {
     ///
     /// # Safety
     /// Until the returned guard is committed or dropped, the calling thread
-    /// makes no other call on this pool (the slots are the cache's top).
+    /// makes no other call on this pool (the slots are the cache's top) and
+    /// stays registered as the same lcore (letting go of the id empties the
+    /// cache and hands it to the id's next holder).
     #[inline]
     pub unsafe fn zc_put_bulk(&self, n: usize) -> Option<ZcPut<'_>> {
         // SAFETY: forwarded.
@@ -334,9 +401,9 @@ impl Mempool {
         self.inner().local_cache().map_or(0, LocalCache::len)
     }
 
-    /// Moves every element in the calling lcore's cache to the ring. Call it
-    /// before an lcore thread ends, so its cached elements are not stranded
-    /// until another thread takes the same lcore id.
+    /// Moves every element in the calling lcore's cache to the ring, so that
+    /// any thread can allocate them. (An lcore's caches go to the ring by
+    /// themselves when it unregisters or its thread ends.)
     pub fn flush_local_cache(&self) {
         self.inner().flush_local_cache();
     }
@@ -347,6 +414,10 @@ impl Mempool {
     }
 
     /// True when every element is free (in the ring or a cache).
+    ///
+    /// A free element in a cache is allocatable by that cache's lcore (and
+    /// goes to the ring when the lcore ends); other threads allocate from the
+    /// ring.
     pub fn is_full(&self) -> bool {
         self.inner().all_home()
     }
@@ -370,16 +441,27 @@ impl Drop for Mempool {
         }
         std::sync::atomic::fence(Ordering::Acquire);
         let inner = self.inner();
-        if inner.all_home() {
-            // SAFETY: the last handle is going and every element is home, so
-            // no buffer refers to the pool: `inner` came from `Box::leak`.
+        // Locked while deciding, so no ending lcore flushes into a pool
+        // being freed.
+        let mut pools = pools();
+        let free = inner.count_free(TEARDOWN_COUNTS);
+        if free.in_ring + free.cached == inner.size {
+            pools.retain(|p| p.0 != self.inner);
+            drop(pools);
+            #[cfg(loom)]
+            inner.teardown_witness.with_mut(|_| ());
+            // SAFETY: the last handle is going and every element is home,
+            // so no buffer refers to the pool, nor can an ending lcore (it
+            // left the list): `inner` came from `Box::leak`.
             drop(unsafe { Box::from_raw(self.inner.as_ptr()) });
         } else {
-            let s = inner.stats();
+            drop(pools);
             eprintln!(
                 "sluice: mempool '{}' dropped with {} of {} elements still in use; \
                  leaking it so they stay valid",
-                inner.name, s.in_use, s.size
+                inner.name,
+                inner.size - (free.in_ring + free.cached).min(inner.size),
+                inner.size
             );
         }
     }
@@ -528,6 +610,7 @@ impl PoolInner {
             for &e in src {
                 self.debug_mark(e, false);
             }
+            self.witness_put();
             self.ring_put(src);
             return;
         };
@@ -545,9 +628,10 @@ impl PoolInner {
         // SAFETY: our own cache, sole reference for this block.
         let stack = unsafe { stack_mut(cache) };
         copy_slice(&mut stack[len..len + n], src);
+        self.witness_put();
         // Release: this store is the last access to the pool by a put, and it
-        // is what the final handle's drop reads (Acquire in `stats`) to decide
-        // the pool may be freed.
+        // is what the final handle's drop reads (Acquire in `count_free`) to
+        // decide the pool may be freed.
         cache.state.store(st + n as u64, Ordering::Release);
     }
 
@@ -565,6 +649,7 @@ impl PoolInner {
         }
         if n > self.flush_thresh as usize {
             // More than the cache may ever hold: straight to the ring.
+            self.witness_put();
             self.ring_put(src);
             return;
         }
@@ -572,8 +657,17 @@ impl PoolInner {
         let stack = unsafe { stack_mut(cache) };
         let len = self.make_room(cache, stack, n);
         copy_slice(&mut stack[len..len + n], src);
+        self.witness_put();
         // Release: see `put_bulk`.
         cache.set_len(len + n, Ordering::Release);
+    }
+
+    /// Loom models: a put's read of the teardown witness, just before its
+    /// last store to the pool.
+    #[inline(always)]
+    fn witness_put(&self) {
+        #[cfg(loom)]
+        self.teardown_witness.with(|_| ());
     }
 
     /// Flushes the cache to the ring if `n` more would pass the threshold;
@@ -584,10 +678,24 @@ impl PoolInner {
         if len + n <= self.flush_thresh as usize {
             return len;
         }
-        cache.flushes.inc();
-        self.ring_put(&stack[..len]);
-        cache.set_len(0, Ordering::Relaxed);
+        self.flush(cache, &stack[..len]);
         0
+    }
+
+    /// Moves a cache's elements (`stack[..len]`) to the ring; the caller is
+    /// the cache's owner.
+    ///
+    /// The elements are in the cache and then in the ring, and for a moment
+    /// in both as a counter sees them: the state word says [`FLUSHING`]
+    /// from before the first reaches the ring until the length is 0, so
+    /// [`count_free`](Self::count_free) counts them once. The final store is
+    /// Release, so a count that reads it also sees them in the ring.
+    #[inline(always)]
+    fn flush(&self, cache: &LocalCache, elems: &[Elem]) {
+        cache.flushes.inc();
+        cache.begin_flush();
+        self.ring_put(elems);
+        cache.set_len(0, Ordering::Release);
     }
 
     /// Puts elements into the ring, all of them.
@@ -667,10 +775,24 @@ impl PoolInner {
             let stack = unsafe { stack_mut(cache) };
             let len = cache.len();
             if len > 0 {
-                self.ring_put(&stack[..len]);
-                cache.flushes.inc();
-                cache.set_len(0, Ordering::Release);
+                self.flush(cache, &stack[..len]);
             }
+        }
+    }
+
+    /// Moves lcore `id`'s cache to the ring.
+    ///
+    /// # Safety
+    /// The caller holds lcore id `id`, so it is the cache's owner.
+    unsafe fn flush_cache_of(&self, id: usize) {
+        let Some(cache) = self.caches.get(id) else {
+            return;
+        };
+        // SAFETY: the caller owns the cache; sole reference for this block.
+        let stack = unsafe { stack_mut(cache) };
+        let len = cache.len();
+        if len > 0 {
+            self.flush(cache, &stack[..len]);
         }
     }
 
@@ -706,31 +828,97 @@ impl PoolInner {
         }
     }
 
+    /// Counts the free elements, in the ring and in the caches, at most
+    /// `tries` times, until two reads of every cache around the read of the
+    /// ring agree and none is flushing.
+    ///
+    /// Once the last handle is gone nothing takes elements out of the ring
+    /// or the caches (a get needs a handle): elements only come home, into
+    /// a cache or the ring, and move from a cache to the ring in a flush.
+    /// Then no element is ever counted twice: one the ring read saw arrive
+    /// by a flush was published with Release after its cache was marked
+    /// [`FLUSHING`], so the later read of that cache sees the mark (counted
+    /// as empty) or the length the flush ended with (without it). A count
+    /// that reaches `size` thus means every element is home, and every put
+    /// that brought one home made its last store to the pool before the
+    /// count read it (each is Release, each read Acquire). A flush that
+    /// crosses the ring read can make a count short; the second read of the
+    /// caches sees the change, and the count is made again, so a settled
+    /// count is exact. While handles live, elements also leave, and a
+    /// count is a snapshot.
+    pub(crate) fn count_free(&self, tries: u32) -> FreeCount {
+        let mut before = [0u64; NB_CACHES];
+        let mut attempt = 1;
+        loop {
+            for (b, c) in before.iter_mut().zip(self.caches.iter()) {
+                // Acquire pairs with the Release store that ends a put or a
+                // flush.
+                *b = c.state.load(Ordering::Acquire);
+            }
+            let in_ring = self.ring.ring().len() as u32;
+            let mut count = FreeCount {
+                in_ring,
+                cached: 0,
+                settled: true,
+            };
+            for (b, c) in before.iter().zip(self.caches.iter()) {
+                let st = c.state.load(Ordering::Acquire);
+                count.settled &= st == *b && st & FLUSHING == 0;
+                if st & FLUSHING == 0 {
+                    count.cached += state_len(st) as u32;
+                }
+            }
+            if count.settled || attempt >= tries {
+                return count;
+            }
+            // Past a snapshot's tries (a teardown's wait for a flush to
+            // end), a flusher that was preempted needs the core back.
+            #[cfg(not(loom))]
+            if attempt >= STATS_COUNTS {
+                std::thread::yield_now();
+            }
+            crate::sync::spin_loop();
+            attempt += 1;
+        }
+    }
+
     pub(crate) fn stats(&self) -> MempoolStats {
+        let free = self.count_free(STATS_COUNTS);
         let mut s = MempoolStats {
             size: self.size,
-            in_ring: self.ring.ring().len() as u32,
+            in_ring: free.in_ring,
+            cached: free.cached,
             get_failures: self.get_failures.load(Ordering::Relaxed),
             ..Default::default()
         };
         for c in self.caches.iter() {
-            // Acquire pairs with the Release state store that ends a put.
-            let st = c.state.load(Ordering::Acquire);
-            s.cached += state_len(st) as u32;
-            s.cache_hits += state_hits(st);
+            s.cache_hits += state_hits(c.state.load(Ordering::Relaxed));
             s.cache_misses += c.misses.get();
             s.ring_refills += c.refills.get();
             s.flushes += c.flushes.get();
         }
-        s.available = s.in_ring + s.cached;
-        s.in_use = s.size.saturating_sub(s.available);
+        // A snapshot taken while elements leave may see one in two places.
+        s.available = (s.in_ring + s.cached).min(s.size);
+        s.in_use = s.size - s.available;
         s
     }
 
     fn all_home(&self) -> bool {
-        let s = self.stats();
-        s.available == s.size
+        let free = self.count_free(STATS_COUNTS);
+        free.in_ring + free.cached == self.size
     }
+}
+
+/// Free elements as [`PoolInner::count_free`] counted them.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FreeCount {
+    /// In the ring.
+    pub(crate) in_ring: u32,
+    /// In the caches (a flushing cache counts as empty).
+    pub(crate) cached: u32,
+    /// Whether the count is exact: no cache changed or was flushing while
+    /// it was made.
+    pub(crate) settled: bool,
 }
 
 impl ZcPut<'_> {

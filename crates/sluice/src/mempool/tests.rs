@@ -428,3 +428,200 @@ fn more_puts_than_the_ring_holds_panic_saying_why_instead_of_spinning() {
     // Its ring holds copies: leak it rather than run its drop.
     std::mem::forget(p);
 }
+
+/// Registers the calling thread as an lcore, gets and puts so that its cache
+/// of `p` holds elements, and returns how many it holds; the thread then ends
+/// (or panics, with `panic`) without flushing.
+fn leave_elements_in_an_lcore_cache(p: &Mempool, panic: bool) -> usize {
+    let p = p.clone();
+    let held = std::thread::spawn(move || {
+        let _lcore = lcore::register().unwrap();
+        let mut batch = [Elem::DANGLING; 5];
+        p.get_bulk(&mut batch).unwrap();
+        // SAFETY: from `p`, once each.
+        unsafe { p.put_bulk(&batch) };
+        let held = p.local_cache_len();
+        assert!(held > 0, "the cache holds the elements put");
+        if panic {
+            std::panic::resume_unwind(Box::new(held));
+        }
+        held
+    })
+    .join();
+    match held {
+        Ok(n) => n,
+        Err(payload) => *payload.downcast::<usize>().unwrap(),
+    }
+}
+
+/// Gets `p.size()` elements from the calling thread, one by one, checks
+/// that one more get fails and that the count said so, and puts them back.
+fn allocate_all(p: &Mempool) {
+    let size = p.size() as usize;
+    assert_eq!(p.stats().available as usize, size, "{:?}", p.stats());
+    let mut got = Vec::with_capacity(size);
+    for _ in 0..size {
+        match p.get() {
+            Some(e) => got.push(e),
+            None => panic!(
+                "only {} of {size} elements allocatable while the pool counts {:?}",
+                got.len(),
+                p.stats()
+            ),
+        }
+    }
+    assert!(p.get().is_none());
+    assert_eq!(p.stats().available, 0, "{:?}", p.stats());
+    // SAFETY: from `p`, once each.
+    unsafe { p.put_bulk(&got) };
+    assert!(p.is_full());
+}
+
+#[test]
+fn an_ended_lcores_cached_elements_are_allocatable_by_another_thread() {
+    let p = pool(32, 4);
+    assert!(leave_elements_in_an_lcore_cache(&p, false) > 0);
+    allocate_all(&p);
+}
+
+#[test]
+fn a_panicked_lcores_cached_elements_are_allocatable_by_another_thread() {
+    let p = pool(32, 4);
+    assert!(leave_elements_in_an_lcore_cache(&p, true) > 0);
+    allocate_all(&p);
+}
+
+#[test]
+fn an_ended_lcores_cached_elements_are_allocatable_by_another_lcore_in_one_get() {
+    let p = pool(32, 4);
+    assert!(leave_elements_in_an_lcore_cache(&p, false) > 0);
+    std::thread::spawn(move || {
+        let _lcore = lcore::register().unwrap();
+        assert_eq!(
+            p.local_cache_len(),
+            0,
+            "a new lcore starts with an empty cache"
+        );
+        let mut all = vec![Elem::DANGLING; 32];
+        p.get_bulk(&mut all).unwrap();
+        assert_eq!(all.iter().collect::<HashSet<_>>().len(), 32);
+        // SAFETY: from `p`, once each.
+        unsafe { p.put_bulk(&all) };
+        p.flush_local_cache();
+        assert!(p.is_full());
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn an_ended_lcores_cached_mbufs_are_allocatable_by_another_thread() {
+    use crate::mbuf::{MbufPool, MbufPoolConfig};
+    let pool = MbufPool::new(MbufPoolConfig {
+        name: "ended-lcore".into(),
+        size: 32,
+        cache_size: 4,
+        hugepages: HugepagePolicy::Never,
+        ..Default::default()
+    })
+    .unwrap();
+    let p = pool.clone();
+    std::thread::spawn(move || {
+        let _lcore = lcore::register().unwrap();
+        let bufs: Vec<_> = (0..5).map(|_| p.alloc().unwrap()).collect();
+        drop(bufs);
+        assert!(p.mempool().local_cache_len() > 0);
+    })
+    .join()
+    .unwrap();
+    assert_eq!(pool.available(), 32);
+    let all: Vec<_> = (0..32).map_while(|_| pool.alloc()).collect();
+    assert_eq!(all.len(), 32, "{:?}", pool.stats());
+    drop(all);
+    assert!(pool.is_full());
+}
+
+#[test]
+fn an_lcore_guard_dropped_early_returns_the_cache_and_the_thread_goes_on_uncached() {
+    let p = pool(32, 4);
+    let q = p.clone();
+    std::thread::spawn(move || {
+        let guard = lcore::register().unwrap();
+        let e = q.get().unwrap();
+        // SAFETY: from `q`, once.
+        unsafe { q.put(e) };
+        assert!(q.local_cache_len() > 0);
+        drop(guard);
+        // No longer an lcore: the cache went home with the id.
+        assert_eq!(q.local_cache_len(), 0);
+        assert_eq!(q.stats().cached, 0, "{:?}", q.stats());
+    })
+    .join()
+    .unwrap();
+    allocate_all(&p);
+}
+
+#[test]
+fn an_lcore_guard_kept_in_a_thread_local_returns_the_cache_when_the_thread_ends() {
+    use std::cell::RefCell;
+    std::thread_local! {
+        static GUARD: RefCell<Option<lcore::LcoreGuard>> = const { RefCell::new(None) };
+    }
+    let p = pool(32, 4);
+    let q = p.clone();
+    std::thread::spawn(move || {
+        GUARD.with(|g| *g.borrow_mut() = Some(lcore::register().unwrap()));
+        let e = q.get().unwrap();
+        // SAFETY: from `q`, once.
+        unsafe { q.put(e) };
+        assert!(q.local_cache_len() > 0);
+        // The guard goes with the thread's thread-locals, after this returns.
+    })
+    .join()
+    .unwrap();
+    allocate_all(&p);
+}
+
+#[test]
+fn a_pool_dropped_before_its_lcore_ends_is_freed_and_the_lcore_ends_cleanly() {
+    use std::sync::mpsc::channel;
+    let p = pool(32, 4);
+    let (cached_tx, cached_rx) = channel();
+    let (dropped_tx, dropped_rx) = channel::<()>();
+    let lcore = std::thread::spawn(move || {
+        let _lcore = lcore::register().unwrap();
+        let e = p.get().unwrap();
+        // SAFETY: from `p`, once.
+        unsafe { p.put(e) };
+        assert!(p.is_full());
+        cached_tx.send(p).unwrap();
+        // The pool's last handle goes on the other thread while this one
+        // still holds elements in its cache; the lcore ends afterwards.
+        dropped_rx.recv().unwrap();
+    });
+    let p = cached_rx.recv().unwrap();
+    assert!(p.stats().cached > 0);
+    drop(p);
+    dropped_tx.send(()).unwrap();
+    lcore.join().unwrap();
+    // A new pool and a new lcore work as usual afterwards.
+    let p = pool(32, 4);
+    leave_elements_in_an_lcore_cache(&p, false);
+    allocate_all(&p);
+}
+
+#[test]
+fn a_thread_that_forgets_its_lcore_guard_returns_the_cache_when_it_ends() {
+    let p = pool(32, 4);
+    let q = p.clone();
+    std::thread::spawn(move || {
+        std::mem::forget(lcore::register().unwrap());
+        let e = q.get().unwrap();
+        // SAFETY: from `q`, once.
+        unsafe { q.put(e) };
+        assert!(q.local_cache_len() > 0);
+    })
+    .join()
+    .unwrap();
+    allocate_all(&p);
+}
