@@ -1086,8 +1086,7 @@ fn a_tx_queue_dropped_while_its_threaded_device_runs_leaves_it_no_buffer() {
     let pool = pool(4095, 512);
     let config = |txd| PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(txd);
     let spec = "soft:wire=w-txdrop,device=threaded";
-    let mut a = port(spec, config(1024));
-    let mut b = port(spec, config(128));
+    let [mut a, mut b] = wire_pair((spec, config(1024)), (spec, config(128)));
     // 640 frames posted on A's Tx queue: with flow control, B's ring (128)
     // and the wire (256 frames) take 384 until B receives, so at least 256
     // stay posted, their buffers the device's to read.
