@@ -59,9 +59,18 @@ pub struct PcapDriver {
     pub(crate) clock: Clock,
 }
 
+/// A pcap spec's arguments, read and checked; no file touched yet.
+pub(crate) struct PcapArgs<'a> {
+    rx: Option<&'a str>,
+    tx: Option<&'a str>,
+    looping: bool,
+    timing: bool,
+    snaplen: u32,
+}
+
 impl PcapDriver {
-    /// Reads the spec's arguments, and the `rx` file.
-    pub fn from_spec(spec: &PortSpec) -> Result<PcapDriver, PortError> {
+    /// Reads and checks the spec's arguments, touching no file.
+    pub(crate) fn parse_spec(spec: &PortSpec) -> Result<PcapArgs<'_>, PortError> {
         let mut args = SpecArgs::new(spec, KEYS);
         let rx = args.str("rx");
         let tx = args.str("tx");
@@ -79,6 +88,24 @@ impl PcapDriver {
             }
             .into());
         }
+        Ok(PcapArgs {
+            rx,
+            tx,
+            looping,
+            timing,
+            snaplen,
+        })
+    }
+
+    /// Reads the spec's arguments, and the `rx` file.
+    pub fn from_spec(spec: &PortSpec) -> Result<PcapDriver, PortError> {
+        let PcapArgs {
+            rx,
+            tx,
+            looping,
+            timing,
+            snaplen,
+        } = Self::parse_spec(spec)?;
         let capture = match rx {
             Some(path) => Some(Arc::new(Capture::load(path)?)),
             None => None,
