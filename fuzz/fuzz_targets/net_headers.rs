@@ -2,14 +2,15 @@
 //! with `new_checked` at each layer the bytes could hold, every getter and
 //! checksum is called, and on a copy every setter is called with values taken
 //! from the input, then every getter again. A checksum filled in must verify.
+//! The Toeplitz hash of `net::rss` runs over the bytes too.
 
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice::net::checksum;
 use sluice::net::{
     EtherType, EthernetFrame, Ipv4Packet, Ipv6Packet, MacAddr, TcpSegment, UdpDatagram, VlanTag,
 };
+use sluice::net::{checksum, rss};
 
 /// Reads values for the setters from the input, cycling.
 struct Values<'a> {
@@ -286,6 +287,10 @@ fuzz_target!(|data: &[u8]| {
             "{upd:#x} vs {after:#x}"
         );
     }
+    // The Toeplitz hash with any key and input (a key too short for the
+    // input ignores the rest).
+    let (key, input) = data.split_at(data.len().min(40));
+    let _ = rss::toeplitz(key, input);
     ethernet(data, &mut v);
     network(data, &mut v);
 });
