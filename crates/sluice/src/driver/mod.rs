@@ -61,3 +61,84 @@ pub fn open_with(
     adjust(driver.info(), &mut config);
     Port::new(spec.as_str(), driver, config)
 }
+
+/// Checks a spec string as [`open`] reads it — the syntax, the driver name,
+/// every key and value — and opens nothing: no file is read, no interface
+/// looked up or created, no tester, wire or pair joined. [`open`] can still
+/// refuse a spec that passes, for what only the system knows (a missing file
+/// or interface, a pair or wire whose two ends are taken).
+pub fn check_spec(spec: &str) -> Result<PortSpec, PortError> {
+    let spec = PortSpec::parse(spec)?;
+    match spec.driver() {
+        "afpacket" => {
+            afpacket::AfPacketDriver::parse_spec(&spec)?;
+        }
+        "afxdp" => {
+            afxdp::AfxdpDriver::parse_spec(&spec)?;
+        }
+        // Reading the arguments is all these two do before setup.
+        "null" => {
+            null::NullDriver::from_spec(&spec)?;
+        }
+        "pair" => {
+            pair::PairDriver::from_spec(&spec)?;
+        }
+        "pcap" => {
+            pcap::PcapDriver::parse_spec(&spec)?;
+        }
+        "soft" => {
+            soft::SoftDriver::parse_spec(&spec)?;
+        }
+        "tap" => {
+            tap::TapDriver::parse_spec(&spec)?;
+        }
+        _ => return Err(spec.unknown_driver(DRIVERS).into()),
+    }
+    Ok(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(spec: &str) -> String {
+        check_spec(spec).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn check_spec_reads_every_driver_and_opens_nothing() {
+        // No such file, interface or tester is touched: the specs are valid.
+        for spec in [
+            "null:size=128",
+            "pair:name=check_spec_p0",
+            "pcap:rx=/nonexistent/in.pcap",
+            "soft:gen=udp,flows=4,tester=check_spec_t0",
+            "soft:wire=check_spec_w0",
+            "tap:iface=nonexistent0",
+            "afpacket:iface=nonexistent0,block_size=8192",
+            "afxdp:iface=nonexistent0,fill=4096",
+        ] {
+            let s = check_spec(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
+            assert_eq!(s.as_str(), spec);
+        }
+        assert!(
+            crate::tester::registered()
+                .iter()
+                .all(|(n, _)| n != "check_spec_t0")
+        );
+        assert!(open("pcap:rx=/nonexistent/in.pcap", PortConfig::new(None)).is_err());
+    }
+
+    #[test]
+    fn check_spec_finds_what_open_would_refuse() {
+        assert!(err("nul").contains("unknown driver 'nul'"));
+        assert!(err("null:size=9001").contains("key 'size' = '9001'"));
+        assert!(err("pcap:loop=1").contains("needs key 'rx or tx'"));
+        assert!(err("soft:wire=w,gen=udp").contains("exclude each other"));
+        assert!(err("soft:rx_free_thresh=48").contains("not a power of two"));
+        assert!(err("tap:iface=a/b").contains("may not be"));
+        assert!(err("afpacket:iface=x,block_size=5000").contains("a power of two"));
+        assert!(err("afxdp:iface=x,fill=3000").contains("not a power of two"));
+        assert!(err("afxdp:queue=1").contains("needs key 'iface'"));
+    }
+}

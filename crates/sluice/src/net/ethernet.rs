@@ -237,4 +237,59 @@ mod tests {
         assert!(MacAddr::BROADCAST.is_multicast());
         assert!(!MacAddr([2, 0, 0, 0, 0, 1]).is_multicast());
     }
+
+    proptest::proptest! {
+        /// Any field values: each setter's value reads back, and nothing else
+        /// changes.
+        #[test]
+        fn setters_then_getters_round_trip(
+            dst in proptest::prelude::any::<[u8; 6]>(),
+            src in proptest::prelude::any::<[u8; 6]>(),
+            et in proptest::prelude::any::<u16>(),
+            tci in proptest::prelude::any::<u16>(),
+            inner in proptest::prelude::any::<u16>(),
+            payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 4..40),
+        ) {
+            let mut buf = vec![0u8; HEADER_LEN];
+            buf.extend_from_slice(&payload);
+            let mut f = EthernetFrame::new_checked(&mut buf[..]).unwrap();
+            f.set_dst(MacAddr(dst));
+            f.set_src(MacAddr(src));
+            f.set_ethertype(EtherType(et));
+            let mut tag = VlanTag::new_checked(f.payload_mut()).unwrap();
+            tag.set_tci(tci);
+            tag.set_inner_ethertype(EtherType(inner));
+            proptest::prop_assert_eq!((tag.tci(), tag.inner_ethertype()), (tci, EtherType(inner)));
+            proptest::prop_assert_eq!((tag.vid(), tag.pcp()), (tci & 0xfff, (tci >> 13) as u8));
+            proptest::prop_assert_eq!(tag.payload(), &payload[4..]);
+            proptest::prop_assert_eq!((f.dst(), f.src(), f.ethertype()), (MacAddr(dst), MacAddr(src), EtherType(et)));
+            f.swap_macs();
+            proptest::prop_assert_eq!((f.dst(), f.src()), (MacAddr(src), MacAddr(dst)));
+            proptest::prop_assert_eq!(f.payload().len(), payload.len());
+        }
+
+        /// Any bytes: a view whose getters all answer, or, below the header
+        /// length, a truncation error.
+        #[test]
+        fn views_over_any_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40)) {
+            match EthernetFrame::new_checked(&bytes[..]) {
+                Ok(f) => {
+                    proptest::prop_assert!(bytes.len() >= HEADER_LEN);
+                    let _ = (f.dst(), f.src(), f.ethertype());
+                    proptest::prop_assert_eq!(f.payload(), &bytes[HEADER_LEN..]);
+                }
+                Err(e) => proptest::prop_assert_eq!(
+                    e,
+                    NetError::Truncated { header: "ethernet", need: HEADER_LEN, have: bytes.len() }
+                ),
+            }
+            match VlanTag::new_checked(&bytes[..]) {
+                Ok(t) => {
+                    let _ = (t.tci(), t.vid(), t.pcp(), t.inner_ethertype());
+                    proptest::prop_assert_eq!(t.payload(), &bytes[4..]);
+                }
+                Err(_) => proptest::prop_assert!(bytes.len() < 4),
+            }
+        }
+    }
 }

@@ -130,12 +130,27 @@ impl<T: AsRef<[u8]>> Ipv4Packet<T> {
 
     /// True when the header checksum is correct.
     pub fn verify_checksum(&self) -> bool {
-        checksum::checksum(&self.b()[..self.header_len()]) == 0
+        checksum::checksum(&self.b()[..self.header_end()]) == 0
     }
 
     /// The payload: from the end of the header to the total length.
     pub fn payload(&self) -> &[u8] {
-        &self.b()[self.header_len()..self.total_len() as usize]
+        let (h, t) = self.payload_range();
+        &self.b()[h..t]
+    }
+
+    /// The end of the header: the header length, cut to the buffer (a setter
+    /// may have written one longer).
+    fn header_end(&self) -> usize {
+        self.header_len().min(self.b().len())
+    }
+
+    /// Where the payload lies: the header length to the total length, both
+    /// cut to the buffer, empty when they cross (setters may have written
+    /// lengths that disagree with the buffer and each other).
+    fn payload_range(&self) -> (usize, usize) {
+        let t = (self.total_len() as usize).min(self.b().len());
+        (self.header_len().min(t), t)
     }
 }
 
@@ -198,7 +213,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
     /// Computes and writes the header checksum.
     pub fn fill_checksum(&mut self) {
         self.set_checksum(0);
-        let len = self.header_len();
+        let len = self.header_end();
         let c = checksum::checksum(&self.buffer.as_ref()[..len]);
         self.set_checksum(c);
     }
@@ -223,7 +238,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv4Packet<T> {
 
     /// The payload, writable.
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        let (h, t) = (self.header_len(), self.total_len() as usize);
+        let (h, t) = self.payload_range();
         &mut self.bm()[h..t]
     }
 }
@@ -310,5 +325,109 @@ mod tests {
                 let _ = (p.payload().len(), p.verify_checksum(), p.src(), p.frag_offset());
             }
         }
+    }
+
+    proptest::proptest! {
+        /// Any field values: each setter's value reads back; a filled checksum
+        /// verifies, and keeps verifying as the TTL counts down.
+        #[test]
+        fn setters_then_getters_round_trip(
+            words in 5usize..=15,
+            extra in 0usize..40,
+            dscp in proptest::prelude::any::<u8>(),
+            ident in proptest::prelude::any::<u16>(),
+            flags in proptest::prelude::any::<u16>(),
+            ttl in proptest::prelude::any::<u8>(),
+            proto in proptest::prelude::any::<u8>(),
+            src in proptest::prelude::any::<[u8; 4]>(),
+            dst in proptest::prelude::any::<[u8; 4]>(),
+        ) {
+            let hl = words * 4;
+            let mut b = vec![0u8; hl + extra];
+            let mut p = Ipv4Packet { buffer: &mut b[..] };
+            p.set_header_len(hl);
+            p.set_total_len((hl + extra) as u16);
+            p.set_dscp_ecn(dscp);
+            p.set_ident(ident);
+            p.set_flags_frag(flags);
+            p.set_ttl(ttl);
+            p.set_protocol(proto);
+            p.set_src(src);
+            p.set_dst(dst);
+            p.fill_checksum();
+            let p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
+            proptest::prop_assert_eq!((p.header_len(), p.total_len() as usize), (hl, hl + extra));
+            proptest::prop_assert_eq!((p.dscp_ecn(), p.ident(), p.ttl(), p.protocol()), (dscp, ident, ttl, proto));
+            proptest::prop_assert_eq!((p.src(), p.dst()), (src, dst));
+            proptest::prop_assert_eq!(p.dont_frag(), flags & 0x4000 != 0);
+            proptest::prop_assert_eq!(p.more_frags(), flags & 0x2000 != 0);
+            proptest::prop_assert_eq!(p.frag_offset(), (flags & 0x1fff) * 8);
+            proptest::prop_assert_eq!(p.payload().len(), extra);
+            proptest::prop_assert!(p.verify_checksum());
+            let mut p = p;
+            while let Some(t) = p.decrement_ttl() {
+                proptest::prop_assert_eq!(t, p.ttl());
+                proptest::prop_assert!(p.verify_checksum(), "ttl {}", t);
+            }
+            proptest::prop_assert!(p.ttl() <= 1);
+        }
+
+        /// Headers too short for 20 bytes or for their own lengths are
+        /// truncation errors.
+        #[test]
+        fn short_buffers_are_rejected(words in 5usize..=15, extra in 0usize..40, cut in 1usize..100) {
+            let hl = words * 4;
+            let mut b = vec![0u8; hl + extra];
+            let mut p = Ipv4Packet { buffer: &mut b[..] };
+            p.set_header_len(hl);
+            p.set_total_len((hl + extra) as u16);
+            let short = &b[..(hl + extra).saturating_sub(cut)];
+            let e = Ipv4Packet::new_checked(short).unwrap_err();
+            let need = if short.len() < HEADER_LEN { HEADER_LEN } else if short.len() < hl { hl } else { hl + extra };
+            proptest::prop_assert_eq!(e, NetError::Truncated { header: "ipv4", need, have: short.len() });
+        }
+
+        /// Any lengths set on a valid packet, even ones that disagree with
+        /// the buffer: the getters still answer, within the buffer.
+        #[test]
+        fn lengths_set_past_the_buffer_never_panic(
+            len in 20usize..80,
+            hl in proptest::prelude::any::<u8>(),
+            total in proptest::prelude::any::<u16>(),
+        ) {
+            let mut b = vec![0u8; len];
+            let mut p = Ipv4Packet { buffer: &mut b[..] };
+            p.set_header_len(20);
+            p.set_total_len(len as u16);
+            let mut p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
+            p.set_header_len(hl as usize);
+            p.set_total_len(total);
+            proptest::prop_assert!(p.payload().len() <= len);
+            let _ = p.verify_checksum();
+            p.fill_checksum();
+            let _ = p.decrement_ttl();
+            proptest::prop_assert!(p.payload_mut().len() <= len);
+        }
+    }
+
+    /// Header and total lengths set past the buffer, or crossing: the
+    /// payload is what lies between them within the buffer, and the checksum
+    /// covers the header as far as the buffer holds it.
+    #[test]
+    fn lengths_set_past_the_buffer_cut_the_payload() {
+        let mut b = packet();
+        let mut p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
+        p.set_total_len(200);
+        assert_eq!(p.payload().len(), 95);
+        p.set_header_len(60);
+        p.set_total_len(40);
+        assert!(p.payload().is_empty() && p.payload_mut().is_empty());
+        let mut b = HDR;
+        b[2..4].copy_from_slice(&20u16.to_be_bytes());
+        let mut p = Ipv4Packet::new_checked(&mut b[..]).unwrap();
+        p.set_header_len(60);
+        p.fill_checksum();
+        assert!(p.verify_checksum());
+        assert!(p.payload().is_empty());
     }
 }

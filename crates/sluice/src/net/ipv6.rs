@@ -89,7 +89,13 @@ impl<T: AsRef<[u8]>> Ipv6Packet<T> {
 
     /// The payload, up to the payload length.
     pub fn payload(&self) -> &[u8] {
-        &self.b()[HEADER_LEN..HEADER_LEN + self.payload_len() as usize]
+        &self.b()[HEADER_LEN..self.payload_end()]
+    }
+
+    /// The end of the payload, cut to the buffer (a setter may have written
+    /// a payload length past it).
+    fn payload_end(&self) -> usize {
+        (HEADER_LEN + self.payload_len() as usize).min(self.b().len())
     }
 }
 
@@ -141,8 +147,8 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Ipv6Packet<T> {
 
     /// The payload, writable.
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        let len = self.payload_len() as usize;
-        &mut self.bm()[HEADER_LEN..HEADER_LEN + len]
+        let end = self.payload_end();
+        &mut self.bm()[HEADER_LEN..end]
     }
 }
 
@@ -192,5 +198,75 @@ mod tests {
         let mut v4 = HDR;
         v4[0] = 0x45;
         assert_eq!(e(&v4), "ipv6: version is not 6");
+    }
+
+    proptest::proptest! {
+        /// Any field values: each setter's value reads back.
+        #[test]
+        fn setters_then_getters_round_trip(
+            tc in proptest::prelude::any::<u8>(),
+            flow in 0u32..1 << 20,
+            plen in 0u16..64,
+            nh in proptest::prelude::any::<u8>(),
+            hop in proptest::prelude::any::<u8>(),
+            src in proptest::prelude::any::<[u8; 16]>(),
+            dst in proptest::prelude::any::<[u8; 16]>(),
+        ) {
+            let mut b = vec![0u8; HEADER_LEN + plen as usize];
+            let mut p = Ipv6Packet { buffer: &mut b[..] };
+            p.set_ver_tc_flow(tc, flow);
+            p.set_payload_len(plen);
+            p.set_next_header(nh);
+            p.set_hop_limit(hop);
+            p.set_src(src);
+            p.set_dst(dst);
+            let mut p = Ipv6Packet::new_checked(&mut b[..]).unwrap();
+            proptest::prop_assert_eq!((p.traffic_class(), p.flow_label(), p.payload_len()), (tc, flow, plen));
+            proptest::prop_assert_eq!((p.next_header(), p.hop_limit(), p.src(), p.dst()), (nh, hop, src, dst));
+            proptest::prop_assert_eq!(p.payload().len(), plen as usize);
+            proptest::prop_assert_eq!(p.decrement_hop_limit(), (hop > 1).then(|| hop - 1));
+        }
+
+        /// Any bytes: a view whose getters all answer, or an error; below 40
+        /// bytes or the payload length, a truncation error.
+        #[test]
+        fn views_over_any_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80)) {
+            match Ipv6Packet::new_checked(&bytes[..]) {
+                Ok(p) => {
+                    let _ = (p.traffic_class(), p.flow_label(), p.next_header(), p.hop_limit(), p.src(), p.dst());
+                    proptest::prop_assert_eq!(p.payload().len(), p.payload_len() as usize);
+                }
+                Err(NetError::Truncated { need, have, .. }) => {
+                    proptest::prop_assert!(have < need && have == bytes.len());
+                }
+                Err(NetError::Malformed { .. }) => proptest::prop_assert!(bytes[0] >> 4 != 6),
+            }
+        }
+
+        /// A payload length set past the buffer: the payload is what the
+        /// buffer holds.
+        #[test]
+        fn lengths_set_past_the_buffer_never_panic(extra in 0usize..40, plen in proptest::prelude::any::<u16>()) {
+            let mut b = vec![0u8; HEADER_LEN + extra];
+            let mut p = Ipv6Packet { buffer: &mut b[..] };
+            p.set_ver_tc_flow(0, 0);
+            p.set_payload_len(extra as u16);
+            let mut p = Ipv6Packet::new_checked(&mut b[..]).unwrap();
+            p.set_payload_len(plen);
+            proptest::prop_assert_eq!(p.payload().len(), extra.min(plen as usize));
+            proptest::prop_assert_eq!(p.payload_mut().len(), extra.min(plen as usize));
+        }
+    }
+
+    /// A payload length set past the buffer: the payload is what the buffer
+    /// holds.
+    #[test]
+    fn payload_length_set_past_the_buffer_cuts_the_payload() {
+        let mut b = HDR.to_vec();
+        b.extend_from_slice(&[1, 2, 3, 4]);
+        let mut p = Ipv6Packet::new_checked(&mut b[..]).unwrap();
+        p.set_payload_len(1000);
+        assert_eq!(p.payload(), &[1, 2, 3, 4]);
+        assert_eq!(p.payload_mut().len(), 4);
     }
 }

@@ -5,7 +5,10 @@
 //! setters), in the style of smoltcp's `wire`: the byte ranges of the fields
 //! are named in a `field` module, `new_checked` verifies the buffer is long
 //! enough (and the header sane) so the getters never panic, getters and
-//! setters come in pairs, and tests check them against literal bytes.
+//! setters come in pairs, and tests check them against literal bytes. A
+//! setter may write a length that disagrees with the buffer; the getters
+//! then stop at the buffer's end (a payload is empty where the lengths
+//! cross), so they still never panic.
 //!
 //! ```
 //! use sluice::net::{EthernetFrame, EtherType, Ipv4Packet, UdpDatagram};
@@ -38,6 +41,9 @@ mod routes_tests;
 pub mod rss;
 pub mod tcp;
 pub mod udp;
+
+#[cfg(test)]
+mod etherparse_tests;
 
 pub use ethernet::{EtherType, EthernetFrame, MacAddr, VlanTag};
 pub use ipv4::Ipv4Packet;

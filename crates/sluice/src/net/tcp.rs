@@ -98,7 +98,13 @@ impl<T: AsRef<[u8]>> TcpSegment<T> {
 
     /// The payload after the header.
     pub fn payload(&self) -> &[u8] {
-        &self.b()[self.header_len()..]
+        &self.b()[self.header_end()..]
+    }
+
+    /// The end of the header, cut to the buffer (a setter may have written a
+    /// header length past it).
+    fn header_end(&self) -> usize {
+        self.header_len().min(self.b().len())
     }
 
     /// True when the checksum is correct for the pseudo-header sum `pseudo`.
@@ -161,7 +167,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> TcpSegment<T> {
 
     /// The payload, writable.
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        let h = self.header_len();
+        let h = self.header_end();
         &mut self.bm()[h..]
     }
 }
@@ -218,5 +224,90 @@ mod tests {
         let mut opts = [0u8; 20];
         opts[12] = 0x60;
         assert_eq!(e(&opts), "tcp: 20 bytes, need 24");
+    }
+
+    proptest::proptest! {
+        /// Any field values: each setter's value reads back; a filled checksum
+        /// verifies, and one flipped bit fails it.
+        #[test]
+        fn setters_then_getters_round_trip(
+            words in 5usize..=15,
+            sp in proptest::prelude::any::<u16>(),
+            dp in proptest::prelude::any::<u16>(),
+            seq in proptest::prelude::any::<u32>(),
+            ack in proptest::prelude::any::<u32>(),
+            flags in proptest::prelude::any::<u8>(),
+            win in proptest::prelude::any::<u16>(),
+            payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            src in proptest::prelude::any::<[u8; 16]>(),
+            dst in proptest::prelude::any::<[u8; 16]>(),
+            flip in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let hl = words * 4;
+            let mut b = vec![0u8; hl];
+            b.extend_from_slice(&payload);
+            let mut t = TcpSegment { buffer: &mut b[..] };
+            t.set_header_len(hl);
+            t.set_src_port(sp);
+            t.set_dst_port(dp);
+            t.set_seq(seq);
+            t.set_ack(ack);
+            t.set_flags(flags);
+            t.set_window(win);
+            let pseudo = checksum::pseudo_ipv6(src, dst, ip_proto::TCP, (hl + payload.len()) as u32);
+            t.fill_checksum(pseudo);
+            let t = TcpSegment::new_checked(&mut b[..]).unwrap();
+            proptest::prop_assert_eq!((t.src_port(), t.dst_port(), t.seq(), t.ack()), (sp, dp, seq, ack));
+            proptest::prop_assert_eq!((t.header_len(), t.flags(), t.window()), (hl, flags, win));
+            proptest::prop_assert_eq!(t.payload(), &payload[..]);
+            proptest::prop_assert!(t.verify_checksum(pseudo));
+            let mut c = b.clone();
+            let i = flip.index(c.len());
+            c[i] ^= 0x10;
+            // (Byte 12 holds the data offset: flipping it changes the view.)
+            if i != 12 {
+                proptest::prop_assert!(!TcpSegment::new_checked(&c[..]).unwrap().verify_checksum(pseudo));
+            }
+        }
+
+        /// Any bytes: a view whose getters all answer, or an error; below 20
+        /// bytes or the data offset, a truncation error.
+        #[test]
+        fn views_over_any_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..80), pseudo in 0u32..1 << 21) {
+            match TcpSegment::new_checked(&bytes[..]) {
+                Ok(t) => {
+                    let _ = (t.src_port(), t.dst_port(), t.seq(), t.ack(), t.flags(), t.window(), t.checksum());
+                    let _ = t.verify_checksum(pseudo);
+                    proptest::prop_assert_eq!(t.payload(), &bytes[t.header_len()..]);
+                }
+                Err(NetError::Truncated { need, have, .. }) => {
+                    proptest::prop_assert!(have < need && have == bytes.len());
+                }
+                Err(NetError::Malformed { .. }) => proptest::prop_assert!(bytes[12] >> 4 < 5),
+            }
+        }
+
+        /// Any header length set on a valid segment, even one past the buffer:
+        /// the payload getters still answer, within the buffer.
+        #[test]
+        fn header_length_set_past_the_buffer_never_panics(extra in 0usize..40, hl in proptest::prelude::any::<u8>()) {
+            let mut b = vec![0u8; HEADER_LEN + extra];
+            b[12] = 0x50;
+            let mut t = TcpSegment::new_checked(&mut b[..]).unwrap();
+            t.set_header_len(hl as usize);
+            proptest::prop_assert!(t.payload().len() <= HEADER_LEN + extra);
+            proptest::prop_assert!(t.payload_mut().len() <= HEADER_LEN + extra);
+        }
+    }
+
+    /// A header length set past the buffer: an empty payload.
+    #[test]
+    fn header_length_set_past_the_buffer_is_an_empty_payload() {
+        let mut b = [0u8; 24];
+        b[12] = 0x50;
+        let mut t = TcpSegment::new_checked(&mut b[..]).unwrap();
+        assert_eq!(t.payload().len(), 4);
+        t.set_header_len(60);
+        assert!(t.payload().is_empty() && t.payload_mut().is_empty());
     }
 }

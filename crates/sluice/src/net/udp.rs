@@ -69,7 +69,14 @@ impl<T: AsRef<[u8]>> UdpDatagram<T> {
 
     /// The payload, up to the length field.
     pub fn payload(&self) -> &[u8] {
-        &self.buffer.as_ref()[HEADER_LEN..self.len() as usize]
+        let end = self.end();
+        &self.buffer.as_ref()[HEADER_LEN.min(end)..end]
+    }
+
+    /// The end of the datagram: the length field, cut to the buffer (a
+    /// setter may have written one past it, or below the header).
+    fn end(&self) -> usize {
+        (self.len() as usize).min(self.buffer.as_ref().len())
     }
 
     /// True when the checksum, with the pseudo-header sum `pseudo` (from
@@ -77,10 +84,7 @@ impl<T: AsRef<[u8]>> UdpDatagram<T> {
     /// absent (0).
     pub fn verify_checksum(&self, pseudo: u32) -> bool {
         self.checksum() == 0
-            || checksum::fold(checksum::sum(
-                pseudo,
-                &self.buffer.as_ref()[..self.len() as usize],
-            )) == 0xffff
+            || checksum::fold(checksum::sum(pseudo, &self.buffer.as_ref()[..self.end()])) == 0xffff
     }
 }
 
@@ -109,15 +113,15 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> UdpDatagram<T> {
     /// it (a computed 0 is sent as 0xffff).
     pub fn fill_checksum(&mut self, pseudo: u32) {
         self.set_checksum(0);
-        let len = self.len() as usize;
+        let len = self.end();
         let c = !checksum::fold(checksum::sum(pseudo, &self.buffer.as_ref()[..len]));
         self.set_checksum(if c == 0 { 0xffff } else { c });
     }
 
     /// The payload, writable.
     pub fn payload_mut(&mut self) -> &mut [u8] {
-        let len = self.len() as usize;
-        &mut self.buffer.as_mut()[HEADER_LEN..len]
+        let end = self.end();
+        &mut self.buffer.as_mut()[HEADER_LEN.min(end)..end]
     }
 }
 
@@ -149,5 +153,83 @@ mod tests {
         assert_eq!(e(&[0; 7]), "udp: 7 bytes, need 8");
         assert_eq!(e(&[0, 0, 0, 0, 0, 4, 0, 0]), "udp: length below 8 bytes");
         assert_eq!(e(&[0, 0, 0, 0, 0, 20, 0, 0, 1]), "udp: 9 bytes, need 20");
+    }
+
+    proptest::proptest! {
+        /// Any field values: each setter's value reads back; a filled checksum
+        /// is never 0 and verifies, and one flipped payload bit fails it.
+        #[test]
+        fn setters_then_getters_round_trip(
+            sp in proptest::prelude::any::<u16>(),
+            dp in proptest::prelude::any::<u16>(),
+            payload in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..64),
+            src in proptest::prelude::any::<[u8; 4]>(),
+            dst in proptest::prelude::any::<[u8; 4]>(),
+            flip in proptest::prelude::any::<proptest::sample::Index>(),
+        ) {
+            let len = HEADER_LEN + payload.len();
+            let mut b = vec![0u8; HEADER_LEN];
+            b.extend_from_slice(&payload);
+            b[5] = len as u8;
+            let mut u = UdpDatagram::new_checked(&mut b[..]).unwrap();
+            u.set_src_port(sp);
+            u.set_dst_port(dp);
+            u.set_len(len as u16);
+            let pseudo = checksum::pseudo_ipv4(src, dst, ip_proto::UDP, len as u16);
+            u.fill_checksum(pseudo);
+            proptest::prop_assert_eq!((u.src_port(), u.dst_port(), u.len() as usize), (sp, dp, len));
+            proptest::prop_assert_eq!(u.payload(), &payload[..]);
+            proptest::prop_assert_ne!(u.checksum(), 0);
+            proptest::prop_assert!(u.verify_checksum(pseudo));
+            if !payload.is_empty() {
+                let i = flip.index(payload.len());
+                u.payload_mut()[i] ^= 1;
+                proptest::prop_assert!(!u.verify_checksum(pseudo));
+            }
+        }
+
+        /// Any bytes: a view whose getters all answer, or an error; below 8
+        /// bytes or the length field, a truncation error.
+        #[test]
+        fn views_over_any_bytes_never_panic(bytes in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..40), pseudo in 0u32..1 << 21) {
+            match UdpDatagram::new_checked(&bytes[..]) {
+                Ok(u) => {
+                    let _ = (u.src_port(), u.dst_port(), u.checksum(), u.verify_checksum(pseudo));
+                    proptest::prop_assert_eq!(u.payload().len(), u.len() as usize - HEADER_LEN);
+                }
+                Err(NetError::Truncated { need, have, .. }) => {
+                    proptest::prop_assert!(have < need && have == bytes.len());
+                }
+                Err(NetError::Malformed { .. }) => proptest::prop_assert!(be16(&bytes, 4) < 8),
+            }
+        }
+
+        /// A length field set below the header or past the buffer: the getters
+        /// still answer, within the buffer.
+        #[test]
+        fn lengths_set_past_the_buffer_never_panic(extra in 0usize..40, len in proptest::prelude::any::<u16>(), pseudo in 0u32..1 << 21) {
+            let mut b = vec![0u8; HEADER_LEN + extra];
+            b[5] = (HEADER_LEN + extra) as u8;
+            let mut u = UdpDatagram::new_checked(&mut b[..]).unwrap();
+            u.set_len(len);
+            proptest::prop_assert!(u.payload().len() <= extra);
+            let _ = u.verify_checksum(pseudo);
+            u.fill_checksum(pseudo);
+            proptest::prop_assert!(u.payload_mut().len() <= extra);
+        }
+    }
+
+    /// A length field set below the header (the fuzzer's first find): an
+    /// empty payload; the checksum, meaningless then, is still computed.
+    #[test]
+    fn length_set_below_the_header_is_an_empty_payload() {
+        let mut b = [0x04, 0x00, 0x00, 0x09, 0x00, 0x0a, 0x00, 0x00, b'h', b'i'];
+        let mut u = UdpDatagram::new_checked(&mut b[..]).unwrap();
+        u.set_len(4);
+        assert!(u.payload().is_empty() && u.payload_mut().is_empty());
+        u.fill_checksum(0);
+        let _ = u.verify_checksum(0);
+        u.set_len(200);
+        assert_eq!(u.payload(), b"hi");
     }
 }

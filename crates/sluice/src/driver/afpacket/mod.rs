@@ -84,9 +84,18 @@ pub struct AfPacketDriver {
     qdisc_bypass: bool,
 }
 
+/// An afpacket spec's arguments, read and checked; no interface looked up yet.
+pub(crate) struct AfPacketArgs<'a> {
+    name: &'a str,
+    block_size: u64,
+    block_timeout: u32,
+    fanout: u32,
+    qdisc_bypass: bool,
+}
+
 impl AfPacketDriver {
-    /// Reads the spec's arguments and finds the interface.
-    pub fn from_spec(spec: &PortSpec) -> Result<AfPacketDriver, PortError> {
+    /// Reads and checks the spec's arguments, looking no interface up.
+    pub(crate) fn parse_spec(spec: &PortSpec) -> Result<AfPacketArgs<'_>, PortError> {
         let mut args = SpecArgs::new(spec, KEYS);
         let name = args.require("iface")?;
         let block_size = args
@@ -111,6 +120,25 @@ impl AfPacketDriver {
         }
         let here = |msg: String| PortError::Driver(format!("port spec '{}': {msg}", spec.as_str()));
         netdev::check_name(name).map_err(here)?;
+        Ok(AfPacketArgs {
+            name,
+            block_size,
+            block_timeout,
+            fanout,
+            qdisc_bypass,
+        })
+    }
+
+    /// Reads the spec's arguments and finds the interface.
+    pub fn from_spec(spec: &PortSpec) -> Result<AfPacketDriver, PortError> {
+        let AfPacketArgs {
+            name,
+            block_size,
+            block_timeout,
+            fanout,
+            qdisc_bypass,
+        } = Self::parse_spec(spec)?;
+        let here = |msg: String| PortError::Driver(format!("port spec '{}': {msg}", spec.as_str()));
         let index = netdev::index(name).ok_or_else(|| {
             here(format!(
                 "no network interface '{name}' (in this network namespace)"

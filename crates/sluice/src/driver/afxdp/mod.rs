@@ -149,9 +149,19 @@ pub struct AfxdpDriver {
     native: Arc<AtomicU64>,
 }
 
+/// An afxdp spec's arguments, read and checked; no interface looked up yet.
+pub(crate) struct AfxdpArgs {
+    iface: String,
+    queue: u32,
+    mode: XdpMode,
+    bind: BindMode,
+    need_wakeup: bool,
+    fill: Option<u32>,
+}
+
 impl AfxdpDriver {
-    /// Reads the spec's arguments and looks the interface up.
-    pub fn from_spec(spec: &PortSpec) -> Result<AfxdpDriver, PortError> {
+    /// Reads and checks the spec's arguments, looking no interface up.
+    pub(crate) fn parse_spec(spec: &PortSpec) -> Result<AfxdpArgs, PortError> {
         let mut args = SpecArgs::new(spec, KEYS);
         let iface = args.require("iface")?.to_owned();
         let queue = args.u64_in("queue", 0..=u16::MAX as u64)?.unwrap_or(0) as u32;
@@ -178,6 +188,27 @@ impl AfxdpDriver {
                 "afxdp port '{s}': fill ring of {f} entries: not a power of two"
             )));
         }
+        Ok(AfxdpArgs {
+            iface,
+            queue,
+            mode,
+            bind,
+            need_wakeup,
+            fill,
+        })
+    }
+
+    /// Reads the spec's arguments and looks the interface up.
+    pub fn from_spec(spec: &PortSpec) -> Result<AfxdpDriver, PortError> {
+        let AfxdpArgs {
+            iface,
+            queue,
+            mode,
+            bind,
+            need_wakeup,
+            fill,
+        } = Self::parse_spec(spec)?;
+        let s = spec.as_str();
         let link = link_info(&iface).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidInput => {
                 PortError::config(format!("afxdp port '{s}': {e}"))

@@ -83,9 +83,19 @@ pub struct PcapDriver {
     pub(crate) clock: Clock,
 }
 
+/// A pcap spec's arguments, read and checked; no file touched yet.
+pub(crate) struct PcapArgs<'a> {
+    rx: Option<&'a str>,
+    tx: Option<&'a str>,
+    looping: bool,
+    timing: bool,
+    snaplen: u32,
+    stream: bool,
+}
+
 impl PcapDriver {
-    /// Reads the spec's arguments, and the `rx` file.
-    pub fn from_spec(spec: &PortSpec) -> Result<PcapDriver, PortError> {
+    /// Reads and checks the spec's arguments, touching no file.
+    pub(crate) fn parse_spec(spec: &PortSpec) -> Result<PcapArgs<'_>, PortError> {
         let mut args = SpecArgs::new(spec, KEYS);
         let rx = args.str("rx");
         let tx = args.str("tx");
@@ -110,6 +120,26 @@ impl PcapDriver {
             }
             .into());
         }
+        Ok(PcapArgs {
+            rx,
+            tx,
+            looping,
+            timing,
+            snaplen,
+            stream,
+        })
+    }
+
+    /// Reads the spec's arguments and opens the `rx` and `tx` files.
+    pub fn from_spec(spec: &PortSpec) -> Result<PcapDriver, PortError> {
+        let PcapArgs {
+            rx,
+            tx,
+            looping,
+            timing,
+            snaplen,
+            stream,
+        } = Self::parse_spec(spec)?;
         // The rx file is claimed first, so a tx file that is the same file
         // is refused before it is emptied.
         let capture = match rx {

@@ -83,7 +83,8 @@ pub mod bus;
 pub mod desc;
 mod device;
 mod fast_free;
-mod frame;
+#[doc(hidden)]
+pub mod frame;
 mod runner;
 mod rx;
 mod rx_frags;
@@ -193,10 +194,28 @@ impl std::fmt::Debug for SoftDriver {
     }
 }
 
+/// A soft spec's arguments, read and checked; no tester or wire joined yet.
+pub(crate) struct SoftArgs<'a> {
+    tcfg: Option<TesterConfig>,
+    tname: Option<&'a str>,
+    wname: Option<&'a str>,
+    mode: DeviceMode,
+    fc: bool,
+    rx_free_thresh: u32,
+    tx_rs_thresh: u32,
+    tx_free_thresh: u32,
+    bus_overhead: u64,
+    zc_free: bool,
+    tx_mode: TxMode,
+    mpw_segs: u32,
+    inline_mpw: u32,
+    tx_comp: u32,
+    rx_frags: bool,
+}
+
 impl SoftDriver {
-    /// Reads the spec's arguments and plugs the port into its tester or
-    /// wire.
-    pub fn from_spec(spec: &PortSpec) -> Result<SoftDriver, PortError> {
+    /// Reads and checks the spec's arguments, joining no tester or wire.
+    pub(crate) fn parse_spec(spec: &PortSpec) -> Result<SoftArgs<'_>, PortError> {
         let mut args = SpecArgs::new(spec, KEYS);
         let tcfg = TesterConfig::from_args(&mut args)?;
         let tname = args.str("tester");
@@ -241,26 +260,64 @@ impl SoftDriver {
         let panic_at = args.u64_in("panic_at", 1..=u64::MAX)?;
         args.finish()?;
         debug_assert!(TESTER_KEYS.iter().all(|k| KEYS.contains(k)));
-        let source = match wname {
-            Some(w) => {
-                if tcfg.is_some() || tname.is_some() {
-                    return Err(PortError::config(format!(
-                        "port spec '{}': wire= and the tester keys exclude each other",
-                        spec.as_str()
-                    )));
+        if wname.is_some() && (tcfg.is_some() || tname.is_some()) {
+            return Err(PortError::config(format!(
+                "port spec '{}': wire= and the tester keys exclude each other",
+                spec.as_str()
+            )));
+        }
+        Ok(SoftArgs {
+            tcfg,
+            tname,
+            wname,
+            mode,
+            fc,
+            rx_free_thresh,
+            tx_rs_thresh,
+            tx_free_thresh,
+            bus_overhead,
+            zc_free,
+            tx_mode,
+            mpw_segs,
+            inline_mpw,
+            tx_comp,
+            rx_frags,
+        })
+    }
+
+    /// Reads the spec's arguments and plugs the port into its tester or
+    /// wire.
+    pub fn from_spec(spec: &PortSpec) -> Result<SoftDriver, PortError> {
+        let SoftArgs {
+            tcfg,
+            tname,
+            wname,
+            mode,
+            fc,
+            rx_free_thresh,
+            tx_rs_thresh,
+            tx_free_thresh,
+            bus_overhead,
+            zc_free,
+            tx_mode,
+            mpw_segs,
+            inline_mpw,
+            tx_comp,
+            rx_frags,
+        } = Self::parse_spec(spec)?;
+        let source =
+            match wname {
+                Some(w) => Source::Wire(WireEnd::attach(w).map_err(|e| {
+                    PortError::config(format!("port spec '{}': {e}", spec.as_str()))
+                })?),
+                None => {
+                    let name = tname.unwrap_or("t0").to_string();
+                    let tester = tester::attach(&name, tcfg).map_err(|e| {
+                        PortError::config(format!("port spec '{}': {e}", spec.as_str()))
+                    })?;
+                    Source::Tester(tester)
                 }
-                Source::Wire(WireEnd::attach(w).map_err(|e| {
-                    PortError::config(format!("port spec '{}': {e}", spec.as_str()))
-                })?)
-            }
-            None => {
-                let name = tname.unwrap_or("t0").to_string();
-                let tester = tester::attach(&name, tcfg).map_err(|e| {
-                    PortError::config(format!("port spec '{}': {e}", spec.as_str()))
-                })?;
-                Source::Tester(tester)
-            }
-        };
+            };
         Ok(SoftDriver {
             info: DeviceInfo {
                 driver: "soft",

@@ -95,14 +95,22 @@ pub struct TapDriver {
 }
 
 impl TapDriver {
-    /// Reads the spec's arguments and opens (or creates) the device.
-    pub fn from_spec(spec: &PortSpec) -> Result<TapDriver, PortError> {
+    /// Reads and checks the spec's arguments (the interface name and
+    /// `attach`), touching no device.
+    pub(crate) fn parse_spec(spec: &PortSpec) -> Result<(&str, bool), PortError> {
         let mut args = SpecArgs::new(spec, KEYS);
         let name = args.require("iface")?;
         let attach = args.bool("attach")?.unwrap_or(false);
         args.finish()?;
         let here = |msg: String| PortError::Driver(format!("port spec '{}': {msg}", spec.as_str()));
         netdev::check_name(name).map_err(here)?;
+        Ok((name, attach))
+    }
+
+    /// Reads the spec's arguments and opens (or creates) the device.
+    pub fn from_spec(spec: &PortSpec) -> Result<TapDriver, PortError> {
+        let (name, attach) = Self::parse_spec(spec)?;
+        let here = |msg: String| PortError::Driver(format!("port spec '{}': {msg}", spec.as_str()));
         let exists = netdev::index(name).is_some();
         if attach && !exists {
             return Err(here(format!(
