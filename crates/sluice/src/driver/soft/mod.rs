@@ -211,6 +211,7 @@ pub(crate) struct SoftArgs<'a> {
     inline_mpw: u32,
     tx_comp: u32,
     rx_frags: bool,
+    panic_at: Option<u64>,
 }
 
 impl SoftDriver {
@@ -282,6 +283,7 @@ impl SoftDriver {
             inline_mpw,
             tx_comp,
             rx_frags,
+            panic_at,
         })
     }
 
@@ -304,6 +306,7 @@ impl SoftDriver {
             inline_mpw,
             tx_comp,
             rx_frags,
+            panic_at,
         } = Self::parse_spec(spec)?;
         let source =
             match wname {
