@@ -502,3 +502,97 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     drop(port);
     assert!(p.is_full());
 }
+
+/// `frame` with an 802.1Q tag after the MAC addresses (4 bytes longer).
+fn tagged(f: &[u8]) -> Vec<u8> {
+    let mut t = f[..12].to_vec();
+    t.extend([0x81, 0x00, 0x20, 0x07]);
+    t.extend(&f[12..]);
+    t
+}
+
+#[test]
+fn frames_the_interface_cannot_send_are_counted_tx_errors() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let w = wire("afmtu");
+    let p = pool(1023);
+    let spec = format!("afpacket:iface={}", w.veth.a());
+    let mut port = open(&spec, PortConfig::new(Some(p.clone())).nb_txd(256)).unwrap();
+    port.start().unwrap();
+    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let dst = w.ns.mac(w.veth.b()).unwrap().0;
+    // (frame, whether the interface takes it): up to MTU + 14 bytes, or
+    // MTU + 18 with a VLAN tag. Then the interface's MTU drops to 1000
+    // while the port runs.
+    let first: Vec<(Vec<u8>, bool)> = vec![
+        (frame(dst, 0, 60), true),
+        (frame(dst, 1, 1514), true),
+        (frame(dst, 2, 1515), false),
+        (frame(dst, 3, 1518), false),
+        (tagged(&frame(dst, 4, 1514)), true),
+        (tagged(&frame(dst, 5, 1515)), false),
+        (frame(dst, 6, 9000), false),
+        (frame(dst, 7, 60), true),
+    ];
+    let second: Vec<(Vec<u8>, bool)> = vec![
+        (frame(dst, 8, 1014), true),
+        (frame(dst, 9, 1015), false),
+        (frame(dst, 10, 1400), false),
+        (frame(dst, 11, 60), true),
+    ];
+    let send = |port: &mut Port, frames: &[(Vec<u8>, bool)]| {
+        let mut burst: Burst<16> = Burst::new();
+        for (f, _) in frames {
+            // Longer than a segment: chained.
+            let mut chunks = f.chunks(2000);
+            let mut m = p.alloc_from_slice(chunks.next().unwrap()).unwrap();
+            for c in chunks {
+                m.chain(p.alloc_from_slice(c).unwrap()).unwrap();
+            }
+            burst.push(m).unwrap();
+        }
+        let n = port.tx_queue(0).unwrap().tx_burst(&mut burst);
+        assert_eq!(n, frames.len(), "the ring has room for all");
+    };
+    send(&mut port, &first);
+    Netns::root().set_mtu(w.veth.a(), 1000).unwrap();
+    send(&mut port, &second);
+    assert!(p.is_full());
+    let all: Vec<&(Vec<u8>, bool)> = first.iter().chain(&second).collect();
+    let sent: Vec<u32> = all
+        .iter()
+        .filter(|(_, ok)| *ok)
+        .map(|(f, _)| if ours(f) { seq_of(f) } else { seq_of(&f[4..]) })
+        .collect();
+    let refused = all.len() - sent.len();
+    // The peer's socket sees tagged frames with the tag taken out.
+    let got = peer
+        .recv_frames(sent.len(), Duration::from_secs(10), ours)
+        .unwrap();
+    let got: Vec<u32> = got.iter().map(|f| seq_of(f)).collect();
+    assert_eq!(
+        got, sent,
+        "every frame the interface takes arrives, in order"
+    );
+    let st = port.stats();
+    assert_eq!(st.tx_errors, refused as u64, "{st:?}");
+    assert_eq!(st.tx_packets, sent.len() as u64, "{st:?}");
+    let x = port.counters();
+    assert_eq!(x.xstats.get("tx_oversize_errors"), Some(refused as u64));
+    drop(port);
+    // A port MTU larger than the interface's is refused at open, naming
+    // both.
+    let cfg = PortConfig::new(Some(p.clone()));
+    assert_eq!(cfg.mtu, 1500);
+    assert_eq!(
+        err(&spec, cfg),
+        format!(
+            "afpacket: {a}: port MTU 1500 is more than the interface's MTU 1000: raise the \
+             interface's (ip link set {a} mtu 1500) or lower the port's",
+            a = w.veth.a()
+        )
+    );
+    assert!(p.is_full());
+}

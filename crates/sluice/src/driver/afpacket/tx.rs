@@ -11,11 +11,19 @@
 //!
 //! With `qdisc_bypass` (the default) frames go straight to the device's
 //! transmit function, as a NIC driver would, skipping the queueing
-//! discipline (`PACKET_QDISC_BYPASS`). `PACKET_LOSS` is set so a frame the
-//! kernel rejects is skipped rather than stopping the ring; such frames
-//! count `tx_errors` when their slot comes round again. A kick the kernel
-//! refuses for now (`EAGAIN`, `ENOBUFS`) is repeated by the next `tx_burst`,
-//! even an empty one.
+//! discipline (`PACKET_QDISC_BYPASS`).
+//!
+//! The kernel refuses a frame longer than the interface's MTU plus its
+//! Ethernet header (plus 4 bytes if it carries an 802.1Q tag) or shorter
+//! than the header. With `PACKET_LOSS` set (so a refused frame does not stop
+//! the ring) it skips such a frame silently, marking its slot available as
+//! if sent: nothing in the ring tells the two apart. So `tx_burst` applies
+//! the same rules before handing a frame over, against the interface's MTU
+//! read once per burst (it may change while the port runs), and counts each
+//! frame it refuses at once as `tx_errors` and `tx_oversize_errors` or
+//! `tx_runt_errors`; the kernel then has nothing to refuse. A kick the
+//! kernel refuses for now (`EAGAIN`, `ENOBUFS`) is repeated by the next
+//! `tx_burst`, even an empty one.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
@@ -24,6 +32,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use super::IfaceRef;
 use super::sys::{self, Mmap, hdr2};
 use crate::counter::Counter;
+use crate::driver::netdev;
 use crate::mbuf::BurstSlice;
 use crate::port::{PortCounters, PortError, TxQueue};
 
@@ -50,6 +59,8 @@ struct Ring {
     head: usize,
     /// The last kick was refused: kick again.
     unkicked: bool,
+    /// The interface's MTU, as last read.
+    mtu: usize,
 }
 
 impl Ring {
@@ -68,6 +79,42 @@ impl Ring {
     fn kick(&mut self) {
         self.unkicked = sys::kick(self.fd.as_raw_fd()).is_err();
     }
+
+    /// Reads the interface's MTU again; keeps the last one if the kernel
+    /// does not answer (the interface is gone: the kick fails too, and the
+    /// frames wait in the ring).
+    fn refresh_mtu(&mut self, name: &str) {
+        if let Ok(m) = netdev::mtu_on(&self.fd, name) {
+            self.mtu = m as usize;
+        }
+    }
+}
+
+/// Ethernet header bytes the kernel adds to the MTU for a frame's length.
+const ETH_HLEN: usize = 14;
+
+/// What the kernel would refuse of a frame of `len` bytes, whose EtherType
+/// field (bytes 12 and 13) `ethertype` reads, on an interface of MTU `mtu`.
+fn refused(len: usize, mtu: usize, ethernet: bool, ethertype: impl FnOnce() -> u16) -> Refused {
+    if len < ETH_HLEN {
+        return Refused::Runt;
+    }
+    if len <= mtu + ETH_HLEN {
+        return Refused::No;
+    }
+    // An Ethernet device takes a tagged frame 4 bytes longer (only the
+    // 802.1Q TPID counts, as in the kernel's `packet_extra_vlan_len_allowed`).
+    if ethernet && len <= mtu + ETH_HLEN + 4 && ethertype() == 0x8100 {
+        return Refused::No;
+    }
+    Refused::Oversize
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Refused {
+    No,
+    Runt,
+    Oversize,
 }
 
 /// The Tx queue of an afpacket port.
@@ -80,6 +127,8 @@ pub(super) struct AfPacketTx {
     counters: Arc<PortCounters>,
     q: usize,
     ring_full: Arc<Counter>,
+    oversize: Arc<Counter>,
+    runt: Arc<Counter>,
 }
 
 impl AfPacketTx {
@@ -92,6 +141,8 @@ impl AfPacketTx {
     ) -> AfPacketTx {
         AfPacketTx {
             ring_full: counters.xstats.register("tx_ring_full"),
+            oversize: counters.xstats.register("tx_oversize_errors"),
+            runt: counters.xstats.register("tx_runt_errors"),
             iface,
             geometry,
             qdisc_bypass,
@@ -131,6 +182,7 @@ impl AfPacketTx {
         let map = Mmap::new(&fd, len).map_err(io("mmap of the Tx ring"))?;
         // Protocol 0: this socket sends and never receives.
         sys::bind(&fd, self.iface.index, 0).map_err(io("bind"))?;
+        let mtu = netdev::mtu_on(&fd, name).map_err(io("interface MTU"))? as usize;
         Ok(Ring {
             fd,
             map,
@@ -138,6 +190,7 @@ impl AfPacketTx {
             frame_nr: g.frame_nr() as usize,
             head: 0,
             unkicked: false,
+            mtu,
         })
     }
 }
@@ -150,6 +203,12 @@ impl TxQueue for AfPacketTx {
             return 0;
         };
         let room = ring.frame_size - hdr2::TX_DATA;
+        if !burst.is_empty() {
+            // One system call per burst, next to the kick's: the MTU the
+            // kernel checks the frames against when they are kicked.
+            ring.refresh_mtu(&self.iface.name);
+        }
+        let ethernet = self.iface.ethernet;
         let (mut taken, mut sent, mut bytes, mut errors) = (0usize, 0usize, 0u64, 0u64);
         for m in burst.iter() {
             let i = ring.head;
@@ -161,13 +220,33 @@ impl TxQueue for AfPacketTx {
                 break;
             }
             if st & sys::TP_STATUS_WRONG_FORMAT != 0 {
+                // Only without `PACKET_LOSS`; counted should it ever show.
                 errors += 1;
             }
             taken += 1;
             let len = m.pkt_len() as usize;
-            if len > room || len < 14 {
-                errors += 1;
-                continue;
+            // Read only for a frame near the limit; it may span segments.
+            let ethertype = || {
+                let mut t = m.segments().flat_map(|s| s.iter().copied()).skip(12);
+                u16::from_be_bytes([t.next().unwrap_or(0), t.next().unwrap_or(0)])
+            };
+            let verdict = if len > room {
+                Refused::Oversize
+            } else {
+                refused(len, ring.mtu, ethernet, ethertype)
+            };
+            match verdict {
+                Refused::No => {}
+                Refused::Runt => {
+                    self.runt.inc();
+                    errors += 1;
+                    continue;
+                }
+                Refused::Oversize => {
+                    self.oversize.inc();
+                    errors += 1;
+                    continue;
+                }
             }
             let f = ring.frame(i);
             let mut off = hdr2::TX_DATA;
