@@ -35,9 +35,10 @@
 //! sender left to an offload: on a veth whose peer has checksum offload on,
 //! such frames carry no valid L4 checksum — turn it off with
 //! `ethtool -K PEER tx off`), `tx_ring_full`, `tx_oversize_errors` (frames
-//! longer than the interface's MTU allows, or than a ring frame holds) and
-//! `tx_runt_errors` (shorter than an Ethernet header), both also counted as
-//! `tx_errors`.
+//! longer than the interface's MTU allows, or than a ring frame holds),
+//! `tx_runt_errors` (shorter than an Ethernet header) and `tx_kernel_drops`
+//! (frames the device kept refusing, or still unsent at stop), all three
+//! also counted as `tx_errors`.
 //!
 //! The port's MTU may not be more than the interface's: such a port is
 //! refused at open.

@@ -596,3 +596,59 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
     );
     assert!(p.is_full());
 }
+
+#[test]
+fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let w = wire("afwedge");
+    let p = pool(1023);
+    let spec = format!("afpacket:iface={}", w.veth.a());
+    let mut port = open(&spec, PortConfig::new(Some(p.clone())).nb_txd(64)).unwrap();
+    port.start().unwrap();
+    // The peer takes no frame over 1000 + 18 bytes: the veth drops a
+    // longer one each time the kernel offers it, and the kernel puts it
+    // back in the ring to be offered again.
+    w.ns.set_mtu(w.veth.b(), 1000).unwrap();
+    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let dst = w.ns.mac(w.veth.b()).unwrap().0;
+    let mut burst: Burst<32> = Burst::new();
+    burst
+        .push(p.alloc_from_slice(&frame(dst, 0, 1400)).unwrap())
+        .unwrap();
+    for i in 1..=20 {
+        burst
+            .push(p.alloc_from_slice(&frame(dst, i, 60)).unwrap())
+            .unwrap();
+    }
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 21);
+    // Polled (empty bursts kick again), the refused frame is dropped and
+    // counted, and those behind it go out.
+    let x = port.counters();
+    let start = Instant::now();
+    while x.xstats.get("tx_kernel_drops") != Some(1) && start.elapsed() < Duration::from_secs(20) {
+        port.tx_queue(0).unwrap().tx_burst(&mut burst);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let got = peer.recv_frames(20, Duration::from_secs(5), ours).unwrap();
+    let got: Vec<u32> = got.iter().map(|f| seq_of(f)).collect();
+    assert_eq!(got, (1..=20).collect::<Vec<_>>());
+    assert_eq!(x.xstats.get("tx_kernel_drops"), Some(1));
+    assert_eq!(port.stats().tx_errors, 1);
+    // The peer goes down: every frame is refused. What is still in the
+    // ring at stop is never sent, and counted so, each frame once (whether
+    // dropped as refused for too long before the stop or at it).
+    w.ns.ip(&["link", "set", w.veth.b(), "down"]).unwrap();
+    for i in 21..26 {
+        burst
+            .push(p.alloc_from_slice(&frame(dst, i, 60)).unwrap())
+            .unwrap();
+    }
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 5);
+    port.stop();
+    assert_eq!(port.stats().tx_errors, 1 + 5);
+    assert_eq!(x.xstats.get("tx_kernel_drops"), Some(1 + 5));
+    drop(port);
+    assert!(p.is_full());
+}

@@ -24,10 +24,22 @@
 //! `tx_runt_errors`; the kernel then has nothing to refuse. A kick the
 //! kernel refuses for now (`EAGAIN`, `ENOBUFS`) is repeated by the next
 //! `tx_burst`, even an empty one.
+//!
+//! A frame the device drops when the kernel hands it over (a veth whose
+//! peer is down or has a smaller MTU; a transmit queue stopped) is put
+//! back as requested, the kick fails with `ENOBUFS`, and the kernel offers
+//! the same frame first at every kick: one frame the device never takes
+//! would hold back the ring for good. So a frame refused for
+//! [`REFUSED_MAX`] is dropped — its length set to 0, which the kernel
+//! rejects and, with `PACKET_LOSS`, skips — and counted as `tx_errors` and
+//! `tx_kernel_drops`; so is every frame still requested at `stop`, when the
+//! socket closes with it unsent. Such frames were counted in `tx_packets`
+//! when handed over; `tx_kernel_drops` counts those of them never sent.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use super::IfaceRef;
 use super::sys::{self, Mmap, hdr2};
@@ -61,7 +73,14 @@ struct Ring {
     unkicked: bool,
     /// The interface's MTU, as last read.
     mtu: usize,
+    /// The frame at the kernel's head the device refused, and since when.
+    refused: Option<(usize, Instant)>,
 }
+
+/// How long the device may refuse the frame at the kernel's head before it
+/// is dropped: far longer than a transmit queue stays stopped under load,
+/// short next to a device that drops the frame every time.
+const REFUSED_MAX: Duration = Duration::from_millis(100);
 
 impl Ring {
     fn frame(&self, i: usize) -> *mut u8 {
@@ -76,8 +95,57 @@ impl Ring {
         unsafe { AtomicU32::from_ptr(self.frame(i).add(hdr2::STATUS).cast()) }
     }
 
-    fn kick(&mut self) {
+    /// Kicks; returns how many frames it dropped because the device kept
+    /// refusing them (0 or 1).
+    fn kick(&mut self) -> u64 {
+        let r = sys::kick(self.fd.as_raw_fd());
+        self.unkicked = r.is_err();
+        let refused = matches!(&r, Err(e) if e.raw_os_error() == Some(libc::ENOBUFS));
+        let head = if refused { self.kernel_head() } else { None };
+        let Some(i) = head else {
+            self.refused = None;
+            return 0;
+        };
+        let now = Instant::now();
+        match self.refused {
+            Some((j, since)) if j == i && now.duration_since(since) >= REFUSED_MAX => {}
+            Some((j, _)) if j == i => return 0,
+            _ => {
+                self.refused = Some((i, now));
+                return 0;
+            }
+        }
+        // SAFETY: `tp_len`, a 4-aligned u32 in frame `i`; the kernel reads
+        // a requested frame only inside our own send calls, none of which
+        // runs now.
+        unsafe { self.frame(i).add(hdr2::LEN).cast::<u32>().write(0) };
+        self.refused = None;
+        // The kernel skips it now, and sends what follows.
         self.unkicked = sys::kick(self.fd.as_raw_fd()).is_err();
+        1
+    }
+
+    /// The frame the kernel sends next: the oldest still requested (frames
+    /// are sent in ring order), if any.
+    fn kernel_head(&self) -> Option<usize> {
+        let n = self.frame_nr;
+        let mut oldest = None;
+        let mut i = self.head;
+        for _ in 0..n {
+            i = (i + n - 1) % n;
+            if self.status(i).load(Ordering::Acquire) & sys::TP_STATUS_SEND_REQUEST == 0 {
+                break;
+            }
+            oldest = Some(i);
+        }
+        oldest
+    }
+
+    /// Frames still requested: never to be sent once the socket closes.
+    fn requested(&self) -> u64 {
+        (0..self.frame_nr)
+            .filter(|&i| self.status(i).load(Ordering::Acquire) & sys::TP_STATUS_SEND_REQUEST != 0)
+            .count() as u64
     }
 
     /// Reads the interface's MTU again; keeps the last one if the kernel
@@ -127,6 +195,7 @@ pub(super) struct AfPacketTx {
     counters: Arc<PortCounters>,
     q: usize,
     ring_full: Arc<Counter>,
+    kernel_drops: Arc<Counter>,
     oversize: Arc<Counter>,
     runt: Arc<Counter>,
 }
@@ -141,6 +210,7 @@ impl AfPacketTx {
     ) -> AfPacketTx {
         AfPacketTx {
             ring_full: counters.xstats.register("tx_ring_full"),
+            kernel_drops: counters.xstats.register("tx_kernel_drops"),
             oversize: counters.xstats.register("tx_oversize_errors"),
             runt: counters.xstats.register("tx_runt_errors"),
             iface,
@@ -191,6 +261,7 @@ impl AfPacketTx {
             head: 0,
             unkicked: false,
             mtu,
+            refused: None,
         })
     }
 }
@@ -269,7 +340,9 @@ impl TxQueue for AfPacketTx {
         // Copied (or refused): free them.
         drop(burst.drain_front(taken));
         if sent != 0 || ring.unkicked {
-            ring.kick();
+            let dropped = ring.kick();
+            self.kernel_drops.add(dropped);
+            errors += dropped;
         }
         stats.errors.add(errors);
         stats.record_burst(sent, bytes);
@@ -286,8 +359,11 @@ impl TxQueue for AfPacketTx {
     fn stop(&mut self) {
         if let Some(mut ring) = self.ring.take() {
             // What is still requested goes out now, if the kernel takes it;
-            // the ring holds copies, no mbuf.
-            ring.kick();
+            // the ring holds copies, no mbuf. What it does not take is lost
+            // with the socket: counted.
+            let dropped = ring.kick() + ring.requested();
+            self.kernel_drops.add(dropped);
+            self.counters.tx[self.q].errors.add(dropped);
         }
     }
 }
