@@ -54,6 +54,9 @@ fn dist_with_no_ports_runs_the_tester_pipeline_and_loses_nothing() {
         assert_eq!(t[k], 0, "{k}: {t}");
     }
     assert_eq!(s["clean"], true);
+    // Every port is on the tester: the drain says it accounted for every
+    // frame, as `sluice fwd`'s does.
+    assert_eq!(s["drain_accounted"], true, "{s}");
     // The workers' counts sum to the packets forwarded; the distributor's
     // own counts agree.
     let workers = s["per_worker"].as_array().unwrap();
@@ -104,6 +107,13 @@ fn dist_with_a_scalar_matcher_on_named_ports_prints_a_text_summary() {
     assert!(text.contains("flow spread: 32 flows"), "{text}");
     assert!(text.contains("= sent + refused: yes"), "{text}");
     assert!(text.contains("pool: every mbuf back"), "{text}");
+    assert!(
+        text.contains(
+            "drain: every frame the testers sent was received or counted as a drop \
+             (refused, missed, Rx or Tx error)"
+        ),
+        "{text}"
+    );
     let tester = text
         .lines()
         .find(|l| l.starts_with("tester cli_dist: "))
@@ -112,6 +122,26 @@ fn dist_with_a_scalar_matcher_on_named_ports_prints_a_text_summary() {
         tester.ends_with("clean") && tester.contains("lost 0,"),
         "{tester}"
     );
+}
+
+#[test]
+fn dist_on_ports_not_all_on_a_tester_says_nothing_of_the_drain() {
+    let out = sluice(&[
+        "dist",
+        "-p",
+        "null",
+        "-p",
+        "null",
+        "--duration",
+        "0.2",
+        "--json",
+    ]);
+    assert!(out.status.success());
+    let lines = json_lines(&out);
+    let s = lines.last().expect("a summary line");
+    assert_eq!(s["type"], "summary");
+    assert!(s.get("drain_accounted").is_none(), "{s}");
+    assert_eq!(s["clean"], true);
 }
 
 #[test]

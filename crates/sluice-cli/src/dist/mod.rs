@@ -47,7 +47,7 @@ use crate::fwd::summary::PortSummary;
 use crate::fwd::{inline_device_cycles, peer, tester_reports};
 use api::{Api, DistSide, WithDist};
 use lcore::{LcoreConfig, LcoreCounters, LcoreCycles, PortQueues};
-use summary::{DistCounters, DistSummary, FlowSpread, counts_match, worker_rows};
+use summary::{DistCounters, DistSummary, FlowSpread, counts_match, is_clean, worker_rows};
 use worker::{Owners, WorkerCounter, WorkerOut, work};
 
 /// Longest the drain after the run may take.
@@ -210,27 +210,14 @@ pub fn default_pool_size(ports: usize, args: &DistArgs) -> u32 {
 }
 
 /// Runs `sluice dist`; an error when the run was not right (a tester
-/// report not clean, the pool ran dry, packets unaccounted for, buffers
-/// missing).
+/// report not clean, the pool ran dry, the drain left frames unaccounted
+/// for, packets unaccounted for, buffers missing).
 pub fn run_checked(args: &DistArgs) -> Result<(), String> {
     let s = run(args)?;
     if s.ok() {
         return Ok(());
     }
-    let mut why = Vec::new();
-    if s.alloc_failures != 0 {
-        why.push(crate::fwd::summary::pool_ran_dry(s.alloc_failures));
-    }
-    if !s.testers.iter().all(|t| t.clean) {
-        why.push("a tester report is not clean".into());
-    }
-    if !s.counts_match {
-        why.push("packets are not accounted for once each".into());
-    }
-    if !s.pool_full {
-        why.push("buffers are missing from the pool".into());
-    }
-    Err(why.join("; "))
+    Err(s.problems().join("; "))
 }
 
 /// Runs `sluice dist` and prints its summary, which it returns.
@@ -334,9 +321,8 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
         tsc_hz: sluice::tsc::tsc_hz(),
         pool_full: pool.is_full(),
         alloc_failures,
-        // A run starved of buffers tested less than it was asked to: it is
-        // not called clean even when every frame it sent came back.
-        clean: testers.iter().all(|t| t.clean) && alloc_failures == 0,
+        clean: is_clean(&testers, alloc_failures, ran.drain_accounted),
+        drain_accounted: ran.drain_accounted,
         testers,
         ports: port_rows,
     };
@@ -399,6 +385,9 @@ struct Ran {
     cycles: LcoreCycles,
     /// Per Tx port: packets refused.
     drops: Vec<u64>,
+    /// When every port is on a tester: whether the drain ended with every
+    /// frame sent received or counted as a drop.
+    drain_accounted: Option<bool>,
 }
 
 /// The run itself, with a distributor of any API.
@@ -490,6 +479,7 @@ impl WithDist for Pipeline<'_> {
                 .collect();
             let live = Live::new(&src, args.json);
             let started = live.start();
+            let mut drain_accounted = None;
             if lcore.is_ok() && workers.iter().all(|w| w.is_ok()) {
                 // A thread that ends before it is told to has failed (an
                 // error or a panic): the run ends, and the joins say why.
@@ -499,7 +489,7 @@ impl WithDist for Pipeline<'_> {
                             .iter()
                             .any(|w| w.as_ref().is_ok_and(|w| w.is_finished()))
                 };
-                main_loop(
+                drain_accounted = main_loop(
                     live,
                     &src,
                     args,
@@ -537,6 +527,7 @@ impl WithDist for Pipeline<'_> {
                 matching,
                 cycles,
                 drops: lc.tx.iter().map(|c| c.drops.get()).collect(),
+                drain_accounted,
             })
         })
     }
@@ -555,8 +546,10 @@ fn pin(cpu: usize, who: &str) {
 /// when every port is on a tester, until every frame they sent was received
 /// or counted as a drop (refused, missed, an Rx or Tx error), at most
 /// [`DRAIN_MAX_ACCOUNTED`] (so a thread descheduled on a loaded machine cannot
-/// end the drain early). A failure — a thread ended (`ended`) or a port's
-/// device failed — ends the loop at once, without the drain.
+/// end the drain early); then whether the drain ended with every frame
+/// accounted for (`None` when not every port is on a tester, or there was
+/// no drain). A failure — a thread ended (`ended`) or a port's device
+/// failed — ends the loop at once, without the drain.
 fn main_loop(
     mut live: Live,
     src: &Sources<'_>,
@@ -564,7 +557,7 @@ fn main_loop(
     testers: &[(String, Arc<Tester>)],
     (received, workers): (&Counter, &[WorkerCounter]),
     ended: &dyn Fn() -> bool,
-) {
+) -> Option<bool> {
     let start = live.start();
     let end = start + Duration::from_secs_f64(args.duration);
     let period = Duration::from_secs_f64(args.stats_period);
@@ -573,7 +566,7 @@ fn main_loop(
     let mut last_time = start;
     loop {
         if ended() || src.fault().is_some() {
-            return;
+            return None;
         }
         let now = Instant::now();
         let enough = args.packets.is_some_and(|n| received.get() >= n);
@@ -603,7 +596,7 @@ fn main_loop(
         }
     }
     if testers.is_empty() {
-        return;
+        return None;
     }
     for (_, t) in testers {
         t.pause(true);
@@ -628,13 +621,12 @@ fn main_loop(
     };
     let mut last = src.moved();
     let mut idle = 0;
+    let mut accounted = false;
     while Instant::now() < drain_end {
-        let done = if accountable {
-            added_up()
-        } else {
-            idle >= DRAIN_IDLE_LOOKS
-        };
-        if done {
+        if accountable {
+            accounted = added_up();
+        }
+        if accounted || (!accountable && idle >= DRAIN_IDLE_LOOKS) {
             break;
         }
         std::thread::sleep(DRAIN_STEP);
@@ -646,6 +638,10 @@ fn main_loop(
             last = cur;
         }
     }
+    if accountable && !accounted {
+        accounted = added_up();
+    }
+    accountable.then_some(accounted)
 }
 
 #[cfg(test)]

@@ -159,12 +159,30 @@ pub struct DistSummary {
     /// Times the pool was found empty (every port's `rx_nombuf`): the pool
     /// ran dry.
     pub alloc_failures: u64,
+    /// When every port is on a tester: whether the drain saw every frame
+    /// sent received or counted as a drop.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub drain_accounted: Option<bool>,
     /// Each tester's report.
     pub testers: Vec<TesterSummary>,
-    /// Every tester report clean (true when there is none) and the pool
-    /// never ran dry.
+    /// Every tester report clean (true when there is none), the pool never
+    /// ran dry, and the drain (when it could tell) accounted for every
+    /// frame.
     pub clean: bool,
 }
+
+/// Whether a run is clean: every tester report clean, the pool never ran
+/// dry (a run starved of buffers tested less than it was asked to, even
+/// when every frame it sent came back), and no frame left unaccounted for
+/// by the drain (one neither received nor counted as a drop was lost
+/// silently).
+pub fn is_clean(testers: &[TesterSummary], alloc_failures: u64, drain: Option<bool>) -> bool {
+    testers.iter().all(|t| t.clean) && alloc_failures == 0 && drain != Some(false)
+}
+
+/// The warning of a drain that ended with frames unaccounted for.
+const DRAIN_UNACCOUNTED: &str =
+    "the drain ended with frames neither received nor counted as a drop";
 
 /// The workers' rows.
 pub fn worker_rows(workers: &[WorkerOut], handed: &[u64]) -> Vec<WorkerSummary> {
@@ -201,6 +219,27 @@ impl DistSummary {
     /// the pool full.
     pub fn ok(&self) -> bool {
         self.clean && self.counts_match && self.pool_full
+    }
+
+    /// Why the run was not right (empty when it was).
+    pub fn problems(&self) -> Vec<String> {
+        let mut why = Vec::new();
+        if self.alloc_failures != 0 {
+            why.push(pool_ran_dry(self.alloc_failures));
+        }
+        if !self.testers.iter().all(|t| t.clean) {
+            why.push("a tester report is not clean".into());
+        }
+        if self.drain_accounted == Some(false) {
+            why.push(DRAIN_UNACCOUNTED.into());
+        }
+        if !self.counts_match {
+            why.push("packets are not accounted for once each".into());
+        }
+        if !self.pool_full {
+            why.push("buffers are missing from the pool".into());
+        }
+        why
     }
 
     /// Prints the summary: one JSON line, or text.
@@ -292,6 +331,14 @@ impl DistSummary {
              refused: {}",
             if self.counts_match { "yes" } else { "NO" }
         ));
+        match self.drain_accounted {
+            Some(true) => emit(
+                "drain: every frame the testers sent was received or counted as a drop \
+                 (refused, missed, Rx or Tx error)",
+            ),
+            Some(false) => emit(&format!("warning: {DRAIN_UNACCOUNTED}")),
+            None => {}
+        }
         for t in &self.testers {
             emit(&format!(
                 "tester {}: {} — {}",

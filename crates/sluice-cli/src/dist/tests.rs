@@ -60,6 +60,7 @@ fn assert_right(s: &DistSummary, tester: &str, workers: usize) {
     assert!(t.clean, "{t:?}");
     assert_eq!(t.foreign, 0, "{t:?}");
     assert!(s.clean && s.counts_match && s.pool_full, "{s:?}");
+    assert_eq!(s.drain_accounted, Some(true), "{s:?}");
     assert_eq!(s.rx_packets, t.sent);
     assert_eq!(s.tx_packets, t.sent);
     assert_eq!(s.distributor.tx_refused, 0);
@@ -111,6 +112,32 @@ fn ports_without_rss_are_hashed_in_software() {
     assert!(s.rx_packets > 0);
     assert!(s.counts_match && s.pool_full, "{s:?}");
     assert!(s.testers.is_empty());
+    assert_eq!(s.drain_accounted, None, "no tester, no drain to account");
+}
+
+#[test]
+fn a_drain_that_leaves_frames_unaccounted_for_is_not_clean_and_says_so() {
+    let name = "dist_unit_unaccounted";
+    let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
+    let mut s = run(&quick(&[&spec, &spec], Api::Burst, 1)).unwrap();
+    assert_right(&s, name, 1);
+    assert!(s.problems().is_empty(), "{:?}", s.problems());
+    // The same run had its drain ended with a frame neither received nor
+    // counted as a drop.
+    s.drain_accounted = Some(false);
+    s.clean = is_clean(&s.testers, s.alloc_failures, s.drain_accounted);
+    assert!(!s.clean && !s.ok());
+    assert_eq!(
+        s.problems(),
+        ["the drain ended with frames neither received nor counted as a drop"]
+    );
+    let json = serde_json::to_value(&s).unwrap();
+    assert_eq!(json["drain_accounted"], false);
+    assert_eq!(json["clean"], false);
+    // No verdict from the drain (not every port on a tester): clean as
+    // the testers say.
+    assert!(is_clean(&s.testers, 0, None));
+    assert!(!is_clean(&s.testers, 1, None), "the pool ran dry");
 }
 
 #[test]

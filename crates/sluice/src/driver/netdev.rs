@@ -1,7 +1,7 @@
 //! Kernel network devices by name, for the drivers over kernel interfaces
 //! (`afpacket`, `tap`): name checks, index, MAC address, and setting a
 //! device up — `if_nametoindex` and the `SIOCGIF*` / `SIOCSIFFLAGS` ioctls
-//! on a throwaway datagram socket. Names are looked up in the network
+//! on a throwaway datagram socket (or any socket the caller has). Names are looked up in the network
 //! namespace of the calling thread.
 
 use std::io;
@@ -12,7 +12,11 @@ pub(crate) const IFNAME_MAX: usize = 15;
 
 const SIOCGIFFLAGS: libc::c_ulong = 0x8913;
 const SIOCSIFFLAGS: libc::c_ulong = 0x8914;
+const SIOCGIFMTU: libc::c_ulong = 0x8921;
 const SIOCGIFHWADDR: libc::c_ulong = 0x8927;
+
+/// `ARPHRD_ETHER`: the hardware type of Ethernet devices (veth, tap, NICs).
+const ARPHRD_ETHER: u16 = 1;
 
 /// `struct ifreq`: a name and a 24-byte union (8-aligned: it holds
 /// pointers in some of its forms).
@@ -70,6 +74,12 @@ fn ioctl_socket() -> io::Result<OwnedFd> {
 
 fn ioctl(req: libc::c_ulong, ifr: &mut IfReq) -> io::Result<()> {
     let sock = ioctl_socket()?;
+    ioctl_on(&sock, req, ifr)
+}
+
+/// An interface ioctl on `sock` (the kernel answers them on a socket of
+/// any family).
+fn ioctl_on(sock: &OwnedFd, req: libc::c_ulong, ifr: &mut IfReq) -> io::Result<()> {
     // SAFETY: the interface ioctls read and write one `struct ifreq`,
     // which `ifr` is, exclusively borrowed for the call.
     let r = unsafe { libc::ioctl(sock.as_raw_fd(), req as _, std::ptr::from_mut(ifr)) };
@@ -78,6 +88,29 @@ fn ioctl(req: libc::c_ulong, ifr: &mut IfReq) -> io::Result<()> {
     } else {
         Ok(())
     }
+}
+
+/// The MTU of interface `name`.
+pub(crate) fn mtu(name: &str) -> io::Result<u32> {
+    mtu_on(&ioctl_socket()?, name)
+}
+
+/// The MTU of interface `name`, asked on `sock` (one system call, for a
+/// caller that asks often).
+pub(crate) fn mtu_on(sock: &OwnedFd, name: &str) -> io::Result<u32> {
+    let mut ifr = IfReq::new(name);
+    ioctl_on(sock, SIOCGIFMTU, &mut ifr)?;
+    // `ifr_mtu`: an int at the start of the union.
+    let m = i32::from_ne_bytes([ifr.data[0], ifr.data[1], ifr.data[2], ifr.data[3]]);
+    Ok(m.max(0) as u32)
+}
+
+/// Whether interface `name` is an Ethernet device (`ARPHRD_ETHER`).
+pub(crate) fn is_ethernet(name: &str) -> io::Result<bool> {
+    let mut ifr = IfReq::new(name);
+    ioctl(SIOCGIFHWADDR, &mut ifr)?;
+    // A `struct sockaddr`: its family is the hardware type.
+    Ok(u16::from_ne_bytes([ifr.data[0], ifr.data[1]]) == ARPHRD_ETHER)
 }
 
 /// The MAC address of interface `name`.
@@ -125,5 +158,8 @@ mod tests {
         assert_eq!(index("sluicenosuch0"), None);
         assert_eq!(mac("lo").unwrap(), [0; 6]);
         assert!(mac("sluicenosuch0").is_err());
+        assert!(mtu("lo").unwrap() >= 68);
+        assert!(mtu("sluicenosuch0").is_err());
+        assert!(!is_ethernet("lo").unwrap());
     }
 }

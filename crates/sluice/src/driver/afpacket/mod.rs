@@ -34,7 +34,14 @@
 //! `PACKET_STATISTICS`), `rx_csum_not_ready` (frames whose checksum the
 //! sender left to an offload: on a veth whose peer has checksum offload on,
 //! such frames carry no valid L4 checksum — turn it off with
-//! `ethtool -K PEER tx off`), `tx_ring_full`.
+//! `ethtool -K PEER tx off`), `tx_ring_full`, `tx_oversize_errors` (frames
+//! longer than the interface's MTU allows, or than a ring frame holds),
+//! `tx_runt_errors` (shorter than an Ethernet header) and `tx_kernel_drops`
+//! (frames the device kept refusing, or still unsent at stop), all three
+//! also counted as `tx_errors`.
+//!
+//! The port's MTU may not be more than the interface's: such a port is
+//! refused at open.
 
 mod rx;
 mod sys;
@@ -72,6 +79,9 @@ const FRAME_UNIT: u32 = 2048;
 pub(super) struct IfaceRef {
     pub(super) name: String,
     pub(super) index: u32,
+    /// An Ethernet device: the kernel lets a frame with a VLAN tag be 4
+    /// bytes longer than the MTU allows an untagged one.
+    pub(super) ethernet: bool,
 }
 
 /// The `afpacket` driver.
@@ -146,6 +156,8 @@ impl AfPacketDriver {
         })?;
         let mac = netdev::mac(name)
             .map_err(|e| PortError::io(format!("afpacket: {name}: MAC address"), e))?;
+        let ethernet = netdev::is_ethernet(name)
+            .map_err(|e| PortError::io(format!("afpacket: {name}: hardware type"), e))?;
         Ok(AfPacketDriver {
             info: DeviceInfo {
                 driver: "afpacket",
@@ -163,6 +175,7 @@ impl AfPacketDriver {
             iface: Arc::new(IfaceRef {
                 name: name.to_owned(),
                 index,
+                ethernet,
             }),
             block_size: block_size as u32,
             block_timeout,
@@ -200,6 +213,23 @@ impl PortDriver for AfPacketDriver {
                 "afpacket: {name}: MTU {} needs ring frames of {frame} bytes, more than \
                  block_size {}",
                 config.mtu, self.block_size
+            )));
+        }
+        // The kernel sends no frame longer than the interface's MTU allows.
+        // A DPDK af_packet port and its interface share one MTU (setting
+        // the port's sets the interface's), so a port MTU the interface
+        // does not have is refused here, naming both, rather than every
+        // larger frame being dropped later; the port leaves the host's
+        // interface settings alone. Tx still checks each frame against the
+        // interface's MTU of the moment (`tx.rs`), which may change while
+        // the port runs.
+        let iface_mtu = netdev::mtu(name)
+            .map_err(|e| PortError::io(format!("afpacket: {name}: interface MTU"), e))?;
+        if u32::from(config.mtu) > iface_mtu {
+            return Err(PortError::config(format!(
+                "afpacket: {name}: port MTU {} is more than the interface's MTU {iface_mtu}: \
+                 raise the interface's (ip link set {name} mtu {}) or lower the port's",
+                config.mtu, config.mtu
             )));
         }
         let fanout = (config.rxq.len() > 1).then(|| Arc::new(FanoutGroup::new(self.fanout)));

@@ -502,3 +502,153 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     drop(port);
     assert!(p.is_full());
 }
+
+/// `frame` with an 802.1Q tag after the MAC addresses (4 bytes longer).
+fn tagged(f: &[u8]) -> Vec<u8> {
+    let mut t = f[..12].to_vec();
+    t.extend([0x81, 0x00, 0x20, 0x07]);
+    t.extend(&f[12..]);
+    t
+}
+
+#[test]
+fn frames_the_interface_cannot_send_are_counted_tx_errors() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let w = wire("afmtu");
+    let p = pool(1023);
+    let spec = format!("afpacket:iface={}", w.veth.a());
+    let mut port = open(&spec, PortConfig::new(Some(p.clone())).nb_txd(256)).unwrap();
+    port.start().unwrap();
+    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let dst = w.ns.mac(w.veth.b()).unwrap().0;
+    // (frame, whether the interface takes it): up to MTU + 14 bytes, or
+    // MTU + 18 with a VLAN tag. Then the interface's MTU drops to 1000
+    // while the port runs.
+    let first: Vec<(Vec<u8>, bool)> = vec![
+        (frame(dst, 0, 60), true),
+        (frame(dst, 1, 1514), true),
+        (frame(dst, 2, 1515), false),
+        (frame(dst, 3, 1518), false),
+        (tagged(&frame(dst, 4, 1514)), true),
+        (tagged(&frame(dst, 5, 1515)), false),
+        (frame(dst, 6, 9000), false),
+        (frame(dst, 7, 60), true),
+    ];
+    let second: Vec<(Vec<u8>, bool)> = vec![
+        (frame(dst, 8, 1014), true),
+        (frame(dst, 9, 1015), false),
+        (frame(dst, 10, 1400), false),
+        (frame(dst, 11, 60), true),
+    ];
+    let send = |port: &mut Port, frames: &[(Vec<u8>, bool)]| {
+        let mut burst: Burst<16> = Burst::new();
+        for (f, _) in frames {
+            // Longer than a segment: chained.
+            let mut chunks = f.chunks(2000);
+            let mut m = p.alloc_from_slice(chunks.next().unwrap()).unwrap();
+            for c in chunks {
+                m.chain(p.alloc_from_slice(c).unwrap()).unwrap();
+            }
+            burst.push(m).unwrap();
+        }
+        let n = port.tx_queue(0).unwrap().tx_burst(&mut burst);
+        assert_eq!(n, frames.len(), "the ring has room for all");
+    };
+    send(&mut port, &first);
+    Netns::root().set_mtu(w.veth.a(), 1000).unwrap();
+    send(&mut port, &second);
+    assert!(p.is_full());
+    let all: Vec<&(Vec<u8>, bool)> = first.iter().chain(&second).collect();
+    let sent: Vec<u32> = all
+        .iter()
+        .filter(|(_, ok)| *ok)
+        .map(|(f, _)| if ours(f) { seq_of(f) } else { seq_of(&f[4..]) })
+        .collect();
+    let refused = all.len() - sent.len();
+    // The peer's socket sees tagged frames with the tag taken out.
+    let got = peer
+        .recv_frames(sent.len(), Duration::from_secs(10), ours)
+        .unwrap();
+    let got: Vec<u32> = got.iter().map(|f| seq_of(f)).collect();
+    assert_eq!(
+        got, sent,
+        "every frame the interface takes arrives, in order"
+    );
+    let st = port.stats();
+    assert_eq!(st.tx_errors, refused as u64, "{st:?}");
+    assert_eq!(st.tx_packets, sent.len() as u64, "{st:?}");
+    let x = port.counters();
+    assert_eq!(x.xstats.get("tx_oversize_errors"), Some(refused as u64));
+    drop(port);
+    // A port MTU larger than the interface's is refused at open, naming
+    // both.
+    let cfg = PortConfig::new(Some(p.clone()));
+    assert_eq!(cfg.mtu, 1500);
+    assert_eq!(
+        err(&spec, cfg),
+        format!(
+            "afpacket: {a}: port MTU 1500 is more than the interface's MTU 1000: raise the \
+             interface's (ip link set {a} mtu 1500) or lower the port's",
+            a = w.veth.a()
+        )
+    );
+    assert!(p.is_full());
+}
+
+#[test]
+fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let w = wire("afwedge");
+    let p = pool(1023);
+    let spec = format!("afpacket:iface={}", w.veth.a());
+    let mut port = open(&spec, PortConfig::new(Some(p.clone())).nb_txd(64)).unwrap();
+    port.start().unwrap();
+    // The peer takes no frame over 1000 + 18 bytes: the veth drops a
+    // longer one each time the kernel offers it, and the kernel puts it
+    // back in the ring to be offered again.
+    w.ns.set_mtu(w.veth.b(), 1000).unwrap();
+    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let dst = w.ns.mac(w.veth.b()).unwrap().0;
+    let mut burst: Burst<32> = Burst::new();
+    burst
+        .push(p.alloc_from_slice(&frame(dst, 0, 1400)).unwrap())
+        .unwrap();
+    for i in 1..=20 {
+        burst
+            .push(p.alloc_from_slice(&frame(dst, i, 60)).unwrap())
+            .unwrap();
+    }
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 21);
+    // Polled (empty bursts kick again), the refused frame is dropped and
+    // counted, and those behind it go out.
+    let x = port.counters();
+    let start = Instant::now();
+    while x.xstats.get("tx_kernel_drops") != Some(1) && start.elapsed() < Duration::from_secs(20) {
+        port.tx_queue(0).unwrap().tx_burst(&mut burst);
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let got = peer.recv_frames(20, Duration::from_secs(5), ours).unwrap();
+    let got: Vec<u32> = got.iter().map(|f| seq_of(f)).collect();
+    assert_eq!(got, (1..=20).collect::<Vec<_>>());
+    assert_eq!(x.xstats.get("tx_kernel_drops"), Some(1));
+    assert_eq!(port.stats().tx_errors, 1);
+    // The peer goes down: every frame is refused. What is still in the
+    // ring at stop is never sent, and counted so, each frame once (whether
+    // dropped as refused for too long before the stop or at it).
+    w.ns.ip(&["link", "set", w.veth.b(), "down"]).unwrap();
+    for i in 21..26 {
+        burst
+            .push(p.alloc_from_slice(&frame(dst, i, 60)).unwrap())
+            .unwrap();
+    }
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 5);
+    port.stop();
+    assert_eq!(port.stats().tx_errors, 1 + 5);
+    assert_eq!(x.xstats.get("tx_kernel_drops"), Some(1 + 5));
+    drop(port);
+    assert!(p.is_full());
+}

@@ -11,19 +11,40 @@
 //!
 //! With `qdisc_bypass` (the default) frames go straight to the device's
 //! transmit function, as a NIC driver would, skipping the queueing
-//! discipline (`PACKET_QDISC_BYPASS`). `PACKET_LOSS` is set so a frame the
-//! kernel rejects is skipped rather than stopping the ring; such frames
-//! count `tx_errors` when their slot comes round again. A kick the kernel
-//! refuses for now (`EAGAIN`, `ENOBUFS`) is repeated by the next `tx_burst`,
-//! even an empty one.
+//! discipline (`PACKET_QDISC_BYPASS`).
+//!
+//! The kernel refuses a frame longer than the interface's MTU plus its
+//! Ethernet header (plus 4 bytes if it carries an 802.1Q tag) or shorter
+//! than the header. With `PACKET_LOSS` set (so a refused frame does not stop
+//! the ring) it skips such a frame silently, marking its slot available as
+//! if sent: nothing in the ring tells the two apart. So `tx_burst` applies
+//! the same rules before handing a frame over, against the interface's MTU
+//! read once per burst (it may change while the port runs), and counts each
+//! frame it refuses at once as `tx_errors` and `tx_oversize_errors` or
+//! `tx_runt_errors`; the kernel then has nothing to refuse. A kick the
+//! kernel refuses for now (`EAGAIN`, `ENOBUFS`) is repeated by the next
+//! `tx_burst`, even an empty one.
+//!
+//! A frame the device drops when the kernel hands it over (a veth whose
+//! peer is down or has a smaller MTU; a transmit queue stopped) is put
+//! back as requested, the kick fails with `ENOBUFS`, and the kernel offers
+//! the same frame first at every kick: one frame the device never takes
+//! would hold back the ring for good. So a frame refused for
+//! [`REFUSED_MAX`] is dropped — its length set to 0, which the kernel
+//! rejects and, with `PACKET_LOSS`, skips — and counted as `tx_errors` and
+//! `tx_kernel_drops`; so is every frame still requested at `stop`, when the
+//! socket closes with it unsent. Such frames were counted in `tx_packets`
+//! when handed over; `tx_kernel_drops` counts those of them never sent.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
 
 use super::IfaceRef;
 use super::sys::{self, Mmap, hdr2};
 use crate::counter::Counter;
+use crate::driver::netdev;
 use crate::mbuf::BurstSlice;
 use crate::port::{PortCounters, PortError, TxQueue};
 
@@ -50,7 +71,16 @@ struct Ring {
     head: usize,
     /// The last kick was refused: kick again.
     unkicked: bool,
+    /// The interface's MTU, as last read.
+    mtu: usize,
+    /// The frame at the kernel's head the device refused, and since when.
+    refused: Option<(usize, Instant)>,
 }
+
+/// How long the device may refuse the frame at the kernel's head before it
+/// is dropped: far longer than a transmit queue stays stopped under load,
+/// short next to a device that drops the frame every time.
+const REFUSED_MAX: Duration = Duration::from_millis(100);
 
 impl Ring {
     fn frame(&self, i: usize) -> *mut u8 {
@@ -65,9 +95,94 @@ impl Ring {
         unsafe { AtomicU32::from_ptr(self.frame(i).add(hdr2::STATUS).cast()) }
     }
 
-    fn kick(&mut self) {
+    /// Kicks; returns how many frames it dropped because the device kept
+    /// refusing them (0 or 1).
+    fn kick(&mut self) -> u64 {
+        let r = sys::kick(self.fd.as_raw_fd());
+        self.unkicked = r.is_err();
+        let refused = matches!(&r, Err(e) if e.raw_os_error() == Some(libc::ENOBUFS));
+        let head = if refused { self.kernel_head() } else { None };
+        let Some(i) = head else {
+            self.refused = None;
+            return 0;
+        };
+        let now = Instant::now();
+        match self.refused {
+            Some((j, since)) if j == i && now.duration_since(since) >= REFUSED_MAX => {}
+            Some((j, _)) if j == i => return 0,
+            _ => {
+                self.refused = Some((i, now));
+                return 0;
+            }
+        }
+        // SAFETY: `tp_len`, a 4-aligned u32 in frame `i`; the kernel reads
+        // a requested frame only inside our own send calls, none of which
+        // runs now.
+        unsafe { self.frame(i).add(hdr2::LEN).cast::<u32>().write(0) };
+        self.refused = None;
+        // The kernel skips it now, and sends what follows.
         self.unkicked = sys::kick(self.fd.as_raw_fd()).is_err();
+        1
     }
+
+    /// The frame the kernel sends next: the oldest still requested (frames
+    /// are sent in ring order), if any.
+    fn kernel_head(&self) -> Option<usize> {
+        let n = self.frame_nr;
+        let mut oldest = None;
+        let mut i = self.head;
+        for _ in 0..n {
+            i = (i + n - 1) % n;
+            if self.status(i).load(Ordering::Acquire) & sys::TP_STATUS_SEND_REQUEST == 0 {
+                break;
+            }
+            oldest = Some(i);
+        }
+        oldest
+    }
+
+    /// Frames still requested: never to be sent once the socket closes.
+    fn requested(&self) -> u64 {
+        (0..self.frame_nr)
+            .filter(|&i| self.status(i).load(Ordering::Acquire) & sys::TP_STATUS_SEND_REQUEST != 0)
+            .count() as u64
+    }
+
+    /// Reads the interface's MTU again; keeps the last one if the kernel
+    /// does not answer (the interface is gone: the kick fails too, and the
+    /// frames wait in the ring).
+    fn refresh_mtu(&mut self, name: &str) {
+        if let Ok(m) = netdev::mtu_on(&self.fd, name) {
+            self.mtu = m as usize;
+        }
+    }
+}
+
+/// Ethernet header bytes the kernel adds to the MTU for a frame's length.
+const ETH_HLEN: usize = 14;
+
+/// What the kernel would refuse of a frame of `len` bytes, whose EtherType
+/// field (bytes 12 and 13) `ethertype` reads, on an interface of MTU `mtu`.
+fn refused(len: usize, mtu: usize, ethernet: bool, ethertype: impl FnOnce() -> u16) -> Refused {
+    if len < ETH_HLEN {
+        return Refused::Runt;
+    }
+    if len <= mtu + ETH_HLEN {
+        return Refused::No;
+    }
+    // An Ethernet device takes a tagged frame 4 bytes longer (only the
+    // 802.1Q TPID counts, as in the kernel's `packet_extra_vlan_len_allowed`).
+    if ethernet && len <= mtu + ETH_HLEN + 4 && ethertype() == 0x8100 {
+        return Refused::No;
+    }
+    Refused::Oversize
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Refused {
+    No,
+    Runt,
+    Oversize,
 }
 
 /// The Tx queue of an afpacket port.
@@ -80,6 +195,9 @@ pub(super) struct AfPacketTx {
     counters: Arc<PortCounters>,
     q: usize,
     ring_full: Arc<Counter>,
+    kernel_drops: Arc<Counter>,
+    oversize: Arc<Counter>,
+    runt: Arc<Counter>,
 }
 
 impl AfPacketTx {
@@ -92,6 +210,9 @@ impl AfPacketTx {
     ) -> AfPacketTx {
         AfPacketTx {
             ring_full: counters.xstats.register("tx_ring_full"),
+            kernel_drops: counters.xstats.register("tx_kernel_drops"),
+            oversize: counters.xstats.register("tx_oversize_errors"),
+            runt: counters.xstats.register("tx_runt_errors"),
             iface,
             geometry,
             qdisc_bypass,
@@ -131,6 +252,7 @@ impl AfPacketTx {
         let map = Mmap::new(&fd, len).map_err(io("mmap of the Tx ring"))?;
         // Protocol 0: this socket sends and never receives.
         sys::bind(&fd, self.iface.index, 0).map_err(io("bind"))?;
+        let mtu = netdev::mtu_on(&fd, name).map_err(io("interface MTU"))? as usize;
         Ok(Ring {
             fd,
             map,
@@ -138,6 +260,8 @@ impl AfPacketTx {
             frame_nr: g.frame_nr() as usize,
             head: 0,
             unkicked: false,
+            mtu,
+            refused: None,
         })
     }
 }
@@ -150,6 +274,12 @@ impl TxQueue for AfPacketTx {
             return 0;
         };
         let room = ring.frame_size - hdr2::TX_DATA;
+        if !burst.is_empty() {
+            // One system call per burst, next to the kick's: the MTU the
+            // kernel checks the frames against when they are kicked.
+            ring.refresh_mtu(&self.iface.name);
+        }
+        let ethernet = self.iface.ethernet;
         let (mut taken, mut sent, mut bytes, mut errors) = (0usize, 0usize, 0u64, 0u64);
         for m in burst.iter() {
             let i = ring.head;
@@ -161,13 +291,33 @@ impl TxQueue for AfPacketTx {
                 break;
             }
             if st & sys::TP_STATUS_WRONG_FORMAT != 0 {
+                // Only without `PACKET_LOSS`; counted should it ever show.
                 errors += 1;
             }
             taken += 1;
             let len = m.pkt_len() as usize;
-            if len > room || len < 14 {
-                errors += 1;
-                continue;
+            // Read only for a frame near the limit; it may span segments.
+            let ethertype = || {
+                let mut t = m.segments().flat_map(|s| s.iter().copied()).skip(12);
+                u16::from_be_bytes([t.next().unwrap_or(0), t.next().unwrap_or(0)])
+            };
+            let verdict = if len > room {
+                Refused::Oversize
+            } else {
+                refused(len, ring.mtu, ethernet, ethertype)
+            };
+            match verdict {
+                Refused::No => {}
+                Refused::Runt => {
+                    self.runt.inc();
+                    errors += 1;
+                    continue;
+                }
+                Refused::Oversize => {
+                    self.oversize.inc();
+                    errors += 1;
+                    continue;
+                }
             }
             let f = ring.frame(i);
             let mut off = hdr2::TX_DATA;
@@ -190,7 +340,9 @@ impl TxQueue for AfPacketTx {
         // Copied (or refused): free them.
         drop(burst.drain_front(taken));
         if sent != 0 || ring.unkicked {
-            ring.kick();
+            let dropped = ring.kick();
+            self.kernel_drops.add(dropped);
+            errors += dropped;
         }
         stats.errors.add(errors);
         stats.record_burst(sent, bytes);
@@ -207,8 +359,11 @@ impl TxQueue for AfPacketTx {
     fn stop(&mut self) {
         if let Some(mut ring) = self.ring.take() {
             // What is still requested goes out now, if the kernel takes it;
-            // the ring holds copies, no mbuf.
-            ring.kick();
+            // the ring holds copies, no mbuf. What it does not take is lost
+            // with the socket: counted.
+            let dropped = ring.kick() + ring.requested();
+            self.kernel_drops.add(dropped);
+            self.counters.tx[self.q].errors.add(dropped);
         }
     }
 }
