@@ -35,21 +35,10 @@ fn pool(p: &BlockProvider, order: u32, owner: Option<usize>) -> PagePool {
     .unwrap()
 }
 
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+// The generator the stress tests use.
+#[path = "../../tests/common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 // ---- buddy ------------------------------------------------------------------
 
