@@ -5,12 +5,14 @@
 
 #![no_main]
 
+mod common;
+
 use std::collections::HashMap;
 use std::net::IpAddr;
 
 use libfuzzer_sys::fuzz_target;
 use sluice::net::em::{EmConfig, EmTable, Flow4, Flow6};
-use sluice::net::routes::{self, FlowRule};
+use sluice::net::routes::FlowRule;
 
 /// Flows put in the tables per input.
 const TABLE_FLOWS: usize = 256;
@@ -41,22 +43,10 @@ fn key(f: &FlowRule) -> Key {
 }
 
 fuzz_target!(|data: &[u8]| {
-    let file = match routes::parse(data) {
-        Ok(file) => file,
-        Err(e) => {
-            assert!(e.to_string().chars().count() <= 512, "{e}");
-            return;
-        }
+    // Any bytes give a file or a bounded error; its text reads back the same.
+    let Some(file) = common::parse_routes_and_reread(data) else {
+        return;
     };
-    // The text form reads back as the same flows.
-    let text: String = file
-        .flows
-        .iter()
-        .map(|f| format!("{f}\n"))
-        .chain(file.routes.iter().map(|r| format!("{r}\n")))
-        .collect();
-    let again = routes::parse(&text).expect("own text");
-    assert_eq!((&again.flows, &again.routes), (&file.flows, &file.routes));
 
     let flows = &file.flows[..file.flows.len().min(TABLE_FLOWS)];
     let cfg = EmConfig {
@@ -75,21 +65,18 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!(fresh, Ok(None), "{f} twice");
         want.insert((f.src, f.dst, f.sport, f.dport, f.proto), f.port as u32);
     }
+    let lookup = |f: &FlowRule| match key(f) {
+        Key::V4(k) => v4.lookup(&k),
+        Key::V6(k) => v6.lookup(&k),
+    };
     for f in flows {
-        let found = match key(f) {
-            Key::V4(k) => v4.lookup(&k),
-            Key::V6(k) => v6.lookup(&k),
-        };
-        assert_eq!(found, Some(f.port as u32), "{f}");
+        assert_eq!(lookup(f), Some(f.port as u32), "{f}");
         // The next source port: found only if the file has it too.
         let other = FlowRule {
             sport: f.sport.wrapping_add(1),
             ..*f
         };
-        let found = match key(&other) {
-            Key::V4(k) => v4.lookup(&k),
-            Key::V6(k) => v6.lookup(&k),
-        };
+        let found = lookup(&other);
         let expect = want
             .get(&(other.src, other.dst, other.sport, other.dport, other.proto))
             .copied();

@@ -383,6 +383,20 @@ fn sluice_bounded(args: &[&str]) -> (std::process::Output, bool) {
     (child.wait_with_output().unwrap(), ended)
 }
 
+/// Runs `sluice l3fwd ARGS --routes FILE -p null -p null` as
+/// [`sluice_bounded`] does, FILE holding `text` (written under `name` and
+/// removed afterwards).
+fn l3fwd_bounded_over_nulls(name: &str, text: &str, args: &[&str]) -> (std::process::Output, bool) {
+    let routes = write_routes(name, text);
+    let path = routes.to_string_lossy().into_owned();
+    let mut all = vec!["l3fwd"];
+    all.extend_from_slice(args);
+    all.extend(["--routes", &path, "-p", "null", "-p", "null"]);
+    let result = sluice_bounded(&all);
+    std::fs::remove_file(&routes).unwrap();
+    result
+}
+
 /// A FIFO and a character device are refused at once, without reading them:
 /// a FIFO nobody writes would block for ever, `/dev/zero` would be read until
 /// memory runs out.
@@ -419,10 +433,7 @@ fn a_routes_file_that_is_not_a_regular_file_is_refused_at_once() {
 #[test]
 fn a_routes_error_quotes_a_long_line_bounded() {
     let long = format!("10.0.0.0/8 1\n{} 1\n", "x".repeat(10_000));
-    let routes = write_routes("long", &long);
-    let path = routes.to_string_lossy().into_owned();
-    let (out, ended) = sluice_bounded(&["l3fwd", "--routes", &path, "-p", "null", "-p", "null"]);
-    std::fs::remove_file(&routes).unwrap();
+    let (out, ended) = l3fwd_bounded_over_nulls("long", &long, &[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(ended && !out.status.success(), "{err}");
     let want = format!("line 2: '{}…", "x".repeat(100));
@@ -450,22 +461,8 @@ fn a_route_given_twice_with_different_ports_is_an_error_naming_both_lines() {
              to port 1 on line 1 ('10.0.0.1 10.0.0.2 1 2 17 1')",
         ),
     ] {
-        let routes = write_routes(name, text);
-        let path = routes.to_string_lossy().into_owned();
-        let (out, ended) = sluice_bounded(&[
-            "l3fwd",
-            "--lookup",
-            lookup,
-            "--duration",
-            "0.1",
-            "--routes",
-            &path,
-            "-p",
-            "null",
-            "-p",
-            "null",
-        ]);
-        std::fs::remove_file(&routes).unwrap();
+        let (out, ended) =
+            l3fwd_bounded_over_nulls(name, text, &["--lookup", lookup, "--duration", "0.1"]);
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(ended && !out.status.success(), "{name}: {err}");
         assert!(err.contains(want), "{name}: {err}");
@@ -478,23 +475,11 @@ fn a_route_given_twice_with_different_ports_is_an_error_naming_both_lines() {
             "10.0.0.1 10.0.0.2 1 2 udp 1\n10.0.0.1 10.0.0.2 1 2 17 1\n",
         ),
     ] {
-        let routes = write_routes(name, text);
-        let path = routes.to_string_lossy().into_owned();
-        let (out, ended) = sluice_bounded(&[
-            "l3fwd",
-            "--lookup",
-            lookup,
-            "--duration",
-            "0.1",
-            "--json",
-            "--routes",
-            &path,
-            "-p",
-            "null",
-            "-p",
-            "null",
-        ]);
-        std::fs::remove_file(&routes).unwrap();
+        let (out, ended) = l3fwd_bounded_over_nulls(
+            name,
+            text,
+            &["--lookup", lookup, "--duration", "0.1", "--json"],
+        );
         assert!(ended, "{name}");
         summary(&out);
     }

@@ -31,6 +31,7 @@ pub mod distributor;
 // The drivers launch lcore threads, which loom models do not have.
 #[cfg(not(loom))]
 pub mod driver;
+pub(crate) mod file;
 // The AF_XDP ring protocol is model-checked on its own under loom.
 #[cfg(all(test, loom))]
 #[path = "driver/afxdp/ring.rs"]

@@ -23,10 +23,13 @@
 //! `SLUICE_STRESS_OPS` overrides the operations per thread.
 #![cfg(not(loom))]
 
+mod common;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 use std::thread;
 
+use common::Rng;
 use sluice::lcore;
 use sluice::mbuf::{Mbuf, MbufPool, MbufPoolConfig};
 use sluice::mempool::{Elem, HugepagePolicy, Mempool, MempoolConfig};
@@ -36,30 +39,7 @@ const THREADS: usize = 4;
 const CHANNEL: usize = 64;
 
 fn ops_per_thread() -> u64 {
-    std::env::var("SLUICE_STRESS_OPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if cfg!(debug_assertions) {
-            60_000
-        } else {
-            600_000
-        })
-}
-
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+    common::ops_per_thread(60_000, 600_000)
 }
 
 /// Senders to the other threads and the receiver of this one: `links(n)[i]`
@@ -74,6 +54,28 @@ fn links<T>(n: usize) -> Vec<(Vec<SyncSender<T>>, Receiver<T>)> {
             (others, rx)
         })
         .collect()
+}
+
+/// Runs `work(pool, me, to, from)` on each of [`THREADS`] threads linked as
+/// [`links`] makes them, `me` counting from 1; their results, in order.
+fn on_linked_threads<P, T, R>(
+    pool: &P,
+    work: fn(P, u64, Vec<SyncSender<T>>, Receiver<T>) -> R,
+) -> Vec<R>
+where
+    P: Clone + Send + 'static,
+    T: Send + 'static,
+    R: Send + 'static,
+{
+    let threads: Vec<_> = links(THREADS)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (to, from))| {
+            let pool = pool.clone();
+            thread::spawn(move || work(pool, i as u64 + 1, to, from))
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
 }
 
 /// The owner mark in an element's first eight bytes: 0 while it is free,
@@ -200,15 +202,7 @@ fn elements_freed_on_other_lcores() {
         hugepages: HugepagePolicy::Never,
     })
     .unwrap();
-    let threads: Vec<_> = links(THREADS)
-        .into_iter()
-        .enumerate()
-        .map(|(i, (to, from))| {
-            let pool = pool.clone();
-            thread::spawn(move || pass_elements(pool, i as u64 + 1, to, from))
-        })
-        .collect();
-    let counts: Vec<Counts> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    let counts = on_linked_threads(&pool, pass_elements);
     let got: u64 = counts.iter().map(|c| c.got).sum();
     let put: u64 = counts.iter().map(|c| c.put).sum();
     let sent: u64 = counts.iter().map(|c| c.sent).sum();
@@ -304,15 +298,7 @@ fn mbuf_clones_and_chains_dropped_on_other_threads() {
         hugepages: HugepagePolicy::Never,
     })
     .unwrap();
-    let threads: Vec<_> = links(THREADS)
-        .into_iter()
-        .enumerate()
-        .map(|(i, (to, from))| {
-            let pool = pool.clone();
-            thread::spawn(move || clone_and_chain(pool, i as u64 + 1, to, from))
-        })
-        .collect();
-    let checked: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    let checked: u64 = on_linked_threads(&pool, clone_and_chain).into_iter().sum();
     assert!(checked > 0);
     let s = pool.stats();
     assert!(pool.is_full(), "{s:?}");

@@ -15,8 +15,11 @@
 //! `SLUICE_STRESS_OPS` overrides the operations per thread.
 #![cfg(not(loom))]
 
+mod common;
+
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
 
+use common::Rng;
 use sluice::lcore;
 use sluice::mempool::HugepagePolicy;
 use sluice::pagepool::{
@@ -29,30 +32,7 @@ const THREADS: usize = 4;
 const CHANNEL: usize = 128;
 
 fn ops_per_thread() -> u64 {
-    std::env::var("SLUICE_STRESS_OPS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(if cfg!(debug_assertions) {
-            20_000
-        } else {
-            200_000
-        })
-}
-
-/// xorshift64*.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
+    common::ops_per_thread(20_000, 200_000)
 }
 
 /// A buffer and the stamp written into it.

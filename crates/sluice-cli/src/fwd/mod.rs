@@ -880,6 +880,28 @@ pub(crate) mod tests {
         a
     }
 
+    /// A pool of 2047 buffers with a cache of 32, and the ports of `args`
+    /// opened on it with `queues` queues each and started.
+    fn started_ports(args: &FwdArgs, queues: usize) -> (MbufPool, Vec<Port>) {
+        let pool = MbufPool::new(MbufPoolConfig {
+            size: 2047,
+            cache_size: 32,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut ports = open_ports(&args.all_specs(), &pool, queues, args).unwrap();
+        ports.iter_mut().for_each(|p| p.start().unwrap());
+        (pool, ports)
+    }
+
+    /// The registered testers called `name`.
+    fn testers_named(name: &str) -> Vec<(String, Arc<Tester>)> {
+        sluice::tester::registered()
+            .into_iter()
+            .filter(|(n, _)| n == name)
+            .collect()
+    }
+
     #[test]
     fn forwarding_over_null_ports_moves_packets_and_returns_every_buffer() {
         for engine in [
@@ -890,14 +912,7 @@ pub(crate) mod tests {
             Engine::Txonly,
         ] {
             let args = quick(&["null", "null", "null"], engine, 2);
-            let pool = MbufPool::new(MbufPoolConfig {
-                size: 2047,
-                cache_size: 32,
-                ..Default::default()
-            })
-            .unwrap();
-            let mut ports = open_ports(&args.all_specs(), &pool, 2, &args).unwrap();
-            ports.iter_mut().for_each(|p| p.start().unwrap());
+            let (pool, mut ports) = started_ports(&args, 2);
             let Forwarded {
                 lcores,
                 secs,
@@ -930,14 +945,7 @@ pub(crate) mod tests {
     fn tx_first_sets_traffic_circulating_between_pair_ends() {
         let mut args = quick(&["pair:name=fwd_test", "pair:name=fwd_test"], Engine::Io, 1);
         args.tx_first = true;
-        let pool = MbufPool::new(MbufPoolConfig {
-            size: 2047,
-            cache_size: 32,
-            ..Default::default()
-        })
-        .unwrap();
-        let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
-        ports.iter_mut().for_each(|p| p.start().unwrap());
+        let (pool, mut ports) = started_ports(&args, 1);
         let Forwarded { lcores, drops, .. } = forward(&mut ports, &pool, &args, &[]).unwrap();
         assert_eq!(drops, [0, 0]);
         let s: Vec<_> = ports.iter().map(Port::stats).collect();
@@ -957,18 +965,8 @@ pub(crate) mod tests {
         let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
         let mut args = quick(&[&spec, &spec], Engine::Recycle, 1);
         args.duration = 0.1;
-        let pool = MbufPool::new(MbufPoolConfig {
-            size: 2047,
-            cache_size: 32,
-            ..Default::default()
-        })
-        .unwrap();
-        let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
-        ports.iter_mut().for_each(|p| p.start().unwrap());
-        let testers: Vec<_> = sluice::tester::registered()
-            .into_iter()
-            .filter(|(n, _)| n == name)
-            .collect();
+        let (pool, mut ports) = started_ports(&args, 1);
+        let testers = testers_named(name);
         assert_eq!(testers.len(), 1);
         let f = forward(&mut ports, &pool, &args, &testers).unwrap();
         assert_eq!(f.recycle_errors, 0);
@@ -1003,18 +1001,8 @@ pub(crate) mod tests {
         let name = "fwd_drain_errors";
         let spec = format!("soft:tester={name},gen=udp,flows=4,size=2000,device=inline");
         let args = quick(&[&spec, &spec], Engine::Io, 1);
-        let pool = MbufPool::new(MbufPoolConfig {
-            size: 2047,
-            cache_size: 32,
-            ..Default::default()
-        })
-        .unwrap();
-        let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
-        ports.iter_mut().for_each(|p| p.start().unwrap());
-        let testers: Vec<_> = sluice::tester::registered()
-            .into_iter()
-            .filter(|(n, _)| n == name)
-            .collect();
+        let (pool, mut ports) = started_ports(&args, 1);
+        let testers = testers_named(name);
         let f = forward(&mut ports, &pool, &args, &testers).unwrap();
         assert_eq!(f.drain_accounted, Some(true));
         let errors: u64 = ports.iter().map(|p| p.stats().rx_errors).sum();
@@ -1051,14 +1039,7 @@ pub(crate) mod tests {
         let rx = format!("pcap:rx={}", file.display());
         for engine in [Engine::Io, Engine::Mac, Engine::Macswap] {
             let args = quick(&[&rx, "null"], engine, 1);
-            let pool = MbufPool::new(MbufPoolConfig {
-                size: 2047,
-                cache_size: 32,
-                ..Default::default()
-            })
-            .unwrap();
-            let mut ports = open_ports(&args.all_specs(), &pool, 1, &args).unwrap();
-            ports.iter_mut().for_each(|p| p.start().unwrap());
+            let (pool, mut ports) = started_ports(&args, 1);
             let f = forward(&mut ports, &pool, &args, &[]).unwrap();
             assert_eq!(f.drops, [0, 0]);
             let x = ports[0].counters().xstats.snapshot();

@@ -39,6 +39,8 @@ mod worker;
 #[cfg(all(test, not(loom)))]
 mod single_tests;
 #[cfg(all(test, not(loom)))]
+mod test_support;
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 #[cfg(all(test, loom))]

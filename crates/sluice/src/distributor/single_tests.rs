@@ -9,8 +9,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
+use super::test_support::{assert_handed_once_returned_at_most_once, count_returned, seqs};
 use super::*;
-use crate::mbuf::{Burst, BurstSlice, Mbuf, MbufPool, MbufPoolConfig};
+use crate::mbuf::{Burst, Mbuf, MbufPool, MbufPoolConfig};
 
 fn pool(size: u32) -> MbufPool {
     MbufPool::new(MbufPoolConfig {
@@ -38,10 +39,6 @@ fn burst_of<const N: usize>(
         b.push(m).map_err(|_| ()).expect("burst has room");
     }
     b
-}
-
-fn seqs(b: &BurstSlice) -> Vec<u64> {
-    b.iter().map(|m| m.udata64()).collect()
 }
 
 fn none() -> Burst<0> {
@@ -619,7 +616,6 @@ fn check_forgotten_idle_worker(k: usize) {
     let mut w0 = d.worker(0).unwrap();
     let mut w1 = d.worker(1).unwrap();
     let mut handed: HashMap<u64, usize> = HashMap::new();
-    let mut returned: HashMap<u64, usize> = HashMap::new();
     w1.request_pkt(None).unwrap();
     let mut held: Option<Mbuf> = None;
     for i in 0..k as u64 {
@@ -642,17 +638,8 @@ fn check_forgotten_idle_worker(k: usize) {
     *handed.entry(m.udata64()).or_default() += 1;
     w1.request_pkt(Some(m)).unwrap();
     d.process(&mut none());
-    let mut back = Burst::<32>::new();
-    while d.returned_pkts(&mut back) != 0 {
-        for s in seqs(&back) {
-            *returned.entry(s).or_default() += 1;
-        }
-        back.clear();
-    }
-    assert!(handed.values().all(|&n| n == 1), "handed out: {handed:?}");
-    assert_eq!(handed.len(), k + 1);
-    assert!(returned.values().all(|&n| n == 1), "returned: {returned:?}");
-    assert!(returned.keys().all(|s| handed.contains_key(s)));
+    let returned = count_returned(|out| d.returned_pkts(out));
+    assert_handed_once_returned_at_most_once(&handed, k + 1, &returned);
     drop((d, w1));
     assert!(pool.is_full(), "k = {k}");
 }

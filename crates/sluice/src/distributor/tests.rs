@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
+use super::test_support::{assert_handed_once_returned_at_most_once, count_returned, seqs};
 use super::*;
-use crate::mbuf::{Burst, BurstSlice, Mbuf, MbufPool, MbufPoolConfig};
+use crate::mbuf::{Burst, Mbuf, MbufPool, MbufPoolConfig};
 
 fn pool(size: u32) -> MbufPool {
     MbufPool::new(MbufPoolConfig {
@@ -49,8 +50,16 @@ fn burst_of<const N: usize>(pkts: Vec<Mbuf>) -> Burst<N> {
     b
 }
 
-fn seqs(b: &BurstSlice) -> Vec<u64> {
-    b.iter().map(|m| m.udata64()).collect()
+/// A distributor of two workers, each with a request open that the
+/// distributor has not seen yet.
+fn two_requesting_workers() -> (Distributor, Worker, Worker) {
+    let d = dist(2);
+    let mut w0 = d.worker(0).unwrap();
+    let mut w1 = d.worker(1).unwrap();
+    let mut none = Burst::<8>::new();
+    w0.request_pkt(&mut none).unwrap();
+    w1.request_pkt(&mut none).unwrap();
+    (d, w0, w1)
 }
 
 /// Makes every worker active: each requests once, the distributor sees it.
@@ -389,13 +398,9 @@ fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
 #[test]
 fn dropping_the_distributor_under_an_open_request_frees_everything() {
     let pool = pool(127);
-    let mut d = dist(2);
-    let mut w0 = d.worker(0).unwrap();
-    let mut w1 = d.worker(1).unwrap();
+    let (mut d, mut w0, w1) = two_requesting_workers();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
-    w0.request_pkt(&mut none).unwrap();
-    w1.request_pkt(&mut none).unwrap();
     let mut b: Burst<16> = burst_of(packets(&pool, 12, 0, |i| (i % 2) as u32 + 2));
     assert_eq!(d.process(&mut b), 12);
     assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(6));
@@ -687,9 +692,8 @@ fn check_forgotten_idle_worker(k: usize) {
     let mut w1 = d.worker(1).unwrap();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
-    // How many times each packet reached a worker, and came back.
+    // How many times each packet reached a worker.
     let mut seen: HashMap<u64, usize> = HashMap::new();
-    let mut returned: HashMap<u64, usize> = HashMap::new();
     w1.request_pkt(&mut none).unwrap();
     for round in 0..k as u64 {
         w0.request_pkt(&mut out).unwrap();
@@ -715,17 +719,8 @@ fn check_forgotten_idle_worker(k: usize) {
     }
     w1.request_pkt(&mut out).unwrap();
     d.process(&mut none);
-    let mut back = Burst::<32>::new();
-    while d.returned_pkts(&mut back) != 0 {
-        for s in seqs(&back) {
-            *returned.entry(s).or_default() += 1;
-        }
-        back.clear();
-    }
-    assert!(seen.values().all(|&n| n == 1), "handed out: {seen:?}");
-    assert_eq!(seen.len(), 8 * k + 8);
-    assert!(returned.values().all(|&n| n == 1), "returned: {returned:?}");
-    assert!(returned.keys().all(|s| seen.contains_key(s)));
+    let returned = count_returned(|out| d.returned_pkts(out));
+    assert_handed_once_returned_at_most_once(&seen, 8 * k + 8, &returned);
     drop((d, w1));
     assert!(pool.is_full(), "k = {k}");
 }
@@ -744,12 +739,7 @@ fn a_forgotten_idle_worker_loses_nothing_and_blocks_nothing() {
 #[test]
 fn a_worker_forgotten_with_an_untaken_batch_leaks_only_that_batch() {
     let pool = pool(127);
-    let mut d = dist(2);
-    let mut w0 = d.worker(0).unwrap();
-    let mut w1 = d.worker(1).unwrap();
-    let mut none = Burst::<8>::new();
-    w0.request_pkt(&mut none).unwrap();
-    w1.request_pkt(&mut none).unwrap();
+    let (mut d, w0, w1) = two_requesting_workers();
     let mut b: Burst<8> = burst_of(packets(&pool, 6, 0, |_| 5));
     assert_eq!(d.process(&mut b), 6);
     std::mem::forget(w0);

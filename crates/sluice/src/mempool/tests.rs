@@ -454,6 +454,15 @@ fn leave_elements_in_an_lcore_cache(p: &Mempool, panic: bool) -> usize {
     }
 }
 
+/// Gets an element of `p` and puts it back from the calling lcore, which
+/// then holds it in its cache.
+fn cache_one(p: &Mempool) {
+    let e = p.get().unwrap();
+    // SAFETY: from `p`, once.
+    unsafe { p.put(e) };
+    assert!(p.local_cache_len() > 0);
+}
+
 /// Gets `p.size()` elements from the calling thread, one by one, checks
 /// that one more get fails and that the count said so, and puts them back.
 fn allocate_all(p: &Mempool) {
@@ -547,10 +556,7 @@ fn an_lcore_guard_dropped_early_returns_the_cache_and_the_thread_goes_on_uncache
     let q = p.clone();
     std::thread::spawn(move || {
         let guard = lcore::register().unwrap();
-        let e = q.get().unwrap();
-        // SAFETY: from `q`, once.
-        unsafe { q.put(e) };
-        assert!(q.local_cache_len() > 0);
+        cache_one(&q);
         drop(guard);
         // No longer an lcore: the cache went home with the id.
         assert_eq!(q.local_cache_len(), 0);
@@ -571,10 +577,7 @@ fn an_lcore_guard_kept_in_a_thread_local_returns_the_cache_when_the_thread_ends(
     let q = p.clone();
     std::thread::spawn(move || {
         GUARD.with(|g| *g.borrow_mut() = Some(lcore::register().unwrap()));
-        let e = q.get().unwrap();
-        // SAFETY: from `q`, once.
-        unsafe { q.put(e) };
-        assert!(q.local_cache_len() > 0);
+        cache_one(&q);
         // The guard goes with the thread's thread-locals, after this returns.
     })
     .join()
@@ -616,10 +619,7 @@ fn a_thread_that_forgets_its_lcore_guard_returns_the_cache_when_it_ends() {
     let q = p.clone();
     std::thread::spawn(move || {
         std::mem::forget(lcore::register().unwrap());
-        let e = q.get().unwrap();
-        // SAFETY: from `q`, once.
-        unsafe { q.put(e) };
-        assert!(q.local_cache_len() > 0);
+        cache_one(&q);
     })
     .join()
     .unwrap();

@@ -187,38 +187,14 @@ pub fn quote(text: &str) -> String {
     out
 }
 
-/// What kind of file a non-regular `meta` is.
-fn kind_of(meta: &std::fs::Metadata) -> &'static str {
-    use std::os::unix::fs::FileTypeExt;
-    let t = meta.file_type();
-    if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_dir() {
-        "a directory"
-    } else {
-        "not a file"
-    }
-}
-
 /// Reads and parses the routes file `path`. Only a regular file is read
 /// (it is opened without blocking, so a FIFO is refused rather than waited
 /// on); lines are read one at a time, each bounded.
 pub fn load(path: &str) -> Result<RoutesFile, RoutesError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)?;
-    let meta = file.metadata()?;
+    let (file, meta) = crate::file::open_read_nonblocking(path)?;
     if !meta.is_file() {
         return Err(RoutesError::NotRegular {
-            kind: kind_of(&meta),
+            kind: crate::file::kind(&meta),
         });
     }
     read(BufReader::new(file))

@@ -35,21 +35,10 @@ fn pool(p: &BlockProvider, order: u32, owner: Option<usize>) -> PagePool {
     .unwrap()
 }
 
-/// A small deterministic generator (xorshift64*).
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+// The generator the stress tests use.
+#[path = "../../tests/common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 // ---- buddy ------------------------------------------------------------------
 
@@ -589,14 +578,20 @@ fn the_last_free_on_another_thread_sends_the_page_home_once() {
 
 // ---- bulk free --------------------------------------------------------------
 
-#[test]
-fn bulk_free_gives_a_run_back_in_one_update_and_each_page_home_once() {
+/// A pool of order-3 pages and 45 fragments of 2090 bytes cut from it:
+/// three pages of 15, every one cut.
+fn three_pages_cut() -> (BlockProvider, PagePool, PageFragAlloc, Vec<Frag>) {
     let p = provider(2 << 20);
     let pp = pool(&p, 3, None);
     let mut fa = PageFragAlloc::new(pp.clone());
-    // 45 fragments of 2090 bytes: three pages of 15, every one cut.
-    let mut v: Vec<Frag> = (0..45).map(|_| fa.alloc_frag(2090).unwrap()).collect();
+    let v: Vec<Frag> = (0..45).map(|_| fa.alloc_frag(2090).unwrap()).collect();
     assert_eq!(pp.stats().alloc_slow, 3);
+    (p, pp, fa, v)
+}
+
+#[test]
+fn bulk_free_gives_a_run_back_in_one_update_and_each_page_home_once() {
+    let (p, pp, fa, mut v) = three_pages_cut();
     let mut bulk = BulkFree::new();
     // The first page's 15 as one run: nothing goes home before the flush
     // (or the next page's first fragment) ends it.
@@ -700,11 +695,7 @@ fn bulk_free_mixes_pools_and_frag_cache_blocks() {
 /// (its run's references, its stash) is leaked, never given back twice:
 /// exactly the pages it held stay out, every other page is home once.
 fn check_forgotten_bulk_free(k: usize, pages_held: u64) {
-    let p = provider(2 << 20);
-    let pp = pool(&p, 3, None);
-    let mut fa = PageFragAlloc::new(pp.clone());
-    let mut v: Vec<Frag> = (0..45).map(|_| fa.alloc_frag(2090).unwrap()).collect();
-    assert_eq!(pp.stats().alloc_slow, 3);
+    let (p, pp, fa, mut v) = three_pages_cut();
     let mut bulk = BulkFree::new();
     v.drain(..k).for_each(|f| bulk.free_frag(f));
     std::mem::forget(bulk);

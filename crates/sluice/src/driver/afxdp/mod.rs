@@ -132,13 +132,9 @@ pub enum XdpMode {
 pub struct AfxdpDriver {
     info: DeviceInfo,
     spec: String,
-    iface: String,
+    /// The spec's arguments, as read.
+    args: AfxdpArgs,
     link: LinkInfo,
-    queue: u32,
-    mode: XdpMode,
-    bind: BindMode,
-    need_wakeup: bool,
-    fill: Option<u32>,
     /// The program and its map, once set up (none without Rx queues).
     prog: Option<XdpProg>,
     map: Option<Arc<XskMap>>,
@@ -200,16 +196,10 @@ impl AfxdpDriver {
 
     /// Reads the spec's arguments and looks the interface up.
     pub fn from_spec(spec: &PortSpec) -> Result<AfxdpDriver, PortError> {
-        let AfxdpArgs {
-            iface,
-            queue,
-            mode,
-            bind,
-            need_wakeup,
-            fill,
-        } = Self::parse_spec(spec)?;
+        let args = Self::parse_spec(spec)?;
         let s = spec.as_str();
-        let link = link_info(&iface).map_err(|e| match e.kind() {
+        let iface = &args.iface;
+        let link = link_info(iface).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound | std::io::ErrorKind::InvalidInput => {
                 PortError::config(format!("afxdp port '{s}': {e}"))
             }
@@ -234,13 +224,8 @@ impl AfxdpDriver {
                 mac,
             },
             spec: s.to_owned(),
-            iface,
+            args,
             link,
-            queue,
-            mode,
-            bind,
-            need_wakeup,
-            fill,
             prog: None,
             map: None,
             attached: None,
@@ -267,11 +252,11 @@ impl PortDriver for AfxdpDriver {
         let (nrx, ntx) = (config.rxq.len(), config.txq.len());
         let nq = nrx.max(ntx) as u32;
         let have = self.link.rx_queues;
-        if self.queue + nq > have {
-            let missing = self.queue.max(have);
+        if self.args.queue + nq > have {
+            let missing = self.args.queue.max(have);
             return Err(self.config_err(format_args!(
                 "{} has {have} Rx queue{}; queue {missing} does not exist",
-                self.iface,
+                self.args.iface,
                 if have == 1 { "" } else { "s" }
             )));
         }
@@ -308,13 +293,13 @@ impl PortDriver for AfxdpDriver {
                 .get(q)
                 .or(config.txq.first())
                 .map_or(MIN_DESC, |c| c.nb_txd) as u32;
-            let fill_size = self.fill.unwrap_or(2 * rx_size);
+            let fill_size = self.args.fill.unwrap_or(2 * rx_size);
             if fill_size < rx_size {
                 return Err(self.config_err(format_args!(
                     "a fill ring of {fill_size} entries is smaller than the Rx ring ({rx_size})"
                 )));
             }
-            if !umem.zero_copy_ok() && self.bind == BindMode::ZeroCopy {
+            if !umem.zero_copy_ok() && self.args.bind == BindMode::ZeroCopy {
                 return Err(self.config_err(format_args!(
                     "zero-copy needs a hugepage-backed pool: pool '{}' is on 4 KiB pages, \
                      where most of its {}-byte frames straddle two pages a device need not \
@@ -340,7 +325,7 @@ impl PortDriver for AfxdpDriver {
 
         // A port that receives nothing (a generator) needs no program.
         if nrx > 0 {
-            let entries = have.max(self.queue + nq);
+            let entries = have.max(self.args.queue + nq);
             let map = Arc::new(XskMap::new(entries).map_err(|e| {
                 PortError::io(
                     format!("afxdp port '{}': creating the XSKMAP", self.spec),
@@ -369,19 +354,19 @@ impl PortDriver for AfxdpDriver {
         for (q, (pool, umem, rx_size, tx_size, fill_size)) in plans.into_iter().enumerate() {
             let cfg = SocketConfig {
                 what: format!("afxdp port '{}' queue {q}", self.spec),
-                ifname: self.iface.clone(),
+                ifname: self.args.iface.clone(),
                 ifindex: self.link.ifindex,
-                queue_id: self.queue + q as u32,
+                queue_id: self.args.queue + q as u32,
                 rx_size,
                 tx_size,
                 fill_size,
                 comp_size: tx_size,
                 // Auto tries zero-copy only where the frames allow it.
-                bind: match self.bind {
+                bind: match self.args.bind {
                     BindMode::Auto if !umem.zero_copy_ok() => BindMode::Copy,
                     b => b,
                 },
-                need_wakeup: self.need_wakeup,
+                need_wakeup: self.args.need_wakeup,
                 umem,
             };
             let map = self.map.as_ref().filter(|_| q < nrx).map(Arc::clone);
@@ -424,7 +409,7 @@ impl PortDriver for AfxdpDriver {
             // No Rx queue, no program.
             return Ok(());
         };
-        let tries: &[(u32, &str)] = match self.mode {
+        let tries: &[(u32, &str)] = match self.args.mode {
             XdpMode::Native => &[(XDP_FLAGS_DRV_MODE, "native")],
             XdpMode::Generic => &[(XDP_FLAGS_SKB_MODE, "generic")],
             XdpMode::Auto => &[
@@ -446,19 +431,19 @@ impl PortDriver for AfxdpDriver {
         }
         let (name, e) = last.expect("at least one mode was tried");
         if matches!(e.raw_os_error(), Some(libc::EBUSY | libc::EEXIST)) {
-            let other = link_info(&self.iface)
+            let other = link_info(&self.args.iface)
                 .ok()
                 .and_then(|l| l.xdp)
                 .map_or(String::new(), |(_, id)| format!(" (program id {id})"));
             return Err(self.config_err(format_args!(
                 "{} already has an XDP program attached{other}; detach it first",
-                self.iface
+                self.args.iface
             )));
         }
         Err(PortError::io(
             format!(
                 "afxdp port '{}': attaching the XDP program to {} in {name} mode",
-                self.spec, self.iface
+                self.spec, self.args.iface
             ),
             e,
         ))

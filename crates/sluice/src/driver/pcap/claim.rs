@@ -41,26 +41,6 @@ pub(crate) struct FileClaim {
     id: u64,
 }
 
-/// What kind of file `meta` describes, for messages.
-pub(crate) fn file_kind(meta: &Metadata) -> &'static str {
-    let t = meta.file_type();
-    if t.is_file() {
-        "a regular file"
-    } else if t.is_fifo() {
-        "a FIFO"
-    } else if t.is_char_device() {
-        "a character device"
-    } else if t.is_block_device() {
-        "a block device"
-    } else if t.is_socket() {
-        "a socket"
-    } else if t.is_dir() {
-        "a directory"
-    } else {
-        "not a file"
-    }
-}
-
 impl FileClaim {
     /// Claims the file `meta` describes (opened as `path`) for `how`: an
     /// error if another port writes it, or if `how` is writing and another

@@ -167,19 +167,36 @@ pub struct PcapReader<R> {
     records: u64,
 }
 
-/// Checks a global header and reads its facts.
-pub fn parse_global_header(h: &[u8; GLOBAL_HEADER_LEN]) -> Result<FileInfo, PcapError> {
+/// The first four bytes of `h` read little-endian, if they are one of the
+/// four magics (either resolution, either byte order); else `BadMagic`.
+fn check_magic(h: &[u8]) -> Result<u32, PcapError> {
     let le = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-    if ![
+    let magics = [
         MAGIC_US,
         MAGIC_NS,
         MAGIC_US.swap_bytes(),
         MAGIC_NS.swap_bytes(),
-    ]
-    .contains(&le)
-    {
-        return Err(PcapError::BadMagic { found: le });
+    ];
+    if magics.contains(&le) {
+        Ok(le)
+    } else {
+        Err(PcapError::BadMagic { found: le })
     }
+}
+
+/// The 32-bit word at `h[i..i + 4]` in a file's byte order.
+fn word_at(h: &[u8], i: usize, big_endian: bool) -> u32 {
+    let b = [h[i], h[i + 1], h[i + 2], h[i + 3]];
+    if big_endian {
+        u32::from_be_bytes(b)
+    } else {
+        u32::from_le_bytes(b)
+    }
+}
+
+/// Checks a global header and reads its facts.
+pub fn parse_global_header(h: &[u8; GLOBAL_HEADER_LEN]) -> Result<FileInfo, PcapError> {
+    let le = check_magic(h)?;
     let big_endian = le == MAGIC_US.swap_bytes() || le == MAGIC_NS.swap_bytes();
     let u16_at = |i: usize| {
         let b = [h[i], h[i + 1]];
@@ -189,14 +206,7 @@ pub fn parse_global_header(h: &[u8; GLOBAL_HEADER_LEN]) -> Result<FileInfo, Pcap
             u16::from_le_bytes(b)
         }
     };
-    let u32_at = |i: usize| {
-        let b = [h[i], h[i + 1], h[i + 2], h[i + 3]];
-        if big_endian {
-            u32::from_be_bytes(b)
-        } else {
-            u32::from_le_bytes(b)
-        }
-    };
+    let u32_at = |i: usize| word_at(h, i, big_endian);
     let (major, minor) = (u16_at(4), u16_at(6));
     if major != 2 {
         return Err(PcapError::BadVersion { major, minor });
@@ -225,15 +235,7 @@ pub fn parse_record_header(
     offset: u64,
     record: u64,
 ) -> Result<Record, PcapError> {
-    let be = info.big_endian;
-    let u32_at = |i: usize| {
-        let b = [h[i], h[i + 1], h[i + 2], h[i + 3]];
-        if be {
-            u32::from_be_bytes(b)
-        } else {
-            u32::from_le_bytes(b)
-        }
-    };
+    let u32_at = |i: usize| word_at(h, i, info.big_endian);
     let (sec, frac, caplen, origlen) = (u32_at(0), u32_at(4), u32_at(8), u32_at(12));
     let corrupt = |what: String| PcapError::Corrupt {
         record,
@@ -275,17 +277,7 @@ impl<R: Read> PcapReader<R> {
         let got = read_full(&mut input, &mut h)?;
         if got >= 4 {
             // A wrong magic is the clearer error for a short file too.
-            let le = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-            if ![
-                MAGIC_US,
-                MAGIC_NS,
-                MAGIC_US.swap_bytes(),
-                MAGIC_NS.swap_bytes(),
-            ]
-            .contains(&le)
-            {
-                return Err(PcapError::BadMagic { found: le });
-            }
+            check_magic(&h)?;
         }
         if got < GLOBAL_HEADER_LEN {
             return Err(PcapError::Truncated {

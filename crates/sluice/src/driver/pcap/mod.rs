@@ -132,23 +132,16 @@ impl PcapDriver {
 
     /// Reads the spec's arguments and opens the `rx` and `tx` files.
     pub fn from_spec(spec: &PortSpec) -> Result<PcapDriver, PortError> {
-        let PcapArgs {
-            rx,
-            tx,
-            looping,
-            timing,
-            snaplen,
-            stream,
-        } = Self::parse_spec(spec)?;
+        let args = Self::parse_spec(spec)?;
         // The rx file is claimed first, so a tx file that is the same file
         // is refused before it is emptied.
-        let capture = match rx {
-            Some(path) => Some(Arc::new(RxFile::open(path, stream)?)),
+        let capture = match args.rx {
+            Some(path) => Some(Arc::new(RxFile::open(path, args.stream)?)),
             None => None,
         };
-        let tx = match tx {
+        let tx = match args.tx {
             Some(path) => {
-                let (file, written, claim) = open_tx_file(path, snaplen)?;
+                let (file, written, claim) = open_tx_file(path, args.snaplen)?;
                 Some(TxFile {
                     file,
                     written,
@@ -173,9 +166,9 @@ impl PcapDriver {
             },
             rx: capture,
             tx,
-            snaplen,
-            looping,
-            timing,
+            snaplen: args.snaplen,
+            looping: args.looping,
+            timing: args.timing,
             clock: Clock::tsc(),
         })
     }

@@ -33,7 +33,7 @@ use std::io::{self, BufReader, Read};
 use std::os::unix::fs::FileExt;
 use std::sync::Arc;
 
-use super::claim::{FileClaim, Use, file_kind};
+use super::claim::{FileClaim, Use};
 use super::format::{
     GLOBAL_HEADER_LEN, LINKTYPE_ETHERNET, PcapError, PcapReader, RECORD_HEADER_LEN, Record,
     max_caplen, parse_global_header, parse_record_header,
@@ -97,19 +97,12 @@ impl RxFile {
     /// without blocking, read later as it arrives. Errors name the file and,
     /// for a bad file, the record and the byte offset.
     pub(crate) fn open(path: &str, stream: bool) -> Result<RxFile, PortError> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let ctx = || format!("pcap: rx file '{path}'");
-        // Without blocking: opening a FIFO nobody writes would wait for ever.
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .custom_flags(libc::O_NONBLOCK)
-            .open(path)
-            .map_err(|e| PortError::io(ctx(), e))?;
-        let meta = file.metadata().map_err(|e| PortError::io(ctx(), e))?;
+        let (file, meta) = crate::file::open_read_nonblocking(path)
+            .map_err(|e| PortError::io(format!("pcap: rx file '{path}'"), e))?;
         if meta.is_dir() || (!meta.is_file() && !stream) {
             return Err(PortError::Driver(format!(
                 "rx file '{path}': {}, not a regular file{}",
-                file_kind(&meta),
+                crate::file::kind(&meta),
                 if meta.is_dir() {
                     ""
                 } else {

@@ -222,6 +222,6 @@ pub(crate) fn open_tx_file(
 fn not_writable(path: &str, meta: &std::fs::Metadata) -> PortError {
     PortError::Driver(format!(
         "tx file '{path}': {}, not a regular file or character device",
-        super::claim::file_kind(meta)
+        crate::file::kind(meta)
     ))
 }

@@ -166,6 +166,31 @@ pub struct SoftDriver {
     info: DeviceInfo,
     spec: String,
     source: Source,
+    settings: SoftSettings,
+    engines: Option<Arc<PortEngines>>,
+    running: bool,
+}
+
+impl std::fmt::Debug for SoftDriver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SoftDriver")
+            .field("spec", &self.spec)
+            .field("mode", &self.settings.mode)
+            .finish()
+    }
+}
+
+/// A soft spec's arguments, read and checked; no tester or wire joined yet.
+pub(crate) struct SoftArgs<'a> {
+    tcfg: Option<TesterConfig>,
+    tname: Option<&'a str>,
+    wname: Option<&'a str>,
+    settings: SoftSettings,
+}
+
+/// The device settings a soft spec sets, kept by the driver as read.
+#[derive(Debug, Clone, Copy)]
+struct SoftSettings {
     mode: DeviceMode,
     fc: bool,
     rx_free_thresh: u32,
@@ -180,37 +205,6 @@ pub struct SoftDriver {
     /// `rxbuf=frag`: Rx descriptors carry page-pool fragments.
     rx_frags: bool,
     /// `panic_at`: the step of Rx queue 0 that panics.
-    panic_at: Option<u64>,
-    engines: Option<Arc<PortEngines>>,
-    running: bool,
-}
-
-impl std::fmt::Debug for SoftDriver {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SoftDriver")
-            .field("spec", &self.spec)
-            .field("mode", &self.mode)
-            .finish()
-    }
-}
-
-/// A soft spec's arguments, read and checked; no tester or wire joined yet.
-pub(crate) struct SoftArgs<'a> {
-    tcfg: Option<TesterConfig>,
-    tname: Option<&'a str>,
-    wname: Option<&'a str>,
-    mode: DeviceMode,
-    fc: bool,
-    rx_free_thresh: u32,
-    tx_rs_thresh: u32,
-    tx_free_thresh: u32,
-    bus_overhead: u64,
-    zc_free: bool,
-    tx_mode: TxMode,
-    mpw_segs: u32,
-    inline_mpw: u32,
-    tx_comp: u32,
-    rx_frags: bool,
     panic_at: Option<u64>,
 }
 
@@ -271,19 +265,21 @@ impl SoftDriver {
             tcfg,
             tname,
             wname,
-            mode,
-            fc,
-            rx_free_thresh,
-            tx_rs_thresh,
-            tx_free_thresh,
-            bus_overhead,
-            zc_free,
-            tx_mode,
-            mpw_segs,
-            inline_mpw,
-            tx_comp,
-            rx_frags,
-            panic_at,
+            settings: SoftSettings {
+                mode,
+                fc,
+                rx_free_thresh,
+                tx_rs_thresh,
+                tx_free_thresh,
+                bus_overhead,
+                zc_free,
+                tx_mode,
+                mpw_segs,
+                inline_mpw,
+                tx_comp,
+                rx_frags,
+                panic_at,
+            },
         })
     }
 
@@ -294,19 +290,7 @@ impl SoftDriver {
             tcfg,
             tname,
             wname,
-            mode,
-            fc,
-            rx_free_thresh,
-            tx_rs_thresh,
-            tx_free_thresh,
-            bus_overhead,
-            zc_free,
-            tx_mode,
-            mpw_segs,
-            inline_mpw,
-            tx_comp,
-            rx_frags,
-            panic_at,
+            settings,
         } = Self::parse_spec(spec)?;
         let source =
             match wname {
@@ -340,19 +324,7 @@ impl SoftDriver {
             },
             spec: spec.as_str().to_string(),
             source,
-            mode,
-            fc,
-            rx_free_thresh,
-            tx_rs_thresh,
-            tx_free_thresh,
-            bus_overhead,
-            zc_free,
-            tx_mode,
-            mpw_segs,
-            inline_mpw,
-            tx_comp,
-            rx_frags,
-            panic_at,
+            settings,
             engines: None,
             running: false,
         })
@@ -360,25 +332,27 @@ impl SoftDriver {
 
     /// Where the device runs.
     pub fn mode(&self) -> DeviceMode {
-        self.mode
+        self.settings.mode
     }
 
     fn check_thresholds(&self, config: &PortConfig) -> Result<(), PortError> {
         let err = |m: String| Err(PortError::config(format!("port '{}': {m}", self.spec)));
         for (i, q) in config.rxq.iter().enumerate() {
-            if self.rx_free_thresh > q.nb_rxd as u32 {
+            if self.settings.rx_free_thresh > q.nb_rxd as u32 {
                 return err(format!(
                     "Rx queue {i}: rx_free_thresh {} exceeds its {} descriptors",
-                    self.rx_free_thresh, q.nb_rxd
+                    self.settings.rx_free_thresh, q.nb_rxd
                 ));
             }
         }
         for (i, q) in config.txq.iter().enumerate() {
             let nb = q.nb_txd as u32;
-            if self.tx_rs_thresh > self.tx_free_thresh || self.tx_free_thresh > nb {
+            if self.settings.tx_rs_thresh > self.settings.tx_free_thresh
+                || self.settings.tx_free_thresh > nb
+            {
                 return err(format!(
                     "Tx queue {i}: needs tx_rs_thresh {} <= tx_free_thresh {} <= {} descriptors",
-                    self.tx_rs_thresh, self.tx_free_thresh, nb
+                    self.settings.tx_rs_thresh, self.settings.tx_free_thresh, nb
                 ));
             }
         }
@@ -436,7 +410,10 @@ impl PortDriver for SoftDriver {
         self.check_thresholds(config)?;
         let nrx = config.rxq.len();
         let max_frame = config.mtu as usize + 14 + 4;
-        let frag_layout = self.rx_frags.then(|| FragLayout::for_mtu(config.mtu));
+        let frag_layout = self
+            .settings
+            .rx_frags
+            .then(|| FragLayout::for_mtu(config.mtu));
         let provider = match frag_layout {
             Some(l) => Some(self.frag_provider(config, l)?),
             None => None,
@@ -472,7 +449,7 @@ impl PortDriver for SoftDriver {
                 let slot = max_frame.div_ceil(64) * 64;
                 let mut lanes = Vec::with_capacity(nrx);
                 for _ in 0..nrx {
-                    let (lane, rx) = Lane::new(slot, self.fc);
+                    let (lane, rx) = Lane::new(slot, self.settings.fc);
                     lanes.push(lane);
                     sources.push(RxSource::Wire(Box::new(rx)));
                 }
@@ -490,8 +467,13 @@ impl PortDriver for SoftDriver {
             .iter()
             .map(|q| {
                 let nb = q.nb_txd as u32;
-                let blocks = tx_blocks(self.tx_mode, nb);
-                let cqes = tx_engine::cq_size(nb, blocks, self.tx_rs_thresh, self.tx_comp);
+                let blocks = tx_blocks(self.settings.tx_mode, nb);
+                let cqes = tx_engine::cq_size(
+                    nb,
+                    blocks,
+                    self.settings.tx_rs_thresh,
+                    self.settings.tx_comp,
+                );
                 TxRegs::new(blocks as usize, cqes)
             })
             .collect();
@@ -511,14 +493,14 @@ impl PortDriver for SoftDriver {
                     check_ip: rxo.contains(Offloads::IPV4_CKSUM),
                     check_l4: rxo.contains(Offloads::UDP_CKSUM)
                         || rxo.contains(Offloads::TCP_CKSUM),
-                    fc: self.fc,
+                    fc: self.settings.fc,
                 },
                 Arc::clone(&hasher),
-                Bus::new(x, self.bus_overhead),
+                Bus::new(x, self.settings.bus_overhead),
                 Arc::clone(counters),
                 q,
             );
-            if let (0, Some(n)) = (q, self.panic_at) {
+            if let (0, Some(n)) = (q, self.settings.panic_at) {
                 engine.panic_at(n);
             }
             rx_engines.push(EngineCell::new(engine));
@@ -536,7 +518,7 @@ impl PortDriver for SoftDriver {
                     max_frame,
                     sqn: q as u32,
                 },
-                Bus::new(x, self.bus_overhead),
+                Bus::new(x, self.settings.bus_overhead),
                 x,
             )));
         }
@@ -545,7 +527,7 @@ impl PortDriver for SoftDriver {
             tx: tx_engines.into_boxed_slice(),
             counters: Arc::clone(counters),
         });
-        let inline = self.mode == DeviceMode::Inline;
+        let inline = self.settings.mode == DeviceMode::Inline;
 
         let rss_hash = rxo.contains(Offloads::RSS_HASH);
         let pool0 = config.rx_pool_of(0).expect("checked by Port::new");
@@ -565,13 +547,13 @@ impl PortDriver for SoftDriver {
                 regs,
                 pool,
                 config.port_id,
-                self.rx_free_thresh,
+                self.settings.rx_free_thresh,
                 rss_hash,
                 Arc::clone(&engines),
                 inline,
                 q,
                 Arc::clone(counters),
-                4 + self.bus_overhead,
+                4 + self.settings.bus_overhead,
                 frags,
                 config.mtu,
             )));
@@ -595,17 +577,17 @@ impl PortDriver for SoftDriver {
         }
         ol_mask |= ol::TX_VLAN | ol::TX_TUNNEL_VXLAN;
         let params = tx::TxParams {
-            rs_thresh: self.tx_rs_thresh,
-            free_thresh: self.tx_free_thresh,
+            rs_thresh: self.settings.tx_rs_thresh,
+            free_thresh: self.settings.tx_free_thresh,
             fast_free: txo.contains(Offloads::FAST_FREE) && !txo.contains(Offloads::MULTI_SEG),
             multi_seg: txo.contains(Offloads::MULTI_SEG),
             ol_mask,
-            zc_free: self.zc_free,
-            mode: self.tx_mode,
-            mpw_segs: self.mpw_segs,
-            inline_mpw: self.inline_mpw,
-            comp_wqes: self.tx_comp,
-            doorbell_bytes: 4 + self.bus_overhead,
+            zc_free: self.settings.zc_free,
+            mode: self.settings.tx_mode,
+            mpw_segs: self.settings.mpw_segs,
+            inline_mpw: self.settings.inline_mpw,
+            comp_wqes: self.settings.tx_comp,
+            doorbell_bytes: 4 + self.settings.bus_overhead,
         };
         let tx: Vec<Box<dyn TxQueue>> = tx_regs
             .into_iter()
@@ -631,7 +613,7 @@ impl PortDriver for SoftDriver {
             end.check_peer()
                 .map_err(|e| PortError::config(format!("soft: {e}")))?;
         }
-        if self.mode == DeviceMode::Threaded
+        if self.settings.mode == DeviceMode::Threaded
             && let Some(e) = &self.engines
         {
             runner::add(e)?;
