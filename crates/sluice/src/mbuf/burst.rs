@@ -235,10 +235,9 @@ impl BurstSlice {
             // Judged in place: if `keep` panics, the mbuf is still in its
             // slot, not judged, and `Compact` keeps it.
             let slot = &mut c.burst.slots[i];
-            // SAFETY: slot `i` holds an owned mbuf (`i < old`, not judged
-            // yet), and `Mbuf` is a transparent wrapper of the pointer an
-            // `Elem` wraps; the reference ends before the slot is touched
-            // again.
+            // The reference ends before the slot is touched again.
+            // SAFETY: slot `i` (`i < old`, not judged yet) holds an owned
+            // mbuf; `Mbuf` is a transparent wrapper of `Elem`'s pointer.
             let m = unsafe { &mut *std::ptr::from_mut(slot).cast::<Mbuf>() };
             let k = keep(m);
             c.next = i + 1;

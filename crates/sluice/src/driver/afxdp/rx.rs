@@ -327,16 +327,16 @@ impl AfxdpRx {
         let r = self.rings.as_ref().ok_or(PortError::Stopped)?;
         debug_assert_eq!(self.committed, 0);
         let (head, due) = (r.fill.prod(), Self::due(r));
-        // SAFETY: `sw` is this queue's software ring. The slots due from
-        // the producer index hold stale entries (frames put on the fill
-        // ring a ring of entries earlier, whose ownership the ledger
-        // tracks, or placeholders): the queue reads them only after filling
-        // them itself or a commit handed them over. `committed`
-        // slots from the producer index go onto the fill ring at
+        // The slots due from the producer index hold stale entries (frames
+        // put on the fill ring a ring of entries earlier, whose ownership
+        // the ledger tracks, or placeholders): the queue reads them only
+        // after filling them itself or a commit handed them over.
+        // `committed` slots from the producer index go onto the fill ring at
         // `publish_committed`, or back to the pool at `stop` (also run on
-        // drop). `pool` is the UMEM's, the refill pool. (`new` checks the
-        // shape: `sw` is the fill size, a power of two; the producer index
-        // advances in whole units of `REFILL_UNIT`.)
+        // drop). `new` checks the shape: `sw` is the fill size, a power of
+        // two; the producer index advances in whole units of `REFILL_UNIT`.
+        // SAFETY: `sw` is this queue's own software ring, no slot due owns
+        // a buffer, and `pool` is the UMEM's, the refill pool.
         Ok(unsafe {
             RecycleRxInfo::new(
                 &mut self.sw,
