@@ -161,6 +161,10 @@ impl Ring {
 /// Ethernet header bytes the kernel adds to the MTU for a frame's length.
 const ETH_HLEN: usize = 14;
 
+/// The smallest MTU an Ethernet interface takes (the kernel's
+/// `ETH_MIN_MTU`): frames up to this plus [`ETH_HLEN`] always fit.
+const ETH_MIN_MTU: usize = 68;
+
 /// What the kernel would refuse of a frame of `len` bytes, whose EtherType
 /// field (bytes 12 and 13) `ethertype` reads, on an interface of MTU `mtu`.
 fn refused(len: usize, mtu: usize, ethernet: bool, ethertype: impl FnOnce() -> u16) -> Refused {
@@ -274,11 +278,11 @@ impl TxQueue for AfPacketTx {
             return 0;
         };
         let room = ring.frame_size - hdr2::TX_DATA;
-        if !burst.is_empty() {
-            // One system call per burst, next to the kick's: the MTU the
-            // kernel checks the frames against when they are kicked.
-            ring.refresh_mtu(&self.iface.name);
-        }
+        // The interface's MTU is read again (a system call) once per burst,
+        // and only for a burst with a frame that some MTU could refuse: a
+        // frame of at most `ETH_MIN_MTU + ETH_HLEN` bytes never is, so
+        // small-frame bursts pay nothing.
+        let mut mtu_read = false;
         let ethernet = self.iface.ethernet;
         let (mut taken, mut sent, mut bytes, mut errors) = (0usize, 0usize, 0u64, 0u64);
         for m in burst.iter() {
@@ -301,6 +305,10 @@ impl TxQueue for AfPacketTx {
                 let mut t = m.segments().flat_map(|s| s.iter().copied()).skip(12);
                 u16::from_be_bytes([t.next().unwrap_or(0), t.next().unwrap_or(0)])
             };
+            if len > ETH_MIN_MTU + ETH_HLEN && !mtu_read {
+                ring.refresh_mtu(&self.iface.name);
+                mtu_read = true;
+            }
             let verdict = if len > room {
                 Refused::Oversize
             } else {
