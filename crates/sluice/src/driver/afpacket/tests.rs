@@ -114,6 +114,22 @@ fn wire(tag: &str) -> Wire {
     Wire { ns, veth }
 }
 
+impl Wire {
+    /// A started afpacket port on the veth's end here, `keys` (each with
+    /// its leading comma) added to its spec.
+    fn port(&self, keys: &str, config: PortConfig) -> Port {
+        let spec = format!("afpacket:iface={}{keys}", self.veth.a());
+        let mut port = open(&spec, config).unwrap();
+        port.start().unwrap();
+        port
+    }
+
+    /// A packet socket on the veth's end in the namespace.
+    fn peer(&self) -> RawSocket {
+        RawSocket::open(&self.ns, self.veth.b()).unwrap()
+    }
+}
+
 /// Polls every Rx queue of `port` until `want` of our frames arrived or
 /// nothing came for `idle`; returns (queue, frame bytes) of ours, and frees
 /// everything.
@@ -149,12 +165,10 @@ fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
     }
     let w = wire("afrx");
     let p = pool(1023);
-    let spec = format!("afpacket:iface={}", w.veth.a());
     let cfg = PortConfig::new(Some(p.clone())).nb_rxd(4096);
-    let mut port = open(&spec, cfg).unwrap();
-    port.start().unwrap();
+    let mut port = w.port("", cfg);
     let mac = port.mac().0;
-    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let peer = w.peer();
     // 300 frames of 60 to 1514 bytes; every tenth carries a VLAN tag, which
     // the kernel strips before a packet socket sees it and the driver puts
     // back.
@@ -215,10 +229,8 @@ fn frames_sent_arrive_intact_at_the_peer() {
     }
     let w = wire("aftx");
     let p = pool(1023);
-    let spec = format!("afpacket:iface={}", w.veth.a());
-    let mut port = open(&spec, PortConfig::new(Some(p.clone())).nb_txd(256)).unwrap();
-    port.start().unwrap();
-    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let mut port = w.port("", PortConfig::new(Some(p.clone())).nb_txd(256));
+    let peer = w.peer();
     let dst = w.ns.mac(w.veth.b()).unwrap().0;
     // 600 frames, more than the 256-frame ring: the queue pushes back and
     // the rest is sent again, nothing is lost.
@@ -275,12 +287,10 @@ fn fanout_spreads_flows_over_queues_and_keeps_each_flow_on_one() {
     }
     let w = wire("affan");
     let p = pool(4095);
-    let spec = format!("afpacket:iface={}", w.veth.a());
     let mut cfg = PortConfig::new(Some(p.clone())).queues(4, 4).nb_rxd(4096);
     cfg.rx_offloads |= Offloads::RSS_HASH;
-    let mut port = open(&spec, cfg).unwrap();
-    port.start().unwrap();
-    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let mut port = w.port("", cfg);
+    let peer = w.peer();
     let mac = port.mac().0;
     // IPv4/UDP frames of 64 flows (source ports), 8 each: the fanout hash
     // is the kernel's flow hash over addresses and ports. The sequence
@@ -354,12 +364,13 @@ fn a_full_ring_counts_kernel_drops_as_xstats_and_rx_missed() {
     }
     let w = wire("afdrop");
     let p = pool(1023);
-    let spec = format!("afpacket:iface={},block_size=65536", w.veth.a());
     // 64 frames of 2048 bytes: two 64 KiB blocks, about 120 frames of 1000
     // bytes.
-    let mut port = open(&spec, PortConfig::new(Some(p.clone())).nb_rxd(64)).unwrap();
-    port.start().unwrap();
-    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let mut port = w.port(
+        ",block_size=65536",
+        PortConfig::new(Some(p.clone())).nb_rxd(64),
+    );
+    let peer = w.peer();
     // A second packet socket on the port's interface: the kernel hands
     // each frame to every packet socket there in one pass, so once this
     // one has all 600, the port's ring has kept or dropped them (the last
@@ -409,7 +420,7 @@ fn a_port_stops_and_starts_again() {
     let p = pool(1023);
     let spec = format!("afpacket:iface={}", w.veth.a());
     let mut port = open(&spec, PortConfig::new(Some(p.clone())).queues(2, 2)).unwrap();
-    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let peer = w.peer();
     let mac = port.mac().0;
     for round in 0..3u32 {
         port.start().unwrap();
@@ -480,14 +491,12 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     }
     let w = wire("afbig");
     let p = pool(1023);
-    let spec = format!("afpacket:iface={}", w.veth.a());
     let mut cfg = PortConfig::new(Some(p.clone())).nb_rxd(4096);
     // The veth takes 1500-byte frames; the port only up to 1000 + 18.
     cfg.mtu = 1000;
-    let mut port = open(&spec, cfg).unwrap();
-    port.start().unwrap();
+    let mut port = w.port("", cfg);
     let mac = port.mac().0;
-    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let peer = w.peer();
     let lens = [60usize, 1018, 1019, 1400, 60];
     for (i, &len) in lens.iter().enumerate() {
         peer.send(&frame(mac, i as u32, len)).unwrap();
@@ -518,10 +527,8 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
     }
     let w = wire("afmtu");
     let p = pool(1023);
-    let spec = format!("afpacket:iface={}", w.veth.a());
-    let mut port = open(&spec, PortConfig::new(Some(p.clone())).nb_txd(256)).unwrap();
-    port.start().unwrap();
-    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let mut port = w.port("", PortConfig::new(Some(p.clone())).nb_txd(256));
+    let peer = w.peer();
     let dst = w.ns.mac(w.veth.b()).unwrap().0;
     // (frame, whether the interface takes it): up to MTU + 14 bytes, or
     // MTU + 18 with a VLAN tag. Then the interface's MTU drops to 1000
@@ -587,7 +594,7 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
     let cfg = PortConfig::new(Some(p.clone()));
     assert_eq!(cfg.mtu, 1500);
     assert_eq!(
-        err(&spec, cfg),
+        err(&format!("afpacket:iface={}", w.veth.a()), cfg),
         format!(
             "afpacket: {a}: port MTU 1500 is more than the interface's MTU 1000: raise the \
              interface's (ip link set {a} mtu 1500) or lower the port's",
@@ -604,14 +611,12 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
     }
     let w = wire("afwedge");
     let p = pool(1023);
-    let spec = format!("afpacket:iface={}", w.veth.a());
-    let mut port = open(&spec, PortConfig::new(Some(p.clone())).nb_txd(64)).unwrap();
-    port.start().unwrap();
+    let mut port = w.port("", PortConfig::new(Some(p.clone())).nb_txd(64));
     // The peer takes no frame over 1000 + 18 bytes: the veth drops a
     // longer one each time the kernel offers it, and the kernel puts it
     // back in the ring to be offered again.
     w.ns.set_mtu(w.veth.b(), 1000).unwrap();
-    let peer = RawSocket::open(&w.ns, w.veth.b()).unwrap();
+    let peer = w.peer();
     let dst = w.ns.mac(w.veth.b()).unwrap().0;
     let mut burst: Burst<32> = Burst::new();
     burst
