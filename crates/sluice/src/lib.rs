@@ -15,6 +15,7 @@
 //! | [`lcore`] | lcore ids (one thread-local load), registration and pinned thread launch |
 //! | [`counter`] | statistics counters with one writer and any number of readers |
 //! | [`tsc`] | the time-stamp counter: cycle counts and its measured frequency |
+//! | [`Error`] | every library error in one type (a variant per module error), with [`Result`] for `?` |
 //!
 //! The architecture, buffer ownership and threads are described in
 //! `docs/architecture.md`.
@@ -31,6 +32,7 @@ pub mod distributor;
 // The drivers launch lcore threads, which loom models do not have.
 #[cfg(not(loom))]
 pub mod driver;
+mod error;
 pub(crate) mod file;
 // The AF_XDP ring protocol is model-checked on its own under loom.
 #[cfg(all(test, loom))]
@@ -46,3 +48,5 @@ pub mod ring;
 pub(crate) mod sync;
 pub mod tester;
 pub mod tsc;
+
+pub use error::{Error, Result};
