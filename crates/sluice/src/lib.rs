@@ -16,6 +16,7 @@
 //! | [`counter`] | statistics counters with one writer and any number of readers |
 //! | [`tsc`] | the time-stamp counter: cycle counts and its measured frequency |
 //! | [`Error`] | every library error in one type (a variant per module error), with [`Result`] for `?` |
+//! | [`signal`] | ending a run on Ctrl-C or SIGTERM without `unsafe`: a flag the handler sets, a second signal ends the process |
 //!
 //! The architecture, buffer ownership and threads are described in
 //! `docs/architecture.md`.
@@ -45,6 +46,7 @@ pub mod net;
 pub mod pagepool;
 pub mod port;
 pub mod ring;
+pub mod signal;
 pub(crate) mod sync;
 pub mod tester;
 pub mod tsc;
