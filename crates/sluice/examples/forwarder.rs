@@ -6,26 +6,14 @@
 //! ```
 //! SPEC0 and SPEC1 name the ports (default: two `null` ports); LIMIT stops
 //! the run after that many packets (`10000000`) or seconds (`2.5s`).
-//! Without it the forwarder runs until Ctrl-C.
+//! Without it the forwarder runs until Ctrl-C (or SIGTERM).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
-use sluice::port::{Port, PortConfig};
-
-/// Set by the SIGINT handler.
-static STOP: AtomicBool = AtomicBool::new(false);
-
-/// The first Ctrl-C asks for a clean stop (stats printed); a second one
-/// ends the process at once, whatever the stop is waiting for.
-extern "C" fn on_sigint(sig: libc::c_int) {
-    if STOP.swap(true, Ordering::Relaxed) {
-        // SAFETY: `_exit` is async-signal-safe and ends the process without
-        // running anything else.
-        unsafe { libc::_exit(128 + sig) };
-    }
-}
+use sluice::port::{Port, PortConfig, PortError};
 
 /// When to stop, besides Ctrl-C.
 enum Limit {
@@ -49,44 +37,52 @@ fn parse_limit(s: &str) -> Result<Limit, String> {
         .map_err(|_| format!("'{s}' is not a packet count or a duration like 2.5s"))
 }
 
-fn main() -> std::process::ExitCode {
-    match run() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("forwarder: {e}");
-            std::process::ExitCode::FAILURE
-        }
+/// The two port specs and the limit, from the command line.
+fn parse_args() -> Result<([String; 2], Limit), String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    match args.as_slice() {
+        [] => Ok((["null".into(), "null".into()], Limit::None)),
+        [a, b] => Ok(([a.clone(), b.clone()], Limit::None)),
+        [a, b, l] => Ok(([a.clone(), b.clone()], parse_limit(l)?)),
+        _ => Err("usage: forwarder [SPEC0 SPEC1 [PACKETS | SECONDSs]]".into()),
     }
 }
 
-fn run() -> Result<(), String> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let (specs, limit) = match args.as_slice() {
-        [] => (["null", "null"], Limit::None),
-        [a, b] => ([a.as_str(), b.as_str()], Limit::None),
-        [a, b, l] => ([a.as_str(), b.as_str()], parse_limit(l)?),
-        _ => return Err("usage: forwarder [SPEC0 SPEC1 [PACKETS | SECONDSs]]".into()),
+fn main() -> ExitCode {
+    let (specs, limit) = match parse_args() {
+        Ok(args) => args,
+        Err(usage) => return fail(usage),
     };
+    match run(&specs, limit) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
 
+/// Reports `why` the forwarder failed and gives the exit status for it.
+fn fail(why: impl std::fmt::Display) -> ExitCode {
+    eprintln!("forwarder: {why}");
+    ExitCode::FAILURE
+}
+
+fn run(specs: &[String; 2], limit: Limit) -> sluice::Result<()> {
     // One pool for both ports; its per-lcore cache needs a registered thread.
-    let _lcore = sluice::lcore::register().map_err(|e| e.to_string())?;
+    let _lcore = sluice::lcore::register()?;
     let pool = MbufPool::new(MbufPoolConfig {
         size: 8191,
         ..Default::default()
-    })
-    .map_err(|e| e.to_string())?;
+    })?;
     let mut ports: Vec<Port> = Vec::new();
     for (id, spec) in specs.iter().enumerate() {
         let config = PortConfig::new(Some(pool.clone())).port_id(id as u16);
-        let mut port = sluice::driver::open(spec, config).map_err(|e| e.to_string())?;
-        port.start().map_err(|e| e.to_string())?;
+        let mut port = sluice::driver::open(spec, config)?;
+        port.start()?;
         ports.push(port);
     }
 
-    let handler: extern "C" fn(libc::c_int) = on_sigint;
-    // SAFETY: the handler only swaps an atomic and calls `_exit`, both
-    // async-signal-safe.
-    unsafe { libc::signal(libc::SIGINT, handler as libc::sighandler_t) };
+    // The first Ctrl-C asks for a clean stop (stats printed); a second one
+    // ends the process at once, whatever the stop is waiting for.
+    let stop = sluice::signal::on_interrupt()?;
 
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     let start = Instant::now();
@@ -96,11 +92,11 @@ fn run() -> Result<(), String> {
         let [a, b] = ports.as_mut_slice() else {
             unreachable!("two ports")
         };
-        let (a_rx, a_tx) = a.queues_mut().map_err(|e| e.to_string())?;
-        let (b_rx, b_tx) = b.queues_mut().map_err(|e| e.to_string())?;
+        let (a_rx, a_tx) = a.queues_mut()?;
+        let (b_rx, b_tx) = b.queues_mut()?;
         let mut burst: Burst = Burst::new();
         let mut polls = 0u64;
-        while !STOP.load(Ordering::Relaxed) {
+        while !stop.load(Ordering::Relaxed) {
             // a -> b, then b -> a. What Tx does not take is dropped (freed).
             for (rx, tx) in [(&mut a_rx[0], &mut b_tx[0]), (&mut b_rx[0], &mut a_tx[0])] {
                 if rx.rx_burst(&mut burst) > 0 {
@@ -154,7 +150,7 @@ fn run() -> Result<(), String> {
         .enumerate()
         .find_map(|(i, c)| c.fault().map(|f| (i, f)))
     {
-        return Err(format!("port {i}: {f}"));
+        return Err(PortError::Driver(format!("port {i}: {f}")).into());
     }
     Ok(())
 }

@@ -15,6 +15,8 @@
 //! | [`lcore`] | lcore ids (one thread-local load), registration and pinned thread launch |
 //! | [`counter`] | statistics counters with one writer and any number of readers |
 //! | [`tsc`] | the time-stamp counter: cycle counts and its measured frequency |
+//! | [`Error`] | every library error in one type (a variant per module error), with [`Result`] for `?` |
+//! | [`signal`] | ending a run on Ctrl-C or SIGTERM without `unsafe`: a flag the handler sets, a second signal ends the process |
 //!
 //! The architecture, buffer ownership and threads are described in
 //! `docs/architecture.md`.
@@ -31,6 +33,7 @@ pub mod distributor;
 // The drivers launch lcore threads, which loom models do not have.
 #[cfg(not(loom))]
 pub mod driver;
+mod error;
 pub(crate) mod file;
 // The AF_XDP ring protocol is model-checked on its own under loom.
 #[cfg(all(test, loom))]
@@ -43,6 +46,9 @@ pub mod net;
 pub mod pagepool;
 pub mod port;
 pub mod ring;
+pub mod signal;
 pub(crate) mod sync;
 pub mod tester;
 pub mod tsc;
+
+pub use error::{Error, Result};
