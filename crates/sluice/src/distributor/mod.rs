@@ -1,7 +1,7 @@
-//! The burst distributor (technique T2): one distributor thread hands packets
-//! to up to [`MAX_WORKERS`] worker threads, eight per cache-line exchange,
-//! keeping flow affinity — DPDK's `rte_distributor` burst mode, with
-//! ownership made explicit.
+//! The burst distributor: one distributor thread hands packets to up to
+//! [`MAX_WORKERS`] worker threads, eight per cache-line exchange, keeping
+//! flow affinity — DPDK's `rte_distributor` burst mode, with ownership made
+//! explicit.
 //!
 //! ```text
 //!  rx_burst ──▶ Distributor::process ──bufs line (8)──▶ Worker::get_pkt ── job
