@@ -34,6 +34,51 @@ pub const DRIVERS: &[&str] = &["afpacket", "afxdp", "null", "pair", "pcap", "sof
 /// The port is not started. Errors name the spec and what is wrong with it:
 /// an unknown driver, an unknown key, a bad value, or a configuration the
 /// driver cannot take.
+///
+/// A spec is the driver's name, then its `key=value` arguments after a
+/// colon, separated by commas ([`PortSpec`]); each driver's module lists
+/// its keys.
+///
+/// ```
+/// use sluice::driver;
+/// use sluice::mbuf::{MbufPool, MbufPoolConfig};
+/// use sluice::port::PortConfig;
+///
+/// let pool = MbufPool::new(MbufPoolConfig { size: 1023, ..Default::default() })?;
+/// let config = || PortConfig::new(Some(pool.clone()));
+///
+/// let port = driver::open("null:size=128,copy=true", config())?;
+/// assert_eq!(port.name(), "null:size=128,copy=true");
+/// assert!(!port.is_started());
+/// drop(port);
+///
+/// // Everything wrong with a spec is an error that names it; nothing panics.
+/// let error = |spec: &str| driver::open(spec, config()).unwrap_err().to_string();
+/// assert_eq!(
+///     error("nul"),
+///     "port spec 'nul': unknown driver 'nul' (drivers: afpacket, afxdp, null, pair, pcap, soft, tap)"
+/// );
+/// assert_eq!(
+///     error("null:sise=64"),
+///     "port spec 'null:sise=64': driver 'null' has no key 'sise' (keys: size, copy)"
+/// );
+/// assert_eq!(
+///     error("null:size=8"),
+///     "port spec 'null:size=8': key 'size' = '8' is not a number in 14..=9000"
+/// );
+/// assert_eq!(error("pair"), "port spec 'pair': driver 'pair' needs key 'name'");
+///
+/// // So is a configuration the driver cannot take.
+/// let err = driver::open("null", config().queues(65, 1)).unwrap_err();
+/// assert_eq!(err.to_string(), "port 'null': 65 Rx queues asked, driver null has at most 64");
+/// let err = driver::open("null", PortConfig::new(None)).unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "port 'null': Rx queue 0: driver null receives into mbufs and no Rx mempool was given"
+/// );
+/// assert!(pool.is_full());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
     open_with(spec, config, |_, _| {})
 }
