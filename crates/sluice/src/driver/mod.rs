@@ -1,20 +1,34 @@
 //! Drivers, one folder each, and [`open`], which makes a port from a spec
 //! string.
 //!
-//! A driver implements [`PortDriver`] (the device's
-//! control path) and the [`RxQueue`](crate::port::RxQueue) /
-//! [`TxQueue`](crate::port::TxQueue) traits (its hot path). Drivers see the
-//! port layer, never each other.
+//! A spec string names the driver and its arguments, `driver:key=value,...`
+//! (the form of DPDK's virtual device arguments): [`open`] parses it, hands
+//! the arguments to the driver, and returns a [`Port`] that is configured
+//! and not yet started. [`check_spec`] checks a spec without opening
+//! anything, for a command line that wants to fail early. Each driver's
+//! module lists its keys.
 //!
-//! | driver | what it is |
-//! |---|---|
-//! | [`afpacket`] | a kernel interface through packet sockets: TPACKET_V3 Rx ring, TPACKET_V2 Tx ring, fanout |
-//! | [`afxdp`] | a kernel interface through AF_XDP sockets, the mbuf pool as UMEM, an XDP redirect program |
-//! | [`null`] | Rx makes packets, Tx frees them: the buffer cycle alone |
-//! | [`pair`] | two ports joined by rings: what one end sends, the other receives (zero copy) |
-//! | [`pcap`] | packets from and to pcap files (tshark/Wireshark's format) |
-//! | [`soft`] | the emulated NIC: descriptor rings and a device model, cabled to the tester or another soft port |
-//! | [`tap`] | a TAP device: frames to and from the kernel's network stack, one fd per queue |
+//! | driver | spec, e.g. | what it is |
+//! |---|---|---|
+//! | [`afpacket`] | `afpacket:iface=veth0` | a kernel interface through packet sockets: TPACKET_V3 Rx ring, TPACKET_V2 Tx ring, fanout |
+//! | [`afxdp`] | `afxdp:iface=veth0,queue=0` | a kernel interface through AF_XDP sockets, the mbuf pool as UMEM, an XDP redirect program |
+//! | [`null`] | `null:size=64` | Rx makes packets, Tx frees them: the buffer cycle alone |
+//! | [`pair`] | `pair:name=p0` | two ports joined by rings: what one end sends, the other receives (zero copy) |
+//! | [`pcap`] | `pcap:rx=in.pcap,tx=out.pcap` | packets from and to pcap files (tshark/Wireshark's format) |
+//! | [`soft`] | `soft:gen=udp,flows=1024` | the emulated NIC: descriptor rings and a device model, cabled to the tester or another soft port |
+//! | [`tap`] | `tap:iface=tap0` | a TAP device: frames to and from the kernel's network stack, one fd per queue |
+//!
+//! A driver implements [`PortDriver`] (the device's control path) and the
+//! [`RxQueue`](crate::port::RxQueue) / [`TxQueue`](crate::port::TxQueue)
+//! traits (its hot path). Drivers see the port layer, never each other.
+//!
+//! ```
+//! use sluice::driver;
+//!
+//! assert!(driver::check_spec("pcap:rx=in.pcap,loop=true").is_ok()); // no file is opened
+//! let err = driver::check_spec("pcap:loop=true").unwrap_err();
+//! assert!(err.to_string().starts_with("port spec 'pcap:loop=true'"), "{err}");
+//! ```
 
 pub mod afpacket;
 pub mod afxdp;
