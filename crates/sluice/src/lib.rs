@@ -9,7 +9,7 @@
 //! opens ports from spec strings, polls their queues in bursts from threads
 //! of its own, and moves owned packet buffers between them. The `sluice`
 //! command (crate `sluice-cli`: `fwd`, `l2fwd`, `l3fwd`, `dist`, `gen`,
-//! `tune`, `bench`) is built on this library alone.
+//! `tune`, `bench`) is built on this library.
 //!
 //! # Layers
 //!
@@ -87,11 +87,12 @@
 //! Every packet buffer has one owner at a time — an [`mbuf::Mbuf`] or a
 //! [`mbuf::Burst`] of the application, a queue, a ring, or its pool — and
 //! dropping an owner returns what it holds, so a buffer is never freed twice
-//! and never lost while its owner lives. The public API is safe: `unsafe`
-//! stays inside the ring, mempool, mbuf and driver internals, each block
-//! justified by a `SAFETY` comment, and no safe use — `mem::forget`, a
-//! panicking callback, a thread ending early — can cause undefined
-//! behaviour; at worst a forgotten handle leaks the buffers it held.
+//! and never lost while its owner lives. What an application needs is safe
+//! (the few `unsafe` functions serve drivers and raw mempool access, each
+//! with a `# Safety` section); the library's own `unsafe` blocks each name
+//! the invariant they rely on, and no safe use — `mem::forget`, a panicking
+//! callback, a thread ending early — can cause undefined behaviour: at
+//! worst a forgotten handle leaks the buffers it held.
 //!
 //! # Where to read next
 //!
