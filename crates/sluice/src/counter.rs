@@ -6,6 +6,29 @@
 //! with a single writer, a relaxed load plus a relaxed store cannot lose an
 //! update, and on x86-64 it compiles to a plain `add` to memory. Readers see
 //! some recent value, never a torn one.
+//!
+//! [`Counter`] is that counter. Port and queue statistics
+//! ([`crate::port::stats`]) and the counters of the mempool caches, the page
+//! pools, the distributor and the tester are made of it.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use sluice::counter::Counter;
+//!
+//! let packets = Arc::new(Counter::new());
+//! let writer = Arc::clone(&packets);
+//! // One thread owns the counter and bumps it...
+//! std::thread::spawn(move || {
+//!     for _ in 0..1000 {
+//!         writer.inc();
+//!     }
+//!     writer.add(24);
+//! })
+//! .join()
+//! .unwrap();
+//! // ...and any thread reads it.
+//! assert_eq!(packets.get(), 1024);
+//! ```
 
 use crate::sync::{AtomicU64, Ordering};
 

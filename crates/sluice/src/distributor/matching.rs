@@ -149,6 +149,21 @@ impl Matcher {
     /// Only the first [`MAX_WORKERS`] entries of `tags` are looked at. Every
     /// implementation gives the same `matches` for the same input; `matches`
     /// is written once, whole, and nothing is allocated.
+    ///
+    /// ```
+    /// use sluice::distributor::{MatchImpl, Matcher, WorkerTags};
+    ///
+    /// let mut tags = [WorkerTags::default(); 3];
+    /// tags[0].0[5] = 7; // worker 0 holds flow 7
+    /// tags[2].0[0] = 7; // so does worker 2: the lowest wins
+    /// tags[2].0[15] = 9; // worker 2 alone holds flow 9
+    /// let flows = [7, 9, 8, 0, 7, 9, 1, 2];
+    /// for imp in MatchImpl::ALL.into_iter().filter(|&imp| Matcher::available(imp)) {
+    ///     let mut matches = [0xff; 8];
+    ///     Matcher::new(imp).unwrap().find_matches(&tags, &flows, &mut matches);
+    ///     assert_eq!(matches, [1, 3, 0, 0, 1, 3, 0, 0], "{}", imp.name());
+    /// }
+    /// ```
     #[inline]
     pub fn find_matches(
         self,

@@ -1,7 +1,7 @@
-//! The burst distributor (technique T2): one distributor thread hands packets
-//! to up to [`MAX_WORKERS`] worker threads, eight per cache-line exchange,
-//! keeping flow affinity — DPDK's `rte_distributor` burst mode, with
-//! ownership made explicit.
+//! The burst distributor: one distributor thread hands packets to up to
+//! [`MAX_WORKERS`] worker threads, eight per cache-line exchange, keeping
+//! flow affinity — DPDK's `rte_distributor` burst mode, with ownership made
+//! explicit.
 //!
 //! ```text
 //!  rx_burst ──▶ Distributor::process ──bufs line (8)──▶ Worker::get_pkt ── job
@@ -26,6 +26,64 @@
 //! any packet of a flow is in flight at a worker or queued for it, the next
 //! one joins that worker's queue; a worker's request, which ends its
 //! in-flight batch, carries that batch's returns.
+//!
+//! [`SingleDistributor`] and [`SingleWorker`] are DPDK's legacy single mode,
+//! one packet per exchange, kept beside the burst API for comparison.
+//!
+//! # Example
+//!
+//! Workers normally run on threads of their own and call the blocking
+//! [`Worker::get_pkt`]; here one thread plays every part with the
+//! non-blocking [`Worker::request_pkt`] and [`Worker::poll_pkt`].
+//!
+//! ```
+//! use sluice::distributor::{Distributor, DistributorConfig};
+//! use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+//!
+//! let pool = MbufPool::new(MbufPoolConfig { size: 255, cache_size: 0, ..Default::default() })?;
+//! let mut dist = Distributor::new(DistributorConfig { workers: 2, ..Default::default() })?;
+//! let mut workers = [dist.worker(0)?, dist.worker(1)?];
+//!
+//! // Each worker asks for packets, handing back none yet.
+//! let mut nothing: Burst = Burst::new();
+//! for w in &mut workers {
+//!     w.request_pkt(&mut nothing)?;
+//! }
+//!
+//! // Sixteen packets of two flows (RSS hashes 1 and 2), taking turns.
+//! let mut burst: Burst = Burst::new();
+//! pool.alloc_bulk(&mut burst, 16)?;
+//! for (i, m) in burst.iter_mut().enumerate() {
+//!     m.set_rss_hash(1 + i as u32 % 2)?;
+//!     m.set_udata64(i as u64)?; // a sequence number
+//! }
+//! assert_eq!(dist.process(&mut burst), 16);
+//!
+//! // Each worker receives one whole flow, in order.
+//! let mut received = [Burst::<32>::new(), Burst::<32>::new()];
+//! for (w, out) in workers.iter_mut().zip(&mut received) {
+//!     assert_eq!(w.poll_pkt(out)?, Some(8));
+//!     let seqs: Vec<u64> = out.iter().map(|m| m.udata64()).collect();
+//!     let first = seqs[0];
+//!     assert_eq!(seqs, (0..8).map(|k| first + 2 * k).collect::<Vec<_>>());
+//! }
+//!
+//! // They hand the packets back with their next request; the distributor
+//! // collects them.
+//! for (w, out) in workers.iter_mut().zip(&mut received) {
+//!     assert_eq!(w.request_pkt(out)?, 8);
+//! }
+//! assert_eq!(dist.flush(), 0);
+//! let mut back: Burst = Burst::new();
+//! assert_eq!(dist.returned_pkts(&mut back), 16);
+//! assert_eq!(dist.stats().handed, [8, 8]);
+//!
+//! drop(back);
+//! drop(dist); // answers the open requests: the workers hold nothing
+//! drop(workers);
+//! assert!(pool.is_full());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use std::fmt;
 

@@ -1,20 +1,34 @@
 //! Drivers, one folder each, and [`open`], which makes a port from a spec
 //! string.
 //!
-//! A driver implements [`PortDriver`] (the device's
-//! control path) and the [`RxQueue`](crate::port::RxQueue) /
-//! [`TxQueue`](crate::port::TxQueue) traits (its hot path). Drivers see the
-//! port layer, never each other.
+//! A spec string names the driver and its arguments, `driver:key=value,...`
+//! (the form of DPDK's virtual device arguments): [`open`] parses it, hands
+//! the arguments to the driver, and returns a [`Port`] that is configured
+//! and not yet started. [`check_spec`] checks a spec without opening
+//! anything, for a command line that wants to fail early. Each driver's
+//! module lists its keys.
 //!
-//! | driver | what it is |
-//! |---|---|
-//! | [`afpacket`] | a kernel interface through packet sockets: TPACKET_V3 Rx ring, TPACKET_V2 Tx ring, fanout |
-//! | [`afxdp`] | a kernel interface through AF_XDP sockets, the mbuf pool as UMEM, an XDP redirect program |
-//! | [`null`] | Rx makes packets, Tx frees them: the buffer cycle alone |
-//! | [`pair`] | two ports joined by rings: what one end sends, the other receives (zero copy) |
-//! | [`pcap`] | packets from and to pcap files (tshark/Wireshark's format) |
-//! | [`soft`] | the emulated NIC: descriptor rings and a device model, cabled to the tester or another soft port |
-//! | [`tap`] | a TAP device: frames to and from the kernel's network stack, one fd per queue |
+//! | driver | spec, e.g. | what it is |
+//! |---|---|---|
+//! | [`afpacket`] | `afpacket:iface=veth0` | a kernel interface through packet sockets: TPACKET_V3 Rx ring, TPACKET_V2 Tx ring, fanout |
+//! | [`afxdp`] | `afxdp:iface=veth0,queue=0` | a kernel interface through AF_XDP sockets, the mbuf pool as UMEM, an XDP redirect program |
+//! | [`null`] | `null:size=64` | Rx makes packets, Tx frees them: the buffer cycle alone |
+//! | [`pair`] | `pair:name=p0` | two ports joined by rings: what one end sends, the other receives (zero copy) |
+//! | [`pcap`] | `pcap:rx=in.pcap,tx=out.pcap` | packets from and to pcap files (tshark/Wireshark's format) |
+//! | [`soft`] | `soft:gen=udp,flows=1024` | the emulated NIC: descriptor rings and a device model, cabled to the tester or another soft port |
+//! | [`tap`] | `tap:iface=tap0` | a TAP device: frames to and from the kernel's network stack, one fd per queue |
+//!
+//! A driver implements [`PortDriver`] (the device's control path) and the
+//! [`RxQueue`](crate::port::RxQueue) / [`TxQueue`](crate::port::TxQueue)
+//! traits (its hot path). Drivers see the port layer, never each other.
+//!
+//! ```
+//! use sluice::driver;
+//!
+//! assert!(driver::check_spec("pcap:rx=in.pcap,loop=true").is_ok()); // no file is opened
+//! let err = driver::check_spec("pcap:loop=true").unwrap_err();
+//! assert!(err.to_string().starts_with("port spec 'pcap:loop=true'"), "{err}");
+//! ```
 
 pub mod afpacket;
 pub mod afxdp;
@@ -34,6 +48,51 @@ pub const DRIVERS: &[&str] = &["afpacket", "afxdp", "null", "pair", "pcap", "sof
 /// The port is not started. Errors name the spec and what is wrong with it:
 /// an unknown driver, an unknown key, a bad value, or a configuration the
 /// driver cannot take.
+///
+/// A spec is the driver's name, then its `key=value` arguments after a
+/// colon, separated by commas ([`PortSpec`]); each driver's module lists
+/// its keys.
+///
+/// ```
+/// use sluice::driver;
+/// use sluice::mbuf::{MbufPool, MbufPoolConfig};
+/// use sluice::port::PortConfig;
+///
+/// let pool = MbufPool::new(MbufPoolConfig { size: 1023, ..Default::default() })?;
+/// let config = || PortConfig::new(Some(pool.clone()));
+///
+/// let port = driver::open("null:size=128,copy=true", config())?;
+/// assert_eq!(port.name(), "null:size=128,copy=true");
+/// assert!(!port.is_started());
+/// drop(port);
+///
+/// // Everything wrong with a spec is an error that names it; nothing panics.
+/// let error = |spec: &str| driver::open(spec, config()).unwrap_err().to_string();
+/// assert_eq!(
+///     error("nul"),
+///     "port spec 'nul': unknown driver 'nul' (drivers: afpacket, afxdp, null, pair, pcap, soft, tap)"
+/// );
+/// assert_eq!(
+///     error("null:sise=64"),
+///     "port spec 'null:sise=64': driver 'null' has no key 'sise' (keys: size, copy)"
+/// );
+/// assert_eq!(
+///     error("null:size=8"),
+///     "port spec 'null:size=8': key 'size' = '8' is not a number in 14..=9000"
+/// );
+/// assert_eq!(error("pair"), "port spec 'pair': driver 'pair' needs key 'name'");
+///
+/// // So is a configuration the driver cannot take.
+/// let err = driver::open("null", config().queues(65, 1)).unwrap_err();
+/// assert_eq!(err.to_string(), "port 'null': 65 Rx queues asked, driver null has at most 64");
+/// let err = driver::open("null", PortConfig::new(None)).unwrap_err();
+/// assert_eq!(
+///     err.to_string(),
+///     "port 'null': Rx queue 0: driver null receives into mbufs and no Rx mempool was given"
+/// );
+/// assert!(pool.is_full());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn open(spec: &str, config: PortConfig) -> Result<Port, PortError> {
     open_with(spec, config, |_, _| {})
 }

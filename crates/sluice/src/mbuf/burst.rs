@@ -19,12 +19,31 @@ pub const DEFAULT_BURST: usize = 32;
 ///
 /// let pool = MbufPool::new(MbufPoolConfig { size: 127, cache_size: 0, ..Default::default() }).unwrap();
 /// let mut burst: Burst = Burst::new();
-/// pool.alloc_bulk(&mut burst, 4).unwrap();
-/// assert_eq!(burst.len(), 4);
-/// // A "driver" accepted 3 from the front:
-/// let sent: Vec<_> = burst.drain_front(3).collect();
-/// assert_eq!((sent.len(), burst.len()), (3, 1));
+/// assert_eq!((burst.len(), burst.capacity()), (0, 32));
+///
+/// // Six buffers in one bulk get, straight into the burst's slots.
+/// pool.alloc_bulk(&mut burst, 6).unwrap();
+/// assert_eq!(burst.len(), 6);
+/// for (i, m) in burst.iter_mut().enumerate() {
+///     m.append(60).unwrap().fill(i as u8);
+/// }
+/// assert!(burst.iter().all(|m| m.pkt_len() == 60));
+///
+/// // All or none: more than the burst has room for is refused.
+/// assert!(pool.alloc_bulk(&mut burst, 27).is_err());
+/// assert_eq!(burst.len(), 6);
+///
+/// // Keep some, free the rest where they stand.
+/// burst.retain(|m| m.data()[0] % 2 == 0);
+/// assert_eq!(burst.iter().map(|m| m.data()[0]).collect::<Vec<_>>(), [0, 2, 4]);
+/// assert_eq!(pool.available(), 127 - 3);
+///
+/// // A "driver" accepted 2 from the front:
+/// let sent: Vec<_> = burst.drain_front(2).collect();
+/// assert_eq!((sent.len(), burst.len()), (2, 1));
 /// drop(sent);
+///
+/// // Dropping the burst frees what is still in it.
 /// drop(burst);
 /// assert!(pool.is_full());
 /// ```

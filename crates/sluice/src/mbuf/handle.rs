@@ -30,6 +30,32 @@ use crate::mempool::{Elem, PoolInner};
 ///
 /// A transparent wrapper of the header pointer, so a [`Burst`](super::Burst)
 /// can keep its slots as plain addresses.
+///
+/// A packet longer than one buffer is a chain of segments, reached through
+/// its first; dropping the first frees them all.
+///
+/// ```
+/// use sluice::mbuf::{MbufError, MbufPool, MbufPoolConfig};
+///
+/// let pool = MbufPool::new(MbufPoolConfig { size: 63, cache_size: 0, ..Default::default() }).unwrap();
+/// let mut head = pool.alloc_from_slice(&[1; 1500]).unwrap();
+/// let tail = pool.alloc_from_slice(&[2; 500]).unwrap();
+/// head.chain(tail).map_err(|(e, _tail)| e).unwrap();
+/// assert_eq!((head.pkt_len(), head.data_len(), head.nb_segs()), (2000, 1500, 2));
+/// let lengths: Vec<usize> = head.segments().map(|s| s.len()).collect();
+/// assert_eq!(lengths, [1500, 500]);
+///
+/// // A clone shares the buffer: reads are fine, writes are refused.
+/// let clone = head.clone();
+/// assert_eq!(clone.to_vec(), head.to_vec());
+/// assert!(matches!(head.data_mut(), Err(MbufError::Shared)));
+/// drop(clone);
+/// head.data_mut().unwrap()[0] = 9;
+///
+/// assert_eq!(pool.available(), 61);
+/// drop(head); // both segments go back
+/// assert!(pool.is_full());
+/// ```
 #[repr(transparent)]
 pub struct Mbuf {
     ptr: NonNull<MbufHeader>,

@@ -7,9 +7,11 @@
 //! (2048 bytes by default). The header knows its buffer's address and IO
 //! address, so a driver can hand the device `data_iova()` directly.
 //!
-//! Ownership makes leaks impossible: an [`Mbuf`] owns one reference, a
-//! [`Burst`] owns the mbufs in it, and dropping either returns the buffers to
-//! their pool through the current lcore's cache.
+//! Ownership keeps every buffer accounted for: an [`Mbuf`] owns one
+//! reference, a [`Burst`] owns the mbufs in it, and dropping either returns
+//! the buffers to their pool through the current lcore's cache. Only
+//! `mem::forget` of a handle keeps its buffer out of the pool (it leaks; it
+//! is never freed twice).
 //!
 //! ```
 //! use sluice::mbuf::{MbufPool, MbufPoolConfig};

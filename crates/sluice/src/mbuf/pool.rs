@@ -44,7 +44,46 @@ impl Default for MbufPoolConfig {
 /// A pool of packet buffers. Cheap to clone; `Send` and `Sync`.
 ///
 /// Each element is a 128-byte [`MbufHeader`], then `headroom + data_room`
-/// bytes of buffer.
+/// bytes of buffer. The pool is a [`Mempool`] underneath: the buffers sit in
+/// one region made at creation, and allocating or freeing one is a get or a
+/// put of the mempool (through the current lcore's cache when the thread is
+/// an lcore), never a system allocation.
+///
+/// ```
+/// use sluice::mbuf::{MbufPool, MbufPoolConfig};
+///
+/// let pool = MbufPool::new(MbufPoolConfig {
+///     name: "rx".into(),
+///     size: 63, // 2^n - 1 fills the free ring exactly
+///     cache_size: 0,
+///     headroom: 128,
+///     data_room: 2048,
+///     ..Default::default()
+/// })?;
+/// assert_eq!((pool.size(), pool.available()), (63, 63));
+///
+/// // A fresh mbuf is empty, with the configured headroom in front.
+/// let m = pool.alloc().unwrap();
+/// assert_eq!((m.data_len(), m.headroom(), m.tailroom()), (0, 128, 2048));
+/// assert!(pool.owns(&m));
+///
+/// // An empty pool says so: no panic, no wait.
+/// let rest: Vec<_> = std::iter::from_fn(|| pool.alloc()).collect();
+/// assert_eq!(rest.len(), 62);
+/// assert!(pool.alloc().is_none());
+/// assert!(pool.alloc_from_slice(b"frame").is_err());
+///
+/// // Dropping an mbuf frees it.
+/// drop(m);
+/// assert_eq!(pool.available(), 1);
+/// drop(rest);
+/// assert!(pool.is_full());
+///
+/// // A configuration it cannot build is an error naming the pool and value.
+/// let err = MbufPool::new(MbufPoolConfig { data_room: 0, ..Default::default() }).unwrap_err();
+/// assert_eq!(err.to_string(), "mbuf pool 'mbuf_pool': data room 0");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[derive(Debug, Clone)]
 pub struct MbufPool {
     pool: Mempool,

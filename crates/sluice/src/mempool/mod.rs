@@ -29,7 +29,8 @@
 //! [`Mempool::zc_put_bulk`] returns the cache slots a batch of elements will
 //! occupy, so a driver freeing transmitted buffers writes the pointers once,
 //! straight from its own ring into the cache, instead of collecting them into
-//! a temporary array first (technique T1's "ZC mempool" path).
+//! a temporary array first (DPDK's zero-copy mempool cache API,
+//! `rte_mempool_cache_zc_put_bulk`).
 //!
 //! # Element API and safety
 //!

@@ -90,6 +90,42 @@ pub(crate) unsafe fn release_lcore(id: usize) {
 /// freed memory. The count it decides on never counts an element twice, even
 /// while other threads put elements back and flush their caches; what it may
 /// do, if other threads keep flushing for very long, is undercount and leak.
+///
+/// ```
+/// use sluice::lcore;
+/// use sluice::mempool::{Elem, Mempool, MempoolConfig};
+///
+/// let pool = Mempool::new(MempoolConfig {
+///     name: "cached".into(),
+///     size: 1023,
+///     elt_size: 64,
+///     cache_size: 32,
+///     ..Default::default()
+/// })?;
+/// let worker = pool.clone();
+/// lcore::launch(None, move || {
+///     let mut batch = [Elem::DANGLING; 8];
+///     // The lcore's cache starts empty: this get refills it from the ring.
+///     worker.get_bulk(&mut batch).unwrap();
+///     // SAFETY: the elements came from this pool and go back once.
+///     unsafe { worker.put_bulk(&batch) }; // into the cache: no atomic
+///     // The next get is served by the cache alone.
+///     worker.get_bulk(&mut batch).unwrap();
+///     // SAFETY: as above.
+///     unsafe { worker.put_bulk(&batch) };
+///     let stats = worker.stats();
+///     assert_eq!((stats.cache_misses, stats.cache_hits), (1, 1));
+///     assert!(stats.cached > 0);
+/// })?
+/// .join()
+/// .unwrap();
+///
+/// // The lcore's cache went back to the ring when its thread ended.
+/// let stats = pool.stats();
+/// assert_eq!((stats.cached, stats.in_ring), (0, 1023));
+/// assert!(pool.is_full());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Mempool {
     inner: NonNull<PoolInner>,
 }

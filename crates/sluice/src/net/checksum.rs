@@ -1,6 +1,26 @@
 //! The Internet checksum (RFC 1071): the ones' complement of the ones'
 //! complement sum of 16-bit big-endian words, and its incremental update
 //! (RFC 1624) for a rewritten field such as a decremented TTL.
+//!
+//! [`sum`] accumulates 32-bit partial sums that [`fold`] reduces to 16 bits,
+//! so a checksum over several pieces (a pseudo-header, a header, a payload)
+//! is summed piece by piece and folded once.
+//!
+//! ```
+//! use sluice::net::checksum;
+//!
+//! // An IPv4 header; its checksum field is bytes 10..12.
+//! let mut hdr = [0x45, 0, 0, 28, 0, 0, 0, 0, 64, 17, 0, 0, 10, 0, 0, 1, 10, 0, 0, 2];
+//! let c = checksum::checksum(&hdr);
+//! hdr[10..12].copy_from_slice(&c.to_be_bytes());
+//! assert_eq!(checksum::checksum(&hdr), 0, "a correct header sums to zero");
+//!
+//! // TTL 64 -> 63 changes one word (TTL, protocol): update, don't re-sum.
+//! let updated = checksum::update(c, 0x4011, 0x3f11);
+//! hdr[8] = 63;
+//! hdr[10..12].fill(0);
+//! assert_eq!(updated, checksum::checksum(&hdr));
+//! ```
 
 /// Adds `data` to a running 32-bit sum of big-endian 16-bit words (an odd
 /// final byte is padded with zero). Fold with [`fold`].

@@ -1,4 +1,22 @@
 //! Ethernet II frames and 802.1Q VLAN tags.
+//!
+//! [`EthernetFrame`] views the 14-byte header (destination and source
+//! [`MacAddr`], [`EtherType`]) and its payload; [`VlanTag`] views the 4 bytes
+//! after a VLAN or QinQ EtherType (priority, VLAN id, the inner EtherType).
+//!
+//! ```
+//! use sluice::net::{EtherType, EthernetFrame, MacAddr};
+//!
+//! let mut bytes = [0u8; 60];
+//! let mut frame = EthernetFrame::new_checked(&mut bytes[..]).unwrap();
+//! frame.set_dst(MacAddr::BROADCAST);
+//! frame.set_src(MacAddr([0x02, 0, 0, 0, 0, 1]));
+//! frame.set_ethertype(EtherType::IPV4);
+//! frame.swap_macs(); // what an l2fwd "macswap" does
+//! assert_eq!(frame.src(), MacAddr::BROADCAST);
+//! assert_eq!(frame.payload().len(), 46);
+//! assert!(EthernetFrame::new_checked(&bytes[..13]).is_err()); // too short
+//! ```
 
 use super::{NetError, be16, check_len, set_be16};
 

@@ -1,4 +1,30 @@
 //! IPv4 headers.
+//!
+//! [`Ipv4Packet`] views the header (options included, as its IHL says) and
+//! its payload: lengths, fragment fields, TTL, protocol, addresses, the
+//! header checksum ([`fill_checksum`](Ipv4Packet::fill_checksum),
+//! [`verify_checksum`](Ipv4Packet::verify_checksum)), and
+//! [`decrement_ttl`](Ipv4Packet::decrement_ttl), which updates the checksum
+//! incrementally as a router does. The payload stops at the total length.
+//!
+//! ```
+//! use sluice::net::Ipv4Packet;
+//!
+//! let mut bytes = [0u8; 28];
+//! bytes[0] = 0x45; // version 4, a 20-byte header
+//! bytes[3] = 28; // total length
+//! let mut ip = Ipv4Packet::new_checked(&mut bytes[..]).unwrap();
+//! ip.set_ttl(64);
+//! ip.set_protocol(sluice::net::ip_proto::UDP);
+//! ip.set_src([10, 0, 0, 1]);
+//! ip.set_dst([198, 18, 0, 1]);
+//! ip.fill_checksum();
+//! assert!(ip.verify_checksum());
+//! assert_eq!(ip.decrement_ttl(), Some(63));
+//! assert!(ip.verify_checksum(), "the checksum follows the TTL");
+//! assert_eq!(ip.payload().len(), 8);
+//! assert!(Ipv4Packet::new_checked(&[0x46u8; 20][..]).is_err()); // IHL 6 needs 24 bytes
+//! ```
 
 use super::checksum;
 use super::{NetError, be16, check_len, set_be16};

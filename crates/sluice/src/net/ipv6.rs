@@ -1,4 +1,9 @@
 //! IPv6 headers (the fixed 40-byte header; extension headers are payload).
+//!
+//! [`Ipv6Packet`] views the header — traffic class, flow label, payload
+//! length, next header, hop limit, addresses — and its payload, which stops
+//! at the payload length. [`decrement_hop_limit`](Ipv6Packet::decrement_hop_limit)
+//! is the router's step (IPv6 has no header checksum to update).
 
 use super::{NetError, be16, be32, check_len, set_be16, set_be32};
 

@@ -1,5 +1,14 @@
 //! Packet headers: zero-copy views over byte buffers, checksums and the RSS
-//! (Toeplitz) hash.
+//! (Toeplitz) hash; and the lookup tables of an IP forwarder.
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`ethernet`], [`ipv4`], [`ipv6`], [`udp`], [`tcp`] | header views: [`EthernetFrame`] and [`VlanTag`], [`Ipv4Packet`], [`Ipv6Packet`], [`UdpDatagram`], [`TcpSegment`] |
+//! | [`checksum`] | the Internet checksum, its incremental update, pseudo-header sums |
+//! | [`rss`] | the Toeplitz hash NICs use to spread flows over Rx queues |
+//! | [`lpm`] | longest-prefix-match routing tables: IPv4 DIR-24-8, IPv6 multibit trie |
+//! | [`em`] | an exact-match 5-tuple flow table |
+//! | [`routes`] | the text form of routes and flows that `sluice l3fwd --routes` reads |
 //!
 //! Each header type wraps any `T: AsRef<[u8]>` (and `AsMut<[u8]>` for the
 //! setters), in the style of smoltcp's `wire`: the byte ranges of the fields

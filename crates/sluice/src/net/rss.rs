@@ -6,6 +6,15 @@
 //! source and destination addresses, then (for TCP/UDP) the source and
 //! destination ports, all in network byte order, and use the low bits of the
 //! hash to pick a queue through an indirection table.
+//!
+//! ```
+//! use sluice::net::rss;
+//!
+//! // The verification example of Microsoft's RSS specification.
+//! let (src, dst) = ([66, 9, 149, 187], [161, 142, 100, 80]);
+//! assert_eq!(rss::ipv4(&rss::DEFAULT_KEY, src, dst, None), 0x323e_8fc2);
+//! assert_eq!(rss::ipv4(&rss::DEFAULT_KEY, src, dst, Some((2794, 1766))), 0x51cc_c178);
+//! ```
 
 /// The 40-byte key that Microsoft's RSS specification uses as its example,
 /// the default of many drivers (and DPDK's `rss_intel_key`).

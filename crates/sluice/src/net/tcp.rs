@@ -1,4 +1,11 @@
 //! TCP segments.
+//!
+//! [`TcpSegment`] views the header — ports, sequence and acknowledgement
+//! numbers, data offset, flags, window, checksum — and its payload. As for
+//! UDP, the checksum covers a pseudo-header whose sum the caller passes in
+//! ([`checksum::pseudo_ipv4`] or
+//! [`pseudo_ipv6`](super::checksum::pseudo_ipv6)). Options are payload to
+//! this view: they lie between the fixed 20 bytes and the data offset.
 
 use super::checksum;
 use super::{NetError, be16, be32, check_len, set_be16, set_be32};

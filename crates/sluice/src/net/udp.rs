@@ -1,4 +1,28 @@
 //! UDP datagrams.
+//!
+//! [`UdpDatagram`] views the 8-byte header — ports, length, checksum — and
+//! its payload, which stops at the length field. The checksum covers a
+//! pseudo-header taken from the IP header: pass its sum
+//! ([`checksum::pseudo_ipv4`] or
+//! [`pseudo_ipv6`](super::checksum::pseudo_ipv6)) to
+//! [`fill_checksum`](UdpDatagram::fill_checksum) and
+//! [`verify_checksum`](UdpDatagram::verify_checksum).
+//!
+//! ```
+//! use sluice::net::{UdpDatagram, checksum, ip_proto};
+//!
+//! let mut bytes = [0u8; 12];
+//! bytes[5] = 12; // the length: header and a 4-byte payload
+//! let mut udp = UdpDatagram::new_checked(&mut bytes[..]).unwrap();
+//! udp.set_src_port(1024);
+//! udp.set_dst_port(9);
+//! udp.payload_mut().copy_from_slice(b"ping");
+//! let pseudo = checksum::pseudo_ipv4([10, 0, 0, 1], [198, 18, 0, 1], ip_proto::UDP, 12);
+//! udp.fill_checksum(pseudo);
+//! assert!(udp.verify_checksum(pseudo));
+//! bytes[8] ^= 1; // a flipped bit is caught
+//! assert!(!UdpDatagram::new_checked(&bytes[..]).unwrap().verify_checksum(pseudo));
+//! ```
 
 use super::checksum;
 use super::{NetError, be16, check_len, set_be16};

@@ -1,6 +1,6 @@
-//! Page pools and fragments (technique T3): packet buffers carved from
-//! large pages that are recycled through a pool, with a per-page fragment
-//! count so one page serves many packets.
+//! Page pools and fragments: packet buffers carved from large pages that are
+//! recycled through a pool, with a per-page fragment count so one page serves
+//! many packets.
 //!
 //! # Layers
 //!

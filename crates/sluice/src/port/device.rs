@@ -58,6 +58,51 @@ pub trait PortDriver: Send {
 }
 
 /// A port: a configured device with its queues.
+///
+/// Made by [`driver::open`](crate::driver::open) from a spec string and a
+/// [`PortConfig`]. Its queues are polled by `&mut`: one thread per queue,
+/// or [`queues_mut`](Self::queues_mut) to hand every queue to its own
+/// thread at once.
+///
+/// ```
+/// use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+/// use sluice::port::PortConfig;
+///
+/// let pool = MbufPool::new(MbufPoolConfig { size: 1023, ..Default::default() })?;
+/// let config = PortConfig::new(Some(pool.clone())).queues(2, 2);
+/// let mut port = sluice::driver::open("null:size=64", config)?;
+/// assert_eq!((port.nb_rx_queues(), port.nb_tx_queues()), (2, 2));
+/// assert!(port.rx_queue(0).is_err(), "a stopped port lends no queue");
+/// port.start()?;
+///
+/// // One thread per queue pair, each with its own queues: receive a burst,
+/// // send it back out.
+/// let counters = port.counters();
+/// let (rx_queues, tx_queues) = port.queues_mut()?;
+/// std::thread::scope(|s| {
+///     for (rxq, txq) in rx_queues.iter_mut().zip(tx_queues.iter_mut()) {
+///         s.spawn(move || {
+///             let mut burst: Burst = Burst::new();
+///             for _ in 0..10 {
+///                 rxq.rx_burst(&mut burst);
+///                 txq.tx_burst(&mut burst);
+///             }
+///         });
+///     }
+/// });
+///
+/// // A null port receives full bursts of 32 and sends all it is given.
+/// let stats = port.stats();
+/// assert_eq!(stats.rx_packets, 2 * 10 * 32);
+/// assert_eq!(stats.rx_queues[1].packets, 10 * 32);
+/// assert_eq!(stats.tx_packets, stats.rx_packets);
+/// assert_eq!(counters.stats(), stats, "the same counters, from any thread");
+/// assert!(port.tx_queue(2).is_err(), "no such queue");
+///
+/// port.stop();
+/// assert!(pool.is_full());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub struct Port {
     name: String,
     config: PortConfig,

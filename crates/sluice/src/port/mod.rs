@@ -4,8 +4,8 @@
 //! descriptors per queue, the Rx mempool, MTU, MAC address, offloads) with its
 //! Rx and Tx queues. The queues are the hot path: [`RxQueue::rx_burst`] and
 //! [`TxQueue::tx_burst`] take `&mut self` and a burst. The device side is a
-//! [`PortDriver`], one per driver (`crate::driver`); ports are named by spec
-//! strings ([`spec`]) and opened with `sluice::driver::open`.
+//! [`PortDriver`], one per driver ([`crate::driver`]); ports are named by
+//! spec strings ([`spec`]) and opened with [`crate::driver::open`].
 //!
 //! Counters ([`stats`]) are per queue, written by the polling thread with
 //! plain adds, read through an `Arc<`[`PortCounters`]`>` by anyone; driver

@@ -81,6 +81,33 @@ pub trait TxQueue: Send {
     /// Queues packets from the front of `burst` for sending and removes them
     /// from it; returns how many. Those it could not take (ring full) stay in
     /// `burst`, in order.
+    ///
+    /// ```
+    /// use sluice::driver;
+    /// use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+    /// use sluice::port::PortConfig;
+    ///
+    /// let pool = MbufPool::new(MbufPoolConfig { size: 255, cache_size: 0, ..Default::default() })?;
+    /// // The receiving end has a 16-entry ring, so it takes 16 at most.
+    /// let mut a = driver::open("pair:name=tx_doc", PortConfig::new(None))?;
+    /// let mut b = driver::open("pair:name=tx_doc", PortConfig::new(None).nb_rxd(16))?;
+    /// a.start()?;
+    /// b.start()?;
+    ///
+    /// let mut burst: Burst = Burst::new();
+    /// pool.alloc_bulk(&mut burst, 32)?;
+    /// assert_eq!(a.tx_queue(0)?.tx_burst(&mut burst), 16);
+    /// assert_eq!(burst.len(), 16, "the rest stay with the caller");
+    ///
+    /// // The caller decides: retry once there is room, or drop them.
+    /// let mut received: Burst = Burst::new();
+    /// assert_eq!(b.rx_queue(0)?.rx_burst(&mut received), 16);
+    /// assert_eq!(a.tx_queue(0)?.tx_burst(&mut burst), 16);
+    /// assert!(burst.is_empty());
+    /// drop((burst, received, a, b));
+    /// assert!(pool.is_full());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize;
 
     /// Frees buffers of packets whose transmission completed, up to `max`

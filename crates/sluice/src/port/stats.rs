@@ -4,6 +4,41 @@
 //! A queue's counters are written only by the thread polling it
 //! ([`Counter`]: a plain add, no locked instruction) and read by anyone;
 //! [`PortStats::sum`] adds the queues up into a snapshot.
+//!
+//! A port's counters are one [`PortCounters`]: per queue an
+//! [`RxQueueStats`] or [`TxQueueStats`], with a [`BurstHistogram`] when
+//! [`PortConfig::burst_stats`](super::PortConfig::burst_stats) asks for one,
+//! and the driver's named counters ([`Xstats`](super::Xstats)).
+//! [`Port::stats`](super::Port::stats) is the snapshot,
+//! [`Port::counters`](super::Port::counters) the live counters for another
+//! thread.
+//!
+//! ```
+//! use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+//! use sluice::port::PortConfig;
+//!
+//! let pool = MbufPool::new(MbufPoolConfig { size: 1023, ..Default::default() })?;
+//! let mut config = PortConfig::new(Some(pool.clone()));
+//! config.burst_stats = true;
+//! let mut port = sluice::driver::open("null:size=64", config)?;
+//! port.start()?;
+//! let mut burst: Burst = Burst::new();
+//! for _ in 0..3 {
+//!     port.rx_queue(0)?.rx_burst(burst.capped(8)); // bursts of 8
+//!     burst.clear();
+//! }
+//! port.rx_queue(0)?.rx_burst(&mut burst); // one of 32
+//!
+//! let counters = port.counters();
+//! let histogram = counters.rx[0].bursts.as_ref().unwrap();
+//! assert_eq!((histogram.counts()[8], histogram.counts()[32]), (3, 1));
+//! assert_eq!(histogram.mean(), 14.0);
+//! assert_eq!(port.stats().rx_packets, 3 * 8 + 32);
+//! assert_eq!(port.stats().rx_bytes, (3 * 8 + 32) * 64);
+//! drop((burst, port));
+//! assert!(pool.is_full());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 use crate::counter::Counter;
 

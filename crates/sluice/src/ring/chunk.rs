@@ -69,6 +69,32 @@ impl<T> Producer<T, Single> {
     }
 
     /// Reserves as many slots as are free, up to `max` (possibly none).
+    ///
+    /// ```
+    /// use sluice::ring::Ring;
+    ///
+    /// let (mut tx, mut rx) = Ring::<u16>::spsc(8).unwrap();
+    /// tx.enqueue_bulk(&[0; 6]);
+    /// let mut zeros = [0u16; 6];
+    /// rx.dequeue_bulk(&mut zeros); // the next slots written cross the wrap
+    ///
+    /// // Write in place: up to 10 asked, the ring has 8 slots.
+    /// let chunk = tx.reserve_burst(10);
+    /// assert_eq!(chunk.len(), 8);
+    /// assert_eq!(chunk.copy_from_slice(&[1, 2, 3, 4, 5]), 5);
+    ///
+    /// // Read in place, release part, and leave the rest for later.
+    /// let chunk = rx.peek_burst(4);
+    /// let (before_wrap, after_wrap) = chunk.as_slices();
+    /// assert_eq!((before_wrap, after_wrap), (&[1, 2][..], &[3, 4][..]));
+    /// chunk.commit(3);
+    /// assert_eq!(rx.len(), 2);
+    ///
+    /// // Or move the entries out one by one.
+    /// let taken: Vec<u16> = rx.peek_burst(8).drain().collect();
+    /// assert_eq!(taken, [4, 5]);
+    /// assert!(rx.is_empty());
+    /// ```
     #[inline]
     pub fn reserve_burst(&mut self, max: usize) -> WriteChunk<'_, T> {
         let max = max.min(super::MAX_CAPACITY) as u32;

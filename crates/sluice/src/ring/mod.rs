@@ -152,6 +152,23 @@ pub type Ends<T, P, C> = (Producer<T, P>, Consumer<T, C>);
 impl<T: Send> Ring<T> {
     /// Creates a ring of `capacity` slots (a power of two) and returns its
     /// two ends, with the producer and consumer modes chosen by `P` and `C`.
+    /// A capacity of 0, not a power of two or over [`MAX_CAPACITY`] is a
+    /// [`RingError`].
+    ///
+    /// ```
+    /// use sluice::ring::{Multi, Ring, RingError, Single};
+    ///
+    /// // Several producers, one consumer: the same as `Ring::mpsc(64)`.
+    /// let (tx, mut rx) = Ring::<u32>::new::<Multi, Single>(64).unwrap();
+    /// let mut tx2 = tx.clone(); // a multi-threaded end is `Clone`
+    /// assert!(tx2.push(7).is_ok());
+    /// assert_eq!(rx.pop(), Some(7));
+    /// drop(tx);
+    ///
+    /// assert_eq!(Ring::<u32>::spsc(0).unwrap_err(), RingError::ZeroCapacity);
+    /// let err = Ring::<u32>::spsc(100).unwrap_err();
+    /// assert_eq!(err.to_string(), "ring capacity 100 is not a power of two");
+    /// ```
     // A ring is only ever used through its ends, so the constructor returns
     // them (like `std::sync::mpsc::channel`).
     #[allow(clippy::new_ret_no_self)]
@@ -161,12 +178,93 @@ impl<T: Send> Ring<T> {
         Ok((Producer::new(ring.clone()), Consumer::new(ring)))
     }
 
-    /// Single producer, single consumer.
+    /// Single producer, single consumer: the fastest kind, for one thread
+    /// handing values to one other. Neither end is `Clone`.
+    ///
+    /// ```
+    /// use sluice::ring::Ring;
+    ///
+    /// const N: u64 = 10_000;
+    /// let (mut tx, mut rx) = Ring::<u64>::spsc(256).unwrap();
+    /// let received = std::thread::scope(|s| {
+    ///     let producer = s.spawn(move || {
+    ///         let mut next = 0;
+    ///         while next < N {
+    ///             // As many as fit, in one head move; a full ring takes none.
+    ///             let batch: Vec<u64> = (next..N.min(next + 32)).collect();
+    ///             next += tx.enqueue_burst(&batch).n as u64;
+    ///         }
+    ///     });
+    ///     let mut received = Vec::new();
+    ///     let mut out = [0u64; 32];
+    ///     let mut receive = |received: &mut Vec<u64>| {
+    ///         let moved = rx.dequeue_burst(&mut out);
+    ///         received.extend_from_slice(&out[..moved.n]);
+    ///         moved.n
+    ///     };
+    ///     while !producer.is_finished() {
+    ///         receive(&mut received);
+    ///     }
+    ///     // Joining makes all the producer sent visible here: take the rest.
+    ///     producer.join().unwrap();
+    ///     while receive(&mut received) != 0 {}
+    ///     received
+    /// });
+    /// // Everything, once each, in the order it was sent.
+    /// assert_eq!(received, (0..N).collect::<Vec<_>>());
+    /// ```
     pub fn spsc(capacity: usize) -> Result<Ends<T, Single, Single>, RingError> {
         Self::new(capacity)
     }
 
-    /// Multi producer, multi consumer.
+    /// Multi producer, multi consumer: clone either end into as many
+    /// threads as need it.
+    ///
+    /// ```
+    /// use sluice::ring::Ring;
+    ///
+    /// let (tx, rx) = Ring::<u32>::mpmc(1024).unwrap();
+    /// std::thread::scope(|s| {
+    ///     // Two producers, 500 values each, distinct between them.
+    ///     for t in 0..2u32 {
+    ///         let mut tx = tx.clone();
+    ///         s.spawn(move || {
+    ///             for chunk in (t * 500..(t + 1) * 500).collect::<Vec<_>>().chunks(50) {
+    ///                 // The ring has room for everything: a bulk move of
+    ///                 // the whole chunk always succeeds.
+    ///                 assert_eq!(tx.enqueue_bulk(chunk).n, chunk.len());
+    ///             }
+    ///         });
+    ///     }
+    /// });
+    /// drop(tx);
+    /// assert_eq!(rx.ring().len(), 1000);
+    ///
+    /// // Two consumers drain the ring between them.
+    /// let mut taken: Vec<u32> = std::thread::scope(|s| {
+    ///     let consumers: Vec<_> = (0..2)
+    ///         .map(|_| {
+    ///             let mut rx = rx.clone();
+    ///             s.spawn(move || {
+    ///                 let mut mine = Vec::new();
+    ///                 let mut out = [0u32; 16];
+    ///                 loop {
+    ///                     let moved = rx.dequeue_burst(&mut out);
+    ///                     if moved.n == 0 {
+    ///                         break mine; // no producer is left: empty for good
+    ///                     }
+    ///                     mine.extend_from_slice(&out[..moved.n]);
+    ///                 }
+    ///             })
+    ///         })
+    ///         .collect();
+    ///     consumers.into_iter().flat_map(|c| c.join().unwrap()).collect()
+    /// });
+    /// // Every value came out exactly once.
+    /// taken.sort_unstable();
+    /// assert_eq!(taken, (0..1000).collect::<Vec<_>>());
+    /// assert!(rx.is_empty());
+    /// ```
     pub fn mpmc(capacity: usize) -> Result<Ends<T, Multi, Multi>, RingError> {
         Self::new(capacity)
     }

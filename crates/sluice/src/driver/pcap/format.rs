@@ -10,6 +10,35 @@
 //! Reading never panics and never trusts a length: a file that ends inside a
 //! header or a packet, or whose lengths cannot be right, is an error that
 //! names the byte offset where the problem starts.
+//!
+//! [`PcapWriter`] writes a file to any `Write`, [`PcapReader`] reads one from
+//! any `Read`, a record at a time into the caller's buffer.
+//!
+//! ```
+//! use sluice::driver::pcap::format::{LINKTYPE_ETHERNET, PcapError, PcapReader, PcapWriter};
+//!
+//! let mut writer = PcapWriter::new(Vec::new(), 65535, LINKTYPE_ETHERNET, true)?;
+//! writer.write(1_000_000_123, &[0xaa; 60])?;
+//! writer.write(2_000_000_456, &[0xbb; 64])?;
+//! let file = writer.finish()?;
+//! assert_eq!(file.len(), 24 + (16 + 60) + (16 + 64));
+//!
+//! let mut reader = PcapReader::new(&file[..])?;
+//! let mut data = Vec::new();
+//! let first = reader.next_into(&mut data)?.unwrap();
+//! assert_eq!((first.ts_nanos, first.caplen, &data[..]), (1_000_000_123, 60, &[0xaa; 60][..]));
+//! let second = reader.next_into(&mut data)?.unwrap();
+//! assert_eq!((second.ts_nanos, second.offset), (2_000_000_456, 24 + 16 + 60));
+//! assert!(reader.next_into(&mut data)?.is_none());
+//!
+//! // A file cut inside its second packet: an error naming where that
+//! // packet's data starts.
+//! let mut reader = PcapReader::new(&file[..file.len() - 1])?;
+//! reader.next_into(&mut data)?;
+//! let err = reader.next_into(&mut data).unwrap_err();
+//! assert_eq!(err.to_string(), "pcap: truncated packet data at offset 116: 63 of 64 bytes");
+//! # Ok::<(), PcapError>(())
+//! ```
 
 use std::io::{self, Read, Write};
 
