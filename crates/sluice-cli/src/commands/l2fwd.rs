@@ -14,7 +14,9 @@
 
 use clap::Args;
 
-use crate::fwd::{self, Engine, EthPeer, FwdArgs};
+use crate::app::io;
+use crate::app::options::{Engine, EthPeer, FwdArgs, parse_eth_peer, parse_seconds};
+use crate::app::summary::require_clean;
 
 /// Arguments of `sluice l2fwd`.
 #[derive(Args, Debug, Clone)]
@@ -32,7 +34,7 @@ pub struct L2fwdArgs {
     /// Destination MAC written on frames leaving a port: `MAC` for every
     /// port or `PORT,MAC` for one (repeatable). Default
     /// 02:00:00:00:00:PORT.
-    #[arg(long, value_name = "[PORT,]MAC", value_parser = fwd::parse_eth_peer)]
+    #[arg(long, value_name = "[PORT,]MAC", value_parser = parse_eth_peer)]
     pub dest_mac: Vec<EthPeer>,
     /// Rx descriptors per queue.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
@@ -54,10 +56,10 @@ pub struct L2fwdArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub cores: u16,
     /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
-    #[arg(long, value_parser = fwd::parse_seconds)]
+    #[arg(long, value_parser = parse_seconds)]
     pub duration: Option<f64>,
     /// Seconds between stats lines (l2fwd's `-T`).
-    #[arg(long, short = 'T', default_value_t = 10.0, value_parser = fwd::parse_seconds)]
+    #[arg(long, short = 'T', default_value_t = 10.0, value_parser = parse_seconds)]
     pub stats_period: f64,
     /// Tx attempts more for packets a Tx queue did not take.
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -101,11 +103,7 @@ pub fn run(args: &L2fwdArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    if fwd::run(&args.to_fwd())? {
-        Ok(())
-    } else {
-        Err("a tester report is not clean (loss, reordering, duplicates or corruption)".into())
-    }
+    require_clean(io::run(&args.to_fwd())?)
 }
 
 impl L2fwdArgs {

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::lcore::LcoreCycles;
+use super::io::lcore::LcoreCycles;
 use super::stats::{PortSample, Sources};
 use super::summary::cycles_per_packet;
 
@@ -149,7 +149,8 @@ mod tests {
 
     #[test]
     fn a_warm_up_gives_a_window_inside_the_run_and_every_buffer_comes_home() {
-        use crate::fwd::{Engine, FwdArgs, measure};
+        use crate::app::io::measure;
+        use crate::app::options::{Engine, FwdArgs};
         let spec = "soft:tester=fwd_window_unit,gen=udp,flows=64,size=64,device=inline";
         let mut args = FwdArgs::with_specs(vec![spec.into(), spec.into()]);
         args.engine = Engine::Mac;

@@ -5,39 +5,29 @@
 //!   longest-prefix match (`--lookup lpm`, the default: `Lpm4` DIR-24-8 and
 //!   `Lpm6` multibit trie in `sluice::net::lpm`), or 5-tuple lines for exact match (`--lookup em`:
 //!   `sluice::net::em` hash tables).
-//! - **Per packet** ([`classify`]): header checks, the lookup, TTL / hop
+//! - **Per packet** (`app::l3::classify`): header checks, the lookup, TTL / hop
 //!   limit decrement with the IPv4 checksum updated incrementally, the MAC
 //!   rewrite (source: the output port's MAC; destination: `--dest-mac` for
 //!   that port, default `02:00:00:00:00:PORT`). Drops are counted by reason:
 //!   no route, TTL expired, bad header, bad checksum (and unwritable, for a
 //!   shared buffer).
-//! - **Lcores** ([`lcore`]): every port gets `--cores` Rx and Tx queues
+//! - **Lcores** (`app::l3::lcore`): every port gets `--cores` Rx and Tx queues
 //!   (RSS spreads flows over the Rx queues); lcore `i` owns Tx queue `i` of
 //!   every port and a round-robin share of all Rx queues. Ports that cannot
 //!   have that many queues fall back to one each, and then one lcore runs.
 //!
 //! The rest — ports, pool, live stats, the drain, the summary — is `sluice
-//! fwd`'s ([`fwd::run_with`]); the summary adds the router's drops.
-
-pub mod classify;
-pub mod lcore;
-pub mod router;
-
-use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
+//! fwd`'s (`app::run::run_with`); the summary adds the router's drops.
 
 use clap::Args;
-use sluice::mbuf::MbufPool;
 use sluice::net::routes;
-use sluice::port::{Offloads, Port};
-use sluice::tester::Tester;
+use sluice::port::Offloads;
 
-use crate::fwd::lcore::StreamCounters;
-use crate::fwd::stats::Sources;
-use crate::fwd::{self, EthPeer, Forwarded, FwdArgs};
-use classify::{PortMacs, Router};
-use lcore::{L3Config, L3Lcore, RouteDropCounters, l3_main, sum_drops};
-use router::{Lookup, Tables};
+use crate::app::l3::route_phase;
+use crate::app::l3::router::{Lookup, Tables};
+use crate::app::options::{EthPeer, FwdArgs, parse_eth_peer, parse_seconds};
+use crate::app::run::run_with;
+use crate::app::summary::require_clean;
 
 /// Arguments of `sluice l3fwd`.
 #[derive(Args, Debug, Clone)]
@@ -59,7 +49,7 @@ pub struct L3fwdArgs {
     pub lookup: Lookup,
     /// Destination MAC written on frames leaving a port: `MAC` for every
     /// port or `PORT,MAC` for one (repeatable). Default 02:00:00:00:00:PORT.
-    #[arg(long, value_name = "[PORT,]MAC", value_parser = fwd::parse_eth_peer)]
+    #[arg(long, value_name = "[PORT,]MAC", value_parser = parse_eth_peer)]
     pub dest_mac: Vec<EthPeer>,
     /// Rx descriptors per queue.
     #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
@@ -80,10 +70,10 @@ pub struct L3fwdArgs {
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub cores: u16,
     /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
-    #[arg(long, value_parser = fwd::parse_seconds)]
+    #[arg(long, value_parser = parse_seconds)]
     pub duration: Option<f64>,
     /// Seconds between stats lines.
-    #[arg(long, default_value_t = 1.0, value_parser = fwd::parse_seconds)]
+    #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
     pub stats_period: f64,
     /// Tx attempts more for packets a Tx queue did not take.
     #[arg(long, default_value_t = 0, value_name = "N")]
@@ -142,102 +132,9 @@ pub fn run(args: &L3fwdArgs) -> Result<(), String> {
         );
     }
     let tables = Tables::build(&file, args.lookup, fa.all_specs().len())?;
-    let clean = fwd::run_with(&fa, args.engine(), |ports, pool, testers| match &tables {
+    let clean = run_with(&fa, args.engine(), |ports, pool, testers| match &tables {
         Tables::Lpm(r) => route_phase(&**r, ports, pool, &fa, testers),
         Tables::Em(r) => route_phase(r, ports, pool, &fa, testers),
     })?;
-    if clean {
-        Ok(())
-    } else {
-        Err("a tester report is not clean (loss, reordering, duplicates or corruption)".into())
-    }
-}
-
-/// The forwarding phase of l3fwd: lcores, their queues, the routing loop.
-pub(crate) fn route_phase<R: Router>(
-    router: &R,
-    ports: &mut [Port],
-    pool: &MbufPool,
-    args: &FwdArgs,
-    testers: &[(String, Arc<Tester>)],
-) -> Result<Forwarded, String> {
-    let nports = ports.len();
-    let macs: Vec<PortMacs> = ports
-        .iter()
-        .enumerate()
-        .map(|(p, port)| PortMacs::new(args.peer_mac(p), port.mac()))
-        .collect();
-    let threaded = ports.iter().any(|p| fwd::has_threaded_device(p.name()));
-    let counters: Vec<_> = ports.iter().map(Port::counters).collect();
-    // Every port has the same queue count (fwd::open_ports falls back to
-    // one for all), so lcore i can own Tx queue i of each.
-    let queues = ports
-        .iter()
-        .map(|p| p.nb_tx_queues().min(p.nb_rx_queues()))
-        .min()
-        .unwrap_or(1);
-    let nb_lcores = (args.cores as usize).min(queues).max(1);
-    let drop_counters: Vec<RouteDropCounters> = (0..nb_lcores)
-        .map(|_| RouteDropCounters::default())
-        .collect();
-    let mut lcores: Vec<L3Lcore<'_>> = drop_counters
-        .iter()
-        .enumerate()
-        .map(|(i, drops)| L3Lcore {
-            rx: Vec::new(),
-            tx: Vec::new(),
-            counters_base: i * nports,
-            drops,
-        })
-        .collect();
-    let mut next = 0;
-    for p in ports.iter_mut() {
-        let (rx, tx) = p.queues_mut().map_err(|e| e.to_string())?;
-        for (q, t) in tx.iter_mut().enumerate().take(nb_lcores) {
-            lcores[q].tx.push(t.as_mut());
-        }
-        for r in rx.iter_mut() {
-            lcores[next % nb_lcores].rx.push(r.as_mut());
-            next += 1;
-        }
-    }
-    let stream_counters: Vec<StreamCounters> = (0..nb_lcores * nports)
-        .map(|_| StreamCounters::default())
-        .collect();
-    let stop = AtomicBool::new(false);
-    let app_drops = || {
-        let d = sum_drops(&drop_counters);
-        d.no_route + d.ttl_expired + d.bad_header + d.bad_checksum + d.unwritable + d.runt
-    };
-    let src = Sources {
-        ports: counters,
-        stream_tx_port: (0..nb_lcores * nports).map(|i| i % nports).collect(),
-        streams: &stream_counters,
-        app_drops: Some(&app_drops),
-    };
-    let cfg = L3Config {
-        burst: args.burst as usize,
-        tx_retry: args.tx_retry,
-        counters: &stream_counters,
-        macs: &macs,
-        stop: &stop,
-    };
-    let (cycles, secs, drain_accounted) = fwd::run_lcores(
-        lcores,
-        threaded,
-        &src,
-        args,
-        testers,
-        &stop,
-        |cpu, mut lc| l3_main(cpu, router, &mut lc, cfg, pool),
-    )?;
-    Ok(Forwarded {
-        lcores: cycles,
-        secs,
-        drops: src.sample().iter().map(|s| s.drops).collect(),
-        recycle_errors: 0,
-        route_drops: Some(sum_drops(&drop_counters)),
-        drain_accounted,
-        alloc_failures: 0,
-    })
+    require_clean(clean)
 }

@@ -13,7 +13,7 @@ use super::args::{Preset, TuneArgs};
 use super::grid::{Config, DEFAULTS, fits};
 use super::point::{self, PointResult, Setup};
 use super::report::{Choice, json_line, loadavg, progress};
-use crate::bench::emit;
+use crate::app::output::emit;
 
 /// DPDK l2fwd's old defaults: 128 Rx / 512 Tx descriptors, cache 32.
 pub const L2FWD_OLD: Config = Config {
@@ -80,7 +80,7 @@ pub fn run(
     for k in 0..reps {
         let order = if k % 2 == 0 { [old, new] } else { [new, old] };
         for c in order {
-            if crate::fwd::interrupted() {
+            if crate::app::signal::interrupted() {
                 break;
             }
             let r = point::measure(setup, c)?;

@@ -169,7 +169,7 @@ fn a_starved_pool_is_not_clean_and_says_the_pool_ran_dry() {
 
 #[test]
 fn a_runt_and_an_oversize_frame_are_dropped_with_their_reason_when_distributing() {
-    let file = crate::fwd::tests::pcap_of("dist_runts", &[5, 60, 2000, 13, 60]);
+    let file = crate::app::io::tests::pcap_of("dist_runts", &[5, 60, 2000, 13, 60]);
     let rx = format!("pcap:rx={}", file.display());
     let s = run(&quick(&[&rx, "null"], Api::Burst, 1)).unwrap();
     std::fs::remove_file(&file).unwrap();

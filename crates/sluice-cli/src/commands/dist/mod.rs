@@ -1,0 +1,250 @@
+//! `sluice dist`: a distributor pipeline — Rx ports → one distributor
+//! lcore → N worker threads → Tx ports, on ports given by spec as
+//! `sluice fwd` takes them (default: two `soft` ports cabled to the
+//! built-in tester).
+//!
+//! The main thread opens the ports (one Rx and one Tx queue each, the
+//! RSS-hash Rx offload on where the driver has it), one shared mbuf pool,
+//! and runs the pipeline (`app::dist`): ports pair up as in `sluice fwd`
+//! (0↔1, 2↔3, an odd last one to itself), what comes in on a port goes
+//! out on its pair. After `--duration` (or `--packets`) the pipeline
+//! drains; then the ports stop, every buffer goes home, and the summary is
+//! printed.
+
+use clap::Args;
+use sluice::mbuf::{MbufPool, MbufPoolConfig};
+
+use crate::app::dist::api::{self, Api};
+use crate::app::dist::lcore::MAX_BURST;
+use crate::app::dist::summary::{
+    DistCounters, DistSummary, FlowSpread, counts_match, is_clean, worker_rows,
+};
+use crate::app::dist::{Pipeline, Placement, Settings, open_ports};
+use crate::app::lcores::pin_main_thread;
+use crate::app::options::parse_seconds;
+#[cfg(test)]
+use crate::app::ports::tester_names;
+use crate::app::ports::{all_on_testers, cabled_testers, start_all, stop_all};
+use crate::app::signal::catch_signals;
+use crate::app::summary::{PortSummary, tester_reports};
+
+/// Arguments of `sluice dist`.
+#[derive(Args, Debug, Clone)]
+pub struct DistArgs {
+    /// Port spec strings (`soft:tester=t,gen=udp`, `null`, `pair:name=p0`,
+    /// ...), in port order; ports pair up 0<->1, 2<->3 (an odd last one
+    /// sends to itself). Default: two soft ports cabled to the built-in
+    /// tester, device inline.
+    #[arg(value_name = "SPEC")]
+    pub specs: Vec<String>,
+    /// A port spec; may be repeated (and mixed with positional specs, which
+    /// come after).
+    #[arg(long = "port", short = 'p', value_name = "SPEC")]
+    pub ports: Vec<String>,
+    /// Worker threads (more than the CPUs left for them time-slice).
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub workers: u16,
+    /// The distributor API.
+    #[arg(long, value_enum, default_value_t = Api::Burst)]
+    pub api: Api,
+    /// How long to run, in seconds (then the pipeline is drained).
+    #[arg(long, default_value_t = 5.0, value_parser = parse_seconds)]
+    pub duration: f64,
+    /// End the run once this many packets were received (or at
+    /// `--duration`, whichever comes first); the drain then forwards what
+    /// is still in flight, so a few more may pass.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub packets: Option<u64>,
+    /// Packets asked for per Rx call.
+    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub burst: u16,
+    /// Rx descriptors per port.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
+    pub rxd: u16,
+    /// Tx descriptors per port.
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
+    pub txd: u16,
+    /// Mempool per-lcore cache size.
+    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=512))]
+    pub cache: u32,
+    /// Mbufs in the pool (default: every descriptor, the cache and what
+    /// the distributor and workers can hold, at least 8191).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    pub pool_size: Option<u32>,
+    /// Tx attempts more for packets a Tx queue did not take, before they
+    /// are freed (and counted as refused).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub tx_retry: u32,
+    /// Seconds between live stats lines.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
+    pub stats_period: f64,
+    /// One JSON object per line (stats lines and the summary) on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The ports when none are given: two soft ports cabled to tester `dist`.
+pub const DEFAULT_SPEC: &str = "soft:tester=dist,gen=udp,flows=1024,size=64,device=inline";
+
+impl DistArgs {
+    /// Arguments with every default and these port specs (for tests).
+    #[cfg(test)]
+    pub fn with_specs(specs: Vec<String>) -> DistArgs {
+        DistArgs {
+            specs,
+            ports: Vec::new(),
+            workers: 2,
+            api: Api::Burst,
+            duration: 5.0,
+            packets: None,
+            burst: 32,
+            rxd: 1024,
+            txd: 1024,
+            cache: 256,
+            pool_size: None,
+            tx_retry: 0,
+            stats_period: 1.0,
+            json: false,
+        }
+    }
+
+    /// Every port spec, `--port` ones first; the default pair when none.
+    pub fn all_specs(&self) -> Vec<String> {
+        let specs: Vec<String> = self.ports.iter().chain(&self.specs).cloned().collect();
+        if specs.is_empty() {
+            vec![DEFAULT_SPEC.to_owned(); 2]
+        } else {
+            specs
+        }
+    }
+}
+
+/// Mbufs the pool gets by default: every descriptor, the lcore's cache
+/// (1.5x) and bursts, 16 per worker, the returns FIFO, with room to spare;
+/// at least 8191 and one less than a power of two.
+pub fn default_pool_size(ports: usize, args: &DistArgs) -> u32 {
+    let desc = ports * (args.rxd as usize + args.txd as usize);
+    let held = args.cache as usize * 3 / 2
+        + 2 * ports * MAX_BURST
+        + MAX_BURST
+        + 16 * args.workers as usize
+        + api::RETURNS;
+    let need = (desc + held + 1024).max(8191);
+    ((need + 1).next_power_of_two() - 1).min(u32::MAX as usize) as u32
+}
+
+/// Runs `sluice dist`; an error when the run was not right (a tester
+/// report not clean, the pool ran dry, the drain left frames unaccounted
+/// for, packets unaccounted for, buffers missing).
+pub fn run_checked(args: &DistArgs) -> Result<(), String> {
+    let s = run(args)?;
+    if s.ok() {
+        return Ok(());
+    }
+    Err(s.problems().join("; "))
+}
+
+/// Runs `sluice dist` and prints its summary, which it returns.
+pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
+    args.api.check()?;
+    let specs = args.all_specs();
+    if specs.len() > u16::MAX as usize {
+        return Err(format!("{} ports given; at most {}", specs.len(), u16::MAX));
+    }
+    let pool = MbufPool::new(MbufPoolConfig {
+        name: "dist".into(),
+        size: args
+            .pool_size
+            .unwrap_or_else(|| default_pool_size(specs.len(), args)),
+        cache_size: args.cache,
+        ..Default::default()
+    })
+    .map_err(|e| format!("mbuf pool: {e}"))?;
+    let cpus = sluice::lcore::available_cpus();
+    pin_main_thread(&cpus, 2, "dist");
+    let place = Placement::of(&cpus);
+    let workers = args.workers as usize;
+    let (mut ports, soft_hash) = open_ports(&specs, &pool, args.rxd, args.txd)?;
+    if workers > place.workers.len() {
+        eprintln!(
+            "sluice dist: note: {workers} workers on {} CPU(s) {:?}: they time-slice",
+            place.workers.len(),
+            place.workers
+        );
+    }
+    start_all(&mut ports)?;
+    catch_signals();
+    let testers = cabled_testers(&specs);
+    let settings = Settings {
+        workers: args.workers,
+        burst: args.burst,
+        tx_retry: args.tx_retry,
+        txd: args.txd,
+        duration: args.duration,
+        packets: args.packets,
+        stats_period: args.stats_period,
+        json: args.json,
+        accountable: all_on_testers(&specs),
+    };
+    let ran = args.api.open(
+        workers,
+        Pipeline {
+            ports: &mut ports,
+            soft_hash: &soft_hash,
+            args: &settings,
+            place: &place,
+            pool: &pool,
+            testers: &testers,
+        },
+    )??;
+
+    let (counters, device_cycles) = stop_all(&mut ports);
+    let secs = ran.secs;
+    let port_rows: Vec<PortSummary> = counters
+        .iter()
+        .enumerate()
+        .map(|(i, c)| PortSummary::new(i, ports[i].name(), c, ran.drops[i], secs))
+        .collect();
+    drop(ports);
+    let testers = tester_reports(testers);
+    let alloc_failures = port_rows.iter().map(|p| p.rx_nombuf).sum();
+    let rx: u64 = port_rows.iter().map(|p| p.rx_packets).sum();
+    let tx: u64 = port_rows.iter().map(|p| p.tx_packets).sum();
+    let per_worker = worker_rows(&ran.workers, &ran.stats.handed);
+    let distributor = DistCounters::new(&ran.stats, ran.drops.iter().sum());
+    let c = ran.cycles;
+    let summary = DistSummary {
+        kind: "summary",
+        api: args.api,
+        matching: ran.matching,
+        workers,
+        workers_per_core: place.per_core(workers),
+        burst: args.burst as usize,
+        duration_s: secs,
+        software_hash_ports: (0..soft_hash.len()).filter(|&i| soft_hash[i]).collect(),
+        rx_packets: rx,
+        tx_packets: tx,
+        rx_mpps: rx as f64 / secs / 1e6,
+        tx_mpps: tx as f64 / secs / 1e6,
+        spread: FlowSpread::of(&ran.workers),
+        counts_match: counts_match(rx, tx, &distributor, &per_worker),
+        per_worker,
+        distributor,
+        lcore_cycles_per_packet: (c.packets > 0)
+            .then(|| c.busy_cycles.saturating_sub(device_cycles) as f64 / c.packets as f64),
+        lcore_loops: c.loops,
+        lcore_busy_loops: c.busy_loops,
+        tsc_hz: sluice::tsc::tsc_hz(),
+        pool_full: pool.is_full(),
+        alloc_failures,
+        clean: is_clean(&testers, alloc_failures, ran.drain_accounted),
+        drain_accounted: ran.drain_accounted,
+        testers,
+        ports: port_rows,
+    };
+    summary.print(args.json);
+    Ok(summary)
+}
+
+#[cfg(test)]
+mod tests;
