@@ -24,19 +24,31 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Forward packets between ports, as DPDK's testpmd does.
+    ///
+    /// Ports forward in pairs, 0<->1, 2<->3; with an odd count the last
+    /// forwards to itself.
     Fwd(fwd::FwdArgs),
     /// Forward between port pairs with MAC rewrite, as DPDK's l2fwd (runs
     /// until SIGINT/SIGTERM unless `--duration` is given).
+    ///
+    /// Ports forward in pairs, 0<->1, 2<->3; with an odd count the last
+    /// forwards to itself.
     L2fwd(l2fwd::L2fwdArgs),
     /// Route IPv4/IPv6 between ports by longest-prefix or exact match from a
     /// routes file, as DPDK's l3fwd (runs until SIGINT/SIGTERM unless
     /// `--duration` is given).
+    ///
+    /// Port numbers in the routes file are the ports' positions.
     L3fwd(l3fwd::L3fwdArgs),
     /// Send the built-in tester's traffic on a port (and check what comes
     /// back, with `--check`).
     Gen(traffic_gen::GenArgs),
     /// Distribute packets from ports to worker threads and back: Rx →
     /// distributor → N workers (MAC swap, per-flow counts) → Tx.
+    ///
+    /// Ports pair up 0<->1, 2<->3 (an odd last one sends to itself).
+    /// Default: two soft ports cabled to the built-in tester, device
+    /// inline.
     Dist(dist::DistArgs),
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
     /// `distributor`, `lpm`, `mpwqe`, `pagepool` or `all`.

@@ -60,8 +60,8 @@ fn open_all(
         let mut config = PortConfig::new(Some(pool.clone()))
             .port_id(i as u16)
             .queues(queues as u16, queues as u16)
-            .nb_rxd(args.rxd)
-            .nb_txd(args.txd);
+            .nb_rxd(args.queues.rxd)
+            .nb_txd(args.queues.txd);
         config.burst_stats = args.hist;
         let wanted = args.rx_offloads_if_capable;
         ports.push(sluice::driver::open_with(spec, config, |info, c| {

@@ -19,8 +19,8 @@ use super::summary::{PortSummary, RouteDrops, Summary, cycles_per_packet, tester
 /// lcore's cache (1.5x, its flush threshold) and burst, with room to spare;
 /// at least 8191 and one less than a power of two.
 pub fn default_pool_size(ports: usize, queues: usize, args: &FwdArgs) -> u32 {
-    let desc = ports * queues * (args.rxd as usize + args.txd as usize);
-    let lcores = args.cores as usize * (args.cache as usize * 3 / 2 + 2 * 64);
+    let desc = ports * queues * (args.queues.rxd as usize + args.queues.txd as usize);
+    let lcores = args.cores as usize * (args.queues.cache as usize * 3 / 2 + 2 * 64);
     let need = (desc + lcores + 1024).max(8191);
     let size = (need + 1).next_power_of_two() - 1;
     size.min(u32::MAX as usize) as u32
@@ -57,6 +57,7 @@ pub(crate) fn measure_with(
     }
     let queues = args.cores as usize;
     let pool_size = args
+        .queues
         .pool_size
         .unwrap_or_else(|| default_pool_size(specs.len(), queues, args));
     let data_room = if args.engine == Engine::Txonly || args.tx_first {
@@ -67,7 +68,7 @@ pub(crate) fn measure_with(
     let pool = MbufPool::new(MbufPoolConfig {
         name: "fwd".into(),
         size: pool_size,
-        cache_size: args.cache,
+        cache_size: args.queues.cache,
         data_room,
         ..Default::default()
     })
@@ -112,7 +113,7 @@ pub(crate) fn measure_with(
         kind: "summary",
         engine,
         cores: lcores.len(),
-        burst: args.burst as usize,
+        burst: args.queues.burst as usize,
         duration_s: secs,
         drops: port_rows.iter().map(|p| p.drops).sum(),
         ports: port_rows,
@@ -165,8 +166,8 @@ mod tests {
         assert_eq!(default_pool_size(2, 1, &a), 8191);
         let mut a = FwdArgs::with_specs(vec![]);
         a.cores = 4;
-        a.rxd = 4096;
-        a.txd = 4096;
+        a.queues.rxd = 4096;
+        a.queues.txd = 4096;
         let s = default_pool_size(4, 4, &a);
         assert!(s as usize >= 4 * 4 * 8192 + 4 * 384);
         assert!((s + 1).is_power_of_two());

@@ -156,9 +156,9 @@ mod tests {
         args.engine = Engine::Mac;
         args.duration = 0.1;
         args.stats_period = 100.0;
-        args.rxd = 128;
-        args.txd = 256;
-        args.cache = 64;
+        args.queues.rxd = 128;
+        args.queues.txd = 256;
+        args.queues.cache = 64;
         let m = measure(&args, Some(0.05)).unwrap();
         let w = m.window.expect("a warm-up gives a window");
         let s = &m.summary;

@@ -42,7 +42,7 @@ pub fn run() -> Result<(), String> {
         specs[0], specs[1]
     ));
     let mut args = FwdArgs::with_specs(specs);
-    args.tx_retry = DEMO_TX_RETRY;
+    args.queues.tx_retry = DEMO_TX_RETRY;
     require_clean(io::run(&args)?)
 }
 

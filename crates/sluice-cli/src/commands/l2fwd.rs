@@ -15,19 +15,20 @@
 use clap::Args;
 
 use crate::app::io;
-use crate::app::options::{Engine, EthPeer, FwdArgs, parse_eth_peer, parse_seconds};
+use crate::app::options::{
+    Engine, EthPeer, FwdArgs, PortSpecs, QueueOptions, parse_eth_peer, parse_seconds,
+};
 use crate::app::summary::require_clean;
 
 /// Arguments of `sluice l2fwd`.
 #[derive(Args, Debug, Clone)]
 pub struct L2fwdArgs {
-    /// Port spec strings, in port order (`afpacket:iface=veth0`,
-    /// `soft:tester=t,gen=udp`, ...). Ports forward in pairs, 0<->1, 2<->3.
-    #[arg(value_name = "SPEC")]
-    pub specs: Vec<String>,
-    /// A port spec; may be repeated (positional specs come after).
-    #[arg(long = "port", short = 'p', value_name = "SPEC")]
-    pub ports: Vec<String>,
+    /// The ports. They forward in pairs, 0<->1, 2<->3.
+    #[command(flatten)]
+    pub port_specs: PortSpecs,
+    /// Queues, buffers, bursts.
+    #[command(flatten)]
+    pub queues: QueueOptions,
     /// Forward frames unchanged (no source/destination MAC rewrite).
     #[arg(long)]
     pub no_mac_updating: bool,
@@ -36,21 +37,6 @@ pub struct L2fwdArgs {
     /// 02:00:00:00:00:PORT.
     #[arg(long, value_name = "[PORT,]MAC", value_parser = parse_eth_peer)]
     pub dest_mac: Vec<EthPeer>,
-    /// Rx descriptors per queue.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
-    pub rxd: u16,
-    /// Tx descriptors per queue.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
-    pub txd: u16,
-    /// Mempool per-lcore cache size.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=512))]
-    pub cache: u32,
-    /// Packets asked for per Rx call.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub burst: u16,
-    /// Mbufs in the pool (default: enough for every descriptor and cache).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub pool_size: Option<u32>,
     /// Forwarding lcores; each port gets this many queues when its driver
     /// allows.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
@@ -61,9 +47,6 @@ pub struct L2fwdArgs {
     /// Seconds between stats lines (l2fwd's `-T`).
     #[arg(long, short = 'T', default_value_t = 10.0, value_parser = parse_seconds)]
     pub stats_period: f64,
-    /// Tx attempts more for packets a Tx queue did not take.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub tx_retry: u32,
     /// One JSON object per line (stats lines and the summary) on stdout.
     #[arg(long)]
     pub json: bool,
@@ -72,23 +55,18 @@ pub struct L2fwdArgs {
 impl L2fwdArgs {
     /// The `sluice fwd` arguments that do the same forwarding.
     pub fn to_fwd(&self) -> FwdArgs {
-        let mut a = FwdArgs::with_specs(self.specs.clone());
-        a.ports = self.ports.clone();
+        let mut a = FwdArgs::with_specs(Vec::new());
+        a.port_specs = self.port_specs.clone();
+        a.queues = self.queues.clone();
         a.engine = if self.no_mac_updating {
             Engine::Io
         } else {
             Engine::Mac
         };
         a.eth_peer = self.dest_mac.clone();
-        a.rxd = self.rxd;
-        a.txd = self.txd;
-        a.cache = self.cache;
-        a.burst = self.burst;
-        a.pool_size = self.pool_size;
         a.cores = self.cores;
         a.duration = self.duration.unwrap_or(f64::INFINITY);
         a.stats_period = self.stats_period;
-        a.tx_retry = self.tx_retry;
         a.json = self.json;
         a
     }
@@ -108,7 +86,7 @@ pub fn run(args: &L2fwdArgs) -> Result<(), String> {
 
 impl L2fwdArgs {
     fn all_specs_empty(&self) -> bool {
-        self.specs.is_empty() && self.ports.is_empty()
+        self.port_specs.all().is_empty()
     }
 }
 
@@ -136,7 +114,10 @@ mod tests {
         let f = a.to_fwd();
         assert_eq!(f.all_specs(), ["null", "null"]);
         assert_eq!(f.engine, Engine::Mac);
-        assert_eq!((f.rxd, f.txd, f.cache, f.burst), (1024, 1024, 256, 32));
+        assert_eq!(
+            (f.queues.rxd, f.queues.txd, f.queues.cache, f.queues.burst),
+            (1024, 1024, 256, 32)
+        );
         assert_eq!(f.stats_period, 10.0);
         assert!(f.duration.is_infinite(), "runs until a signal");
         assert_eq!(f.peer_mac(1), MacAddr([2, 0, 0, 0, 0, 1]));

@@ -25,20 +25,21 @@ use sluice::port::Offloads;
 
 use crate::app::l3::route_phase;
 use crate::app::l3::router::{Lookup, Tables};
-use crate::app::options::{EthPeer, FwdArgs, parse_eth_peer, parse_seconds};
+use crate::app::options::{
+    EthPeer, FwdArgs, PortSpecs, QueueOptions, parse_eth_peer, parse_seconds,
+};
 use crate::app::run::run_with;
 use crate::app::summary::require_clean;
 
 /// Arguments of `sluice l3fwd`.
 #[derive(Args, Debug, Clone)]
 pub struct L3fwdArgs {
-    /// Port spec strings, in port order (port numbers in the routes file
-    /// are these positions).
-    #[arg(value_name = "SPEC")]
-    pub specs: Vec<String>,
-    /// A port spec; may be repeated (positional specs come after).
-    #[arg(long = "port", short = 'p', value_name = "SPEC")]
-    pub ports: Vec<String>,
+    /// The ports (port numbers in the routes file are their positions).
+    #[command(flatten)]
+    pub port_specs: PortSpecs,
+    /// Queues, buffers, bursts.
+    #[command(flatten)]
+    pub queues: QueueOptions,
     /// The routes file: `PREFIX/LEN PORT` per line (LPM), or
     /// `SRC DST SPORT DPORT PROTO PORT` (exact match); `#` comments.
     #[arg(long, value_name = "FILE")]
@@ -51,21 +52,6 @@ pub struct L3fwdArgs {
     /// port or `PORT,MAC` for one (repeatable). Default 02:00:00:00:00:PORT.
     #[arg(long, value_name = "[PORT,]MAC", value_parser = parse_eth_peer)]
     pub dest_mac: Vec<EthPeer>,
-    /// Rx descriptors per queue.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
-    pub rxd: u16,
-    /// Tx descriptors per queue.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
-    pub txd: u16,
-    /// Mempool per-lcore cache size.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=512))]
-    pub cache: u32,
-    /// Packets asked for per Rx call.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub burst: u16,
-    /// Mbufs in the pool (default: enough for every descriptor and cache).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub pool_size: Option<u32>,
     /// Forwarding lcores (and Rx/Tx queues per port).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub cores: u16,
@@ -75,9 +61,6 @@ pub struct L3fwdArgs {
     /// Seconds between stats lines.
     #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
     pub stats_period: f64,
-    /// Tx attempts more for packets a Tx queue did not take.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub tx_retry: u32,
     /// Per-queue burst-size histograms in the summary.
     #[arg(long)]
     pub hist: bool,
@@ -90,18 +73,13 @@ impl L3fwdArgs {
     /// The `sluice fwd` arguments of the shared parts (ports, pool, queues,
     /// stats, duration).
     pub fn to_fwd(&self) -> FwdArgs {
-        let mut a = FwdArgs::with_specs(self.specs.clone());
-        a.ports = self.ports.clone();
+        let mut a = FwdArgs::with_specs(Vec::new());
+        a.port_specs = self.port_specs.clone();
+        a.queues = self.queues.clone();
         a.eth_peer = self.dest_mac.clone();
-        a.rxd = self.rxd;
-        a.txd = self.txd;
-        a.cache = self.cache;
-        a.burst = self.burst;
-        a.pool_size = self.pool_size;
         a.cores = self.cores;
         a.duration = self.duration.unwrap_or(f64::INFINITY);
         a.stats_period = self.stats_period;
-        a.tx_retry = self.tx_retry;
         a.hist = self.hist;
         a.json = self.json;
         // As DPDK's l3fwd: the NIC checks IPv4 header checksums where it

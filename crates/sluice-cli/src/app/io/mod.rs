@@ -181,8 +181,8 @@ fn forward_window(
     };
     let cfg = LcoreConfig {
         engine: args.engine,
-        burst: args.burst as usize,
-        tx_retry: args.tx_retry,
+        burst: args.queues.burst as usize,
+        tx_retry: args.queues.tx_retry,
         counters: &stream_counters,
         stop: &stop,
         window: &window,
@@ -222,7 +222,7 @@ fn forward_window(
 fn send_first_burst(s: &mut Stream<'_>, pool: &MbufPool, args: &FwdArgs) {
     let frame = udp_frame(args.txpkts, s.src_mac, s.dst_mac);
     let mut burst: Burst<64> = Burst::new();
-    let n = args.burst as usize;
+    let n = args.queues.burst as usize;
     if pool.alloc_bulk(&mut burst, n).is_err() {
         return;
     }
@@ -247,10 +247,10 @@ pub(crate) mod tests {
         a.cores = cores;
         a.duration = 0.05;
         a.stats_period = 10.0;
-        a.rxd = 64;
-        a.txd = 64;
-        a.cache = 32;
-        a.pool_size = Some(2047);
+        a.queues.rxd = 64;
+        a.queues.txd = 64;
+        a.queues.cache = 32;
+        a.queues.pool_size = Some(2047);
         a
     }
 
@@ -435,8 +435,8 @@ pub(crate) mod tests {
         // until the pool is empty.
         let pair = "pair:name=fwd_txonly_dry";
         let mut args = quick(&[pair, pair], Engine::Txonly, 1);
-        args.pool_size = Some(63);
-        args.cache = 0;
+        args.queues.pool_size = Some(63);
+        args.queues.cache = 0;
         let s = measure_with(&args, "txonly", |ports, pool, testers| {
             forward(ports, pool, &args, testers)
         })
@@ -451,8 +451,8 @@ pub(crate) mod tests {
         let name = "fwd_starved";
         let spec = format!("soft:tester={name},gen=udp,flows=4,size=64,device=inline");
         let mut args = quick(&[&spec, &spec], Engine::Io, 1);
-        args.pool_size = Some(127);
-        args.cache = 0;
+        args.queues.pool_size = Some(127);
+        args.queues.cache = 0;
         let s = measure_with(&args, "io", |ports, pool, testers| {
             forward(ports, pool, &args, testers)
         })

@@ -89,8 +89,8 @@ pub(crate) fn route_phase<R: Router>(
         app_drops: Some(&app_drops),
     };
     let cfg = L3Config {
-        burst: args.burst as usize,
-        tx_retry: args.tx_retry,
+        burst: args.queues.burst as usize,
+        tx_retry: args.queues.tx_retry,
         counters: &stream_counters,
         macs: &macs,
         stop: &stop,

@@ -21,7 +21,7 @@ use crate::app::dist::summary::{
 };
 use crate::app::dist::{Pipeline, Placement, Settings, open_ports};
 use crate::app::lcores::pin_main_thread;
-use crate::app::options::parse_seconds;
+use crate::app::options::{PortSpecs, QueueOptions, parse_seconds};
 #[cfg(test)]
 use crate::app::ports::tester_names;
 use crate::app::ports::{all_on_testers, cabled_testers, start_all, stop_all};
@@ -31,16 +31,14 @@ use crate::app::summary::{PortSummary, tester_reports};
 /// Arguments of `sluice dist`.
 #[derive(Args, Debug, Clone)]
 pub struct DistArgs {
-    /// Port spec strings (`soft:tester=t,gen=udp`, `null`, `pair:name=p0`,
-    /// ...), in port order; ports pair up 0<->1, 2<->3 (an odd last one
+    /// The ports. They pair up 0<->1, 2<->3 (an odd last one
     /// sends to itself). Default: two soft ports cabled to the built-in
     /// tester, device inline.
-    #[arg(value_name = "SPEC")]
-    pub specs: Vec<String>,
-    /// A port spec; may be repeated (and mixed with positional specs, which
-    /// come after).
-    #[arg(long = "port", short = 'p', value_name = "SPEC")]
-    pub ports: Vec<String>,
+    #[command(flatten)]
+    pub port_specs: PortSpecs,
+    /// Queues, buffers, bursts.
+    #[command(flatten)]
+    pub queues: QueueOptions,
     /// Worker threads (more than the CPUs left for them time-slice).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub workers: u16,
@@ -55,26 +53,6 @@ pub struct DistArgs {
     /// is still in flight, so a few more may pass.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub packets: Option<u64>,
-    /// Packets asked for per Rx call.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub burst: u16,
-    /// Rx descriptors per port.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
-    pub rxd: u16,
-    /// Tx descriptors per port.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
-    pub txd: u16,
-    /// Mempool per-lcore cache size.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=512))]
-    pub cache: u32,
-    /// Mbufs in the pool (default: every descriptor, the cache and what
-    /// the distributor and workers can hold, at least 8191).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub pool_size: Option<u32>,
-    /// Tx attempts more for packets a Tx queue did not take, before they
-    /// are freed (and counted as refused).
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub tx_retry: u32,
     /// Seconds between live stats lines.
     #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
     pub stats_period: f64,
@@ -91,18 +69,12 @@ impl DistArgs {
     #[cfg(test)]
     pub fn with_specs(specs: Vec<String>) -> DistArgs {
         DistArgs {
-            specs,
-            ports: Vec::new(),
+            port_specs: PortSpecs::new(specs),
+            queues: QueueOptions::default(),
             workers: 2,
             api: Api::Burst,
             duration: 5.0,
             packets: None,
-            burst: 32,
-            rxd: 1024,
-            txd: 1024,
-            cache: 256,
-            pool_size: None,
-            tx_retry: 0,
             stats_period: 1.0,
             json: false,
         }
@@ -110,7 +82,7 @@ impl DistArgs {
 
     /// Every port spec, `--port` ones first; the default pair when none.
     pub fn all_specs(&self) -> Vec<String> {
-        let specs: Vec<String> = self.ports.iter().chain(&self.specs).cloned().collect();
+        let specs = self.port_specs.all();
         if specs.is_empty() {
             vec![DEFAULT_SPEC.to_owned(); 2]
         } else {
@@ -123,8 +95,9 @@ impl DistArgs {
 /// (1.5x) and bursts, 16 per worker, the returns FIFO, with room to spare;
 /// at least 8191 and one less than a power of two.
 pub fn default_pool_size(ports: usize, args: &DistArgs) -> u32 {
-    let desc = ports * (args.rxd as usize + args.txd as usize);
-    let held = args.cache as usize * 3 / 2
+    let q = &args.queues;
+    let desc = ports * (q.rxd as usize + q.txd as usize);
+    let held = q.cache as usize * 3 / 2
         + 2 * ports * MAX_BURST
         + MAX_BURST
         + 16 * args.workers as usize
@@ -154,9 +127,10 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
     let pool = MbufPool::new(MbufPoolConfig {
         name: "dist".into(),
         size: args
+            .queues
             .pool_size
             .unwrap_or_else(|| default_pool_size(specs.len(), args)),
-        cache_size: args.cache,
+        cache_size: args.queues.cache,
         ..Default::default()
     })
     .map_err(|e| format!("mbuf pool: {e}"))?;
@@ -164,7 +138,7 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
     pin_main_thread(&cpus, 2, "dist");
     let place = Placement::of(&cpus);
     let workers = args.workers as usize;
-    let (mut ports, soft_hash) = open_ports(&specs, &pool, args.rxd, args.txd)?;
+    let (mut ports, soft_hash) = open_ports(&specs, &pool, args.queues.rxd, args.queues.txd)?;
     if workers > place.workers.len() {
         eprintln!(
             "sluice dist: note: {workers} workers on {} CPU(s) {:?}: they time-slice",
@@ -177,9 +151,9 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
     let testers = cabled_testers(&specs);
     let settings = Settings {
         workers: args.workers,
-        burst: args.burst,
-        tx_retry: args.tx_retry,
-        txd: args.txd,
+        burst: args.queues.burst,
+        tx_retry: args.queues.tx_retry,
+        txd: args.queues.txd,
         duration: args.duration,
         packets: args.packets,
         stats_period: args.stats_period,
@@ -219,7 +193,7 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
         matching: ran.matching,
         workers,
         workers_per_core: place.per_core(workers),
-        burst: args.burst as usize,
+        burst: args.queues.burst as usize,
         duration_s: secs,
         software_hash_ports: (0..soft_hash.len()).filter(|&i| soft_hash[i]).collect(),
         rx_packets: rx,

@@ -42,9 +42,9 @@ fn quick(specs: &[&str], api: Api, workers: u16) -> DistArgs {
     a.workers = workers;
     a.duration = 0.2;
     a.stats_period = 10.0;
-    a.rxd = 256;
-    a.txd = 256;
-    a.cache = 32;
+    a.queues.rxd = 256;
+    a.queues.txd = 256;
+    a.queues.cache = 32;
     a.json = true;
     a
 }
@@ -154,8 +154,8 @@ fn a_starved_pool_is_not_clean_and_says_the_pool_ran_dry() {
     let name = "dist_unit_starved";
     let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
     let mut a = quick(&[&spec, &spec], Api::Burst, 1);
-    a.pool_size = Some(255);
-    a.cache = 0;
+    a.queues.pool_size = Some(255);
+    a.queues.cache = 0;
     let s = run(&a).unwrap();
     assert!(s.alloc_failures > 0, "{s:?}");
     assert!(!s.clean && !s.ok(), "{s:?}");

@@ -90,12 +90,12 @@ pub fn measure(setup: &Setup, c: Config) -> Result<PointResult, String> {
 fn measure_fwd(setup: &Setup, c: Config, engine: Engine) -> Result<PointResult, String> {
     let mut args = FwdArgs::with_specs(setup.specs.clone());
     args.engine = engine;
-    args.rxd = c.rxd;
-    args.txd = c.txd;
-    args.cache = c.cache;
-    args.burst = c.burst;
+    args.queues.rxd = c.rxd;
+    args.queues.txd = c.txd;
+    args.queues.cache = c.cache;
+    args.queues.burst = c.burst;
     args.duration = setup.duration;
-    args.tx_retry = setup.tx_retry;
+    args.queues.tx_retry = setup.tx_retry;
     // No live stats lines.
     args.stats_period = 1e6;
     let m = io::measure(&args, Some(setup.warmup)).map_err(|e| format!("{c}: {e}"))?;
