@@ -132,7 +132,19 @@ pub(crate) fn run_lcores_with<T: Send>(
                     .iter()
                     .any(|h| h.as_ref().is_ok_and(|h| h.is_finished()))
             };
-            ends = main_loop(live, src, args, testers, control, &lcore_ended);
+            let timing = Timing {
+                duration: args.duration,
+                stats_period: args.stats_period,
+            };
+            ends = main_loop(
+                live,
+                src,
+                timing,
+                testers,
+                control,
+                &lcore_ended,
+                Extra::default(),
+            );
         }
         stop.store(true, Ordering::Relaxed);
         let secs = started.elapsed().as_secs_f64();
@@ -166,30 +178,51 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// Stats lines until the duration is over (never when it is infinite) or a
-/// signal came (SIGINT, SIGTERM); then the drain ([`drain`]), which waits
-/// for the testers' counts to add up when `control.accountable`. With a
+/// How long a run lasts and how often it prints a stats line.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timing {
+    /// Seconds the run lasts (after a warm-up); infinite: until a signal.
+    pub duration: f64,
+    /// Seconds between live stats lines.
+    pub stats_period: f64,
+}
+
+/// What a command adds to [`main_loop`].
+#[derive(Default)]
+pub(crate) struct Extra<'a> {
+    /// Ends the run before its duration once true (`sluice dist
+    /// --packets`); the loop then looks every 10 ms instead of every 50.
+    pub enough: Option<&'a dyn Fn() -> bool>,
+    /// Called after each live stats line, with its time (more lines).
+    pub after_line: Option<&'a mut dyn FnMut(Instant)>,
+}
+
+/// Stats lines until the duration is over (never when it is infinite), a
+/// signal came (SIGINT, SIGTERM) or `extra` says enough; then the drain
+/// ([`drain`]), which waits for the testers' counts to add up when
+/// `control.accountable`. With a
 /// warm-up, the duration starts after it, and the counters at the window's
 /// open and close are returned; with `control.accountable`, whether the
 /// drain ended with every frame accounted for. A failure — an lcore ended
 /// (`lcore_ended`) or a port's device failed — ends the loop at once,
 /// without the drain.
-fn main_loop(
+pub(crate) fn main_loop(
     mut live: Live,
     src: &Sources<'_>,
-    args: &FwdArgs,
+    timing: Timing,
     testers: &[(String, Arc<Tester>)],
     control: Control<'_>,
     lcore_ended: &dyn Fn() -> bool,
+    mut extra: Extra<'_>,
 ) -> (Option<WindowEnds>, Option<bool>) {
     let start = live.start();
     let warmup = control.warmup;
     let warm = Duration::from_secs_f64(warmup.map_or(0.0, |w| w.0));
     // An infinite (or absurdly long) duration has no end but a signal;
     // with a warm-up, the end moves to the window's open plus the duration.
-    let length = Duration::try_from_secs_f64(args.duration).ok();
+    let length = Duration::try_from_secs_f64(timing.duration).ok();
     let mut end = length.and_then(|d| start.checked_add(warm + d));
-    let period = Duration::from_secs_f64(args.stats_period);
+    let period = Duration::from_secs_f64(timing.stats_period);
     let mut next = start + period;
     let mut open: Option<Snapshot> = None;
     let mut snapshots = None;
@@ -207,24 +240,31 @@ fn main_loop(
             open = Some(o);
             flag.store(Window::OPEN, Ordering::Relaxed);
         }
-        if end.is_some_and(|e| now >= e) || interrupted() {
+        let enough = extra.enough.is_some_and(|f| f());
+        if end.is_some_and(|e| now >= e) || enough || interrupted() {
             if let (Some((_, flag, inline)), Some(open)) = (warmup, open.take()) {
                 flag.store(Window::CLOSED, Ordering::Relaxed);
                 snapshots = Some((open, Snapshot::take(src, inline)));
             }
             break;
         }
-        // Short sleeps, so a signal (and the warm-up's end) is seen soon.
-        let mut wake = next.min(now + Duration::from_millis(50));
+        // Short sleeps, so a signal (and the warm-up's end, and enough
+        // packets) is seen soon.
+        let look = if extra.enough.is_some() { 10 } else { 50 };
+        let mut wake = next.min(now + Duration::from_millis(look));
         if let Some(e) = end {
             wake = wake.min(e);
         }
         if open.is_none() && warmup.is_some() {
             wake = wake.min(start + warm);
         }
-        std::thread::sleep(wake - now);
-        if Instant::now() >= next {
+        std::thread::sleep(wake.saturating_duration_since(now));
+        let now = Instant::now();
+        if now >= next {
             live.line(src);
+            if let Some(line) = extra.after_line.as_mut() {
+                line(now);
+            }
             next += period;
         }
     }

@@ -25,18 +25,15 @@ pub mod worker;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use sluice::counter::Counter;
 use sluice::mbuf::MbufPool;
 use sluice::port::{Offloads, Port, PortConfig, PortError};
 use sluice::tester::Tester;
 
-use super::drain::drain;
-use super::lcores::{StopOnDrop, panic_message};
+use super::lcores::{Control, Extra, StopOnDrop, Timing, main_loop, panic_message};
 use super::output::emit;
 use super::ports::peer;
-use super::signal::interrupted;
 use super::stats::{Live, Sources};
 use api::{DistSide, WithDist};
 use lcore::{LcoreConfig, LcoreCounters, LcoreCycles, PortQueues};
@@ -250,14 +247,23 @@ impl WithDist for Pipeline<'_> {
                             .iter()
                             .any(|w| w.as_ref().is_ok_and(|w| w.is_finished()))
                 };
-                drain_accounted = main_loop(
-                    live,
-                    &src,
-                    args,
-                    self.testers,
-                    (&lc.received, &wcounters),
-                    &ended,
-                );
+                let timing = Timing {
+                    duration: args.duration,
+                    stats_period: args.stats_period,
+                };
+                let control = Control {
+                    stop: &stop,
+                    accountable: args.accountable,
+                    warmup: None,
+                };
+                let enough = || args.packets.is_some_and(|n| lc.received.get() >= n);
+                let mut rates = worker_rates(&wcounters, started);
+                let extra = Extra {
+                    enough: Some(&enough),
+                    after_line: (!args.json).then_some(&mut rates as &mut dyn FnMut(Instant)),
+                };
+                (_, drain_accounted) =
+                    main_loop(live, &src, timing, self.testers, control, &ended, extra);
             }
             stop.store(true, Ordering::Relaxed);
             let lcore_out = match lcore {
@@ -299,57 +305,22 @@ fn pin(cpu: usize, who: &str) {
     }
 }
 
-/// Stats lines until the duration is over, `--packets` were received, or
-/// SIGINT; then, with testers, the drain ([`drain`]: when every port is on
-/// a tester, until every frame they sent was received or counted as a
-/// drop); then whether the drain ended with every frame
-/// accounted for (`None` when not every port is on a tester, or there was
-/// no drain). A failure — a thread ended (`ended`) or a port's device
-/// failed — ends the loop at once, without the drain.
-fn main_loop(
-    mut live: Live,
-    src: &Sources<'_>,
-    args: &Settings,
-    testers: &[(String, Arc<Tester>)],
-    (received, workers): (&Counter, &[WorkerCounter]),
-    ended: &dyn Fn() -> bool,
-) -> Option<bool> {
-    let start = live.start();
-    let end = start + Duration::from_secs_f64(args.duration);
-    let period = Duration::from_secs_f64(args.stats_period);
-    let mut next = start + period;
+/// The line after each stats line of `sluice dist` (text only): each
+/// worker's Mpps since the last one, from `workers`' counts.
+fn worker_rates(workers: &[WorkerCounter], start: Instant) -> impl FnMut(Instant) + '_ {
     let mut last: Vec<u64> = workers.iter().map(|w| w.0.get()).collect();
     let mut last_time = start;
-    loop {
-        if ended() || src.fault().is_some() {
-            return None;
-        }
-        let now = Instant::now();
-        let enough = args.packets.is_some_and(|n| received.get() >= n);
-        if now >= end || enough || interrupted() {
-            break;
-        }
-        // Short sleeps, so SIGINT and the packet bound are seen soon.
-        let wake = next.min(end).min(now + Duration::from_millis(10));
-        std::thread::sleep(wake.saturating_duration_since(now));
-        let now = Instant::now();
-        if now >= next {
-            live.line(src);
-            if !args.json {
-                let secs = now.duration_since(last_time).as_secs_f64().max(1e-9);
-                let cur: Vec<u64> = workers.iter().map(|w| w.0.get()).collect();
-                let rates: Vec<String> = cur
-                    .iter()
-                    .zip(&last)
-                    .enumerate()
-                    .map(|(i, (c, l))| format!("w{i} {:.2}", (c - l) as f64 / secs / 1e6))
-                    .collect();
-                emit(&format!("         workers Mpps: {}", rates.join("  ")));
-                last = cur;
-                last_time = now;
-            }
-            next += period;
-        }
+    move |now| {
+        let secs = now.duration_since(last_time).as_secs_f64().max(1e-9);
+        let cur: Vec<u64> = workers.iter().map(|w| w.0.get()).collect();
+        let rates: Vec<String> = cur
+            .iter()
+            .zip(&last)
+            .enumerate()
+            .map(|(i, (c, l))| format!("w{i} {:.2}", (c - l) as f64 / secs / 1e6))
+            .collect();
+        emit(&format!("         workers Mpps: {}", rates.join("  ")));
+        last = cur;
+        last_time = now;
     }
-    drain(src, testers, args.accountable)
 }
