@@ -71,6 +71,49 @@ impl Default for QueueOptions {
     }
 }
 
+/// The options `sluice l2fwd` and `sluice l3fwd` share, as DPDK's sample
+/// applications do: they run until SIGINT or SIGTERM unless given a
+/// duration.
+#[derive(Args, Debug, Clone)]
+pub struct SampleAppOptions {
+    /// The ports.
+    #[command(flatten)]
+    pub port_specs: PortSpecs,
+    /// Queues, buffers, bursts.
+    #[command(flatten)]
+    pub queues: QueueOptions,
+    /// Destination MAC written on frames leaving a port: `MAC` for every
+    /// port or `PORT,MAC` for one (repeatable). Default
+    /// 02:00:00:00:00:PORT.
+    #[arg(long, value_name = "[PORT,]MAC", value_parser = parse_eth_peer)]
+    pub dest_mac: Vec<EthPeer>,
+    /// Forwarding lcores; each port gets this many Rx and Tx queues when
+    /// its driver allows.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub cores: u16,
+    /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
+    #[arg(long, value_parser = parse_seconds)]
+    pub duration: Option<f64>,
+    /// One JSON object per line (stats lines and the summary) on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl SampleAppOptions {
+    /// The `sluice fwd` arguments of these options (the engine and the
+    /// rest at their defaults).
+    pub fn to_fwd(&self) -> FwdArgs {
+        let mut a = FwdArgs::with_specs(Vec::new());
+        a.port_specs = self.port_specs.clone();
+        a.queues = self.queues.clone();
+        a.eth_peer = self.dest_mac.clone();
+        a.cores = self.cores;
+        a.duration = self.duration.unwrap_or(f64::INFINITY);
+        a.json = self.json;
+        a
+    }
+}
+
 /// Arguments of `sluice fwd`.
 #[derive(Args, Debug, Clone)]
 pub struct FwdArgs {

@@ -15,59 +15,33 @@
 use clap::Args;
 
 use crate::app::io;
-use crate::app::options::{
-    Engine, EthPeer, FwdArgs, PortSpecs, QueueOptions, parse_eth_peer, parse_seconds,
-};
+use crate::app::options::{Engine, FwdArgs, SampleAppOptions, parse_seconds};
 use crate::app::summary::require_clean;
 
 /// Arguments of `sluice l2fwd`.
 #[derive(Args, Debug, Clone)]
 pub struct L2fwdArgs {
-    /// The ports. They forward in pairs, 0<->1, 2<->3.
+    /// The ports, their queues, the run's length.
     #[command(flatten)]
-    pub port_specs: PortSpecs,
-    /// Queues, buffers, bursts.
-    #[command(flatten)]
-    pub queues: QueueOptions,
+    pub common: SampleAppOptions,
     /// Forward frames unchanged (no source/destination MAC rewrite).
     #[arg(long)]
     pub no_mac_updating: bool,
-    /// Destination MAC written on frames leaving a port: `MAC` for every
-    /// port or `PORT,MAC` for one (repeatable). Default
-    /// 02:00:00:00:00:PORT.
-    #[arg(long, value_name = "[PORT,]MAC", value_parser = parse_eth_peer)]
-    pub dest_mac: Vec<EthPeer>,
-    /// Forwarding lcores; each port gets this many queues when its driver
-    /// allows.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub cores: u16,
-    /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
-    #[arg(long, value_parser = parse_seconds)]
-    pub duration: Option<f64>,
     /// Seconds between stats lines (l2fwd's `-T`).
     #[arg(long, short = 'T', default_value_t = 10.0, value_parser = parse_seconds)]
     pub stats_period: f64,
-    /// One JSON object per line (stats lines and the summary) on stdout.
-    #[arg(long)]
-    pub json: bool,
 }
 
 impl L2fwdArgs {
     /// The `sluice fwd` arguments that do the same forwarding.
     pub fn to_fwd(&self) -> FwdArgs {
-        let mut a = FwdArgs::with_specs(Vec::new());
-        a.port_specs = self.port_specs.clone();
-        a.queues = self.queues.clone();
+        let mut a = self.common.to_fwd();
         a.engine = if self.no_mac_updating {
             Engine::Io
         } else {
             Engine::Mac
         };
-        a.eth_peer = self.dest_mac.clone();
-        a.cores = self.cores;
-        a.duration = self.duration.unwrap_or(f64::INFINITY);
         a.stats_period = self.stats_period;
-        a.json = self.json;
         a
     }
 }
@@ -86,7 +60,7 @@ pub fn run(args: &L2fwdArgs) -> Result<(), String> {
 
 impl L2fwdArgs {
     fn all_specs_empty(&self) -> bool {
-        self.port_specs.all().is_empty()
+        self.common.port_specs.all().is_empty()
     }
 }
 

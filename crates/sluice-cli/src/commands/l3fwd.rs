@@ -25,21 +25,16 @@ use sluice::port::Offloads;
 
 use crate::app::l3::route_phase;
 use crate::app::l3::router::{Lookup, Tables};
-use crate::app::options::{
-    EthPeer, FwdArgs, PortSpecs, QueueOptions, parse_eth_peer, parse_seconds,
-};
+use crate::app::options::{FwdArgs, SampleAppOptions, parse_seconds};
 use crate::app::run::run_with;
 use crate::app::summary::require_clean;
 
 /// Arguments of `sluice l3fwd`.
 #[derive(Args, Debug, Clone)]
 pub struct L3fwdArgs {
-    /// The ports (port numbers in the routes file are their positions).
+    /// The ports, their queues, the run's length.
     #[command(flatten)]
-    pub port_specs: PortSpecs,
-    /// Queues, buffers, bursts.
-    #[command(flatten)]
-    pub queues: QueueOptions,
+    pub common: SampleAppOptions,
     /// The routes file: `PREFIX/LEN PORT` per line (LPM), or
     /// `SRC DST SPORT DPORT PROTO PORT` (exact match); `#` comments.
     #[arg(long, value_name = "FILE")]
@@ -48,40 +43,21 @@ pub struct L3fwdArgs {
     /// the 5-tuple.
     #[arg(long, value_enum, default_value_t = Lookup::Lpm)]
     pub lookup: Lookup,
-    /// Destination MAC written on frames leaving a port: `MAC` for every
-    /// port or `PORT,MAC` for one (repeatable). Default 02:00:00:00:00:PORT.
-    #[arg(long, value_name = "[PORT,]MAC", value_parser = parse_eth_peer)]
-    pub dest_mac: Vec<EthPeer>,
-    /// Forwarding lcores (and Rx/Tx queues per port).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub cores: u16,
-    /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
-    #[arg(long, value_parser = parse_seconds)]
-    pub duration: Option<f64>,
     /// Seconds between stats lines.
     #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
     pub stats_period: f64,
     /// Per-queue burst-size histograms in the summary.
     #[arg(long)]
     pub hist: bool,
-    /// One JSON object per line (stats lines and the summary) on stdout.
-    #[arg(long)]
-    pub json: bool,
 }
 
 impl L3fwdArgs {
     /// The `sluice fwd` arguments of the shared parts (ports, pool, queues,
     /// stats, duration).
     pub fn to_fwd(&self) -> FwdArgs {
-        let mut a = FwdArgs::with_specs(Vec::new());
-        a.port_specs = self.port_specs.clone();
-        a.queues = self.queues.clone();
-        a.eth_peer = self.dest_mac.clone();
-        a.cores = self.cores;
-        a.duration = self.duration.unwrap_or(f64::INFINITY);
+        let mut a = self.common.to_fwd();
         a.stats_period = self.stats_period;
         a.hist = self.hist;
-        a.json = self.json;
         // As DPDK's l3fwd: the NIC checks IPv4 header checksums where it
         // can (the router reads the verdict in the Rx flags), software
         // elsewhere.
