@@ -1,5 +1,5 @@
 //! `sluice tune`: a sweep over Rx/Tx descriptors, mempool cache and burst
-//! size that measures each setting and recommends one (technique T5).
+//! size that measures each setting and recommends one.
 //!
 //! # Algorithm
 //! 1. Read the four axes and check them against every port's driver
