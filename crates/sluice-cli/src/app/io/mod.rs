@@ -1,4 +1,6 @@
-//! `sluice fwd`: testpmd-style forwarding between ports given by spec.
+//! Testpmd-style forwarding between ports given by spec, with the engines
+//! of `sluice fwd` (io, mac, macswap, rxonly, txonly, recycle): what `sluice
+//! fwd`, `sluice l2fwd`, the demo and `sluice tune` run.
 //!
 //! # Threads and who touches what
 //! - The main thread opens the ports (one shared mbuf pool, per-lcore cache
@@ -21,7 +23,7 @@
 //!   joins them, stops the ports (every buffer goes home) and prints the
 //!   summary with each tester's report.
 //! - [`measure`] does all that and returns the figures instead of printing
-//!   them; with a warm-up it also measures a window (`window`): the
+//!   them; with a warm-up it also measures a window (`app::window`): the
 //!   figures of `--duration` seconds after the warm-up, drain excluded
 //!   (`sluice tune` measures each point so).
 
