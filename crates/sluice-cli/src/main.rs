@@ -67,11 +67,7 @@ fn main() -> ExitCode {
         Some(Command::Fwd(args)) => fwd::run(&args),
         Some(Command::L2fwd(args)) => l2fwd::run(&args),
         Some(Command::L3fwd(args)) => l3fwd::run(&args),
-        Some(Command::Gen(args)) => match traffic_gen::run(&args) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err("the tester report is not clean".into()),
-            Err(e) => Err(e),
-        },
+        Some(Command::Gen(args)) => traffic_gen::run_checked(&args),
         Some(Command::Dist(args)) => dist::run_checked(&args),
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Tune(args)) => tune::run(&args),

@@ -112,6 +112,15 @@ struct GenReport {
     clean: Option<bool>,
 }
 
+/// Runs `sluice gen`; an unclean report (with `--check`) is an error.
+pub fn run_checked(args: &GenArgs) -> Result<(), String> {
+    if run(args)? {
+        Ok(())
+    } else {
+        Err("the tester report is not clean".into())
+    }
+}
+
 /// Runs `sluice gen`; `Ok(false)` when `--check` found the report unclean.
 pub fn run(args: &GenArgs) -> Result<bool, String> {
     if !(args.duration.is_finite() && args.duration > 0.0 && args.duration <= 1e6) {
