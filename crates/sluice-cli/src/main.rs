@@ -144,7 +144,7 @@ mod tests {
                 );
                 assert_eq!(a.packets, Some(1000));
                 assert_eq!(a.all_specs(), ["null", "null"]);
-                assert_eq!(a.duration, 5.0);
+                assert_eq!(a.run.duration, 5.0);
             }
             other => panic!("parsed as {other:?}"),
         }

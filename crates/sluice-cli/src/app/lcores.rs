@@ -11,7 +11,7 @@ use sluice::tester::Tester;
 
 use super::drain::drain;
 use super::io::lcore::{LcoreCycles, Window};
-use super::options::FwdArgs;
+use super::options::{FwdArgs, RunOptions};
 use super::ports::all_on_testers;
 use super::signal::interrupted;
 use super::stats::{Live, Sources};
@@ -121,7 +121,7 @@ pub(crate) fn run_lcores_with<T: Send>(
                     .spawn_scoped(scope, move || body(cpu, work))
             })
             .collect();
-        let live = Live::new(src, args.json);
+        let live = Live::new(src, args.run.json);
         let started = live.start();
         let mut ends = (None, None);
         if handles.iter().all(|h| h.is_ok()) {
@@ -132,14 +132,10 @@ pub(crate) fn run_lcores_with<T: Send>(
                     .iter()
                     .any(|h| h.as_ref().is_ok_and(|h| h.is_finished()))
             };
-            let timing = Timing {
-                duration: args.duration,
-                stats_period: args.stats_period,
-            };
             ends = main_loop(
                 live,
                 src,
-                timing,
+                &args.run,
                 testers,
                 control,
                 &lcore_ended,
@@ -178,15 +174,6 @@ impl Drop for StopOnDrop<'_> {
     }
 }
 
-/// How long a run lasts and how often it prints a stats line.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Timing {
-    /// Seconds the run lasts (after a warm-up); infinite: until a signal.
-    pub duration: f64,
-    /// Seconds between live stats lines.
-    pub stats_period: f64,
-}
-
 /// What a command adds to [`main_loop`].
 #[derive(Default)]
 pub(crate) struct Extra<'a> {
@@ -209,7 +196,7 @@ pub(crate) struct Extra<'a> {
 pub(crate) fn main_loop(
     mut live: Live,
     src: &Sources<'_>,
-    timing: Timing,
+    run: &RunOptions,
     testers: &[(String, Arc<Tester>)],
     control: Control<'_>,
     lcore_ended: &dyn Fn() -> bool,
@@ -220,9 +207,9 @@ pub(crate) fn main_loop(
     let warm = Duration::from_secs_f64(warmup.map_or(0.0, |w| w.0));
     // An infinite (or absurdly long) duration has no end but a signal;
     // with a warm-up, the end moves to the window's open plus the duration.
-    let length = Duration::try_from_secs_f64(timing.duration).ok();
+    let length = Duration::try_from_secs_f64(run.duration).ok();
     let mut end = length.and_then(|d| start.checked_add(warm + d));
-    let period = Duration::from_secs_f64(timing.stats_period);
+    let period = Duration::from_secs_f64(run.stats_period);
     let mut next = start + period;
     let mut open: Option<Snapshot> = None;
     let mut snapshots = None;

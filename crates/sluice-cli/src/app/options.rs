@@ -71,6 +71,31 @@ impl Default for QueueOptions {
     }
 }
 
+/// How long a run lasts and what it prints.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct RunOptions {
+    /// How long to run, in seconds (then the pipeline is drained).
+    #[arg(long, default_value_t = 5.0, value_parser = parse_seconds)]
+    pub duration: f64,
+    /// Seconds between live stats lines.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
+    pub stats_period: f64,
+    /// One JSON object per line (stats lines and the summary) on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl Default for RunOptions {
+    /// The defaults of the command line.
+    fn default() -> RunOptions {
+        RunOptions {
+            duration: 5.0,
+            stats_period: 1.0,
+            json: false,
+        }
+    }
+}
+
 /// The options `sluice l2fwd` and `sluice l3fwd` share, as DPDK's sample
 /// applications do: they run until SIGINT or SIGTERM unless given a
 /// duration.
@@ -108,8 +133,8 @@ impl SampleAppOptions {
         a.queues = self.queues.clone();
         a.eth_peer = self.dest_mac.clone();
         a.cores = self.cores;
-        a.duration = self.duration.unwrap_or(f64::INFINITY);
-        a.json = self.json;
+        a.run.duration = self.duration.unwrap_or(f64::INFINITY);
+        a.run.json = self.json;
         a
     }
 }
@@ -124,6 +149,9 @@ pub struct FwdArgs {
     /// Queues, buffers, bursts.
     #[command(flatten)]
     pub queues: QueueOptions,
+    /// The run's length and output.
+    #[command(flatten)]
+    pub run: RunOptions,
     /// Forwarding engine.
     #[arg(long, value_enum, default_value_t = Engine::Io)]
     pub engine: Engine,
@@ -132,15 +160,6 @@ pub struct FwdArgs {
     /// lcores.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub cores: u16,
-    /// How long to forward, in seconds (then the pipeline is drained).
-    #[arg(long, default_value_t = 5.0, value_parser = parse_seconds)]
-    pub duration: f64,
-    /// Seconds between live stats lines.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
-    pub stats_period: f64,
-    /// One JSON object per line (stats lines and the summary) on stdout.
-    #[arg(long)]
-    pub json: bool,
     /// Per-queue burst-size histograms in the summary.
     #[arg(long)]
     pub hist: bool,
@@ -171,11 +190,9 @@ impl FwdArgs {
         FwdArgs {
             port_specs: PortSpecs::new(specs),
             queues: QueueOptions::default(),
+            run: RunOptions::default(),
             engine: Engine::Io,
             cores: 1,
-            duration: 5.0,
-            stats_period: 1.0,
-            json: false,
             hist: false,
             eth_peer: Vec::new(),
             tx_first: false,

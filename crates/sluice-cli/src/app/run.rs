@@ -36,7 +36,7 @@ pub(crate) fn run_with(
     phase: impl FnOnce(&mut [Port], &MbufPool, &[(String, Arc<Tester>)]) -> Result<Forwarded, String>,
 ) -> Result<bool, String> {
     let summary = measure_with(args, engine, phase)?;
-    summary.print(args.json);
+    summary.print(args.run.json);
     Ok(summary.clean)
 }
 

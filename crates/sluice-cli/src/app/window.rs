@@ -154,8 +154,8 @@ mod tests {
         let spec = "soft:tester=fwd_window_unit,gen=udp,flows=64,size=64,device=inline";
         let mut args = FwdArgs::with_specs(vec![spec.into(), spec.into()]);
         args.engine = Engine::Mac;
-        args.duration = 0.1;
-        args.stats_period = 100.0;
+        args.run.duration = 0.1;
+        args.run.stats_period = 100.0;
         args.queues.rxd = 128;
         args.queues.txd = 256;
         args.queues.cache = 64;

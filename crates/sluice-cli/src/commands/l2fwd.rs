@@ -41,7 +41,7 @@ impl L2fwdArgs {
         } else {
             Engine::Mac
         };
-        a.stats_period = self.stats_period;
+        a.run.stats_period = self.stats_period;
         a
     }
 }
@@ -92,8 +92,8 @@ mod tests {
             (f.queues.rxd, f.queues.txd, f.queues.cache, f.queues.burst),
             (1024, 1024, 256, 32)
         );
-        assert_eq!(f.stats_period, 10.0);
-        assert!(f.duration.is_infinite(), "runs until a signal");
+        assert_eq!(f.run.stats_period, 10.0);
+        assert!(f.run.duration.is_infinite(), "runs until a signal");
         assert_eq!(f.peer_mac(1), MacAddr([2, 0, 0, 0, 0, 1]));
     }
 
@@ -111,7 +111,7 @@ mod tests {
         .unwrap();
         let f = a.to_fwd();
         assert_eq!(f.engine, Engine::Io);
-        assert_eq!(f.duration, 2.0);
+        assert_eq!(f.run.duration, 2.0);
         assert_eq!(f.peer_mac(1), MacAddr([0xa, 0xb, 0xc, 0xd, 0xe, 0xf]));
         assert_eq!(f.peer_mac(0), MacAddr([2, 0, 0, 0, 0, 0]));
         for bad in [

@@ -56,7 +56,7 @@ impl L3fwdArgs {
     /// stats, duration).
     pub fn to_fwd(&self) -> FwdArgs {
         let mut a = self.common.to_fwd();
-        a.stats_period = self.stats_period;
+        a.run.stats_period = self.stats_period;
         a.hist = self.hist;
         // As DPDK's l3fwd: the NIC checks IPv4 header checksums where it
         // can (the router reads the verdict in the Rx flags), software

@@ -31,7 +31,8 @@ use sluice::mbuf::MbufPool;
 use sluice::port::{Offloads, Port, PortConfig, PortError};
 use sluice::tester::Tester;
 
-use super::lcores::{Control, Extra, StopOnDrop, Timing, main_loop, panic_message};
+use super::lcores::{Control, Extra, StopOnDrop, main_loop, panic_message};
+use super::options::RunOptions;
 use super::output::emit;
 use super::ports::peer;
 use super::stats::{Live, Sources};
@@ -40,7 +41,7 @@ use lcore::{LcoreConfig, LcoreCounters, LcoreCycles, PortQueues};
 use worker::{Owners, WorkerCounter, WorkerOut, work};
 
 /// How the pipeline runs (what `sluice dist` takes from its arguments).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Settings {
     /// Worker threads.
     pub workers: u16,
@@ -50,14 +51,10 @@ pub struct Settings {
     pub tx_retry: u32,
     /// Tx descriptors per port.
     pub txd: u16,
-    /// How long to run, in seconds.
-    pub duration: f64,
     /// End the run once this many packets were received.
     pub packets: Option<u64>,
-    /// Seconds between live stats lines.
-    pub stats_period: f64,
-    /// JSON lines instead of text.
-    pub json: bool,
+    /// The run's length and output.
+    pub run: RunOptions,
     /// Every port is on a tester: the drain waits for their counts to add
     /// up.
     pub accountable: bool,
@@ -235,7 +232,7 @@ impl WithDist for Pipeline<'_> {
                         })
                 })
                 .collect();
-            let live = Live::new(&src, args.json);
+            let live = Live::new(&src, args.run.json);
             let started = live.start();
             let mut drain_accounted = None;
             if lcore.is_ok() && workers.iter().all(|w| w.is_ok()) {
@@ -247,10 +244,6 @@ impl WithDist for Pipeline<'_> {
                             .iter()
                             .any(|w| w.as_ref().is_ok_and(|w| w.is_finished()))
                 };
-                let timing = Timing {
-                    duration: args.duration,
-                    stats_period: args.stats_period,
-                };
                 let control = Control {
                     stop: &stop,
                     accountable: args.accountable,
@@ -260,10 +253,10 @@ impl WithDist for Pipeline<'_> {
                 let mut rates = worker_rates(&wcounters, started);
                 let extra = Extra {
                     enough: Some(&enough),
-                    after_line: (!args.json).then_some(&mut rates as &mut dyn FnMut(Instant)),
+                    after_line: (!args.run.json).then_some(&mut rates as &mut dyn FnMut(Instant)),
                 };
                 (_, drain_accounted) =
-                    main_loop(live, &src, timing, self.testers, control, &ended, extra);
+                    main_loop(live, &src, &args.run, self.testers, control, &ended, extra);
             }
             stop.store(true, Ordering::Relaxed);
             let lcore_out = match lcore {

@@ -68,7 +68,7 @@ pub struct Measured {
 /// Runs forwarding as `sluice fwd` does, printing only the live stats
 /// lines, and returns the figures. With `warmup` (seconds), forwarding
 /// runs that long first and [`Measured::window`] holds the figures of the
-/// `args.duration` seconds after it.
+/// `args.run.duration` seconds after it.
 pub fn measure(args: &FwdArgs, warmup: Option<f64>) -> Result<Measured, String> {
     let mut window = None;
     let mut summary = measure_with(args, args.engine.name(), |ports, pool, testers| {
@@ -247,8 +247,8 @@ pub(crate) mod tests {
         let mut a = FwdArgs::with_specs(specs.iter().map(|s| s.to_string()).collect());
         a.engine = engine;
         a.cores = cores;
-        a.duration = 0.05;
-        a.stats_period = 10.0;
+        a.run.duration = 0.05;
+        a.run.stats_period = 10.0;
         a.queues.rxd = 64;
         a.queues.txd = 64;
         a.queues.cache = 32;
@@ -340,7 +340,7 @@ pub(crate) mod tests {
         let name = "fwd_recycle_unit";
         let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
         let mut args = quick(&[&spec, &spec], Engine::Recycle, 1);
-        args.duration = 0.1;
+        args.run.duration = 0.1;
         let (pool, mut ports) = started_ports(&args, 1);
         let testers = testers_named(name);
         assert_eq!(testers.len(), 1);

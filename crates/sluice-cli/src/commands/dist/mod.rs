@@ -21,7 +21,7 @@ use crate::app::dist::summary::{
 };
 use crate::app::dist::{Pipeline, Placement, Settings, open_ports};
 use crate::app::lcores::pin_main_thread;
-use crate::app::options::{PortSpecs, QueueOptions, parse_seconds};
+use crate::app::options::{PortSpecs, QueueOptions, RunOptions};
 #[cfg(test)]
 use crate::app::ports::tester_names;
 use crate::app::ports::{all_on_testers, cabled_testers, start_all, stop_all};
@@ -39,26 +39,20 @@ pub struct DistArgs {
     /// Queues, buffers, bursts.
     #[command(flatten)]
     pub queues: QueueOptions,
+    /// The run's length and output.
+    #[command(flatten)]
+    pub run: RunOptions,
     /// Worker threads (more than the CPUs left for them time-slice).
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub workers: u16,
     /// The distributor API.
     #[arg(long, value_enum, default_value_t = Api::Burst)]
     pub api: Api,
-    /// How long to run, in seconds (then the pipeline is drained).
-    #[arg(long, default_value_t = 5.0, value_parser = parse_seconds)]
-    pub duration: f64,
     /// End the run once this many packets were received (or at
     /// `--duration`, whichever comes first); the drain then forwards what
     /// is still in flight, so a few more may pass.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
     pub packets: Option<u64>,
-    /// Seconds between live stats lines.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_seconds)]
-    pub stats_period: f64,
-    /// One JSON object per line (stats lines and the summary) on stdout.
-    #[arg(long)]
-    pub json: bool,
 }
 
 /// The ports when none are given: two soft ports cabled to tester `dist`.
@@ -73,10 +67,8 @@ impl DistArgs {
             queues: QueueOptions::default(),
             workers: 2,
             api: Api::Burst,
-            duration: 5.0,
             packets: None,
-            stats_period: 1.0,
-            json: false,
+            run: RunOptions::default(),
         }
     }
 
@@ -154,10 +146,8 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
         burst: args.queues.burst,
         tx_retry: args.queues.tx_retry,
         txd: args.queues.txd,
-        duration: args.duration,
         packets: args.packets,
-        stats_period: args.stats_period,
-        json: args.json,
+        run: args.run.clone(),
         accountable: all_on_testers(&specs),
     };
     let ran = args.api.open(
@@ -216,7 +206,7 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
         testers,
         ports: port_rows,
     };
-    summary.print(args.json);
+    summary.print(args.run.json);
     Ok(summary)
 }
 

@@ -40,12 +40,12 @@ fn quick(specs: &[&str], api: Api, workers: u16) -> DistArgs {
     let mut a = DistArgs::with_specs(specs.iter().map(|s| s.to_string()).collect());
     a.api = api;
     a.workers = workers;
-    a.duration = 0.2;
-    a.stats_period = 10.0;
+    a.run.duration = 0.2;
+    a.run.stats_period = 10.0;
     a.queues.rxd = 256;
     a.queues.txd = 256;
     a.queues.cache = 32;
-    a.json = true;
+    a.run.json = true;
     a
 }
 
@@ -94,7 +94,7 @@ fn a_packet_bound_ends_the_run_and_the_drain_loses_nothing() {
     let name = "dist_unit_bound";
     let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
     let mut a = quick(&[&spec, &spec], Api::Burst, 1);
-    a.duration = 30.0;
+    a.run.duration = 30.0;
     a.packets = Some(5000);
     let s = run(&a).unwrap();
     assert!(s.rx_packets >= 5000);

@@ -94,10 +94,10 @@ fn measure_fwd(setup: &Setup, c: Config, engine: Engine) -> Result<PointResult, 
     args.queues.txd = c.txd;
     args.queues.cache = c.cache;
     args.queues.burst = c.burst;
-    args.duration = setup.duration;
+    args.run.duration = setup.duration;
     args.queues.tx_retry = setup.tx_retry;
     // No live stats lines.
-    args.stats_period = 1e6;
+    args.run.stats_period = 1e6;
     let m = io::measure(&args, Some(setup.warmup)).map_err(|e| format!("{c}: {e}"))?;
     let w = m
         .window
