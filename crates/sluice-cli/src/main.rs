@@ -1,16 +1,14 @@
 //! The `sluice` command: demo, forwarding apps and benchmarks.
 
+mod app;
 mod bench;
-mod dist;
-mod fwd;
-mod l2fwd;
-mod l3fwd;
-mod traffic_gen;
-mod tune;
+mod commands;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use commands::{demo, dist, fwd, l2fwd, l3fwd, traffic_gen, tune};
 
 /// Sluice: a userspace packet dataplane.
 ///
@@ -26,19 +24,31 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Forward packets between ports, as DPDK's testpmd does.
+    ///
+    /// Ports forward in pairs, 0<->1, 2<->3; with an odd count the last
+    /// forwards to itself.
     Fwd(fwd::FwdArgs),
     /// Forward between port pairs with MAC rewrite, as DPDK's l2fwd (runs
     /// until SIGINT/SIGTERM unless `--duration` is given).
+    ///
+    /// Ports forward in pairs, 0<->1, 2<->3; with an odd count the last
+    /// forwards to itself.
     L2fwd(l2fwd::L2fwdArgs),
     /// Route IPv4/IPv6 between ports by longest-prefix or exact match from a
     /// routes file, as DPDK's l3fwd (runs until SIGINT/SIGTERM unless
     /// `--duration` is given).
+    ///
+    /// Port numbers in the routes file are the ports' positions.
     L3fwd(l3fwd::L3fwdArgs),
     /// Send the built-in tester's traffic on a port (and check what comes
     /// back, with `--check`).
     Gen(traffic_gen::GenArgs),
     /// Distribute packets from ports to worker threads and back: Rx →
     /// distributor → N workers (MAC swap, per-flow counts) → Tx.
+    ///
+    /// Ports pair up 0<->1, 2<->3 (an odd last one sends to itself).
+    /// Default: two soft ports cabled to the built-in tester, device
+    /// inline.
     Dist(dist::DistArgs),
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
     /// `distributor`, `lpm`, `mpwqe`, `pagepool` or `all`.
@@ -53,15 +63,11 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None => demo(),
-        Some(Command::Fwd(args)) => fwd_checked(&args),
+        None => demo::run(),
+        Some(Command::Fwd(args)) => fwd::run(&args),
         Some(Command::L2fwd(args)) => l2fwd::run(&args),
         Some(Command::L3fwd(args)) => l3fwd::run(&args),
-        Some(Command::Gen(args)) => match traffic_gen::run(&args) {
-            Ok(true) => Ok(()),
-            Ok(false) => Err("the tester report is not clean".into()),
-            Err(e) => Err(e),
-        },
+        Some(Command::Gen(args)) => traffic_gen::run_checked(&args),
         Some(Command::Dist(args)) => dist::run_checked(&args),
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Tune(args)) => tune::run(&args),
@@ -75,67 +81,10 @@ fn main() -> ExitCode {
     }
 }
 
-/// Runs `sluice fwd`; an unclean tester report is an error.
-fn fwd_checked(args: &fwd::FwdArgs) -> Result<(), String> {
-    if fwd::run(args)? {
-        Ok(())
-    } else {
-        Err("a tester report is not clean (loss, reordering, duplicates or corruption)".into())
-    }
-}
-
-/// The ports of the demo, one spec each: two `soft` ports cabled to one
-/// tester, the device model on its own thread when there are two CPUs or
-/// more (else inline, in the forwarding lcore's calls).
-fn demo_port_specs(cpus: usize) -> Vec<String> {
-    let device = if cpus >= 2 { "threaded" } else { "inline" };
-    let spec = format!("soft:tester=demo,gen=udp,flows=1024,size=64,device={device}");
-    vec![spec.clone(), spec]
-}
-
-/// Tx attempts more in the demo before a packet is dropped: the device
-/// thread drains Tx rings in its own time, and the demo shows a lossless
-/// pipeline (`sluice fwd` drops after one try by default, as testpmd).
-/// About a second of tries (a try on a full ring is a few tens of cycles):
-/// a shared host has been seen to leave the device thread's vCPU unrun for
-/// longer than the 2^20 tries (about 10 ms) this once was, and the demo lost
-/// packets.
-const DEMO_TX_RETRY: u32 = 1 << 26;
-
-/// `sluice` with no arguments: the demo.
-fn demo() -> Result<(), String> {
-    let cpus = sluice::lcore::available_cpus().len();
-    let specs = demo_port_specs(cpus);
-    bench::emit(&format!(
-        "Sluice demo: two emulated NIC ports (`soft`) cabled to the built-in tester, io \
-         forwarding on one lcore for 5 s, the device model {}.",
-        if cpus >= 2 {
-            "on its own thread"
-        } else {
-            "inline (one CPU)"
-        }
-    ));
-    bench::emit(&format!(
-        "Same as: sluice fwd --tx-retry {DEMO_TX_RETRY} --port {} --port {}",
-        specs[0], specs[1]
-    ));
-    let mut args = fwd::FwdArgs::with_specs(specs);
-    args.tx_retry = DEMO_TX_RETRY;
-    fwd_checked(&args)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::CommandFactory;
-
-    #[test]
-    fn demo_threads_its_device_with_two_cpus() {
-        let one = demo_port_specs(1);
-        assert_eq!(one.len(), 2);
-        assert!(one[0].ends_with("device=inline"), "{}", one[0]);
-        assert!(demo_port_specs(2)[1].ends_with("device=threaded"));
-    }
 
     #[test]
     fn cli_is_well_formed() {
@@ -189,10 +138,13 @@ mod tests {
         .unwrap();
         match cli.command {
             Some(Command::Dist(a)) => {
-                assert_eq!((a.workers, a.api), (4, dist::api::Api::BurstScalar));
+                assert_eq!(
+                    (a.workers, a.api),
+                    (4, crate::app::dist::api::Api::BurstScalar)
+                );
                 assert_eq!(a.packets, Some(1000));
                 assert_eq!(a.all_specs(), ["null", "null"]);
-                assert_eq!(a.duration, 5.0);
+                assert_eq!(a.run.duration, 5.0);
             }
             other => panic!("parsed as {other:?}"),
         }
@@ -200,7 +152,7 @@ mod tests {
         else {
             panic!("not dist");
         };
-        assert_eq!((a.workers, a.api), (2, dist::api::Api::Burst));
+        assert_eq!((a.workers, a.api), (2, crate::app::dist::api::Api::Burst));
         assert_eq!(a.all_specs(), [dist::DEFAULT_SPEC, dist::DEFAULT_SPEC]);
         for bad in [
             &["sluice", "dist", "--workers", "0"][..],

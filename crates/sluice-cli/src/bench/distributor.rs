@@ -51,7 +51,7 @@ use sluice::tsc::rdtsc;
 use super::recycle::{ORDERS, median};
 use super::ring::line_round_trip;
 use super::{BenchResult, Ctx, Selection, Stall, Worker, emit, on_lcores};
-use crate::dist::api::{Api, DistSide, WithDist, WorkerSide};
+use crate::app::dist::api::{Api, DistSide, WithDist, WorkerSide};
 
 /// Packets per `process` call.
 pub const BURST: usize = 32;

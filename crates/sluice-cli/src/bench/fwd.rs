@@ -33,8 +33,8 @@ use sluice::port::{Port, PortConfig, PortCounters};
 use sluice::tsc::rdtsc_ordered;
 
 use super::{BenchResult, Ctx, Sample, Selection, Stall, on_lcore};
-use crate::fwd::args::Engine;
-use crate::fwd::engine::{Fwd, Io, Mac, Stream, poll, udp_frame};
+use crate::app::io::engine::{Fwd, Io, Mac, Stream, poll, udp_frame};
+use crate::app::options::Engine;
 
 /// Packets asked per Rx call.
 pub(super) const BURST: usize = 32;

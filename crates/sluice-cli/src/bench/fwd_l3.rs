@@ -25,11 +25,11 @@ use sluice::tsc::rdtsc_ordered;
 
 use super::fwd::{BURST, DESC, bench_pool, device_cycles, finish, forward, soft_spec};
 use super::{BenchResult, Sample, Stall, on_lcore};
-use crate::fwd::engine::Io;
-use crate::fwd::lcore::StreamCounters;
-use crate::l3fwd::classify::PortMacs;
-use crate::l3fwd::lcore::{Bursts, L3Config, L3Lcore, RouteDropCounters, poll};
-use crate::l3fwd::router::{Lookup, LpmRouter, Tables};
+use crate::app::io::engine::Io;
+use crate::app::io::lcore::StreamCounters;
+use crate::app::l3::classify::PortMacs;
+use crate::app::l3::lcore::{Bursts, L3Config, L3Lcore, RouteDropCounters, poll};
+use crate::app::l3::router::{Lookup, LpmRouter, Tables};
 use sluice::net::routes;
 
 /// The l3fwd row's name.

@@ -25,13 +25,15 @@ pub mod ring;
 pub mod veth;
 
 use std::hint::spin_loop;
-use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use serde::Serialize;
 use sluice::{lcore, tsc};
+
+pub use crate::app::lcores::{Stall, panic_message};
+pub use crate::app::output::emit;
 
 /// Arguments of `sluice bench`.
 #[derive(Args, Debug, Clone)]
@@ -383,21 +385,6 @@ impl Ctx {
     }
 }
 
-/// Writes one line to stdout and flushes it (results appear as they are
-/// measured). If stdout is a closed pipe (`sluice bench ring --json | head`),
-/// the reader wants no more: exit quietly with success.
-pub fn emit(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let r = writeln!(out, "{line}").and_then(|()| out.flush());
-    if let Err(e) = r {
-        if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
-        }
-        eprintln!("sluice: cannot write to stdout: {e}");
-        std::process::exit(1);
-    }
-}
-
 /// Runs `part` as `sluice bench` does.
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.recycle.any() && !matches!(args.part, Part::Recycle | Part::All) {
@@ -494,82 +481,6 @@ impl SpinBarrier {
             }
         }
         Ok(())
-    }
-}
-
-/// Detects a worker that can make no progress (its partner died): count failed
-/// attempts, and every 2^20 of them in a row look at the clock.
-pub struct Stall {
-    fails: u64,
-    total: u64,
-    since: Option<Instant>,
-    who: &'static str,
-}
-
-impl Stall {
-    /// A detector for the worker named `who`.
-    pub fn new(who: &'static str) -> Self {
-        Stall {
-            fails: 0,
-            total: 0,
-            since: None,
-            who,
-        }
-    }
-
-    /// Call after an attempt that moved nothing; spins briefly. `Err` once
-    /// nothing has moved for 10 s.
-    #[inline(always)]
-    pub fn failed(&mut self) -> Result<(), String> {
-        self.fails += 1;
-        self.total += 1;
-        if self.fails & 0xF_FFFF == 0 {
-            self.check()
-        } else {
-            spin_loop();
-            Ok(())
-        }
-    }
-
-    /// Failed attempts since the last call (or since creation); resets the count.
-    pub fn take_total(&mut self) -> u64 {
-        std::mem::take(&mut self.total)
-    }
-
-    /// Call after an attempt that moved something.
-    #[inline(always)]
-    pub fn progressed(&mut self) {
-        if self.fails != 0 {
-            self.fails = 0;
-            self.since = None;
-        }
-    }
-
-    #[cold]
-    fn check(&mut self) -> Result<(), String> {
-        let now = Instant::now();
-        match self.since {
-            None => {
-                self.since = Some(now);
-                Ok(())
-            }
-            Some(s) if now.duration_since(s) > Duration::from_secs(10) => Err(format!(
-                "the {} made no progress for 10 s (its partner stopped?)",
-                self.who
-            )),
-            Some(_) => Ok(()),
-        }
-    }
-}
-
-/// The text of a panic payload.
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic".to_owned()
     }
 }
 

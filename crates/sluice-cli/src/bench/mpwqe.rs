@@ -51,7 +51,7 @@ use sluice::tsc::{self, rdtsc_ordered};
 
 use super::recycle::{ORDERS, median};
 use super::{BenchResult, Ctx, Selection, Stall, emit, on_lcore};
-use crate::fwd::engine::udp_frame;
+use crate::app::io::engine::udp_frame;
 
 /// Packets per burst.
 const BURST: usize = 32;

@@ -648,7 +648,7 @@ const FWD_OPS: u64 = 1 << 23;
 /// by side: what arming descriptors with page-pool fragments costs per
 /// packet against plain mbufs.
 fn fwd_rx_modes(ctx: &mut Ctx, sel: Selection) {
-    use crate::fwd::args::Engine;
+    use crate::app::options::Engine;
     let ops = if sel == Selection::Full {
         ctx.ops(FWD_OPS)
     } else {

@@ -77,7 +77,7 @@ use sluice::tester::Tester;
 use sluice::tsc::{self, rdtsc};
 
 use super::{BenchResult, Ctx, Selection, Stall, emit, on_lcore};
-use crate::fwd::engine::{Fwd, Io, Recycle, Stream, poll};
+use crate::app::io::engine::{Fwd, Io, Recycle, Stream, poll};
 
 /// Packets asked per Rx call.
 const BURST: usize = 32;
@@ -469,7 +469,7 @@ impl Bed {
                 .map_err(|e| format!("port {i} ({}): {e}", port.name()))?;
         }
         if path == Path::Recycle {
-            crate::fwd::check_recycle(&ports)?;
+            crate::app::ports::check_recycle(&ports)?;
         }
         let tester = match opts.source {
             Source::Wire => None,

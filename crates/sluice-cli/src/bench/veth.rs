@@ -16,7 +16,7 @@ use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::net::MacAddr;
 use sluice::port::PortConfig;
 
-use crate::fwd::engine::udp_frame;
+use crate::app::io::engine::udp_frame;
 
 /// Runs `ip ARGS`; its stderr on failure.
 fn ip(args: &[&str]) -> Result<(), String> {

@@ -24,8 +24,8 @@ use sluice::port::{RxQueue, TxQueue};
 use sluice::tsc::rdtsc;
 
 use super::api::DistSide;
-use crate::bench::Stall;
-use crate::fwd::lcore::StreamCounters;
+use crate::app::io::lcore::StreamCounters;
+use crate::app::lcores::Stall;
 
 /// Largest Rx burst.
 pub const MAX_BURST: usize = 64;

@@ -6,7 +6,7 @@ use serde::Serialize;
 use super::args::Figure;
 use super::grid::{Config, DEFAULTS, Grid};
 use super::point::PointResult;
-use crate::bench::emit;
+use crate::app::output::emit;
 
 /// Several measurements of one setting.
 #[derive(Serialize, Debug, Clone, PartialEq)]

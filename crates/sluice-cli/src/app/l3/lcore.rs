@@ -21,8 +21,8 @@ use sluice::port::{RxQueue, TxQueue};
 use sluice::tsc::{self, rdtsc};
 
 use super::classify::{DropReason, LastPort, PortMacs, Router, Taken, route, route_fast};
-use crate::fwd::lcore::{LcoreCycles, StreamCounters};
-use crate::fwd::summary::RouteDrops;
+use crate::app::io::lcore::{LcoreCycles, StreamCounters};
+use crate::app::summary::RouteDrops;
 
 /// The queues one lcore polls.
 pub struct L3Lcore<'a> {
@@ -346,7 +346,7 @@ const _: () = {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::l3fwd::classify::fixtures::{Fixed, macs, pool, v4_frame};
+    use crate::app::l3::classify::fixtures::{Fixed, macs, pool, v4_frame};
     use sluice::mbuf::layout::ol;
 
     /// One `poll` over a burst that takes both ports, in runs, with drops

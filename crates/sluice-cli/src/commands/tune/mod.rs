@@ -1,5 +1,5 @@
 //! `sluice tune`: a sweep over Rx/Tx descriptors, mempool cache and burst
-//! size that measures each setting and recommends one (technique T5).
+//! size that measures each setting and recommends one.
 //!
 //! # Algorithm
 //! 1. Read the four axes and check them against every port's driver
@@ -24,7 +24,7 @@
 //! over repeated, interleaved runs.
 //!
 //! # Threads
-//! Each point runs `fwd::measure`: the main thread pinned to the first
+//! Each point runs `app::io::measure`: the main thread pinned to the first
 //! CPU, one forwarding lcore on the next; a threaded device model takes a
 //! CPU of its own (on two CPUs, the lcore shares the main thread's, which
 //! sleeps).
@@ -51,7 +51,7 @@ use grid::{Config, DEFAULTS, Grid, fits};
 use point::{PointResult, Setup};
 use report::{Choice, Row, Skipped, TuneResult, json_line, loadavg, progress};
 
-use crate::bench::emit;
+use crate::app::output::emit;
 
 /// Points of the sweep confirmed besides the defaults.
 pub const TOP: usize = 3;
@@ -75,7 +75,7 @@ pub fn run(args: &TuneArgs) -> Result<(), String> {
         duration: args.duration,
         tx_retry: args.tx_retry,
     };
-    crate::fwd::catch_sigint();
+    crate::app::signal::catch_signals();
     if let Some(p) = args.preset {
         return preset::run(p, args, &setup, &ports);
     }
@@ -232,7 +232,7 @@ fn sweep(
         if i > 0 && since(start) + point_time(overhead) + reserve > args.budget {
             break;
         }
-        if crate::fwd::interrupted() {
+        if crate::app::signal::interrupted() {
             interrupted = true;
             break;
         }
@@ -268,8 +268,10 @@ fn sweep(
     let total = args.confirm as usize * candidates.len();
     'reps: for _ in 0..args.confirm {
         for &c in &candidates {
-            if since(start) + point_time(overhead) > args.budget || crate::fwd::interrupted() {
-                interrupted |= crate::fwd::interrupted();
+            if since(start) + point_time(overhead) > args.budget
+                || crate::app::signal::interrupted()
+            {
+                interrupted |= crate::app::signal::interrupted();
                 break 'reps;
             }
             let r = point::measure(setup, c)?;

@@ -4,21 +4,37 @@ use clap::{Args, ValueEnum};
 use sluice::net::MacAddr;
 use sluice::port::Offloads;
 
-/// Arguments of `sluice fwd`.
-#[derive(Args, Debug, Clone)]
-pub struct FwdArgs {
+/// The ports a command drives, by spec.
+#[derive(Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct PortSpecs {
     /// Port spec strings (`null`, `pair:name=p0`, `soft:tester=t,gen=udp`,
-    /// `pcap:rx=in.pcap`, ...), in port order. Ports forward in pairs, 0<->1,
-    /// 2<->3; with an odd count the last forwards to itself.
+    /// `pcap:rx=in.pcap`, `afpacket:iface=veth0`, ...), in port order.
     #[arg(value_name = "SPEC")]
     pub specs: Vec<String>,
     /// A port spec; may be repeated (and mixed with positional specs, which
     /// come after).
     #[arg(long = "port", short = 'p', value_name = "SPEC")]
     pub ports: Vec<String>,
-    /// Forwarding engine.
-    #[arg(long, value_enum, default_value_t = Engine::Io)]
-    pub engine: Engine,
+}
+
+impl PortSpecs {
+    /// These specs, as if given positionally.
+    pub fn new(specs: Vec<String>) -> PortSpecs {
+        PortSpecs {
+            specs,
+            ports: Vec::new(),
+        }
+    }
+
+    /// Every port spec, `--port` ones first.
+    pub fn all(&self) -> Vec<String> {
+        self.ports.iter().chain(&self.specs).cloned().collect()
+    }
+}
+
+/// The queues, buffers and bursts of a command's ports.
+#[derive(Args, Debug, Clone, PartialEq, Eq)]
+pub struct QueueOptions {
     /// Packets asked for per Rx call.
     #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub burst: u16,
@@ -35,12 +51,30 @@ pub struct FwdArgs {
     /// burst, at least 8191).
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub pool_size: Option<u32>,
-    /// Forwarding lcores. Each port gets this many Rx and Tx queues when its
-    /// driver allows (else one); the (port, queue) streams are spread over the
-    /// lcores.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub cores: u16,
-    /// How long to forward, in seconds (then the pipeline is drained).
+    /// Tx attempts more for packets a Tx queue did not take, before they are
+    /// dropped (and counted).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub tx_retry: u32,
+}
+
+impl Default for QueueOptions {
+    /// The defaults of the command line (DPDK l2fwd's and testpmd's).
+    fn default() -> QueueOptions {
+        QueueOptions {
+            burst: 32,
+            rxd: 1024,
+            txd: 1024,
+            cache: 256,
+            pool_size: None,
+            tx_retry: 0,
+        }
+    }
+}
+
+/// How long a run lasts and what it prints.
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct RunOptions {
+    /// How long to run, in seconds (then the pipeline is drained).
     #[arg(long, default_value_t = 5.0, value_parser = parse_seconds)]
     pub duration: f64,
     /// Seconds between live stats lines.
@@ -49,13 +83,86 @@ pub struct FwdArgs {
     /// One JSON object per line (stats lines and the summary) on stdout.
     #[arg(long)]
     pub json: bool,
+}
+
+impl Default for RunOptions {
+    /// The defaults of the command line.
+    fn default() -> RunOptions {
+        RunOptions {
+            duration: 5.0,
+            stats_period: 1.0,
+            json: false,
+        }
+    }
+}
+
+/// The options `sluice l2fwd` and `sluice l3fwd` share, as DPDK's sample
+/// applications do: they run until SIGINT or SIGTERM unless given a
+/// duration.
+#[derive(Args, Debug, Clone)]
+pub struct SampleAppOptions {
+    /// The ports.
+    #[command(flatten)]
+    pub port_specs: PortSpecs,
+    /// Queues, buffers, bursts.
+    #[command(flatten)]
+    pub queues: QueueOptions,
+    /// Destination MAC written on frames leaving a port: `MAC` for every
+    /// port or `PORT,MAC` for one (repeatable). Default
+    /// 02:00:00:00:00:PORT.
+    #[arg(long, value_name = "[PORT,]MAC", value_parser = parse_eth_peer)]
+    pub dest_mac: Vec<EthPeer>,
+    /// Forwarding lcores; each port gets this many Rx and Tx queues when
+    /// its driver allows.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub cores: u16,
+    /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
+    #[arg(long, value_parser = parse_seconds)]
+    pub duration: Option<f64>,
+    /// One JSON object per line (stats lines and the summary) on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl SampleAppOptions {
+    /// The `sluice fwd` arguments of these options (the engine and the
+    /// rest at their defaults).
+    pub fn to_fwd(&self) -> FwdArgs {
+        let mut a = FwdArgs::with_specs(Vec::new());
+        a.port_specs = self.port_specs.clone();
+        a.queues = self.queues.clone();
+        a.eth_peer = self.dest_mac.clone();
+        a.cores = self.cores;
+        a.run.duration = self.duration.unwrap_or(f64::INFINITY);
+        a.run.json = self.json;
+        a
+    }
+}
+
+/// Arguments of `sluice fwd`.
+#[derive(Args, Debug, Clone)]
+pub struct FwdArgs {
+    /// The ports. They forward in pairs, 0<->1, 2<->3; with an odd count the
+    /// last forwards to itself.
+    #[command(flatten)]
+    pub port_specs: PortSpecs,
+    /// Queues, buffers, bursts.
+    #[command(flatten)]
+    pub queues: QueueOptions,
+    /// The run's length and output.
+    #[command(flatten)]
+    pub run: RunOptions,
+    /// Forwarding engine.
+    #[arg(long, value_enum, default_value_t = Engine::Io)]
+    pub engine: Engine,
+    /// Forwarding lcores. Each port gets this many Rx and Tx queues when its
+    /// driver allows (else one); the (port, queue) streams are spread over the
+    /// lcores.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub cores: u16,
     /// Per-queue burst-size histograms in the summary.
     #[arg(long)]
     pub hist: bool,
-    /// Tx attempts more for packets a Tx queue did not take, before they are
-    /// dropped.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub tx_retry: u32,
     /// `mac` engine: the destination MAC, `MAC` for every port or `PORT,MAC`
     /// for one (repeatable). Default 02:00:00:00:00:PORT.
     #[arg(long, value_name = "[PORT,]MAC", value_parser = parse_eth_peer)]
@@ -81,20 +188,12 @@ impl FwdArgs {
     /// tests).
     pub fn with_specs(specs: Vec<String>) -> FwdArgs {
         FwdArgs {
-            specs,
-            ports: Vec::new(),
+            port_specs: PortSpecs::new(specs),
+            queues: QueueOptions::default(),
+            run: RunOptions::default(),
             engine: Engine::Io,
-            burst: 32,
-            rxd: 1024,
-            txd: 1024,
-            cache: 256,
-            pool_size: None,
             cores: 1,
-            duration: 5.0,
-            stats_period: 1.0,
-            json: false,
             hist: false,
-            tx_retry: 0,
             eth_peer: Vec::new(),
             tx_first: false,
             txpkts: 64,
@@ -104,7 +203,7 @@ impl FwdArgs {
 
     /// Every port spec, `--port` ones first.
     pub fn all_specs(&self) -> Vec<String> {
-        self.ports.iter().chain(&self.specs).cloned().collect()
+        self.port_specs.all()
     }
 
     /// The peer MAC of port `port` for the `mac` engine.

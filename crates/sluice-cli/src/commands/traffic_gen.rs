@@ -19,7 +19,7 @@ use sluice::tester::{
 };
 use sluice::tsc::rdtsc;
 
-use crate::bench::emit;
+use crate::app::output::emit;
 
 /// Arguments of `sluice gen`.
 #[derive(Args, Debug, Clone)]
@@ -28,7 +28,7 @@ pub struct GenArgs {
     #[arg(long, short = 'p', value_name = "SPEC")]
     pub port: String,
     /// How long to send, in seconds (at most 1e6).
-    #[arg(long, default_value_t = 1.0, value_parser = crate::fwd::parse_seconds)]
+    #[arg(long, default_value_t = 1.0, value_parser = crate::app::options::parse_seconds)]
     pub duration: f64,
     /// Frames per second (default: full speed).
     #[arg(long, value_name = "PPS")]
@@ -110,6 +110,15 @@ struct GenReport {
     /// them: longer than its MTU, say).
     tx_errors: u64,
     clean: Option<bool>,
+}
+
+/// Runs `sluice gen`; an unclean report (with `--check`) is an error.
+pub fn run_checked(args: &GenArgs) -> Result<(), String> {
+    if run(args)? {
+        Ok(())
+    } else {
+        Err("the tester report is not clean".into())
+    }
 }
 
 /// Runs `sluice gen`; `Ok(false)` when `--check` found the report unclean.

@@ -11,7 +11,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::lcore::LcoreCycles;
+use super::io::lcore::LcoreCycles;
 use super::stats::{PortSample, Sources};
 use super::summary::cycles_per_packet;
 
@@ -149,15 +149,16 @@ mod tests {
 
     #[test]
     fn a_warm_up_gives_a_window_inside_the_run_and_every_buffer_comes_home() {
-        use crate::fwd::{Engine, FwdArgs, measure};
+        use crate::app::io::measure;
+        use crate::app::options::{Engine, FwdArgs};
         let spec = "soft:tester=fwd_window_unit,gen=udp,flows=64,size=64,device=inline";
         let mut args = FwdArgs::with_specs(vec![spec.into(), spec.into()]);
         args.engine = Engine::Mac;
-        args.duration = 0.1;
-        args.stats_period = 100.0;
-        args.rxd = 128;
-        args.txd = 256;
-        args.cache = 64;
+        args.run.duration = 0.1;
+        args.run.stats_period = 100.0;
+        args.queues.rxd = 128;
+        args.queues.txd = 256;
+        args.queues.cache = 64;
         let m = measure(&args, Some(0.05)).unwrap();
         let w = m.window.expect("a warm-up gives a window");
         let s = &m.summary;

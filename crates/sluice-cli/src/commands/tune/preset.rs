@@ -1,10 +1,11 @@
-//! `--preset l2fwd-defaults`: the known case of technique T5. DPDK's l2fwd
-//! example long used 128 Rx and 512 Tx descriptors with a mempool cache of
-//! 32; later versions use 1024 / 1024 and cache 256 (burst 32 in both). On
-//! an Arm board that change took small-packet forwarding from 21 % to 55 %
-//! of line rate. Here both settings run on the same ports, `max(--confirm,
-//! 5)` times each, alternating (old, new, new, old, ...) so drift and load
-//! hit both alike; the result is each one's mean and spread and the ratio.
+//! `--preset l2fwd-defaults`: a known case of descriptor and cache tuning.
+//! DPDK's l2fwd example long used 128 Rx and 512 Tx descriptors with a
+//! mempool cache of 32; later versions use 1024 / 1024 and cache 256
+//! (burst 32 in both). On an Arm board that change took small-packet
+//! forwarding from 21 % to 55 % of line rate. Here both settings run on the
+//! same ports, `max(--confirm, 5)` times each, alternating (old, new, new,
+//! old, ...) so drift and load hit both alike; the result is each one's mean
+//! and spread and the ratio.
 
 use serde::Serialize;
 use sluice::port::DeviceInfo;
@@ -13,7 +14,7 @@ use super::args::{Preset, TuneArgs};
 use super::grid::{Config, DEFAULTS, fits};
 use super::point::{self, PointResult, Setup};
 use super::report::{Choice, json_line, loadavg, progress};
-use crate::bench::emit;
+use crate::app::output::emit;
 
 /// DPDK l2fwd's old defaults: 128 Rx / 512 Tx descriptors, cache 32.
 pub const L2FWD_OLD: Config = Config {
@@ -80,7 +81,7 @@ pub fn run(
     for k in 0..reps {
         let order = if k % 2 == 0 { [old, new] } else { [new, old] };
         for c in order {
-            if crate::fwd::interrupted() {
+            if crate::app::signal::interrupted() {
                 break;
             }
             let r = point::measure(setup, c)?;

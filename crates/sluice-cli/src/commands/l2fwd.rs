@@ -14,80 +14,34 @@
 
 use clap::Args;
 
-use crate::fwd::{self, Engine, EthPeer, FwdArgs};
+use crate::app::io;
+use crate::app::options::{Engine, FwdArgs, SampleAppOptions, parse_seconds};
+use crate::app::summary::require_clean;
 
 /// Arguments of `sluice l2fwd`.
 #[derive(Args, Debug, Clone)]
 pub struct L2fwdArgs {
-    /// Port spec strings, in port order (`afpacket:iface=veth0`,
-    /// `soft:tester=t,gen=udp`, ...). Ports forward in pairs, 0<->1, 2<->3.
-    #[arg(value_name = "SPEC")]
-    pub specs: Vec<String>,
-    /// A port spec; may be repeated (positional specs come after).
-    #[arg(long = "port", short = 'p', value_name = "SPEC")]
-    pub ports: Vec<String>,
+    /// The ports, their queues, the run's length.
+    #[command(flatten)]
+    pub common: SampleAppOptions,
     /// Forward frames unchanged (no source/destination MAC rewrite).
     #[arg(long)]
     pub no_mac_updating: bool,
-    /// Destination MAC written on frames leaving a port: `MAC` for every
-    /// port or `PORT,MAC` for one (repeatable). Default
-    /// 02:00:00:00:00:PORT.
-    #[arg(long, value_name = "[PORT,]MAC", value_parser = fwd::parse_eth_peer)]
-    pub dest_mac: Vec<EthPeer>,
-    /// Rx descriptors per queue.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
-    pub rxd: u16,
-    /// Tx descriptors per queue.
-    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u16).range(1..))]
-    pub txd: u16,
-    /// Mempool per-lcore cache size.
-    #[arg(long, default_value_t = 256, value_parser = clap::value_parser!(u32).range(0..=512))]
-    pub cache: u32,
-    /// Packets asked for per Rx call.
-    #[arg(long, default_value_t = 32, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub burst: u16,
-    /// Mbufs in the pool (default: enough for every descriptor and cache).
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
-    pub pool_size: Option<u32>,
-    /// Forwarding lcores; each port gets this many queues when its driver
-    /// allows.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
-    pub cores: u16,
-    /// Stop after this many seconds (default: run until SIGINT or SIGTERM).
-    #[arg(long, value_parser = fwd::parse_seconds)]
-    pub duration: Option<f64>,
     /// Seconds between stats lines (l2fwd's `-T`).
-    #[arg(long, short = 'T', default_value_t = 10.0, value_parser = fwd::parse_seconds)]
+    #[arg(long, short = 'T', default_value_t = 10.0, value_parser = parse_seconds)]
     pub stats_period: f64,
-    /// Tx attempts more for packets a Tx queue did not take.
-    #[arg(long, default_value_t = 0, value_name = "N")]
-    pub tx_retry: u32,
-    /// One JSON object per line (stats lines and the summary) on stdout.
-    #[arg(long)]
-    pub json: bool,
 }
 
 impl L2fwdArgs {
     /// The `sluice fwd` arguments that do the same forwarding.
     pub fn to_fwd(&self) -> FwdArgs {
-        let mut a = FwdArgs::with_specs(self.specs.clone());
-        a.ports = self.ports.clone();
+        let mut a = self.common.to_fwd();
         a.engine = if self.no_mac_updating {
             Engine::Io
         } else {
             Engine::Mac
         };
-        a.eth_peer = self.dest_mac.clone();
-        a.rxd = self.rxd;
-        a.txd = self.txd;
-        a.cache = self.cache;
-        a.burst = self.burst;
-        a.pool_size = self.pool_size;
-        a.cores = self.cores;
-        a.duration = self.duration.unwrap_or(f64::INFINITY);
-        a.stats_period = self.stats_period;
-        a.tx_retry = self.tx_retry;
-        a.json = self.json;
+        a.run.stats_period = self.stats_period;
         a
     }
 }
@@ -101,16 +55,12 @@ pub fn run(args: &L2fwdArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    if fwd::run(&args.to_fwd())? {
-        Ok(())
-    } else {
-        Err("a tester report is not clean (loss, reordering, duplicates or corruption)".into())
-    }
+    require_clean(io::run(&args.to_fwd())?)
 }
 
 impl L2fwdArgs {
     fn all_specs_empty(&self) -> bool {
-        self.specs.is_empty() && self.ports.is_empty()
+        self.common.port_specs.all().is_empty()
     }
 }
 
@@ -138,9 +88,12 @@ mod tests {
         let f = a.to_fwd();
         assert_eq!(f.all_specs(), ["null", "null"]);
         assert_eq!(f.engine, Engine::Mac);
-        assert_eq!((f.rxd, f.txd, f.cache, f.burst), (1024, 1024, 256, 32));
-        assert_eq!(f.stats_period, 10.0);
-        assert!(f.duration.is_infinite(), "runs until a signal");
+        assert_eq!(
+            (f.queues.rxd, f.queues.txd, f.queues.cache, f.queues.burst),
+            (1024, 1024, 256, 32)
+        );
+        assert_eq!(f.run.stats_period, 10.0);
+        assert!(f.run.duration.is_infinite(), "runs until a signal");
         assert_eq!(f.peer_mac(1), MacAddr([2, 0, 0, 0, 0, 1]));
     }
 
@@ -158,7 +111,7 @@ mod tests {
         .unwrap();
         let f = a.to_fwd();
         assert_eq!(f.engine, Engine::Io);
-        assert_eq!(f.duration, 2.0);
+        assert_eq!(f.run.duration, 2.0);
         assert_eq!(f.peer_mac(1), MacAddr([0xa, 0xb, 0xc, 0xd, 0xe, 0xf]));
         assert_eq!(f.peer_mac(0), MacAddr([2, 0, 0, 0, 0, 0]));
         for bad in [

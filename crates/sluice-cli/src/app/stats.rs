@@ -8,8 +8,8 @@ use std::time::Instant;
 use serde::Serialize;
 use sluice::port::PortCounters;
 
-use super::lcore::StreamCounters;
-use crate::bench::emit;
+use super::io::lcore::StreamCounters;
+use super::output::emit;
 
 /// What the stats thread reads: each port's counters and, per stream, the
 /// port its drops are counted on (its Tx port).

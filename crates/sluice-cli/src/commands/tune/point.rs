@@ -2,7 +2,7 @@
 //! descriptor counts), forwarding on one lcore with the point's burst,
 //! warmed up, then measured for a fixed window; then drained and stopped.
 //!
-//! The figures are the window's (`fwd::window`): Mpps sent by all ports,
+//! The figures are the window's (`app::window`): Mpps sent by all ports,
 //! cycles per packet on the forwarding lcore (busy polls, an inline
 //! device's cycles excluded), and what was lost and why. After the ports
 //! stop, the pool must be full again and the testers must have seen every
@@ -12,7 +12,8 @@ use serde::Serialize;
 
 use super::args::TuneEngine;
 use super::grid::Config;
-use crate::fwd::{self, Engine, FwdArgs};
+use crate::app::io;
+use crate::app::options::{Engine, FwdArgs};
 
 /// How every point runs.
 #[derive(Debug, Clone)]
@@ -85,19 +86,19 @@ pub fn measure(setup: &Setup, c: Config) -> Result<PointResult, String> {
     }
 }
 
-/// A point run by `fwd::measure`.
+/// A point run by `app::io::measure`.
 fn measure_fwd(setup: &Setup, c: Config, engine: Engine) -> Result<PointResult, String> {
     let mut args = FwdArgs::with_specs(setup.specs.clone());
     args.engine = engine;
-    args.rxd = c.rxd;
-    args.txd = c.txd;
-    args.cache = c.cache;
-    args.burst = c.burst;
-    args.duration = setup.duration;
-    args.tx_retry = setup.tx_retry;
+    args.queues.rxd = c.rxd;
+    args.queues.txd = c.txd;
+    args.queues.cache = c.cache;
+    args.queues.burst = c.burst;
+    args.run.duration = setup.duration;
+    args.queues.tx_retry = setup.tx_retry;
     // No live stats lines.
-    args.stats_period = 1e6;
-    let m = fwd::measure(&args, Some(setup.warmup)).map_err(|e| format!("{c}: {e}"))?;
+    args.run.stats_period = 1e6;
+    let m = io::measure(&args, Some(setup.warmup)).map_err(|e| format!("{c}: {e}"))?;
     let w = m
         .window
         .ok_or_else(|| format!("{c}: the run ended before its window"))?;

@@ -40,12 +40,12 @@ fn quick(specs: &[&str], api: Api, workers: u16) -> DistArgs {
     let mut a = DistArgs::with_specs(specs.iter().map(|s| s.to_string()).collect());
     a.api = api;
     a.workers = workers;
-    a.duration = 0.2;
-    a.stats_period = 10.0;
-    a.rxd = 256;
-    a.txd = 256;
-    a.cache = 32;
-    a.json = true;
+    a.run.duration = 0.2;
+    a.run.stats_period = 10.0;
+    a.queues.rxd = 256;
+    a.queues.txd = 256;
+    a.queues.cache = 32;
+    a.run.json = true;
     a
 }
 
@@ -94,7 +94,7 @@ fn a_packet_bound_ends_the_run_and_the_drain_loses_nothing() {
     let name = "dist_unit_bound";
     let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
     let mut a = quick(&[&spec, &spec], Api::Burst, 1);
-    a.duration = 30.0;
+    a.run.duration = 30.0;
     a.packets = Some(5000);
     let s = run(&a).unwrap();
     assert!(s.rx_packets >= 5000);
@@ -154,8 +154,8 @@ fn a_starved_pool_is_not_clean_and_says_the_pool_ran_dry() {
     let name = "dist_unit_starved";
     let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
     let mut a = quick(&[&spec, &spec], Api::Burst, 1);
-    a.pool_size = Some(255);
-    a.cache = 0;
+    a.queues.pool_size = Some(255);
+    a.queues.cache = 0;
     let s = run(&a).unwrap();
     assert!(s.alloc_failures > 0, "{s:?}");
     assert!(!s.clean && !s.ok(), "{s:?}");
@@ -169,7 +169,7 @@ fn a_starved_pool_is_not_clean_and_says_the_pool_ran_dry() {
 
 #[test]
 fn a_runt_and_an_oversize_frame_are_dropped_with_their_reason_when_distributing() {
-    let file = crate::fwd::tests::pcap_of("dist_runts", &[5, 60, 2000, 13, 60]);
+    let file = crate::app::io::tests::pcap_of("dist_runts", &[5, 60, 2000, 13, 60]);
     let rx = format!("pcap:rx={}", file.display());
     let s = run(&quick(&[&rx, "null"], Api::Burst, 1)).unwrap();
     std::fs::remove_file(&file).unwrap();

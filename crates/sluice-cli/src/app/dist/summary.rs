@@ -7,8 +7,8 @@ use sluice::distributor::DistStats;
 
 use super::api::Api;
 use super::worker::WorkerOut;
-use crate::bench::emit;
-use crate::fwd::summary::{PortSummary, TesterSummary, pool_ran_dry, tester_verdict};
+use crate::app::output::emit;
+use crate::app::summary::{PortSummary, TesterSummary, pool_ran_dry, tester_verdict};
 
 /// One worker.
 #[derive(Serialize, Debug, Clone, PartialEq)]
@@ -361,7 +361,7 @@ impl DistSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dist::worker::FlowCounts;
+    use crate::app::dist::worker::FlowCounts;
 
     fn out(packets: u64, moves_in: u64, flows: &[u32]) -> WorkerOut {
         let mut f = FlowCounts::new(64);

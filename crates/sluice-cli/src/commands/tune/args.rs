@@ -3,19 +3,16 @@
 
 use clap::{Args, ValueEnum};
 
+use crate::app::options::{PortSpecs, parse_seconds};
+
 /// Arguments of `sluice tune`.
 #[derive(Args, Debug, Clone)]
 pub struct TuneArgs {
-    /// Port spec strings, in port order (default: two `soft` ports cabled to
-    /// the built-in tester, 64-byte UDP frames over 1024 flows, the device
-    /// model inline — see `--device`). Ports forward in pairs, as in
-    /// `sluice fwd`.
-    #[arg(value_name = "SPEC")]
-    pub specs: Vec<String>,
-    /// A port spec; may be repeated (and mixed with positional specs, which
-    /// come after).
-    #[arg(long = "port", short = 'p', value_name = "SPEC")]
-    pub ports: Vec<String>,
+    /// The ports (default: two `soft` ports cabled to the built-in tester,
+    /// 64-byte UDP frames over 1024 flows, the device model inline — see
+    /// `--device`). Ports forward in pairs, as in `sluice fwd`.
+    #[command(flatten)]
+    pub port_specs: PortSpecs,
     /// The default ports' device model: `inline` (in the forwarding
     /// lcore's calls, its cycles excluded; deterministic) or `threaded` (on
     /// its own thread and CPU). Ignored when ports are given.
@@ -103,8 +100,7 @@ impl TuneArgs {
     #[cfg(test)]
     pub fn with_specs(specs: Vec<String>) -> TuneArgs {
         TuneArgs {
-            specs,
-            ports: Vec::new(),
+            port_specs: PortSpecs::new(specs),
             device: Device::Inline,
             engine: TuneEngine::Io,
             rxd: "128,256,512,1024,2048,4096".into(),
@@ -129,7 +125,7 @@ impl TuneArgs {
     /// Every port spec, `--port` ones first; the default pair when none is
     /// given.
     pub fn all_specs(&self) -> Vec<String> {
-        let given: Vec<String> = self.ports.iter().chain(&self.specs).cloned().collect();
+        let given = self.port_specs.all();
         if !given.is_empty() {
             return given;
         }
@@ -213,11 +209,4 @@ impl Figure {
 pub enum Preset {
     /// DPDK l2fwd's descriptor and cache defaults, old against new.
     L2fwdDefaults,
-}
-
-fn parse_seconds(s: &str) -> Result<f64, String> {
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v > 0.0 && v <= 1e6 => Ok(v),
-        _ => Err(format!("'{s}' is not a number of seconds in (0, 1e6]")),
-    }
 }

@@ -4,12 +4,15 @@
 //! reports as the `device_cycles` xstat); and each tester's report. Printed
 //! as text, or as one JSON object.
 
+use std::sync::Arc;
+
 use serde::Serialize;
 use sluice::driver::soft::bus::{BusBytes, Link};
 use sluice::port::{BurstHistogram, Offloads, PortCounters};
+use sluice::tester::Tester;
 
-use super::lcore::LcoreCycles;
-use crate::bench::emit;
+use super::io::lcore::LcoreCycles;
+use super::output::emit;
 
 /// One queue's burst-size histogram.
 #[derive(Serialize, Debug, Clone)]
@@ -468,6 +471,39 @@ impl Summary {
         if !self.pool_full {
             emit("warning: the mbuf pool is not full after the ports stopped");
         }
+    }
+}
+
+/// Each registered tester's report.
+pub(crate) fn tester_reports(mut testers: Vec<(String, Arc<Tester>)>) -> Vec<TesterSummary> {
+    testers.sort_by(|a, b| a.0.cmp(&b.0));
+    testers
+        .into_iter()
+        .map(|(name, t)| {
+            let r = t.report();
+            TesterSummary {
+                name,
+                sent: r.sent,
+                received: r.received,
+                lost: r.lost,
+                reordered: r.reordered,
+                duplicates: r.duplicates,
+                corrupt: r.corrupt,
+                foreign: r.foreign,
+                clean: r.is_clean(),
+                report: r.to_string(),
+            }
+        })
+        .collect()
+}
+
+/// `Ok` when `clean`; else the error a forwarding command ends with when a
+/// tester report is not clean.
+pub(crate) fn require_clean(clean: bool) -> Result<(), String> {
+    if clean {
+        Ok(())
+    } else {
+        Err("a tester report is not clean (loss, reordering, duplicates or corruption)".into())
     }
 }
 

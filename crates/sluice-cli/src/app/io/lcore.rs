@@ -19,8 +19,8 @@ use sluice::mbuf::{Burst, MbufPool};
 use sluice::tsc::rdtsc;
 use sluice::{lcore, tsc};
 
-use super::args::Engine;
 use super::engine::{Fwd, Io, Mac, MacSwap, Recycle, RxOnly, Stream, TxOnly, poll};
+use crate::app::options::Engine;
 
 /// Counters of one stream that the port counters do not have, written by
 /// its lcore and read by the stats thread.

@@ -207,14 +207,14 @@ fn bad_grid_input_is_a_clear_error() {
     );
     assert_eq!(err(&|a| a.rxd = "-1".into()), "--rxd: '-1' is not a number");
     // A bad spec: the driver's own error (its key list is the driver's).
-    let e = err(&|a| a.specs = vec!["soft:nonsense=1".into()]);
+    let e = err(&|a| a.port_specs.specs = vec!["soft:nonsense=1".into()]);
     assert!(
         e.starts_with("port spec 'soft:nonsense=1': driver 'soft' has no key 'nonsense' (keys: "),
         "{e}"
     );
     // A driver without the power-of-two rule takes 100 (null ports).
     let mut a = tiny("unused");
-    a.specs = vec!["null".into(), "null".into()];
+    a.port_specs.specs = vec!["null".into(), "null".into()];
     a.rxd = "100".into();
     let g = Grid::parse(&a).unwrap();
     g.check_ports(&probe(&a.all_specs()).unwrap()).unwrap();

@@ -1,0 +1,116 @@
+//! The router of `sluice l3fwd`: the per-packet work ([`classify`]), the
+//! route tables ([`router`]) and the lcores that run them ([`lcore`]).
+//!
+//! Every port gets `--cores` Rx and Tx queues (RSS spreads flows over the
+//! Rx queues); lcore `i` owns Tx queue `i` of every port and a round-robin
+//! share of all Rx queues. Ports that cannot have that many queues fall
+//! back to one each, and then one lcore runs.
+
+pub mod classify;
+pub mod lcore;
+pub mod router;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+
+use sluice::mbuf::MbufPool;
+use sluice::port::Port;
+use sluice::tester::Tester;
+
+use super::io::lcore::StreamCounters;
+use super::lcores::run_lcores;
+use super::options::FwdArgs;
+use super::ports::has_threaded_device;
+use super::run::Forwarded;
+use super::stats::Sources;
+use classify::{PortMacs, Router};
+use lcore::{L3Config, L3Lcore, RouteDropCounters, l3_main, sum_drops};
+
+/// The forwarding phase of l3fwd: lcores, their queues, the routing loop.
+pub(crate) fn route_phase<R: Router>(
+    router: &R,
+    ports: &mut [Port],
+    pool: &MbufPool,
+    args: &FwdArgs,
+    testers: &[(String, Arc<Tester>)],
+) -> Result<Forwarded, String> {
+    let nports = ports.len();
+    let macs: Vec<PortMacs> = ports
+        .iter()
+        .enumerate()
+        .map(|(p, port)| PortMacs::new(args.peer_mac(p), port.mac()))
+        .collect();
+    let threaded = ports.iter().any(|p| has_threaded_device(p.name()));
+    let counters: Vec<_> = ports.iter().map(Port::counters).collect();
+    // Every port has the same queue count (ports::open_ports falls back to
+    // one for all), so lcore i can own Tx queue i of each.
+    let queues = ports
+        .iter()
+        .map(|p| p.nb_tx_queues().min(p.nb_rx_queues()))
+        .min()
+        .unwrap_or(1);
+    let nb_lcores = (args.cores as usize).min(queues).max(1);
+    let drop_counters: Vec<RouteDropCounters> = (0..nb_lcores)
+        .map(|_| RouteDropCounters::default())
+        .collect();
+    let mut lcores: Vec<L3Lcore<'_>> = drop_counters
+        .iter()
+        .enumerate()
+        .map(|(i, drops)| L3Lcore {
+            rx: Vec::new(),
+            tx: Vec::new(),
+            counters_base: i * nports,
+            drops,
+        })
+        .collect();
+    let mut next = 0;
+    for p in ports.iter_mut() {
+        let (rx, tx) = p.queues_mut().map_err(|e| e.to_string())?;
+        for (q, t) in tx.iter_mut().enumerate().take(nb_lcores) {
+            lcores[q].tx.push(t.as_mut());
+        }
+        for r in rx.iter_mut() {
+            lcores[next % nb_lcores].rx.push(r.as_mut());
+            next += 1;
+        }
+    }
+    let stream_counters: Vec<StreamCounters> = (0..nb_lcores * nports)
+        .map(|_| StreamCounters::default())
+        .collect();
+    let stop = AtomicBool::new(false);
+    let app_drops = || {
+        let d = sum_drops(&drop_counters);
+        d.no_route + d.ttl_expired + d.bad_header + d.bad_checksum + d.unwritable + d.runt
+    };
+    let src = Sources {
+        ports: counters,
+        stream_tx_port: (0..nb_lcores * nports).map(|i| i % nports).collect(),
+        streams: &stream_counters,
+        app_drops: Some(&app_drops),
+    };
+    let cfg = L3Config {
+        burst: args.queues.burst as usize,
+        tx_retry: args.queues.tx_retry,
+        counters: &stream_counters,
+        macs: &macs,
+        stop: &stop,
+    };
+    let (cycles, secs, drain_accounted) = run_lcores(
+        lcores,
+        threaded,
+        &src,
+        args,
+        testers,
+        &stop,
+        |cpu, mut lc| l3_main(cpu, router, &mut lc, cfg, pool),
+    )?;
+    Ok(Forwarded {
+        lcores: cycles,
+        secs,
+        drops: src.sample().iter().map(|s| s.drops).collect(),
+        recycle_errors: 0,
+        route_drops: Some(sum_drops(&drop_counters)),
+        drain_accounted,
+        alloc_failures: 0,
+    })
+}
