@@ -1,45 +1,27 @@
 //! SIGINT and SIGTERM: the first asks the run to stop cleanly (the
 //! pipeline drains, the ports stop and the summary is printed); a second
-//! ends the process at once.
+//! ends the process at once. The handler is the library's
+//! [`sluice::signal`]; this module only gives it the command's notes.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use sluice::signal::{InterruptNotes, on_interrupt_with_notes};
 
-/// Set by SIGINT or SIGTERM: end the run early (the summary is still
-/// printed).
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-/// Writes `msg` to stderr from a signal handler.
-fn signal_safe_note(msg: &[u8]) {
-    // SAFETY: `write` is async-signal-safe; `msg` is valid for its length.
-    let _ = unsafe { libc::write(libc::STDERR_FILENO, msg.as_ptr().cast(), msg.len()) };
-}
-
-/// The first SIGINT or SIGTERM asks for a clean stop; a second one ends the
-/// process at once (exit status 128 + the signal), whatever the stop is
-/// waiting for.
-extern "C" fn on_signal(sig: libc::c_int) {
-    if INTERRUPTED.swap(true, Ordering::Relaxed) {
-        signal_safe_note(b"sluice: second signal: ending at once\n");
-        // SAFETY: `_exit` is async-signal-safe and ends the process without
-        // running anything else.
-        unsafe { libc::_exit(128 + sig) };
-    }
-    signal_safe_note(b"sluice: stopping (a second SIGINT or SIGTERM ends the process at once)\n");
-}
+/// What the handler writes to stderr on the first and the second signal.
+static NOTES: InterruptNotes = InterruptNotes {
+    first: "sluice: stopping (a second SIGINT or SIGTERM ends the process at once)\n",
+    second: "sluice: second signal: ending at once\n",
+};
 
 /// Whether SIGINT or SIGTERM was seen since [`catch_signals`].
 pub(crate) fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::Relaxed)
+    sluice::signal::interrupted()
 }
 
 /// From now on SIGINT and SIGTERM end the run early (see [`interrupted`]):
-/// the pipeline drains, ports stop and the summary is printed.
+/// the pipeline drains, ports stop and the summary is printed. A system
+/// that refuses the handler leaves the defaults (the signal ends the
+/// process), said once on stderr.
 pub(crate) fn catch_signals() {
-    let handler: extern "C" fn(libc::c_int) = on_signal;
-    for sig in [libc::SIGINT, libc::SIGTERM] {
-        // SAFETY: the handler only swaps an atomic and calls `write` and
-        // `_exit`, all async-signal-safe; `signal` has no other
-        // precondition.
-        unsafe { libc::signal(sig, handler as libc::sighandler_t) };
+    if let Err(e) = on_interrupt_with_notes(&NOTES) {
+        eprintln!("sluice: cannot catch SIGINT/SIGTERM ({e}); a signal ends the process at once");
     }
 }
