@@ -79,28 +79,17 @@
 //! mode; the fragment's share of its page plus the header's element in
 //! `frag` mode).
 
-pub mod bus;
-pub mod desc;
 mod device;
-mod fast_free;
+mod driver;
+mod hw;
+
+pub use device::bus;
 #[doc(hidden)]
-pub mod frame;
-mod runner;
-mod rx;
-mod rx_frags;
-mod tx;
-mod tx_engine;
-mod wire;
-pub mod wqe;
+pub use device::frame;
+pub use hw::{desc, wqe};
 
 #[cfg(all(test, not(loom)))]
-mod fast_free_tests;
-#[cfg(all(test, not(loom)))]
-mod recycle_tests;
-#[cfg(all(test, not(loom)))]
 mod tests;
-#[cfg(all(test, not(loom)))]
-mod wqe_tests;
 
 use std::sync::Arc;
 
@@ -114,12 +103,15 @@ use crate::port::{
 };
 
 use crate::tester;
-use device::{Bus, EngineCell, PortEngines, QueueRegs, RxEngine, RxParams, RxSource, TxSink};
+use device::tx_engine::{self, TxEngine, TxRegs};
+use device::wire::{Lane, RxSide, WireEnd};
+use device::{
+    Bus, EngineCell, PortEngines, QueueRegs, RxEngine, RxParams, RxSource, TxSink, runner,
+};
+use driver::tx::TxMode;
+use driver::{rx, rx_frags, tx};
 use frame::{Reta, RssHasher};
 use tester::{TESTER_KEYS, Tester, TesterConfig};
-use tx::TxMode;
-use tx_engine::{TxEngine, TxRegs};
-use wire::{Lane, RxSide, WireEnd};
 
 /// Spec keys: the tester's, then the driver's own.
 const KEYS: &[&str] = &[

@@ -1,5 +1,5 @@
 //! The soft driver's Tx queue: WQEs written into a ring of 64-byte blocks
-//! the device reads ([`super::wqe`] has the byte layouts), completions read
+//! the device reads ([`wqe`](crate::driver::soft::wqe) has the byte layouts), completions read
 //! from the queue's completion queue, and a software ring of the mbufs in
 //! flight, one slot per packet.
 //!
@@ -30,7 +30,7 @@
 //!   completed. The queue writes only blocks `[wqe_ci, wqe_done + nb)`.
 //!
 //! # Completions
-//! A WQE asks for one ([`wqe::CE`](super::wqe::CE)) when it holds packet
+//! A WQE asks for one ([`wqe::CE`](crate::driver::soft::wqe::CE)) when it holds packet
 //! `k * tx_rs_thresh - 1`, when `tx_comp` WQEs (if set) or half the ring's
 //! blocks have gone out since the last WQE that asked. For each WQE that
 //! asked the queue notes its first block, its end and the packet count
@@ -73,10 +73,10 @@ use crate::mbuf::{
 use crate::mempool::{Elem, PoolInner};
 use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
-use super::device::PortEngines;
 use super::fast_free::{FastFree, Region};
-use super::tx_engine::TxRegs;
-use super::wqe::{
+use crate::driver::soft::device::PortEngines;
+use crate::driver::soft::device::tx_engine::TxRegs;
+use crate::driver::soft::hw::wqe::{
     CE, CQE_INVALID, CQE_REQ, CqeInfo, Eseg, EsegWords, MAX_DS, MAX_TSO_HEADER, MIN_INLINE, OP_MPW,
     OP_SEND, OP_TSO, OPMOD_EMPW, SEGS_PER_BB, TUN_VXLAN, blocks, cs, cseg, dseg, header_segs,
     inline_segs, write_data, write_entry, write_words,

@@ -42,9 +42,9 @@ use crate::mbuf::{BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, MbufPool, RearmData
 use crate::mempool::Elem;
 use crate::port::{PortCounters, PortError, RecycleRxInfo, RxFrameCheck, RxQueue, TxQueue};
 
-use super::desc::rx;
-use super::device::{PortEngines, QueueRegs};
 use super::rx_frags::RxFrags;
+use crate::driver::soft::device::{PortEngines, QueueRegs};
+use crate::driver::soft::hw::desc::rx;
 
 /// An Rx queue of a soft port.
 pub struct SoftRx {

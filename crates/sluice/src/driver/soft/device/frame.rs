@@ -7,7 +7,7 @@ use crate::net::checksum;
 use crate::net::ip_proto;
 use crate::net::rss::DEFAULT_KEY;
 
-use super::desc::{ptype, rx};
+use crate::driver::soft::hw::desc::{ptype, rx};
 
 /// What the parser found in a frame.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

@@ -37,11 +37,11 @@ use crate::counter::Counter;
 use crate::port::Xstats;
 use crate::tsc::rdtsc;
 
-use super::desc::DescRing;
-use super::device::{Bus, STEP, TxSink};
 use super::frame::{TsoHeaders, tx_checksums, tx_checksums_at};
 use super::wire::Sent;
-use super::wqe::{
+use super::{Bus, STEP, TxSink};
+use crate::driver::soft::hw::desc::DescRing;
+use crate::driver::soft::hw::wqe::{
     CE, CQE_ERR, CQE_REQ, CqRing, Cseg, Eseg, INLINE, LKEY, MAX_DS, MAX_TSO_HEADER, OP_MPW,
     OP_SEND, OP_TSO, OPMOD_EMPW, SEG, SEGS_PER_BB, TUN_VXLAN, VLAN_INSERT, blocks, cs, header_segs,
     inline_segs, read_inline, seg_bytes, syndrome,
@@ -218,7 +218,13 @@ impl TxEngine {
     #[inline]
     fn complete(&mut self, counter: u16, opcode: u8, syn: u8) {
         let cq = &self.regs.cq;
-        let w = super::wqe::cqe_word(syn, self.sqn, counter, opcode, cq.owner(self.cq_pi));
+        let w = crate::driver::soft::hw::wqe::cqe_word(
+            syn,
+            self.sqn,
+            counter,
+            opcode,
+            cq.owner(self.cq_pi),
+        );
         // Release: pairs with the driver's acquire load of this word; the
         // device is done with every buffer of the WQE.
         cq.get(self.cq_pi).last().store(w, Ordering::Release);

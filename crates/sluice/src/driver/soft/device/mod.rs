@@ -51,6 +51,12 @@
 //! The device's own cycles (each step, measured with `tsc`) add up in
 //! `device_cycles`, so a driver-side figure can exclude them.
 
+pub mod bus;
+pub mod frame;
+pub mod runner;
+pub mod tx_engine;
+pub mod wire;
+
 use std::cell::UnsafeCell;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
@@ -61,11 +67,11 @@ use crate::counter::Counter;
 use crate::port::{MIN_FRAME, PortCounters, Xstats};
 use crate::tsc::rdtsc;
 
-use super::desc::{DescRing, rx};
-use super::frame::{RssHasher, parse, rx_checksums};
-use super::tester::{Checker, Generator};
-use super::wire::{LaneRx, WireTx};
-use super::wqe::{SEG, blocks};
+use super::hw::desc::{DescRing, rx};
+use super::hw::wqe::{SEG, blocks};
+use crate::tester::{Checker, Generator};
+use frame::{RssHasher, parse, rx_checksums};
+use wire::{LaneRx, WireTx};
 
 /// Most frames an engine handles per step.
 pub const STEP: usize = 64;
@@ -528,7 +534,7 @@ pub struct PortEngines {
     /// Rx engines, by queue.
     pub rx: Box<[EngineCell<RxEngine>]>,
     /// Tx engines, by queue.
-    pub tx: Box<[EngineCell<super::tx_engine::TxEngine>]>,
+    pub tx: Box<[EngineCell<tx_engine::TxEngine>]>,
     /// The port's counters, where a failed step is recorded.
     pub counters: Arc<PortCounters>,
 }
@@ -542,7 +548,7 @@ impl PortEngines {
             n += e.try_with(RxEngine::step).unwrap_or(0);
         }
         for e in self.tx.iter() {
-            n += e.try_with(super::tx_engine::TxEngine::step).unwrap_or(0);
+            n += e.try_with(tx_engine::TxEngine::step).unwrap_or(0);
         }
         n
     }
