@@ -106,7 +106,8 @@ use crate::tester;
 use device::tx_engine::{self, TxEngine, TxRegs};
 use device::wire::{Lane, RxSide, WireEnd};
 use device::{
-    Bus, EngineCell, PortEngines, QueueRegs, RxEngine, RxParams, RxSource, TxSink, runner,
+    Bus, EngineCell, PortEngines, QueueEngine, QueueRegs, RxEngine, RxParams, RxSource, TxSink,
+    runner,
 };
 use driver::tx::TxMode;
 use driver::{rx, rx_frags, tx};
@@ -506,7 +507,7 @@ impl PortDriver for SoftDriver {
             tx_engines.push(EngineCell::new(TxEngine::new(
                 Arc::clone(regs),
                 sink,
-                tx_engine::TxParams {
+                tx_engine::TxEngineParams {
                     max_frame,
                     sqn: q as u32,
                 },
@@ -541,9 +542,7 @@ impl PortDriver for SoftDriver {
                 config.port_id,
                 self.settings.rx_free_thresh,
                 rss_hash,
-                Arc::clone(&engines),
-                inline,
-                q,
+                QueueEngine::new(Arc::clone(&engines), q, inline),
                 Arc::clone(counters),
                 4 + self.settings.bus_overhead,
                 frags,
@@ -585,15 +584,13 @@ impl PortDriver for SoftDriver {
             .into_iter()
             .enumerate()
             .map(|(q, regs)| {
-                Box::new(tx::SoftTx::new(
+                Box::new(tx::SoftTx::new(tx::TxQueueParts {
                     regs,
-                    config.txq[q].nb_txd as u32,
+                    nb_txd: config.txq[q].nb_txd as u32,
                     params,
-                    Arc::clone(&engines),
-                    inline,
-                    q,
-                    Arc::clone(counters),
-                )) as Box<dyn TxQueue>
+                    engine: QueueEngine::new(Arc::clone(&engines), q, inline),
+                    counters: Arc::clone(counters),
+                })) as Box<dyn TxQueue>
             })
             .collect();
         self.engines = Some(engines);

@@ -58,6 +58,7 @@ pub mod tx_engine;
 pub mod wire;
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
@@ -332,37 +333,38 @@ pub struct RxEngine {
     regs: Arc<QueueRegs>,
     head: u32,
     source: RxSource,
-    p: RxParams,
+    params: RxParams,
     hasher: Arc<RssHasher>,
     scratch: Box<[u8]>,
     bus: Bus,
     counters: Arc<PortCounters>,
-    q: usize,
+    /// The queue's index.
+    queue: usize,
     /// Steps left before an injected panic (`panic_at`), if one is asked.
     panic_in: Option<u64>,
 }
 
 impl RxEngine {
-    /// An engine for queue `q`.
+    /// An engine for queue `queue`.
     pub fn new(
         regs: Arc<QueueRegs>,
         source: RxSource,
-        p: RxParams,
+        params: RxParams,
         hasher: Arc<RssHasher>,
         bus: Bus,
         counters: Arc<PortCounters>,
-        q: usize,
+        queue: usize,
     ) -> RxEngine {
         RxEngine {
             regs,
             head: 0,
             source,
             scratch: vec![0; 9216 + 64].into_boxed_slice(),
-            p,
+            params,
             hasher,
             bus,
             counters,
-            q,
+            queue,
             panic_in: None,
         }
     }
@@ -385,7 +387,7 @@ impl RxEngine {
         let p = parse(buf);
         let (hash, ty) = rss.unwrap_or_else(|| self.hasher.frame(buf, &p));
         let mut st = rx::DD | rx::EOP;
-        st |= rx_checksums(buf, &p, self.p.check_ip, self.p.check_l4);
+        st |= rx_checksums(buf, &p, self.params.check_ip, self.params.check_l4);
         let vlan = match p.vlan {
             Some(v) => {
                 st |= rx::VP;
@@ -424,7 +426,7 @@ impl RxEngine {
         let addr = self.regs.descs.get(self.head).q0.load(Ordering::Relaxed) as *mut u8;
         // SAFETY: the caller's contract; the slice is dropped before the
         // write-back hands the buffer back.
-        unsafe { std::slice::from_raw_parts_mut(addr, self.p.buf_size) }
+        unsafe { std::slice::from_raw_parts_mut(addr, self.params.buf_size) }
     }
 
     /// One step: up to [`STEP`] frames into the ring. Returns how many
@@ -434,8 +436,8 @@ impl RxEngine {
         let tail = self.regs.tail.load(Ordering::Acquire);
         let avail = (tail.wrapping_sub(self.head) as usize).min(STEP);
         let start = self.head;
-        let room = self.p.buf_size.min(self.p.max_frame);
-        let missed = &self.counters.rx[self.q].missed;
+        let room = self.params.buf_size.min(self.params.max_frame);
+        let missed = &self.counters.rx[self.queue].missed;
         let mut dropped = 0u64;
         let mut source = std::mem::replace(&mut self.source, RxSource::Idle);
         if let Some(n) = &mut self.panic_in {
@@ -443,7 +445,7 @@ impl RxEngine {
             if *n == 0 {
                 panic!(
                     "soft: panic injected in Rx queue {}'s step (panic_at)",
-                    self.q
+                    self.queue
                 );
             }
         }
@@ -463,14 +465,14 @@ impl RxEngine {
                         let Some(len) = g.fill(&mut self.scratch, t0) else {
                             break;
                         };
-                        let n = len.min(self.p.buf_size);
+                        let n = len.min(self.params.buf_size);
                         buf[..n].copy_from_slice(&self.scratch[..n]);
                         self.bus.data(n);
                         self.write_back_error(n);
                     }
                     self.head = self.head.wrapping_add(1);
                 }
-                if !self.p.fc {
+                if !self.params.fc {
                     // No descriptor for the rest: received, then dropped.
                     for _ in k..ready {
                         if g.fill(&mut self.scratch, t0).is_none() {
@@ -499,7 +501,7 @@ impl RxEngine {
                         self.bus.data(bytes.len());
                         self.write_back(&buf[..bytes.len()], Some((meta.hash, meta.rss_type)));
                     } else {
-                        let n = bytes.len().min(self.p.buf_size);
+                        let n = bytes.len().min(self.params.buf_size);
                         buf[..n].copy_from_slice(&bytes[..n]);
                         self.bus.data(n);
                         self.write_back_error(n);
@@ -508,7 +510,7 @@ impl RxEngine {
                     self.head = self.head.wrapping_add(1);
                     k += 1;
                 }
-                if !self.p.fc && k == avail {
+                if !self.params.fc && k == avail {
                     while (k as u64 + dropped) < STEP as u64 {
                         let Some((i, _, _)) = lane.pop() else { break };
                         lane.release(i);
@@ -572,6 +574,121 @@ impl PortEngines {
                 0
             }
         }
+    }
+}
+
+/// A per-queue engine of the device: what [`QueueEngine`] needs to find,
+/// step and reset it.
+pub trait Engine: Sized {
+    /// The engines of this kind in `engines`, by queue.
+    fn cells(engines: &PortEngines) -> &[EngineCell<Self>];
+    /// One step; returns the frames handled.
+    fn step(&mut self) -> usize;
+    /// Back to power-on state (head 0, nothing half done).
+    fn reset(&mut self);
+}
+
+impl Engine for RxEngine {
+    #[inline(always)]
+    fn cells(engines: &PortEngines) -> &[EngineCell<RxEngine>] {
+        &engines.rx
+    }
+    #[inline(always)]
+    fn step(&mut self) -> usize {
+        RxEngine::step(self)
+    }
+    fn reset(&mut self) {
+        RxEngine::reset(self)
+    }
+}
+
+impl Engine for tx_engine::TxEngine {
+    #[inline(always)]
+    fn cells(engines: &PortEngines) -> &[EngineCell<tx_engine::TxEngine>] {
+        &engines.tx
+    }
+    #[inline(always)]
+    fn step(&mut self) -> usize {
+        tx_engine::TxEngine::step(self)
+    }
+    fn reset(&mut self) {
+        tx_engine::TxEngine::reset(self)
+    }
+}
+
+/// A driver queue's handle on its engine: the emulation's only ways into
+/// the device besides descriptor memory, doorbells and registers.
+///
+/// - The *inline device step* ([`inline_step`](Self::inline_step)): with
+///   `device=inline` the device has no thread of its own, so the driver's
+///   burst runs one step of its queue's engine on the polling thread, where
+///   a real NIC works alongside. With `device=threaded` it does nothing.
+/// - The *queue reset* ([`reset`](Self::reset)): a queue's start and stop
+///   hold the engine still, reset it and let the driver reset the
+///   registers and take its buffers back meanwhile, as a real driver
+///   disables a queue and waits for the device to acknowledge.
+pub struct QueueEngine<E: Engine> {
+    engines: Arc<PortEngines>,
+    /// The queue's index, in `E::cells(&engines)`.
+    queue: usize,
+    /// Whether the device runs inline (inside the queue's bursts).
+    inline: bool,
+    kind: PhantomData<fn() -> E>,
+}
+
+impl<E: Engine> Clone for QueueEngine<E> {
+    fn clone(&self) -> Self {
+        QueueEngine {
+            engines: Arc::clone(&self.engines),
+            queue: self.queue,
+            inline: self.inline,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<E: Engine> QueueEngine<E> {
+    /// The engine of queue `queue` of `engines`; `inline`: the device runs
+    /// inside the queue's bursts.
+    pub fn new(engines: Arc<PortEngines>, queue: usize, inline: bool) -> QueueEngine<E> {
+        assert!(
+            queue < E::cells(&engines).len(),
+            "no engine for queue {queue}"
+        );
+        QueueEngine {
+            engines,
+            queue,
+            inline,
+            kind: PhantomData,
+        }
+    }
+
+    /// The queue's index.
+    #[inline(always)]
+    pub fn queue(&self) -> usize {
+        self.queue
+    }
+
+    /// The inline device step: with the device inline, one step of the
+    /// engine unless it is busy or poisoned; nothing with a device thread.
+    #[inline]
+    pub fn inline_step(&self) {
+        if self.inline {
+            E::cells(&self.engines)[self.queue].try_with(E::step);
+        }
+    }
+
+    /// The queue reset: with the engine held (a running device is not in
+    /// the middle of a step on this queue), runs `f` — the driver resets
+    /// the registers, and on a stop takes its buffers back — then resets
+    /// the engine. [`Poisoned`] if the engine panicked in an earlier step:
+    /// it never runs again, and `f` has not run.
+    pub fn reset<R>(&self, f: impl FnOnce() -> R) -> Result<R, Poisoned> {
+        E::cells(&self.engines)[self.queue].with(|e| {
+            let r = f();
+            e.reset();
+            r
+        })
     }
 }
 

@@ -99,7 +99,7 @@ impl TxRegs {
 }
 
 /// What a Tx engine is configured with.
-pub struct TxParams {
+pub struct TxEngineParams {
     /// Frame FIFO size: the longest frame the device sends.
     pub max_frame: usize,
     /// The send queue number WQEs must carry (the queue's index).
@@ -153,7 +153,7 @@ pub struct TxEngine {
     /// The WQE at `head` was checked and its fetch counted.
     fetched: bool,
     /// CQEs written (free-running).
-    cq_pi: u32,
+    cqes_written: u32,
     /// Stopped on a WQE whose size could not be trusted; a reset clears it.
     halted: bool,
     sink: TxSink,
@@ -174,17 +174,23 @@ pub struct TxEngine {
 
 impl TxEngine {
     /// An engine sending into `sink`.
-    pub fn new(regs: Arc<TxRegs>, sink: TxSink, p: TxParams, bus: Bus, x: &Xstats) -> TxEngine {
+    pub fn new(
+        regs: Arc<TxRegs>,
+        sink: TxSink,
+        params: TxEngineParams,
+        bus: Bus,
+        x: &Xstats,
+    ) -> TxEngine {
         TxEngine {
             regs,
-            sqn: p.sqn,
+            sqn: params.sqn,
             head: 0,
             resume: 0,
             fetched: false,
-            cq_pi: 0,
+            cqes_written: 0,
             halted: false,
             sink,
-            frame: vec![0; p.max_frame + 4].into_boxed_slice(),
+            frame: vec![0; params.max_frame + 4].into_boxed_slice(),
             tso_header: [0; MAX_TSO_HEADER],
             tso_dsegs: [Dseg::default(); MAX_DS as usize],
             bus,
@@ -199,7 +205,7 @@ impl TxEngine {
         self.head = 0;
         self.resume = 0;
         self.fetched = false;
-        self.cq_pi = 0;
+        self.cqes_written = 0;
         self.halted = false;
     }
 
@@ -223,12 +229,12 @@ impl TxEngine {
             self.sqn,
             counter,
             opcode,
-            cq.owner(self.cq_pi),
+            cq.owner(self.cqes_written),
         );
         // Release: pairs with the driver's acquire load of this word; the
         // device is done with every buffer of the WQE.
-        cq.get(self.cq_pi).last().store(w, Ordering::Release);
-        self.cq_pi = self.cq_pi.wrapping_add(1);
+        cq.get(self.cqes_written).last().store(w, Ordering::Release);
+        self.cqes_written = self.cqes_written.wrapping_add(1);
         self.bus.completion();
     }
 

@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use crate::driver::open;
 use crate::driver::soft::bus::BusBytes;
 use crate::driver::soft::device::tx_engine::{self, TxEngine, TxRegs};
-use crate::driver::soft::device::{Bus, EngineCell, PortEngines, TxSink};
-use crate::driver::soft::driver::tx::{SoftTx, TxMode, TxParams};
+use crate::driver::soft::device::{Bus, EngineCell, PortEngines, QueueEngine, TxSink};
+use crate::driver::soft::driver::tx::{SoftTx, TxMode, TxParams, TxQueueParts};
 use crate::driver::soft::frame::{parse, rx_checksums, tx_checksums, tx_checksums_at};
 use crate::driver::soft::wqe::{
     self, CE, CQE_ERR, CqeInfo, Cseg, Eseg, INLINE, OP_MPW, OP_SEND, OP_TSO, OPMOD_EMPW,
@@ -69,19 +69,17 @@ struct Rig {
 }
 
 impl Rig {
-    fn new(p: TxParams) -> Rig {
+    fn new(params: TxParams) -> Rig {
         let counters = Arc::new(PortCounters::new(1, 1, false));
         let regs = TxRegs::new(64, 64);
         let engines = engines(&regs, &counters);
-        let mut tx = SoftTx::new(
-            Arc::clone(&regs),
-            64,
-            p,
-            Arc::clone(&engines),
-            false,
-            0,
-            Arc::clone(&counters),
-        );
+        let mut tx = SoftTx::new(TxQueueParts {
+            regs: Arc::clone(&regs),
+            nb_txd: 64,
+            params,
+            engine: QueueEngine::new(Arc::clone(&engines), 0, false),
+            counters: Arc::clone(&counters),
+        });
         tx.start().unwrap();
         Rig {
             tx,
@@ -136,7 +134,7 @@ fn engines(regs: &Arc<TxRegs>, counters: &PortCounters) -> Arc<PortEngines> {
     let engine = TxEngine::new(
         Arc::clone(regs),
         TxSink::Capture(Vec::new()),
-        tx_engine::TxParams {
+        tx_engine::TxEngineParams {
             max_frame: 1518,
             sqn: 0,
         },
@@ -953,15 +951,13 @@ fn an_mpwqe_ring_holds_a_quarter_block_per_descriptor_and_a_full_one_holds_the_r
     let counters = Arc::new(PortCounters::new(1, 1, false));
     let regs = TxRegs::new(64, tx_engine::cq_size(256, 64, 4, 0));
     let engines = engines(&regs, &counters);
-    let mut tx = SoftTx::new(
-        Arc::clone(&regs),
-        256,
-        params(TxMode::Mpwqe),
-        Arc::clone(&engines),
-        false,
-        0,
-        Arc::clone(&counters),
-    );
+    let mut tx = SoftTx::new(TxQueueParts {
+        regs: Arc::clone(&regs),
+        nb_txd: 256,
+        params: params(TxMode::Mpwqe),
+        engine: QueueEngine::new(Arc::clone(&engines), 0, false),
+        counters: Arc::clone(&counters),
+    });
     tx.start().unwrap();
     let frames: Vec<Vec<u8>> = (0..40).map(|i| udp4(300, i as u8)).collect();
     let mut burst: Burst<64> = Burst::new();
