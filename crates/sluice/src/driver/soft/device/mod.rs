@@ -1,8 +1,10 @@
-//! The device model: per-queue Rx and Tx engines, the registers they share
-//! with the driver, and the bus accounting.
+//! The device model, what the silicon does: per-queue Rx and Tx engines
+//! working on the registers and rings they share with the driver
+//! (`hw`), the bus accounting, and the driver's two emulation hooks
+//! ([`QueueEngine`]).
 //!
 //! # Memory interface
-//! A queue's [`QueueRegs`] are what a real NIC exposes: the descriptor ring
+//! A queue's [`RxRegs`] are what a real NIC exposes: the descriptor ring
 //! (in host memory) and the tail register (a doorbell the driver writes).
 //! The device keeps its own head. It uses IOVA = virtual address, as DPDK's
 //! `--iova-mode=va`: a descriptor's buffer address is the buffer's virtual
@@ -23,10 +25,11 @@
 //!   error. Without a free descriptor, with flow control
 //!   (`fc=on`, 802.3x PAUSE) the source is not asked; with `fc=off` the
 //!   frame is received anyway and dropped (`rx_missed`).
-//! - Tx: loads the tail, reads each packet's descriptors and data into its
-//!   frame FIFO, inserts a VLAN tag and fills checksums when the command
-//!   bits ask, hands the frame to its sink (a tester checker or the wire)
-//!   and writes `DD` back on descriptors that carry `RS`.
+//! - Tx ([`tx_engine`]): loads the tail, executes each WQE — its packets'
+//!   data gathered into the frame FIFO, checksums filled and a VLAN tag
+//!   inserted when its eseg asks, TSO — hands each frame to its sink (a
+//!   tester checker or the wire) and writes a completion when the WQE asks
+//!   one.
 //!
 //! An engine step does at most [`STEP`] frames. Inline, the Rx step of a
 //! queue runs at the start of its `rx_burst` and the Tx step at the end of
@@ -38,13 +41,15 @@
 //! # Bus accounting
 //! Every transaction counts its payload plus `bus_overhead` bytes (default
 //! 24: PCIe TLP header, framing, sequence number and LCRC):
-//! - descriptor fetches (`bus_desc_bytes`): the device reads descriptors in
-//!   cache-line reads, up to 4 descriptors (64 bytes) per transaction;
+//! - descriptor fetches (`bus_desc_bytes`): the device reads Rx
+//!   descriptors in cache-line reads, up to 4 descriptors (64 bytes) per
+//!   transaction, and each WQE in one transaction per 64-byte block;
 //! - write-backs (`bus_writeback_bytes`): Rx descriptors are written back
-//!   per cache line as fetched; Tx `DD` write-backs are one 16-byte write per
-//!   `RS` descriptor;
-//! - data (`bus_data_bytes`): frame DMA both ways, split into transactions
-//!   of at most 256 bytes (a common max payload size);
+//!   per cache line as fetched;
+//! - completions (`bus_completion_bytes`): one 64-byte CQE write each;
+//! - data (`bus_data_bytes`, the Tx share also in `bus_tx_data_bytes`):
+//!   frame DMA both ways, split into transactions of at most 256 bytes (a
+//!   common max payload size);
 //! - doorbells (`bus_doorbells`): tail register writes, counted by the
 //!   driver queues (a 4-byte MMIO write each).
 //!
@@ -60,15 +65,14 @@ pub mod wire;
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
-
-use crossbeam_utils::CachePadded;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::counter::Counter;
 use crate::port::{MIN_FRAME, PortCounters, Xstats};
 use crate::tsc::rdtsc;
 
-use super::hw::desc::{DescRing, rx};
+use super::hw::desc::rx;
+use super::hw::regs::RxRegs;
 use super::hw::wqe::{SEG, blocks};
 use crate::tester::{Checker, Generator};
 use frame::{RssHasher, parse, rx_checksums};
@@ -78,34 +82,6 @@ use wire::{LaneRx, WireTx};
 pub const STEP: usize = 64;
 /// Largest data transaction, in bytes.
 pub const MAX_PAYLOAD: usize = 256;
-
-/// What the driver and the device share for one queue.
-#[derive(Debug)]
-pub struct QueueRegs {
-    /// The descriptor ring.
-    pub descs: DescRing,
-    /// The tail register: free-running count of descriptors handed to the
-    /// device (Rx: armed; Tx: filled).
-    pub tail: CachePadded<AtomicU32>,
-}
-
-impl QueueRegs {
-    /// Registers for a ring of `n` descriptors.
-    pub fn new(n: usize) -> Arc<QueueRegs> {
-        Arc::new(QueueRegs {
-            descs: DescRing::new(n),
-            tail: CachePadded::new(AtomicU32::new(0)),
-        })
-    }
-
-    /// Back to power-on: tail register 0, every descriptor zero. Called by
-    /// a queue's start and stop with its engine held, so the device sees
-    /// either the old ring or the empty one, never a mix.
-    pub fn reset(&self) {
-        self.tail.store(0, Ordering::Release);
-        self.descs.clear();
-    }
-}
 
 /// [`EngineCell`] states.
 const FREE: u8 = 0;
@@ -330,7 +306,7 @@ pub struct RxParams {
 
 /// One Rx queue's engine.
 pub struct RxEngine {
-    regs: Arc<QueueRegs>,
+    regs: Arc<RxRegs>,
     head: u32,
     source: RxSource,
     params: RxParams,
@@ -347,7 +323,7 @@ pub struct RxEngine {
 impl RxEngine {
     /// An engine for queue `queue`.
     pub fn new(
-        regs: Arc<QueueRegs>,
+        regs: Arc<RxRegs>,
         source: RxSource,
         params: RxParams,
         hasher: Arc<RssHasher>,

@@ -10,10 +10,11 @@
 //! - `fast_free`: the fast-free offload with its contract checked;
 //! - `rx_frags`: Rx buffers cut from page-pool fragments (`rxbuf=frag`).
 //!
-//! The driver reaches the device through descriptor memory, doorbells
-//! (tail registers) and completions ([`hw`](super::hw)), plus the two
-//! emulation hooks of `device::QueueEngine`: the inline device step and the
-//! queue reset under the engine lock.
+//! The driver reaches the device through the shared formats of
+//! [`hw`](super::hw) alone — descriptor and WQE memory, the tail registers
+//! (doorbells) and the completion queue — plus the two hooks of the
+//! emulation in [`QueueEngine`](super::device::QueueEngine): the inline
+//! device step and the queue reset under the engine lock.
 
 pub mod fast_free;
 pub mod rx;

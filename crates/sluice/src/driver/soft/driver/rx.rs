@@ -43,12 +43,37 @@ use crate::mempool::Elem;
 use crate::port::{PortCounters, PortError, RecycleRxInfo, RxFrameCheck, RxQueue, TxQueue};
 
 use super::rx_frags::RxFrags;
-use crate::driver::soft::device::{QueueEngine, QueueRegs, RxEngine};
+use crate::driver::soft::device::{QueueEngine, RxEngine};
 use crate::driver::soft::hw::desc::rx;
+use crate::driver::soft::hw::regs::RxRegs;
+
+/// What an Rx queue is made of.
+pub struct RxQueueParts {
+    /// The descriptor ring and tail register it shares with the device.
+    pub regs: Arc<RxRegs>,
+    /// Where its buffers (or, with fragments, its mbuf headers) come from.
+    pub pool: MbufPool,
+    /// The port id written into each mbuf.
+    pub port_id: u16,
+    /// Refill batch (`rx_free_thresh`): a power of two dividing the ring.
+    pub free_thresh: u32,
+    /// Deliver the RSS hash.
+    pub rss_hash: bool,
+    /// Its engine in the device (which also names the queue).
+    pub engine: QueueEngine<RxEngine>,
+    /// Its port's counters.
+    pub counters: Arc<PortCounters>,
+    /// Bus bytes of one doorbell (a 4-byte write and its overhead).
+    pub doorbell_cost: u64,
+    /// `rxbuf=frag`: the page-pool fragments its descriptors carry.
+    pub frags: Option<RxFrags>,
+    /// The port's MTU: longer frames are counted as oversize.
+    pub mtu: u16,
+}
 
 /// An Rx queue of a soft port.
 pub struct SoftRx {
-    regs: Arc<QueueRegs>,
+    regs: Arc<RxRegs>,
     sw_ring: Box<[Elem]>,
     mask: u32,
     next: u32,
@@ -88,20 +113,21 @@ pub struct SoftRx {
 unsafe impl Send for SoftRx {}
 
 impl SoftRx {
-    /// The queue of `engine` over `regs`, receiving into `pool`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        regs: Arc<QueueRegs>,
-        pool: MbufPool,
-        port_id: u16,
-        free_thresh: u32,
-        rss_hash: bool,
-        engine: QueueEngine<RxEngine>,
-        counters: Arc<PortCounters>,
-        doorbell_cost: u64,
-        frags: Option<RxFrags>,
-        mtu: u16,
-    ) -> SoftRx {
+    /// The queue of `parts.engine` over `parts.regs`, receiving into
+    /// `parts.pool`.
+    pub fn new(parts: RxQueueParts) -> SoftRx {
+        let RxQueueParts {
+            regs,
+            pool,
+            port_id,
+            free_thresh,
+            rss_hash,
+            engine,
+            counters,
+            doorbell_cost,
+            frags,
+            mtu,
+        } = parts;
         let nb = regs.descs.len();
         // What a recycle view of the ring relies on (`recycle_view`).
         assert!(

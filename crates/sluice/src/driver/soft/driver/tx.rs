@@ -82,7 +82,8 @@ use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
 use super::fast_free::{FastFree, Region};
 use crate::driver::soft::device::QueueEngine;
-use crate::driver::soft::device::tx_engine::{TxEngine, TxRegs};
+use crate::driver::soft::device::tx_engine::TxEngine;
+use crate::driver::soft::hw::regs::TxRegs;
 use crate::driver::soft::hw::wqe::{
     CE, CQE_INVALID, CQE_REQ, CqeInfo, Eseg, EsegWords, MAX_DS, MAX_TSO_HEADER, MIN_INLINE, OP_MPW,
     OP_SEND, OP_TSO, OPMOD_EMPW, SEGS_PER_BB, TUN_VXLAN, blocks, cs, cseg, dseg, header_segs,

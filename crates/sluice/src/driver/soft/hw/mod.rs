@@ -7,6 +7,9 @@
 //!   in 64-byte-aligned rings of atomic words.
 //! - [`wqe`]: the Tx work-queue entries (control, Ethernet and data
 //!   segments, multi-packet WQEs) and the completion queue entries.
+//! - `regs`: the register blocks of an Rx and a Tx queue (ring, tail
+//!   register, completion queue).
 
 pub mod desc;
+pub mod regs;
 pub mod wqe;

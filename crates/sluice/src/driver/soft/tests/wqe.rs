@@ -13,10 +13,11 @@ use std::sync::atomic::Ordering;
 
 use crate::driver::open;
 use crate::driver::soft::bus::BusBytes;
-use crate::driver::soft::device::tx_engine::{self, TxEngine, TxRegs};
+use crate::driver::soft::device::tx_engine::{TxEngine, TxEngineParams};
 use crate::driver::soft::device::{Bus, EngineCell, PortEngines, QueueEngine, TxSink};
 use crate::driver::soft::driver::tx::{SoftTx, TxMode, TxParams, TxQueueParts};
 use crate::driver::soft::frame::{parse, rx_checksums, tx_checksums, tx_checksums_at};
+use crate::driver::soft::hw::regs::{TxRegs, cq_size};
 use crate::driver::soft::wqe::{
     self, CE, CQE_ERR, CqeInfo, Cseg, Eseg, INLINE, OP_MPW, OP_SEND, OP_TSO, OPMOD_EMPW,
     SEGS_PER_BB, TUN_VXLAN, blocks, cs, cseg, dseg, seg_bytes, syndrome, write_words,
@@ -134,7 +135,7 @@ fn engines(regs: &Arc<TxRegs>, counters: &PortCounters) -> Arc<PortEngines> {
     let engine = TxEngine::new(
         Arc::clone(regs),
         TxSink::Capture(Vec::new()),
-        tx_engine::TxEngineParams {
+        TxEngineParams {
             max_frame: 1518,
             sqn: 0,
         },
@@ -622,7 +623,6 @@ fn packets_the_queue_cannot_send_are_counted_and_freed() {
 
 #[test]
 fn the_completion_queue_holds_every_completion_the_queue_can_ask() {
-    use crate::driver::soft::device::tx_engine::cq_size;
     // Every 32 packets of 1024 slots, and every half ring: 32 + 1 + 3.
     assert_eq!(cq_size(1024, 1024, 32, 0), 64);
     assert_eq!(cq_size(64, 64, 32, 0), 8);
@@ -949,7 +949,7 @@ fn an_mpwqe_ring_holds_a_quarter_block_per_descriptor_and_a_full_one_holds_the_r
     // once the device has completed the first WQEs.
     let pool = pool(127);
     let counters = Arc::new(PortCounters::new(1, 1, false));
-    let regs = TxRegs::new(64, tx_engine::cq_size(256, 64, 4, 0));
+    let regs = TxRegs::new(64, cq_size(256, 64, 4, 0));
     let engines = engines(&regs, &counters);
     let mut tx = SoftTx::new(TxQueueParts {
         regs: Arc::clone(&regs),
