@@ -1,5 +1,5 @@
-//! The device's Tx engine: executes the WQEs of one Tx ring ([`wqe`]) and
-//! writes completions.
+//! The device's Tx engine: executes the WQEs of one Tx ring
+//! ([`wqe`](crate::driver::soft::wqe)) and writes completions.
 //!
 //! # A step
 //! Load the tail register (acquire: pairs with the driver's release store,
