@@ -295,7 +295,7 @@ pub struct TxQueueParts {
 /// A Tx queue of a soft port.
 pub struct SoftTx {
     /// The mbufs in flight.
-    elts: SwRing,
+    sw_ring: SwRing,
     /// The WQE ring's producer state.
     wqes: WqeRing,
     /// Completions asked and read.
@@ -395,7 +395,7 @@ impl SoftTx {
             port: Arc::clone(&counters),
         };
         SoftTx {
-            elts: SwRing {
+            sw_ring: SwRing {
                 slots: vec![Elem::DANGLING; nb_txd as usize].into_boxed_slice(),
                 size: nb_txd,
                 mask: nb_txd - 1,
@@ -456,7 +456,7 @@ impl SoftTx {
                 if (c.wqe_counter.wrapping_sub(r.first_block as u16) as i16) < 0 {
                     break;
                 }
-                self.elts.completed = r.packets_end;
+                self.sw_ring.completed = r.packets_end;
                 self.wqes.completed = r.end_block;
                 comp.asked_head = comp.asked_head.wrapping_add(1);
             }
@@ -468,22 +468,22 @@ impl SoftTx {
     #[inline(always)]
     fn done_batch(&mut self) -> Option<usize> {
         let rs = self.params.rs_thresh;
-        if self.elts.completed.wrapping_sub(self.elts.retired) < rs {
-            if self.elts.posted.wrapping_sub(self.elts.retired) < rs {
+        if self.sw_ring.completed.wrapping_sub(self.sw_ring.retired) < rs {
+            if self.sw_ring.posted.wrapping_sub(self.sw_ring.retired) < rs {
                 return None;
             }
             self.poll_cq();
-            if self.elts.completed.wrapping_sub(self.elts.retired) < rs {
+            if self.sw_ring.completed.wrapping_sub(self.sw_ring.retired) < rs {
                 return None;
             }
         }
-        Some((self.elts.retired & self.elts.mask) as usize)
+        Some((self.sw_ring.retired & self.sw_ring.mask) as usize)
     }
 
     /// Moves past the batch `done_batch` found: its slots are free.
     #[inline(always)]
     fn retire(&mut self) {
-        self.elts.retired = self.elts.retired.wrapping_add(self.params.rs_thresh);
+        self.sw_ring.retired = self.sw_ring.retired.wrapping_add(self.params.rs_thresh);
     }
 
     /// Frees the buffers of the completed batch at `first`; returns the
@@ -491,9 +491,9 @@ impl SoftTx {
     #[inline]
     fn free_slots(&mut self, first: usize) -> usize {
         let rs = self.params.rs_thresh as usize;
-        let batch = &mut self.elts.slots[first..first + rs];
+        let batch = &mut self.sw_ring.slots[first..first + rs];
         if self.params.fast_free
-            && let Some(pool) = self.fast_free.pool_from(self.elts.retired)
+            && let Some(pool) = self.fast_free.pool_from(self.sw_ring.retired)
         {
             // Fast free: every slot of the batch passed the screen at
             // `tx_burst` — a plain buffer (one segment, reference count 1,
@@ -538,10 +538,10 @@ impl SoftTx {
     /// posting over them — so the next `tx_burst` would find them cold.
     #[inline(always)]
     fn prefetch_head(&self, n: usize) {
-        let ring = self.elts.slots.as_ptr();
+        let ring = self.sw_ring.slots.as_ptr();
         let mut i = 0;
         while i < n {
-            let at = (self.elts.posted.wrapping_add(i as u32) & self.elts.mask) as usize;
+            let at = (self.sw_ring.posted.wrapping_add(i as u32) & self.sw_ring.mask) as usize;
             prefetch(ring.wrapping_add(at).cast());
             i += 8;
         }
@@ -550,20 +550,20 @@ impl SoftTx {
     /// Frees every mbuf not yet retired and resets the indices (the device
     /// is stopped or locked out, the ring reset).
     fn release_all(&mut self) {
-        let mut i = self.elts.retired;
-        while before(i, self.elts.posted) {
-            let e = self.elts.slots[(i & self.elts.mask) as usize];
+        let mut i = self.sw_ring.retired;
+        while before(i, self.sw_ring.posted) {
+            let e = self.sw_ring.slots[(i & self.sw_ring.mask) as usize];
             if e != Elem::DANGLING {
                 // SAFETY: an mbuf we own, once; the device no longer reads it.
                 drop(unsafe { Mbuf::from_raw(e.as_non_null().cast::<MbufHeader>()) });
             }
             i = i.wrapping_add(1);
         }
-        self.elts.slots.fill(Elem::DANGLING);
+        self.sw_ring.slots.fill(Elem::DANGLING);
         self.fast_free.reset();
-        self.elts.posted = 0;
-        self.elts.completed = 0;
-        self.elts.retired = 0;
+        self.sw_ring.posted = 0;
+        self.sw_ring.completed = 0;
+        self.sw_ring.retired = 0;
         self.completions.next_rs_packet = self.params.rs_thresh - 1;
         self.wqes.posted = 0;
         self.wqes.completed = 0;
@@ -695,7 +695,7 @@ impl SoftTx {
     fn close(&mut self, base: u32, ds: u32, pkts: u32, st: &mut BurstCounts) {
         let start = self.wqes.posted;
         let bbs = blocks(ds);
-        let ce = self.finish_wqe(bbs, self.elts.posted);
+        let ce = self.finish_wqe(bbs, self.sw_ring.posted);
         let flags = if ce { CE } else { 0 };
         let c = cseg(OPMOD_EMPW, start as u16, OP_MPW, self.wqes.sqn, ds, flags);
         write_words(self.regs.segs.get(base), c);
@@ -790,7 +790,7 @@ impl SoftTx {
             seg = sh.next;
         }
         let start = self.wqes.posted;
-        let ce = self.finish_wqe(bbs, self.elts.posted.wrapping_add(1));
+        let ce = self.finish_wqe(bbs, self.sw_ring.posted.wrapping_add(1));
         let op = if tso { OP_TSO } else { OP_SEND };
         let flags = if ce { CE } else { 0 };
         write_words(
@@ -845,8 +845,8 @@ impl SoftTx {
         if SCREEN {
             st.unfit |= st.screen.unfit(e, h);
         }
-        self.elts.slots[(self.elts.posted & self.elts.mask) as usize] = e;
-        self.elts.posted = self.elts.posted.wrapping_add(1);
+        self.sw_ring.slots[(self.sw_ring.posted & self.sw_ring.mask) as usize] = e;
+        self.sw_ring.posted = self.sw_ring.posted.wrapping_add(1);
         st.bytes += h.pkt_len as u64;
         st.sent += 1;
     }
@@ -855,7 +855,7 @@ impl SoftTx {
     /// `SCREEN`: as in [`keep`](Self::keep).
     #[inline(never)]
     fn burst_wqe<const SCREEN: bool>(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
-        let mut room = self.elts.free();
+        let mut room = self.sw_ring.free();
         let mut i = 0;
         while i < raw.len() && room != 0 {
             let e = raw[i];
@@ -883,7 +883,7 @@ impl SoftTx {
         // The sessions' screen, in registers, added to `st` once.
         let screen = st.screen;
         let mut unfit = 0u64;
-        let mut room = self.elts.free();
+        let mut room = self.sw_ring.free();
         let mut i = 0;
         // The class of packet `i` when the session before found it.
         let mut known: Option<Class> = None;
@@ -926,9 +926,9 @@ impl SoftTx {
             let same_flags_same_eseg = f0 & (ol::TX_VLAN | ol::TX_TUNNEL_VXLAN) == 0;
             let ol_mask = self.params.ol_mask;
             let inline_mpw = self.params.inline_mpw as usize;
-            let mask = self.elts.mask;
+            let mask = self.sw_ring.mask;
             let ring = &self.regs.segs;
-            let mut eh = self.elts.posted;
+            let mut eh = self.sw_ring.posted;
             let (mut e, mut h, mut need) = (e, h, need);
             let mut ds = 2;
             let mut bytes = 0u64;
@@ -951,7 +951,7 @@ impl SoftTx {
                 if SCREEN {
                     unfit |= screen.unfit(e, h);
                 }
-                self.elts.slots[(eh & mask) as usize] = e;
+                self.sw_ring.slots[(eh & mask) as usize] = e;
                 eh = eh.wrapping_add(1);
                 // One segment: the packet is its data.
                 bytes += data.len() as u64;
@@ -990,7 +990,7 @@ impl SoftTx {
             room -= pkts;
             st.sent += pkts as usize;
             st.bytes += bytes;
-            self.elts.posted = eh;
+            self.sw_ring.posted = eh;
             self.close(base, ds, pkts, st);
         }
         st.unfit |= unfit;
@@ -1004,8 +1004,8 @@ impl TxQueue for SoftTx {
         if !self.started {
             return 0;
         }
-        if self.elts.free() < self.params.free_thresh {
-            while self.elts.free() < self.params.free_thresh && self.free_batch().is_some() {}
+        if self.sw_ring.free() < self.params.free_thresh {
+            while self.sw_ring.free() < self.params.free_thresh && self.free_batch().is_some() {}
         }
         let mut st = BurstCounts::default();
         let raw = burst.raw();
@@ -1024,8 +1024,8 @@ impl TxQueue for SoftTx {
             }
         };
         if st.unfit != 0 {
-            // The packets posted lie before `elts.posted`.
-            self.fast_free.taint(self.elts.posted);
+            // The packets posted lie before `sw_ring.posted`.
+            self.fast_free.taint(self.sw_ring.posted);
         }
         if st.sent != 0 {
             // The doorbell: the WQEs above are visible to a device that
@@ -1120,10 +1120,10 @@ impl TxQueue for SoftTx {
         // of two: shifts, not divisions.
         let shift = rs.trailing_zeros();
         let want = room >> shift;
-        let mut done = self.elts.completed.wrapping_sub(self.elts.retired) >> shift;
-        if done < want && self.elts.posted.wrapping_sub(self.elts.retired) >> shift > done {
+        let mut done = self.sw_ring.completed.wrapping_sub(self.sw_ring.retired) >> shift;
+        if done < want && self.sw_ring.posted.wrapping_sub(self.sw_ring.retired) >> shift > done {
             self.poll_cq();
-            done = self.elts.completed.wrapping_sub(self.elts.retired) >> shift;
+            done = self.sw_ring.completed.wrapping_sub(self.sw_ring.retired) >> shift;
         }
         let k = want.min(done);
         if k == 0 {
@@ -1132,22 +1132,22 @@ impl TxQueue for SoftTx {
         // The checks read no more than the first header line, which
         // `tx_burst` touched: the Rx pool is known, so its region tells by
         // address what the free path reads from the second line.
-        let first = (self.elts.retired & self.elts.mask) as usize;
+        let first = (self.sw_ring.retired & self.sw_ring.mask) as usize;
         // Fast free, and the whole run posted after any packet that failed
         // the screen: every buffer is a plain buffer of one pool.
         let screened =
-            self.params.fast_free && self.fast_free.pool_from(self.elts.retired).is_some();
+            self.params.fast_free && self.fast_free.pool_from(self.sw_ring.retired).is_some();
         let passes = |b: u32| {
-            // A batch never wraps: `elts.retired` is a multiple of `rs`, which
+            // A batch never wraps: `sw_ring.retired` is a multiple of `rs`, which
             // divides the ring.
-            let at = (first + (b << shift) as usize) & self.elts.mask as usize;
-            let batch = &self.elts.slots[at..at + rs as usize];
+            let at = (first + (b << shift) as usize) & self.sw_ring.mask as usize;
+            let batch = &self.sw_ring.slots[at..at + rs as usize];
             if screened {
                 // One pool for all: the first buffer's tells.
                 rx.in_pool(batch[0])
             } else {
                 batch.iter().all(|&e| {
-                    // SAFETY: the batch is complete (`elts.completed`): its
+                    // SAFETY: the batch is complete (`sw_ring.completed`): its
                     // slots hold mbufs we own that the device no longer
                     // reads (`DANGLING` ones are not looked at).
                     e != Elem::DANGLING && rx.in_pool(e) && unsafe { plain_line0(e) }
@@ -1161,20 +1161,20 @@ impl TxQueue for SoftTx {
         // pieces across the Tx ring's wrap, into one run of Rx slots, and
         // one commit.
         let n = (k << shift) as usize;
-        let head = n.min(self.elts.size as usize - first);
+        let head = n.min(self.sw_ring.size as usize - first);
         let (a, b) = (
-            &self.elts.slots[first..first + head],
-            &self.elts.slots[..n - head],
+            &self.sw_ring.slots[first..first + head],
+            &self.sw_ring.slots[..n - head],
         );
         // Retiring the batches without freeing them gives up our references.
         // SAFETY: `a` and `b` hold the batches' buffers: distinct, of the Rx
         // pool, plain (checked above, or screened at `tx_burst`), completed;
-        // `elts.retired` moves past them below, so we keep none.
+        // `sw_ring.retired` moves past them below, so we keep none.
         if !unsafe { rx.fill(a, b) } {
             // `k` whole batches of whole units within the room: they fit.
             return Ok(0);
         }
-        self.elts.retired = self.elts.retired.wrapping_add(k << shift);
+        self.sw_ring.retired = self.sw_ring.retired.wrapping_add(k << shift);
         self.stats.recycled.add(n as u64);
         self.prefetch_head(n);
         Ok(n)
@@ -1196,8 +1196,8 @@ impl SoftTx {
                 break;
             };
             let screened =
-                self.params.fast_free && self.fast_free.pool_from(self.elts.retired).is_some();
-            let batch = &self.elts.slots[first..first + rs as usize];
+                self.params.fast_free && self.fast_free.pool_from(self.sw_ring.retired).is_some();
+            let batch = &self.sw_ring.slots[first..first + rs as usize];
             let ok = if screened {
                 rx.in_pool(batch[0])
             } else {
