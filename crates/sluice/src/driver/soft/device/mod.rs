@@ -13,7 +13,8 @@
 //! it reads only below a tail value it loaded with acquire. The driver
 //! stores the tail with release after writing descriptors and rearming
 //! buffers, and reads the done bit with acquire before touching a buffer
-//! again, so every buffer access is ordered (see `desc`).
+//! again, so every buffer access is ordered (see
+//! [`desc`](crate::driver::soft::desc)).
 //!
 //! # Engines
 //! - Rx: loads the tail, takes frames from its source (a tester generator
