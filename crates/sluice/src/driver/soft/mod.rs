@@ -1,19 +1,38 @@
 //! `soft`: the emulated NIC — a device model with the memory interface of a
 //! real NIC, cabled to the built-in tester or to another soft port.
 //!
-//! - [`desc`]: 16-byte Rx and Tx descriptors (read and write-back formats)
-//!   in 64-byte-aligned rings of atomic words.
-//! - `rx` / `tx`: the driver's queues — Rx descriptor ring and Tx WQE ring,
-//!   software rings of mbufs, one doorbell per batch or burst, Tx buffers
-//!   freed by completion in batches (fast free or not).
-//! - `device`: the device's Rx engine (DMA through IOVA = VA descriptors,
-//!   RSS, checksum offloads, write-back with release), and bus accounting;
-//!   `tx_engine`: its Tx engine (WQE checks and execution, TSO, tunnel
-//!   checksums, completions).
-//! - [`bus`]: bus bytes by direction and link utilisation, for reports.
-//! - `runner`: the one device thread of threaded ports.
-//! - `wire`: two soft ports cabled together.
-//! - `frame`: the device's parser (RSS hash, checksums).
+//! # Layout
+//! The folders keep the two sides of the NIC apart:
+//! - `device/`: the device model, what the silicon does — the Rx engine
+//!   (DMA through IOVA = VA descriptors, RSS, checksum offloads, write-back
+//!   with release) with the queue registers, `device/tx_engine` (WQE
+//!   checks and execution, TSO, tunnel checksums, completions), `frame`
+//!   (the device's parser: RSS hash, checksums), `wire` (two soft ports
+//!   cabled together), [`bus`] (bus bytes by direction and link
+//!   utilisation, for reports) and `runner` (the one device thread of
+//!   threaded ports).
+//! - `driver/`: what a real poll-mode driver runs — the Rx and Tx queues
+//!   (`rx`, `tx`: descriptor and WQE rings, software rings of mbufs, one
+//!   doorbell per batch or burst, Tx buffers freed by completion in
+//!   batches), `fast_free` and `rx_frags` (Rx buffers from page-pool
+//!   fragments).
+//! - `hw/`: the formats both sides share — [`desc`] (16-byte Rx and Tx
+//!   descriptors in 64-byte-aligned rings of atomic words), [`wqe`] (Tx
+//!   work-queue and completion-queue entries) and `regs` (each queue's
+//!   register block: ring, tail register, completion queue). The device
+//!   model and the driver both import them; neither owns them.
+//! - this file: the `soft` port driver, which reads the spec and builds
+//!   both sides at setup.
+//!
+//! The driver reaches the device only through descriptor memory,
+//! doorbells, registers and completions, and through the two hooks of the
+//! emulation that a real NIC does not need (`device::QueueEngine`): the
+//! inline device step (`device=inline` runs the device on the driver's
+//! thread, inside its bursts) and the queue reset under the engine lock.
+//!
+//! Tests: unit tests of one module sit inside it (`mod tests`); tests that
+//! drive whole soft ports sit in `tests/` (`tests/mod.rs` and one file per
+//! topic: fast free, recycling, WQE formats).
 //!
 //! Spec: `soft[:key=value,...]`
 //! - tester keys (`gen`, `flows`, `size`, `rate`, `count`, see
@@ -79,28 +98,17 @@
 //! mode; the fragment's share of its page plus the header's element in
 //! `frag` mode).
 
-pub mod bus;
-pub mod desc;
 mod device;
-mod fast_free;
+mod driver;
+mod hw;
+
+pub use device::bus;
 #[doc(hidden)]
-pub mod frame;
-mod runner;
-mod rx;
-mod rx_frags;
-mod tx;
-mod tx_engine;
-mod wire;
-pub mod wqe;
+pub use device::frame;
+pub use hw::{desc, wqe};
 
 #[cfg(all(test, not(loom)))]
-mod fast_free_tests;
-#[cfg(all(test, not(loom)))]
-mod recycle_tests;
-#[cfg(all(test, not(loom)))]
 mod tests;
-#[cfg(all(test, not(loom)))]
-mod wqe_tests;
 
 use std::sync::Arc;
 
@@ -114,12 +122,16 @@ use crate::port::{
 };
 
 use crate::tester;
-use device::{Bus, EngineCell, PortEngines, QueueRegs, RxEngine, RxParams, RxSource, TxSink};
+use device::tx_engine::{self, TxEngine};
+use device::wire::{Lane, RxSide, WireEnd};
+use device::{
+    Bus, EngineCell, PortEngines, QueueEngine, RxEngine, RxParams, RxSource, TxSink, runner,
+};
+use driver::tx::TxMode;
+use driver::{rx, rx_frags, tx};
 use frame::{Reta, RssHasher};
+use hw::regs::{self, RxRegs, TxRegs};
 use tester::{TESTER_KEYS, Tester, TesterConfig};
-use tx::TxMode;
-use tx_engine::{TxEngine, TxRegs};
-use wire::{Lane, RxSide, WireEnd};
 
 /// Spec keys: the tester's, then the driver's own.
 const KEYS: &[&str] = &[
@@ -182,9 +194,9 @@ impl std::fmt::Debug for SoftDriver {
 
 /// A soft spec's arguments, read and checked; no tester or wire joined yet.
 pub(crate) struct SoftArgs<'a> {
-    tcfg: Option<TesterConfig>,
-    tname: Option<&'a str>,
-    wname: Option<&'a str>,
+    tester_config: Option<TesterConfig>,
+    tester_name: Option<&'a str>,
+    wire_name: Option<&'a str>,
     settings: SoftSettings,
 }
 
@@ -212,9 +224,9 @@ impl SoftDriver {
     /// Reads and checks the spec's arguments, joining no tester or wire.
     pub(crate) fn parse_spec(spec: &PortSpec) -> Result<SoftArgs<'_>, PortError> {
         let mut args = SpecArgs::new(spec, KEYS);
-        let tcfg = TesterConfig::from_args(&mut args)?;
-        let tname = args.str("tester");
-        let wname = args.str("wire");
+        let tester_config = TesterConfig::from_args(&mut args)?;
+        let tester_name = args.str("tester");
+        let wire_name = args.str("wire");
         let mode = match args.choice("device", &["inline", "threaded"])? {
             Some("threaded") => DeviceMode::Threaded,
             _ => DeviceMode::Inline,
@@ -255,16 +267,16 @@ impl SoftDriver {
         let panic_at = args.u64_in("panic_at", 1..=u64::MAX)?;
         args.finish()?;
         debug_assert!(TESTER_KEYS.iter().all(|k| KEYS.contains(k)));
-        if wname.is_some() && (tcfg.is_some() || tname.is_some()) {
+        if wire_name.is_some() && (tester_config.is_some() || tester_name.is_some()) {
             return Err(PortError::config(format!(
                 "port spec '{}': wire= and the tester keys exclude each other",
                 spec.as_str()
             )));
         }
         Ok(SoftArgs {
-            tcfg,
-            tname,
-            wname,
+            tester_config,
+            tester_name,
+            wire_name,
             settings: SoftSettings {
                 mode,
                 fc,
@@ -287,19 +299,19 @@ impl SoftDriver {
     /// wire.
     pub fn from_spec(spec: &PortSpec) -> Result<SoftDriver, PortError> {
         let SoftArgs {
-            tcfg,
-            tname,
-            wname,
+            tester_config,
+            tester_name,
+            wire_name,
             settings,
         } = Self::parse_spec(spec)?;
         let source =
-            match wname {
+            match wire_name {
                 Some(w) => Source::Wire(WireEnd::attach(w).map_err(|e| {
                     PortError::config(format!("port spec '{}': {e}", spec.as_str()))
                 })?),
                 None => {
-                    let name = tname.unwrap_or("t0").to_string();
-                    let tester = tester::attach(&name, tcfg).map_err(|e| {
+                    let name = tester_name.unwrap_or("t0").to_string();
+                    let tester = tester::attach(&name, tester_config).map_err(|e| {
                         PortError::config(format!("port spec '{}': {e}", spec.as_str()))
                     })?;
                     Source::Tester(tester)
@@ -457,10 +469,10 @@ impl PortDriver for SoftDriver {
             }
         }
 
-        let rx_regs: Vec<Arc<QueueRegs>> = config
+        let rx_regs: Vec<Arc<RxRegs>> = config
             .rxq
             .iter()
-            .map(|q| QueueRegs::new(q.nb_rxd as usize))
+            .map(|q| RxRegs::new(q.nb_rxd as usize))
             .collect();
         let tx_regs: Vec<Arc<TxRegs>> = config
             .txq
@@ -468,7 +480,7 @@ impl PortDriver for SoftDriver {
             .map(|q| {
                 let nb = q.nb_txd as u32;
                 let blocks = tx_blocks(self.settings.tx_mode, nb);
-                let cqes = tx_engine::cq_size(
+                let cqes = regs::cq_size(
                     nb,
                     blocks,
                     self.settings.tx_rs_thresh,
@@ -514,7 +526,7 @@ impl PortDriver for SoftDriver {
             tx_engines.push(EngineCell::new(TxEngine::new(
                 Arc::clone(regs),
                 sink,
-                tx_engine::TxParams {
+                tx_engine::TxEngineParams {
                     max_frame,
                     sqn: q as u32,
                 },
@@ -543,20 +555,18 @@ impl PortDriver for SoftDriver {
                 (Some(p), Some(l)) => Some(rx_frags::RxFrags::new(p, &self.spec, q, l)?),
                 _ => None,
             };
-            rx.push(Box::new(rx::SoftRx::new(
+            rx.push(Box::new(rx::SoftRx::new(rx::RxQueueParts {
                 regs,
                 pool,
-                config.port_id,
-                self.settings.rx_free_thresh,
+                port_id: config.port_id,
+                free_thresh: self.settings.rx_free_thresh,
                 rss_hash,
-                Arc::clone(&engines),
-                inline,
-                q,
-                Arc::clone(counters),
-                4 + self.settings.bus_overhead,
+                engine: QueueEngine::new(Arc::clone(&engines), q, inline),
+                counters: Arc::clone(counters),
+                doorbell_cost: 4 + self.settings.bus_overhead,
                 frags,
-                config.mtu,
-            )));
+                mtu: config.mtu,
+            })));
         }
         let txo = config.tx_offloads;
         let mut ol_mask = 0;
@@ -593,15 +603,13 @@ impl PortDriver for SoftDriver {
             .into_iter()
             .enumerate()
             .map(|(q, regs)| {
-                Box::new(tx::SoftTx::new(
+                Box::new(tx::SoftTx::new(tx::TxQueueParts {
                     regs,
-                    config.txq[q].nb_txd as u32,
+                    nb_txd: config.txq[q].nb_txd as u32,
                     params,
-                    Arc::clone(&engines),
-                    inline,
-                    q,
-                    Arc::clone(counters),
-                )) as Box<dyn TxQueue>
+                    engine: QueueEngine::new(Arc::clone(&engines), q, inline),
+                    counters: Arc::clone(counters),
+                })) as Box<dyn TxQueue>
             })
             .collect();
         self.engines = Some(engines);
@@ -650,7 +658,7 @@ const MIN_TX_BLOCKS: u32 = 64;
 /// block the walk has left since is a cache miss when written again.
 /// - `wqe`: one block per descriptor (a regular WQE per packet in flight).
 /// - `mpwqe`: 16 bytes per descriptor, the bytes of the old descriptor
-///   ring — one data segment per packet, the session headers shared — and
+///   ring — one data segment per packet, the MPWQE's headers shared — and
 ///   at least [`MIN_TX_BLOCKS`]. A quarter of the `wqe` ring: a full-size
 ///   ring here cost every path some 4 cycles a packet in L1 misses on the
 ///   WQE writes. Packets that need regular WQEs (TSO, chains) take a block

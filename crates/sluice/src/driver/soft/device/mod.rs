@@ -1,8 +1,10 @@
-//! The device model: per-queue Rx and Tx engines, the registers they share
-//! with the driver, and the bus accounting.
+//! The device model, what the silicon does: per-queue Rx and Tx engines
+//! working on the registers and rings they share with the driver
+//! (`hw`), the bus accounting, and the driver's two emulation hooks
+//! ([`QueueEngine`]).
 //!
 //! # Memory interface
-//! A queue's [`QueueRegs`] are what a real NIC exposes: the descriptor ring
+//! A queue's [`RxRegs`] are what a real NIC exposes: the descriptor ring
 //! (in host memory) and the tail register (a doorbell the driver writes).
 //! The device keeps its own head. It uses IOVA = virtual address, as DPDK's
 //! `--iova-mode=va`: a descriptor's buffer address is the buffer's virtual
@@ -11,7 +13,8 @@
 //! it reads only below a tail value it loaded with acquire. The driver
 //! stores the tail with release after writing descriptors and rearming
 //! buffers, and reads the done bit with acquire before touching a buffer
-//! again, so every buffer access is ordered (see `desc`).
+//! again, so every buffer access is ordered (see
+//! [`desc`](crate::driver::soft::desc)).
 //!
 //! # Engines
 //! - Rx: loads the tail, takes frames from its source (a tester generator
@@ -23,10 +26,11 @@
 //!   error. Without a free descriptor, with flow control
 //!   (`fc=on`, 802.3x PAUSE) the source is not asked; with `fc=off` the
 //!   frame is received anyway and dropped (`rx_missed`).
-//! - Tx: loads the tail, reads each packet's descriptors and data into its
-//!   frame FIFO, inserts a VLAN tag and fills checksums when the command
-//!   bits ask, hands the frame to its sink (a tester checker or the wire)
-//!   and writes `DD` back on descriptors that carry `RS`.
+//! - Tx ([`tx_engine`]): loads the tail, executes each WQE — its packets'
+//!   data gathered into the frame FIFO, checksums filled and a VLAN tag
+//!   inserted when its eseg asks, TSO — hands each frame to its sink (a
+//!   tester checker or the wire) and writes a completion when the WQE asks
+//!   one.
 //!
 //! An engine step does at most [`STEP`] frames. Inline, the Rx step of a
 //! queue runs at the start of its `rx_burst` and the Tx step at the end of
@@ -38,67 +42,47 @@
 //! # Bus accounting
 //! Every transaction counts its payload plus `bus_overhead` bytes (default
 //! 24: PCIe TLP header, framing, sequence number and LCRC):
-//! - descriptor fetches (`bus_desc_bytes`): the device reads descriptors in
-//!   cache-line reads, up to 4 descriptors (64 bytes) per transaction;
+//! - descriptor fetches (`bus_desc_bytes`): the device reads Rx
+//!   descriptors in cache-line reads, up to 4 descriptors (64 bytes) per
+//!   transaction, and each WQE in one transaction per 64-byte block;
 //! - write-backs (`bus_writeback_bytes`): Rx descriptors are written back
-//!   per cache line as fetched; Tx `DD` write-backs are one 16-byte write per
-//!   `RS` descriptor;
-//! - data (`bus_data_bytes`): frame DMA both ways, split into transactions
-//!   of at most 256 bytes (a common max payload size);
+//!   per cache line as fetched;
+//! - completions (`bus_completion_bytes`): one 64-byte CQE write each;
+//! - data (`bus_data_bytes`, the Tx share also in `bus_tx_data_bytes`):
+//!   frame DMA both ways, split into transactions of at most 256 bytes (a
+//!   common max payload size);
 //! - doorbells (`bus_doorbells`): tail register writes, counted by the
 //!   driver queues (a 4-byte MMIO write each).
 //!
 //! The device's own cycles (each step, measured with `tsc`) add up in
 //! `device_cycles`, so a driver-side figure can exclude them.
 
-use std::cell::UnsafeCell;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
+pub mod bus;
+pub mod frame;
+pub mod runner;
+pub mod tx_engine;
+pub mod wire;
 
-use crossbeam_utils::CachePadded;
+use std::cell::UnsafeCell;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::counter::Counter;
 use crate::port::{MIN_FRAME, PortCounters, Xstats};
 use crate::tsc::rdtsc;
 
-use super::desc::{DescRing, rx};
-use super::frame::{RssHasher, parse, rx_checksums};
-use super::tester::{Checker, Generator};
-use super::wire::{LaneRx, WireTx};
-use super::wqe::{SEG, blocks};
+use super::hw::desc::rx;
+use super::hw::regs::RxRegs;
+use super::hw::wqe::{SEG, blocks};
+use crate::tester::{Checker, Generator};
+use frame::{RssHasher, parse, rx_checksums};
+use wire::{LaneRx, WireTx};
 
 /// Most frames an engine handles per step.
 pub const STEP: usize = 64;
 /// Largest data transaction, in bytes.
 pub const MAX_PAYLOAD: usize = 256;
-
-/// What the driver and the device share for one queue.
-#[derive(Debug)]
-pub struct QueueRegs {
-    /// The descriptor ring.
-    pub descs: DescRing,
-    /// The tail register: free-running count of descriptors handed to the
-    /// device (Rx: armed; Tx: filled).
-    pub tail: CachePadded<AtomicU32>,
-}
-
-impl QueueRegs {
-    /// Registers for a ring of `n` descriptors.
-    pub fn new(n: usize) -> Arc<QueueRegs> {
-        Arc::new(QueueRegs {
-            descs: DescRing::new(n),
-            tail: CachePadded::new(AtomicU32::new(0)),
-        })
-    }
-
-    /// Back to power-on: tail register 0, every descriptor zero. Called by
-    /// a queue's start and stop with its engine held, so the device sees
-    /// either the old ring or the empty one, never a mix.
-    pub fn reset(&self) {
-        self.tail.store(0, Ordering::Release);
-        self.descs.clear();
-    }
-}
 
 /// [`EngineCell`] states.
 const FREE: u8 = 0;
@@ -323,40 +307,41 @@ pub struct RxParams {
 
 /// One Rx queue's engine.
 pub struct RxEngine {
-    regs: Arc<QueueRegs>,
+    regs: Arc<RxRegs>,
     head: u32,
     source: RxSource,
-    p: RxParams,
+    params: RxParams,
     hasher: Arc<RssHasher>,
     scratch: Box<[u8]>,
     bus: Bus,
     counters: Arc<PortCounters>,
-    q: usize,
+    /// The queue's index.
+    queue: usize,
     /// Steps left before an injected panic (`panic_at`), if one is asked.
     panic_in: Option<u64>,
 }
 
 impl RxEngine {
-    /// An engine for queue `q`.
+    /// An engine for queue `queue`.
     pub fn new(
-        regs: Arc<QueueRegs>,
+        regs: Arc<RxRegs>,
         source: RxSource,
-        p: RxParams,
+        params: RxParams,
         hasher: Arc<RssHasher>,
         bus: Bus,
         counters: Arc<PortCounters>,
-        q: usize,
+        queue: usize,
     ) -> RxEngine {
         RxEngine {
             regs,
             head: 0,
             source,
             scratch: vec![0; 9216 + 64].into_boxed_slice(),
-            p,
+            params,
             hasher,
             bus,
             counters,
-            q,
+            queue,
             panic_in: None,
         }
     }
@@ -379,7 +364,7 @@ impl RxEngine {
         let p = parse(buf);
         let (hash, ty) = rss.unwrap_or_else(|| self.hasher.frame(buf, &p));
         let mut st = rx::DD | rx::EOP;
-        st |= rx_checksums(buf, &p, self.p.check_ip, self.p.check_l4);
+        st |= rx_checksums(buf, &p, self.params.check_ip, self.params.check_l4);
         let vlan = match p.vlan {
             Some(v) => {
                 st |= rx::VP;
@@ -418,7 +403,7 @@ impl RxEngine {
         let addr = self.regs.descs.get(self.head).q0.load(Ordering::Relaxed) as *mut u8;
         // SAFETY: the caller's contract; the slice is dropped before the
         // write-back hands the buffer back.
-        unsafe { std::slice::from_raw_parts_mut(addr, self.p.buf_size) }
+        unsafe { std::slice::from_raw_parts_mut(addr, self.params.buf_size) }
     }
 
     /// One step: up to [`STEP`] frames into the ring. Returns how many
@@ -428,8 +413,8 @@ impl RxEngine {
         let tail = self.regs.tail.load(Ordering::Acquire);
         let avail = (tail.wrapping_sub(self.head) as usize).min(STEP);
         let start = self.head;
-        let room = self.p.buf_size.min(self.p.max_frame);
-        let missed = &self.counters.rx[self.q].missed;
+        let room = self.params.buf_size.min(self.params.max_frame);
+        let missed = &self.counters.rx[self.queue].missed;
         let mut dropped = 0u64;
         let mut source = std::mem::replace(&mut self.source, RxSource::Idle);
         if let Some(n) = &mut self.panic_in {
@@ -437,7 +422,7 @@ impl RxEngine {
             if *n == 0 {
                 panic!(
                     "soft: panic injected in Rx queue {}'s step (panic_at)",
-                    self.q
+                    self.queue
                 );
             }
         }
@@ -457,14 +442,14 @@ impl RxEngine {
                         let Some(len) = g.fill(&mut self.scratch, t0) else {
                             break;
                         };
-                        let n = len.min(self.p.buf_size);
+                        let n = len.min(self.params.buf_size);
                         buf[..n].copy_from_slice(&self.scratch[..n]);
                         self.bus.data(n);
                         self.write_back_error(n);
                     }
                     self.head = self.head.wrapping_add(1);
                 }
-                if !self.p.fc {
+                if !self.params.fc {
                     // No descriptor for the rest: received, then dropped.
                     for _ in k..ready {
                         if g.fill(&mut self.scratch, t0).is_none() {
@@ -493,7 +478,7 @@ impl RxEngine {
                         self.bus.data(bytes.len());
                         self.write_back(&buf[..bytes.len()], Some((meta.hash, meta.rss_type)));
                     } else {
-                        let n = bytes.len().min(self.p.buf_size);
+                        let n = bytes.len().min(self.params.buf_size);
                         buf[..n].copy_from_slice(&bytes[..n]);
                         self.bus.data(n);
                         self.write_back_error(n);
@@ -502,7 +487,7 @@ impl RxEngine {
                     self.head = self.head.wrapping_add(1);
                     k += 1;
                 }
-                if !self.p.fc && k == avail {
+                if !self.params.fc && k == avail {
                     while (k as u64 + dropped) < STEP as u64 {
                         let Some((i, _, _)) = lane.pop() else { break };
                         lane.release(i);
@@ -528,7 +513,7 @@ pub struct PortEngines {
     /// Rx engines, by queue.
     pub rx: Box<[EngineCell<RxEngine>]>,
     /// Tx engines, by queue.
-    pub tx: Box<[EngineCell<super::tx_engine::TxEngine>]>,
+    pub tx: Box<[EngineCell<tx_engine::TxEngine>]>,
     /// The port's counters, where a failed step is recorded.
     pub counters: Arc<PortCounters>,
 }
@@ -542,7 +527,7 @@ impl PortEngines {
             n += e.try_with(RxEngine::step).unwrap_or(0);
         }
         for e in self.tx.iter() {
-            n += e.try_with(super::tx_engine::TxEngine::step).unwrap_or(0);
+            n += e.try_with(tx_engine::TxEngine::step).unwrap_or(0);
         }
         n
     }
@@ -566,6 +551,121 @@ impl PortEngines {
                 0
             }
         }
+    }
+}
+
+/// A per-queue engine of the device: what [`QueueEngine`] needs to find,
+/// step and reset it.
+pub trait Engine: Sized {
+    /// The engines of this kind in `engines`, by queue.
+    fn cells(engines: &PortEngines) -> &[EngineCell<Self>];
+    /// One step; returns the frames handled.
+    fn step(&mut self) -> usize;
+    /// Back to power-on state (head 0, nothing half done).
+    fn reset(&mut self);
+}
+
+impl Engine for RxEngine {
+    #[inline(always)]
+    fn cells(engines: &PortEngines) -> &[EngineCell<RxEngine>] {
+        &engines.rx
+    }
+    #[inline(always)]
+    fn step(&mut self) -> usize {
+        RxEngine::step(self)
+    }
+    fn reset(&mut self) {
+        RxEngine::reset(self)
+    }
+}
+
+impl Engine for tx_engine::TxEngine {
+    #[inline(always)]
+    fn cells(engines: &PortEngines) -> &[EngineCell<tx_engine::TxEngine>] {
+        &engines.tx
+    }
+    #[inline(always)]
+    fn step(&mut self) -> usize {
+        tx_engine::TxEngine::step(self)
+    }
+    fn reset(&mut self) {
+        tx_engine::TxEngine::reset(self)
+    }
+}
+
+/// A driver queue's handle on its engine: the emulation's only ways into
+/// the device besides descriptor memory, doorbells and registers.
+///
+/// - The *inline device step* ([`inline_step`](Self::inline_step)): with
+///   `device=inline` the device has no thread of its own, so the driver's
+///   burst runs one step of its queue's engine on the polling thread, where
+///   a real NIC works alongside. With `device=threaded` it does nothing.
+/// - The *queue reset* ([`reset`](Self::reset)): a queue's start and stop
+///   hold the engine still, reset it and let the driver reset the
+///   registers and take its buffers back meanwhile, as a real driver
+///   disables a queue and waits for the device to acknowledge.
+pub struct QueueEngine<E: Engine> {
+    engines: Arc<PortEngines>,
+    /// The queue's index, in `E::cells(&engines)`.
+    queue: usize,
+    /// Whether the device runs inline (inside the queue's bursts).
+    inline: bool,
+    kind: PhantomData<fn() -> E>,
+}
+
+impl<E: Engine> Clone for QueueEngine<E> {
+    fn clone(&self) -> Self {
+        QueueEngine {
+            engines: Arc::clone(&self.engines),
+            queue: self.queue,
+            inline: self.inline,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl<E: Engine> QueueEngine<E> {
+    /// The engine of queue `queue` of `engines`; `inline`: the device runs
+    /// inside the queue's bursts.
+    pub fn new(engines: Arc<PortEngines>, queue: usize, inline: bool) -> QueueEngine<E> {
+        assert!(
+            queue < E::cells(&engines).len(),
+            "no engine for queue {queue}"
+        );
+        QueueEngine {
+            engines,
+            queue,
+            inline,
+            kind: PhantomData,
+        }
+    }
+
+    /// The queue's index.
+    #[inline(always)]
+    pub fn queue(&self) -> usize {
+        self.queue
+    }
+
+    /// The inline device step: with the device inline, one step of the
+    /// engine unless it is busy or poisoned; nothing with a device thread.
+    #[inline]
+    pub fn inline_step(&self) {
+        if self.inline {
+            E::cells(&self.engines)[self.queue].try_with(E::step);
+        }
+    }
+
+    /// The queue reset: with the engine held (a running device is not in
+    /// the middle of a step on this queue), runs `f` — the driver resets
+    /// the registers, and on a stop takes its buffers back — then resets
+    /// the engine. [`Poisoned`] if the engine panicked in an earlier step:
+    /// it never runs again, and `f` has not run.
+    pub fn reset<R>(&self, f: impl FnOnce() -> R) -> Result<R, Poisoned> {
+        E::cells(&self.engines)[self.queue].with(|e| {
+            let r = f();
+            e.reset();
+            r
+        })
     }
 }
 

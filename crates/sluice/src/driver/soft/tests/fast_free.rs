@@ -1,15 +1,15 @@
 //! The fast-free offload with its promise broken: a Tx queue given clones
 //! still held elsewhere, one buffer twice in a burst, mbufs whose data is
 //! an external buffer and buffers of another pool must free each of them
-//! the checked way ([`super::fast_free`]) — the clones keep their bytes,
+//! the checked way (`driver::fast_free`) — the clones keep their bytes,
 //! every pool is full at the end, every external buffer let go once —
 //! whether completed batches go back by a bulk put or a zero-copy cache
-//! put. (The recycle path's side is in `recycle_tests`.)
+//! put. (The recycle path's side is in `tests::recycle`.)
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::tests::{ext_copy, port, send_all, tester_of};
+use super::{ext_copy, port, send_all, tester_of};
 use crate::mbuf::{Burst, ExtSharedInfo, Mbuf, MbufPool, MbufPoolConfig};
 use crate::port::{Offloads, PortConfig};
 

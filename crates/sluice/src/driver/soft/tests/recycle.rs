@@ -13,14 +13,14 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::tester::{self, Tester, TesterReport};
-use super::tests::ext_copy;
+use super::ext_copy;
 use crate::driver::open;
 use crate::mbuf::{Burst, BurstSlice, ExtSharedInfo, Mbuf, MbufPool, MbufPoolConfig};
 use crate::mempool::Elem;
 use crate::port::{
     Offloads, Port, PortConfig, PortError, RecycleRxInfo, RxQueue, TxQueue, recycle_mbufs,
 };
+use crate::tester::{self, Tester, TesterReport};
 
 fn pool(name: &str, size: u32) -> MbufPool {
     MbufPool::new(MbufPoolConfig {
@@ -1853,7 +1853,7 @@ fn queues_stopping_at_random_under_a_threaded_device_while_recycling_lose_no_buf
     fast_free.tx_offloads |= Offloads::FAST_FREE;
     let spec = format!("soft:tester={name},flows=64,device=threaded");
     let mut ports = guard(vec![port(&spec, config), port(&spec, fast_free)]);
-    assert!(super::runner::running());
+    assert!(crate::driver::soft::device::runner::running());
     let t = tester_of(name);
     let queues = [(0, 0), (0, 1), (1, 0), (1, 1)];
     let dest = |i: usize| 2 * (1 - queues[i].0) + queues[i].1;

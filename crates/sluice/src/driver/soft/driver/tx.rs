@@ -1,7 +1,7 @@
 //! The soft driver's Tx queue: WQEs written into a ring of 64-byte blocks
-//! the device reads ([`super::wqe`] has the byte layouts), completions read
-//! from the queue's completion queue, and a software ring of the mbufs in
-//! flight, one slot per packet.
+//! the device reads ([`wqe`](crate::driver::soft::wqe) has the byte
+//! layouts), completions read from the queue's completion queue, and a
+//! software ring of the mbufs in flight, one slot per packet.
 //!
 //! # Tx modes (`txmode=`)
 //! - `wqe`: one regular WQE per packet — cseg, eseg with the first 18 bytes
@@ -20,24 +20,31 @@
 //!   completion is asked. The end of a burst closes the session, then one
 //!   tail store rings the doorbell.
 //!
-//! # Indices (free-running `u32`s)
-//! - packets: `elts_head` posted (software-ring slots written), `elts_done`
-//!   completed by the device (learnt from completions), `next_free` the
-//!   first packet of the next batch to retire (a multiple of
-//!   `tx_rs_thresh`). Slots `[next_free, elts_head)` hold the mbufs not yet
-//!   retired — exactly what a stop frees.
-//! - blocks: `wqe_ci` posted (the tail register's value), `wqe_done`
-//!   completed. The queue writes only blocks `[wqe_ci, wqe_done + nb)`.
+//! # State
+//! The queue's state is in named parts, each with its invariants:
+//! - the software ring (`SwRing`), indices in packets: `posted` (slots
+//!   written), `completed` by the device (learnt from completions),
+//!   `retired` the first packet of the next batch to free or recycle (a
+//!   multiple of `tx_rs_thresh`). Slots `[retired, posted)` hold the mbufs
+//!   not yet retired — exactly what a stop frees.
+//! - the WQE ring (`WqeRing`), indices in blocks: `posted` (the tail
+//!   register's value), `completed`. The queue writes only blocks
+//!   `[posted, completed + blocks)`.
+//! - the completions asked and read (`Completions`), the fast-free state
+//!   (`FastFree`), the configuration (`TxParams`), the link to the device
+//!   (registers and [`QueueEngine`]) and the counters (`TxCounters`).
+//!
+//! All indices are free-running `u32`s.
 //!
 //! # Completions
-//! A WQE asks for one ([`wqe::CE`](super::wqe::CE)) when it holds packet
-//! `k * tx_rs_thresh - 1`, when `tx_comp` WQEs (if set) or half the ring's
-//! blocks have gone out since the last WQE that asked. For each WQE that
-//! asked the queue notes its first block, its end and the packet count
-//! after it; the device works in order, so a CQE naming a WQE completes
-//! every noted WQE up to it, moving `elts_done` and `wqe_done`. The queue
-//! reads CQEs only when it needs room or a batch (one acquire load when
-//! there is none).
+//! A WQE asks for one ([`wqe::CE`](crate::driver::soft::wqe::CE)) when it
+//! holds packet `k * tx_rs_thresh - 1`, when `tx_comp` WQEs (if set) or
+//! half the ring's blocks have gone out since the last WQE that asked. For
+//! each WQE that asked the queue notes its first block, its end and the
+//! packet count after it; the device works in order, so a CQE naming a WQE
+//! completes every noted WQE up to it, moving the software ring's and the
+//! WQE ring's `completed`. The queue reads CQEs only when it needs room or
+//! a batch (one acquire load when there is none).
 //!
 //! # Freeing
 //! When fewer than `tx_free_thresh` slots are free, `tx_burst` first frees
@@ -73,10 +80,11 @@ use crate::mbuf::{
 use crate::mempool::{Elem, PoolInner};
 use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
-use super::device::PortEngines;
 use super::fast_free::{FastFree, Region};
-use super::tx_engine::TxRegs;
-use super::wqe::{
+use crate::driver::soft::device::QueueEngine;
+use crate::driver::soft::device::tx_engine::TxEngine;
+use crate::driver::soft::hw::regs::TxRegs;
+use crate::driver::soft::hw::wqe::{
     CE, CQE_INVALID, CQE_REQ, CqeInfo, Eseg, EsegWords, MAX_DS, MAX_TSO_HEADER, MIN_INLINE, OP_MPW,
     OP_SEND, OP_TSO, OPMOD_EMPW, SEGS_PER_BB, TUN_VXLAN, blocks, cs, cseg, dseg, header_segs,
     inline_segs, write_data, write_entry, write_words,
@@ -120,15 +128,17 @@ pub struct TxParams {
     pub doorbell_bytes: u64,
 }
 
-/// A WQE that asked for a completion.
+/// A WQE that asked for a completion, noted until a CQE names it or a
+/// later WQE.
 #[derive(Debug, Clone, Copy, Default)]
-struct CompRec {
-    /// Its first block.
-    wqe: u32,
-    /// The block after it.
-    end: u32,
-    /// Packets posted up to and including it.
-    elts: u32,
+struct AskedWqe {
+    /// Its first block (the WQE counter a CQE names).
+    first_block: u32,
+    /// The block after it: the WQE ring's `completed` once it is done.
+    end_block: u32,
+    /// Packets posted up to and including it: the software ring's
+    /// `completed` once it is done.
+    packets_end: u32,
 }
 
 /// Counts of one burst, added to the xstats at its end, and with fast free
@@ -156,58 +166,151 @@ enum Post {
     Bad,
 }
 
-/// A Tx queue of a soft port.
-pub struct SoftTx {
-    regs: Arc<TxRegs>,
-    sw_ring: Box<[Elem]>,
-    /// Software-ring slots (packets in flight at most), and that minus one.
-    nb: u32,
+/// The software ring: the mbufs in flight, one slot per packet, with
+/// its free-running packet indices (ring index `i & mask`).
+///
+/// Invariant: `retired <= completed <= posted` (as free-running counts)
+/// and `posted - retired <= size`. Slots `[retired, posted)` hold the
+/// mbufs the queue owns and has not given up; the others hold stale
+/// addresses or [`Elem::DANGLING`].
+struct SwRing {
+    /// The slots.
+    slots: Box<[Elem]>,
+    /// Slot count (a power of two): the most packets in flight.
+    size: u32,
+    /// `size - 1`.
     mask: u32,
-    /// Blocks in the WQE ring.
+    /// Packets posted (slots written).
+    posted: u32,
+    /// Packets the device has completed, learnt from completions.
+    completed: u32,
+    /// Packets retired (freed or recycled): the first packet of the next
+    /// batch to retire, a multiple of `tx_rs_thresh`.
+    retired: u32,
+}
+
+impl SwRing {
+    /// Slots free.
+    #[inline(always)]
+    fn free(&self) -> u32 {
+        self.size - self.posted.wrapping_sub(self.retired)
+    }
+}
+
+/// The WQE ring as its producer (the queue) sees it: 64-byte blocks in
+/// `TxRegs::segs`, free-running block indices.
+///
+/// Invariant: `posted - completed <= blocks`; the queue writes only blocks
+/// `[posted, completed + blocks)`, the device reads only below the tail
+/// register, which holds `posted` as of the last doorbell.
+struct WqeRing {
+    /// Blocks in the ring.
     blocks: u32,
-    elts_head: u32,
-    elts_done: u32,
-    next_free: u32,
-    /// The packet whose WQE asks the next completion (`k * rs - 1`).
-    next_rs: u32,
-    wqe_ci: u32,
-    wqe_done: u32,
-    /// WQEs and blocks since the last WQE that asked a completion.
-    since_wqes: u32,
-    since_bbs: u32,
-    /// WQE count that asks a completion (`u32::MAX`: never by count).
-    comp_wqes: u32,
-    /// The WQEs that asked, `[comp_head, comp_tail)`, in a ring the size
-    /// of the completion queue (which bounds them).
-    comp: Box<[CompRec]>,
-    comp_mask: u32,
-    comp_head: u32,
-    comp_tail: u32,
-    /// CQEs read (free-running).
-    cq_ci: u32,
+    /// Blocks posted: the tail register's value after the next doorbell.
+    posted: u32,
+    /// Blocks of completed WQEs, free again.
+    completed: u32,
     /// The send queue number the WQEs carry.
     sqn: u32,
-    p: TxParams,
+}
+
+impl WqeRing {
+    /// Blocks free.
+    #[inline(always)]
+    fn room(&self) -> u32 {
+        self.blocks - self.posted.wrapping_sub(self.completed)
+    }
+}
+
+/// Which WQEs asked a completion, and how far the completion queue is
+/// read.
+///
+/// Invariant: `asked_tail - asked_head <= asked.len()` (the completion
+/// queue's size, which bounds the WQEs in flight that asked), and the WQEs
+/// noted in `[asked_head, asked_tail)` are in posting order.
+struct Completions {
+    /// The packet whose WQE asks the next completion (`k * rs_thresh - 1`).
+    next_rs_packet: u32,
+    /// WQEs posted since the last WQE that asked.
+    wqes_since: u32,
+    /// Blocks posted since the last WQE that asked.
+    blocks_since: u32,
+    /// A completion is asked at least every this many WQEs (`u32::MAX`:
+    /// never by count).
+    every_wqes: u32,
+    /// The WQEs that asked and are not known complete, `[asked_head,
+    /// asked_tail)`, by index `& asked_mask`.
+    asked: Box<[AskedWqe]>,
+    /// `asked.len() - 1`.
+    asked_mask: u32,
+    /// The oldest noted WQE.
+    asked_head: u32,
+    /// Where the next one is noted.
+    asked_tail: u32,
+    /// CQEs consumed (free-running): the next CQE read is at this index.
+    cqe_consumed: u32,
+}
+
+/// A Tx queue's counters: its port's, and the soft-driver xstats it adds
+/// to.
+struct TxCounters {
+    /// The port's counters (`tx[queue]` is this queue's).
+    port: Arc<PortCounters>,
+    /// Doorbells rung (`bus_doorbells`).
+    doorbells: Arc<Counter>,
+    /// Their bus bytes (`bus_doorbell_bytes`).
+    doorbell_bytes: Arc<Counter>,
+    /// Buffers moved into an Rx ring (`tx_recycled`).
+    recycled: Arc<Counter>,
+    /// Batches that could not be recycled and were freed
+    /// (`recycle_fallbacks`).
+    recycle_fallbacks: Arc<Counter>,
+    /// Blocks of MPWQEs (`tx_mpwqe_blks`).
+    mpwqe_blocks: Arc<Counter>,
+    /// Packets in MPWQEs (`tx_mpwqe_pkts`).
+    mpwqe_pkts: Arc<Counter>,
+    /// Packets in regular WQEs (`tx_wqe_pkts`).
+    wqe_pkts: Arc<Counter>,
+    /// Bytes copied into WQEs (`tx_inline_bytes`).
+    inline_bytes: Arc<Counter>,
+    /// Error CQEs read (`tx_cqe_errors`).
+    cqe_errors: Arc<Counter>,
+}
+
+/// What a Tx queue is made of.
+pub struct TxQueueParts {
+    /// The WQE ring, tail register and completion queue it shares with the
+    /// device.
+    pub regs: Arc<TxRegs>,
+    /// Software-ring slots (a power of two): the most packets in flight.
+    pub nb_txd: u32,
+    /// How it is configured.
+    pub params: TxParams,
+    /// Its engine in the device (which also names the queue).
+    pub engine: QueueEngine<TxEngine>,
+    /// Its port's counters.
+    pub counters: Arc<PortCounters>,
+}
+
+/// A Tx queue of a soft port.
+pub struct SoftTx {
+    /// The mbufs in flight.
+    sw_ring: SwRing,
+    /// The WQE ring's producer state.
+    wqes: WqeRing,
+    /// Completions asked and read.
+    completions: Completions,
     /// With fast free: the pool learnt and the batches that must take the
     /// checks all the same ([`super::fast_free`]).
-    ff: FastFree,
-    engines: Arc<PortEngines>,
-    inline: bool,
-    q: usize,
-    counters: Arc<PortCounters>,
-    doorbells: Arc<Counter>,
-    doorbell_bytes: Arc<Counter>,
-    /// Buffers moved into an Rx ring.
-    tx_recycled: Arc<Counter>,
-    /// Batches that could not be recycled and were freed.
-    recycle_fallbacks: Arc<Counter>,
-    /// Blocks of MPWQEs, packets in them, packets in regular WQEs, bytes
-    /// copied into WQEs, error CQEs read.
-    mpwqe_blks: Arc<Counter>,
-    mpwqe_pkts: Arc<Counter>,
-    wqe_pkts: Arc<Counter>,
-    inline_bytes: Arc<Counter>,
-    cqe_errors: Arc<Counter>,
+    fast_free: FastFree,
+    /// How the queue is configured.
+    params: TxParams,
+    /// The registers shared with the device.
+    regs: Arc<TxRegs>,
+    /// The queue's engine: the inline device step and the queue reset.
+    engine: QueueEngine<TxEngine>,
+    /// What the queue counts.
+    stats: TxCounters,
     /// `start` has run and `stop` has not since.
     started: bool,
 }
@@ -269,109 +372,93 @@ fn prefetch(p: *const u8) {
 }
 
 impl SoftTx {
-    /// Queue `q` over `regs`, with `nb` software-ring slots (a power of
-    /// two).
-    pub fn new(
-        regs: Arc<TxRegs>,
-        nb: u32,
-        p: TxParams,
-        engines: Arc<PortEngines>,
-        inline: bool,
-        q: usize,
-        counters: Arc<PortCounters>,
-    ) -> SoftTx {
-        let blocks = regs.blocks() as u32;
-        let x = &counters.xstats;
-        let doorbells = x.register("bus_doorbells");
-        let doorbell_bytes = x.register("bus_doorbell_bytes");
-        let tx_recycled = x.register("tx_recycled");
-        let recycle_fallbacks = x.register("recycle_fallbacks");
-        let mpwqe_blks = x.register("tx_mpwqe_blks");
-        let mpwqe_pkts = x.register("tx_mpwqe_pkts");
-        let wqe_pkts = x.register("tx_wqe_pkts");
-        let inline_bytes = x.register("tx_inline_bytes");
-        let cqe_errors = x.register("tx_cqe_errors");
-        SoftTx {
-            nb,
-            mask: nb - 1,
-            blocks,
-            sw_ring: vec![Elem::DANGLING; nb as usize].into_boxed_slice(),
-            comp: vec![CompRec::default(); regs.cq.len()].into_boxed_slice(),
-            comp_mask: regs.cq.len() as u32 - 1,
+    /// A queue of `parts.nb_txd` software-ring slots over `parts.regs`.
+    pub fn new(parts: TxQueueParts) -> SoftTx {
+        let TxQueueParts {
             regs,
-            elts_head: 0,
-            elts_done: 0,
-            next_free: 0,
-            next_rs: p.rs_thresh - 1,
-            wqe_ci: 0,
-            wqe_done: 0,
-            since_wqes: 0,
-            since_bbs: 0,
-            comp_wqes: if p.comp_wqes == 0 {
-                u32::MAX
-            } else {
-                p.comp_wqes
-            },
-            comp_head: 0,
-            comp_tail: 0,
-            cq_ci: 0,
-            sqn: q as u32,
-            p,
-            ff: FastFree::new(),
-            engines,
-            inline,
-            q,
+            nb_txd,
+            params,
+            engine,
             counters,
-            doorbells,
-            doorbell_bytes,
-            tx_recycled,
-            recycle_fallbacks,
-            mpwqe_blks,
-            mpwqe_pkts,
-            wqe_pkts,
-            inline_bytes,
-            cqe_errors,
+        } = parts;
+        let x = &counters.xstats;
+        let stats = TxCounters {
+            doorbells: x.register("bus_doorbells"),
+            doorbell_bytes: x.register("bus_doorbell_bytes"),
+            recycled: x.register("tx_recycled"),
+            recycle_fallbacks: x.register("recycle_fallbacks"),
+            mpwqe_blocks: x.register("tx_mpwqe_blks"),
+            mpwqe_pkts: x.register("tx_mpwqe_pkts"),
+            wqe_pkts: x.register("tx_wqe_pkts"),
+            inline_bytes: x.register("tx_inline_bytes"),
+            cqe_errors: x.register("tx_cqe_errors"),
+            port: Arc::clone(&counters),
+        };
+        SoftTx {
+            sw_ring: SwRing {
+                slots: vec![Elem::DANGLING; nb_txd as usize].into_boxed_slice(),
+                size: nb_txd,
+                mask: nb_txd - 1,
+                posted: 0,
+                completed: 0,
+                retired: 0,
+            },
+            wqes: WqeRing {
+                blocks: regs.blocks() as u32,
+                posted: 0,
+                completed: 0,
+                sqn: engine.queue() as u32,
+            },
+            completions: Completions {
+                next_rs_packet: params.rs_thresh - 1,
+                wqes_since: 0,
+                blocks_since: 0,
+                every_wqes: if params.comp_wqes == 0 {
+                    u32::MAX
+                } else {
+                    params.comp_wqes
+                },
+                asked: vec![AskedWqe::default(); regs.cq.len()].into_boxed_slice(),
+                asked_mask: regs.cq.len() as u32 - 1,
+                asked_head: 0,
+                asked_tail: 0,
+                cqe_consumed: 0,
+            },
+            fast_free: FastFree::new(),
+            params,
+            regs,
+            engine,
+            stats,
             started: false,
         }
-    }
-
-    /// Software-ring slots free.
-    #[inline(always)]
-    fn elts_free(&self) -> u32 {
-        self.nb - self.elts_head.wrapping_sub(self.next_free)
-    }
-
-    /// Ring blocks free.
-    #[inline(always)]
-    fn block_room(&self) -> u32 {
-        self.blocks - self.wqe_ci.wrapping_sub(self.wqe_done)
     }
 
     /// Reads the new CQEs: every noted WQE up to the one each names is
     /// complete.
     #[inline]
     fn poll_cq(&mut self) {
+        let cq = &self.regs.cq;
+        let comp = &mut self.completions;
         loop {
-            let cq = &self.regs.cq;
             // Acquire: pairs with the device's release store of this word;
             // it is done with every buffer of the WQEs up to the one named.
-            let w = cq.get(self.cq_ci).last().load(Ordering::Acquire);
+            let w = cq.get(comp.cqe_consumed).last().load(Ordering::Acquire);
             let c = CqeInfo::parse(w);
-            if c.owner != cq.owner(self.cq_ci) || c.opcode == CQE_INVALID {
+            if c.owner != cq.owner(comp.cqe_consumed) || c.opcode == CQE_INVALID {
                 return;
             }
-            self.cq_ci = self.cq_ci.wrapping_add(1);
+            comp.cqe_consumed = comp.cqe_consumed.wrapping_add(1);
             if c.opcode != CQE_REQ {
-                self.cqe_errors.inc();
+                self.stats.cqe_errors.inc();
             }
-            while self.comp_head != self.comp_tail {
-                let r = self.comp[(self.comp_head & self.comp_mask) as usize];
-                if (c.wqe_counter.wrapping_sub(r.wqe as u16) as i16) < 0 {
+            while comp.asked_head != comp.asked_tail {
+                let r = comp.asked[(comp.asked_head & comp.asked_mask) as usize];
+                if (c.wqe_counter.wrapping_sub(r.first_block as u16) as i16) < 0 {
                     break;
                 }
-                self.elts_done = r.elts;
-                self.wqe_done = r.end;
-                self.comp_head = self.comp_head.wrapping_add(1);
+                self.sw_ring.completed = r.packets_end;
+                self.wqes.completed = r.end_block;
+                comp.asked_head = comp.asked_head.wrapping_add(1);
             }
         }
     }
@@ -380,33 +467,33 @@ impl SoftTx {
     /// packets, if the device has completed it.
     #[inline(always)]
     fn done_batch(&mut self) -> Option<usize> {
-        let rs = self.p.rs_thresh;
-        if self.elts_done.wrapping_sub(self.next_free) < rs {
-            if self.elts_head.wrapping_sub(self.next_free) < rs {
+        let rs = self.params.rs_thresh;
+        if self.sw_ring.completed.wrapping_sub(self.sw_ring.retired) < rs {
+            if self.sw_ring.posted.wrapping_sub(self.sw_ring.retired) < rs {
                 return None;
             }
             self.poll_cq();
-            if self.elts_done.wrapping_sub(self.next_free) < rs {
+            if self.sw_ring.completed.wrapping_sub(self.sw_ring.retired) < rs {
                 return None;
             }
         }
-        Some((self.next_free & self.mask) as usize)
+        Some((self.sw_ring.retired & self.sw_ring.mask) as usize)
     }
 
     /// Moves past the batch `done_batch` found: its slots are free.
     #[inline(always)]
     fn retire(&mut self) {
-        self.next_free = self.next_free.wrapping_add(self.p.rs_thresh);
+        self.sw_ring.retired = self.sw_ring.retired.wrapping_add(self.params.rs_thresh);
     }
 
     /// Frees the buffers of the completed batch at `first`; returns the
     /// packets freed.
     #[inline]
     fn free_slots(&mut self, first: usize) -> usize {
-        let rs = self.p.rs_thresh as usize;
-        let batch = &mut self.sw_ring[first..first + rs];
-        if self.p.fast_free
-            && let Some(pool) = self.ff.pool_from(self.next_free)
+        let rs = self.params.rs_thresh as usize;
+        let batch = &mut self.sw_ring.slots[first..first + rs];
+        if self.params.fast_free
+            && let Some(pool) = self.fast_free.pool_from(self.sw_ring.retired)
         {
             // Fast free: every slot of the batch passed the screen at
             // `tx_burst` — a plain buffer (one segment, reference count 1,
@@ -414,13 +501,13 @@ impl SoftTx {
             // SAFETY: the batch is complete (`done_batch`): buffers we own,
             // the device done with them, plain, of `pool`.
             unsafe {
-                if !(self.p.zc_free && zc_put(pool, batch)) {
+                if !(self.params.zc_free && zc_put(pool, batch)) {
                     put_bulk_to_pool(pool, batch);
                 }
             }
             return rs;
         }
-        if self.p.zc_free {
+        if self.params.zc_free {
             // SAFETY: as above; `plain_of` checks what fast free assumes.
             unsafe {
                 let pool = header(batch[0]).pool;
@@ -451,10 +538,10 @@ impl SoftTx {
     /// posting over them — so the next `tx_burst` would find them cold.
     #[inline(always)]
     fn prefetch_head(&self, n: usize) {
-        let ring = self.sw_ring.as_ptr();
+        let ring = self.sw_ring.slots.as_ptr();
         let mut i = 0;
         while i < n {
-            let at = (self.elts_head.wrapping_add(i as u32) & self.mask) as usize;
+            let at = (self.sw_ring.posted.wrapping_add(i as u32) & self.sw_ring.mask) as usize;
             prefetch(ring.wrapping_add(at).cast());
             i += 8;
         }
@@ -463,53 +550,55 @@ impl SoftTx {
     /// Frees every mbuf not yet retired and resets the indices (the device
     /// is stopped or locked out, the ring reset).
     fn release_all(&mut self) {
-        let mut i = self.next_free;
-        while before(i, self.elts_head) {
-            let e = self.sw_ring[(i & self.mask) as usize];
+        let mut i = self.sw_ring.retired;
+        while before(i, self.sw_ring.posted) {
+            let e = self.sw_ring.slots[(i & self.sw_ring.mask) as usize];
             if e != Elem::DANGLING {
                 // SAFETY: an mbuf we own, once; the device no longer reads it.
                 drop(unsafe { Mbuf::from_raw(e.as_non_null().cast::<MbufHeader>()) });
             }
             i = i.wrapping_add(1);
         }
-        self.sw_ring.fill(Elem::DANGLING);
-        self.ff.reset();
-        self.elts_head = 0;
-        self.elts_done = 0;
-        self.next_free = 0;
-        self.next_rs = self.p.rs_thresh - 1;
-        self.wqe_ci = 0;
-        self.wqe_done = 0;
-        self.since_wqes = 0;
-        self.since_bbs = 0;
-        self.comp_head = 0;
-        self.comp_tail = 0;
-        self.cq_ci = 0;
+        self.sw_ring.slots.fill(Elem::DANGLING);
+        self.fast_free.reset();
+        self.sw_ring.posted = 0;
+        self.sw_ring.completed = 0;
+        self.sw_ring.retired = 0;
+        self.completions.next_rs_packet = self.params.rs_thresh - 1;
+        self.wqes.posted = 0;
+        self.wqes.completed = 0;
+        self.completions.wqes_since = 0;
+        self.completions.blocks_since = 0;
+        self.completions.asked_head = 0;
+        self.completions.asked_tail = 0;
+        self.completions.cqe_consumed = 0;
     }
 
-    /// Accounts a WQE of `bbs` blocks at `wqe_ci` whose packets end at
-    /// `elts_end`, and decides whether it asks a completion (noted if so).
+    /// Accounts a WQE of `bbs` blocks at the WQE ring's `posted` whose
+    /// packets end at `packets_end`, and decides whether it asks a
+    /// completion (noted if so).
     #[inline(always)]
-    fn finish_wqe(&mut self, bbs: u32, elts_end: u32) -> bool {
-        let start = self.wqe_ci;
-        self.wqe_ci = start.wrapping_add(bbs);
-        self.since_wqes += 1;
-        self.since_bbs += bbs;
-        let ce = before(self.next_rs, elts_end)
-            || self.since_wqes >= self.comp_wqes
-            || self.since_bbs >= self.blocks / 2;
+    fn finish_wqe(&mut self, bbs: u32, packets_end: u32) -> bool {
+        let start = self.wqes.posted;
+        self.wqes.posted = start.wrapping_add(bbs);
+        let comp = &mut self.completions;
+        comp.wqes_since += 1;
+        comp.blocks_since += bbs;
+        let ce = before(comp.next_rs_packet, packets_end)
+            || comp.wqes_since >= comp.every_wqes
+            || comp.blocks_since >= self.wqes.blocks / 2;
         if ce {
-            self.comp[(self.comp_tail & self.comp_mask) as usize] = CompRec {
-                wqe: start,
-                end: self.wqe_ci,
-                elts: elts_end,
+            comp.asked[(comp.asked_tail & comp.asked_mask) as usize] = AskedWqe {
+                first_block: start,
+                end_block: self.wqes.posted,
+                packets_end,
             };
-            self.comp_tail = self.comp_tail.wrapping_add(1);
-            while before(self.next_rs, elts_end) {
-                self.next_rs = self.next_rs.wrapping_add(self.p.rs_thresh);
+            comp.asked_tail = comp.asked_tail.wrapping_add(1);
+            while before(comp.next_rs_packet, packets_end) {
+                comp.next_rs_packet = comp.next_rs_packet.wrapping_add(self.params.rs_thresh);
             }
-            self.since_wqes = 0;
-            self.since_bbs = 0;
+            comp.wqes_since = 0;
+            comp.blocks_since = 0;
         }
         ce
     }
@@ -517,11 +606,11 @@ impl SoftTx {
     /// Room for a WQE of `bbs` blocks, reading completions if needed.
     #[inline(always)]
     fn room_for(&mut self, bbs: u32) -> bool {
-        if self.block_room() >= bbs {
+        if self.wqes.room() >= bbs {
             return true;
         }
         self.poll_cq();
-        self.block_room() >= bbs
+        self.wqes.room() >= bbs
     }
 
     /// The eseg a packet's offload flags `f` (already masked) ask for;
@@ -574,7 +663,7 @@ impl SoftTx {
     /// The caller takes `e` out of the burst (`forget_front`).
     #[cold]
     fn drop_bad(&self, e: Elem) {
-        self.counters.tx[self.q].errors.inc();
+        self.stats.port.tx[self.engine.queue()].errors.inc();
         // SAFETY: an owned mbuf of the burst, which the caller forgets, so
         // it is dropped once, here.
         drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
@@ -588,15 +677,15 @@ impl SoftTx {
     fn open(&mut self, key: EsegWords, need: u32) -> Option<(u32, u32)> {
         // Short of a whole MPWQE's blocks: read completions first, so the
         // session is not cut short by room the device has already freed.
-        if self.block_room() < blocks(2 + self.p.mpw_segs) {
+        if self.wqes.room() < blocks(2 + self.params.mpw_segs) {
             self.poll_cq();
-            if self.block_room() < blocks(2 + need) {
+            if self.wqes.room() < blocks(2 + need) {
                 return None;
             }
         }
-        let base = self.wqe_ci.wrapping_mul(SEGS_PER_BB);
+        let base = self.wqes.posted.wrapping_mul(SEGS_PER_BB);
         write_words(self.regs.segs.get(base.wrapping_add(1)), (key.0, key.1));
-        let limit = (2 + self.p.mpw_segs).min(self.block_room() * SEGS_PER_BB);
+        let limit = (2 + self.params.mpw_segs).min(self.wqes.room() * SEGS_PER_BB);
         Some((base, limit))
     }
 
@@ -604,11 +693,11 @@ impl SoftTx {
     /// packets: its cseg, its blocks posted.
     #[inline]
     fn close(&mut self, base: u32, ds: u32, pkts: u32, st: &mut BurstCounts) {
-        let start = self.wqe_ci;
+        let start = self.wqes.posted;
         let bbs = blocks(ds);
-        let ce = self.finish_wqe(bbs, self.elts_head);
+        let ce = self.finish_wqe(bbs, self.sw_ring.posted);
         let flags = if ce { CE } else { 0 };
-        let c = cseg(OPMOD_EMPW, start as u16, OP_MPW, self.sqn, ds, flags);
+        let c = cseg(OPMOD_EMPW, start as u16, OP_MPW, self.wqes.sqn, ds, flags);
         write_words(self.regs.segs.get(base), c);
         st.mpw_blks += bbs as u64;
         st.mpw_pkts += pkts as u64;
@@ -625,7 +714,7 @@ impl SoftTx {
     /// segments, offload flags `f` (masked).
     #[inline]
     fn post(&mut self, h: &MbufHeader, segs: u32, f: u64, st: &mut BurstCounts) -> Post {
-        if (segs > 1 && !self.p.multi_seg) || h.pkt_len == 0 {
+        if (segs > 1 && !self.params.multi_seg) || h.pkt_len == 0 {
             return Post::Bad;
         }
         let tso = f & ol::TX_TCP_SEG != 0;
@@ -669,7 +758,7 @@ impl SoftTx {
                 None => return Post::Bad,
             }
         };
-        let base = self.wqe_ci.wrapping_mul(SEGS_PER_BB);
+        let base = self.wqes.posted.wrapping_mul(SEGS_PER_BB);
         let ring = &self.regs.segs;
         let first = [
             data0.first().copied().unwrap_or(0),
@@ -700,13 +789,13 @@ impl SoftTx {
             }
             seg = sh.next;
         }
-        let start = self.wqe_ci;
-        let ce = self.finish_wqe(bbs, self.elts_head.wrapping_add(1));
+        let start = self.wqes.posted;
+        let ce = self.finish_wqe(bbs, self.sw_ring.posted.wrapping_add(1));
         let op = if tso { OP_TSO } else { OP_SEND };
         let flags = if ce { CE } else { 0 };
         write_words(
             self.regs.segs.get(base),
-            cseg(0, start as u16, op, self.sqn, ds, flags),
+            cseg(0, start as u16, op, self.wqes.sqn, ds, flags),
         );
         st.wqe_pkts += 1;
         st.inline_bytes += n as u64;
@@ -729,7 +818,7 @@ impl SoftTx {
     /// How the packet at `h` goes into an MPWQE (mode `mpwqe`).
     #[inline(always)]
     fn classify(&self, h: &MbufHeader) -> Class {
-        let f = h.ol_flags & self.p.ol_mask;
+        let f = h.ol_flags & self.params.ol_mask;
         if h.nb_segs != 1 || f & ol::TX_TCP_SEG != 0 || h.data_len == 0 {
             return Class::Regular;
         }
@@ -741,7 +830,7 @@ impl SoftTx {
             return Class::Bad;
         };
         let len = h.data_len as usize;
-        let need = if len <= self.p.inline_mpw as usize {
+        let need = if len <= self.params.inline_mpw as usize {
             inline_segs(len)
         } else {
             1
@@ -756,8 +845,8 @@ impl SoftTx {
         if SCREEN {
             st.unfit |= st.screen.unfit(e, h);
         }
-        self.sw_ring[(self.elts_head & self.mask) as usize] = e;
-        self.elts_head = self.elts_head.wrapping_add(1);
+        self.sw_ring.slots[(self.sw_ring.posted & self.sw_ring.mask) as usize] = e;
+        self.sw_ring.posted = self.sw_ring.posted.wrapping_add(1);
         st.bytes += h.pkt_len as u64;
         st.sent += 1;
     }
@@ -766,13 +855,13 @@ impl SoftTx {
     /// `SCREEN`: as in [`keep`](Self::keep).
     #[inline(never)]
     fn burst_wqe<const SCREEN: bool>(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
-        let mut room = self.elts_free();
+        let mut room = self.sw_ring.free();
         let mut i = 0;
         while i < raw.len() && room != 0 {
             let e = raw[i];
             // SAFETY: the burst owns this mbuf; we only read its header.
             let h = unsafe { header(e) };
-            let f = h.ol_flags & self.p.ol_mask;
+            let f = h.ol_flags & self.params.ol_mask;
             match self.post(h, h.nb_segs as u32, f, st) {
                 Post::Done => {
                     self.keep::<SCREEN>(e, h, st);
@@ -794,7 +883,7 @@ impl SoftTx {
         // The sessions' screen, in registers, added to `st` once.
         let screen = st.screen;
         let mut unfit = 0u64;
-        let mut room = self.elts_free();
+        let mut room = self.sw_ring.free();
         let mut i = 0;
         // The class of packet `i` when the session before found it.
         let mut known: Option<Class> = None;
@@ -809,7 +898,7 @@ impl SoftTx {
             let (key, need) = match class {
                 Class::Entry(key, need) => (key, need),
                 Class::Regular => {
-                    let f = h.ol_flags & self.p.ol_mask;
+                    let f = h.ol_flags & self.params.ol_mask;
                     match self.post_fallback(h, h.nb_segs as u32, f, st) {
                         Post::Done => {
                             self.keep::<SCREEN>(e, h, st);
@@ -833,13 +922,13 @@ impl SoftTx {
             // The session: packets while they take this eseg and fit. A
             // packet with the first one's flags takes the same eseg, unless
             // the eseg also carries a VLAN tag or tunnel offsets of its own.
-            let f0 = h.ol_flags & self.p.ol_mask;
+            let f0 = h.ol_flags & self.params.ol_mask;
             let same_flags_same_eseg = f0 & (ol::TX_VLAN | ol::TX_TUNNEL_VXLAN) == 0;
-            let ol_mask = self.p.ol_mask;
-            let inline_mpw = self.p.inline_mpw as usize;
-            let mask = self.mask;
+            let ol_mask = self.params.ol_mask;
+            let inline_mpw = self.params.inline_mpw as usize;
+            let mask = self.sw_ring.mask;
             let ring = &self.regs.segs;
-            let mut eh = self.elts_head;
+            let mut eh = self.sw_ring.posted;
             let (mut e, mut h, mut need) = (e, h, need);
             let mut ds = 2;
             let mut bytes = 0u64;
@@ -862,7 +951,7 @@ impl SoftTx {
                 if SCREEN {
                     unfit |= screen.unfit(e, h);
                 }
-                self.sw_ring[(eh & mask) as usize] = e;
+                self.sw_ring.slots[(eh & mask) as usize] = e;
                 eh = eh.wrapping_add(1);
                 // One segment: the packet is its data.
                 bytes += data.len() as u64;
@@ -901,7 +990,7 @@ impl SoftTx {
             room -= pkts;
             st.sent += pkts as usize;
             st.bytes += bytes;
-            self.elts_head = eh;
+            self.sw_ring.posted = eh;
             self.close(base, ds, pkts, st);
         }
         st.unfit |= unfit;
@@ -915,53 +1004,51 @@ impl TxQueue for SoftTx {
         if !self.started {
             return 0;
         }
-        if self.elts_free() < self.p.free_thresh {
-            while self.elts_free() < self.p.free_thresh && self.free_batch().is_some() {}
+        if self.sw_ring.free() < self.params.free_thresh {
+            while self.sw_ring.free() < self.params.free_thresh && self.free_batch().is_some() {}
         }
         let mut st = BurstCounts::default();
         let raw = burst.raw();
-        let taken = if self.p.fast_free {
+        let taken = if self.params.fast_free {
             // Fast free: each packet posted is screened ([`super::fast_free`]).
             // SAFETY: the burst's mbufs are ours.
-            st.screen = unsafe { self.ff.region(raw.first()) };
-            match self.p.mode {
+            st.screen = unsafe { self.fast_free.region(raw.first()) };
+            match self.params.mode {
                 TxMode::Mpwqe => self.burst_mpw::<true>(raw, &mut st),
                 TxMode::Wqe => self.burst_wqe::<true>(raw, &mut st),
             }
         } else {
-            match self.p.mode {
+            match self.params.mode {
                 TxMode::Mpwqe => self.burst_mpw::<false>(raw, &mut st),
                 TxMode::Wqe => self.burst_wqe::<false>(raw, &mut st),
             }
         };
         if st.unfit != 0 {
-            // The packets posted lie before `elts_head`.
-            self.ff.taint(self.elts_head);
+            // The packets posted lie before `sw_ring.posted`.
+            self.fast_free.taint(self.sw_ring.posted);
         }
         if st.sent != 0 {
             // The doorbell: the WQEs above are visible to a device that
             // loads it (acquire).
-            self.regs.tail.store(self.wqe_ci, Ordering::Release);
-            self.doorbells.inc();
-            self.doorbell_bytes.add(self.p.doorbell_bytes);
+            self.regs.tail.store(self.wqes.posted, Ordering::Release);
+            self.stats.doorbells.inc();
+            self.stats.doorbell_bytes.add(self.params.doorbell_bytes);
             if st.mpw_pkts != 0 {
-                self.mpwqe_blks.add(st.mpw_blks);
-                self.mpwqe_pkts.add(st.mpw_pkts);
+                self.stats.mpwqe_blocks.add(st.mpw_blks);
+                self.stats.mpwqe_pkts.add(st.mpw_pkts);
             }
             if st.wqe_pkts != 0 {
-                self.wqe_pkts.add(st.wqe_pkts);
+                self.stats.wqe_pkts.add(st.wqe_pkts);
             }
             if st.inline_bytes != 0 {
-                self.inline_bytes.add(st.inline_bytes);
+                self.stats.inline_bytes.add(st.inline_bytes);
             }
         }
         // SAFETY: the first `taken` mbufs are now in the software ring (or
         // were dropped).
         unsafe { burst.forget_front(taken) };
-        self.counters.tx[self.q].record_burst(st.sent, st.bytes);
-        if self.inline {
-            self.engines.tx[self.q].try_with(|e| e.step());
-        }
+        self.stats.port.tx[self.engine.queue()].record_burst(st.sent, st.bytes);
+        self.engine.inline_step();
         taken
     }
 
@@ -980,12 +1067,8 @@ impl TxQueue for SoftTx {
         if self.started {
             return Ok(());
         }
-        let engines = Arc::clone(&self.engines);
-        engines.tx[self.q]
-            .with(|e| {
-                self.regs.reset();
-                e.reset();
-            })
+        self.engine
+            .reset(|| self.regs.reset())
             .map_err(|_| self.poisoned())?;
         self.started = true;
         Ok(())
@@ -999,10 +1082,9 @@ impl TxQueue for SoftTx {
         // Under the engine lock: a running device is not reading a buffer
         // of this queue, and with the tail register and its head at 0 it
         // reads nothing more.
-        let engines = Arc::clone(&self.engines);
-        let stopped = engines.tx[self.q].with(|e| {
+        let engine = self.engine.clone();
+        let stopped = engine.reset(|| {
             self.regs.reset();
-            e.reset();
             self.release_all();
         });
         if stopped.is_err() {
@@ -1023,7 +1105,7 @@ impl TxQueue for SoftTx {
         if !self.started {
             return Err(PortError::Stopped);
         }
-        let rs = self.p.rs_thresh;
+        let rs = self.params.rs_thresh;
         // Room first: once the Rx slots due are filled, the next batch's
         // completion (likely a cache miss) is not even looked at. The
         // refill unit is a power of two (or 0: any count); our batches
@@ -1038,10 +1120,10 @@ impl TxQueue for SoftTx {
         // of two: shifts, not divisions.
         let shift = rs.trailing_zeros();
         let want = room >> shift;
-        let mut done = self.elts_done.wrapping_sub(self.next_free) >> shift;
-        if done < want && self.elts_head.wrapping_sub(self.next_free) >> shift > done {
+        let mut done = self.sw_ring.completed.wrapping_sub(self.sw_ring.retired) >> shift;
+        if done < want && self.sw_ring.posted.wrapping_sub(self.sw_ring.retired) >> shift > done {
             self.poll_cq();
-            done = self.elts_done.wrapping_sub(self.next_free) >> shift;
+            done = self.sw_ring.completed.wrapping_sub(self.sw_ring.retired) >> shift;
         }
         let k = want.min(done);
         if k == 0 {
@@ -1050,21 +1132,22 @@ impl TxQueue for SoftTx {
         // The checks read no more than the first header line, which
         // `tx_burst` touched: the Rx pool is known, so its region tells by
         // address what the free path reads from the second line.
-        let first = (self.next_free & self.mask) as usize;
+        let first = (self.sw_ring.retired & self.sw_ring.mask) as usize;
         // Fast free, and the whole run posted after any packet that failed
         // the screen: every buffer is a plain buffer of one pool.
-        let screened = self.p.fast_free && self.ff.pool_from(self.next_free).is_some();
+        let screened =
+            self.params.fast_free && self.fast_free.pool_from(self.sw_ring.retired).is_some();
         let passes = |b: u32| {
-            // A batch never wraps: `next_free` is a multiple of `rs`, which
+            // A batch never wraps: `sw_ring.retired` is a multiple of `rs`, which
             // divides the ring.
-            let at = (first + (b << shift) as usize) & self.mask as usize;
-            let batch = &self.sw_ring[at..at + rs as usize];
+            let at = (first + (b << shift) as usize) & self.sw_ring.mask as usize;
+            let batch = &self.sw_ring.slots[at..at + rs as usize];
             if screened {
                 // One pool for all: the first buffer's tells.
                 rx.in_pool(batch[0])
             } else {
                 batch.iter().all(|&e| {
-                    // SAFETY: the batch is complete (`elts_done`): its
+                    // SAFETY: the batch is complete (`sw_ring.completed`): its
                     // slots hold mbufs we own that the device no longer
                     // reads (`DANGLING` ones are not looked at).
                     e != Elem::DANGLING && rx.in_pool(e) && unsafe { plain_line0(e) }
@@ -1078,21 +1161,21 @@ impl TxQueue for SoftTx {
         // pieces across the Tx ring's wrap, into one run of Rx slots, and
         // one commit.
         let n = (k << shift) as usize;
-        let head = n.min(self.nb as usize - first);
+        let head = n.min(self.sw_ring.size as usize - first);
         let (a, b) = (
-            &self.sw_ring[first..first + head],
-            &self.sw_ring[..n - head],
+            &self.sw_ring.slots[first..first + head],
+            &self.sw_ring.slots[..n - head],
         );
         // Retiring the batches without freeing them gives up our references.
         // SAFETY: `a` and `b` hold the batches' buffers: distinct, of the Rx
         // pool, plain (checked above, or screened at `tx_burst`), completed;
-        // `next_free` moves past them below, so we keep none.
+        // `sw_ring.retired` moves past them below, so we keep none.
         if !unsafe { rx.fill(a, b) } {
             // `k` whole batches of whole units within the room: they fit.
             return Ok(0);
         }
-        self.next_free = self.next_free.wrapping_add(k << shift);
-        self.tx_recycled.add(n as u64);
+        self.sw_ring.retired = self.sw_ring.retired.wrapping_add(k << shift);
+        self.stats.recycled.add(n as u64);
         self.prefetch_head(n);
         Ok(n)
     }
@@ -1106,14 +1189,15 @@ impl SoftTx {
     #[cold]
     #[inline(never)]
     fn recycle_batchwise(&mut self, rx: &mut RecycleRxInfo<'_>) -> usize {
-        let rs = self.p.rs_thresh;
+        let rs = self.params.rs_thresh;
         let mut moved = 0;
         while rx.fits(rs) {
             let Some(first) = self.done_batch() else {
                 break;
             };
-            let screened = self.p.fast_free && self.ff.pool_from(self.next_free).is_some();
-            let batch = &self.sw_ring[first..first + rs as usize];
+            let screened =
+                self.params.fast_free && self.fast_free.pool_from(self.sw_ring.retired).is_some();
+            let batch = &self.sw_ring.slots[first..first + rs as usize];
             let ok = if screened {
                 rx.in_pool(batch[0])
             } else {
@@ -1132,12 +1216,12 @@ impl SoftTx {
                 moved += rs as usize;
             } else {
                 self.free_slots(first);
-                self.recycle_fallbacks.inc();
+                self.stats.recycle_fallbacks.inc();
             }
             self.retire();
         }
         if moved != 0 {
-            self.tx_recycled.add(moved as u64);
+            self.stats.recycled.add(moved as u64);
         }
         moved
     }
@@ -1186,7 +1270,7 @@ impl SoftTx {
     fn poisoned(&self) -> PortError {
         PortError::Driver(format!(
             "soft: the device's Tx engine of queue {} panicked in a step and cannot run again",
-            self.q
+            self.engine.queue()
         ))
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use crate::lcore::{self, LcoreHandle};
 use crate::port::PortError;
 
-use super::device::PortEngines;
+use super::PortEngines;
 
 struct Shared {
     ports: Mutex<Vec<Arc<PortEngines>>>,

@@ -2,11 +2,15 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::runner;
+use super::device::runner;
 use super::tester::{self, Tester};
 use crate::driver::open;
 use crate::mbuf::{Burst, BurstSlice, ExtSharedInfo, Mbuf, MbufPool, MbufPoolConfig, ol};
 use crate::port::{Offloads, Port, PortConfig, PortError, RxQueue, TxQueue};
+
+mod fast_free;
+mod recycle;
+mod wqe;
 
 fn pool(size: u32, data_room: u16) -> MbufPool {
     MbufPool::new(MbufPoolConfig {
@@ -765,7 +769,7 @@ fn frag_forwarding(name: &str, mtu: u16, size: &str, count: u64, fc: &str) {
         let layout = crate::pagepool::FragLayout::for_mtu(mtu);
         assert_eq!(
             xstat(p, "rx_buf_bytes_per_desc") as usize,
-            super::rx_frags::frag_bytes_per_desc(layout, headers.mempool().stride())
+            super::driver::rx_frags::frag_bytes_per_desc(layout, headers.mempool().stride())
         );
     }
     // Stop both before dropping either: a's fragments may sit in b's Tx

@@ -42,13 +42,38 @@ use crate::mbuf::{BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, MbufPool, RearmData
 use crate::mempool::Elem;
 use crate::port::{PortCounters, PortError, RecycleRxInfo, RxFrameCheck, RxQueue, TxQueue};
 
-use super::desc::rx;
-use super::device::{PortEngines, QueueRegs};
 use super::rx_frags::RxFrags;
+use crate::driver::soft::device::{QueueEngine, RxEngine};
+use crate::driver::soft::hw::desc::rx;
+use crate::driver::soft::hw::regs::RxRegs;
+
+/// What an Rx queue is made of.
+pub struct RxQueueParts {
+    /// The descriptor ring and tail register it shares with the device.
+    pub regs: Arc<RxRegs>,
+    /// Where its buffers (or, with fragments, its mbuf headers) come from.
+    pub pool: MbufPool,
+    /// The port id written into each mbuf.
+    pub port_id: u16,
+    /// Refill batch (`rx_free_thresh`): a power of two dividing the ring.
+    pub free_thresh: u32,
+    /// Deliver the RSS hash.
+    pub rss_hash: bool,
+    /// Its engine in the device (which also names the queue).
+    pub engine: QueueEngine<RxEngine>,
+    /// Its port's counters.
+    pub counters: Arc<PortCounters>,
+    /// Bus bytes of one doorbell (a 4-byte write and its overhead).
+    pub doorbell_cost: u64,
+    /// `rxbuf=frag`: the page-pool fragments its descriptors carry.
+    pub frags: Option<RxFrags>,
+    /// The port's MTU: longer frames are counted as oversize.
+    pub mtu: u16,
+}
 
 /// An Rx queue of a soft port.
 pub struct SoftRx {
-    regs: Arc<QueueRegs>,
+    regs: Arc<RxRegs>,
     sw_ring: Box<[Elem]>,
     mask: u32,
     next: u32,
@@ -66,9 +91,8 @@ pub struct SoftRx {
     started: bool,
     /// Deliver the RSS hash.
     rss_hash: bool,
-    engines: Arc<PortEngines>,
-    inline: bool,
-    q: usize,
+    /// The queue's engine: the inline device step and the queue reset.
+    engine: QueueEngine<RxEngine>,
     counters: Arc<PortCounters>,
     doorbells: Arc<Counter>,
     /// Doorbell bus bytes, `doorbell_cost` (a 4-byte write and the
@@ -89,22 +113,21 @@ pub struct SoftRx {
 unsafe impl Send for SoftRx {}
 
 impl SoftRx {
-    /// Queue `q` over `regs`, receiving into `pool`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn new(
-        regs: Arc<QueueRegs>,
-        pool: MbufPool,
-        port_id: u16,
-        free_thresh: u32,
-        rss_hash: bool,
-        engines: Arc<PortEngines>,
-        inline: bool,
-        q: usize,
-        counters: Arc<PortCounters>,
-        doorbell_cost: u64,
-        frags: Option<RxFrags>,
-        mtu: u16,
-    ) -> SoftRx {
+    /// The queue of `parts.engine` over `parts.regs`, receiving into
+    /// `parts.pool`.
+    pub fn new(parts: RxQueueParts) -> SoftRx {
+        let RxQueueParts {
+            regs,
+            pool,
+            port_id,
+            free_thresh,
+            rss_hash,
+            engine,
+            counters,
+            doorbell_cost,
+            frags,
+            mtu,
+        } = parts;
         let nb = regs.descs.len();
         // What a recycle view of the ring relies on (`recycle_view`).
         assert!(
@@ -136,9 +159,7 @@ impl SoftRx {
             committed: 0,
             started: false,
             rss_hash,
-            engines,
-            inline,
-            q,
+            engine,
             counters,
             doorbells,
             doorbell_bytes,
@@ -254,7 +275,7 @@ impl SoftRx {
             let start = (self.tail & self.mask) as usize;
             let slots = &mut self.sw_ring[start..start + n as usize];
             if !Self::take_buffers(&self.pool, self.frags.as_mut(), &mut self.reuse, slots) {
-                self.counters.rx[self.q].nombuf.inc();
+                self.counters.rx[self.engine.queue()].nombuf.inc();
                 return;
             }
             self.rearm(n);
@@ -315,9 +336,7 @@ impl RxQueue for SoftRx {
             }
             self.refill();
         }
-        if self.inline {
-            self.engines.rx[self.q].try_with(|e| e.step());
-        }
+        self.engine.inline_step();
         let max = burst.free();
         let base = burst.len();
         let slots = burst.spare_slots(max);
@@ -350,7 +369,7 @@ impl RxQueue for SoftRx {
             if q1 & rx::ERR_DROP != 0 {
                 let len = (q1 >> rx::LEN_SHIFT) as u16;
                 self.check
-                    .count_drop(len as usize, &self.counters.rx[self.q].errors);
+                    .count_drop(len as usize, &self.counters.rx[self.engine.queue()].errors);
                 if self.reuse.len() < self.reuse.capacity() {
                     self.reuse.push(e);
                 } else {
@@ -404,7 +423,7 @@ impl RxQueue for SoftRx {
         // SAFETY: slots `[base, base + n)` now hold received mbufs we gave
         // up (their ring entries are due for refill).
         unsafe { burst.set_len(base + n) };
-        self.counters.rx[self.q].record_burst(n, bytes);
+        self.counters.rx[self.engine.queue()].record_burst(n, bytes);
         n
     }
 
@@ -412,12 +431,8 @@ impl RxQueue for SoftRx {
         if self.started {
             return Ok(());
         }
-        let engines = Arc::clone(&self.engines);
-        engines.rx[self.q]
-            .with(|e| {
-                self.regs.reset();
-                e.reset();
-            })
+        self.engine
+            .reset(|| self.regs.reset())
             .map_err(|_| self.poisoned())?;
         self.next = 0;
         self.tail = 0;
@@ -436,10 +451,9 @@ impl RxQueue for SoftRx {
         // Under the engine lock: a running device is not in the middle of
         // a step on this queue, and once the tail register is 0 and its head
         // reset it arms nothing more.
-        let engines = Arc::clone(&self.engines);
-        let stopped = engines.rx[self.q].with(|e| {
+        let engine = self.engine.clone();
+        let stopped = engine.reset(|| {
             self.regs.reset();
-            e.reset();
             self.release_all();
         });
         if stopped.is_err() {
@@ -520,7 +534,7 @@ impl SoftRx {
     fn poisoned(&self) -> PortError {
         PortError::Driver(format!(
             "soft: the device's Rx engine of queue {} panicked in a step and cannot run again",
-            self.q
+            self.engine.queue()
         ))
     }
 

@@ -110,11 +110,11 @@ impl FastFree {
         }
     }
 
-    /// Notes that the slots posted before `elts_head` may hold a packet
+    /// Notes that the slots posted before `posted` may hold a packet
     /// that failed the screen.
     #[inline]
-    pub(super) fn taint(&mut self, elts_head: u32) {
-        self.taint_end = elts_head;
+    pub(super) fn taint(&mut self, posted: u32) {
+        self.taint_end = posted;
         self.tainted = true;
     }
 

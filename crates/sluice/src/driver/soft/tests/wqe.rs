@@ -11,19 +11,20 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use super::bus::BusBytes;
-use super::device::{Bus, EngineCell, PortEngines, TxSink};
-use super::frame::{parse, rx_checksums, tx_checksums, tx_checksums_at};
-use super::tester;
-use super::tx::{SoftTx, TxMode, TxParams};
-use super::tx_engine::{self, TxEngine, TxRegs};
-use super::wqe::{
+use crate::driver::open;
+use crate::driver::soft::bus::BusBytes;
+use crate::driver::soft::device::tx_engine::{TxEngine, TxEngineParams};
+use crate::driver::soft::device::{Bus, EngineCell, PortEngines, QueueEngine, TxSink};
+use crate::driver::soft::driver::tx::{SoftTx, TxMode, TxParams, TxQueueParts};
+use crate::driver::soft::frame::{parse, rx_checksums, tx_checksums, tx_checksums_at};
+use crate::driver::soft::hw::regs::{TxRegs, cq_size};
+use crate::driver::soft::wqe::{
     self, CE, CQE_ERR, CqeInfo, Cseg, Eseg, INLINE, OP_MPW, OP_SEND, OP_TSO, OPMOD_EMPW,
     SEGS_PER_BB, TUN_VXLAN, blocks, cs, cseg, dseg, seg_bytes, syndrome, write_words,
 };
-use crate::driver::open;
 use crate::mbuf::{Burst, BurstSlice, Mbuf, MbufPool, MbufPoolConfig, TxOffload, ol};
 use crate::port::{Offloads, Port, PortConfig, PortCounters, TxQueue};
+use crate::tester;
 
 fn pool(size: u32) -> MbufPool {
     MbufPool::new(MbufPoolConfig {
@@ -69,19 +70,17 @@ struct Rig {
 }
 
 impl Rig {
-    fn new(p: TxParams) -> Rig {
+    fn new(params: TxParams) -> Rig {
         let counters = Arc::new(PortCounters::new(1, 1, false));
         let regs = TxRegs::new(64, 64);
         let engines = engines(&regs, &counters);
-        let mut tx = SoftTx::new(
-            Arc::clone(&regs),
-            64,
-            p,
-            Arc::clone(&engines),
-            false,
-            0,
-            Arc::clone(&counters),
-        );
+        let mut tx = SoftTx::new(TxQueueParts {
+            regs: Arc::clone(&regs),
+            nb_txd: 64,
+            params,
+            engine: QueueEngine::new(Arc::clone(&engines), 0, false),
+            counters: Arc::clone(&counters),
+        });
         tx.start().unwrap();
         Rig {
             tx,
@@ -136,7 +135,7 @@ fn engines(regs: &Arc<TxRegs>, counters: &PortCounters) -> Arc<PortEngines> {
     let engine = TxEngine::new(
         Arc::clone(regs),
         TxSink::Capture(Vec::new()),
-        tx_engine::TxParams {
+        TxEngineParams {
             max_frame: 1518,
             sqn: 0,
         },
@@ -432,7 +431,7 @@ fn tso_and_chained_packets_get_regular_wqes_byte_for_byte_and_tso_is_segmented()
         let p = parse(f);
         assert_eq!(
             rx_checksums(f, &p, true, true),
-            super::desc::rx::IPCS | super::desc::rx::L4CS,
+            crate::driver::soft::desc::rx::IPCS | crate::driver::soft::desc::rx::L4CS,
             "segment {k}: both checksums good"
         );
         assert_eq!(f[..14], t[..14]);
@@ -624,7 +623,6 @@ fn packets_the_queue_cannot_send_are_counted_and_freed() {
 
 #[test]
 fn the_completion_queue_holds_every_completion_the_queue_can_ask() {
-    use super::tx_engine::cq_size;
     // Every 32 packets of 1024 slots, and every half ring: 32 + 1 + 3.
     assert_eq!(cq_size(1024, 1024, 32, 0), 64);
     assert_eq!(cq_size(64, 64, 32, 0), 8);
@@ -937,7 +935,8 @@ fn tester_traffic_through_both_tx_modes_with_mixed_offloads_arrives_whole_and_in
 
 #[test]
 fn an_mpwqe_ring_holds_a_quarter_block_per_descriptor_and_a_full_one_holds_the_rest_back() {
-    use super::{TxMode as M, tx_blocks};
+    use crate::driver::soft::driver::tx::TxMode as M;
+    use crate::driver::soft::tx_blocks;
     // 16 bytes per descriptor in mpwqe mode (at least 64 blocks), a block
     // per descriptor in wqe mode.
     assert_eq!(tx_blocks(M::Mpwqe, 1024), 256);
@@ -950,17 +949,15 @@ fn an_mpwqe_ring_holds_a_quarter_block_per_descriptor_and_a_full_one_holds_the_r
     // once the device has completed the first WQEs.
     let pool = pool(127);
     let counters = Arc::new(PortCounters::new(1, 1, false));
-    let regs = TxRegs::new(64, tx_engine::cq_size(256, 64, 4, 0));
+    let regs = TxRegs::new(64, cq_size(256, 64, 4, 0));
     let engines = engines(&regs, &counters);
-    let mut tx = SoftTx::new(
-        Arc::clone(&regs),
-        256,
-        params(TxMode::Mpwqe),
-        Arc::clone(&engines),
-        false,
-        0,
-        Arc::clone(&counters),
-    );
+    let mut tx = SoftTx::new(TxQueueParts {
+        regs: Arc::clone(&regs),
+        nb_txd: 256,
+        params: params(TxMode::Mpwqe),
+        engine: QueueEngine::new(Arc::clone(&engines), 0, false),
+        counters: Arc::clone(&counters),
+    });
     tx.start().unwrap();
     let frames: Vec<Vec<u8>> = (0..40).map(|i| udp4(300, i as u8)).collect();
     let mut burst: Burst<64> = Burst::new();

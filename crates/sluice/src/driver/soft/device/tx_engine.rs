@@ -1,5 +1,5 @@
-//! The device's Tx engine: executes the WQEs of one Tx ring ([`wqe`]) and
-//! writes completions.
+//! The device's Tx engine: executes the WQEs of one Tx ring
+//! ([`wqe`](crate::driver::soft::wqe)) and writes completions.
 //!
 //! # A step
 //! Load the tail register (acquire: pairs with the driver's release store,
@@ -29,77 +29,24 @@
 //! WQE) and goes on from there next time, fetching nothing again.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU32, Ordering};
-
-use crossbeam_utils::CachePadded;
+use std::sync::atomic::Ordering;
 
 use crate::counter::Counter;
 use crate::port::Xstats;
 use crate::tsc::rdtsc;
 
-use super::desc::DescRing;
-use super::device::{Bus, STEP, TxSink};
 use super::frame::{TsoHeaders, tx_checksums, tx_checksums_at};
 use super::wire::Sent;
-use super::wqe::{
-    CE, CQE_ERR, CQE_REQ, CqRing, Cseg, Eseg, INLINE, LKEY, MAX_DS, MAX_TSO_HEADER, OP_MPW,
-    OP_SEND, OP_TSO, OPMOD_EMPW, SEG, SEGS_PER_BB, TUN_VXLAN, VLAN_INSERT, blocks, cs, header_segs,
+use super::{Bus, STEP, TxSink};
+use crate::driver::soft::hw::regs::TxRegs;
+use crate::driver::soft::hw::wqe::{
+    CE, CQE_ERR, CQE_REQ, Cseg, Eseg, INLINE, LKEY, MAX_DS, MAX_TSO_HEADER, OP_MPW, OP_SEND,
+    OP_TSO, OPMOD_EMPW, SEG, SEGS_PER_BB, TUN_VXLAN, VLAN_INSERT, blocks, cs, header_segs,
     inline_segs, read_inline, seg_bytes, syndrome,
 };
 
-/// What the driver and the device share for one Tx queue.
-#[derive(Debug)]
-pub struct TxRegs {
-    /// The ring: `4 * blocks` segments.
-    pub segs: DescRing,
-    /// The tail register: blocks handed to the device (free-running).
-    pub tail: CachePadded<AtomicU32>,
-    /// The completion queue: as many entries as the driver can have
-    /// completions asked and not yet read ([`cq_size`]), so it never
-    /// overflows (error CQEs aside, which the driver's own WQEs never get).
-    pub cq: CqRing,
-}
-
-/// The completion queue a Tx queue of `slots` software-ring slots and
-/// `blocks` blocks needs, completions asked every `rs` packets, every half
-/// ring of blocks, and every `comp_wqes` WQEs (0: not by count): a
-/// completion asked and not yet read holds its packets' slots (so at most
-/// `slots / rs + 1` such WQEs), its blocks (2 + 1 halves), or `comp_wqes`
-/// WQEs of a block or more (`blocks / comp_wqes + 1`). A power of two,
-/// 4..=`blocks`.
-pub fn cq_size(slots: u32, blocks: u32, rs: u32, comp_wqes: u32) -> usize {
-    let by_count = blocks.checked_div(comp_wqes).map_or(0, |n| n + 1);
-    let n = slots / rs + 1 + 3 + by_count;
-    (n.next_power_of_two().clamp(4, blocks.max(4))) as usize
-}
-
-impl TxRegs {
-    /// Registers for a ring of `blocks` 64-byte blocks and a completion
-    /// queue of `cqes` entries (powers of two).
-    pub fn new(blocks: usize, cqes: usize) -> Arc<TxRegs> {
-        Arc::new(TxRegs {
-            segs: DescRing::new(blocks * SEGS_PER_BB as usize),
-            tail: CachePadded::new(AtomicU32::new(0)),
-            cq: CqRing::new(cqes),
-        })
-    }
-
-    /// Blocks in the ring.
-    pub fn blocks(&self) -> usize {
-        self.segs.len() / SEGS_PER_BB as usize
-    }
-
-    /// Back to power-on (the queue starts or stops, its engine held): tail
-    /// 0, ring zero, completion queue reset.
-    pub fn reset(&self) {
-        self.tail.store(0, Ordering::Release);
-        self.segs.clear();
-        self.cq.reset();
-    }
-}
-
 /// What a Tx engine is configured with.
-pub struct TxParams {
+pub struct TxEngineParams {
     /// Frame FIFO size: the longest frame the device sends.
     pub max_frame: usize,
     /// The send queue number WQEs must carry (the queue's index).
@@ -153,7 +100,7 @@ pub struct TxEngine {
     /// The WQE at `head` was checked and its fetch counted.
     fetched: bool,
     /// CQEs written (free-running).
-    cq_pi: u32,
+    cqes_written: u32,
     /// Stopped on a WQE whose size could not be trusted; a reset clears it.
     halted: bool,
     sink: TxSink,
@@ -174,17 +121,23 @@ pub struct TxEngine {
 
 impl TxEngine {
     /// An engine sending into `sink`.
-    pub fn new(regs: Arc<TxRegs>, sink: TxSink, p: TxParams, bus: Bus, x: &Xstats) -> TxEngine {
+    pub fn new(
+        regs: Arc<TxRegs>,
+        sink: TxSink,
+        params: TxEngineParams,
+        bus: Bus,
+        x: &Xstats,
+    ) -> TxEngine {
         TxEngine {
             regs,
-            sqn: p.sqn,
+            sqn: params.sqn,
             head: 0,
             resume: 0,
             fetched: false,
-            cq_pi: 0,
+            cqes_written: 0,
             halted: false,
             sink,
-            frame: vec![0; p.max_frame + 4].into_boxed_slice(),
+            frame: vec![0; params.max_frame + 4].into_boxed_slice(),
             tso_header: [0; MAX_TSO_HEADER],
             tso_dsegs: [Dseg::default(); MAX_DS as usize],
             bus,
@@ -199,7 +152,7 @@ impl TxEngine {
         self.head = 0;
         self.resume = 0;
         self.fetched = false;
-        self.cq_pi = 0;
+        self.cqes_written = 0;
         self.halted = false;
     }
 
@@ -218,11 +171,17 @@ impl TxEngine {
     #[inline]
     fn complete(&mut self, counter: u16, opcode: u8, syn: u8) {
         let cq = &self.regs.cq;
-        let w = super::wqe::cqe_word(syn, self.sqn, counter, opcode, cq.owner(self.cq_pi));
+        let w = crate::driver::soft::hw::wqe::cqe_word(
+            syn,
+            self.sqn,
+            counter,
+            opcode,
+            cq.owner(self.cqes_written),
+        );
         // Release: pairs with the driver's acquire load of this word; the
         // device is done with every buffer of the WQE.
-        cq.get(self.cq_pi).last().store(w, Ordering::Release);
-        self.cq_pi = self.cq_pi.wrapping_add(1);
+        cq.get(self.cqes_written).last().store(w, Ordering::Release);
+        self.cqes_written = self.cqes_written.wrapping_add(1);
         self.bus.completion();
     }
 

@@ -7,7 +7,7 @@ use crate::net::checksum;
 use crate::net::ip_proto;
 use crate::net::rss::DEFAULT_KEY;
 
-use super::desc::{ptype, rx};
+use crate::driver::soft::hw::desc::{ptype, rx};
 
 /// What the parser found in a frame.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -289,11 +289,11 @@ impl TsoHeaders {
     }
 }
 
-/// Precomputed Toeplitz tables: `t[i][v]` is what input byte `i` with value
+/// Precomputed Toeplitz tables: `tables[i][v]` is what input byte `i` with value
 /// `v` contributes, so a hash is one lookup and XOR per input byte (the
 /// standard software RSS technique; 36 bytes cover an IPv6 4-tuple).
 pub struct RssHasher {
-    t: Box<[[u32; 256]; 36]>,
+    tables: Box<[[u32; 256]; 36]>,
 }
 
 impl RssHasher {
@@ -301,8 +301,8 @@ impl RssHasher {
     pub fn new(key: &[u8; 40]) -> RssHasher {
         let bit = |k: usize| (key[k / 8] >> (7 - k % 8)) & 1;
         let window = |start: usize| (0..32).fold(0u32, |w, j| (w << 1) | bit(start + j) as u32);
-        let mut t = Box::new([[0u32; 256]; 36]);
-        for (i, row) in t.iter_mut().enumerate() {
+        let mut tables = Box::new([[0u32; 256]; 36]);
+        for (i, row) in tables.iter_mut().enumerate() {
             let w: [u32; 8] = std::array::from_fn(|b| window(i * 8 + b));
             for (v, cell) in row.iter_mut().enumerate() {
                 *cell = (0..8)
@@ -310,7 +310,7 @@ impl RssHasher {
                     .fold(0, |h, b| h ^ w[b]);
             }
         }
-        RssHasher { t }
+        RssHasher { tables }
     }
 
     /// With the default (Microsoft) key.
@@ -323,7 +323,7 @@ impl RssHasher {
     pub fn hash(&self, input: &[u8]) -> u32 {
         input
             .iter()
-            .zip(self.t.iter())
+            .zip(self.tables.iter())
             .fold(0, |h, (&b, row)| h ^ row[b as usize])
     }
 
