@@ -624,7 +624,7 @@ fn print_row(ctx: &Ctx, r: &LpmResult) {
 /// sets and the 1000-route IPv6 set, with fewer lookups).
 pub fn run(ctx: &mut Ctx, sel: Selection) {
     let ops = ctx.ops(DEFAULT_OPS);
-    let small = ctx.quick || sel == Selection::Summary;
+    let small = ctx.quick() || sel == Selection::Summary;
     let notes = vec![
         format!(
             "One core (CPU {}). IPv4: batches of {BATCH} addresses, single / x4 / bulk of {BULK}; \

@@ -14,15 +14,16 @@
 //!   meanwhile (another guest's thread).
 //!
 //! Every two-core figure moves with this, as it does with the cache line's
-//! round trip (`sluice bench ring`), and on this project's 2-vCPU machine it
-//! has been seen anywhere from 1.0× to 2.0× within minutes. Benchmarks that
-//! report two-core figures print it beside them.
+//! round trip (`sluice bench ring`), and on a shared 2-vCPU virtual machine
+//! it has been seen anywhere from 1.0× to 2.0× within minutes. Benchmarks
+//! that report two-core figures print it beside them.
 
 use std::sync::Arc;
 
 use sluice::tsc::rdtsc_ordered;
 
-use super::{SpinBarrier, Worker, on_lcore, on_lcores};
+use crate::stats::Spread;
+use crate::{Ctx, SpinBarrier, Worker, on_lcore, on_lcores};
 
 /// Iterations timed per run of the loop: about 4 M cycles on a core alone.
 pub const ITERS: u64 = 1 << 20;
@@ -46,7 +47,7 @@ impl CoreContention {
     /// One line for a benchmark's notes.
     pub fn describe(&self, cpus: (usize, usize)) -> String {
         let s = self.slowdown();
-        let verdict = if s < 1.15 {
+        let reading = if s < 1.15 {
             "the two CPUs run side by side at full speed"
         } else if s < 1.6 {
             "the two CPUs partly share execution units (SMT siblings, or a busy host)"
@@ -67,7 +68,7 @@ impl CoreContention {
         format!(
             "Core contention in this run: a register-only loop takes {a0:.2} / {a1:.2} TSC \
              cycles per iteration alone on CPUs {} / {}, {:.2} / {:.2} with both running it: \
-             {s:.2}x, {verdict}{slow_alone}. Two-core figures move with it.",
+             {s:.2}x, {reading}{slow_alone}. Two-core figures move with it.",
             cpus.0, cpus.1, self.together[0], self.together[1]
         )
     }
@@ -81,16 +82,17 @@ pub fn describe_rounds(rounds: &[CoreContention], cpus: (usize, usize)) -> Strin
     if rounds.is_empty() {
         return "Core contention: not measured.".to_owned();
     }
-    // (median, smallest, largest)
-    let spread = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        (v[v.len() / 2], v[0], v[v.len() - 1])
+    let spread = |f: fn(&CoreContention) -> f64| {
+        let v: Vec<f64> = rounds.iter().map(f).collect();
+        Spread::of(&v)
     };
-    let (med, lo, hi) = spread(rounds.iter().map(CoreContention::slowdown).collect());
+    let slowdowns = spread(CoreContention::slowdown);
+    let (med, lo, hi) = (slowdowns.median, slowdowns.min, slowdowns.max);
     let shared = rounds.iter().filter(|c| c.slowdown() >= 1.6).count();
-    let (a0, best0, _) = spread(rounds.iter().map(|c| c.alone[0]).collect());
-    let (a1, best1, _) = spread(rounds.iter().map(|c| c.alone[1]).collect());
-    let best = best0.min(best1);
+    let alone0 = spread(|c| c.alone[0]);
+    let alone1 = spread(|c| c.alone[1]);
+    let (a0, a1) = (alone0.median, alone1.median);
+    let best = alone0.min.min(alone1.min);
     let slow = rounds
         .iter()
         .filter(|c| c.alone[0] > 1.3 * best || c.alone[1] > 1.3 * best)
@@ -106,6 +108,16 @@ pub fn describe_rounds(rounds: &[CoreContention], cpus: (usize, usize)) -> Strin
         cpus.0,
         cpus.1,
     )
+}
+
+/// Prints the probe's line ([`CoreContention::describe`]) for the CPUs of
+/// two-core cases, if there are two.
+pub fn note(ctx: &Ctx) {
+    let Some(cpus) = ctx.cpu_pair() else { return };
+    match measure(cpus, ITERS) {
+        Ok(c) => ctx.note(&c.describe(cpus)),
+        Err(e) => ctx.note(&format!("core contention: {e}")),
+    }
 }
 
 /// Runs the probe on `cpus`, `iters` iterations per timing.
@@ -208,7 +220,7 @@ mod tests {
     }
 
     #[test]
-    fn the_verdict_follows_the_slowdown() {
+    fn the_reading_follows_the_slowdown() {
         let c = |t: f64| CoreContention {
             alone: [4.0, 4.0],
             together: [t, t],
