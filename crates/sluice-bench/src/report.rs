@@ -310,6 +310,20 @@ impl Ctx {
     }
 }
 
+/// Where the DPDK reference figures come from: the machine DPDK 22.11's own
+/// perf tests ran on.
+pub const DPDK_REFERENCE_MACHINE: &str =
+    "a 2-vCPU AMD EPYC virtual machine (TSC 2596 MHz, hugepages on)";
+
+/// The note that says where a part's DPDK column comes from: `test`, the
+/// DPDK 22.11 test (or application) that measured the same case.
+pub fn dpdk_reference_note(test: &str) -> String {
+    format!(
+        "DPDK column: DPDK 22.11's {test}, measured on {DPDK_REFERENCE_MACHINE}; a reference \
+         taken once, not a figure of this run."
+    )
+}
+
 /// Writes one line to stdout and flushes it (results appear as they are
 /// measured). If stdout is a closed pipe (`sluice bench ring --json | head`),
 /// the reader wants no more: exit quietly with success.
@@ -346,6 +360,16 @@ mod tests {
         assert!(v.get("cache").is_none());
         assert!(v.get("backing").is_none());
         assert!(BenchResult::new("ring", "x".into(), 1, 1.0, 1.0).tsc_hz > 0);
+    }
+
+    #[test]
+    fn the_dpdk_note_names_the_test_and_the_machine() {
+        assert_eq!(
+            dpdk_reference_note("ring_perf_autotest"),
+            "DPDK column: DPDK 22.11's ring_perf_autotest, measured on a 2-vCPU AMD EPYC \
+             virtual machine (TSC 2596 MHz, hugepages on); a reference taken once, not a \
+             figure of this run."
+        );
     }
 
     #[test]

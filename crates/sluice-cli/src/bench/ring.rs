@@ -60,7 +60,8 @@ fn case_name(mode: Mode, bulk: usize, cores: u32) -> String {
     format!("{} {size}{cores}", mode.label())
 }
 
-/// DPDK 22.11's figure for a case, in cycles per element (ANCHORS.md).
+/// DPDK 22.11's `ring_perf_autotest` figure for a case, in cycles per
+/// element (see [`sluice_bench::DPDK_REFERENCE_MACHINE`]).
 fn dpdk_ref(mode: Mode, bulk: usize, cores: u32) -> Option<f64> {
     match (mode, bulk, cores) {
         (Mode::Spsc, 1, 1) => Some(11.2),
@@ -93,6 +94,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
              cycles per element (DPDK's convention), Mops = elements out of the ring per second."
         ));
     }
+    notes.push(sluice_bench::dpdk_reference_note("ring_perf_autotest"));
     ctx.section("ring (cf. DPDK ring_perf_autotest)", &notes);
 
     let in_summary = |mode: Mode, bulk: usize, cores: u32| match sel {
