@@ -1,6 +1,6 @@
-//! Page pools and fragments (technique T3): packet buffers carved from
-//! large pages that are recycled through a pool, with a per-page fragment
-//! count so one page serves many packets.
+//! Page pools and fragments: packet buffers carved from large pages that
+//! are recycled through a pool, with a per-page fragment count so one page
+//! serves many packets.
 //!
 //! # Layers
 //!
@@ -20,7 +20,8 @@
 //!   on the last free, from any thread.
 //! - [`PageFragAlloc`] (`frag_alloc.rs`): fragments from page-pool pages.
 //! - [`PageFragCache`] (`frag_cache.rs`): fragments from provider blocks
-//!   (Linux's page_frag_cache), for contrast.
+//!   (Linux's page_frag_cache): the baseline `sluice bench pagepool`
+//!   compares the page pool's fragments with, not a path the drivers use.
 //! - [`BulkFree`] (`bulk.rs`): frees fragments and pages in bulk — one
 //!   count update per run of a page's fragments, pages home in stashes of
 //!   [`PAGE_BULK`] (Linux's `xdp_frame_bulk`).
