@@ -681,12 +681,18 @@ mod tests {
     #[test]
     fn placement_counts_workers_per_core() {
         assert_eq!(Placement::of(&[0]), None);
-        let p = Placement::of(&[0, 1]).unwrap();
-        assert_eq!((p.dist, p.worker_cpu(3)), (0, 1));
-        assert_eq!((p.per_core(1), p.per_core(8), p.cores(8)), (1, 8, 2));
-        let p = Placement::of(&[2, 3, 5, 7]).unwrap();
-        assert_eq!((p.worker_cpu(0), p.worker_cpu(4)), (3, 5));
-        assert_eq!((p.per_core(4), p.cores(2), p.cores(8)), (2, 3, 4));
+        let place = Placement::of(&[0, 1]).unwrap();
+        assert_eq!((place.dist, place.worker_cpu(3)), (0, 1));
+        assert_eq!(
+            (place.per_core(1), place.per_core(8), place.cores(8)),
+            (1, 8, 2)
+        );
+        let place = Placement::of(&[2, 3, 5, 7]).unwrap();
+        assert_eq!((place.worker_cpu(0), place.worker_cpu(4)), (3, 5));
+        assert_eq!(
+            (place.per_core(4), place.cores(2), place.cores(8)),
+            (2, 3, 4)
+        );
         assert_eq!(rounds(1, MIN_SLICE, MAX_ROUNDS), 1);
         assert_eq!(rounds(DEFAULT_OPS, MIN_SLICE, MAX_ROUNDS), MAX_ROUNDS);
         assert_eq!(case_name(Api::BurstScalar, 1), "burst-scalar, 1 worker");

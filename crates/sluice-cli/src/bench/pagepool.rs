@@ -325,7 +325,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         size: PROVIDER_BYTES,
         ..Default::default()
     }) {
-        Ok(p) => p,
+        Ok(provider) => provider,
         Err(e) => {
             ctx.report("pagepool", Err(e.to_string()));
             return;

@@ -604,26 +604,24 @@ fn measure_group(
             cuts.push(r.times.cut(CUT));
         }
         interleave(rounds, PATHS.len(), |_, i| {
-            {
-                let s = &mut streams[i];
-                let r = run_path(PATHS[i], s, &mut burst, warm, &clocks[i], cuts[i])?;
-                slices_of[i].drops += r.drops;
-                let before = bursts(&counters[i]);
-                let r = run_path(PATHS[i], s, &mut burst, slice, &clocks[i], cuts[i])?;
-                let after = bursts(&counters[i]);
-                slices_of[i].drops += r.drops;
-                let diff = |k: usize| after[k].saturating_sub(before[k]);
-                slices_of[i].slices.push(Slice {
-                    cycles: r.times.kept,
-                    device: r.device,
-                    packets: r.packets,
-                    excluded: r.times.excluded,
-                    rx_full: diff(0),
-                    rx_bursts: diff(1),
-                    tx_full: diff(2),
-                    tx_bursts: diff(3),
-                });
-            }
+            let s = &mut streams[i];
+            let r = run_path(PATHS[i], s, &mut burst, warm, &clocks[i], cuts[i])?;
+            slices_of[i].drops += r.drops;
+            let before = bursts(&counters[i]);
+            let r = run_path(PATHS[i], s, &mut burst, slice, &clocks[i], cuts[i])?;
+            let after = bursts(&counters[i]);
+            slices_of[i].drops += r.drops;
+            let diff = |k: usize| after[k].saturating_sub(before[k]);
+            slices_of[i].slices.push(Slice {
+                cycles: r.times.kept,
+                device: r.device,
+                packets: r.packets,
+                excluded: r.times.excluded,
+                rx_full: diff(0),
+                rx_bursts: diff(1),
+                tx_full: diff(2),
+                tx_bursts: diff(3),
+            });
             Ok::<(), String>(())
         })?;
         for (i, s) in streams.iter_mut().enumerate() {
