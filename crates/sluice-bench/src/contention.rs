@@ -13,17 +13,21 @@
 //! - a slow *alone* figure says something else ran on that core's sibling
 //!   meanwhile (another guest's thread).
 //!
-//! Every two-core figure moves with this, as it does with the cache line's
-//! round trip (`sluice bench ring`), and on a shared 2-vCPU virtual machine
-//! it has been seen anywhere from 1.0× to 2.0× within minutes. Benchmarks
-//! that report two-core figures print it beside them.
+//! Every two-core figure moves with this, and on a shared 2-vCPU virtual
+//! machine it has been seen anywhere from 1.0× to 2.0× within minutes.
+//! Benchmarks that report two-core figures print it beside them.
+//!
+//! The second probe, [`line_round_trip`], times one cache line bouncing
+//! between the two CPUs: what every hand-off between two cores pays at
+//! least, and another figure that moves between runs on a shared host.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluice::tsc::rdtsc_ordered;
 
 use crate::stats::Spread;
-use crate::{Ctx, SpinBarrier, Worker, on_lcore, on_lcores};
+use crate::{Ctx, Sample, SpinBarrier, Stall, Worker, on_lcore, on_lcores};
 
 /// Iterations timed per run of the loop: about 4 M cycles on a core alone.
 pub const ITERS: u64 = 1 << 20;
@@ -141,6 +145,61 @@ pub fn measure(cpus: (usize, usize), iters: u64) -> Result<CoreContention, Strin
     })
 }
 
+/// One cache line, 128-byte aligned so nothing else shares it.
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// Bounces one cache line `trips` times between a lcore on `cpus.0` (writes
+/// an odd value, waits for the next even one) and one on `cpus.1` (answers);
+/// one op = one round trip, timed on `cpus.0`. Every two-core figure moves
+/// with what this costs: on a shared virtual machine, from about a hundred
+/// to thousands of cycles between runs.
+pub fn line_round_trip(cpus: (usize, usize), trips: u64) -> Result<Sample, String> {
+    let line = Arc::new(Line(AtomicU64::new(0)));
+    let barrier = Arc::new(SpinBarrier::new(2));
+    let (l1, b1) = (Arc::clone(&line), Arc::clone(&barrier));
+    let ping: Worker<Sample> = Box::new(move || {
+        let mut stall = Stall::new("pinger");
+        b1.wait()?;
+        let start = rdtsc_ordered();
+        for i in 0..trips {
+            // Release/Acquire: each side's store is what the other waits for.
+            l1.0.store(2 * i + 1, Ordering::Release);
+            while l1.0.load(Ordering::Acquire) != 2 * i + 2 {
+                stall.failed()?;
+            }
+            stall.progressed();
+        }
+        let end = rdtsc_ordered();
+        Ok(Sample {
+            ops: trips,
+            start,
+            end,
+        })
+    });
+    let pong: Worker<Sample> = Box::new(move || {
+        let mut stall = Stall::new("ponger");
+        barrier.wait()?;
+        for i in 0..trips {
+            while line.0.load(Ordering::Acquire) != 2 * i + 1 {
+                stall.failed()?;
+            }
+            stall.progressed();
+            line.0.store(2 * i + 2, Ordering::Release);
+        }
+        Ok(Sample {
+            ops: 0,
+            start: 0,
+            end: 0,
+        })
+    });
+    let mut samples = on_lcores(vec![(cpus.0, ping), (cpus.1, pong)])?;
+    samples.truncate(1);
+    samples
+        .pop()
+        .ok_or_else(|| "the pinger returned no sample".to_owned())
+}
+
 /// Times `iters` iterations of the loop on the calling thread.
 fn cycles_per_iter(iters: u64) -> f64 {
     let iters = iters.max(1);
@@ -206,6 +265,14 @@ mod tests {
         assert_eq!(alu_loop(2), want);
     }
 
+    #[test]
+    fn line_round_trip_completes_every_trip() {
+        let cpus = sluice::lcore::available_cpus();
+        let pair = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
+        let s = line_round_trip(pair, 2_000).unwrap();
+        assert_eq!(s.ops, 2_000);
+        assert!(s.end > s.start);
+    }
     #[test]
     fn the_probe_gives_four_figures_and_a_ratio() {
         let cpus = sluice::lcore::available_cpus();

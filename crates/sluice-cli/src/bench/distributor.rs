@@ -52,7 +52,7 @@ use sluice_bench::cut::{CutPolicy, IterationTimes};
 use sluice_bench::rounds::{interleave, rounds};
 use sluice_bench::stats::{Spread, median, ratios, share};
 
-use super::ring::line_round_trip;
+use super::contention::line_round_trip;
 use super::{BenchResult, Ctx, Selection, Stall, Worker, emit, on_lcores};
 use crate::dist::api::{Api, DistSide, WithDist, WorkerSide};
 

@@ -423,7 +423,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     if let Some(cpus) = two {
         // Every two-core figure moves with this (see `bench ring`).
         let trips = (ops / 64).max(1000);
-        match super::ring::line_round_trip(cpus, trips) {
+        match super::contention::line_round_trip(cpus, trips) {
             Ok(s) => ctx.note(&format!(
                 "A cache line's round trip between CPUs {} and {} in this run: {:.0} cycles \
                  (two-core figures move with it).",
