@@ -129,7 +129,7 @@ pub fn measure(cpu: usize, ops: u64) -> Result<L3Pair, String> {
     let slice = (ops / ROUNDS as u64).max(1024);
     let p = pool.clone();
     let (io, l3) = on_lcore(cpu, move || {
-        let r = rounds(&router, &mut ports, slice);
+        let r = measure_rounds(&router, &mut ports, slice);
         ports.iter_mut().for_each(Port::stop);
         drop(ports);
         p.flush_local_cache();
@@ -143,7 +143,11 @@ pub fn measure(cpu: usize, ops: u64) -> Result<L3Pair, String> {
 }
 
 /// Starts the ports, warms both engines up, runs the rounds.
-fn rounds(router: &LpmRouter, ports: &mut [Port], slice: u64) -> Result<(Slices, Slices), String> {
+fn measure_rounds(
+    router: &LpmRouter,
+    ports: &mut [Port],
+    slice: u64,
+) -> Result<(Slices, Slices), String> {
     for port in ports.iter_mut() {
         port.start().map_err(|e| e.to_string())?;
     }
