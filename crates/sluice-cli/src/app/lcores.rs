@@ -2,7 +2,6 @@
 //! the main thread's loop of stats lines while they run, and what ends
 //! them (the duration, a signal, a failure).
 
-use std::hint::spin_loop;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
@@ -268,81 +267,7 @@ pub(crate) fn pin_main_thread(cpus: &[usize], min: usize, command: &str) {
     }
 }
 
-/// The text of a panic payload.
-pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "a panic".to_owned()
-    }
-}
-
-/// Detects a worker that can make no progress (its partner died): count failed
-/// attempts, and every 2^20 of them in a row look at the clock.
-pub struct Stall {
-    fails: u64,
-    total: u64,
-    since: Option<Instant>,
-    who: &'static str,
-}
-
-impl Stall {
-    /// A detector for the worker named `who`.
-    pub fn new(who: &'static str) -> Self {
-        Stall {
-            fails: 0,
-            total: 0,
-            since: None,
-            who,
-        }
-    }
-
-    /// Call after an attempt that moved nothing; spins briefly. `Err` once
-    /// nothing has moved for 10 s.
-    #[inline(always)]
-    pub fn failed(&mut self) -> Result<(), String> {
-        self.fails += 1;
-        self.total += 1;
-        if self.fails & 0xF_FFFF == 0 {
-            self.check()
-        } else {
-            spin_loop();
-            Ok(())
-        }
-    }
-
-    /// Failed attempts since the last call (or since creation); resets the count.
-    pub fn take_total(&mut self) -> u64 {
-        std::mem::take(&mut self.total)
-    }
-
-    /// Call after an attempt that moved something.
-    #[inline(always)]
-    pub fn progressed(&mut self) {
-        if self.fails != 0 {
-            self.fails = 0;
-            self.since = None;
-        }
-    }
-
-    #[cold]
-    fn check(&mut self) -> Result<(), String> {
-        let now = Instant::now();
-        match self.since {
-            None => {
-                self.since = Some(now);
-                Ok(())
-            }
-            Some(s) if now.duration_since(s) > Duration::from_secs(10) => Err(format!(
-                "the {} made no progress for 10 s (its partner stopped?)",
-                self.who
-            )),
-            Some(_) => Ok(()),
-        }
-    }
-}
+pub use sluice_bench::{Stall, panic_message};
 
 #[cfg(test)]
 mod tests {

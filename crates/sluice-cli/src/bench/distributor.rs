@@ -33,7 +33,7 @@
 //! between runs, and every two-core figure moves with it.
 //!
 //! Within a slice every iteration (one burst) is timed, and one that took
-//! over [`CUT_US`] µs and [`CUT_FACTOR`] times the usual — the distributor
+//! over 100 µs and ten times the usual ([`CUT`]) — the distributor
 //! or a worker was descheduled, other work on the machine took the CPU — is
 //! left out with its packets, as `sluice bench recycle` does; the share of
 //! time left out is printed. The cut is far above what time-sliced workers
@@ -48,8 +48,11 @@ use sluice::distributor::{BURST_SIZE, DistStats};
 use sluice::mbuf::{Burst, BurstSlice, MbufPool, MbufPoolConfig};
 use sluice::tsc::rdtsc;
 
-use super::recycle::{ORDERS, median};
-use super::ring::line_round_trip;
+use sluice_bench::cut::{CutPolicy, IterationTimes};
+use sluice_bench::rounds::{interleave, rounds};
+use sluice_bench::stats::{Spread, median, ratios, share};
+
+use super::contention::line_round_trip;
 use super::{BenchResult, Ctx, Selection, Stall, Worker, emit, on_lcores};
 use crate::app::dist::api::{Api, DistSide, WithDist, WorkerSide};
 
@@ -70,12 +73,10 @@ const TRIPS: u64 = 20_000;
 /// Worker counts whose workers time-slice a CPU time this many times fewer
 /// packets.
 const SLICED_DIVISOR: u64 = 8;
-/// An iteration (one burst) longer than this many µs, and than
-/// [`CUT_FACTOR`] times the usual, did not run on the core all along (the
-/// distributor or a worker was descheduled): it is left out.
-const CUT_US: u64 = 100;
-/// See [`CUT_US`].
-const CUT_FACTOR: u64 = 10;
+/// An iteration (one burst) longer than 100 µs, and than ten times the
+/// usual, did not run on the core all along (the distributor or a worker
+/// was descheduled): it is left out.
+const CUT: CutPolicy = CutPolicy::new(100, 10);
 
 /// Where the lcores go.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,7 +152,7 @@ pub struct DistResult {
 /// Runs the distributor cases of `sel`.
 pub fn run(ctx: &mut Ctx, sel: Selection) {
     let ops = ctx.ops(DEFAULT_OPS);
-    let rounds = rounds(ops);
+    let rounds = rounds(ops, MIN_SLICE, MAX_ROUNDS);
     let slice = (ops / rounds).max(1);
     let counts: &[usize] = match sel {
         Selection::Full => &WORKERS,
@@ -165,11 +166,11 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
          cycles/pkt = TSC ticks of that whole loop on the distributor core per packet \
          distributed."
     )];
-    if let Some(p) = &place {
+    if let Some(place) = &place {
         notes.push(format!(
             "Distributor on CPU {}, workers on CPU(s) {:?} round-robin: w/core > 1 means \
              workers time-slice one CPU (the main figure is 1 worker on the other core).",
-            p.dist, p.workers
+            place.dist, place.workers
         ));
     }
     notes.push(format!(
@@ -177,11 +178,15 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
          slice each (fresh distributor and lcores, after a warm-up; {SLICED_DIVISOR}x fewer \
          packets when workers time-slice); figures are medians over rounds, min-max the \
          spread; 'x burst' = median per-round ratio to burst (SIMD). Each iteration (one \
-         burst) is timed, and one longer than {CUT_US} µs and {CUT_FACTOR}x the usual (a \
+         burst) is timed, and one longer than {} µs and {}x the usual (a \
          thread was off its core: other work on the machine) is left out with its packets: \
          'cut' is the share of time left out. \
          'line rt' = cycles per cache-line round trip between the distributor's and the first \
-         worker's CPU, measured before each worker count (it moves between runs on a VM)."
+         worker's CPU, measured before each worker count (it moves between runs on a VM).",
+        CUT.min_us, CUT.factor
+    ));
+    notes.push(sluice_bench::dpdk_reference_note(
+        "distributor_perf_autotest (1 worker on the other core)",
     ));
     ctx.title("distributor (cf. DPDK distributor_perf_autotest)", &notes);
     if !ctx.json {
@@ -227,20 +232,14 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
             warm: warm_up(slice),
         };
         match measure_group(&group, &apis) {
-            Ok(tallies) => {
-                for r in results(&group, &tallies, rt) {
+            Ok(per_api) => {
+                for r in results(&group, &per_api, rt) {
                     print_row(ctx, &r);
                 }
             }
             Err((api, e)) => ctx.report(&case_name(api, workers), Err(e)),
         }
     }
-}
-
-/// Rounds for `ops` packets per case: as many as fit slices of at least
-/// [`MIN_SLICE`], 1..=[`MAX_ROUNDS`].
-pub fn rounds(ops: u64) -> u64 {
-    (ops / MIN_SLICE).clamp(1, MAX_ROUNDS)
 }
 
 /// Untimed packets before a slice.
@@ -257,7 +256,8 @@ pub fn case_name(api: Api, workers: usize) -> String {
     )
 }
 
-/// DPDK 22.11's figure for a case (ANCHORS.md: 1 worker on the other core).
+/// DPDK 22.11's `distributor_perf_autotest` figure for a case (1 worker on
+/// the other core), in cycles per packet.
 fn dpdk_ref(api: Api, workers: usize) -> Option<f64> {
     match (api, workers) {
         (Api::Burst, 1) => Some(40.0),
@@ -308,23 +308,20 @@ impl Slice {
 }
 
 /// Per API, its slices.
-pub type Tallies = Vec<(Api, Vec<Slice>)>;
+pub type SlicesPerApi = Vec<(Api, Vec<Slice>)>;
 
 /// Measures every API of `apis` for `g`, interleaved; per API, its slices.
 /// An error names the API whose slice failed.
-pub fn measure_group(g: &Group, apis: &[Api]) -> Result<Tallies, (Api, String)> {
-    let mut tallies: Tallies = apis.iter().map(|&a| (a, Vec::new())).collect();
-    for round in 0..g.rounds {
-        for &i in &ORDERS[round % ORDERS.len()] {
-            let Some((api, slices)) = tallies.get_mut(i) else {
-                continue;
-            };
-            let api = *api;
-            let s = api.open(g.workers, SliceCase { g }).and_then(|r| r);
-            slices.push(s.map_err(|e| (api, e))?);
-        }
-    }
-    Ok(tallies)
+pub fn measure_group(g: &Group, apis: &[Api]) -> Result<SlicesPerApi, (Api, String)> {
+    let mut per_api: SlicesPerApi = apis.iter().map(|&a| (a, Vec::new())).collect();
+    interleave(g.rounds, per_api.len(), |_, i| {
+        let (api, slices) = &mut per_api[i];
+        let api = *api;
+        let s = api.open(g.workers, SliceCase { g }).and_then(|r| r);
+        slices.push(s.map_err(|e| (api, e))?);
+        Ok(())
+    })?;
+    Ok(per_api)
 }
 
 /// One slice of one API, as a [`WithDist`] visitor.
@@ -360,12 +357,12 @@ impl WithDist for SliceCase<'_> {
             ));
         }
         let (workers, warm, slice) = (g.workers, g.warm, g.slice);
-        let p = pool.clone();
+        let dist_pool = pool.clone();
         jobs.insert(
             0,
             (
                 g.place.dist,
-                Box::new(move || drive(d, &p, workers, warm, slice).map(Outcome::Dist)),
+                Box::new(move || drive(d, &dist_pool, workers, warm, slice).map(Outcome::Dist)),
             ),
         );
         let outcomes = on_lcores(jobs)?;
@@ -433,7 +430,9 @@ fn drive<D: DistSide>(
     }
     let mut stall = Stall::new("distributor");
     // The warm-up keeps every iteration and sets the cut.
-    let cut = cycle(&mut d, &mut free, &mut burst, warm, u64::MAX, &mut stall)?.cut();
+    let cut = cycle(&mut d, &mut free, &mut burst, warm, u64::MAX, &mut stall)?
+        .times
+        .cut(CUT);
     let run = cycle(&mut d, &mut free, &mut burst, slice, cut, &mut stall)?;
     // Take everything back: what `process` left in the burst, then what
     // the workers hold.
@@ -461,9 +460,9 @@ fn drive<D: DistSide>(
         ));
     }
     Ok(Slice {
-        cycles: run.cycles,
+        cycles: run.times.kept,
         packets: run.packets,
-        excluded: run.excluded,
+        excluded: run.times.excluded,
         matching: d.matching(),
         stats,
     })
@@ -474,23 +473,10 @@ fn drive<D: DistSide>(
 struct Run {
     /// Packets distributed, all iterations.
     done: u64,
-    /// TSC ticks of the iterations kept.
-    cycles: u64,
-    /// Packets distributed in them.
+    /// TSC ticks of the iterations, kept (not over the cut) and left out.
+    times: IterationTimes,
+    /// Packets distributed in the iterations kept.
     packets: u64,
-    /// TSC ticks of the iterations left out (longer than the cut).
-    excluded: u64,
-    /// Iterations, kept or not.
-    iterations: u64,
-}
-
-impl Run {
-    /// The longest iteration to keep after this run, in TSC ticks: longer
-    /// than [`CUT_US`] and [`CUT_FACTOR`] times its mean iteration.
-    fn cut(&self) -> u64 {
-        let mean = (self.cycles + self.excluded) / self.iterations.max(1);
-        (sluice::tsc::tsc_hz() / 1_000_000 * CUT_US).max(CUT_FACTOR * mean)
-    }
 }
 
 /// Distributes at least `ops` packets, bursts of [`BURST`] taken from
@@ -520,13 +506,9 @@ fn cycle<D: DistSide>(
         let t1 = rdtsc();
         let span = t1.wrapping_sub(t);
         t = t1;
-        if span > cut {
-            r.excluded += span;
-        } else {
-            r.cycles += span;
+        if r.times.record(span, cut) {
             r.packets += n;
         }
-        r.iterations += 1;
         if n == 0 {
             stall.failed()?;
         } else {
@@ -538,32 +520,26 @@ fn cycle<D: DistSide>(
 }
 
 /// The rows of a group from its slices; `rt` is its line round trip.
-pub fn results(g: &Group, tallies: &[(Api, Vec<Slice>)], rt: f64) -> Vec<DistResult> {
-    let reference: Option<Vec<f64>> = tallies
+pub fn results(g: &Group, per_api: &[(Api, Vec<Slice>)], rt: f64) -> Vec<DistResult> {
+    let reference: Option<Vec<f64>> = per_api
         .iter()
         .find(|(a, _)| *a == Api::Burst)
         .map(|(_, s)| s.iter().map(Slice::cycles_per_packet).collect());
-    tallies
+    per_api
         .iter()
         .filter(|(_, s)| !s.is_empty())
         .map(|(api, slices)| {
             let cycles: Vec<f64> = slices.iter().map(Slice::cycles_per_packet).collect();
             let mpps: Vec<f64> = slices.iter().map(Slice::mpps).collect();
-            let ratio = match &reference {
-                Some(r) => median(
-                    &cycles
-                        .iter()
-                        .zip(r)
-                        .map(|(c, r)| if *r > 0.0 { c / r } else { 0.0 })
-                        .collect::<Vec<_>>(),
-                ),
-                None => 0.0,
-            };
+            let ratio = reference
+                .as_ref()
+                .map_or(0.0, |r| median(&ratios(&cycles, r)));
+            let spread = Spread::of(&cycles);
             let mut base = BenchResult::new(
                 "distributor",
                 case_name(*api, g.workers),
                 g.place.cores(g.workers),
-                median(&cycles),
+                spread.median,
                 median(&mpps),
             );
             base.bulk = Some(BURST);
@@ -576,15 +552,15 @@ pub fn results(g: &Group, tallies: &[(Api, Vec<Slice>)], rt: f64) -> Vec<DistRes
                 workers: g.workers,
                 workers_per_core: g.place.per_core(g.workers),
                 rounds: slices.len(),
-                cycles_min: cycles.iter().copied().fold(f64::INFINITY, f64::min),
-                cycles_max: cycles.iter().copied().fold(0.0, f64::max),
+                cycles_min: spread.min,
+                cycles_max: spread.max,
                 ratio_vs_burst: ratio,
                 line_round_trip: rt,
                 returns_full: slices.iter().map(|s| s.stats.returns_full).sum(),
                 excluded_share: {
                     let ex: u64 = slices.iter().map(|s| s.excluded).sum();
                     let kept: u64 = slices.iter().map(|s| s.cycles).sum();
-                    ex as f64 / (ex + kept).max(1) as f64
+                    share(ex, ex + kept)
                 },
             }
         })
@@ -592,11 +568,7 @@ pub fn results(g: &Group, tallies: &[(Api, Vec<Slice>)], rt: f64) -> Vec<DistRes
 }
 
 fn print_row(ctx: &Ctx, r: &DistResult) {
-    if ctx.json {
-        match serde_json::to_string(r) {
-            Ok(line) => emit(&line),
-            Err(e) => eprintln!("{}: cannot encode result: {e}", r.base.case),
-        }
+    if ctx.json_row(&r.base.case, r) {
         return;
     }
     let dpdk = r
@@ -647,9 +619,9 @@ mod tests {
         for workers in [1, 3] {
             let g = tiny(workers);
             let apis = available();
-            let tallies = measure_group(&g, &apis).unwrap_or_else(|(a, e)| panic!("{a:?}: {e}"));
-            assert_eq!(tallies.len(), apis.len());
-            for (api, slices) in &tallies {
+            let per_api = measure_group(&g, &apis).unwrap_or_else(|(a, e)| panic!("{a:?}: {e}"));
+            assert_eq!(per_api.len(), apis.len());
+            for (api, slices) in &per_api {
                 assert_eq!(slices.len(), 2, "{api:?}");
                 for s in slices {
                     // Iterations cut (a thread off its core) leave out
@@ -672,8 +644,8 @@ mod tests {
     fn json_rows_carry_the_distributor_fields() {
         let g = tiny(2);
         let apis = available();
-        let tallies = measure_group(&g, &apis).unwrap_or_else(|(a, e)| panic!("{a:?}: {e}"));
-        let rows = results(&g, &tallies, 250.0);
+        let per_api = measure_group(&g, &apis).unwrap_or_else(|(a, e)| panic!("{a:?}: {e}"));
+        let rows = results(&g, &per_api, 250.0);
         assert_eq!(rows.len(), apis.len());
         for (row, api) in rows.iter().zip(&apis) {
             let line = serde_json::to_string(row).unwrap();
@@ -709,14 +681,20 @@ mod tests {
     #[test]
     fn placement_counts_workers_per_core() {
         assert_eq!(Placement::of(&[0]), None);
-        let p = Placement::of(&[0, 1]).unwrap();
-        assert_eq!((p.dist, p.worker_cpu(3)), (0, 1));
-        assert_eq!((p.per_core(1), p.per_core(8), p.cores(8)), (1, 8, 2));
-        let p = Placement::of(&[2, 3, 5, 7]).unwrap();
-        assert_eq!((p.worker_cpu(0), p.worker_cpu(4)), (3, 5));
-        assert_eq!((p.per_core(4), p.cores(2), p.cores(8)), (2, 3, 4));
-        assert_eq!(rounds(1), 1);
-        assert_eq!(rounds(DEFAULT_OPS), MAX_ROUNDS);
+        let place = Placement::of(&[0, 1]).unwrap();
+        assert_eq!((place.dist, place.worker_cpu(3)), (0, 1));
+        assert_eq!(
+            (place.per_core(1), place.per_core(8), place.cores(8)),
+            (1, 8, 2)
+        );
+        let place = Placement::of(&[2, 3, 5, 7]).unwrap();
+        assert_eq!((place.worker_cpu(0), place.worker_cpu(4)), (3, 5));
+        assert_eq!(
+            (place.per_core(4), place.cores(2), place.cores(8)),
+            (2, 3, 4)
+        );
+        assert_eq!(rounds(1, MIN_SLICE, MAX_ROUNDS), 1);
+        assert_eq!(rounds(DEFAULT_OPS, MIN_SLICE, MAX_ROUNDS), MAX_ROUNDS);
         assert_eq!(case_name(Api::BurstScalar, 1), "burst-scalar, 1 worker");
         assert_eq!(case_name(Api::Single, 8), "single, 8 workers");
     }

@@ -19,7 +19,7 @@
 //!   same traffic through `sluice l3fwd`'s poll (header checks, LPM lookup,
 //!   TTL and checksum, MAC rewrite) and through io forwarding, interleaved
 //!   on one pair of ports opened as l3fwd opens them; the l3fwd/io ratio is
-//!   printed (the bar: at most 1.3). See `fwd_l3.rs`.
+//!   printed. See `fwd_l3.rs`.
 //! - `afpacket rx|io (veth)` and `raw socket rx (veth)`: a kernel port with
 //!   a generator in a namespace, as root (`fwd_afpacket.rs`).
 //! - `afxdp rx|io|recycle (veth)` and a raw-socket receiver: an AF_XDP port
@@ -121,11 +121,16 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         return;
     }
     let ops = ctx.ops(DEFAULT_OPS);
-    let notes = vec![format!(
-        "Two ports, one forwarding core, burst {BURST}, mempool cache {CACHE}, {POOL_SIZE} \
-         mbufs, {DESC} descriptors; one op = one packet forwarded; {ops} packets per case \
-         after a warm-up. An inline device's own cycles are excluded."
-    )];
+    let notes = vec![
+        format!(
+            "Two ports, one forwarding core, burst {BURST}, mempool cache {CACHE}, {POOL_SIZE} \
+             mbufs, {DESC} descriptors; one op = one packet forwarded; {ops} packets per case \
+             after a warm-up. An inline device's own cycles are excluded."
+        ),
+        sluice_bench::dpdk_reference_note(
+            "dpdk-testpmd in io and mac forwarding over net_null, io over net_ring",
+        ),
+    ];
     ctx.section("fwd (io forwarding, two ports, one core)", &notes);
     for case in cases() {
         if !DRIVERS.contains(&case.driver) {

@@ -22,15 +22,17 @@
 //! per packet it returned. Empty polls are not counted — the receiver is
 //! faster than one sender through the kernel's veth path, so an all-polls
 //! figure would only measure the sender — and the median leaves out calls
-//! the scheduler interrupted on a shared machine. The kernel's drops (`PACKET_STATISTICS`) are printed after the
-//! rows. No bar: on a two-CPU machine the veth path, not the receiver,
-//! decides the rate.
+//! the scheduler interrupted on a shared machine. The kernel's drops
+//! (`PACKET_STATISTICS`) are printed after the rows. On a two-CPU machine
+//! the veth path, not the receiver, decides the rate.
 
 use std::time::{Duration, Instant};
 
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{Port, PortConfig};
 use sluice::tsc::rdtsc_ordered;
+
+use sluice_bench::median;
 
 use super::veth::{GenPort, Generator, RawSocket, VethPair, is_root};
 use super::{BenchResult, Ctx, on_lcore};
@@ -198,16 +200,6 @@ fn raw_socket(iface: &str, ops: u64) -> Result<Measured, String> {
     })
 }
 
-/// The median of `v` (0 if empty).
-fn median(mut v: Vec<f32>) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let mid = v.len() / 2;
-    let (_, m, _) = v.select_nth_unstable_by(mid, f32::total_cmp);
-    f64::from(*m)
-}
-
 /// Runs the afpacket cases after the other fwd cases.
 pub fn run(ctx: &mut Ctx) {
     let skip = |ctx: &Ctx, why: &str| {
@@ -269,7 +261,12 @@ pub fn run(ctx: &mut Ctx) {
                 "fwd",
                 r.name().to_owned(),
                 1,
-                median(m.per_packet),
+                median(
+                    &m.per_packet
+                        .iter()
+                        .map(|&c| f64::from(c))
+                        .collect::<Vec<_>>(),
+                ),
                 super::mops(m.packets, m.cycles),
             );
             res.ops = m.packets;

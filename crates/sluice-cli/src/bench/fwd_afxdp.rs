@@ -22,7 +22,7 @@
 //! op are the receiver's own: TSC ticks inside the calls that returned
 //! packets, per packet. Empty polls are not counted: the receiver is faster
 //! than one sender through the kernel's veth path, which decides the rate
-//! on two CPUs (no bar). The kernel's drop counters follow the rows.
+//! on two CPUs. The kernel's drop counters follow the rows.
 
 use std::time::{Duration, Instant};
 

@@ -47,8 +47,9 @@ use sluice::net::lpm::routegen::{self, Ipv6Mix, Route4, Route6};
 use sluice::net::lpm::{Lpm4, Lpm6, LpmConfig, LpmMemory};
 use sluice::tsc::rdtsc_ordered;
 
-use super::recycle::median;
 use super::{BenchResult, Ctx, Selection, emit, on_lcore};
+use sluice_bench::round_order;
+use sluice_bench::stats::{Spread, median, mops_per_core};
 
 /// IPv4 lookups per batch (DPDK's `BATCH_SIZE`).
 const BATCH: usize = 4096;
@@ -69,8 +70,9 @@ pub const V4_MILLION: usize = 1_076_806;
 /// Next hops in the generated sets.
 const NEXT_HOPS: u32 = 256;
 
-/// DPDK 22.11's figures on our kind of machine (ANCHORS.md), in cycles.
-mod bar {
+/// DPDK 22.11's `lpm_perf_autotest` and `lpm6_perf_autotest` figures for
+/// the same cases, in cycles (see [`sluice_bench::DPDK_REFERENCE_MACHINE`]).
+mod dpdk {
     /// IPv4, 1,076,806 routes, uniform addresses: single lookup.
     pub const V4_SINGLE: f64 = 31.4;
     /// The same, bulk of 32.
@@ -115,10 +117,6 @@ pub struct LpmResult {
     pub cycles_min: f64,
     /// The worst round's.
     pub cycles_max: f64,
-    /// The bar (DPDK 22.11 on our kind of machine) for this case, if any,
-    /// and whether the case is at or below it.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub meets_bar: Option<bool>,
 }
 
 /// The timed body of an API: looks up one batch, returns the misses.
@@ -133,7 +131,7 @@ struct Api<'a, A> {
 }
 
 /// What one API measured over all rounds.
-struct Tally {
+struct ApiRounds {
     /// Cycles per lookup, per round: the median of the round's batches.
     per_round: Vec<f64>,
     /// Lookups, all rounds.
@@ -150,10 +148,10 @@ fn measure<'p, A: Copy>(
     rounds: usize,
     batches_per_round: usize,
     batch: &dyn Fn(usize) -> &'p [A],
-) -> Result<Vec<Tally>, String> {
-    let mut tallies: Vec<Tally> = apis
+) -> Result<Vec<ApiRounds>, String> {
+    let mut per_api: Vec<ApiRounds> = apis
         .iter()
-        .map(|_| Tally {
+        .map(|_| ApiRounds {
             per_round: Vec::new(),
             ops: 0,
             misses: 0,
@@ -168,9 +166,7 @@ fn measure<'p, A: Copy>(
     }
     for round in 0..rounds {
         let mut misses = vec![0u64; apis.len()];
-        for k in 0..apis.len() {
-            // Rotate which API goes first.
-            let a = (k + round) % apis.len();
+        for a in round_order(round, apis.len()) {
             let mut ops = 0u64;
             let mut per_batch = Vec::with_capacity(batches_per_round);
             for b in 0..batches_per_round {
@@ -183,7 +179,7 @@ fn measure<'p, A: Copy>(
                 ops += buf.len() as u64;
                 per_batch.push(cycles as f64 / buf.len().max(1) as f64);
             }
-            let t = &mut tallies[a];
+            let t = &mut per_api[a];
             t.per_round.push(median(&per_batch));
             t.ops += ops;
             t.misses += misses[a];
@@ -195,7 +191,7 @@ fn measure<'p, A: Copy>(
             ));
         }
     }
-    Ok(tallies)
+    Ok(per_api)
 }
 
 /// The rows of one table's lookup cases.
@@ -205,28 +201,26 @@ fn lookup_rows<A>(
     routes: usize,
     addrs: &'static str,
     apis: &[Api<'_, A>],
-    tallies: &[Tally],
+    per_api: &[ApiRounds],
     backing: &str,
-    bar_of: &dyn Fn(&str) -> Option<f64>,
+    dpdk_of: &dyn Fn(&str) -> Option<f64>,
 ) -> Vec<LpmResult> {
     apis.iter()
-        .zip(tallies)
+        .zip(per_api)
         .map(|(api, t)| {
-            let cpo = median(&t.per_round);
-            let min = t.per_round.iter().copied().fold(f64::INFINITY, f64::min);
-            let max = t.per_round.iter().copied().fold(0.0, f64::max);
+            let spread = Spread::of(&t.per_round);
+            let cpo = spread.median;
             let mut base = BenchResult::new(
                 "lpm",
                 format!("{set} {} {addrs} {}", short(routes), api.name),
                 1,
                 cpo,
-                sluice::tsc::tsc_hz() as f64 / cpo.max(1e-9) / 1e6,
+                mops_per_core(cpo),
             );
             base.bulk = api.bulk;
             base.ops = t.ops;
             base.backing = Some(backing.to_owned());
-            let bar = bar_of(api.name);
-            base.dpdk_cycles_per_op = bar;
+            base.dpdk_cycles_per_op = dpdk_of(api.name);
             LpmResult {
                 base,
                 family: family_of(set),
@@ -236,9 +230,8 @@ fn lookup_rows<A>(
                 api: api.name,
                 unrouted_percent: t.misses as f64 * 100.0 / t.ops.max(1) as f64,
                 rounds: t.per_round.len(),
-                cycles_min: min,
-                cycles_max: max,
-                meets_bar: bar.map(|b| cpo <= b),
+                cycles_min: spread.min,
+                cycles_max: spread.max,
             }
         })
         .collect()
@@ -251,7 +244,7 @@ fn change_row(
     api: &'static str,
     cycles: u64,
     backing: &str,
-    bar: Option<f64>,
+    dpdk: Option<f64>,
 ) -> LpmResult {
     let cpo = cycles as f64 / routes.max(1) as f64;
     let mut base = BenchResult::new(
@@ -259,11 +252,11 @@ fn change_row(
         format!("{set} {} {api}", short(routes)),
         1,
         cpo,
-        sluice::tsc::tsc_hz() as f64 / cpo.max(1e-9) / 1e6,
+        mops_per_core(cpo),
     );
     base.ops = routes as u64;
     base.backing = Some(backing.to_owned());
-    base.dpdk_cycles_per_op = bar;
+    base.dpdk_cycles_per_op = dpdk;
     LpmResult {
         base,
         family: family_of(set),
@@ -275,7 +268,6 @@ fn change_row(
         rounds: 1,
         cycles_min: cpo,
         cycles_max: cpo,
-        meets_bar: bar.map(|b| cpo <= b),
     }
 }
 
@@ -314,8 +306,9 @@ struct V4Case {
     /// Address sets: `uniform` and/or `routed`.
     addrs: Vec<&'static str>,
     mem: LpmMemory,
-    /// Whether this is the bar's case (the 1M set, uniform, default memory).
-    bar: bool,
+    /// Whether DPDK's test measures this table (the 1M set, uniform
+    /// addresses, default memory): its rows carry DPDK's figure.
+    dpdk_set: bool,
 }
 
 /// Builds and measures one IPv4 table on the main lcore.
@@ -334,14 +327,14 @@ fn run_v4(case: V4Case, ops: u64) -> Result<Vec<LpmResult>, String> {
             .map_err(|e| format!("add {r}: {e}"))?;
     }
     let add = rdtsc_ordered() - start;
-    if case.bar {
+    if case.dpdk_set {
         rows.push(change_row(
             "v4",
             case.routes,
             "add",
             add,
             &backing,
-            Some(bar::V4_ADD),
+            Some(dpdk::V4_ADD),
         ));
     }
     let batches = (ops as usize / BATCH).max(ROUNDS);
@@ -412,14 +405,14 @@ fn run_v4(case: V4Case, ops: u64) -> Result<Vec<LpmResult>, String> {
                 }),
             },
         ];
-        let tallies = measure(&mut apis, ROUNDS, per_round, &batch)?;
-        let bar_case = case.bar && mode == "uniform";
+        let per_api = measure(&mut apis, ROUNDS, per_round, &batch)?;
+        let dpdk_case = case.dpdk_set && mode == "uniform";
         // DPDK's bulk returns raw entries with a found bit: the sentinel
         // API is its match (the Option one stores twice per address).
-        let bar_of = |api: &str| match (bar_case, api) {
-            (true, "single") => Some(bar::V4_SINGLE),
-            (true, "bulk32-or") => Some(bar::V4_BULK),
-            (true, "x4") => Some(bar::V4_X4),
+        let dpdk_of = |api: &str| match (dpdk_case, api) {
+            (true, "single") => Some(dpdk::V4_SINGLE),
+            (true, "bulk32-or") => Some(dpdk::V4_BULK),
+            (true, "x4") => Some(dpdk::V4_X4),
             _ => None,
         };
         rows.extend(lookup_rows(
@@ -427,12 +420,12 @@ fn run_v4(case: V4Case, ops: u64) -> Result<Vec<LpmResult>, String> {
             case.routes,
             mode,
             &apis,
-            &tallies,
+            &per_api,
             &backing,
-            &bar_of,
+            &dpdk_of,
         ));
     }
-    if case.bar {
+    if case.dpdk_set {
         let start = rdtsc_ordered();
         for r in &routes {
             t.delete(r.prefix, r.depth)
@@ -452,7 +445,7 @@ fn run_v4(case: V4Case, ops: u64) -> Result<Vec<LpmResult>, String> {
             "delete",
             del,
             &backing,
-            Some(bar::V4_DELETE),
+            Some(dpdk::V4_DELETE),
         ));
     }
     Ok(rows)
@@ -464,8 +457,9 @@ struct V6Case {
     mix: Ipv6Mix,
     /// Address sets: `runs400` and/or `random`.
     addrs: Vec<&'static str>,
-    /// Whether this is the bar's case (1000 routes, DPDK's shape).
-    bar: bool,
+    /// Whether DPDK's test measures this table (1000 routes, DPDK's shape):
+    /// its rows carry DPDK's figure.
+    dpdk_set: bool,
 }
 
 /// Builds and measures one IPv6 table on the main lcore.
@@ -553,11 +547,11 @@ fn run_v6(case: V6Case, ops: u64) -> Result<Vec<LpmResult>, String> {
                 },
             },
         ];
-        let tallies = measure(&mut apis, ROUNDS, per_round, &batch)?;
-        let bar_case = case.bar && mode == "runs400";
-        let bar_of = |api: &str| match (bar_case, api) {
-            (true, "single") => Some(bar::V6_SINGLE),
-            (true, "bulk-or") => Some(bar::V6_BULK),
+        let per_api = measure(&mut apis, ROUNDS, per_round, &batch)?;
+        let dpdk_case = case.dpdk_set && mode == "runs400";
+        let dpdk_of = |api: &str| match (dpdk_case, api) {
+            (true, "single") => Some(dpdk::V6_SINGLE),
+            (true, "bulk-or") => Some(dpdk::V6_BULK),
             _ => None,
         };
         rows.extend(lookup_rows(
@@ -565,9 +559,9 @@ fn run_v6(case: V6Case, ops: u64) -> Result<Vec<LpmResult>, String> {
             case.routes,
             mode,
             &apis,
-            &tallies,
+            &per_api,
             &backing,
-            &bar_of,
+            &dpdk_of,
         ));
     }
     let start = rdtsc_ordered();
@@ -596,11 +590,10 @@ fn print_row(ctx: &Ctx, r: &LpmResult) {
         }
         return;
     }
-    let bar = match (r.base.dpdk_cycles_per_op, r.meets_bar) {
-        (Some(b), Some(true)) => format!("{b} ok"),
-        (Some(b), _) => format!("{b} OVER"),
-        (None, _) => "-".to_owned(),
-    };
+    let dpdk = r
+        .base
+        .dpdk_cycles_per_op
+        .map_or_else(|| "-".to_owned(), |c| c.to_string());
     let mut detail = Vec::new();
     if r.rounds > 1 {
         detail.push(format!("{:.1}-{:.1}", r.cycles_min, r.cycles_max));
@@ -614,7 +607,7 @@ fn print_row(ctx: &Ctx, r: &LpmResult) {
         r.base.case,
         r.base.cycles_per_op,
         r.base.mops,
-        bar,
+        dpdk,
         detail.join(", ")
     );
     emit(line.trim_end());
@@ -624,7 +617,7 @@ fn print_row(ctx: &Ctx, r: &LpmResult) {
 /// sets and the 1000-route IPv6 set, with fewer lookups).
 pub fn run(ctx: &mut Ctx, sel: Selection) {
     let ops = ctx.ops(DEFAULT_OPS);
-    let small = ctx.quick || sel == Selection::Summary;
+    let small = ctx.quick() || sel == Selection::Summary;
     let notes = vec![
         format!(
             "One core (CPU {}). IPv4: batches of {BATCH} addresses, single / x4 / bulk of {BULK}; \
@@ -637,10 +630,13 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
          routes + 12 % unrouted, runs400 = DPDK's IPv6 pattern (runs of 400 under each route in \
          turn), random = a random route each."
             .to_owned(),
-        "DPDK column: DPDK 22.11 on our kind of machine (ANCHORS.md), the bar: ok = at or \
-         below it. Bulk bars apply to the sentinel API (-or), as DPDK's bulk returns raw \
-         entries with a found bit; the Option API stores twice per address. On this machine: \
-         `echo lpm_perf_autotest | dpdk-test -l 0-1 --no-pci` (and lpm6_perf_autotest)."
+        sluice_bench::dpdk_reference_note(
+            "lpm_perf_autotest and lpm6_perf_autotest (`echo lpm_perf_autotest | dpdk-test -l \
+             0-1 --no-pci`), in cycles per lookup or per route",
+        ),
+        "DPDK's bulk figures stand beside the sentinel API (-or): DPDK's bulk lookup returns \
+         raw entries with a found bit, as that API does; the Option API stores twice per \
+         address."
             .to_owned(),
     ];
     ctx.title(
@@ -650,7 +646,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     if !ctx.json {
         emit(&format!(
             "{:<30} {:>10} {:>9}  {:<12} detail",
-            "case", "cycles/op", "Mops", "DPDK (bar)"
+            "case", "cycles/op", "Mops", "DPDK 22.11"
         ));
     }
     let cpu = ctx.main_cpu();
@@ -659,13 +655,13 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
             routes: 1000,
             addrs: vec!["routed"],
             mem: LpmMemory::Auto,
-            bar: false,
+            dpdk_set: false,
         },
         V4Case {
             routes: 100_000,
             addrs: vec!["routed"],
             mem: LpmMemory::Auto,
-            bar: false,
+            dpdk_set: false,
         },
     ];
     if !small {
@@ -673,14 +669,14 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
             routes: V4_MILLION,
             addrs: vec!["uniform", "routed"],
             mem: LpmMemory::Auto,
-            bar: true,
+            dpdk_set: true,
         });
         for mem in [LpmMemory::Transparent, LpmMemory::Small] {
             v4.push(V4Case {
                 routes: V4_MILLION,
                 addrs: vec!["uniform"],
                 mem,
-                bar: false,
+                dpdk_set: false,
             });
         }
     }
@@ -695,14 +691,14 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         routes: 1000,
         mix: Ipv6Mix::UniformDepth,
         addrs: vec!["runs400", "random"],
-        bar: true,
+        dpdk_set: true,
     }];
     if !small {
         v6.push(V6Case {
             routes: 100_000,
             mix: Ipv6Mix::Internet,
             addrs: vec!["random"],
-            bar: false,
+            dpdk_set: false,
         });
     }
     for case in v6 {
@@ -759,9 +755,9 @@ mod tests {
         ];
         let err = measure(&mut apis, 2, 1, &|_| &data[..]).err().unwrap();
         assert_eq!(err, "round 0: a found 4 misses, b found 0");
-        let tallies = measure(&mut apis[..1], 2, 3, &|_| &data[..]).unwrap();
-        assert_eq!(tallies[0].ops, 24);
-        assert_eq!(tallies[0].misses, 24);
-        assert_eq!(tallies[0].per_round.len(), 2);
+        let per_api = measure(&mut apis[..1], 2, 3, &|_| &data[..]).unwrap();
+        assert_eq!(per_api[0].ops, 24);
+        assert_eq!(per_api[0].misses, 24);
+        assert_eq!(per_api[0].per_round.len(), 2);
     }
 }

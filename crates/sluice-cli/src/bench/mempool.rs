@@ -33,7 +33,8 @@ const DEFAULT_OPS: u64 = 1 << 23;
 /// Elements per core per case in the summary of `sluice` with no arguments.
 const SUMMARY_OPS: u64 = 1 << 23;
 
-/// DPDK 22.11's rate for a case, in million elements per second (ANCHORS.md).
+/// DPDK 22.11's `mempool_perf_autotest` rate for a case, in million
+/// elements per second (see [`sluice_bench::DPDK_REFERENCE_MACHINE`]).
 fn dpdk_ref(cache: u32, bulk: usize, cores: u32) -> Option<f64> {
     match (cache, bulk, cores) {
         (0, 1, 1) => Some(69.0),
@@ -81,6 +82,9 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
                 .to_owned(),
         );
     }
+    notes.push(sluice_bench::dpdk_reference_note(
+        "mempool_perf_autotest, in Mops (both cores together on two cores)",
+    ));
     ctx.section("mempool (cf. DPDK mempool_perf_autotest)", &notes);
 
     super::note_contention(ctx);

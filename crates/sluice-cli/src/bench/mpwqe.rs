@@ -1,5 +1,5 @@
 //! `sluice bench mpwqe`: multi-packet Tx descriptors against one WQE per
-//! packet, in one run (technique T4, `sluice::driver::soft::wqe`).
+//! packet, in one run (`sluice::driver::soft::wqe`).
 //!
 //! # Cases
 //! Groups of workload × packet size × traffic, each measured with three Tx
@@ -49,7 +49,9 @@ use sluice::port::{Offloads, Port, PortConfig, PortCounters};
 use sluice::tester::Tester;
 use sluice::tsc::{self, rdtsc_ordered};
 
-use super::recycle::{ORDERS, median};
+use sluice_bench::rounds::{interleave, rounds};
+use sluice_bench::stats::{Spread, median, ratios};
+
 use super::{BenchResult, Ctx, Selection, Stall, emit, on_lcore};
 use crate::app::io::engine::udp_frame;
 
@@ -231,7 +233,7 @@ pub struct MpwqeResult {
 /// Runs the bench: every group of `sel`.
 pub fn run(ctx: &mut Ctx, sel: Selection) {
     let ops = ctx.ops(DEFAULT_OPS);
-    let rounds = (ops / MIN_SLICE).clamp(1, MAX_ROUNDS);
+    let rounds = rounds(ops, MIN_SLICE, MAX_ROUNDS);
     let slice = (ops / rounds).max(1);
     let notes = vec![
         format!(
@@ -271,11 +273,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
 }
 
 fn print_row(ctx: &Ctx, r: &MpwqeResult) {
-    if ctx.json {
-        match serde_json::to_string(r) {
-            Ok(line) => emit(&line),
-            Err(e) => eprintln!("{}: cannot encode result: {e}", r.base.case),
-        }
+    if ctx.json_row(&r.base.case, r) {
         return;
     }
     emit(&format!(
@@ -297,7 +295,7 @@ fn print_row(ctx: &Ctx, r: &MpwqeResult) {
 }
 
 /// One mode's ports.
-struct Bed {
+struct ModePorts {
     pool: MbufPool,
     ports: Vec<Port>,
     counters: Vec<Arc<PortCounters>>,
@@ -316,8 +314,8 @@ const CLASSES: [u64; 3] = [
     ol::TX_IPV4 | ol::TX_IP_CKSUM | ol::TX_UDP_CKSUM,
 ];
 
-impl Bed {
-    fn open(mode: Mode, g: Group) -> Result<Bed, String> {
+impl ModePorts {
+    fn open(mode: Mode, g: Group) -> Result<ModePorts, String> {
         let pool = MbufPool::new(MbufPoolConfig {
             name: format!("bench-mpwqe-{}", mode.name),
             size: POOL_SIZE,
@@ -346,9 +344,9 @@ impl Bed {
             if g.mixed {
                 config.rx_offloads |= Offloads::RSS_HASH;
             }
-            let mut p = sluice::driver::open(&spec, config).map_err(|e| e.to_string())?;
-            p.start().map_err(|e| format!("{spec}: {e}"))?;
-            ports.push(p);
+            let mut port = sluice::driver::open(&spec, config).map_err(|e| e.to_string())?;
+            port.start().map_err(|e| format!("{spec}: {e}"))?;
+            ports.push(port);
         }
         let tester = sluice::tester::attach(&tname, None)?;
         if g.workload == Workload::TxOnly {
@@ -369,7 +367,7 @@ impl Bed {
             MacAddr([2, 0, 0, 0, 0, 1]),
             MacAddr([2, 0, 0, 0, 0, 2]),
         );
-        Ok(Bed {
+        Ok(ModePorts {
             pool,
             ports,
             counters,
@@ -544,7 +542,7 @@ impl Bed {
 
 /// What one mode measured over its timed slices.
 #[derive(Debug, Default)]
-struct Tally {
+struct ModeSlices {
     cycles: Vec<f64>,
     mpps: Vec<f64>,
     packets: u64,
@@ -555,66 +553,62 @@ struct Tally {
 
 /// Measures both modes of `g`, interleaved; on the calling lcore.
 fn measure_group(g: Group, rounds: usize, slice: u64) -> Result<Vec<MpwqeResult>, String> {
-    let mut beds = Vec::with_capacity(MODES.len());
+    let mut all_ports = Vec::with_capacity(MODES.len());
     for mode in MODES {
-        beds.push(Bed::open(mode, g).map_err(|e| format!("{}: {e}", mode.name))?);
+        all_ports.push(ModePorts::open(mode, g).map_err(|e| format!("{}: {e}", mode.name))?);
     }
-    let mut tallies: Vec<Tally> = MODES.iter().map(|_| Tally::default()).collect();
+    let mut slices_of: Vec<ModeSlices> = MODES.iter().map(|_| ModeSlices::default()).collect();
     let mut burst: Burst<64> = Burst::new();
     let mut k = 0u32;
-    for (i, bed) in beds.iter_mut().enumerate() {
-        bed.run(g, 4 * WARM, &mut burst, &mut k)
+    for (i, mode_ports) in all_ports.iter_mut().enumerate() {
+        mode_ports
+            .run(g, 4 * WARM, &mut burst, &mut k)
             .map_err(|e| format!("{}: {e}", MODES[i].name))?;
     }
-    for round in 0..rounds {
-        for &i in &ORDERS[round % ORDERS.len()] {
-            let bed = &mut beds[i];
-            let err = |e: String| format!("{}: {e}", MODES[i].name);
-            bed.run(g, WARM, &mut burst, &mut k).map_err(err)?;
-            let (bus0, m0) = bed.snapshot();
-            let dev0 = bed.device_cycles();
-            let t0 = rdtsc_ordered();
-            let packets = bed.run(g, slice, &mut burst, &mut k).map_err(err)?;
-            let t1 = rdtsc_ordered();
-            let dev = bed.device_cycles().saturating_sub(dev0);
-            let (bus1, m1) = bed.snapshot();
-            let t = &mut tallies[i];
-            let ticks = t1.saturating_sub(t0);
-            t.cycles
-                .push(ticks.saturating_sub(dev) as f64 / packets.max(1) as f64);
-            t.mpps.push(super::mops(packets, ticks));
-            t.packets += packets;
-            t.bus = t.bus.add(&bus1.since(&bus0));
-            for (w, (a, b)) in t.wqe.iter_mut().zip(m1.iter().zip(&m0)) {
-                *w += a - b;
-            }
+    interleave(rounds, MODES.len(), |_, i| {
+        let mode_ports = &mut all_ports[i];
+        let err = |e: String| format!("{}: {e}", MODES[i].name);
+        mode_ports.run(g, WARM, &mut burst, &mut k).map_err(err)?;
+        let (bus0, m0) = mode_ports.snapshot();
+        let dev0 = mode_ports.device_cycles();
+        let t0 = rdtsc_ordered();
+        let packets = mode_ports.run(g, slice, &mut burst, &mut k).map_err(err)?;
+        let t1 = rdtsc_ordered();
+        let dev = mode_ports.device_cycles().saturating_sub(dev0);
+        let (bus1, m1) = mode_ports.snapshot();
+        let t = &mut slices_of[i];
+        let ticks = t1.saturating_sub(t0);
+        t.cycles
+            .push(ticks.saturating_sub(dev) as f64 / packets.max(1) as f64);
+        t.mpps.push(super::mops(packets, ticks));
+        t.packets += packets;
+        t.bus = t.bus.add(&bus1.since(&bus0));
+        for (w, (a, b)) in t.wqe.iter_mut().zip(m1.iter().zip(&m0)) {
+            *w += a - b;
         }
-    }
-    for (i, bed) in beds.into_iter().enumerate() {
-        bed.finish(g, &mut burst)
+        Ok::<(), String>(())
+    })?;
+    for (i, mode_ports) in all_ports.into_iter().enumerate() {
+        mode_ports
+            .finish(g, &mut burst)
             .map_err(|e| format!("{}: {e}", MODES[i].name))?;
     }
-    Ok(results(g, &tallies))
+    Ok(results(g, &slices_of))
 }
 
 /// The rows of a group.
-fn results(g: Group, tallies: &[Tally]) -> Vec<MpwqeResult> {
+fn results(g: Group, slices_of: &[ModeSlices]) -> Vec<MpwqeResult> {
     let link = Link::parse(DEFAULT_LINK).expect("a known link");
-    let per = |t: &Tally, v: u64| v as f64 / t.packets.max(1) as f64;
-    let reference = &tallies[0];
+    let per = |t: &ModeSlices, v: u64| v as f64 / t.packets.max(1) as f64;
+    let reference = &slices_of[0];
     let ref_bus = per(reference, reference.bus.total());
     MODES
         .iter()
-        .zip(tallies)
+        .zip(slices_of)
         .map(|(mode, t)| {
-            let ratios: Vec<f64> = t
-                .cycles
-                .iter()
-                .zip(&reference.cycles)
-                .map(|(c, r)| if *r > 0.0 { c / r } else { 0.0 })
-                .collect();
+            let spread = Spread::of(&t.cycles);
             let case = format!("{}, {}", g.name(), mode.name);
-            let mut base = BenchResult::new("mpwqe", case, 1, median(&t.cycles), median(&t.mpps));
+            let mut base = BenchResult::new("mpwqe", case, 1, spread.median, median(&t.mpps));
             base.bulk = Some(BURST);
             base.cache = Some(CACHE);
             base.ops = t.packets;
@@ -640,11 +634,11 @@ fn results(g: Group, tallies: &[Tally]) -> Vec<MpwqeResult> {
                 util: t.bus.utilisation(t.packets, g.rate_pps(), &link),
                 blocks_per_pkt: blocks as f64 / (mpw_pkts + wqe_pkts).max(1) as f64,
                 mpwqe_share: mpw_pkts as f64 / (mpw_pkts + wqe_pkts).max(1) as f64,
-                cycles_ratio_vs_wqe: median(&ratios),
+                cycles_ratio_vs_wqe: median(&ratios(&t.cycles, &reference.cycles)),
                 bus_ratio_vs_wqe: if ref_bus > 0.0 { bus / ref_bus } else { 0.0 },
                 rounds: t.cycles.len(),
-                cycles_min: t.cycles.iter().copied().fold(f64::INFINITY, f64::min),
-                cycles_max: t.cycles.iter().copied().fold(0.0, f64::max),
+                cycles_min: spread.min,
+                cycles_max: spread.max,
             }
         })
         .collect()

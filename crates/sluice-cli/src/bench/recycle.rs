@@ -1,5 +1,5 @@
 //! `sluice bench recycle`: the three ways a sent buffer gets back to an Rx
-//! ring, compared in one run (technique T1, `sluice::port::recycle`).
+//! ring, compared in one run (`sluice::port::recycle`).
 //!
 //! # Paths
 //! - `normal`: `soft` ports with `tx_free=normal`, io engine: the Tx queue
@@ -76,6 +76,10 @@ use sluice::port::{Offloads, Port, PortConfig, PortCounters, RxQueue, TxQueue};
 use sluice::tester::Tester;
 use sluice::tsc::{self, rdtsc};
 
+use sluice_bench::cut::{CutPolicy, IterationTimes};
+use sluice_bench::rounds::{interleave, rounds};
+use sluice_bench::stats::{Spread, median, ratios, share};
+
 use super::{BenchResult, Ctx, Selection, Stall, emit, on_lcore};
 use crate::app::io::engine::{Fwd, Io, Recycle, Stream, poll};
 
@@ -91,23 +95,11 @@ const DEFAULT_OPS: u64 = 1 << 25;
 const MAX_ROUNDS: u64 = 24;
 /// Fewest packets in one slice, so a slice is not all warm-up noise.
 const MIN_SLICE: u64 = 1 << 17;
-/// An iteration (one poll of every stream) longer than this many µs, and
-/// than [`CUT_FACTOR`] times the usual, did not run on the core all along:
-/// it is left out.
-const CUT_US: u64 = 100;
-/// See [`CUT_US`].
-const CUT_FACTOR: u64 = 10;
+/// An iteration (one poll of every stream) longer than 100 µs, and than
+/// ten times the usual, did not run on the core all along: it is left out.
+const CUT: CutPolicy = CutPolicy::new(100, 10);
 /// Polls in a row that found nothing before a drain ends.
 const DRAIN_IDLE: u32 = 256;
-/// Every order of the three paths, one per round in turn.
-pub(crate) const ORDERS: [[usize; 3]; 6] = [
-    [0, 1, 2],
-    [1, 2, 0],
-    [2, 0, 1],
-    [2, 1, 0],
-    [1, 0, 2],
-    [0, 2, 1],
-];
 
 /// Options of `sluice bench recycle` (an error with the other parts).
 #[derive(Args, Debug, Clone, Default)]
@@ -301,7 +293,7 @@ pub struct RecycleResult {
 /// Runs the recycle bench: every group of `sel`.
 pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
     let ops = ctx.ops(DEFAULT_OPS);
-    let rounds = rounds(ops);
+    let rounds = rounds(ops, MIN_SLICE, MAX_ROUNDS);
     let slice = (ops / rounds).max(1);
     let source = match opts.source {
         Source::Wire => format!(
@@ -320,17 +312,19 @@ pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
         ),
         "Paths: normal = Tx frees to the mempool cache, Rx refills from it; zc = Tx puts \
          straight into reserved cache slots (tx_free=zc); recycle = the recycle engine moves \
-         sent buffers from the Tx ring straight into the Rx ring. ff = fast-free Tx offload."
+         sent buffers from the Tx ring straight into the Rx ring. fast-free = the fast-free Tx \
+         offload on."
             .to_owned(),
         format!(
             "Method: the three paths of a group stay up and are measured interleaved, {rounds} \
              round(s) of one {slice}-packet slice each (after an untimed warm-up), the order \
              rotating through all six permutations; cycles/pkt and Mpps are medians over rounds, \
              'x normal' the median of per-round ratios; min-max is the spread over rounds. \
-             Each iteration (one poll of every stream) is timed, and one longer than {CUT_US} \
-             µs and {CUT_FACTOR}x the usual (the thread was off the core) is left out with its \
+             Each iteration (one poll of every stream) is timed, and one longer than {} \
+             µs and {}x the usual (the thread was off the core) is left out with its \
              packets and device cycles: 'cut' is the share of time left out. Full = share of \
-             bursts carrying {BURST} (Rx counts empty polls)."
+             bursts carrying {BURST} (Rx counts empty polls).",
+            CUT.min_us, CUT.factor
         ),
     ];
     if opts.source == Source::Wire {
@@ -352,7 +346,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
     );
     if !ctx.json {
         emit(&format!(
-            "{:<28} {:>10} {:>7} {:>8} {:>8} {:>9}  detail",
+            "{:<30} {:>10} {:>7} {:>8} {:>8} {:>9}  detail",
             "case", "cycles/pkt", "Mpps", "rx full", "tx full", "x normal"
         ));
     }
@@ -369,27 +363,21 @@ pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
     super::note_contention(ctx);
 }
 
-/// Rounds for `ops` packets per path: as many as fit slices of at least
-/// [`MIN_SLICE`], 1..=[`MAX_ROUNDS`].
-pub fn rounds(ops: u64) -> u64 {
-    (ops / MIN_SLICE).clamp(1, MAX_ROUNDS)
-}
-
 fn group_name(g: Group) -> String {
     format!(
         "{}, {} pair{}",
-        if g.fast_free { "ff" } else { "no ff" },
+        if g.fast_free {
+            "fast-free"
+        } else {
+            "no fast-free"
+        },
         g.pairs,
         if g.pairs == 1 { "" } else { "s" }
     )
 }
 
 fn print_row(ctx: &Ctx, r: &RecycleResult) {
-    if ctx.json {
-        match serde_json::to_string(r) {
-            Ok(line) => emit(&line),
-            Err(e) => eprintln!("{}: cannot encode result: {e}", r.base.case),
-        }
+    if ctx.json_row(&r.base.case, r) {
         return;
     }
     let mut detail = format!(
@@ -407,7 +395,7 @@ fn print_row(ctx: &Ctx, r: &RecycleResult) {
         detail.push_str(&format!(", pool on {b}"));
     }
     emit(&format!(
-        "{:<28} {:>10.1} {:>7.2} {:>7.1}% {:>7.1}% {:>9.3}  {detail}",
+        "{:<30} {:>10.1} {:>7.2} {:>7.1}% {:>7.1}% {:>9.3}  {detail}",
         r.base.case,
         r.base.cycles_per_op,
         r.base.mops,
@@ -418,7 +406,7 @@ fn print_row(ctx: &Ctx, r: &RecycleResult) {
 }
 
 /// One path's ports: its own pool, ports, and (tester source) tester.
-struct Bed {
+struct PathPorts {
     pool: MbufPool,
     ports: Vec<Port>,
     counters: Vec<Arc<PortCounters>>,
@@ -427,9 +415,9 @@ struct Bed {
     preloaded: u64,
 }
 
-impl Bed {
+impl PathPorts {
     /// Opens and starts `path`'s ports for `g`, and preloads the wires.
-    fn open(path: Path, g: Group, opts: Opts) -> Result<Bed, String> {
+    fn open(path: Path, g: Group, opts: Opts) -> Result<PathPorts, String> {
         let nports = 2 * g.pairs;
         let preload = opts.preload();
         let need = nports * (opts.rxd as usize + opts.txd as usize + preload)
@@ -479,11 +467,11 @@ impl Bed {
                 .map(|(_, t)| t),
         };
         let mut preloaded = 0;
-        for p in ports.iter_mut() {
-            preloaded += super::fwd::preload_port(p, &pool, preload)?;
+        for port in ports.iter_mut() {
+            preloaded += super::fwd::preload_port(port, &pool, preload)?;
         }
         let counters = ports.iter().map(Port::counters).collect();
-        Ok(Bed {
+        Ok(PathPorts {
             pool,
             ports,
             counters,
@@ -496,21 +484,21 @@ impl Bed {
     fn streams(&mut self) -> Result<Vec<Stream<'_>>, String> {
         let mut rxq: Vec<Option<&mut dyn RxQueue>> = Vec::new();
         let mut txq: Vec<Option<&mut dyn TxQueue>> = Vec::new();
-        for p in self.ports.iter_mut() {
-            let (rx, tx) = p.queues_mut().map_err(|e| e.to_string())?;
+        for port in self.ports.iter_mut() {
+            let (rx, tx) = port.queues_mut().map_err(|e| e.to_string())?;
             rxq.push(rx.iter_mut().next().map(|q| q.as_mut()));
             txq.push(tx.iter_mut().next().map(|q| q.as_mut()));
         }
         let mac = sluice::net::MacAddr([2, 0, 0, 0, 0, 1]);
         let mut streams = Vec::with_capacity(rxq.len());
-        for (p, slot) in rxq.iter_mut().enumerate() {
-            let t = p ^ 1;
-            let (Some(rx), Some(tx)) = (slot.take(), txq[t].take()) else {
-                return Err(format!("port {p} or {t} has no queue 0"));
+        for (rx_port, slot) in rxq.iter_mut().enumerate() {
+            let tx_port = rx_port ^ 1;
+            let (Some(rx), Some(tx)) = (slot.take(), txq[tx_port].take()) else {
+                return Err(format!("port {rx_port} or {tx_port} has no queue 0"));
             };
             streams.push(Stream {
-                id: p,
-                tx_port: t,
+                id: rx_port,
+                tx_port,
                 rx,
                 tx,
                 src_mac: mac,
@@ -572,7 +560,7 @@ fn bursts(counters: &[Arc<PortCounters>]) -> [u64; 4] {
 
 /// Per-path running totals kept by the lcore.
 #[derive(Debug, Default)]
-struct Tally {
+struct PathSlices {
     slices: Vec<Slice>,
     drops: u64,
 }
@@ -584,21 +572,23 @@ fn measure_group(
     rounds: usize,
     slice: u64,
 ) -> Result<Vec<RecycleResult>, String> {
-    let mut beds = Vec::with_capacity(PATHS.len());
+    let mut path_ports = Vec::with_capacity(PATHS.len());
     for path in PATHS {
-        beds.push(Bed::open(path, g, opts).map_err(|e| format!("{}: {e}", path.name()))?);
+        path_ports
+            .push(PathPorts::open(path, g, opts).map_err(|e| format!("{}: {e}", path.name()))?);
     }
-    let counters: Vec<Vec<Arc<PortCounters>>> = beds.iter().map(|b| b.counters.clone()).collect();
+    let counters: Vec<Vec<Arc<PortCounters>>> =
+        path_ports.iter().map(|b| b.counters.clone()).collect();
     let clocks: Vec<DeviceClock> = counters.iter().map(|c| DeviceClock::new(c)).collect();
-    let checks: Vec<(Option<Arc<Tester>>, u64)> = beds
+    let checks: Vec<(Option<Arc<Tester>>, u64)> = path_ports
         .iter()
         .map(|b| (b.tester.clone(), b.preloaded))
         .collect();
-    let mut tallies: Vec<Tally> = PATHS.iter().map(|_| Tally::default()).collect();
+    let mut slices_of: Vec<PathSlices> = PATHS.iter().map(|_| PathSlices::default()).collect();
     {
-        let mut streams = beds
+        let mut streams = path_ports
             .iter_mut()
-            .map(Bed::streams)
+            .map(PathPorts::streams)
             .collect::<Result<Vec<_>, _>>()?;
         let mut burst: Burst<64> = Burst::new();
         // Warm-up per slice: twice round every ring of every stream.
@@ -610,31 +600,30 @@ fn measure_group(
         for (i, s) in streams.iter_mut().enumerate() {
             let first = (slice / 4).max(warm);
             let r = run_path(PATHS[i], s, &mut burst, first, &clocks[i], u64::MAX)?;
-            tallies[i].drops += r.drops;
-            cuts.push(r.cut());
+            slices_of[i].drops += r.drops;
+            cuts.push(r.times.cut(CUT));
         }
-        for round in 0..rounds {
-            for &i in &ORDERS[round % ORDERS.len()] {
-                let s = &mut streams[i];
-                let r = run_path(PATHS[i], s, &mut burst, warm, &clocks[i], cuts[i])?;
-                tallies[i].drops += r.drops;
-                let before = bursts(&counters[i]);
-                let r = run_path(PATHS[i], s, &mut burst, slice, &clocks[i], cuts[i])?;
-                let after = bursts(&counters[i]);
-                tallies[i].drops += r.drops;
-                let diff = |k: usize| after[k].saturating_sub(before[k]);
-                tallies[i].slices.push(Slice {
-                    cycles: r.cycles,
-                    device: r.device,
-                    packets: r.packets,
-                    excluded: r.excluded,
-                    rx_full: diff(0),
-                    rx_bursts: diff(1),
-                    tx_full: diff(2),
-                    tx_bursts: diff(3),
-                });
-            }
-        }
+        interleave(rounds, PATHS.len(), |_, i| {
+            let s = &mut streams[i];
+            let r = run_path(PATHS[i], s, &mut burst, warm, &clocks[i], cuts[i])?;
+            slices_of[i].drops += r.drops;
+            let before = bursts(&counters[i]);
+            let r = run_path(PATHS[i], s, &mut burst, slice, &clocks[i], cuts[i])?;
+            let after = bursts(&counters[i]);
+            slices_of[i].drops += r.drops;
+            let diff = |k: usize| after[k].saturating_sub(before[k]);
+            slices_of[i].slices.push(Slice {
+                cycles: r.times.kept,
+                device: r.device,
+                packets: r.packets,
+                excluded: r.times.excluded,
+                rx_full: diff(0),
+                rx_bursts: diff(1),
+                tx_full: diff(2),
+                tx_bursts: diff(3),
+            });
+            Ok::<(), String>(())
+        })?;
         for (i, s) in streams.iter_mut().enumerate() {
             let name = PATHS[i].name();
             let errors: u64 = s.iter().map(|s| s.recycle_errors).sum();
@@ -649,22 +638,31 @@ fn measure_group(
                 }
                 None => drain(PATHS[i], s, &mut burst, false)?,
             };
-            account(name, tester.as_deref(), *preloaded, tallies[i].drops, left)?;
+            account(
+                name,
+                tester.as_deref(),
+                *preloaded,
+                slices_of[i].drops,
+                left,
+            )?;
         }
     }
-    let backings: Vec<Backing> = beds.iter().map(|b| b.pool.mempool().backing()).collect();
-    for (i, mut bed) in beds.into_iter().enumerate() {
+    let backings: Vec<Backing> = path_ports
+        .iter()
+        .map(|b| b.pool.mempool().backing())
+        .collect();
+    for (i, mut opened) in path_ports.into_iter().enumerate() {
         let name = PATHS[i].name();
-        for (p, c) in bed.counters.iter().enumerate() {
+        for (port, c) in opened.counters.iter().enumerate() {
             let s = c.stats();
             if s.rx_missed != 0 || s.rx_errors != 0 || s.tx_errors != 0 {
                 return Err(format!(
-                    "{name}: port {p}: rx_missed {}, rx errors {}, tx errors {}",
+                    "{name}: port {port}: rx_missed {}, rx errors {}, tx errors {}",
                     s.rx_missed, s.rx_errors, s.tx_errors
                 ));
             }
         }
-        let recycled: u64 = bed
+        let recycled: u64 = opened
             .counters
             .iter()
             .filter_map(|c| c.xstats.get("rx_recycled"))
@@ -672,14 +670,14 @@ fn measure_group(
         if (PATHS[i] == Path::Recycle) != (recycled > 0) {
             return Err(format!("{name}: {recycled} buffers recycled"));
         }
-        bed.ports.iter_mut().for_each(Port::stop);
-        bed.ports.clear();
-        bed.pool.flush_local_cache();
-        if !bed.pool.is_full() {
+        opened.ports.iter_mut().for_each(Port::stop);
+        opened.ports.clear();
+        opened.pool.flush_local_cache();
+        if !opened.pool.is_full() {
             return Err(format!("{name}: the mbuf pool is not full after the run"));
         }
     }
-    let mut rows = results(g, opts, &tallies);
+    let mut rows = results(g, opts, &slices_of);
     for (row, b) in rows.iter_mut().zip(backings) {
         row.base.backing = Some(b.to_string());
         row.hugepages = b == Backing::Hugepages;
@@ -717,28 +715,23 @@ fn account(
     Ok(())
 }
 
-/// The rows of a group from its tallies.
-fn results(g: Group, opts: Opts, tallies: &[Tally]) -> Vec<RecycleResult> {
-    let normal: Vec<f64> = tallies[0]
+/// The rows of a group from each path's slices.
+fn results(g: Group, opts: Opts, slices_of: &[PathSlices]) -> Vec<RecycleResult> {
+    let normal: Vec<f64> = slices_of[0]
         .slices
         .iter()
         .map(Slice::cycles_per_packet)
         .collect();
     PATHS
         .iter()
-        .zip(tallies)
+        .zip(slices_of)
         .map(|(&path, t)| {
             let cycles: Vec<f64> = t.slices.iter().map(Slice::cycles_per_packet).collect();
             let mpps: Vec<f64> = t.slices.iter().map(Slice::mpps).collect();
-            let ratios: Vec<f64> = cycles
-                .iter()
-                .zip(&normal)
-                .map(|(c, n)| if *n > 0.0 { c / n } else { 0.0 })
-                .collect();
+            let spread = Spread::of(&cycles);
             let sum = |f: fn(&Slice) -> u64| t.slices.iter().map(f).sum::<u64>();
-            let share = |full: u64, all: u64| full as f64 / all.max(1) as f64;
             let case = format!("{} {}", path.name(), group_name(g));
-            let mut base = BenchResult::new("recycle", case, 1, median(&cycles), median(&mpps));
+            let mut base = BenchResult::new("recycle", case, 1, spread.median, median(&mpps));
             base.bulk = Some(BURST);
             base.cache = Some(opts.cache);
             base.ops = sum(|s| s.packets);
@@ -754,31 +747,16 @@ fn results(g: Group, opts: Opts, tallies: &[Tally]) -> Vec<RecycleResult> {
                 preload: opts.preload(),
                 rx_full_share: share(sum(|s| s.rx_full), sum(|s| s.rx_bursts)),
                 tx_full_share: share(sum(|s| s.tx_full), sum(|s| s.tx_bursts)),
-                ratio_vs_normal: median(&ratios),
+                ratio_vs_normal: median(&ratios(&cycles, &normal)),
                 rounds: cycles.len(),
-                cycles_min: cycles.iter().copied().fold(f64::INFINITY, f64::min),
-                cycles_max: cycles.iter().copied().fold(0.0, f64::max),
+                cycles_min: spread.min,
+                cycles_max: spread.max,
                 excluded_share: share(sum(|s| s.excluded), sum(|s| s.excluded + s.cycles)),
                 drops: t.drops,
                 hugepages: true,
             }
         })
         .collect()
-}
-
-/// The median (the mean of the middle two for an even count; 0 if empty).
-pub fn median(v: &[f64]) -> f64 {
-    if v.is_empty() {
-        return 0.0;
-    }
-    let mut s = v.to_vec();
-    s.sort_by(f64::total_cmp);
-    let m = s.len() / 2;
-    if s.len() % 2 == 1 {
-        s[m]
-    } else {
-        (s[m - 1] + s[m]) / 2.0
-    }
 }
 
 /// The inline device models' `device_cycles` counters of one path's
@@ -809,25 +787,12 @@ struct Run {
     received: u64,
     /// Packets a Tx queue did not take.
     drops: u64,
-    /// TSC ticks of the iterations kept.
-    cycles: u64,
-    /// The devices' own cycles inside them.
+    /// TSC ticks of the iterations, kept (not over the cut) and left out.
+    times: IterationTimes,
+    /// The devices' own cycles inside the iterations kept.
     device: u64,
     /// Packets received in them.
     packets: u64,
-    /// TSC ticks of the iterations left out (longer than the cut).
-    excluded: u64,
-    /// Iterations, kept or not.
-    iterations: u64,
-}
-
-impl Run {
-    /// The longest iteration to keep after this run, in TSC ticks: longer
-    /// than [`CUT_US`] and [`CUT_FACTOR`] times its mean iteration.
-    fn cut(&self) -> u64 {
-        let mean = (self.cycles + self.excluded) / self.iterations.max(1);
-        (tsc::tsc_hz() / 1_000_000 * CUT_US).max(CUT_FACTOR * mean)
-    }
 }
 
 /// Forwards `ops` packets over `streams` with `path`'s engine.
@@ -872,15 +837,11 @@ fn forward<E: Fwd>(
         let t1 = rdtsc();
         let d1 = clock.read();
         let span = t1.wrapping_sub(t);
-        if span > cut {
-            r.excluded += span;
-        } else {
-            r.cycles += span;
+        if r.times.record(span, cut) {
             r.device += d1.wrapping_sub(d);
             r.packets += n;
         }
         (t, d) = (t1, d1);
-        r.iterations += 1;
         if n == 0 {
             stall.failed()?;
         } else {
@@ -987,7 +948,7 @@ mod tests {
             pairs: 2,
         };
         let opts = Opts::from_args(&RecycleArgs::default());
-        let mut t = Tally::default();
+        let mut t = PathSlices::default();
         t.slices.push(Slice {
             cycles: 1000,
             device: 600,
@@ -998,16 +959,16 @@ mod tests {
             tx_full: 1,
             tx_bursts: 1,
         });
-        let mut half = Tally::default();
+        let mut half = PathSlices::default();
         half.slices.push(Slice {
             device: 800,
             ..t.slices[0]
         });
-        let rows = results(g, opts, &[t, Tally::default(), half]);
+        let rows = results(g, opts, &[t, PathSlices::default(), half]);
         let v: serde_json::Value =
             serde_json::from_str(&serde_json::to_string(&rows[2]).unwrap()).unwrap();
         assert_eq!(v["bench"], "recycle");
-        assert_eq!(v["case"], "recycle ff, 2 pairs");
+        assert_eq!(v["case"], "recycle fast-free, 2 pairs");
         assert_eq!(v["path"], "recycle");
         assert_eq!(v["cycles_per_op"], 20.0);
         assert_eq!(v["ratio_vs_normal"], 0.5);
@@ -1035,26 +996,13 @@ mod tests {
     }
 
     #[test]
-    fn medians_rounds_and_descriptor_counts() {
-        assert_eq!(median(&[]), 0.0);
-        assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), 2.5);
-        assert_eq!(rounds(1), 1);
-        assert_eq!(rounds(DEFAULT_OPS), MAX_ROUNDS);
-        assert_eq!(rounds(3 * MIN_SLICE), 3);
+    fn rounds_and_descriptor_counts() {
+        assert_eq!(rounds(1, MIN_SLICE, MAX_ROUNDS), 1);
+        assert_eq!(rounds(DEFAULT_OPS, MIN_SLICE, MAX_ROUNDS), MAX_ROUNDS);
+        assert_eq!(rounds(3 * MIN_SLICE, MIN_SLICE, MAX_ROUNDS), 3);
         assert_eq!(parse_desc("512"), Ok(512));
         for bad in ["32", "100", "8192", "x"] {
             assert!(parse_desc(bad).is_err(), "{bad}");
         }
-        // Every order is a permutation, and all six appear.
-        let mut seen = ORDERS.to_vec();
-        seen.sort_unstable();
-        seen.dedup();
-        assert_eq!(seen.len(), 6);
-        assert!(ORDERS.iter().all(|o| {
-            let mut s = *o;
-            s.sort_unstable();
-            s == [0, 1, 2]
-        }));
     }
 }

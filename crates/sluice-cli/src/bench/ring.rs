@@ -15,7 +15,6 @@
 use std::array;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluice::ring::{Consumer, Multi, Producer, Ring, Single, SyncMode};
 use sluice::tsc::rdtsc_ordered;
@@ -60,7 +59,8 @@ fn case_name(mode: Mode, bulk: usize, cores: u32) -> String {
     format!("{} {size}{cores}", mode.label())
 }
 
-/// DPDK 22.11's figure for a case, in cycles per element (ANCHORS.md).
+/// DPDK 22.11's `ring_perf_autotest` figure for a case, in cycles per
+/// element (see [`sluice_bench::DPDK_REFERENCE_MACHINE`]).
 fn dpdk_ref(mode: Mode, bulk: usize, cores: u32) -> Option<f64> {
     match (mode, bulk, cores) {
         (Mode::Spsc, 1, 1) => Some(11.2),
@@ -93,6 +93,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
              cycles per element (DPDK's convention), Mops = elements out of the ring per second."
         ));
     }
+    notes.push(sluice_bench::dpdk_reference_note("ring_perf_autotest"));
     ctx.section("ring (cf. DPDK ring_perf_autotest)", &notes);
 
     let in_summary = |mode: Mode, bulk: usize, cores: u32| match sel {
@@ -153,7 +154,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
             None => ctx.skip(&case, "needs two CPUs, this process may use one"),
             Some(cpus) => {
                 let trips = (ops / 16).max(1000);
-                let r = line_round_trip(cpus, trips).map(|s| {
+                let r = super::contention::line_round_trip(cpus, trips).map(|s| {
                     let mut r =
                         BenchResult::new("ring", case.clone(), 2, s.cycles_per_op(), s.mops());
                     r.ops = s.ops;
@@ -368,59 +369,6 @@ fn consume_n<C: SyncMode>(
     Ok(sum)
 }
 
-/// One cache line, 128-byte aligned so nothing else shares it.
-#[repr(align(128))]
-struct Line(AtomicU64);
-
-/// Bounces one cache line `trips` times between a lcore on `cpus.0` (writes
-/// an odd value, waits for the next even one) and one on `cpus.1` (answers);
-/// one op = one round trip, timed on `cpus.0`.
-pub(crate) fn line_round_trip(cpus: (usize, usize), trips: u64) -> Result<Sample, String> {
-    let line = Arc::new(Line(AtomicU64::new(0)));
-    let barrier = Arc::new(SpinBarrier::new(2));
-    let (l1, b1) = (Arc::clone(&line), Arc::clone(&barrier));
-    let ping: Worker<Sample> = Box::new(move || {
-        let mut stall = Stall::new("pinger");
-        b1.wait()?;
-        let start = rdtsc_ordered();
-        for i in 0..trips {
-            // Release/Acquire: each side's store is what the other waits for.
-            l1.0.store(2 * i + 1, Ordering::Release);
-            while l1.0.load(Ordering::Acquire) != 2 * i + 2 {
-                stall.failed()?;
-            }
-            stall.progressed();
-        }
-        let end = rdtsc_ordered();
-        Ok(Sample {
-            ops: trips,
-            start,
-            end,
-        })
-    });
-    let pong: Worker<Sample> = Box::new(move || {
-        let mut stall = Stall::new("ponger");
-        barrier.wait()?;
-        for i in 0..trips {
-            while line.0.load(Ordering::Acquire) != 2 * i + 1 {
-                stall.failed()?;
-            }
-            stall.progressed();
-            line.0.store(2 * i + 2, Ordering::Release);
-        }
-        Ok(Sample {
-            ops: 0,
-            start: 0,
-            end: 0,
-        })
-    });
-    let mut samples = on_lcores(vec![(cpus.0, ping), (cpus.1, pong)])?;
-    samples.truncate(1);
-    samples
-        .pop()
-        .ok_or_else(|| "the pinger returned no sample".to_owned())
-}
-
 /// What a two-core case measured.
 struct TwoCore {
     producer: Sample,
@@ -525,15 +473,6 @@ mod tests {
             let t = two_core::<Multi, Multi>(pair, bulk, 10_000).unwrap();
             assert_eq!(t.producer.ops, t.consumer.ops);
         }
-    }
-
-    #[test]
-    fn line_round_trip_completes_every_trip() {
-        let cpus = sluice::lcore::available_cpus();
-        let pair = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
-        let s = line_round_trip(pair, 2_000).unwrap();
-        assert_eq!(s.ops, 2_000);
-        assert!(s.end > s.start);
     }
 
     #[test]

@@ -1,8 +1,9 @@
-//! A page_frag_cache-style allocator (Linux's `page_frag_alloc`), for
-//! contrast with the page pool's fragments: blocks (32 KiB by default) taken
-//! straight from the block provider, split into fragments with the same
-//! per-page count, and given back to the provider when their last fragment is
-//! freed.
+//! A page_frag_cache-style allocator (Linux's `page_frag_alloc`), the
+//! baseline the page pool's fragments are measured against (`sluice bench
+//! pagepool`); no driver uses it. It takes blocks (32 KiB by default)
+//! straight from the block provider, splits them into fragments with the
+//! same per-page count, and gives each back to the provider when its last
+//! fragment is freed.
 //!
 //! Per fragment it costs what [`PageFragAlloc`](super::PageFragAlloc) costs;
 //! per block it pays the provider's slow path (lock, buddy split) to get one

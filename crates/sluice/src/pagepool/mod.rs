@@ -20,7 +20,8 @@
 //!   on the last free, from any thread.
 //! - [`PageFragAlloc`] (`frag_alloc.rs`): fragments from page-pool pages.
 //! - [`PageFragCache`] (`frag_cache.rs`): fragments from provider blocks
-//!   (Linux's page_frag_cache), for contrast.
+//!   (Linux's page_frag_cache): the baseline `sluice bench pagepool`
+//!   compares the page pool's fragments with, not a path the drivers use.
 //! - [`BulkFree`] (`bulk.rs`): frees fragments and pages in bulk — one
 //!   count update per run of a page's fragments, pages home in stashes of
 //!   [`PAGE_BULK`] (Linux's `xdp_frame_bulk`).

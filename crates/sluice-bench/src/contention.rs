@@ -13,16 +13,21 @@
 //! - a slow *alone* figure says something else ran on that core's sibling
 //!   meanwhile (another guest's thread).
 //!
-//! Every two-core figure moves with this, as it does with the cache line's
-//! round trip (`sluice bench ring`), and on this project's 2-vCPU machine it
-//! has been seen anywhere from 1.0× to 2.0× within minutes. Benchmarks that
-//! report two-core figures print it beside them.
+//! Every two-core figure moves with this, and on a shared 2-vCPU virtual
+//! machine it has been seen anywhere from 1.0× to 2.0× within minutes.
+//! Benchmarks that report two-core figures print it beside them.
+//!
+//! The second probe, [`line_round_trip`], times one cache line bouncing
+//! between the two CPUs: what every hand-off between two cores pays at
+//! least, and another figure that moves between runs on a shared host.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use sluice::tsc::rdtsc_ordered;
 
-use super::{SpinBarrier, Worker, on_lcore, on_lcores};
+use crate::stats::Spread;
+use crate::{Ctx, Sample, SpinBarrier, Stall, Worker, on_lcore, on_lcores};
 
 /// Iterations timed per run of the loop: about 4 M cycles on a core alone.
 pub const ITERS: u64 = 1 << 20;
@@ -46,7 +51,7 @@ impl CoreContention {
     /// One line for a benchmark's notes.
     pub fn describe(&self, cpus: (usize, usize)) -> String {
         let s = self.slowdown();
-        let verdict = if s < 1.15 {
+        let reading = if s < 1.15 {
             "the two CPUs run side by side at full speed"
         } else if s < 1.6 {
             "the two CPUs partly share execution units (SMT siblings, or a busy host)"
@@ -67,7 +72,7 @@ impl CoreContention {
         format!(
             "Core contention in this run: a register-only loop takes {a0:.2} / {a1:.2} TSC \
              cycles per iteration alone on CPUs {} / {}, {:.2} / {:.2} with both running it: \
-             {s:.2}x, {verdict}{slow_alone}. Two-core figures move with it.",
+             {s:.2}x, {reading}{slow_alone}. Two-core figures move with it.",
             cpus.0, cpus.1, self.together[0], self.together[1]
         )
     }
@@ -81,16 +86,17 @@ pub fn describe_rounds(rounds: &[CoreContention], cpus: (usize, usize)) -> Strin
     if rounds.is_empty() {
         return "Core contention: not measured.".to_owned();
     }
-    // (median, smallest, largest)
-    let spread = |mut v: Vec<f64>| {
-        v.sort_by(f64::total_cmp);
-        (v[v.len() / 2], v[0], v[v.len() - 1])
+    let spread = |f: fn(&CoreContention) -> f64| {
+        let v: Vec<f64> = rounds.iter().map(f).collect();
+        Spread::of(&v)
     };
-    let (med, lo, hi) = spread(rounds.iter().map(CoreContention::slowdown).collect());
+    let slowdowns = spread(CoreContention::slowdown);
+    let (med, lo, hi) = (slowdowns.median, slowdowns.min, slowdowns.max);
     let shared = rounds.iter().filter(|c| c.slowdown() >= 1.6).count();
-    let (a0, best0, _) = spread(rounds.iter().map(|c| c.alone[0]).collect());
-    let (a1, best1, _) = spread(rounds.iter().map(|c| c.alone[1]).collect());
-    let best = best0.min(best1);
+    let alone0 = spread(|c| c.alone[0]);
+    let alone1 = spread(|c| c.alone[1]);
+    let (a0, a1) = (alone0.median, alone1.median);
+    let best = alone0.min.min(alone1.min);
     let slow = rounds
         .iter()
         .filter(|c| c.alone[0] > 1.3 * best || c.alone[1] > 1.3 * best)
@@ -106,6 +112,16 @@ pub fn describe_rounds(rounds: &[CoreContention], cpus: (usize, usize)) -> Strin
         cpus.0,
         cpus.1,
     )
+}
+
+/// Prints the probe's line ([`CoreContention::describe`]) for the CPUs of
+/// two-core cases, if there are two.
+pub fn note(ctx: &Ctx) {
+    let Some(cpus) = ctx.cpu_pair() else { return };
+    match measure(cpus, ITERS) {
+        Ok(c) => ctx.note(&c.describe(cpus)),
+        Err(e) => ctx.note(&format!("core contention: {e}")),
+    }
 }
 
 /// Runs the probe on `cpus`, `iters` iterations per timing.
@@ -127,6 +143,61 @@ pub fn measure(cpus: (usize, usize), iters: u64) -> Result<CoreContention, Strin
         alone: [a0, a1],
         together: [v[0], v[1]],
     })
+}
+
+/// One cache line, 128-byte aligned so nothing else shares it.
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// Bounces one cache line `trips` times between a lcore on `cpus.0` (writes
+/// an odd value, waits for the next even one) and one on `cpus.1` (answers);
+/// one op = one round trip, timed on `cpus.0`. Every two-core figure moves
+/// with what this costs: on a shared virtual machine, from about a hundred
+/// to thousands of cycles between runs.
+pub fn line_round_trip(cpus: (usize, usize), trips: u64) -> Result<Sample, String> {
+    let line = Arc::new(Line(AtomicU64::new(0)));
+    let barrier = Arc::new(SpinBarrier::new(2));
+    let (l1, b1) = (Arc::clone(&line), Arc::clone(&barrier));
+    let ping: Worker<Sample> = Box::new(move || {
+        let mut stall = Stall::new("pinger");
+        b1.wait()?;
+        let start = rdtsc_ordered();
+        for i in 0..trips {
+            // Release/Acquire: each side's store is what the other waits for.
+            l1.0.store(2 * i + 1, Ordering::Release);
+            while l1.0.load(Ordering::Acquire) != 2 * i + 2 {
+                stall.failed()?;
+            }
+            stall.progressed();
+        }
+        let end = rdtsc_ordered();
+        Ok(Sample {
+            ops: trips,
+            start,
+            end,
+        })
+    });
+    let pong: Worker<Sample> = Box::new(move || {
+        let mut stall = Stall::new("ponger");
+        barrier.wait()?;
+        for i in 0..trips {
+            while line.0.load(Ordering::Acquire) != 2 * i + 1 {
+                stall.failed()?;
+            }
+            stall.progressed();
+            line.0.store(2 * i + 2, Ordering::Release);
+        }
+        Ok(Sample {
+            ops: 0,
+            start: 0,
+            end: 0,
+        })
+    });
+    let mut samples = on_lcores(vec![(cpus.0, ping), (cpus.1, pong)])?;
+    samples.truncate(1);
+    samples
+        .pop()
+        .ok_or_else(|| "the pinger returned no sample".to_owned())
 }
 
 /// Times `iters` iterations of the loop on the calling thread.
@@ -195,6 +266,14 @@ mod tests {
     }
 
     #[test]
+    fn line_round_trip_completes_every_trip() {
+        let cpus = sluice::lcore::available_cpus();
+        let pair = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
+        let s = line_round_trip(pair, 2_000).unwrap();
+        assert_eq!(s.ops, 2_000);
+        assert!(s.end > s.start);
+    }
+    #[test]
     fn the_probe_gives_four_figures_and_a_ratio() {
         let cpus = sluice::lcore::available_cpus();
         let pair = (cpus[0], *cpus.get(1).unwrap_or(&cpus[0]));
@@ -208,7 +287,7 @@ mod tests {
     }
 
     #[test]
-    fn the_verdict_follows_the_slowdown() {
+    fn the_reading_follows_the_slowdown() {
         let c = |t: f64| CoreContention {
             alone: [4.0, 4.0],
             together: [t, t],
