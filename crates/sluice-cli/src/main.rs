@@ -1,14 +1,13 @@
 //! The `sluice` command: demo, forwarding apps and benchmarks.
 
 mod app;
-mod bench;
 mod commands;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::{demo, dist, fwd, l2fwd, l3fwd, traffic_gen, tune};
+use commands::{bench, demo, dist, fwd, l2fwd, l3fwd, traffic_gen, tune};
 
 /// Sluice: a userspace packet dataplane.
 ///

@@ -2,6 +2,7 @@
 //! together from the application layer (`crate::app`) and the library. A
 //! command never uses another command.
 
+pub mod bench;
 pub mod demo;
 pub mod dist;
 pub mod fwd;

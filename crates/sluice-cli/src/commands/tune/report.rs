@@ -2,6 +2,7 @@
 //! object per point and as one JSON document.
 
 use serde::Serialize;
+use sluice_bench::median;
 
 use super::args::Figure;
 use super::grid::{Config, DEFAULTS, Grid};
@@ -73,18 +74,6 @@ pub struct Row {
     pub runs: usize,
 }
 
-/// The median of `v` (not empty); the mean of the middle two for an even
-/// count.
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
 impl Row {
     /// One row per setting of `points`, in grid order.
     pub fn medians(points: &[PointResult]) -> Vec<Row> {
@@ -99,9 +88,9 @@ impl Row {
                 let sum = |f: fn(&PointResult) -> u64| runs.iter().map(|p| f(p)).sum::<u64>();
                 let point = PointResult {
                     config: first.config,
-                    mpps: median(runs.iter().map(|p| p.mpps).collect()),
-                    rx_mpps: median(runs.iter().map(|p| p.rx_mpps).collect()),
-                    cycles_per_packet: (!cpp.is_empty()).then(|| median(cpp)),
+                    mpps: median(&runs.iter().map(|p| p.mpps).collect::<Vec<_>>()),
+                    rx_mpps: median(&runs.iter().map(|p| p.rx_mpps).collect::<Vec<_>>()),
+                    cycles_per_packet: (!cpp.is_empty()).then(|| median(&cpp)),
                     busy_cycles: sum(|p| p.busy_cycles),
                     device_cycles: sum(|p| p.device_cycles),
                     drops: sum(|p| p.drops),
