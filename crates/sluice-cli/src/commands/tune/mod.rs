@@ -284,7 +284,7 @@ fn sweep(
         }
     }
 
-    // The verdict: on the confirmation runs when there are any, else on
+    // The recommendation: on the confirmation runs when there are any, else on
     // the sweep's measurements.
     let basis: &[PointResult] = if confirm.is_empty() {
         &points

@@ -1,4 +1,4 @@
-//! What a sweep found, as text (a table and the verdict), as one JSON
+//! What a sweep found, as text (a table and the recommendation), as one JSON
 //! object per point and as one JSON document.
 
 use serde::Serialize;
@@ -222,7 +222,7 @@ pub fn progress(kind: &str, i: usize, n: usize, r: &PointResult, elapsed: f64) -
     s + &format!(" ({elapsed:.1} s)")
 }
 
-/// Prints the table (every measured point, in grid order) and the verdict.
+/// Prints the table (every measured point, in grid order) and the recommendation.
 pub fn print(r: &TuneResult) {
     emit(&format!(
         "---- sluice tune: {} forwarding over {} port(s), {} s warm-up + {} s per point ----",
