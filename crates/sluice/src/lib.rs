@@ -44,5 +44,7 @@ pub mod pagepool;
 pub mod port;
 pub mod ring;
 pub(crate) mod sync;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod tester;
 pub mod tsc;

@@ -9,37 +9,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use super::test_support::{assert_handed_once_returned_at_most_once, count_returned, seqs};
+use super::test_support::{
+    assert_handed_once_returned_at_most_once, count_returned, hashed_burst, seqs,
+};
 use super::*;
-use crate::mbuf::{Burst, Mbuf, MbufPool, MbufPoolConfig};
-
-fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        name: "single-test".into(),
-        size,
-        cache_size: 0,
-        ..Default::default()
-    })
-    .unwrap()
-}
-
-/// `n` packets with RSS hash `hash(i)` and sequence number `i`, for `i`
-/// from `seq0`.
-fn burst_of<const N: usize>(
-    pool: &MbufPool,
-    n: usize,
-    seq0: u64,
-    hash: impl Fn(u64) -> u32,
-) -> Burst<N> {
-    let mut b = Burst::<N>::new();
-    for i in seq0..seq0 + n as u64 {
-        let mut m = pool.alloc().expect("pool has room");
-        m.set_rss_hash(hash(i)).unwrap();
-        m.set_udata64(i).unwrap();
-        b.push(m).map_err(|_| ()).expect("burst has room");
-    }
-    b
-}
+use crate::mbuf::{Burst, Mbuf};
+use crate::test_support::{assert_pool_full, assert_pool_full_with, test_pool};
 
 fn none() -> Burst<0> {
     Burst::new()
@@ -83,7 +58,7 @@ fn serve(d: &mut SingleDistributor, ws: &mut [SingleWorker], got: &mut [Vec<u64>
 
 #[test]
 fn bad_input_is_an_error_with_a_clear_message() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let e = SingleDistributor::new(0).unwrap_err();
     assert_eq!(e, DistError::NoWorkers);
     assert_eq!(e.to_string(), "a distributor needs at least one worker");
@@ -125,19 +100,19 @@ fn bad_input_is_an_error_with_a_clear_message() {
     drop(d);
     assert_eq!(w.poll_pkt().unwrap_err(), DistError::Closed);
     drop(w);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn all_packets_of_one_flow_go_to_one_worker() {
-    let pool = pool(1023);
+    let pool = test_pool(1023);
     let mut d = SingleDistributor::new(4).unwrap();
     let mut ws: Vec<SingleWorker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
     activate(&mut d, &mut ws);
     for round in 0..8u64 {
         // Eight packets of one flow with every worker idle: one is handed
         // at once, seven queue behind it for the same worker.
-        let mut b: Burst<8> = burst_of(&pool, 8, round * 8, |_| 0x1234);
+        let mut b: Burst<8> = hashed_burst(&pool, 8, round * 8, |_| 0x1234);
         assert_eq!(d.process(&mut b), 8);
         let mut got = vec![Vec::new(); 4];
         serve(&mut d, &mut ws, &mut got, 8);
@@ -150,18 +125,18 @@ fn all_packets_of_one_flow_go_to_one_worker() {
     assert_eq!(d.returns_waiting(), 64);
     d.clear_returns();
     drop((d, ws));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn distinct_flows_spread_over_every_worker() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = SingleDistributor::new(4).unwrap();
     let mut ws: Vec<SingleWorker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
     activate(&mut d, &mut ws);
     // Eight flows: one to each idle worker, then one more to each of the
     // least loaded, lowest id first.
-    let mut b: Burst<8> = burst_of(&pool, 8, 0, |i| i as u32 + 100);
+    let mut b: Burst<8> = hashed_burst(&pool, 8, 0, |i| i as u32 + 100);
     assert_eq!(d.process(&mut b), 8);
     assert_eq!(d.outstanding(), 8);
     let mut got = vec![Vec::new(); 4];
@@ -175,17 +150,17 @@ fn distinct_flows_spread_over_every_worker() {
     s.sort_unstable();
     assert_eq!(s, (0..8).collect::<Vec<_>>());
     drop((back, d, ws));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = SingleDistributor::new(2).unwrap();
     let mut ws: Vec<SingleWorker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
     activate(&mut d, &mut ws);
     // Nine packets of one flow: one handed to worker 0, eight queued.
-    let mut b: Burst<16> = burst_of(&pool, 9, 0, |_| 9);
+    let mut b: Burst<16> = hashed_burst(&pool, 9, 0, |_| 9);
     assert_eq!(d.process(&mut b), 9);
     assert_eq!(d.outstanding(), 9);
     // A tenth must wait for worker 0: nothing taken while it does not ask
@@ -209,16 +184,16 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
     assert_eq!(d.returned_pkts(&mut back), 9);
     assert_eq!(seqs(&back), (0..9).collect::<Vec<_>>());
     drop((back, d, ws));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn an_unread_packet_of_a_worker_shutting_down_goes_first_to_another() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = SingleDistributor::new(2).unwrap();
     let mut ws: Vec<SingleWorker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
     activate(&mut d, &mut ws);
-    let mut b: Burst<4> = burst_of(&pool, 3, 0, |_| 3);
+    let mut b: Burst<4> = hashed_burst(&pool, 3, 0, |_| 3);
     assert_eq!(d.process(&mut b), 3);
     // Worker 0 was answered but quits without taking its packet.
     ws[0].return_pkt(None).unwrap();
@@ -232,12 +207,12 @@ fn an_unread_packet_of_a_worker_shutting_down_goes_first_to_another() {
     assert_eq!(d.returned_pkts(&mut back), 3);
     assert_eq!(seqs(&back), vec![0, 1, 2]);
     drop((back, d, ws));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_waiting_for_a_packet_can_quit_and_come_back() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = SingleDistributor::new(2).unwrap();
     let mut w0 = d.worker(0).unwrap();
     w0.request_pkt(None).unwrap();
@@ -259,7 +234,7 @@ fn a_worker_waiting_for_a_packet_can_quit_and_come_back() {
     assert_eq!(d.active_workers(), 0);
     assert_eq!(d.stats().shutdowns, 1);
     // No active worker: packets stay with the caller.
-    let mut b: Burst<2> = burst_of(&pool, 2, 0, |_| 5);
+    let mut b: Burst<2> = hashed_burst(&pool, 2, 0, |_| 5);
     assert_eq!(d.process(&mut b), 0);
     assert_eq!(b.len(), 2);
     // Back again, it receives.
@@ -271,18 +246,18 @@ fn a_worker_waiting_for_a_packet_can_quit_and_come_back() {
     assert_eq!(d.flush(), 0);
     assert_eq!(d.returns_waiting(), 2);
     drop((d, w0));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = SingleDistributor::with_returns(1, 8).unwrap();
     let mut w = d.worker(0).unwrap();
     w.request_pkt(None).unwrap();
     // Nine exchanges: the FIFO takes the first eight returns.
     for i in 0..9u64 {
-        let mut b: Burst<1> = burst_of(&pool, 1, i, |_| 1);
+        let mut b: Burst<1> = hashed_burst(&pool, 1, i, |_| 1);
         assert_eq!(d.process(&mut b), 1);
         let m = w.poll_pkt().unwrap().expect("answered");
         assert_eq!(m.udata64(), i);
@@ -291,7 +266,7 @@ fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
     assert_eq!(d.returns_waiting(), 8);
     assert_eq!(d.stats().returns_full, 0);
     // The ninth return does not fit: the worker waits; packet 9 queues.
-    let mut b: Burst<1> = burst_of(&pool, 1, 9, |_| 1);
+    let mut b: Burst<1> = hashed_burst(&pool, 1, 9, |_| 1);
     assert_eq!(d.process(&mut b), 1);
     assert_eq!(d.stats().returns_full, 1);
     assert_eq!(w.poll_pkt().unwrap().map(|m| m.udata64()), None);
@@ -299,7 +274,7 @@ fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
     assert_eq!(d.stats().returns_full, 1, "counted once per request");
     // Eight more of the flow: seven fit the backlog, the eighth must wait
     // for the worker, which waits for room: process leaves it.
-    let mut b: Burst<8> = burst_of(&pool, 8, 10, |_| 1);
+    let mut b: Burst<8> = hashed_burst(&pool, 8, 10, |_| 1);
     assert_eq!(d.process(&mut b), 7);
     assert_eq!(seqs(&b), vec![17]);
     assert_eq!(d.flush(), 9, "flush cannot go on either");
@@ -317,18 +292,18 @@ fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
     // backlog and the shutdown request's packets.
     drop((b, w));
     drop(d);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn dropping_the_distributor_under_open_requests_frees_everything() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = SingleDistributor::new(2).unwrap();
     let mut w0 = d.worker(0).unwrap();
     let mut w1 = d.worker(1).unwrap();
     w0.request_pkt(None).unwrap();
     w1.request_pkt(None).unwrap();
-    let mut b: Burst<8> = burst_of(&pool, 6, 0, |i| (i % 2) as u32 + 2);
+    let mut b: Burst<8> = hashed_burst(&pool, 6, 0, |i| (i % 2) as u32 + 2);
     assert_eq!(d.process(&mut b), 6);
     // Worker 0 hands its packet back with a new request; worker 1 never
     // takes its answer.
@@ -340,18 +315,18 @@ fn dropping_the_distributor_under_open_requests_frees_everything() {
     // Worker 1 quits: its untaken packet is freed.
     assert_eq!(w1.return_pkt(None).unwrap_err(), DistError::Closed);
     drop((w0, w1));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_handle_dropped_by_a_panic_leaves_its_answer_to_the_next() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = SingleDistributor::new(2).unwrap();
     let mut w0 = d.worker(0).unwrap();
     let mut w1 = d.worker(1).unwrap();
     w0.request_pkt(None).unwrap();
     w1.request_pkt(None).unwrap();
-    let mut b: Burst<8> = burst_of(&pool, 3, 0, |_| 6);
+    let mut b: Burst<8> = hashed_burst(&pool, 3, 0, |_| 6);
     assert_eq!(d.process(&mut b), 3);
     // Worker 0 has an answer (packet 0, with 1 and 2 queued) and its
     // thread panics before taking it.
@@ -389,7 +364,7 @@ fn a_handle_dropped_by_a_panic_leaves_its_answer_to_the_next() {
     assert_eq!(d.active_workers(), 2);
 
     // A panic with an answer and no next handle: the last owner frees it.
-    let mut b: Burst<8> = burst_of(&pool, 1, 3, |_| 6);
+    let mut b: Burst<8> = hashed_burst(&pool, 1, 3, |_| 6);
     assert_eq!(d.process(&mut b), 1);
     let r = catch_unwind(AssertUnwindSafe(move || {
         let _w = w0;
@@ -398,7 +373,7 @@ fn a_handle_dropped_by_a_panic_leaves_its_answer_to_the_next() {
     assert!(r.is_err());
     drop(d);
     drop(w1);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -406,7 +381,7 @@ fn flows_leave_the_workers_in_arrival_order() {
     const TOTAL: u64 = 30_000;
     const FLOWS: u64 = 37;
     const WORKERS: usize = 4;
-    let pool = pool(2047);
+    let pool = test_pool(2047);
     let mut d = SingleDistributor::new(WORKERS).unwrap();
     // Per flow, the last sequence number a worker processed.
     let last: Arc<Mutex<HashMap<u32, u64>>> = Arc::default();
@@ -470,7 +445,7 @@ fn flows_leave_the_workers_in_arrival_order() {
     wait_active(&mut d, WORKERS);
     let mut seq = 0u64;
     while seq < TOTAL {
-        let mut b: Burst<32> = burst_of(&pool, 32, seq, |s| (s % FLOWS) as u32);
+        let mut b: Burst<32> = hashed_burst(&pool, 32, seq, |s| (s % FLOWS) as u32);
         seq += 32;
         // Bounded: every call takes at least one packet unless the
         // returns FIFO is full, which the check empties.
@@ -497,7 +472,7 @@ fn flows_leave_the_workers_in_arrival_order() {
     drop(d);
     let done: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(done, seq);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -505,7 +480,7 @@ fn two_hundred_thousand_packets_allocated_and_freed_by_workers_leave_the_pool_fu
     const TOTAL: u64 = 200_000;
     // A small pool: a leak of even a few packets per thousand would
     // exhaust it long before the end.
-    let pool = pool(255);
+    let pool = test_pool(255);
     let mut d = SingleDistributor::new(2).unwrap();
     let freed = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..2)
@@ -554,12 +529,12 @@ fn two_hundred_thousand_packets_allocated_and_freed_by_workers_leave_the_pool_fu
         h.join().unwrap();
     }
     assert_eq!(freed.load(Ordering::Relaxed), TOTAL);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_thread_echoes_a_1024_packet_burst_packet_for_packet() {
-    let pool = pool(2047);
+    let pool = test_pool(2047);
     let mut d = SingleDistributor::new(1).unwrap();
     let mut w = d.worker(0).unwrap();
     let h = thread::spawn(move || {
@@ -577,7 +552,7 @@ fn a_worker_thread_echoes_a_1024_packet_burst_packet_for_packet() {
         }
     });
     wait_active(&mut d, 1);
-    let mut b: Burst<1024> = burst_of(&pool, 1024, 0, |i| (i % 97) as u32);
+    let mut b: Burst<1024> = hashed_burst(&pool, 1024, 0, |i| (i % 97) as u32);
     assert_eq!(d.process(&mut b), 1024);
     // The worker hands back its last packet with its next request.
     assert_eq!(d.flush(), 0);
@@ -589,7 +564,7 @@ fn a_worker_thread_echoes_a_1024_packet_burst_packet_for_packet() {
     drop(d);
     assert_eq!(h.join().unwrap(), 1024);
     drop(back);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// Runs the distributor until `n` workers are active (bounded).
@@ -611,7 +586,7 @@ fn wait_active(d: &mut SingleDistributor, n: usize) {
 /// comes back at most once, and the pool ends exactly full (an idle handle
 /// holds no packet).
 fn check_forgotten_idle_worker(k: usize) {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = SingleDistributor::new(2).unwrap();
     let mut w0 = d.worker(0).unwrap();
     let mut w1 = d.worker(1).unwrap();
@@ -620,7 +595,7 @@ fn check_forgotten_idle_worker(k: usize) {
     let mut held: Option<Mbuf> = None;
     for i in 0..k as u64 {
         w0.request_pkt(held.take()).unwrap();
-        let mut b: Burst<1> = burst_of(&pool, 1, i, |_| 5);
+        let mut b: Burst<1> = hashed_burst(&pool, 1, i, |_| 5);
         assert_eq!(d.process(&mut b), 1);
         let m = w0.poll_pkt().unwrap().expect("answered");
         *handed.entry(m.udata64()).or_default() += 1;
@@ -632,7 +607,7 @@ fn check_forgotten_idle_worker(k: usize) {
         d.worker(0),
         Err(DistError::WorkerClaimed { id: 0 })
     ));
-    let mut b: Burst<1> = burst_of(&pool, 1, 1000, |_| 6);
+    let mut b: Burst<1> = hashed_burst(&pool, 1, 1000, |_| 6);
     assert_eq!(d.process(&mut b), 1);
     let m = w1.poll_pkt().unwrap().expect("answered");
     *handed.entry(m.udata64()).or_default() += 1;
@@ -641,7 +616,7 @@ fn check_forgotten_idle_worker(k: usize) {
     let returned = count_returned(|out| d.returned_pkts(out));
     assert_handed_once_returned_at_most_once(&handed, k + 1, &returned);
     drop((d, w1));
-    assert!(pool.is_full(), "k = {k}");
+    assert_pool_full_with(&pool, format_args!("k = {k}"));
 }
 
 #[test]

@@ -8,19 +8,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use super::test_support::{assert_handed_once_returned_at_most_once, count_returned, seqs};
+use super::test_support::{
+    assert_handed_once_returned_at_most_once, burst_of, count_returned, hashed_packets, seqs,
+};
 use super::*;
-use crate::mbuf::{Burst, Mbuf, MbufPool, MbufPoolConfig};
-
-fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        name: "dist-test".into(),
-        size,
-        cache_size: 0,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use crate::mbuf::Burst;
+use crate::test_support::{assert_pool_full, assert_pool_full_with, test_pool};
 
 fn dist(workers: usize) -> Distributor {
     Distributor::new(DistributorConfig {
@@ -28,26 +21,6 @@ fn dist(workers: usize) -> Distributor {
         ..Default::default()
     })
     .unwrap()
-}
-
-/// `n` packets with RSS hash `hash(i)` and sequence number `seq0 + i`.
-fn packets(pool: &MbufPool, n: usize, seq0: u64, hash: impl Fn(u64) -> u32) -> Vec<Mbuf> {
-    (0..n as u64)
-        .map(|i| {
-            let mut m = pool.alloc().expect("pool has room");
-            m.set_rss_hash(hash(seq0 + i)).unwrap();
-            m.set_udata64(seq0 + i).unwrap();
-            m
-        })
-        .collect()
-}
-
-fn burst_of<const N: usize>(pkts: Vec<Mbuf>) -> Burst<N> {
-    let mut b = Burst::<N>::new();
-    for m in pkts {
-        b.push(m).map_err(|_| ()).expect("burst has room");
-    }
-    b
 }
 
 /// A distributor of two workers, each with a request open that the
@@ -146,7 +119,7 @@ fn bad_input_is_an_error_with_a_clear_message() {
 
 #[test]
 fn all_packets_of_one_flow_go_to_one_worker() {
-    let pool = pool(1023);
+    let pool = test_pool(1023);
     let mut d = dist(4);
     let mut ws: Vec<Worker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
     activate(&mut d, &mut ws);
@@ -154,7 +127,7 @@ fn all_packets_of_one_flow_go_to_one_worker() {
     let mut out = Burst::<8>::new();
     let mut back = Burst::<64>::new();
     for round in 0..32 {
-        let mut b: Burst<8> = burst_of(packets(&pool, 8, round * 8, |_| 0x1234));
+        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 0x1234));
         assert_eq!(d.process(&mut b), 8);
         for (i, w) in ws.iter_mut().enumerate() {
             if let Some(n) = w.poll_pkt(&mut out).unwrap() {
@@ -170,17 +143,17 @@ fn all_packets_of_one_flow_go_to_one_worker() {
     assert_eq!(got.iter().filter(|&&g| g != 0).count(), 1, "{got:?}");
     d.clear_returns();
     drop((d, ws));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn distinct_flows_spread_over_every_worker() {
-    let pool = pool(1023);
+    let pool = test_pool(1023);
     let mut d = dist(4);
     let mut ws: Vec<Worker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
     activate(&mut d, &mut ws);
     // 32 packets of 32 flows: with every worker idle, each gets its share.
-    let mut b: Burst<32> = burst_of(packets(&pool, 32, 0, |i| i as u32 + 100));
+    let mut b: Burst<32> = burst_of(hashed_packets(&pool, 32, 0, |i| i as u32 + 100));
     assert_eq!(d.process(&mut b), 32);
     let mut out = Burst::<8>::new();
     for w in ws.iter_mut() {
@@ -193,18 +166,18 @@ fn distinct_flows_spread_over_every_worker() {
     assert_eq!(d.returns_waiting(), 32);
     d.clear_returns();
     drop((d, ws));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_flow_waits_for_its_worker_and_keeps_its_order() {
     // One flow, two workers: the flow's packets stay on one worker's
     // backlog even though the other is idle.
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = dist(2);
     let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
     activate(&mut d, &mut ws);
-    let mut b: Burst<16> = burst_of(packets(&pool, 16, 0, |_| 7));
+    let mut b: Burst<16> = burst_of(hashed_packets(&pool, 16, 0, |_| 7));
     assert_eq!(d.process(&mut b), 16);
     let mut out = Burst::<8>::new();
     assert_eq!(ws[0].poll_pkt(&mut out).unwrap(), Some(8));
@@ -227,17 +200,17 @@ fn a_flow_waits_for_its_worker_and_keeps_its_order() {
     assert_eq!(d.returned_pkts(&mut back), 16);
     assert_eq!(seqs(&back), (0..16).collect::<Vec<_>>());
     drop((back, d, ws));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = dist(2);
     let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
     activate(&mut d, &mut ws);
     // 16 packets of one flow: eight handed to worker 0, eight in its backlog.
-    let mut b: Burst<16> = burst_of(packets(&pool, 16, 0, |_| 9));
+    let mut b: Burst<16> = burst_of(hashed_packets(&pool, 16, 0, |_| 9));
     assert_eq!(d.process(&mut b), 16);
     assert_eq!(d.outstanding(), 16);
     let mut out = Burst::<8>::new();
@@ -258,16 +231,16 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
     assert_eq!(d.returned_pkts(&mut back), 16);
     assert_eq!(seqs(&back), (0..16).collect::<Vec<_>>());
     drop((back, d, ws));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn an_unread_batch_of_a_worker_shutting_down_goes_to_another() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = dist(2);
     let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
     activate(&mut d, &mut ws);
-    let mut b: Burst<8> = burst_of(packets(&pool, 8, 0, |_| 3));
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, 0, |_| 3));
     assert_eq!(d.process(&mut b), 8);
     // Worker 0 was answered but quits without taking the batch.
     let mut none = Burst::<8>::new();
@@ -281,25 +254,25 @@ fn an_unread_batch_of_a_worker_shutting_down_goes_to_another() {
     assert_eq!(d.flush(), 0);
     d.clear_returns();
     drop((d, ws));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_can_come_back_after_shutting_down() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = dist(1);
     let mut w = d.worker(0).unwrap();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
     w.request_pkt(&mut none).unwrap();
-    let mut b: Burst<8> = burst_of(packets(&pool, 4, 0, |i| i as u32));
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 4, 0, |i| i as u32));
     assert_eq!(d.process(&mut b), 4);
     assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(4));
     assert_eq!(w.return_pkt(&mut out).unwrap(), 4);
     d.process(&mut none);
     assert_eq!(d.active_workers(), 0);
     // No active worker: the packets stay with the caller.
-    let mut b: Burst<8> = burst_of(packets(&pool, 4, 4, |i| i as u32));
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 4, 4, |i| i as u32));
     assert_eq!(d.process(&mut b), 0);
     assert_eq!(b.len(), 4);
     w.request_pkt(&mut none).unwrap();
@@ -311,12 +284,12 @@ fn a_worker_can_come_back_after_shutting_down() {
     assert_eq!(d.returns_waiting(), 4);
     d.clear_returns();
     drop((out, d));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_waiting_for_packets_can_quit() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = dist(2);
     let mut w0 = d.worker(0).unwrap();
     let mut none = Burst::<8>::new();
@@ -338,18 +311,18 @@ fn a_worker_waiting_for_packets_can_quit() {
     assert_eq!(d.stats().shutdowns, 1);
     // Back again, it receives.
     w0.request_pkt(&mut none).unwrap();
-    let mut b: Burst<8> = burst_of(packets(&pool, 2, 0, |_| 5));
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 2, 0, |_| 5));
     assert_eq!(d.process(&mut b), 2);
     assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(2));
     drop((w0, out));
     assert_eq!(d.flush(), 0);
     drop(d);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = Distributor::new(DistributorConfig {
         workers: 1,
         returns: 8,
@@ -361,13 +334,13 @@ fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
     let mut out = Burst::<8>::new();
     w.request_pkt(&mut none).unwrap();
     for round in 0..2u64 {
-        let mut b: Burst<8> = burst_of(packets(&pool, 8, round * 8, |_| 1));
+        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 1));
         assert_eq!(d.process(&mut b), 8);
         assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(8));
         w.request_pkt(&mut out).unwrap();
     }
     // The first eight returns filled the FIFO; the second request waits.
-    let mut b: Burst<8> = burst_of(packets(&pool, 8, 16, |_| 1));
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, 16, |_| 1));
     // The worker's backlog takes eight; nothing more is needed.
     assert_eq!(d.process(&mut b), 8);
     assert_eq!(d.stats().returns_full, 1);
@@ -376,7 +349,7 @@ fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
     assert_eq!(d.stats().returns_full, 1, "counted once per request");
     // A ninth packet for the same flow must wait for the worker, which
     // waits for room: process stops and leaves it with the caller.
-    let mut b: Burst<8> = burst_of(packets(&pool, 1, 24, |_| 1));
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 1, 24, |_| 1));
     assert_eq!(d.process(&mut b), 0);
     assert_eq!(b.len(), 1);
     assert_eq!(d.flush(), 16, "flush cannot go on either");
@@ -392,16 +365,16 @@ fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
     drop((b, out, w));
     d.clear_returns();
     drop(d);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn dropping_the_distributor_under_an_open_request_frees_everything() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let (mut d, mut w0, w1) = two_requesting_workers();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
-    let mut b: Burst<16> = burst_of(packets(&pool, 12, 0, |i| (i % 2) as u32 + 2));
+    let mut b: Burst<16> = burst_of(hashed_packets(&pool, 12, 0, |i| (i % 2) as u32 + 2));
     assert_eq!(d.process(&mut b), 12);
     assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(6));
     // Worker 0 hands its packets back with a new request; worker 1 never
@@ -411,18 +384,18 @@ fn dropping_the_distributor_under_an_open_request_frees_everything() {
     assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(0));
     assert_eq!(w0.request_pkt(&mut none).unwrap_err(), DistError::Closed);
     drop((w0, w1));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_1024_packet_burst_comes_back_packet_for_packet() {
-    let pool = pool(2047);
+    let pool = test_pool(2047);
     let mut d = dist(2);
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..2)
         .map(|i| spawn_echo(d.worker(i).unwrap(), &stop))
         .collect();
-    let mut b: Burst<1024> = burst_of(packets(&pool, 1024, 0, |i| (i % 97) as u32));
+    let mut b: Burst<1024> = burst_of(hashed_packets(&pool, 1024, 0, |i| (i % 97) as u32));
     let mut back = Burst::<1024>::new();
     let mut returned = Vec::new();
     while d.active_workers() < 2 {
@@ -441,7 +414,7 @@ fn a_1024_packet_burst_comes_back_packet_for_packet() {
     returned.sort_unstable();
     assert_eq!(returned, (0..1024).collect::<Vec<_>>());
     drop(back);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// A worker thread that hands back every packet it gets, until `stop`.
@@ -476,7 +449,7 @@ fn a_million_packets_allocated_and_freed_by_workers_leave_the_pool_full() {
     const TOTAL: u64 = 1 << 20;
     // A small pool: a leak of even a few packets per thousand would
     // exhaust it long before the end.
-    let pool = pool(511);
+    let pool = test_pool(511);
     let mut d = dist(2);
     let stop = Arc::new(AtomicBool::new(false));
     let freed = Arc::new(AtomicU64::new(0));
@@ -534,7 +507,7 @@ fn a_million_packets_allocated_and_freed_by_workers_leave_the_pool_full() {
         h.join().unwrap();
     }
     assert_eq!(freed.load(Ordering::Relaxed), TOTAL);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -542,7 +515,7 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
     const TOTAL: u64 = 50_000;
     const FLOWS: u64 = 37;
     const WORKERS: usize = 4;
-    let pool = pool(2047);
+    let pool = test_pool(2047);
     let mut d = dist(WORKERS);
     // Per flow, the last sequence number a worker processed.
     let last: Arc<Mutex<HashMap<u32, u64>>> = Arc::default();
@@ -614,7 +587,7 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
         back.clear();
     };
     while seq < TOTAL {
-        let mut b: Burst<32> = burst_of(packets(&pool, 32, seq, |s| (s % FLOWS) as u32));
+        let mut b: Burst<32> = burst_of(hashed_packets(&pool, 32, seq, |s| (s % FLOWS) as u32));
         seq += 32;
         while !b.is_empty() {
             d.process(&mut b);
@@ -636,7 +609,7 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
     for h in handles {
         h.join().unwrap();
     }
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// Drops `w` while a panic unwinds (as a worker thread that panicked would).
@@ -650,13 +623,13 @@ fn drop_in_panic(w: Worker) {
 
 #[test]
 fn the_answer_to_a_panic_dropped_handle_goes_to_the_next_one_or_is_freed() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     for next_handle in [true, false] {
         let mut d = dist(1);
         let mut w = d.worker(0).unwrap();
         let mut none = Burst::<8>::new();
         w.request_pkt(&mut none).unwrap();
-        let mut b: Burst<8> = burst_of(packets(&pool, 3, 0, |_| 4));
+        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 3, 0, |_| 4));
         assert_eq!(d.process(&mut b), 3);
         // Answered, not taken, and the handle goes down with a panic: it
         // does not wait (nor hand the batch back).
@@ -675,7 +648,7 @@ fn the_answer_to_a_panic_dropped_handle_goes_to_the_next_one_or_is_freed() {
             // No one takes it: freed with the shared lines.
             drop(d);
         }
-        assert!(pool.is_full(), "next handle: {next_handle}");
+        assert_pool_full_with(&pool, format_args!("next handle: {next_handle}"));
     }
 }
 
@@ -686,7 +659,7 @@ fn the_answer_to_a_panic_dropped_handle_goes_to_the_next_one_or_is_freed() {
 /// Every packet comes out at most once, and the pool ends exactly full (an
 /// idle handle holds no packet).
 fn check_forgotten_idle_worker(k: usize) {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut d = dist(2);
     let mut w0 = d.worker(0).unwrap();
     let mut w1 = d.worker(1).unwrap();
@@ -697,7 +670,7 @@ fn check_forgotten_idle_worker(k: usize) {
     w1.request_pkt(&mut none).unwrap();
     for round in 0..k as u64 {
         w0.request_pkt(&mut out).unwrap();
-        let mut b: Burst<8> = burst_of(packets(&pool, 8, round * 8, |_| 5));
+        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 5));
         assert_eq!(d.process(&mut b), 8);
         assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(8));
         for s in seqs(&out) {
@@ -711,7 +684,7 @@ fn check_forgotten_idle_worker(k: usize) {
         d.worker(0),
         Err(DistError::WorkerClaimed { id: 0 })
     ));
-    let mut b: Burst<8> = burst_of(packets(&pool, 8, 1000, |_| 6));
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, 1000, |_| 6));
     assert_eq!(d.process(&mut b), 8);
     assert_eq!(w1.poll_pkt(&mut out).unwrap(), Some(8));
     for s in seqs(&out) {
@@ -722,7 +695,7 @@ fn check_forgotten_idle_worker(k: usize) {
     let returned = count_returned(|out| d.returned_pkts(out));
     assert_handed_once_returned_at_most_once(&seen, 8 * k + 8, &returned);
     drop((d, w1));
-    assert!(pool.is_full(), "k = {k}");
+    assert_pool_full_with(&pool, format_args!("k = {k}"));
 }
 
 #[test]
@@ -738,9 +711,9 @@ fn a_forgotten_idle_worker_loses_nothing_and_blocks_nothing() {
 /// exactly the batch short.
 #[test]
 fn a_worker_forgotten_with_an_untaken_batch_leaks_only_that_batch() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let (mut d, w0, w1) = two_requesting_workers();
-    let mut b: Burst<8> = burst_of(packets(&pool, 6, 0, |_| 5));
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 6, 0, |_| 5));
     assert_eq!(d.process(&mut b), 6);
     std::mem::forget(w0);
     drop((d, w1));

@@ -8,17 +8,9 @@ use std::time::{Duration, Instant};
 use sluice_netns::{Netns, RawSocket, Veth};
 
 use crate::driver::open;
-use crate::mbuf::{Burst, Mbuf, MbufPool, MbufPoolConfig};
+use crate::mbuf::{Burst, Mbuf};
 use crate::port::{Offloads, Port, PortConfig};
-
-fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        size,
-        cache_size: 0,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use crate::test_support::{assert_pool_full, test_pool};
 
 fn err(spec: &str, config: PortConfig) -> String {
     open(spec, config).unwrap_err().to_string()
@@ -26,7 +18,7 @@ fn err(spec: &str, config: PortConfig) -> String {
 
 #[test]
 fn bad_specs_and_configs_are_clear_errors() {
-    let p = pool(255);
+    let p = test_pool(255);
     let cfg = || PortConfig::new(Some(p.clone()));
     assert_eq!(
         err("afpacket", cfg()),
@@ -77,7 +69,7 @@ fn bad_specs_and_configs_are_clear_errors() {
         err("afpacket:iface=lo", tso),
         "port 'afpacket:iface=lo': driver afpacket has no Tx offload tso"
     );
-    assert!(p.is_full());
+    assert_pool_full(&p);
 }
 
 /// Our test frames: EtherType 0x88b5 (local experimental), then a sequence
@@ -164,8 +156,8 @@ fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
         return;
     }
     let w = wire("afrx");
-    let p = pool(1023);
-    let cfg = PortConfig::new(Some(p.clone())).nb_rxd(4096);
+    let pool = test_pool(1023);
+    let cfg = PortConfig::new(Some(pool.clone())).nb_rxd(4096);
     let mut port = w.port("", cfg);
     let mac = port.mac().0;
     let peer = w.peer();
@@ -219,7 +211,7 @@ fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
     assert!(get("rx_kernel_packets") >= 300, "{x:?}");
     assert_eq!(get("rx_kernel_drops"), 0, "{x:?}");
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -228,8 +220,8 @@ fn frames_sent_arrive_intact_at_the_peer() {
         return;
     }
     let w = wire("aftx");
-    let p = pool(1023);
-    let mut port = w.port("", PortConfig::new(Some(p.clone())).nb_txd(256));
+    let pool = test_pool(1023);
+    let mut port = w.port("", PortConfig::new(Some(pool.clone())).nb_txd(256));
     let peer = w.peer();
     let dst = w.ns.mac(w.veth.b()).unwrap().0;
     // 600 frames, more than the 256-frame ring: the queue pushes back and
@@ -243,7 +235,7 @@ fn frames_sent_arrive_intact_at_the_peer() {
     while (next < want.len() || !burst.is_empty()) && start.elapsed() < Duration::from_secs(60) {
         while !burst.is_full() && next < want.len() {
             burst
-                .push(p.alloc_from_slice(&want[next]).unwrap())
+                .push(pool.alloc_from_slice(&want[next]).unwrap())
                 .unwrap();
             next += 1;
         }
@@ -252,7 +244,7 @@ fn frames_sent_arrive_intact_at_the_peer() {
     }
     assert!(burst.is_empty());
     // Every mbuf was freed once its bytes were in the ring.
-    assert!(p.is_full());
+    assert_pool_full(&pool);
     let got = peer
         .recv_frames(600, Duration::from_secs(10), ours)
         .unwrap();
@@ -267,9 +259,9 @@ fn frames_sent_arrive_intact_at_the_peer() {
     assert_eq!(st.tx_errors, 0);
     // A packet too long for a ring frame is counted and freed.
     let mut long: Burst<4> = Burst::new();
-    let mut m: Mbuf = p.alloc().unwrap();
+    let mut m: Mbuf = pool.alloc().unwrap();
     m.append(2040).unwrap().fill(0);
-    let mut m2 = p.alloc().unwrap();
+    let mut m2 = pool.alloc().unwrap();
     m2.append(100).unwrap().fill(0);
     m.chain(m2).unwrap();
     long.push(m).unwrap();
@@ -277,7 +269,7 @@ fn frames_sent_arrive_intact_at_the_peer() {
     assert_eq!(port.stats().tx_errors, 1);
     assert_eq!(port.stats().tx_packets, 600);
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -286,8 +278,10 @@ fn fanout_spreads_flows_over_queues_and_keeps_each_flow_on_one() {
         return;
     }
     let w = wire("affan");
-    let p = pool(4095);
-    let mut cfg = PortConfig::new(Some(p.clone())).queues(4, 4).nb_rxd(4096);
+    let pool = test_pool(4095);
+    let mut cfg = PortConfig::new(Some(pool.clone()))
+        .queues(4, 4)
+        .nb_rxd(4096);
     cfg.rx_offloads |= Offloads::RSS_HASH;
     let mut port = w.port("", cfg);
     let peer = w.peer();
@@ -354,7 +348,7 @@ fn fanout_spreads_flows_over_queues_and_keeps_each_flow_on_one() {
     let used: std::collections::HashSet<usize> = by_flow.values().map(|e| e.0).collect();
     assert!(used.len() > 1, "64 flows all hashed to one queue: {used:?}");
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -363,12 +357,12 @@ fn a_full_ring_counts_kernel_drops_as_xstats_and_rx_missed() {
         return;
     }
     let w = wire("afdrop");
-    let p = pool(1023);
+    let pool = test_pool(1023);
     // 64 frames of 2048 bytes: two 64 KiB blocks, about 120 frames of 1000
     // bytes.
     let mut port = w.port(
         ",block_size=65536",
-        PortConfig::new(Some(p.clone())).nb_rxd(64),
+        PortConfig::new(Some(pool.clone())).nb_rxd(64),
     );
     let peer = w.peer();
     // A second packet socket on the port's interface: the kernel hands
@@ -408,7 +402,7 @@ fn a_full_ring_counts_kernel_drops_as_xstats_and_rx_missed() {
         assert_eq!(*f, frame(mac, seq_of(f), 1000));
     }
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -417,9 +411,9 @@ fn a_port_stops_and_starts_again() {
         return;
     }
     let w = wire("afrestart");
-    let p = pool(1023);
+    let pool = test_pool(1023);
     let spec = format!("afpacket:iface={}", w.veth.a());
-    let mut port = open(&spec, PortConfig::new(Some(p.clone())).queues(2, 2)).unwrap();
+    let mut port = open(&spec, PortConfig::new(Some(pool.clone())).queues(2, 2)).unwrap();
     let peer = w.peer();
     let mac = port.mac().0;
     for round in 0..3u32 {
@@ -430,7 +424,7 @@ fn a_port_stops_and_starts_again() {
         let got = receive(&mut port, 20, Duration::from_secs(10));
         assert_eq!(got.len(), 20, "round {round}");
         port.stop();
-        assert!(p.is_full());
+        assert_pool_full(&pool);
     }
     // Stopped: nothing is received, nothing is sent.
     assert!(port.rx_queue(0).is_err());
@@ -490,8 +484,8 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
         return;
     }
     let w = wire("afbig");
-    let p = pool(1023);
-    let mut cfg = PortConfig::new(Some(p.clone())).nb_rxd(4096);
+    let pool = test_pool(1023);
+    let mut cfg = PortConfig::new(Some(pool.clone())).nb_rxd(4096);
     // The veth takes 1500-byte frames; the port only up to 1000 + 18.
     cfg.mtu = 1000;
     let mut port = w.port("", cfg);
@@ -509,7 +503,7 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     assert_eq!(x.xstats.get("rx_runt_errors"), Some(0));
     assert_eq!(port.stats().rx_errors, 2);
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 /// `frame` with an 802.1Q tag after the MAC addresses (4 bytes longer).
@@ -526,8 +520,8 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
         return;
     }
     let w = wire("afmtu");
-    let p = pool(1023);
-    let mut port = w.port("", PortConfig::new(Some(p.clone())).nb_txd(256));
+    let pool = test_pool(1023);
+    let mut port = w.port("", PortConfig::new(Some(pool.clone())).nb_txd(256));
     let peer = w.peer();
     let dst = w.ns.mac(w.veth.b()).unwrap().0;
     // (frame, whether the interface takes it): up to MTU + 14 bytes, or
@@ -554,9 +548,9 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
         for (f, _) in frames {
             // Longer than a segment: chained.
             let mut chunks = f.chunks(2000);
-            let mut m = p.alloc_from_slice(chunks.next().unwrap()).unwrap();
+            let mut m = pool.alloc_from_slice(chunks.next().unwrap()).unwrap();
             for c in chunks {
-                m.chain(p.alloc_from_slice(c).unwrap()).unwrap();
+                m.chain(pool.alloc_from_slice(c).unwrap()).unwrap();
             }
             burst.push(m).unwrap();
         }
@@ -566,7 +560,7 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
     send(&mut port, &first);
     Netns::root().set_mtu(w.veth.a(), 1000).unwrap();
     send(&mut port, &second);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
     let all: Vec<&(Vec<u8>, bool)> = first.iter().chain(&second).collect();
     let sent: Vec<u32> = all
         .iter()
@@ -591,7 +585,7 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
     drop(port);
     // A port MTU larger than the interface's is refused at open, naming
     // both.
-    let cfg = PortConfig::new(Some(p.clone()));
+    let cfg = PortConfig::new(Some(pool.clone()));
     assert_eq!(cfg.mtu, 1500);
     assert_eq!(
         err(&format!("afpacket:iface={}", w.veth.a()), cfg),
@@ -601,7 +595,7 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
             a = w.veth.a()
         )
     );
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -610,8 +604,8 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
         return;
     }
     let w = wire("afwedge");
-    let p = pool(1023);
-    let mut port = w.port("", PortConfig::new(Some(p.clone())).nb_txd(64));
+    let pool = test_pool(1023);
+    let mut port = w.port("", PortConfig::new(Some(pool.clone())).nb_txd(64));
     // The peer takes no frame over 1000 + 18 bytes: the veth drops a
     // longer one each time the kernel offers it, and the kernel puts it
     // back in the ring to be offered again.
@@ -620,11 +614,11 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
     let dst = w.ns.mac(w.veth.b()).unwrap().0;
     let mut burst: Burst<32> = Burst::new();
     burst
-        .push(p.alloc_from_slice(&frame(dst, 0, 1400)).unwrap())
+        .push(pool.alloc_from_slice(&frame(dst, 0, 1400)).unwrap())
         .unwrap();
     for i in 1..=20 {
         burst
-            .push(p.alloc_from_slice(&frame(dst, i, 60)).unwrap())
+            .push(pool.alloc_from_slice(&frame(dst, i, 60)).unwrap())
             .unwrap();
     }
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 21);
@@ -647,7 +641,7 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
     w.ns.ip(&["link", "set", w.veth.b(), "down"]).unwrap();
     for i in 21..26 {
         burst
-            .push(p.alloc_from_slice(&frame(dst, i, 60)).unwrap())
+            .push(pool.alloc_from_slice(&frame(dst, i, 60)).unwrap())
             .unwrap();
     }
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 5);
@@ -655,5 +649,5 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
     assert_eq!(port.stats().tx_errors, 1 + 5);
     assert_eq!(x.xstats.get("tx_kernel_drops"), Some(1 + 5));
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }

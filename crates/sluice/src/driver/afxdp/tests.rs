@@ -13,6 +13,7 @@ use super::link_info;
 use crate::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use crate::mempool::HugepagePolicy;
 use crate::port::{Port, PortConfig, recycle_mbufs};
+use crate::test_support::{TestPool, assert_pool_full, assert_pool_full_with};
 
 /// Longest any wait for frames takes.
 const WAIT: Duration = Duration::from_secs(10);
@@ -28,15 +29,11 @@ pub(super) fn skipped(why: &str) {
 }
 
 /// A pool of `size` mbufs on plain pages.
-fn pool(name: &str, size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        name: name.into(),
-        size,
-        cache_size: 0,
-        hugepages: HugepagePolicy::Never,
-        ..Default::default()
-    })
-    .unwrap()
+fn plain_pool(name: &str, size: u32) -> MbufPool {
+    TestPool::new(size)
+        .name(name)
+        .hugepages(HugepagePolicy::Never)
+        .build()
 }
 
 /// A namespace with a veth pair into it: `veth.a()` (root) is for Sluice,
@@ -218,7 +215,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     let Some((ns, veth)) = veth_into_ns("both") else {
         return;
     };
-    let p = pool("afxdp_both", 2047);
+    let p = plain_pool("afxdp_both", 2047);
     let extra = format!(",xdp_mode={mode},bind=copy,wakeup={wakeup}");
     let mut port = open(veth.a(), &extra, &p, 1).unwrap();
     port.start().unwrap();
@@ -276,7 +273,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     );
     port.stop();
     assert!(!xdp_attached(veth.a()), "the program is detached at stop");
-    assert!(p.is_full(), "{:?}", p.stats());
+    assert_pool_full(&p);
     let x = port.xstats();
     let get = |n: &str| x.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
     assert_eq!(get("rx_bad_addrs"), Some(0));
@@ -284,7 +281,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     assert_eq!(get("xsk_leaked_frames"), Some(0));
     assert!(get("rx_dropped").is_some() && get("tx_ring_empty_descs").is_some());
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&p);
 }
 
 #[test]
@@ -310,31 +307,31 @@ fn spec(iface: &str, extra: &str) -> String {
 
 #[test]
 fn a_missing_interface_is_an_error_naming_it() {
-    let p = pool("afxdp_missing", 255);
+    let pool = plain_pool("afxdp_missing", 255);
     assert_eq!(
-        open("sluice_nope0", "", &p, 1).unwrap_err(),
+        open("sluice_nope0", "", &pool, 1).unwrap_err(),
         "afxdp port 'afxdp:iface=sluice_nope0': no interface named 'sluice_nope0'"
     );
     assert_eq!(
-        open("", "", &p, 1).unwrap_err(),
+        open("", "", &pool, 1).unwrap_err(),
         "port spec 'afxdp:iface=': key 'iface' has no value"
     );
     assert_eq!(
-        crate::driver::open("afxdp:queue=1", PortConfig::new(Some(p.clone())))
+        crate::driver::open("afxdp:queue=1", PortConfig::new(Some(pool.clone())))
             .unwrap_err()
             .to_string(),
         "port spec 'afxdp:queue=1': driver 'afxdp' needs key 'iface'"
     );
     assert_eq!(
-        open("lo", ",xdp_mode=fast", &p, 1).unwrap_err(),
+        open("lo", ",xdp_mode=fast", &pool, 1).unwrap_err(),
         "port spec 'afxdp:iface=lo,xdp_mode=fast': key 'xdp_mode' = 'fast' is not one of \
          native, generic, auto"
     );
     assert_eq!(
-        open("lo", ",fill=1000", &p, 1).unwrap_err(),
+        open("lo", ",fill=1000", &pool, 1).unwrap_err(),
         "afxdp port 'afxdp:iface=lo,fill=1000': fill ring of 1000 entries: not a power of two"
     );
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -342,24 +339,24 @@ fn a_queue_the_interface_lacks_is_an_error() {
     let Some((_ns, veth)) = veth_into_ns("noq") else {
         return;
     };
-    let p = pool("afxdp_noq", 2047);
+    let pool = plain_pool("afxdp_noq", 2047);
     let a = veth.a();
     assert_eq!(
-        open(a, ",queue=3", &p, 1).unwrap_err(),
+        open(a, ",queue=3", &pool, 1).unwrap_err(),
         format!(
             "afxdp port '{}': {a} has 1 Rx queue; queue 3 does not exist",
             spec(a, ",queue=3")
         )
     );
     assert_eq!(
-        open(a, "", &p, 2).unwrap_err(),
+        open(a, "", &pool, 2).unwrap_err(),
         format!(
             "afxdp port '{}': {a} has 1 Rx queue; queue 1 does not exist",
             spec(a, "")
         )
     );
     assert!(!xdp_attached(a));
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -369,7 +366,7 @@ fn zero_copy_on_veth_is_a_clear_error_and_auto_falls_back_to_copy() {
     };
     let a = veth.a();
     // On 4 KiB pages the frames do not allow zero-copy at all.
-    let p = pool("afxdp_zc", 2047);
+    let p = plain_pool("afxdp_zc", 2047);
     assert_eq!(
         open(a, ",bind=zerocopy", &p, 1).unwrap_err(),
         format!(
@@ -403,20 +400,20 @@ fn zero_copy_on_veth_is_a_clear_error_and_auto_falls_back_to_copy() {
             );
             assert!(!xdp_attached(a));
             drop(port);
-            assert!(huge.is_full());
+            assert_pool_full(&huge);
             // Auto tries zero-copy, then binds in copy mode.
             let mut port = open(a, ",bind=auto", &huge, 1).unwrap();
             port.start().unwrap();
             assert_eq!(port.counters().xstats.get("xsk_zerocopy"), Some(0));
             drop(port);
-            assert!(huge.is_full());
+            assert_pool_full(&huge);
         }
     }
     let mut port = open(a, ",bind=auto", &p, 1).unwrap();
     port.start().unwrap();
     assert_eq!(port.counters().xstats.get("xsk_zerocopy"), Some(0));
     port.stop();
-    assert!(p.is_full());
+    assert_pool_full(&p);
 }
 
 #[test]
@@ -424,11 +421,11 @@ fn a_second_socket_on_a_busy_queue_is_a_clear_error() {
     let Some((_ns, veth)) = veth_into_ns("busy") else {
         return;
     };
-    let p = pool("afxdp_busy", 4095);
+    let pool = plain_pool("afxdp_busy", 4095);
     let a = veth.a();
-    let mut first = open(a, "", &p, 1).unwrap();
+    let mut first = open(a, "", &pool, 1).unwrap();
     first.start().unwrap();
-    let mut second = open(a, ",xdp_mode=generic", &p, 1).unwrap();
+    let mut second = open(a, ",xdp_mode=generic", &pool, 1).unwrap();
     assert_eq!(
         second.start().unwrap_err().to_string(),
         format!(
@@ -441,7 +438,7 @@ fn a_second_socket_on_a_busy_queue_is_a_clear_error() {
     assert!(xdp_attached(a), "the first port's program stays");
     first.stop();
     assert!(!xdp_attached(a));
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 /// Stopping and starting at once rebinds the queue (the bind retries while
@@ -451,8 +448,8 @@ fn restarts_rebind_at_once_and_traffic_flows_each_time() {
     let Some((ns, veth)) = veth_into_ns("restart") else {
         return;
     };
-    let p = pool("afxdp_restart", 2047);
-    let mut port = open(veth.a(), "", &p, 1).unwrap();
+    let pool = plain_pool("afxdp_restart", 2047);
+    let mut port = open(veth.a(), "", &pool, 1).unwrap();
     let raw = Raw::on(&ns, veth.b());
     for round in 0..4u32 {
         port.start().unwrap();
@@ -463,7 +460,7 @@ fn restarts_rebind_at_once_and_traffic_flows_each_time() {
         assert_eq!(got.len(), 20, "round {round}");
         assert_eq!(got[19], frame(round * 100 + 19, 100, 1));
         port.stop();
-        assert!(p.is_full(), "round {round}: {:?}", p.stats());
+        assert_pool_full_with(&pool, format_args!("round {round}"));
         assert!(!xdp_attached(veth.a()));
     }
     // Dropped while started: detached, every buffer home.
@@ -471,7 +468,7 @@ fn restarts_rebind_at_once_and_traffic_flows_each_time() {
     assert!(xdp_attached(veth.a()));
     drop(port);
     assert!(!xdp_attached(veth.a()));
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 /// A veth pair with `queues` queues each way, one end moved into `ns`;
@@ -556,9 +553,9 @@ fn two_queues_each_with_its_socket_receive_every_frame() {
     }
     let ns = Netns::new("mq").unwrap();
     let veth = MultiVeth::new(&ns, 2);
-    let p = pool("afxdp_mq", 4095);
+    let pool = plain_pool("afxdp_mq", 4095);
     let spec = format!("afxdp:iface={},xdp_mode=native", veth.a);
-    let config = PortConfig::new(Some(p.clone()))
+    let config = PortConfig::new(Some(pool.clone()))
         .queues(2, 2)
         .nb_rxd(256)
         .nb_txd(256);
@@ -602,7 +599,7 @@ fn two_queues_each_with_its_socket_receive_every_frame() {
         total as u64
     );
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
     drop(veth);
 }
 
@@ -614,7 +611,7 @@ fn recycling_moves_completed_frames_into_the_fill_ring() {
     let Some((ns, veth)) = veth_into_ns("recycle") else {
         return;
     };
-    let p = pool("afxdp_recycle", 2047);
+    let p = plain_pool("afxdp_recycle", 2047);
     let mut port = open(veth.a(), "", &p, 1).unwrap();
     assert!(port.rx_queue_recycles(0).unwrap() && port.tx_queue_recycles(0).unwrap());
     port.start().unwrap();
@@ -656,7 +653,7 @@ fn recycling_moves_completed_frames_into_the_fill_ring() {
     assert_eq!(rxr, txr);
     assert_eq!(x.get("recycle_fallbacks"), Some(0));
     port.stop();
-    assert!(p.is_full(), "{:?}", p.stats());
+    assert_pool_full(&p);
 }
 
 /// Drops `CAP_IPC_LOCK` from the calling thread's effective set (threads
@@ -729,7 +726,7 @@ fn umem_over_the_memlock_limit_without_cap_ipc_lock_is_a_clear_error() {
         s.spawn(|| {
             drop_ipc_lock_in_this_thread();
             // 8191 mbufs 2368 bytes apart (37 lines): 18.5 MiB.
-            let big = pool("afxdp_big", 8191);
+            let big = plain_pool("afxdp_big", 8191);
             let e = open(&a, "", &big, 1).unwrap_err();
             assert_eq!(
                 e,
@@ -742,12 +739,12 @@ fn umem_over_the_memlock_limit_without_cap_ipc_lock_is_a_clear_error() {
                     limit / 1024
                 )
             );
-            assert!(big.is_full());
+            assert_pool_full(&big);
             // 2047 mbufs: 4.5 MiB, charged while the socket is open.
-            let small = pool("afxdp_small", 2047);
+            let small = plain_pool("afxdp_small", 2047);
             let mut port = open(&a, "", &small, 1).unwrap();
             port.start().unwrap();
-            let other = pool("afxdp_other", 2047);
+            let other = plain_pool("afxdp_other", 2047);
             let mut second = open(&a, ",queue=0", &other, 1).unwrap();
             let e = second.start().unwrap_err().to_string();
             assert!(
@@ -757,7 +754,8 @@ fn umem_over_the_memlock_limit_without_cap_ipc_lock_is_a_clear_error() {
             );
             drop(second);
             port.stop();
-            assert!(small.is_full() && other.is_full());
+            assert_pool_full(&small);
+            assert_pool_full(&other);
         });
     });
 }
@@ -769,16 +767,16 @@ fn one_direction_ports_work_and_a_tx_only_one_attaches_nothing() {
     let Some((ns, veth)) = veth_into_ns("onedir") else {
         return;
     };
-    let p = pool("afxdp_onedir", 2047);
+    let pool = plain_pool("afxdp_onedir", 2047);
     let spec = format!("afxdp:iface={}", veth.a());
-    let tx_only = PortConfig::new(Some(p.clone())).queues(0, 1).nb_txd(256);
+    let tx_only = PortConfig::new(Some(pool.clone())).queues(0, 1).nb_txd(256);
     let mut port = crate::driver::open(&spec, tx_only).unwrap();
     port.start().unwrap();
     assert!(!xdp_attached(veth.a()), "no Rx queue, no program");
     let raw = Raw::on(&ns, veth.b());
     let mut b: Burst = Burst::new();
     for i in 0..10 {
-        b.push(p.alloc_from_slice(&frame(i, 64, 2)).unwrap())
+        b.push(pool.alloc_from_slice(&frame(i, 64, 2)).unwrap())
             .unwrap();
     }
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut b), 10);
@@ -786,14 +784,14 @@ fn one_direction_ports_work_and_a_tx_only_one_attaches_nothing() {
         assert_eq!(raw.recv(), Some(frame(i, 64, 2)));
     }
     drop(port);
-    assert!(p.is_full());
-    let rx_only = PortConfig::new(Some(p.clone())).queues(1, 0).nb_rxd(256);
+    assert_pool_full(&pool);
+    let rx_only = PortConfig::new(Some(pool.clone())).queues(1, 0).nb_rxd(256);
     let mut port = crate::driver::open(&spec, rx_only).unwrap();
     port.start().unwrap();
     raw.send(&frame(7, 100, 1));
     assert_eq!(receive(&mut port, 1), [frame(7, 100, 1)]);
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -801,9 +799,9 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     let Some((ns, veth)) = veth_into_ns("big") else {
         return;
     };
-    let p = pool("afxdp_big", 2047);
+    let pool = plain_pool("afxdp_big", 2047);
     let spec = format!("afxdp:iface={},xdp_mode=generic,bind=copy", veth.a());
-    let mut config = PortConfig::new(Some(p.clone())).nb_rxd(256).nb_txd(256);
+    let mut config = PortConfig::new(Some(pool.clone())).nb_rxd(256).nb_txd(256);
     // The veth takes 1500-byte frames; the port only up to 1000 + 18.
     config.mtu = 1000;
     let mut port = crate::driver::open(&spec, config).unwrap();
@@ -821,5 +819,5 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     assert_eq!(port.stats().rx_errors, 2);
     port.stop();
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }

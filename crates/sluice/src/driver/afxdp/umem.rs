@@ -327,8 +327,8 @@ impl Ledger {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::mbuf::MbufPoolConfig;
     use crate::mempool::HugepagePolicy;
+    use crate::test_support::{TestPool, assert_pool_full};
 
     #[test]
     fn inverses_are_inverses() {
@@ -337,21 +337,17 @@ mod tests {
         }
     }
 
-    fn pool(size: u32, headroom: u16, data_room: u16) -> MbufPool {
-        MbufPool::new(MbufPoolConfig {
-            size,
-            cache_size: 0,
-            headroom,
-            data_room,
-            hugepages: HugepagePolicy::Never,
-            ..Default::default()
-        })
-        .unwrap()
+    fn plain_pool(size: u32, headroom: u16, data_room: u16) -> MbufPool {
+        TestPool::new(size)
+            .headroom(headroom)
+            .data_room(data_room)
+            .hugepages(HugepagePolicy::Never)
+            .build()
     }
 
     #[test]
     fn default_pool_is_2304_byte_chunks_with_data_where_the_kernel_writes() {
-        let p = pool(1000, 128, 2048);
+        let p = plain_pool(1000, 128, 2048);
         let u = Umem::of_pool(&p).unwrap();
         assert_eq!(u.chunk_size(), 2304);
         assert_eq!(
@@ -366,23 +362,23 @@ mod tests {
         assert!(u.len() >= 1000 * 2368);
         assert_eq!(u.offset_of_index(1), 2368);
         // A bigger pool headroom is given to the kernel as UMEM headroom.
-        let p2 = pool(10, 256, 2048);
+        let p2 = plain_pool(10, 256, 2048);
         let u2 = Umem::of_pool(&p2).unwrap();
         assert_eq!((u2.headroom(), u2.frame_room()), (128, 2048));
         // A smaller one just moves the data further in.
-        let p3 = pool(10, 0, 2048);
+        let p3 = plain_pool(10, 0, 2048);
         let u3 = Umem::of_pool(&p3).unwrap();
         assert_eq!(
             (u3.chunk_size(), u3.headroom(), u3.frame_room()),
             (2176, 0, 1920)
         );
         drop((p2, p3));
-        assert!(p.is_full());
+        assert_pool_full(&p);
     }
 
     #[test]
     fn elements_map_to_indices_and_back_and_nothing_else_does() {
-        let p = pool(777, 128, 2048);
+        let p = plain_pool(777, 128, 2048);
         let u = Umem::of_pool(&p).unwrap();
         for idx in [0u32, 1, 2, 63, 64, 500, 776] {
             let off = u.offset_of_index(idx);
@@ -408,7 +404,7 @@ mod tests {
             assert_eq!(u.index(bad), None, "{bad}");
         }
         assert!(!u.holds(u.elem_at(end)));
-        assert!(p.is_full());
+        assert_pool_full(&p);
     }
 
     #[test]
@@ -421,15 +417,11 @@ mod tests {
 
     #[test]
     fn too_small_elements_are_an_error_naming_the_pool() {
-        let p = MbufPool::new(MbufPoolConfig {
-            name: "tiny".into(),
-            size: 10,
-            cache_size: 0,
-            data_room: 1000,
-            hugepages: HugepagePolicy::Never,
-            ..Default::default()
-        })
-        .unwrap();
+        let p = TestPool::new(10)
+            .name("tiny")
+            .data_room(1000)
+            .hugepages(HugepagePolicy::Never)
+            .build();
         assert_eq!(
             Umem::of_pool(&p).unwrap_err(),
             "pool 'tiny': elements of 1256 bytes are smaller than an AF_XDP frame (2048); give \
@@ -439,15 +431,11 @@ mod tests {
 
     #[test]
     fn elements_larger_than_a_page_are_an_error_naming_the_limit() {
-        let p = MbufPool::new(MbufPoolConfig {
-            name: "jumbo".into(),
-            size: 10,
-            cache_size: 0,
-            data_room: 9216,
-            hugepages: HugepagePolicy::Never,
-            ..Default::default()
-        })
-        .unwrap();
+        let p = TestPool::new(10)
+            .name("jumbo")
+            .data_room(9216)
+            .hugepages(HugepagePolicy::Never)
+            .build();
         assert_eq!(
             Umem::of_pool(&p).unwrap_err(),
             "pool 'jumbo': elements of 9472 bytes are larger than a 4096-byte page, the \
@@ -455,7 +443,7 @@ mod tests {
              (MTU 3822)"
         );
         // The largest data room that fits.
-        let p = pool(10, 128, 3840);
+        let p = plain_pool(10, 128, 3840);
         assert_eq!(Umem::of_pool(&p).unwrap().chunk_size(), 4096);
     }
 

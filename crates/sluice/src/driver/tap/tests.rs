@@ -9,17 +9,9 @@ use std::time::{Duration, Instant};
 use sluice_netns::{Netns, RawSocket};
 
 use crate::driver::open;
-use crate::mbuf::{Burst, MbufPool, MbufPoolConfig};
+use crate::mbuf::{Burst, MbufPool};
 use crate::port::{Port, PortConfig};
-
-fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        size,
-        cache_size: 0,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use crate::test_support::{assert_pool_full, test_pool};
 
 fn err(spec: &str, config: PortConfig) -> String {
     open(spec, config).unwrap_err().to_string()
@@ -37,8 +29,8 @@ fn tap_name() -> String {
 
 #[test]
 fn bad_specs_are_clear_errors() {
-    let p = pool(255);
-    let cfg = || PortConfig::new(Some(p.clone()));
+    let pool = test_pool(255);
+    let cfg = || PortConfig::new(Some(pool.clone()));
     assert_eq!(
         err("tap", cfg()),
         "port spec 'tap': driver 'tap' needs key 'iface'"
@@ -63,7 +55,7 @@ fn bad_specs_are_clear_errors() {
         "port spec 'tap:iface=x,attach=maybe': key 'attach' = 'maybe' is not a boolean \
          (1/0, true/false, yes/no, on/off)"
     );
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -71,7 +63,7 @@ fn queue_counts_the_driver_cannot_do_are_clear_errors() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let p = pool(255);
+    let p = test_pool(255);
     let cfg = || PortConfig::new(Some(p.clone()));
     // Each open creates the device before its queues are checked, and the
     // kernel unregisters it only as the failed open's last descriptor
@@ -129,7 +121,7 @@ fn queue_counts_the_driver_cannot_do_are_clear_errors() {
         format!("port '{spec1}': 2 Rx queues asked, driver tap has at most 1")
     );
     assert!(port.is_ok(), "{:?}", port.err());
-    assert!(p.is_full());
+    assert_pool_full(&p);
 }
 
 /// Our test frames: EtherType 0x88b5, then a sequence number and bytes
@@ -151,9 +143,9 @@ fn ours(f: &[u8]) -> bool {
 
 /// A started TAP port whose device was moved into a new namespace and set
 /// up there.
-fn tap_in_ns(tag: &str, p: &MbufPool, queues: u16) -> (Port, Netns, String) {
+fn tap_in_ns(tag: &str, pool: &MbufPool, queues: u16) -> (Port, Netns, String) {
     let name = tap_name();
-    let cfg = PortConfig::new(Some(p.clone())).queues(queues, queues);
+    let cfg = PortConfig::new(Some(pool.clone())).queues(queues, queues);
     let mut port = open(&format!("tap:iface={name}"), cfg).unwrap();
     port.start().unwrap();
     let ns = Netns::new(tag).unwrap();
@@ -190,8 +182,8 @@ fn frames_cross_a_tap_both_ways_intact() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let p = pool(1023);
-    let (mut port, ns, name) = tap_in_ns("taprx", &p, 1);
+    let pool = test_pool(1023);
+    let (mut port, ns, name) = tap_in_ns("taprx", &pool, 1);
     let peer = RawSocket::open(&ns, &name).unwrap();
     let kernel_mac = ns.mac(&name).unwrap().0;
     // Kernel side → port: 300 frames the raw socket sends out of the TAP.
@@ -215,7 +207,7 @@ fn frames_cross_a_tap_both_ways_intact() {
     while (next < want.len() || !burst.is_empty()) && start.elapsed() < Duration::from_secs(60) {
         while !burst.is_full() && next < want.len() {
             burst
-                .push(p.alloc_from_slice(&want[next]).unwrap())
+                .push(pool.alloc_from_slice(&want[next]).unwrap())
                 .unwrap();
             next += 1;
         }
@@ -237,12 +229,12 @@ fn frames_cross_a_tap_both_ways_intact() {
     assert_eq!((st.rx_errors, st.tx_errors), (0, 0));
     // Stop and start: the device stays (its descriptors stay open).
     port.stop();
-    assert!(p.is_full());
+    assert_pool_full(&pool);
     port.start().unwrap();
     peer.send(&frame(port.mac().0, 7, 100)).unwrap();
     assert_eq!(receive(&mut port, 1, Duration::from_secs(10)).len(), 1);
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
     // The port made the device; with the port it is gone.
     assert!(sluice_netns::wait_until(Duration::from_secs(10), || {
         !ns.links().unwrap().contains(&name)
@@ -254,8 +246,8 @@ fn a_multi_queue_tap_spreads_flows_and_keeps_each_on_one_queue() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let p = pool(4095);
-    let (mut port, ns, name) = tap_in_ns("tapmq", &p, 4);
+    let pool = test_pool(4095);
+    let (mut port, ns, name) = tap_in_ns("tapmq", &pool, 4);
     let peer = RawSocket::open(&ns, &name).unwrap();
     let mac = port.mac().0;
     // IPv4/UDP frames of 64 flows (source ports), 8 each; the TAP picks a
@@ -312,7 +304,7 @@ fn a_multi_queue_tap_spreads_flows_and_keeps_each_on_one_queue() {
     for q in 0..4 {
         let mut b: Burst<1> = Burst::new();
         b.push(
-            p.alloc_from_slice(&frame(ns.mac(&name).unwrap().0, q, 80))
+            pool.alloc_from_slice(&frame(ns.mac(&name).unwrap().0, q, 80))
                 .unwrap(),
         )
         .unwrap();
@@ -321,7 +313,7 @@ fn a_multi_queue_tap_spreads_flows_and_keeps_each_on_one_queue() {
     let back = peer.recv_frames(4, Duration::from_secs(10), ours).unwrap();
     assert_eq!(back.len(), 4);
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -329,14 +321,14 @@ fn attach_uses_an_existing_device_and_leaves_it() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let p = pool(1023);
+    let pool = test_pool(1023);
     let name = tap_name();
     let root = Netns::root();
     root.ip(&["tuntap", "add", "mode", "tap", "multi_queue", "name", &name])
         .unwrap();
     let run = || {
         let spec = format!("tap:iface={name},attach=true");
-        let cfg = PortConfig::new(Some(p.clone())).queues(2, 2);
+        let cfg = PortConfig::new(Some(pool.clone())).queues(2, 2);
         let mut port = open(&spec, cfg).unwrap();
         port.start().unwrap();
         let peer = RawSocket::open(&root, &name).unwrap();
@@ -352,7 +344,7 @@ fn attach_uses_an_existing_device_and_leaves_it() {
     let _ = root.ip(&["link", "del", &name]);
     assert_eq!(got, 10);
     assert!(still, "an attached device outlives the port");
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -360,9 +352,9 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let p = pool(1023);
+    let pool = test_pool(1023);
     let name = tap_name();
-    let mut cfg = PortConfig::new(Some(p.clone()));
+    let mut cfg = PortConfig::new(Some(pool.clone()));
     // The device takes 1500-byte frames; the port only up to 1000 + 18.
     cfg.mtu = 1000;
     let mut port = open(&format!("tap:iface={name}"), cfg).unwrap();
@@ -382,5 +374,5 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     assert_eq!(x.get("rx_runt_errors"), Some(0));
     assert_eq!(port.stats().rx_errors, 2);
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }

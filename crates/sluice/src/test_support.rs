@@ -1,0 +1,187 @@
+//! Support shared by the library's unit tests: one way to build a pool of
+//! mbufs for a test, and one check that every buffer of a pool came home.
+//!
+//! # Where unit tests live
+//!
+//! - A module that is a folder keeps its tests in `<folder>/tests.rs`, and
+//!   its loom models in `<folder>/loom_tests.rs`, both declared in its
+//!   `mod.rs`.
+//! - A module that is one file keeps a few short tests inline, in a
+//!   `#[cfg(test)] mod tests` at its end; once they grow, they move to
+//!   `<name>_tests.rs` beside `<name>.rs`, declared in the parent's `mod.rs`
+//!   as `mod <name>_tests;` (loom models: `<name>_loom_tests.rs`).
+//! - The one exception is `driver/afxdp/ring.rs`: loom builds compile that
+//!   file alone (see `lib.rs`), so it declares its own `ring_tests.rs` and
+//!   `ring_loom_tests.rs` with `#[path]`.
+//!
+//! Helpers that more than one module's tests use belong here; helpers of one
+//! module's tests stay in that module's test files (`distributor/` keeps the
+//! checks its two distributors share in `distributor/test_support.rs`).
+//! Integration tests have their own shared support, in `tests/common/` of
+//! each crate.
+
+use crate::mbuf::{MbufPool, MbufPoolConfig};
+use crate::mempool::{HugepagePolicy, Mempool, MempoolConfig};
+
+/// A pool of `size` mbufs with the default rooms, no per-lcore cache (so
+/// the count of free mbufs is exact from any thread) and hugepages where the
+/// machine has them.
+pub(crate) fn test_pool(size: u32) -> MbufPool {
+    TestPool::new(size).build()
+}
+
+/// How to build a test's pool of mbufs when [`test_pool`] is not enough:
+/// `TestPool::new(size).data_room(256).build()`. Starts from no per-lcore
+/// cache and otherwise the defaults of [`MbufPoolConfig`].
+#[derive(Debug, Clone)]
+pub(crate) struct TestPool {
+    config: MbufPoolConfig,
+}
+
+impl TestPool {
+    /// `size` mbufs, named `test`, no per-lcore cache.
+    pub(crate) fn new(size: u32) -> TestPool {
+        TestPool {
+            config: MbufPoolConfig {
+                name: "test".into(),
+                size,
+                cache_size: 0,
+                ..MbufPoolConfig::default()
+            },
+        }
+    }
+
+    /// The pool's name, where a test tells two pools apart.
+    pub(crate) fn name(mut self, name: &str) -> TestPool {
+        self.config.name = name.into();
+        self
+    }
+
+    /// Bytes for packet data after the headroom.
+    pub(crate) fn data_room(mut self, data_room: u16) -> TestPool {
+        self.config.data_room = data_room;
+        self
+    }
+
+    /// Bytes before the data of a fresh buffer.
+    pub(crate) fn headroom(mut self, headroom: u16) -> TestPool {
+        self.config.headroom = headroom;
+        self
+    }
+
+    /// Per-lcore cache size.
+    pub(crate) fn cache_size(mut self, cache_size: u32) -> TestPool {
+        self.config.cache_size = cache_size;
+        self
+    }
+
+    /// Whether the pool sits on hugepages.
+    pub(crate) fn hugepages(mut self, hugepages: HugepagePolicy) -> TestPool {
+        self.config.hugepages = hugepages;
+        self
+    }
+
+    /// The pool; panics, saying why, on a configuration the pool refuses.
+    pub(crate) fn build(self) -> MbufPool {
+        let name = self.config.name.clone();
+        MbufPool::new(self.config).unwrap_or_else(|e| panic!("test pool '{name}': {e}"))
+    }
+}
+
+/// A bare mempool of `size` elements of 200 bytes (not a multiple of the
+/// cache line, so each is padded to its stride) with a per-lcore cache of
+/// `cache_size`, for the tests of the element pool itself.
+pub(crate) fn test_mempool(size: u32, cache_size: u32) -> Mempool {
+    Mempool::new(MempoolConfig {
+        name: format!("test-{size}-{cache_size}"),
+        size,
+        elt_size: 200,
+        cache_size,
+        hugepages: HugepagePolicy::Auto,
+    })
+    .unwrap_or_else(|e| panic!("test mempool of {size}: {e}"))
+}
+
+/// A pool whose free elements can be counted: a [`Mempool`] or an
+/// [`MbufPool`].
+pub(crate) trait CountedPool {
+    /// The mempool underneath.
+    fn counted(&self) -> &Mempool;
+}
+
+impl CountedPool for Mempool {
+    fn counted(&self) -> &Mempool {
+        self
+    }
+}
+
+impl<P: CountedPool + ?Sized> CountedPool for &P {
+    fn counted(&self) -> &Mempool {
+        (**self).counted()
+    }
+}
+
+impl CountedPool for MbufPool {
+    fn counted(&self) -> &Mempool {
+        self.mempool()
+    }
+}
+
+/// Asserts that every element of `pool` is free again (in its ring or an
+/// lcore cache); otherwise fails saying how many are missing.
+#[track_caller]
+pub(crate) fn assert_pool_full(pool: &impl CountedPool) {
+    assert_pool_full_with(pool, "");
+}
+
+/// [`assert_pool_full`], with `context` (the round, the case) in the
+/// failure message.
+#[track_caller]
+pub(crate) fn assert_pool_full_with(pool: &impl CountedPool, context: impl std::fmt::Display) {
+    let pool = pool.counted();
+    if !pool.is_full() {
+        let stats = pool.stats();
+        let context = context.to_string();
+        let separator = if context.is_empty() { "" } else { ": " };
+        panic!(
+            "{context}{separator}pool '{}' is missing {} of its {} elements \
+             ({} in its ring, {} in lcore caches)",
+            pool.name(),
+            stats.in_use,
+            stats.size,
+            stats.in_ring,
+            stats.cached
+        );
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_full_pool_passes_the_check() {
+        let pool = test_pool(3);
+        let m = pool.alloc().unwrap();
+        drop(m);
+        assert_pool_full(&pool);
+        assert_pool_full(&test_mempool(4, 2));
+    }
+
+    #[test]
+    fn a_missing_buffer_is_counted_in_the_failure() {
+        let pool = test_pool(3);
+        let held = pool.alloc().unwrap();
+        let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            assert_pool_full_with(&pool, format_args!("round {}", 2));
+        }))
+        .unwrap_err();
+        let message = failure.downcast_ref::<String>().unwrap();
+        assert_eq!(
+            message,
+            "round 2: pool 'test' is missing 1 of its 3 elements (2 in its ring, 0 in lcore caches)"
+        );
+        drop(held);
+        assert_pool_full(&pool);
+    }
+}
