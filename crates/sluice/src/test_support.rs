@@ -1,5 +1,6 @@
 //! Support shared by the library's unit tests: one way to build a pool of
-//! mbufs for a test, and one check that every buffer of a pool came home.
+//! mbufs (or a bare mempool) for a test, and one check that every buffer of
+//! a pool came home.
 //!
 //! # Where unit tests live
 //!
@@ -22,6 +23,7 @@
 
 use crate::mbuf::{MbufPool, MbufPoolConfig};
 use crate::mempool::{HugepagePolicy, Mempool, MempoolConfig};
+use crate::pagepool::BlockProvider;
 
 /// A pool of `size` mbufs with the default rooms, no per-lcore cache (so
 /// the count of free mbufs is exact from any thread) and hugepages where the
@@ -102,57 +104,78 @@ pub(crate) fn test_mempool(size: u32, cache_size: u32) -> Mempool {
     .unwrap_or_else(|e| panic!("test mempool of {size}: {e}"))
 }
 
-/// A pool whose free elements can be counted: a [`Mempool`] or an
-/// [`MbufPool`].
+/// A pool that can say whether everything it hands out is back: a
+/// [`Mempool`], an [`MbufPool`] or a page pool's [`BlockProvider`].
 pub(crate) trait CountedPool {
-    /// The mempool underneath.
-    fn counted(&self) -> &Mempool;
-}
-
-impl CountedPool for Mempool {
-    fn counted(&self) -> &Mempool {
-        self
-    }
+    /// True when every element (block) is free again.
+    fn is_full(&self) -> bool;
+    /// What is still out, for the failure message.
+    fn missing(&self) -> String;
 }
 
 impl<P: CountedPool + ?Sized> CountedPool for &P {
-    fn counted(&self) -> &Mempool {
-        (**self).counted()
+    fn is_full(&self) -> bool {
+        (**self).is_full()
+    }
+    fn missing(&self) -> String {
+        (**self).missing()
     }
 }
 
-impl CountedPool for MbufPool {
-    fn counted(&self) -> &Mempool {
-        self.mempool()
+impl CountedPool for Mempool {
+    fn is_full(&self) -> bool {
+        Mempool::is_full(self)
     }
-}
-
-/// Asserts that every element of `pool` is free again (in its ring or an
-/// lcore cache); otherwise fails saying how many are missing.
-#[track_caller]
-pub(crate) fn assert_pool_full(pool: &impl CountedPool) {
-    assert_pool_full_with(pool, "");
-}
-
-/// [`assert_pool_full`], with `context` (the round, the case) in the
-/// failure message.
-#[track_caller]
-pub(crate) fn assert_pool_full_with(pool: &impl CountedPool, context: impl std::fmt::Display) {
-    let pool = pool.counted();
-    if !pool.is_full() {
-        let stats = pool.stats();
-        let context = context.to_string();
-        let separator = if context.is_empty() { "" } else { ": " };
-        panic!(
-            "{context}{separator}pool '{}' is missing {} of its {} elements \
-             ({} in its ring, {} in lcore caches)",
-            pool.name(),
+    fn missing(&self) -> String {
+        let stats = self.stats();
+        format!(
+            "pool '{}' is missing {} of its {} elements ({} in its ring, {} in lcore caches)",
+            self.name(),
             stats.in_use,
             stats.size,
             stats.in_ring,
             stats.cached
-        );
+        )
     }
+}
+
+impl CountedPool for MbufPool {
+    fn is_full(&self) -> bool {
+        MbufPool::is_full(self)
+    }
+    fn missing(&self) -> String {
+        self.mempool().missing()
+    }
+}
+
+impl CountedPool for BlockProvider {
+    fn is_full(&self) -> bool {
+        BlockProvider::is_full(self)
+    }
+    fn missing(&self) -> String {
+        let stats = self.stats();
+        format!(
+            "block provider '{}' is missing {} of its {} pages",
+            self.name(),
+            stats.used_pages,
+            stats.pages
+        )
+    }
+}
+
+/// Asserts that everything `pool` handed out is free again (for a mempool:
+/// in its ring or an lcore cache); otherwise fails saying how much is
+/// missing.
+#[track_caller]
+pub(crate) fn assert_pool_full(pool: &impl CountedPool) {
+    assert!(pool.is_full(), "{}", pool.missing());
+}
+
+/// [`assert_pool_full`], with `context` (the round, the case) before the
+/// failure message.
+#[track_caller]
+pub(crate) fn assert_pool_full_with(pool: &impl CountedPool, context: impl std::fmt::Display) {
+    assert!(pool.is_full(), "{context}: {}", pool.missing());
 }
 
 #[cfg(all(test, not(loom)))]
