@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use super::test_support::{
-    assert_handed_once_returned_at_most_once, count_returned, hashed_burst, seqs,
+    ReturnOrder, assert_handed_once_returned_at_most_once, count_returned, hashed_burst, seqs,
 };
 use super::*;
 use crate::mbuf::{Burst, Mbuf};
@@ -18,6 +18,14 @@ use crate::test_support::{assert_pool_full, assert_pool_full_with, test_pool};
 
 fn none() -> Burst<0> {
     Burst::new()
+}
+
+/// A distributor of `workers` workers, every one active.
+fn active_workers(workers: usize) -> (SingleDistributor, Vec<SingleWorker>) {
+    let mut d = SingleDistributor::new(workers).unwrap();
+    let mut ws: Vec<SingleWorker> = (0..workers).map(|i| d.worker(i).unwrap()).collect();
+    activate(&mut d, &mut ws);
+    (d, ws)
 }
 
 /// Every worker requests once and the distributor sees it.
@@ -106,9 +114,7 @@ fn bad_input_is_an_error_with_a_clear_message() {
 #[test]
 fn all_packets_of_one_flow_go_to_one_worker() {
     let pool = test_pool(1023);
-    let mut d = SingleDistributor::new(4).unwrap();
-    let mut ws: Vec<SingleWorker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let (mut d, mut ws) = active_workers(4);
     for round in 0..8u64 {
         // Eight packets of one flow with every worker idle: one is handed
         // at once, seven queue behind it for the same worker.
@@ -131,9 +137,7 @@ fn all_packets_of_one_flow_go_to_one_worker() {
 #[test]
 fn distinct_flows_spread_over_every_worker() {
     let pool = test_pool(127);
-    let mut d = SingleDistributor::new(4).unwrap();
-    let mut ws: Vec<SingleWorker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let (mut d, mut ws) = active_workers(4);
     // Eight flows: one to each idle worker, then one more to each of the
     // least loaded, lowest id first.
     let mut b: Burst<8> = hashed_burst(&pool, 8, 0, |i| i as u32 + 100);
@@ -156,9 +160,7 @@ fn distinct_flows_spread_over_every_worker() {
 #[test]
 fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
     let pool = test_pool(127);
-    let mut d = SingleDistributor::new(2).unwrap();
-    let mut ws: Vec<SingleWorker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let (mut d, mut ws) = active_workers(2);
     // Nine packets of one flow: one handed to worker 0, eight queued.
     let mut b: Burst<16> = hashed_burst(&pool, 9, 0, |_| 9);
     assert_eq!(d.process(&mut b), 9);
@@ -190,9 +192,7 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
 #[test]
 fn an_unread_packet_of_a_worker_shutting_down_goes_first_to_another() {
     let pool = test_pool(127);
-    let mut d = SingleDistributor::new(2).unwrap();
-    let mut ws: Vec<SingleWorker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let (mut d, mut ws) = active_workers(2);
     let mut b: Burst<4> = hashed_burst(&pool, 3, 0, |_| 3);
     assert_eq!(d.process(&mut b), 3);
     // Worker 0 was answered but quits without taking its packet.
@@ -425,22 +425,10 @@ fn flows_leave_the_workers_in_arrival_order() {
         })
         .collect();
     let mut back = Burst::<64>::new();
-    let mut last_back: HashMap<u32, u64> = HashMap::new();
-    let mut returned = 0u64;
+    let mut order = ReturnOrder::default();
     let mut check_returns = |d: &mut SingleDistributor, back: &mut Burst<64>| {
         d.returned_pkts(back);
-        for m in back.iter() {
-            if let Some(p) = last_back.insert(m.rss_hash(), m.udata64()) {
-                assert!(
-                    p < m.udata64(),
-                    "returns of flow {}: {p} then {}",
-                    m.rss_hash(),
-                    m.udata64()
-                );
-            }
-        }
-        returned += back.len() as u64;
-        back.clear();
+        order.check_and_clear(back);
     };
     wait_active(&mut d, WORKERS);
     let mut seq = 0u64;
@@ -467,7 +455,7 @@ fn flows_leave_the_workers_in_arrival_order() {
     }
     check_returns(&mut d, &mut back);
     assert_eq!(d.outstanding(), 0);
-    assert_eq!(returned, seq);
+    assert_eq!(order.returned, seq);
     assert_eq!(d.stats().shutdowns, 1);
     drop(d);
     let done: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();

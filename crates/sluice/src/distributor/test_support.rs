@@ -74,3 +74,30 @@ pub(super) fn assert_handed_once_returned_at_most_once(
     assert!(returned.values().all(|&n| n == 1), "returned: {returned:?}");
     assert!(returned.keys().all(|s| handed.contains_key(s)));
 }
+
+/// Checks packets as they come back from the distributor: each flow's
+/// (RSS hash's) sequence numbers only rise; counts them.
+#[derive(Default)]
+pub(super) struct ReturnOrder {
+    last_seq: HashMap<u32, u64>,
+    /// Packets checked so far.
+    pub(super) returned: u64,
+}
+
+impl ReturnOrder {
+    /// Checks the packets of `back`, and empties it.
+    pub(super) fn check_and_clear<const N: usize>(&mut self, back: &mut Burst<N>) {
+        for m in back.iter() {
+            if let Some(prev) = self.last_seq.insert(m.rss_hash(), m.udata64()) {
+                assert!(
+                    prev < m.udata64(),
+                    "returns of flow {}: {prev} then {}",
+                    m.rss_hash(),
+                    m.udata64()
+                );
+            }
+        }
+        self.returned += back.len() as u64;
+        back.clear();
+    }
+}

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 
 use super::test_support::{
-    assert_handed_once_returned_at_most_once, burst_of, count_returned, hashed_packets, seqs,
+    ReturnOrder, assert_handed_once_returned_at_most_once, burst_of, count_returned,
+    hashed_packets, seqs,
 };
 use super::*;
 use crate::mbuf::Burst;
@@ -33,6 +34,14 @@ fn two_requesting_workers() -> (Distributor, Worker, Worker) {
     w0.request_pkt(&mut none).unwrap();
     w1.request_pkt(&mut none).unwrap();
     (d, w0, w1)
+}
+
+/// A distributor of `workers` workers, every one active.
+fn active_workers(workers: usize) -> (Distributor, Vec<Worker>) {
+    let mut d = dist(workers);
+    let mut ws: Vec<Worker> = (0..workers).map(|i| d.worker(i).unwrap()).collect();
+    activate(&mut d, &mut ws);
+    (d, ws)
 }
 
 /// Makes every worker active: each requests once, the distributor sees it.
@@ -120,9 +129,7 @@ fn bad_input_is_an_error_with_a_clear_message() {
 #[test]
 fn all_packets_of_one_flow_go_to_one_worker() {
     let pool = test_pool(1023);
-    let mut d = dist(4);
-    let mut ws: Vec<Worker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let (mut d, mut ws) = active_workers(4);
     let mut got = [0usize; 4];
     let mut out = Burst::<8>::new();
     let mut back = Burst::<64>::new();
@@ -149,9 +156,7 @@ fn all_packets_of_one_flow_go_to_one_worker() {
 #[test]
 fn distinct_flows_spread_over_every_worker() {
     let pool = test_pool(1023);
-    let mut d = dist(4);
-    let mut ws: Vec<Worker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let (mut d, mut ws) = active_workers(4);
     // 32 packets of 32 flows: with every worker idle, each gets its share.
     let mut b: Burst<32> = burst_of(hashed_packets(&pool, 32, 0, |i| i as u32 + 100));
     assert_eq!(d.process(&mut b), 32);
@@ -174,9 +179,7 @@ fn a_flow_waits_for_its_worker_and_keeps_its_order() {
     // One flow, two workers: the flow's packets stay on one worker's
     // backlog even though the other is idle.
     let pool = test_pool(127);
-    let mut d = dist(2);
-    let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let (mut d, mut ws) = active_workers(2);
     let mut b: Burst<16> = burst_of(hashed_packets(&pool, 16, 0, |_| 7));
     assert_eq!(d.process(&mut b), 16);
     let mut out = Burst::<8>::new();
@@ -206,9 +209,7 @@ fn a_flow_waits_for_its_worker_and_keeps_its_order() {
 #[test]
 fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
     let pool = test_pool(127);
-    let mut d = dist(2);
-    let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let (mut d, mut ws) = active_workers(2);
     // 16 packets of one flow: eight handed to worker 0, eight in its backlog.
     let mut b: Burst<16> = burst_of(hashed_packets(&pool, 16, 0, |_| 9));
     assert_eq!(d.process(&mut b), 16);
@@ -237,9 +238,7 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
 #[test]
 fn an_unread_batch_of_a_worker_shutting_down_goes_to_another() {
     let pool = test_pool(127);
-    let mut d = dist(2);
-    let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let (mut d, mut ws) = active_workers(2);
     let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, 0, |_| 3));
     assert_eq!(d.process(&mut b), 8);
     // Worker 0 was answered but quits without taking the batch.
@@ -569,22 +568,10 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
         .collect();
     let mut seq = 0u64;
     let mut back = Burst::<64>::new();
-    let mut last_back: HashMap<u32, u64> = HashMap::new();
-    let mut returned = 0u64;
+    let mut order = ReturnOrder::default();
     let mut check_returns = |d: &mut Distributor, back: &mut Burst<64>| {
         d.returned_pkts(back);
-        for m in back.iter() {
-            if let Some(p) = last_back.insert(m.rss_hash(), m.udata64()) {
-                assert!(
-                    p < m.udata64(),
-                    "returns of flow {}: {p} then {}",
-                    m.rss_hash(),
-                    m.udata64()
-                );
-            }
-        }
-        returned += back.len() as u64;
-        back.clear();
+        order.check_and_clear(back);
     };
     while seq < TOTAL {
         let mut b: Burst<32> = burst_of(hashed_packets(&pool, 32, seq, |s| (s % FLOWS) as u32));
@@ -602,7 +589,7 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
         }
     }
     check_returns(&mut d, &mut back);
-    assert_eq!(returned, seq);
+    assert_eq!(order.returned, seq);
     assert_eq!(d.stats().shutdowns, 1);
     stop.store(true, Ordering::Relaxed);
     drop(d);
