@@ -1,18 +1,12 @@
 //! `sluice fwd` end to end: the built binary, its JSON summary and its
 //! errors.
 
-use std::process::Command;
-
-fn sluice(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("the sluice binary runs")
-}
+mod common;
+use common::run;
 
 #[test]
 fn fwd_over_null_ports_prints_a_json_summary_with_packets() {
-    let out = sluice(&[
+    let out = run(&[
         "fwd",
         "--port",
         "null",
@@ -56,7 +50,7 @@ fn fwd_over_null_ports_prints_a_json_summary_with_packets() {
 
 #[test]
 fn a_bad_spec_prints_the_error_and_fails() {
-    let out = sluice(&[
+    let out = run(&[
         "fwd",
         "--port",
         "null",
@@ -77,7 +71,7 @@ fn a_bad_spec_prints_the_error_and_fails() {
 #[test]
 fn fwd_between_soft_ports_and_the_tester_loses_nothing() {
     let spec = "soft:tester=cli_test,gen=udp,flows=64,size=64,device=inline";
-    let out = sluice(&[
+    let out = run(&[
         "fwd",
         "--port",
         spec,
@@ -121,7 +115,7 @@ fn fwd_between_soft_ports_and_the_tester_loses_nothing() {
 #[test]
 fn recycle_engine_between_soft_ports_recycles_and_the_tester_sees_everything() {
     let spec = "soft:tester=cli_recycle,gen=udp,flows=64,size=64,device=inline";
-    let out = sluice(&[
+    let out = run(&[
         "fwd",
         "--port",
         spec,
@@ -167,7 +161,7 @@ fn recycle_engine_between_soft_ports_recycles_and_the_tester_sees_everything() {
 
 #[test]
 fn recycle_engine_on_null_ports_is_an_error_naming_the_queue() {
-    let out = sluice(&[
+    let out = run(&[
         "fwd",
         "--port",
         "null",

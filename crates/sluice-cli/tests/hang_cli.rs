@@ -6,9 +6,12 @@
 //! the test fails.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::sluice;
 
 /// Longest a run that should end by itself may take (debug build, shared
 /// machine).
@@ -46,7 +49,7 @@ fn reader<R: Read + Send + 'static>(r: R) -> std::thread::JoinHandle<String> {
 
 /// Runs `sluice args`; `None` when it had to be killed at [`RUN_MAX`].
 fn run_bounded(args: &[&str]) -> Option<Ended> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let mut child = sluice()
         .args(args)
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
@@ -124,7 +127,7 @@ fn a_second_sigint_ends_a_run_whose_stop_cannot_finish() {
     // txonly over a pair: nothing receives, so the links fill and every Tx
     // call is refused; with (nearly) endless Tx retries the lcore does not
     // get back to its stop flag, and the clean stop cannot finish.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let mut child = sluice()
         .args([
             "fwd",
             "-p",
