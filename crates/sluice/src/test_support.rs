@@ -178,6 +178,70 @@ pub(crate) fn assert_pool_full_with(pool: &impl CountedPool, context: impl std::
     assert!(pool.is_full(), "{context}: {}", pool.missing());
 }
 
+/// Test frames for the drivers that meet the kernel (afpacket, tap):
+/// EtherType 0x88b5 (IEEE local experimental), then a sequence number and
+/// bytes derived from it.
+#[cfg(not(loom))]
+pub(crate) mod frames {
+    use std::time::{Duration, Instant};
+
+    use crate::mbuf::Burst;
+    use crate::port::Port;
+
+    /// A test frame of `len` bytes to `dst`, from `02:5e:00:00:00:<src>`,
+    /// carrying `seq`.
+    pub(crate) fn test_frame(dst: [u8; 6], src: u8, seq: u32, len: usize) -> Vec<u8> {
+        let mut frame = Vec::with_capacity(len);
+        frame.extend(dst);
+        frame.extend([0x02, 0x5e, 0, 0, 0, src, 0x88, 0xb5]);
+        frame.extend(seq.to_be_bytes());
+        while frame.len() < len {
+            frame.push((frame.len() as u32 ^ seq.wrapping_mul(31)) as u8);
+        }
+        frame
+    }
+
+    /// Whether `frame` is a test frame (others are the kernel's own).
+    pub(crate) fn is_test_frame(frame: &[u8]) -> bool {
+        frame.len() >= 18 && frame[12..14] == [0x88, 0xb5]
+    }
+
+    /// A test frame's sequence number.
+    pub(crate) fn seq_of(frame: &[u8]) -> u32 {
+        u32::from_be_bytes([frame[14], frame[15], frame[16], frame[17]])
+    }
+
+    /// Polls every Rx queue of `port` until `want` test frames arrived or
+    /// nothing came for `idle`; returns (queue, bytes) of the test frames,
+    /// each of which came in one segment, and frees everything.
+    pub(crate) fn receive_test_frames(
+        port: &mut Port,
+        want: usize,
+        idle: Duration,
+    ) -> Vec<(usize, Vec<u8>)> {
+        let mut got = Vec::new();
+        let mut last = Instant::now();
+        let mut burst: Burst<32> = Burst::new();
+        while got.len() < want && last.elapsed() < idle {
+            for queue in 0..port.nb_rx_queues() {
+                if port.rx_queue(queue).unwrap().rx_burst(&mut burst) != 0 {
+                    last = Instant::now();
+                }
+                for m in burst.iter() {
+                    assert_eq!(m.nb_segs(), 1);
+                    let frame = m.to_vec();
+                    if is_test_frame(&frame) {
+                        got.push((queue, frame));
+                    }
+                }
+                burst.clear();
+            }
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        got
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;

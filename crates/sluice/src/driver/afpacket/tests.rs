@@ -10,6 +10,7 @@ use sluice_netns::{Netns, RawSocket, Veth};
 use crate::driver::open;
 use crate::mbuf::{Burst, Mbuf};
 use crate::port::{Offloads, Port, PortConfig};
+use crate::test_support::frames::{is_test_frame, receive_test_frames, seq_of, test_frame};
 use crate::test_support::{assert_pool_full, test_pool};
 
 fn err(spec: &str, config: PortConfig) -> String {
@@ -72,27 +73,6 @@ fn bad_specs_and_configs_are_clear_errors() {
     assert_pool_full(&p);
 }
 
-/// Our test frames: EtherType 0x88b5 (local experimental), then a sequence
-/// number and bytes derived from it, `len` bytes in all.
-fn frame(dst: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
-    let mut f = Vec::with_capacity(len);
-    f.extend(dst);
-    f.extend([0x02, 0x5e, 0, 0, 0, 1, 0x88, 0xb5]);
-    f.extend(seq.to_be_bytes());
-    while f.len() < len {
-        f.push((f.len() as u32 ^ seq.wrapping_mul(31)) as u8);
-    }
-    f
-}
-
-fn ours(f: &[u8]) -> bool {
-    f.len() >= 18 && f[12..14] == [0x88, 0xb5]
-}
-
-fn seq_of(f: &[u8]) -> u32 {
-    u32::from_be_bytes([f[14], f[15], f[16], f[17]])
-}
-
 /// A namespace with one end of a veth pair; the other end (root side) is
 /// where the port goes.
 struct Wire {
@@ -122,34 +102,6 @@ impl Wire {
     }
 }
 
-/// Polls every Rx queue of `port` until `want` of our frames arrived or
-/// nothing came for `idle`; returns (queue, frame bytes) of ours, and frees
-/// everything.
-fn receive(port: &mut Port, want: usize, idle: Duration) -> Vec<(usize, Vec<u8>)> {
-    let mut got = Vec::new();
-    let mut last = Instant::now();
-    let mut burst: Burst<32> = Burst::new();
-    let queues = port.nb_rx_queues();
-    while got.len() < want && last.elapsed() < idle {
-        for q in 0..queues {
-            let n = port.rx_queue(q).unwrap().rx_burst(&mut burst);
-            if n != 0 {
-                last = Instant::now();
-            }
-            for m in burst.iter() {
-                assert_eq!(m.nb_segs(), 1);
-                let d = m.to_vec();
-                if ours(&d) {
-                    got.push((q, d));
-                }
-            }
-            burst.clear();
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    got
-}
-
 #[test]
 fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
     if sluice_netns::skip_unless_root() {
@@ -166,7 +118,7 @@ fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
     // back.
     let sent: Vec<Vec<u8>> = (0..300u32)
         .map(|i| {
-            let f = frame(mac, i, 60 + (i as usize * 97) % 1455);
+            let f = test_frame(mac, 1, i, 60 + (i as usize * 97) % 1455);
             if i % 10 != 0 {
                 return f;
             }
@@ -176,7 +128,7 @@ fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
             tagged
         })
         .collect();
-    let is_ours = |f: &[u8]| ours(f) || (f.len() > 22 && f[16..18] == [0x88, 0xb5]);
+    let is_ours = |f: &[u8]| is_test_frame(f) || (f.len() > 22 && f[16..18] == [0x88, 0xb5]);
     let mut got = Vec::new();
     // The peer sends while the port polls: a block the kernel retires
     // (every millisecond, however few packets it holds) is read soon, so a
@@ -227,7 +179,7 @@ fn frames_sent_arrive_intact_at_the_peer() {
     // 600 frames, more than the 256-frame ring: the queue pushes back and
     // the rest is sent again, nothing is lost.
     let want: Vec<Vec<u8>> = (0..600u32)
-        .map(|i| frame(dst, i, 60 + (i as usize * 53) % 1455))
+        .map(|i| test_frame(dst, 1, i, 60 + (i as usize * 53) % 1455))
         .collect();
     let mut burst: Burst<32> = Burst::new();
     let mut next = 0;
@@ -246,7 +198,7 @@ fn frames_sent_arrive_intact_at_the_peer() {
     // Every mbuf was freed once its bytes were in the ring.
     assert_pool_full(&pool);
     let got = peer
-        .recv_frames(600, Duration::from_secs(10), ours)
+        .recv_frames(600, Duration::from_secs(10), is_test_frame)
         .unwrap();
     assert_eq!(got.len(), 600);
     assert_eq!(got, want, "every frame, in order, byte for byte");
@@ -289,7 +241,7 @@ fn fanout_spreads_flows_over_queues_and_keeps_each_flow_on_one() {
     // IPv4/UDP frames of 64 flows (source ports), 8 each: the fanout hash
     // is the kernel's flow hash over addresses and ports. The sequence
     // number sits where `seq_of` reads it in our frames: in the UDP
-    // payload here, so `ours` is replaced by a check on the ports.
+    // payload here, so `is_test_frame` is replaced by a check on the ports.
     let udp = |flow: u16, seq: u32| {
         let mut f = mac.to_vec();
         f.extend([0x02, 0x5e, 0, 0, 0, 1, 0x08, 0x00]);
@@ -374,13 +326,13 @@ fn a_full_ring_counts_kernel_drops_as_xstats_and_rx_missed() {
     // Nobody polls while 600 frames arrive: the ring fills, the kernel
     // drops the rest.
     for i in 0..600 {
-        peer.send(&frame(mac, i, 1000)).unwrap();
+        peer.send(&test_frame(mac, 1, i, 1000)).unwrap();
     }
     let seen = observer
-        .recv_frames(600, Duration::from_secs(30), ours)
+        .recv_frames(600, Duration::from_secs(30), is_test_frame)
         .unwrap();
     assert_eq!(seen.len(), 600, "the interface did not receive every frame");
-    let got = receive(&mut port, 600, Duration::from_secs(2));
+    let got = receive_test_frames(&mut port, 600, Duration::from_secs(2));
     port.stop();
     let st = port.stats();
     let x = port.xstats();
@@ -399,7 +351,7 @@ fn a_full_ring_counts_kernel_drops_as_xstats_and_rx_missed() {
     let seqs: Vec<u32> = got.iter().map(|(_, f)| seq_of(f)).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
     for (_, f) in &got {
-        assert_eq!(*f, frame(mac, seq_of(f), 1000));
+        assert_eq!(*f, test_frame(mac, 1, seq_of(f), 1000));
     }
     drop(port);
     assert_pool_full(&pool);
@@ -419,9 +371,10 @@ fn a_port_stops_and_starts_again() {
     for round in 0..3u32 {
         port.start().unwrap();
         for i in 0..20 {
-            peer.send(&frame(mac, round * 100 + i, 200)).unwrap();
+            peer.send(&test_frame(mac, 1, round * 100 + i, 200))
+                .unwrap();
         }
-        let got = receive(&mut port, 20, Duration::from_secs(10));
+        let got = receive_test_frames(&mut port, 20, Duration::from_secs(10));
         assert_eq!(got.len(), 20, "round {round}");
         port.stop();
         assert_pool_full(&pool);
@@ -493,9 +446,9 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     let peer = w.peer();
     let lens = [60usize, 1018, 1019, 1400, 60];
     for (i, &len) in lens.iter().enumerate() {
-        peer.send(&frame(mac, i as u32, len)).unwrap();
+        peer.send(&test_frame(mac, 1, i as u32, len)).unwrap();
     }
-    let got = receive(&mut port, 3, Duration::from_secs(5));
+    let got = receive_test_frames(&mut port, 3, Duration::from_secs(5));
     let got: Vec<usize> = got.iter().map(|(_, f)| f.len()).collect();
     assert_eq!(got, [60, 1018, 60]);
     let x = port.counters();
@@ -528,20 +481,20 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
     // MTU + 18 with a VLAN tag. Then the interface's MTU drops to 1000
     // while the port runs.
     let first: Vec<(Vec<u8>, bool)> = vec![
-        (frame(dst, 0, 60), true),
-        (frame(dst, 1, 1514), true),
-        (frame(dst, 2, 1515), false),
-        (frame(dst, 3, 1518), false),
-        (tagged(&frame(dst, 4, 1514)), true),
-        (tagged(&frame(dst, 5, 1515)), false),
-        (frame(dst, 6, 9000), false),
-        (frame(dst, 7, 60), true),
+        (test_frame(dst, 1, 0, 60), true),
+        (test_frame(dst, 1, 1, 1514), true),
+        (test_frame(dst, 1, 2, 1515), false),
+        (test_frame(dst, 1, 3, 1518), false),
+        (tagged(&test_frame(dst, 1, 4, 1514)), true),
+        (tagged(&test_frame(dst, 1, 5, 1515)), false),
+        (test_frame(dst, 1, 6, 9000), false),
+        (test_frame(dst, 1, 7, 60), true),
     ];
     let second: Vec<(Vec<u8>, bool)> = vec![
-        (frame(dst, 8, 1014), true),
-        (frame(dst, 9, 1015), false),
-        (frame(dst, 10, 1400), false),
-        (frame(dst, 11, 60), true),
+        (test_frame(dst, 1, 8, 1014), true),
+        (test_frame(dst, 1, 9, 1015), false),
+        (test_frame(dst, 1, 10, 1400), false),
+        (test_frame(dst, 1, 11, 60), true),
     ];
     let send = |port: &mut Port, frames: &[(Vec<u8>, bool)]| {
         let mut burst: Burst<16> = Burst::new();
@@ -565,12 +518,18 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
     let sent: Vec<u32> = all
         .iter()
         .filter(|(_, ok)| *ok)
-        .map(|(f, _)| if ours(f) { seq_of(f) } else { seq_of(&f[4..]) })
+        .map(|(f, _)| {
+            if is_test_frame(f) {
+                seq_of(f)
+            } else {
+                seq_of(&f[4..])
+            }
+        })
         .collect();
     let refused = all.len() - sent.len();
     // The peer's socket sees tagged frames with the tag taken out.
     let got = peer
-        .recv_frames(sent.len(), Duration::from_secs(10), ours)
+        .recv_frames(sent.len(), Duration::from_secs(10), is_test_frame)
         .unwrap();
     let got: Vec<u32> = got.iter().map(|f| seq_of(f)).collect();
     assert_eq!(
@@ -614,11 +573,11 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
     let dst = w.ns.mac(w.veth.b()).unwrap().0;
     let mut burst: Burst<32> = Burst::new();
     burst
-        .push(pool.alloc_from_slice(&frame(dst, 0, 1400)).unwrap())
+        .push(pool.alloc_from_slice(&test_frame(dst, 1, 0, 1400)).unwrap())
         .unwrap();
     for i in 1..=20 {
         burst
-            .push(pool.alloc_from_slice(&frame(dst, i, 60)).unwrap())
+            .push(pool.alloc_from_slice(&test_frame(dst, 1, i, 60)).unwrap())
             .unwrap();
     }
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 21);
@@ -630,7 +589,9 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
         port.tx_queue(0).unwrap().tx_burst(&mut burst);
         std::thread::sleep(Duration::from_millis(1));
     }
-    let got = peer.recv_frames(20, Duration::from_secs(5), ours).unwrap();
+    let got = peer
+        .recv_frames(20, Duration::from_secs(5), is_test_frame)
+        .unwrap();
     let got: Vec<u32> = got.iter().map(|f| seq_of(f)).collect();
     assert_eq!(got, (1..=20).collect::<Vec<_>>());
     assert_eq!(x.xstats.get("tx_kernel_drops"), Some(1));
@@ -641,7 +602,7 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
     w.ns.ip(&["link", "set", w.veth.b(), "down"]).unwrap();
     for i in 21..26 {
         burst
-            .push(pool.alloc_from_slice(&frame(dst, i, 60)).unwrap())
+            .push(pool.alloc_from_slice(&test_frame(dst, 1, i, 60)).unwrap())
             .unwrap();
     }
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 5);

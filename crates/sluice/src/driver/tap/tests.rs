@@ -11,6 +11,7 @@ use sluice_netns::{Netns, RawSocket};
 use crate::driver::open;
 use crate::mbuf::{Burst, MbufPool};
 use crate::port::{Port, PortConfig};
+use crate::test_support::frames::{is_test_frame, receive_test_frames, test_frame};
 use crate::test_support::{assert_pool_full, test_pool};
 
 fn err(spec: &str, config: PortConfig) -> String {
@@ -124,23 +125,6 @@ fn queue_counts_the_driver_cannot_do_are_clear_errors() {
     assert_pool_full(&p);
 }
 
-/// Our test frames: EtherType 0x88b5, then a sequence number and bytes
-/// derived from it, `len` bytes in all.
-fn frame(dst: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
-    let mut f = Vec::with_capacity(len);
-    f.extend(dst);
-    f.extend([0x02, 0x5e, 0, 0, 0, 2, 0x88, 0xb5]);
-    f.extend(seq.to_be_bytes());
-    while f.len() < len {
-        f.push((f.len() as u32 ^ seq.wrapping_mul(17)) as u8);
-    }
-    f
-}
-
-fn ours(f: &[u8]) -> bool {
-    f.len() >= 18 && f[12..14] == [0x88, 0xb5]
-}
-
 /// A started TAP port whose device was moved into a new namespace and set
 /// up there.
 fn tap_in_ns(tag: &str, pool: &MbufPool, queues: u16) -> (Port, Netns, String) {
@@ -151,30 +135,6 @@ fn tap_in_ns(tag: &str, pool: &MbufPool, queues: u16) -> (Port, Netns, String) {
     let ns = Netns::new(tag).unwrap();
     Netns::root().move_link(&name, &ns).unwrap();
     (port, ns, name)
-}
-
-/// Polls every Rx queue until `want` of our frames arrived or nothing came
-/// for `idle`; returns (queue, bytes) of ours and frees everything.
-fn receive(port: &mut Port, want: usize, idle: Duration) -> Vec<(usize, Vec<u8>)> {
-    let mut got = Vec::new();
-    let mut last = Instant::now();
-    let mut burst: Burst<32> = Burst::new();
-    while got.len() < want && last.elapsed() < idle {
-        for q in 0..port.nb_rx_queues() {
-            if port.rx_queue(q).unwrap().rx_burst(&mut burst) != 0 {
-                last = Instant::now();
-            }
-            got.extend(
-                burst
-                    .iter()
-                    .map(|m| (q, m.to_vec()))
-                    .filter(|(_, f)| ours(f)),
-            );
-            burst.clear();
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    got
 }
 
 #[test]
@@ -188,18 +148,18 @@ fn frames_cross_a_tap_both_ways_intact() {
     let kernel_mac = ns.mac(&name).unwrap().0;
     // Kernel side → port: 300 frames the raw socket sends out of the TAP.
     let sent: Vec<Vec<u8>> = (0..300u32)
-        .map(|i| frame(port.mac().0, i, 60 + (i as usize * 97) % 1455))
+        .map(|i| test_frame(port.mac().0, 2, i, 60 + (i as usize * 97) % 1455))
         .collect();
     for f in &sent {
         peer.send(f).unwrap();
     }
-    let got = receive(&mut port, 300, Duration::from_secs(10));
+    let got = receive_test_frames(&mut port, 300, Duration::from_secs(10));
     let got: Vec<Vec<u8>> = got.into_iter().map(|(_, f)| f).collect();
     assert_eq!(got.len(), 300);
     assert_eq!(got, sent, "every frame, in order, byte for byte");
     // Port → kernel side: 300 frames arrive at the raw socket.
     let want: Vec<Vec<u8>> = (0..300u32)
-        .map(|i| frame(kernel_mac, 1000 + i, 60 + (i as usize * 53) % 1455))
+        .map(|i| test_frame(kernel_mac, 2, 1000 + i, 60 + (i as usize * 53) % 1455))
         .collect();
     let mut burst: Burst<32> = Burst::new();
     let mut next = 0;
@@ -215,7 +175,7 @@ fn frames_cross_a_tap_both_ways_intact() {
     }
     assert!(burst.is_empty());
     let back = peer
-        .recv_frames(300, Duration::from_secs(10), ours)
+        .recv_frames(300, Duration::from_secs(10), is_test_frame)
         .unwrap();
     assert_eq!(back.len(), 300);
     assert_eq!(back, want, "every frame, in order, byte for byte");
@@ -231,8 +191,11 @@ fn frames_cross_a_tap_both_ways_intact() {
     port.stop();
     assert_pool_full(&pool);
     port.start().unwrap();
-    peer.send(&frame(port.mac().0, 7, 100)).unwrap();
-    assert_eq!(receive(&mut port, 1, Duration::from_secs(10)).len(), 1);
+    peer.send(&test_frame(port.mac().0, 2, 7, 100)).unwrap();
+    assert_eq!(
+        receive_test_frames(&mut port, 1, Duration::from_secs(10)).len(),
+        1
+    );
     drop(port);
     assert_pool_full(&pool);
     // The port made the device; with the port it is gone.
@@ -304,13 +267,15 @@ fn a_multi_queue_tap_spreads_flows_and_keeps_each_on_one_queue() {
     for q in 0..4 {
         let mut b: Burst<1> = Burst::new();
         b.push(
-            pool.alloc_from_slice(&frame(ns.mac(&name).unwrap().0, q, 80))
+            pool.alloc_from_slice(&test_frame(ns.mac(&name).unwrap().0, 2, q, 80))
                 .unwrap(),
         )
         .unwrap();
         assert_eq!(port.tx_queue(q as usize).unwrap().tx_burst(&mut b), 1);
     }
-    let back = peer.recv_frames(4, Duration::from_secs(10), ours).unwrap();
+    let back = peer
+        .recv_frames(4, Duration::from_secs(10), is_test_frame)
+        .unwrap();
     assert_eq!(back.len(), 4);
     drop(port);
     assert_pool_full(&pool);
@@ -333,9 +298,9 @@ fn attach_uses_an_existing_device_and_leaves_it() {
         port.start().unwrap();
         let peer = RawSocket::open(&root, &name).unwrap();
         for i in 0..10 {
-            peer.send(&frame(port.mac().0, i, 120)).unwrap();
+            peer.send(&test_frame(port.mac().0, 2, i, 120)).unwrap();
         }
-        let got = receive(&mut port, 10, Duration::from_secs(10));
+        let got = receive_test_frames(&mut port, 10, Duration::from_secs(10));
         drop(port);
         got.len()
     };
@@ -364,9 +329,10 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     let peer = RawSocket::open(&ns, &name).unwrap();
     let lens = [60usize, 1018, 1019, 1400, 60];
     for (i, &len) in lens.iter().enumerate() {
-        peer.send(&frame(port.mac().0, i as u32, len)).unwrap();
+        peer.send(&test_frame(port.mac().0, 2, i as u32, len))
+            .unwrap();
     }
-    let got = receive(&mut port, 3, Duration::from_secs(10));
+    let got = receive_test_frames(&mut port, 3, Duration::from_secs(10));
     let got: Vec<usize> = got.iter().map(|(_, f)| f.len()).collect();
     assert_eq!(got, [60, 1018, 60]);
     let x = &port.counters().xstats;
