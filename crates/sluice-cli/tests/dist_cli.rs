@@ -2,7 +2,7 @@
 //! binary, its JSON output and its errors.
 
 mod common;
-use common::{json_lines, run};
+use common::{assert_tester_got_everything, json_lines, run};
 
 #[test]
 fn dist_with_no_ports_runs_the_tester_pipeline_and_loses_nothing() {
@@ -25,14 +25,7 @@ fn dist_with_no_ports_runs_the_tester_pipeline_and_loses_nothing() {
     assert_eq!(s["workers"], 2);
     // Every packet forwarded once and intact: the tester saw each one it
     // sent, in order per flow, uncorrupted.
-    let t = &s["testers"][0];
-    assert_eq!(t["name"], "dist");
-    let sent = t["sent"].as_u64().unwrap();
-    assert!(sent > 0, "{t}");
-    assert_eq!(t["received"].as_u64(), Some(sent), "{t}");
-    for k in ["lost", "reordered", "duplicates", "corrupt", "foreign"] {
-        assert_eq!(t[k], 0, "{k}: {t}");
-    }
+    let sent = assert_tester_got_everything(s, "dist");
     assert_eq!(s["clean"], true);
     // Every port is on the tester: the drain says it accounted for every
     // frame, as `sluice fwd`'s does.

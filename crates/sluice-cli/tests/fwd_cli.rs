@@ -2,7 +2,7 @@
 //! errors.
 
 mod common;
-use common::run;
+use common::{assert_tester_got_everything, json_lines, run, summary};
 
 #[test]
 fn fwd_over_null_ports_prints_a_json_summary_with_packets() {
@@ -20,17 +20,7 @@ fn fwd_over_null_ports_prints_a_json_summary_with_packets() {
         "--txd",
         "128",
     ]);
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        out.status.success(),
-        "exit {:?}, stderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let lines = json_lines(&out);
     let summary = lines.last().expect("a summary line");
     assert_eq!(summary["type"], "summary");
     assert_eq!(summary["engine"], "io");
@@ -87,22 +77,8 @@ fn fwd_between_soft_ports_and_the_tester_loses_nothing() {
         "--cores",
         "2",
     ]);
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        out.status.success(),
-        "exit {:?}, stderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    let t = &summary["testers"][0];
-    assert_eq!(t["name"], "cli_test");
-    let sent = t["sent"].as_u64().unwrap();
-    assert!(sent > 0, "{t}");
-    assert_eq!(t["received"].as_u64(), Some(sent));
-    for k in ["lost", "reordered", "duplicates", "corrupt", "foreign"] {
-        assert_eq!(t[k], 0, "{k}: {t}");
-    }
+    let summary = summary(&out);
+    let sent = assert_tester_got_everything(&summary, "cli_test");
     assert_eq!(summary["clean"], true);
     assert_eq!(summary["pool_full"], true);
     // Two lcores, two queues per port (RSS), every packet forwarded.
@@ -131,14 +107,7 @@ fn recycle_engine_between_soft_ports_recycles_and_the_tester_sees_everything() {
         "--txd",
         "256",
     ]);
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        out.status.success(),
-        "exit {:?}, stderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let summary = summary(&out);
     assert_eq!(summary["engine"], "recycle");
     assert_eq!(summary["recycle_errors"], 0);
     let t = &summary["testers"][0];

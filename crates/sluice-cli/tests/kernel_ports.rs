@@ -150,8 +150,14 @@ fn ping_and_tcp_cross_l2fwd_over_tap() {
     }));
 }
 
-fn sluice_err(args: &[&str]) -> String {
-    let out = sluice_netns::exec(&[&[SLUICE][..], args].concat(), Duration::from_secs(60)).unwrap();
+/// Runs `sluice l2fwd --duration 1` on `ports` (one `-p` each): its
+/// standard error; it must fail with exit code 1 and print nothing else.
+fn l2fwd_error(ports: &[&str]) -> String {
+    let mut argv = vec![SLUICE, "l2fwd", "--duration", "1"];
+    for port in ports {
+        argv.extend(["-p", port]);
+    }
+    let out = sluice_netns::exec(&argv, Duration::from_secs(60)).unwrap();
     assert_eq!(out.status.code(), Some(1), "{out}");
     assert!(out.stdout.is_empty(), "{out}");
     out.stderr
@@ -159,41 +165,24 @@ fn sluice_err(args: &[&str]) -> String {
 
 #[test]
 fn bad_kernel_port_specs_are_clear_errors() {
-    assert_eq!(
-        sluice_err(&[
-            "l2fwd",
-            "--duration",
-            "1",
-            "-p",
-            "afpacket:iface=sluicenosuch0",
-            "-p",
-            "null"
-        ]),
-        "sluice: error: port spec 'afpacket:iface=sluicenosuch0': no network interface \
-         'sluicenosuch0' (in this network namespace)\n"
-    );
-    assert_eq!(
-        sluice_err(&[
-            "l2fwd",
-            "--duration",
-            "1",
-            "-p",
-            "tap:iface=sluicenosuch0,attach=true",
-            "-p",
-            "null"
-        ]),
-        "sluice: error: port spec 'tap:iface=sluicenosuch0,attach=true': no network interface \
-         'sluicenosuch0' to attach to (in this network namespace)\n"
-    );
-    assert_eq!(
-        sluice_err(&[
-            "l2fwd",
-            "--duration",
-            "1",
-            "-p",
-            "afpacket:iface=lo,qdisc_bypass=2"
-        ]),
-        "sluice: error: port spec 'afpacket:iface=lo,qdisc_bypass=2': key 'qdisc_bypass' = '2' \
-         is not a boolean (1/0, true/false, yes/no, on/off)\n"
-    );
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["afpacket:iface=sluicenosuch0", "null"],
+            "sluice: error: port spec 'afpacket:iface=sluicenosuch0': no network interface \
+             'sluicenosuch0' (in this network namespace)\n",
+        ),
+        (
+            &["tap:iface=sluicenosuch0,attach=true", "null"],
+            "sluice: error: port spec 'tap:iface=sluicenosuch0,attach=true': no network \
+             interface 'sluicenosuch0' to attach to (in this network namespace)\n",
+        ),
+        (
+            &["afpacket:iface=lo,qdisc_bypass=2"],
+            "sluice: error: port spec 'afpacket:iface=lo,qdisc_bypass=2': key 'qdisc_bypass' = \
+             '2' is not a boolean (1/0, true/false, yes/no, on/off)\n",
+        ),
+    ];
+    for (ports, want) in cases {
+        assert_eq!(l2fwd_error(ports), want, "{ports:?}");
+    }
 }

@@ -63,6 +63,21 @@ pub fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The first tester of a summary saw every frame it sent come back once,
+/// in order per flow, intact, and nothing else; its name is `name`.
+/// Returns how many it sent (at least one).
+pub fn assert_tester_got_everything(summary: &serde_json::Value, name: &str) -> u64 {
+    let tester = &summary["testers"][0];
+    assert_eq!(tester["name"], name);
+    let sent = tester["sent"].as_u64().unwrap();
+    assert!(sent > 0, "{tester}");
+    assert_eq!(tester["received"].as_u64(), Some(sent), "{tester}");
+    for count in ["lost", "reordered", "duplicates", "corrupt", "foreign"] {
+        assert_eq!(tester[count], 0, "{count}: {tester}");
+    }
+    sent
+}
+
 /// Starts Sluice with `args` as a process of the test harness (stopped or
 /// killed when dropped).
 pub fn spawn(args: &[&str]) -> Proc<'static> {
