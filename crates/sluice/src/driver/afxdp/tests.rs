@@ -4,10 +4,9 @@
 //! skips, saying why, where namespaces cannot be made (under CI as root it
 //! fails instead).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use sluice_netns::{Netns, Veth};
+use sluice_netns::{Netns, RawSocket, Veth};
 
 use super::link_info;
 use crate::mbuf::{Burst, MbufPool, MbufPoolConfig};
@@ -58,113 +57,28 @@ fn open(iface: &str, extra: &str, pool: &MbufPool, queues: u16) -> Result<Port, 
     crate::driver::open(&spec, config).map_err(|e| e.to_string())
 }
 
-/// A raw packet socket bound to one interface.
-struct Raw {
-    fd: OwnedFd,
-}
+/// A packet socket on the peer end of the test's veth: sends frames as
+/// given, receives the test's own (by EtherType).
+struct Peer(RawSocket);
 
-impl Raw {
-    /// A raw socket on `ifname` in `ns`.
-    fn on(ns: &Netns, ifname: &str) -> Raw {
-        let ifname = ifname.to_owned();
-        ns.run_in(move || {
-            let proto = (libc::ETH_P_ALL as u16).to_be();
-            // SAFETY: socket(2) with constant arguments.
-            let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto as i32) };
-            assert!(fd >= 0, "{}", std::io::Error::last_os_error());
-            // SAFETY: a new fd we own.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            let name = std::ffi::CString::new(ifname).unwrap();
-            // SAFETY: a NUL-terminated name.
-            let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-            assert!(ifindex != 0);
-            // SAFETY: an all-zero sockaddr_ll is valid; fields set below.
-            let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            sa.sll_family = libc::AF_PACKET as u16;
-            sa.sll_protocol = proto;
-            sa.sll_ifindex = ifindex as i32;
-            // SAFETY: a valid sockaddr_ll of the size given.
-            let r = unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&sa as *const libc::sockaddr_ll).cast(),
-                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                )
-            };
-            assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
-            // Room for every frame a test sends before reading (root may
-            // exceed rmem_max).
-            let rcvbuf: i32 = 16 << 20;
-            // SAFETY: an int of the size given.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVBUFFORCE,
-                    (&rcvbuf as *const i32).cast(),
-                    4,
-                )
-            };
-            let tv = libc::timeval {
-                tv_sec: 0,
-                tv_usec: 100_000,
-            };
-            // SAFETY: a timeval of the size given.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVTIMEO,
-                    (&tv as *const libc::timeval).cast(),
-                    std::mem::size_of::<libc::timeval>() as u32,
-                )
-            };
-            Raw { fd }
-        })
-        .unwrap()
+impl Peer {
+    /// A packet socket on `ifname` in `ns`.
+    fn on(ns: &Netns, ifname: &str) -> Peer {
+        Peer(RawSocket::open(ns, ifname).unwrap())
     }
 
     fn send(&self, frame: &[u8]) {
-        // SAFETY: sending `frame.len()` bytes of `frame`.
-        let r = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-        assert_eq!(
-            r,
-            frame.len() as isize,
-            "{}",
-            std::io::Error::last_os_error()
-        );
+        self.0.send(frame).unwrap();
     }
 
-    /// The next frame of ours that arrived (not one this socket's
-    /// interface sent), or `None` after 100 ms.
+    /// The next test frame that arrived, or `None` once none came for
+    /// 100 ms.
     fn recv(&self) -> Option<Vec<u8>> {
-        let mut buf = vec![0u8; 4096];
-        loop {
-            // SAFETY: an all-zero sockaddr_ll is valid.
-            let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-            // SAFETY: `buf` and `sa` have the room given.
-            let n = unsafe {
-                libc::recvfrom(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    0,
-                    (&mut sa as *mut libc::sockaddr_ll).cast(),
-                    &mut len,
-                )
-            };
-            if n < 0 {
-                return None;
-            }
-            if sa.sll_pkttype == libc::PACKET_OUTGOING {
-                continue;
-            }
-            let f = &buf[..n as usize];
-            if f.len() >= 14 && u16::from_be_bytes([f[12], f[13]]) == ETHERTYPE {
-                return Some(f.to_vec());
-            }
-        }
+        let ours = |f: &[u8]| f.len() >= 14 && u16::from_be_bytes([f[12], f[13]]) == ETHERTYPE;
+        self.0
+            .recv_frames(1, Duration::from_millis(100), ours)
+            .unwrap()
+            .pop()
     }
 }
 
@@ -223,7 +137,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     let native = port.counters().xstats.get("xdp_native");
     assert_eq!(native, Some((mode == "native") as u64));
     assert_eq!(port.counters().xstats.get("xsk_zerocopy"), Some(0));
-    let raw = Raw::on(&ns, veth.b());
+    let peer = Peer::on(&ns, veth.b());
 
     // Into Sluice: 300 frames of sizes 60..=1514, 50 at a time (the Rx
     // ring holds 256).
@@ -231,7 +145,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     let mut got = Vec::new();
     for chunk in (0..sizes.len()).collect::<Vec<_>>().chunks(50) {
         for &i in chunk {
-            raw.send(&frame(i as u32, sizes[i], 1));
+            peer.send(&frame(i as u32, sizes[i], 1));
         }
         got.extend(receive(&mut port, chunk.len()));
     }
@@ -255,7 +169,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     }
     let mut out = Vec::new();
     while out.len() < sizes.len() {
-        match raw.recv() {
+        match peer.recv() {
             Some(f) => out.push(f),
             None if Instant::now() < end => {}
             None => break,
@@ -450,11 +364,11 @@ fn restarts_rebind_at_once_and_traffic_flows_each_time() {
     };
     let pool = plain_pool("afxdp_restart", 2047);
     let mut port = open(veth.a(), "", &pool, 1).unwrap();
-    let raw = Raw::on(&ns, veth.b());
+    let peer = Peer::on(&ns, veth.b());
     for round in 0..4u32 {
         port.start().unwrap();
         for i in 0..20 {
-            raw.send(&frame(round * 100 + i, 100, 1));
+            peer.send(&frame(round * 100 + i, 100, 1));
         }
         let got = receive(&mut port, 20);
         assert_eq!(got.len(), 20, "round {round}");
@@ -561,14 +475,14 @@ fn two_queues_each_with_its_socket_receive_every_frame() {
         .nb_txd(256);
     let mut port = crate::driver::open(&spec, config).unwrap();
     port.start().unwrap();
-    let raw = Raw::on(&ns, &veth.b);
+    let peer = Peer::on(&ns, &veth.b);
     let total = 400u32;
     let mut seen = vec![0u32; total as usize];
     let mut per_queue = [0u64; 2];
     let mut burst: Burst = Burst::new();
     for chunk in 0..total / 50 {
         for i in chunk * 50..(chunk + 1) * 50 {
-            raw.send(&udp_frame(1000 + (i % 64) as u16, i));
+            peer.send(&udp_frame(1000 + (i % 64) as u16, i));
         }
         let end = Instant::now() + WAIT;
         let mut got = 0;
@@ -615,13 +529,13 @@ fn recycling_moves_completed_frames_into_the_fill_ring() {
     let mut port = open(veth.a(), "", &p, 1).unwrap();
     assert!(port.rx_queue_recycles(0).unwrap() && port.tx_queue_recycles(0).unwrap());
     port.start().unwrap();
-    let raw = Raw::on(&ns, veth.b());
+    let peer = Peer::on(&ns, veth.b());
     let total = 2000u32;
     let mut back = 0u32;
     let mut burst: Burst = Burst::new();
     for chunk in 0..total / 100 {
         for i in chunk * 100..(chunk + 1) * 100 {
-            raw.send(&frame(i, 60 + (i as usize % 900), 1));
+            peer.send(&frame(i, 60 + (i as usize % 900), 1));
         }
         let want = (chunk + 1) * 100;
         let end = Instant::now() + WAIT;
@@ -632,7 +546,7 @@ fn recycling_moves_completed_frames_into_the_fill_ring() {
             while !burst.is_empty() {
                 tx[0].tx_burst(&mut burst);
             }
-            while let Some(f) = raw.recv() {
+            while let Some(f) = peer.recv() {
                 assert_eq!(
                     f,
                     frame(back, 60 + (back as usize % 900), 1),
@@ -773,7 +687,7 @@ fn one_direction_ports_work_and_a_tx_only_one_attaches_nothing() {
     let mut port = crate::driver::open(&spec, tx_only).unwrap();
     port.start().unwrap();
     assert!(!xdp_attached(veth.a()), "no Rx queue, no program");
-    let raw = Raw::on(&ns, veth.b());
+    let peer = Peer::on(&ns, veth.b());
     let mut b: Burst = Burst::new();
     for i in 0..10 {
         b.push(pool.alloc_from_slice(&frame(i, 64, 2)).unwrap())
@@ -781,14 +695,14 @@ fn one_direction_ports_work_and_a_tx_only_one_attaches_nothing() {
     }
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut b), 10);
     for i in 0..10 {
-        assert_eq!(raw.recv(), Some(frame(i, 64, 2)));
+        assert_eq!(peer.recv(), Some(frame(i, 64, 2)));
     }
     drop(port);
     assert_pool_full(&pool);
     let rx_only = PortConfig::new(Some(pool.clone())).queues(1, 0).nb_rxd(256);
     let mut port = crate::driver::open(&spec, rx_only).unwrap();
     port.start().unwrap();
-    raw.send(&frame(7, 100, 1));
+    peer.send(&frame(7, 100, 1));
     assert_eq!(receive(&mut port, 1), [frame(7, 100, 1)]);
     drop(port);
     assert_pool_full(&pool);
@@ -806,10 +720,10 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     config.mtu = 1000;
     let mut port = crate::driver::open(&spec, config).unwrap();
     port.start().unwrap();
-    let raw = Raw::on(&ns, veth.b());
+    let peer = Peer::on(&ns, veth.b());
     let lens = [60usize, 1018, 1019, 1400, 60];
     for (i, &len) in lens.iter().enumerate() {
-        raw.send(&frame(i as u32, len, 1));
+        peer.send(&frame(i as u32, len, 1));
     }
     let got: Vec<usize> = receive(&mut port, 3).iter().map(Vec::len).collect();
     assert_eq!(got, [60, 1018, 60]);
