@@ -486,14 +486,14 @@ proptest! {
     /// change nothing, and at the end the pool is full again.
     #[test]
     fn random_sequences_end_with_the_pool_full(ops in proptest::collection::vec(op(), 1..120)) {
-        let p = test_pool(48);
+        let pool = test_pool(48);
         let mut held: Vec<(Mbuf, Vec<u8>)> = Vec::new();
         let mut burst: Burst = Burst::new();
         for op in ops {
             let pick = |i: usize, n: usize| if n == 0 { None } else { Some(i % n) };
             match op {
                 Op::Alloc(b) => {
-                    if let Ok(m) = p.alloc_from_slice(&[b; 3]) {
+                    if let Ok(m) = pool.alloc_from_slice(&[b; 3]) {
                         held.push((m, vec![b; 3]));
                     }
                 }
@@ -564,9 +564,9 @@ proptest! {
                     }
                 }
                 Op::BulkToBurst(n) => {
-                    let before = p.available();
-                    if p.alloc_bulk(&mut burst, n as usize).is_err() {
-                        prop_assert_eq!(p.available(), before);
+                    let before = pool.available();
+                    if pool.alloc_bulk(&mut burst, n as usize).is_err() {
+                        prop_assert_eq!(pool.available(), before);
                     }
                 }
                 Op::DrainBurst(n) => {
@@ -577,12 +577,12 @@ proptest! {
                 prop_assert_eq!(&m.to_vec(), v);
                 prop_assert_eq!(m.pkt_len() as usize, v.len());
             }
-            let s = p.stats();
+            let s = pool.stats();
             prop_assert_eq!(s.available + s.in_use, s.size);
         }
         drop(held);
         drop(burst);
-        prop_assert!(p.is_full());
+        prop_assert!(pool.is_full());
     }
 }
 
@@ -623,9 +623,9 @@ fn assert_exactly_full(pool: &MbufPool, size: u32) {
 /// back the mbufs the forgotten iterator leaked, the pool is exactly full.
 fn check_forgotten_drain_front(k: usize) {
     const SIZE: u32 = 16;
-    let p = test_pool(SIZE);
+    let pool = test_pool(SIZE);
     let mut b: Burst = Burst::new();
-    alloc_tagged(&p, &mut b, 0, 8);
+    alloc_tagged(&pool, &mut b, 0, 8);
     let before: Vec<Elem> = b.raw().to_vec();
     let mut seen = [0usize; 12];
     let mut yielded = Vec::new();
@@ -636,7 +636,7 @@ fn check_forgotten_drain_front(k: usize) {
     }
     std::mem::forget(d);
     let kept: Vec<Elem> = b.raw().to_vec();
-    alloc_tagged(&p, &mut b, 8, 4);
+    alloc_tagged(&pool, &mut b, 8, 4);
     for m in b.iter() {
         seen[id_of(m)] += 1;
     }
@@ -655,7 +655,7 @@ fn check_forgotten_drain_front(k: usize) {
             drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
         }
     }
-    assert_exactly_full(&p, SIZE);
+    assert_exactly_full(&pool, SIZE);
 }
 
 #[test]

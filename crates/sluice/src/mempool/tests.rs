@@ -11,14 +11,14 @@ use crate::test_support::{TestPool, assert_pool_full, test_mempool};
 /// Gets every element one by one, stamps its index into it, checks they are
 /// distinct, aligned and in the region, that one more get fails, and puts
 /// them all back.
-fn every_element_round_trips(p: &Mempool) {
-    let size = p.size() as usize;
+fn every_element_round_trips(pool: &Mempool) {
+    let size = pool.size() as usize;
     let mut got = Vec::with_capacity(size);
-    while let Some(e) = p.get() {
-        assert!(p.contains(e));
+    while let Some(e) = pool.get() {
+        assert!(pool.contains(e));
         assert_eq!(e.as_ptr() as usize % ELT_ALIGN, 0);
-        let idx = p.index_of(e).unwrap();
-        assert_eq!(p.iova(e), idx as u64 * p.stride() as u64);
+        let idx = pool.index_of(e).unwrap();
+        assert_eq!(pool.iova(e), idx as u64 * pool.stride() as u64);
         // SAFETY: we hold the element; it is `elt_size` (>= 8) bytes.
         unsafe { e.as_ptr().cast::<u64>().write(idx as u64 * 7 + 1) };
         got.push(e);
@@ -27,20 +27,20 @@ fn every_element_round_trips(p: &Mempool) {
     assert_eq!(got.len(), size);
     let distinct: HashSet<_> = got.iter().collect();
     assert_eq!(distinct.len(), size);
-    assert_eq!(p.stats().in_use as usize, size);
+    assert_eq!(pool.stats().in_use as usize, size);
     assert!(matches!(
-        p.get_bulk(&mut [Elem::DANGLING]),
+        pool.get_bulk(&mut [Elem::DANGLING]),
         Err(MempoolError::Empty { requested: 1 })
     ));
     for &e in &got {
-        let idx = p.index_of(e).unwrap();
+        let idx = pool.index_of(e).unwrap();
         // SAFETY: still ours.
         let stamp = unsafe { e.as_ptr().cast::<u64>().read() };
         assert_eq!(stamp, idx as u64 * 7 + 1);
     }
-    // SAFETY: each element came from `p` and goes back once.
-    unsafe { p.put_bulk(&got) };
-    assert_pool_full(&p);
+    // SAFETY: each element came from `pool` and goes back once.
+    unsafe { pool.put_bulk(&got) };
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -61,26 +61,26 @@ fn elements_are_an_odd_number_of_lines_apart() {
     // A pool lays them out so: element `i` at `i * stride`, and `n`
     // consecutive elements start in `n` different sets of any power-of-two
     // set count `n`.
-    let p = test_mempool(300, 0);
-    assert_eq!((p.elt_size(), p.stride()), (200, 320));
+    let pool = test_mempool(300, 0);
+    assert_eq!((pool.elt_size(), pool.stride()), (200, 320));
     let mut got = Vec::new();
-    while let Some(e) = p.get() {
+    while let Some(e) = pool.get() {
         got.push(e);
     }
     assert_eq!(got.len(), 300);
     let sets = 256u64;
     let starts: HashSet<u64> = got
         .iter()
-        .filter(|&&e| p.index_of(e).unwrap() < sets as u32)
+        .filter(|&&e| pool.index_of(e).unwrap() < sets as u32)
         .map(|&e| {
-            assert_eq!(p.iova(e), p.index_of(e).unwrap() as u64 * 320);
-            (p.iova(e) / ELT_ALIGN as u64) % sets
+            assert_eq!(pool.iova(e), pool.index_of(e).unwrap() as u64 * 320);
+            (pool.iova(e) / ELT_ALIGN as u64) % sets
         })
         .collect();
     assert_eq!(starts.len(), sets as usize);
     // SAFETY: elements got above, each put back once.
-    unsafe { p.put_bulk(&got) };
-    assert_pool_full(&p);
+    unsafe { pool.put_bulk(&got) };
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -279,10 +279,10 @@ fn init_callback_sees_every_element_once() {
 
 #[test]
 fn dropping_the_last_handle_with_elements_out_keeps_them_valid() {
-    let p = test_mempool(16, 0);
-    let e = p.get().unwrap();
-    let p2 = p.clone();
-    drop(p);
+    let pool = test_mempool(16, 0);
+    let e = pool.get().unwrap();
+    let p2 = pool.clone();
+    drop(pool);
     drop(p2);
     // The pool was leaked, not freed: the element is still writable memory.
     // SAFETY: we hold the element and its pool was not unmapped.
@@ -367,24 +367,24 @@ mod debug {
     #[test]
     #[should_panic(expected = "double free")]
     fn double_free_is_caught() {
-        let p = test_mempool(8, 0);
-        let e = p.get().unwrap();
+        let pool = test_mempool(8, 0);
+        let e = pool.get().unwrap();
         // SAFETY: deliberately wrong: the second put is the bug under test,
         // caught before it reaches the ring.
         unsafe {
-            p.put(e);
-            p.put(e);
+            pool.put(e);
+            pool.put(e);
         }
     }
 
     #[test]
     #[should_panic(expected = "not an element of this pool")]
     fn foreign_element_is_caught() {
-        let p = test_mempool(8, 0);
+        let pool = test_mempool(8, 0);
         let other = test_mempool(8, 0);
         let e = other.get().unwrap();
         // SAFETY: deliberately wrong: caught before it reaches the ring.
-        unsafe { p.put(e) };
+        unsafe { pool.put(e) };
     }
 }
 
@@ -393,14 +393,14 @@ fn more_puts_than_the_ring_holds_panic_saying_why_instead_of_spinning() {
     // No cache: every put goes to the ring, whose capacity is the pool size
     // rounded up. Putting one element back again and again fills it with
     // copies, and then a put can never succeed.
-    let p = test_mempool(4, 0);
-    let e = p.get().unwrap();
+    let pool = test_mempool(4, 0);
+    let e = pool.get().unwrap();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for _ in 0..64 {
             // SAFETY: none — this is the misuse under test, one element
             // returned many times; the pool is leaked below, never used
             // again.
-            unsafe { p.put(e) };
+            unsafe { pool.put(e) };
         }
     }));
     let msg = r.expect_err("a put into a ring full of copies returned");
@@ -416,7 +416,7 @@ fn more_puts_than_the_ring_holds_panic_saying_why_instead_of_spinning() {
     };
     assert!(msg.contains(want), "panic message: {msg}");
     // Its ring holds copies: leak it rather than run its drop.
-    std::mem::forget(p);
+    std::mem::forget(pool);
 }
 
 /// Registers the calling thread as an lcore, gets and puts so that its cache
@@ -453,27 +453,27 @@ fn cache_one(pool: &Mempool) {
     assert!(pool.local_cache_len() > 0);
 }
 
-/// Gets `p.size()` elements from the calling thread, one by one, checks
+/// Gets `pool.size()` elements from the calling thread, one by one, checks
 /// that one more get fails and that the count said so, and puts them back.
-fn allocate_all(p: &Mempool) {
-    let size = p.size() as usize;
-    assert_eq!(p.stats().available as usize, size, "{:?}", p.stats());
+fn allocate_all(pool: &Mempool) {
+    let size = pool.size() as usize;
+    assert_eq!(pool.stats().available as usize, size, "{:?}", pool.stats());
     let mut got = Vec::with_capacity(size);
     for _ in 0..size {
-        match p.get() {
+        match pool.get() {
             Some(e) => got.push(e),
             None => panic!(
                 "only {} of {size} elements allocatable while the pool counts {:?}",
                 got.len(),
-                p.stats()
+                pool.stats()
             ),
         }
     }
-    assert!(p.get().is_none());
-    assert_eq!(p.stats().available, 0, "{:?}", p.stats());
-    // SAFETY: from `p`, once each.
-    unsafe { p.put_bulk(&got) };
-    assert_pool_full(&p);
+    assert!(pool.get().is_none());
+    assert_eq!(pool.stats().available, 0, "{:?}", pool.stats());
+    // SAFETY: from `pool`, once each.
+    unsafe { pool.put_bulk(&got) };
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -574,29 +574,29 @@ fn an_lcore_guard_kept_in_a_thread_local_returns_the_cache_when_the_thread_ends(
 #[test]
 fn a_pool_dropped_before_its_lcore_ends_is_freed_and_the_lcore_ends_cleanly() {
     use std::sync::mpsc::channel;
-    let p = test_mempool(32, 4);
+    let pool = test_mempool(32, 4);
     let (cached_tx, cached_rx) = channel();
     let (dropped_tx, dropped_rx) = channel::<()>();
     let lcore = std::thread::spawn(move || {
         let _lcore = lcore::register().unwrap();
-        let e = p.get().unwrap();
-        // SAFETY: from `p`, once.
-        unsafe { p.put(e) };
-        assert_pool_full(&p);
-        cached_tx.send(p).unwrap();
+        let e = pool.get().unwrap();
+        // SAFETY: from `pool`, once.
+        unsafe { pool.put(e) };
+        assert_pool_full(&pool);
+        cached_tx.send(pool).unwrap();
         // The pool's last handle goes on the other thread while this one
         // still holds elements in its cache; the lcore ends afterwards.
         dropped_rx.recv().unwrap();
     });
-    let p = cached_rx.recv().unwrap();
-    assert!(p.stats().cached > 0);
-    drop(p);
+    let pool = cached_rx.recv().unwrap();
+    assert!(pool.stats().cached > 0);
+    drop(pool);
     dropped_tx.send(()).unwrap();
     lcore.join().unwrap();
     // A new pool and a new lcore work as usual afterwards.
-    let p = test_mempool(32, 4);
-    leave_elements_in_an_lcore_cache(&p, false);
-    allocate_all(&p);
+    let pool = test_mempool(32, 4);
+    leave_elements_in_an_lcore_cache(&pool, false);
+    allocate_all(&pool);
 }
 
 #[test]

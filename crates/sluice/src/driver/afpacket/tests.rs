@@ -19,8 +19,8 @@ fn err(spec: &str, config: PortConfig) -> String {
 
 #[test]
 fn bad_specs_and_configs_are_clear_errors() {
-    let p = test_pool(255);
-    let cfg = || PortConfig::new(Some(p.clone()));
+    let pool = test_pool(255);
+    let cfg = || PortConfig::new(Some(pool.clone()));
     assert_eq!(
         err("afpacket", cfg()),
         "port spec 'afpacket': driver 'afpacket' needs key 'iface'"
@@ -70,7 +70,7 @@ fn bad_specs_and_configs_are_clear_errors() {
         err("afpacket:iface=lo", tso),
         "port 'afpacket:iface=lo': driver afpacket has no Tx offload tso"
     );
-    assert_pool_full(&p);
+    assert_pool_full(&pool);
 }
 
 /// A namespace with one end of a veth pair; the other end (root side) is

@@ -129,9 +129,9 @@ fn both_ways(mode: &str, wakeup: bool) {
     let Some((ns, veth)) = veth_into_ns("both") else {
         return;
     };
-    let p = plain_pool("afxdp_both", 2047);
+    let pool = plain_pool("afxdp_both", 2047);
     let extra = format!(",xdp_mode={mode},bind=copy,wakeup={wakeup}");
-    let mut port = open(veth.a(), &extra, &p, 1).unwrap();
+    let mut port = open(veth.a(), &extra, &pool, 1).unwrap();
     port.start().unwrap();
     assert!(xdp_attached(veth.a()));
     let native = port.counters().xstats.get("xdp_native");
@@ -162,7 +162,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     while sent < sizes.len() && Instant::now() < end {
         let mut b: Burst = Burst::new();
         for (i, &len) in sizes.iter().enumerate().skip(sent).take(32) {
-            let m = p.alloc_from_slice(&frame(i as u32, len, 2)).unwrap();
+            let m = pool.alloc_from_slice(&frame(i as u32, len, 2)).unwrap();
             b.push(m).unwrap();
         }
         sent += port.tx_queue(0).unwrap().tx_burst(&mut b);
@@ -187,7 +187,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     );
     port.stop();
     assert!(!xdp_attached(veth.a()), "the program is detached at stop");
-    assert_pool_full(&p);
+    assert_pool_full(&pool);
     let x = port.xstats();
     let get = |n: &str| x.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
     assert_eq!(get("rx_bad_addrs"), Some(0));
@@ -195,7 +195,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     assert_eq!(get("xsk_leaked_frames"), Some(0));
     assert!(get("rx_dropped").is_some() && get("tx_ring_empty_descs").is_some());
     drop(port);
-    assert_pool_full(&p);
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -525,8 +525,8 @@ fn recycling_moves_completed_frames_into_the_fill_ring() {
     let Some((ns, veth)) = veth_into_ns("recycle") else {
         return;
     };
-    let p = plain_pool("afxdp_recycle", 2047);
-    let mut port = open(veth.a(), "", &p, 1).unwrap();
+    let pool = plain_pool("afxdp_recycle", 2047);
+    let mut port = open(veth.a(), "", &pool, 1).unwrap();
     assert!(port.rx_queue_recycles(0).unwrap() && port.tx_queue_recycles(0).unwrap());
     port.start().unwrap();
     let peer = Peer::on(&ns, veth.b());
@@ -567,7 +567,7 @@ fn recycling_moves_completed_frames_into_the_fill_ring() {
     assert_eq!(rxr, txr);
     assert_eq!(x.get("recycle_fallbacks"), Some(0));
     port.stop();
-    assert_pool_full(&p);
+    assert_pool_full(&pool);
 }
 
 /// Drops `CAP_IPC_LOCK` from the calling thread's effective set (threads

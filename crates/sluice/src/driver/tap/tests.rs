@@ -64,8 +64,8 @@ fn queue_counts_the_driver_cannot_do_are_clear_errors() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let p = test_pool(255);
-    let cfg = || PortConfig::new(Some(p.clone()));
+    let pool = test_pool(255);
+    let cfg = || PortConfig::new(Some(pool.clone()));
     // Each open creates the device before its queues are checked, and the
     // kernel unregisters it only as the failed open's last descriptor
     // closes, not always before the next open looks: a fresh name for each
@@ -122,7 +122,7 @@ fn queue_counts_the_driver_cannot_do_are_clear_errors() {
         format!("port '{spec1}': 2 Rx queues asked, driver tap has at most 1")
     );
     assert!(port.is_ok(), "{:?}", port.err());
-    assert_pool_full(&p);
+    assert_pool_full(&pool);
 }
 
 /// A started TAP port whose device was moved into a new namespace and set
