@@ -185,7 +185,7 @@ pub(crate) fn assert_pool_full_with(pool: &impl CountedPool, context: impl std::
 pub(crate) mod frames {
     use std::time::{Duration, Instant};
 
-    use crate::mbuf::Burst;
+    use crate::mbuf::{Burst, MbufPool};
     use crate::port::Port;
 
     /// A test frame of `len` bytes to `dst`, from `02:5e:00:00:00:<src>`,
@@ -209,6 +209,28 @@ pub(crate) mod frames {
     /// A test frame's sequence number.
     pub(crate) fn seq_of(frame: &[u8]) -> u32 {
         u32::from_be_bytes([frame[14], frame[15], frame[16], frame[17]])
+    }
+
+    /// Sends `frames`, copied into mbufs of `pool`, out of Tx queue 0 of
+    /// `port` in order, offering again what the queue did not take (for at
+    /// most 60 s); asserts that it took them all.
+    pub(crate) fn send_all(port: &mut Port, pool: &MbufPool, frames: &[Vec<u8>]) {
+        let mut burst: Burst<32> = Burst::new();
+        let mut next = 0;
+        let start = Instant::now();
+        while (next < frames.len() || !burst.is_empty())
+            && start.elapsed() < Duration::from_secs(60)
+        {
+            while !burst.is_full() && next < frames.len() {
+                burst
+                    .push(pool.alloc_from_slice(&frames[next]).unwrap())
+                    .unwrap();
+                next += 1;
+            }
+            port.tx_queue(0).unwrap().tx_burst(&mut burst);
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        assert!(burst.is_empty(), "{} frames not taken in 60 s", burst.len());
     }
 
     /// Polls every Rx queue of `port` until `want` test frames arrived or

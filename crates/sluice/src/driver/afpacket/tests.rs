@@ -10,7 +10,9 @@ use sluice_netns::{Netns, RawSocket, Veth};
 use crate::driver::open;
 use crate::mbuf::{Burst, Mbuf};
 use crate::port::{Offloads, Port, PortConfig};
-use crate::test_support::frames::{is_test_frame, receive_test_frames, seq_of, test_frame};
+use crate::test_support::frames::{
+    is_test_frame, receive_test_frames, send_all, seq_of, test_frame,
+};
 use crate::test_support::{assert_pool_full, test_pool};
 
 fn err(spec: &str, config: PortConfig) -> String {
@@ -181,20 +183,7 @@ fn frames_sent_arrive_intact_at_the_peer() {
     let want: Vec<Vec<u8>> = (0..600u32)
         .map(|i| test_frame(dst, 1, i, 60 + (i as usize * 53) % 1455))
         .collect();
-    let mut burst: Burst<32> = Burst::new();
-    let mut next = 0;
-    let start = Instant::now();
-    while (next < want.len() || !burst.is_empty()) && start.elapsed() < Duration::from_secs(60) {
-        while !burst.is_full() && next < want.len() {
-            burst
-                .push(pool.alloc_from_slice(&want[next]).unwrap())
-                .unwrap();
-            next += 1;
-        }
-        port.tx_queue(0).unwrap().tx_burst(&mut burst);
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    assert!(burst.is_empty());
+    send_all(&mut port, &pool, &want);
     // Every mbuf was freed once its bytes were in the ring.
     assert_pool_full(&pool);
     let got = peer

@@ -11,7 +11,7 @@ use sluice_netns::{Netns, RawSocket};
 use crate::driver::open;
 use crate::mbuf::{Burst, MbufPool};
 use crate::port::{Port, PortConfig};
-use crate::test_support::frames::{is_test_frame, receive_test_frames, test_frame};
+use crate::test_support::frames::{is_test_frame, receive_test_frames, send_all, test_frame};
 use crate::test_support::{assert_pool_full, test_pool};
 
 fn err(spec: &str, config: PortConfig) -> String {
@@ -161,19 +161,7 @@ fn frames_cross_a_tap_both_ways_intact() {
     let want: Vec<Vec<u8>> = (0..300u32)
         .map(|i| test_frame(kernel_mac, 2, 1000 + i, 60 + (i as usize * 53) % 1455))
         .collect();
-    let mut burst: Burst<32> = Burst::new();
-    let mut next = 0;
-    let start = Instant::now();
-    while (next < want.len() || !burst.is_empty()) && start.elapsed() < Duration::from_secs(60) {
-        while !burst.is_full() && next < want.len() {
-            burst
-                .push(pool.alloc_from_slice(&want[next]).unwrap())
-                .unwrap();
-            next += 1;
-        }
-        port.tx_queue(0).unwrap().tx_burst(&mut burst);
-    }
-    assert!(burst.is_empty());
+    send_all(&mut port, &pool, &want);
     let back = peer
         .recv_frames(300, Duration::from_secs(10), is_test_frame)
         .unwrap();
