@@ -23,29 +23,34 @@ fn err(spec: &str, config: PortConfig) -> String {
 fn bad_specs_and_configs_are_clear_errors() {
     let pool = test_pool(255);
     let cfg = || PortConfig::new(Some(pool.clone()));
-    assert_eq!(
-        err("afpacket", cfg()),
-        "port spec 'afpacket': driver 'afpacket' needs key 'iface'"
-    );
-    assert_eq!(
-        err("afpacket:iface=sluicenosuch0", cfg()),
-        "port spec 'afpacket:iface=sluicenosuch0': no network interface 'sluicenosuch0' \
-         (in this network namespace)"
-    );
-    assert_eq!(
-        err("afpacket:iface=a234567890123456", cfg()),
-        "port spec 'afpacket:iface=a234567890123456': interface name 'a234567890123456' \
-         must be 1 to 15 bytes"
-    );
-    assert_eq!(
-        err("afpacket:iface=lo,block_size=5000", cfg()),
-        "port spec 'afpacket:iface=lo,block_size=5000': key 'block_size' = '5000' is not a \
-         power of two in 4096..=4194304"
-    );
-    assert_eq!(
-        err("afpacket:iface=lo,fanout=rr", cfg()),
-        "port spec 'afpacket:iface=lo,fanout=rr': key 'fanout' = 'rr' is not one of hash, lb, cpu"
-    );
+    for (spec, want) in [
+        (
+            "afpacket",
+            "port spec 'afpacket': driver 'afpacket' needs key 'iface'",
+        ),
+        (
+            "afpacket:iface=sluicenosuch0",
+            "port spec 'afpacket:iface=sluicenosuch0': no network interface 'sluicenosuch0' \
+             (in this network namespace)",
+        ),
+        (
+            "afpacket:iface=a234567890123456",
+            "port spec 'afpacket:iface=a234567890123456': interface name 'a234567890123456' \
+             must be 1 to 15 bytes",
+        ),
+        (
+            "afpacket:iface=lo,block_size=5000",
+            "port spec 'afpacket:iface=lo,block_size=5000': key 'block_size' = '5000' is not a \
+             power of two in 4096..=4194304",
+        ),
+        (
+            "afpacket:iface=lo,fanout=rr",
+            "port spec 'afpacket:iface=lo,fanout=rr': key 'fanout' = 'rr' is not one of hash, \
+             lb, cpu",
+        ),
+    ] {
+        assert_eq!(err(spec, cfg()), want, "{spec}");
+    }
     assert_eq!(
         err("afpacket:iface=lo", cfg().queues(17, 1)),
         "port 'afpacket:iface=lo': 17 Rx queues asked, driver afpacket has at most 16"

@@ -32,30 +32,31 @@ fn tap_name() -> String {
 fn bad_specs_are_clear_errors() {
     let pool = test_pool(255);
     let cfg = || PortConfig::new(Some(pool.clone()));
-    assert_eq!(
-        err("tap", cfg()),
-        "port spec 'tap': driver 'tap' needs key 'iface'"
-    );
-    assert_eq!(
-        err("tap:iface=sluicenosuch0,attach=true", cfg()),
-        "port spec 'tap:iface=sluicenosuch0,attach=true': no network interface 'sluicenosuch0' \
-         to attach to (in this network namespace)"
-    );
-    assert_eq!(
-        err("tap:iface=lo", cfg()),
-        "port spec 'tap:iface=lo': interface 'lo' exists already (attach=true uses an existing \
-         TAP device)"
-    );
-    assert_eq!(
-        err("tap:iface=a/b", cfg()),
-        "port spec 'tap:iface=a/b': interface name 'a/b' may not be '.' or '..' or contain '/', \
-         ':' or spaces"
-    );
-    assert_eq!(
-        err("tap:iface=x,attach=maybe", cfg()),
-        "port spec 'tap:iface=x,attach=maybe': key 'attach' = 'maybe' is not a boolean \
-         (1/0, true/false, yes/no, on/off)"
-    );
+    for (spec, want) in [
+        ("tap", "port spec 'tap': driver 'tap' needs key 'iface'"),
+        (
+            "tap:iface=sluicenosuch0,attach=true",
+            "port spec 'tap:iface=sluicenosuch0,attach=true': no network interface \
+             'sluicenosuch0' to attach to (in this network namespace)",
+        ),
+        (
+            "tap:iface=lo",
+            "port spec 'tap:iface=lo': interface 'lo' exists already (attach=true uses an existing \
+             TAP device)",
+        ),
+        (
+            "tap:iface=a/b",
+            "port spec 'tap:iface=a/b': interface name 'a/b' may not be '.' or '..' or contain \
+             '/', ':' or spaces",
+        ),
+        (
+            "tap:iface=x,attach=maybe",
+            "port spec 'tap:iface=x,attach=maybe': key 'attach' = 'maybe' is not a boolean \
+             (1/0, true/false, yes/no, on/off)",
+        ),
+    ] {
+        assert_eq!(err(spec, cfg()), want, "{spec}");
+    }
     assert_pool_full(&pool);
 }
 
