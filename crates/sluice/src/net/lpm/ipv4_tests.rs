@@ -1,11 +1,12 @@
 //! Tests of [`Lpm4`]: literal cases and a proptest against a naive
 //! reference.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 use proptest::prelude::*;
 
 use super::ipv4::field;
+use super::test_support::{self, Addr};
 use super::{Lpm4, LpmConfig, LpmError};
 
 fn ip(a: u8, b: u8, c: u8, d: u8) -> u32 {
@@ -266,21 +267,9 @@ fn bulk_handles_odd_lengths() {
     assert_eq!(long, [Some(1), Some(99), Some(99)]);
 }
 
-/// The naive reference: a linear scan for the longest matching route.
-#[derive(Default)]
-struct Reference {
-    routes: BTreeMap<(u8, u32), u32>,
-}
+type Reference = test_support::Reference<u32>;
 
 impl Reference {
-    fn lookup(&self, addr: u32) -> Option<u32> {
-        self.routes
-            .iter()
-            .filter(|((d, p), _)| addr & mask(*d) == *p)
-            .max_by_key(|((d, _), _)| *d)
-            .map(|(_, nh)| *nh)
-    }
-
     /// /24s holding a route longer than /24: each needs one group.
     fn groups(&self) -> usize {
         self.routes
@@ -292,28 +281,7 @@ impl Reference {
     }
 }
 
-fn mask(depth: u8) -> u32 {
-    if depth == 0 {
-        0
-    } else {
-        u32::MAX << (32 - u32::from(depth))
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Op {
-    Add {
-        prefix: u32,
-        depth: u8,
-        nh: u32,
-    },
-    /// Delete the `n % len`-th existing route (or a random absent one).
-    DeleteExisting(usize),
-    DeleteRandom {
-        prefix: u32,
-        depth: u8,
-    },
-}
+type Op = test_support::Op<u32>;
 
 /// Addresses in a few /8s (and mostly a few /16s) so routes overlap.
 fn addr() -> impl Strategy<Value = u32> {
@@ -343,20 +311,11 @@ fn depth() -> impl Strategy<Value = u8> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        6 => (addr(), depth(), 0u32..1000).prop_map(|(prefix, depth, nh)| Op::Add { prefix, depth, nh }),
-        3 => any::<usize>().prop_map(Op::DeleteExisting),
-        1 => (addr(), depth()).prop_map(|(prefix, depth)| Op::DeleteRandom { prefix, depth }),
-    ]
+    test_support::op(addr, depth)
 }
 
 fn check(t: &Lpm4, r: &Reference, probes: &[u32]) {
-    let mut addrs: Vec<u32> = probes.to_vec();
-    for &(d, p) in r.routes.keys() {
-        let last = p | !mask(d);
-        addrs.extend([p, p.wrapping_sub(1), last, last.wrapping_add(1)]);
-    }
-    addrs.extend([0, u32::MAX]);
+    let addrs = r.probe_addrs(probes);
     let expect: Vec<Option<u32>> = addrs.iter().map(|&a| r.lookup(a)).collect();
     let single: Vec<Option<u32>> = addrs.iter().map(|&a| t.lookup(a)).collect();
     assert_eq!(single, expect, "lookup");
@@ -398,7 +357,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Add { prefix, depth, nh } => {
-                    let prefix = prefix & mask(depth);
+                    let prefix = prefix.masked(depth);
                     match t.add(prefix, depth, nh) {
                         Ok(()) => {
                             r.routes.insert((depth, prefix), nh);
@@ -421,7 +380,7 @@ proptest! {
                     r.routes.remove(&(depth, prefix));
                 }
                 Op::DeleteRandom { prefix, depth } => {
-                    let prefix = prefix & mask(depth);
+                    let prefix = prefix.masked(depth);
                     let res = t.delete(prefix, depth);
                     prop_assert_eq!(res.is_ok(), r.routes.remove(&(depth, prefix)).is_some());
                 }

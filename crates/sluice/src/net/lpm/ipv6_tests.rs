@@ -1,11 +1,12 @@
 //! Tests of [`Lpm6`]: literal cases and a proptest against a naive
 //! reference.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::Ipv6Addr;
 
 use proptest::prelude::*;
 
+use super::test_support::{self, Addr};
 use super::{Lpm6, LpmConfig, LpmError};
 
 fn a(s: &str) -> [u8; 16] {
@@ -337,29 +338,9 @@ fn bulk_handles_odd_lengths_and_mixed_walks() {
     assert_eq!(long, [Some(3), Some(99), Some(99)]);
 }
 
-fn mask(depth: u8) -> u128 {
-    if depth == 0 {
-        0
-    } else {
-        u128::MAX << (128 - u32::from(depth))
-    }
-}
-
-/// The naive reference: a linear scan for the longest matching route.
-#[derive(Default)]
-struct Reference {
-    routes: BTreeMap<(u8, u128), u32>,
-}
+type Reference = test_support::Reference<u128>;
 
 impl Reference {
-    fn lookup(&self, addr: u128) -> Option<u32> {
-        self.routes
-            .iter()
-            .filter(|((d, p), _)| addr & mask(*d) == *p)
-            .max_by_key(|((d, _), _)| *d)
-            .map(|(_, nh)| *nh)
-    }
-
     /// The groups the routes need: one per (level, leading bits) on each
     /// route's path.
     fn groups(&self) -> usize {
@@ -387,20 +368,7 @@ impl Reference {
     }
 }
 
-#[derive(Debug, Clone)]
-enum Op {
-    Add {
-        prefix: u128,
-        depth: u8,
-        nh: u32,
-    },
-    /// Delete the `n % len`-th existing route.
-    DeleteExisting(usize),
-    DeleteRandom {
-        prefix: u128,
-        depth: u8,
-    },
-}
+type Op = test_support::Op<u128>;
 
 /// Addresses sharing leading bytes often, so routes overlap at every level.
 fn addr() -> impl Strategy<Value = u128> {
@@ -434,20 +402,11 @@ fn depth() -> impl Strategy<Value = u8> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        6 => (addr(), depth(), 0u32..1000).prop_map(|(prefix, depth, nh)| Op::Add { prefix, depth, nh }),
-        3 => any::<usize>().prop_map(Op::DeleteExisting),
-        1 => (addr(), depth()).prop_map(|(prefix, depth)| Op::DeleteRandom { prefix, depth }),
-    ]
+    test_support::op(addr, depth)
 }
 
 fn check(t: &Lpm6, r: &Reference, probes: &[u128]) {
-    let mut addrs: Vec<u128> = probes.to_vec();
-    for &(d, p) in r.routes.keys() {
-        let last = p | !mask(d);
-        addrs.extend([p, p.wrapping_sub(1), last, last.wrapping_add(1)]);
-    }
-    addrs.extend([0, u128::MAX]);
+    let addrs = r.probe_addrs(probes);
     let expect: Vec<Option<u32>> = addrs.iter().map(|&x| r.lookup(x)).collect();
     let bytes: Vec<[u8; 16]> = addrs.iter().map(|x| x.to_be_bytes()).collect();
     let single: Vec<Option<u32>> = bytes.iter().map(|&x| t.lookup(x)).collect();
@@ -486,7 +445,7 @@ proptest! {
         for op in ops {
             match op {
                 Op::Add { prefix, depth, nh } => {
-                    let prefix = prefix & mask(depth);
+                    let prefix = prefix.masked(depth);
                     match t.add(prefix.to_be_bytes(), depth, nh) {
                         Ok(()) => {
                             r.routes.insert((depth, prefix), nh);
@@ -508,7 +467,7 @@ proptest! {
                     r.routes.remove(&(depth, prefix));
                 }
                 Op::DeleteRandom { prefix, depth } => {
-                    let prefix = prefix & mask(depth);
+                    let prefix = prefix.masked(depth);
                     let res = t.delete(prefix.to_be_bytes(), depth);
                     prop_assert_eq!(res.is_ok(), r.routes.remove(&(depth, prefix)).is_some());
                 }
