@@ -1,6 +1,6 @@
 //! Support shared by the library's unit tests: one way to build a pool of
-//! mbufs (or a bare mempool) for a test, and one check that every buffer of
-//! a pool came home.
+//! mbufs (or a bare mempool) for a test, one check that every buffer of a
+//! pool came home, and the test frames of the drivers that meet the kernel.
 //!
 //! # Where unit tests live
 //!
@@ -16,8 +16,9 @@
 //!   `ring_loom_tests.rs` with `#[path]`.
 //!
 //! Helpers that more than one module's tests use belong here; helpers of one
-//! module's tests stay in that module's test files (`distributor/` keeps the
-//! checks its two distributors share in `distributor/test_support.rs`).
+//! module's tests stay with that module, in its `test_support.rs` where
+//! several of its test files share them (`distributor/test_support.rs` for
+//! the two distributors, `net/lpm/test_support.rs` for the two tables).
 //! Integration tests have their own shared support, in `tests/common/` of
 //! each crate.
 
