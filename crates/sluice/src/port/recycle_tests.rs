@@ -6,7 +6,7 @@
 use crate::mbuf::MbufPool;
 use crate::mempool::Elem;
 
-use super::RecycleRxInfo;
+use super::recycle::RecycleRxInfo;
 use crate::test_support::{TestPool, assert_pool_full};
 
 /// 63 buffers of 256 bytes, to fill the small rings.
@@ -287,58 +287,81 @@ fn a_commit_of_nothing_panics() {
     unsafe { info.commit(0) };
 }
 
-#[test]
-#[should_panic(expected = "bad recycle view: ring 12, due 4, unit 4, head 0")]
-fn a_ring_whose_size_is_not_a_power_of_two_is_refused() {
-    let pool = small_pool();
-    let mut r = ring(12);
+/// The message of the panic a view of a ring of `ring_len` slots refuses
+/// to be made with.
+fn refused_view(pool: &MbufPool, ring_len: usize, head: u32, due: u32, unit: u32) -> String {
+    let mut r = ring(ring_len);
     let mut committed = 0;
-    view(&mut r, 0, 4, 4, &pool, &mut committed);
+    let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        view(&mut r, head, due, unit, pool, &mut committed);
+    }))
+    .expect_err("the view is refused");
+    failure
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| failure.downcast_ref::<&str>().map(|m| m.to_string()))
+        .unwrap_or_default()
 }
 
 #[test]
-#[should_panic(expected = "bad recycle view: ring 0, due 0, unit 0, head 0")]
-fn an_empty_ring_is_refused() {
+fn bad_views_are_refused_naming_the_ring_and_what_is_due() {
     let pool = small_pool();
-    let mut r = ring(0);
-    let mut committed = 0;
-    view(&mut r, 0, 0, 0, &pool, &mut committed);
-}
-
-#[test]
-#[should_panic(expected = "bad recycle view: ring 16, due 17, unit 4, head 0")]
-fn more_slots_due_than_the_ring_holds_is_refused() {
-    let pool = small_pool();
-    let mut r = ring(16);
-    let mut committed = 0;
-    view(&mut r, 0, 17, 4, &pool, &mut committed);
-}
-
-#[test]
-#[should_panic(expected = "bad recycle view: ring 16, due 4, unit 4, head 6")]
-fn a_refill_head_off_the_refill_unit_is_refused() {
-    let pool = small_pool();
-    let mut r = ring(16);
-    let mut committed = 0;
-    view(&mut r, 6, 4, 4, &pool, &mut committed);
-}
-
-#[test]
-#[should_panic(expected = "bad recycle view: ring 16, due 4, unit 3, head 0")]
-fn a_refill_unit_that_is_not_a_power_of_two_is_refused() {
-    let pool = small_pool();
-    let mut r = ring(16);
-    let mut committed = 0;
-    view(&mut r, 0, 4, 3, &pool, &mut committed);
-}
-
-#[test]
-#[should_panic(expected = "bad recycle view: ring 16, due 16, unit 32, head 0")]
-fn a_refill_unit_larger_than_the_ring_is_refused() {
-    let pool = small_pool();
-    let mut r = ring(16);
-    let mut committed = 0;
-    view(&mut r, 0, 16, 32, &pool, &mut committed);
+    // (what is wrong, ring slots, head, due, unit, message)
+    let cases = [
+        (
+            "a ring size that is not a power of two",
+            12,
+            0,
+            4,
+            4,
+            "bad recycle view: ring 12, due 4, unit 4, head 0",
+        ),
+        (
+            "an empty ring",
+            0,
+            0,
+            0,
+            0,
+            "bad recycle view: ring 0, due 0, unit 0, head 0",
+        ),
+        (
+            "more slots due than the ring holds",
+            16,
+            0,
+            17,
+            4,
+            "bad recycle view: ring 16, due 17, unit 4, head 0",
+        ),
+        (
+            "a refill head off the refill unit",
+            16,
+            6,
+            4,
+            4,
+            "bad recycle view: ring 16, due 4, unit 4, head 6",
+        ),
+        (
+            "a refill unit that is not a power of two",
+            16,
+            0,
+            4,
+            3,
+            "bad recycle view: ring 16, due 4, unit 3, head 0",
+        ),
+        (
+            "a refill unit larger than the ring",
+            16,
+            0,
+            16,
+            32,
+            "bad recycle view: ring 16, due 16, unit 32, head 0",
+        ),
+    ];
+    for (what, ring_len, head, due, unit, message) in cases {
+        let got = refused_view(&pool, ring_len, head, due, unit);
+        assert!(got.contains(message), "{what}: {got}");
+    }
+    assert_pool_full(&pool);
 }
 
 #[test]
