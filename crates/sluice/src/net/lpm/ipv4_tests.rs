@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use proptest::prelude::*;
 
 use super::ipv4::field;
-use super::test_support::{self, Addr};
+use super::test_support;
 use super::{Lpm4, LpmConfig, LpmError};
 
 fn ip(a: u8, b: u8, c: u8, d: u8) -> u32 {
@@ -355,36 +355,13 @@ proptest! {
         let mut t = lpm(number_tbl8s);
         let mut r = Reference::default();
         for op in ops {
-            match op {
-                Op::Add { prefix, depth, nh } => {
-                    let prefix = prefix.masked(depth);
-                    match t.add(prefix, depth, nh) {
-                        Ok(()) => {
-                            r.routes.insert((depth, prefix), nh);
-                        }
-                        Err(LpmError::NoTbl8 { .. }) => {
-                            // Only when a new /24 needs a group and none is free.
-                            prop_assert!(depth > 24);
-                            prop_assert_eq!(r.groups(), number_tbl8s as usize);
-                            prop_assert!(!r.routes.keys().any(|&(d, p)| d > 24 && p >> 8 == prefix >> 8));
-                        }
-                        Err(e) => prop_assert!(false, "unexpected {e}"),
-                    }
-                }
-                Op::DeleteExisting(n) => {
-                    if r.routes.is_empty() {
-                        continue;
-                    }
-                    let &(depth, prefix) = r.routes.keys().nth(n % r.routes.len()).unwrap();
-                    t.delete(prefix, depth).unwrap();
-                    r.routes.remove(&(depth, prefix));
-                }
-                Op::DeleteRandom { prefix, depth } => {
-                    let prefix = prefix.masked(depth);
-                    let res = t.delete(prefix, depth);
-                    prop_assert_eq!(res.is_ok(), r.routes.remove(&(depth, prefix)).is_some());
-                }
-            }
+            test_support::apply(&mut t, &mut r, op, |r, prefix, depth| {
+                // Only when a new /24 needs a group and none is free.
+                prop_assert!(depth > 24);
+                prop_assert_eq!(r.groups(), number_tbl8s as usize);
+                prop_assert!(!r.routes.keys().any(|&(d, p)| d > 24 && p >> 8 == prefix >> 8));
+                Ok(())
+            })?;
             check(&t, &r, &probes);
         }
         drop(t);

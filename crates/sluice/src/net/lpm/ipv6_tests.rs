@@ -6,7 +6,7 @@ use std::net::Ipv6Addr;
 
 use proptest::prelude::*;
 
-use super::test_support::{self, Addr};
+use super::test_support;
 use super::{Lpm6, LpmConfig, LpmError};
 
 fn a(s: &str) -> [u8; 16] {
@@ -443,35 +443,12 @@ proptest! {
         let mut t = lpm(number_tbl8s);
         let mut r = Reference::default();
         for op in ops {
-            match op {
-                Op::Add { prefix, depth, nh } => {
-                    let prefix = prefix.masked(depth);
-                    match t.add(prefix.to_be_bytes(), depth, nh) {
-                        Ok(()) => {
-                            r.routes.insert((depth, prefix), nh);
-                        }
-                        Err(LpmError::NoTbl8 { .. }) => {
-                            // Only when the route needs more groups than remain.
-                            prop_assert!(depth > 24);
-                            prop_assert!(r.groups_with(depth, prefix) > number_tbl8s as usize);
-                        }
-                        Err(e) => prop_assert!(false, "unexpected {e}"),
-                    }
-                }
-                Op::DeleteExisting(n) => {
-                    if r.routes.is_empty() {
-                        continue;
-                    }
-                    let &(depth, prefix) = r.routes.keys().nth(n % r.routes.len()).unwrap();
-                    t.delete(prefix.to_be_bytes(), depth).unwrap();
-                    r.routes.remove(&(depth, prefix));
-                }
-                Op::DeleteRandom { prefix, depth } => {
-                    let prefix = prefix.masked(depth);
-                    let res = t.delete(prefix.to_be_bytes(), depth);
-                    prop_assert_eq!(res.is_ok(), r.routes.remove(&(depth, prefix)).is_some());
-                }
-            }
+            test_support::apply(&mut t, &mut r, op, |r, prefix, depth| {
+                // Only when the route needs more groups than remain.
+                prop_assert!(depth > 24);
+                prop_assert!(r.groups_with(depth, prefix) > number_tbl8s as usize);
+                Ok(())
+            })?;
             check(&t, &r, &probes);
         }
     }

@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::fmt::Debug;
 
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
+
+use super::{Lpm4, Lpm6, LpmError};
 
 /// An address as one number: `u32` for IPv4, `u128` for IPv6.
 pub(super) trait Addr: Copy + Ord + Debug + 'static {
@@ -118,4 +121,72 @@ where
         3 => any::<usize>().prop_map(Op::DeleteExisting),
         1 => (addr(), depth()).prop_map(|(prefix, depth)| Op::DeleteRandom { prefix, depth }),
     ]
+}
+
+/// A table as the proptests change it, by addresses as numbers.
+pub(super) trait Table<A> {
+    fn add(&mut self, prefix: A, depth: u8, nh: u32) -> Result<(), LpmError>;
+    fn delete(&mut self, prefix: A, depth: u8) -> Result<(), LpmError>;
+}
+
+impl Table<u32> for Lpm4 {
+    fn add(&mut self, prefix: u32, depth: u8, nh: u32) -> Result<(), LpmError> {
+        Lpm4::add(self, prefix, depth, nh)
+    }
+    fn delete(&mut self, prefix: u32, depth: u8) -> Result<(), LpmError> {
+        Lpm4::delete(self, prefix, depth)
+    }
+}
+
+impl Table<u128> for Lpm6 {
+    fn add(&mut self, prefix: u128, depth: u8, nh: u32) -> Result<(), LpmError> {
+        Lpm6::add(self, prefix.to_be_bytes(), depth, nh)
+    }
+    fn delete(&mut self, prefix: u128, depth: u8) -> Result<(), LpmError> {
+        Lpm6::delete(self, prefix.to_be_bytes(), depth)
+    }
+}
+
+/// Runs `op` on `table` and on `reference` alike. An add the table refuses
+/// for want of a group must be one `no_group_left` (given the reference
+/// before the add, the prefix and the depth) agrees with; any other error
+/// fails the case.
+pub(super) fn apply<A: Addr>(
+    table: &mut impl Table<A>,
+    reference: &mut Reference<A>,
+    op: Op<A>,
+    no_group_left: impl Fn(&Reference<A>, A, u8) -> Result<(), TestCaseError>,
+) -> Result<(), TestCaseError> {
+    match op {
+        Op::Add { prefix, depth, nh } => {
+            let prefix = prefix.masked(depth);
+            match table.add(prefix, depth, nh) {
+                Ok(()) => {
+                    reference.routes.insert((depth, prefix), nh);
+                }
+                Err(LpmError::NoTbl8 { .. }) => no_group_left(reference, prefix, depth)?,
+                Err(e) => prop_assert!(false, "unexpected {e}"),
+            }
+        }
+        Op::DeleteExisting(n) => {
+            if !reference.routes.is_empty() {
+                let &(depth, prefix) = reference
+                    .routes
+                    .keys()
+                    .nth(n % reference.routes.len())
+                    .unwrap();
+                table.delete(prefix, depth).unwrap();
+                reference.routes.remove(&(depth, prefix));
+            }
+        }
+        Op::DeleteRandom { prefix, depth } => {
+            let prefix = prefix.masked(depth);
+            let res = table.delete(prefix, depth);
+            prop_assert_eq!(
+                res.is_ok(),
+                reference.routes.remove(&(depth, prefix)).is_some()
+            );
+        }
+    }
+    Ok(())
 }
