@@ -314,9 +314,9 @@ fn op() -> impl Strategy<Value = Op> {
     test_support::op(addr, depth)
 }
 
-fn check(table: &Lpm4, r: &Reference, probes: &[u32]) {
-    let addrs = r.probe_addrs(probes);
-    let expect: Vec<Option<u32>> = addrs.iter().map(|&a| r.lookup(a)).collect();
+fn check(table: &Lpm4, reference: &Reference, probes: &[u32]) {
+    let addrs = reference.probe_addrs(probes);
+    let expect: Vec<Option<u32>> = addrs.iter().map(|&a| reference.lookup(a)).collect();
     let single: Vec<Option<u32>> = addrs.iter().map(|&a| table.lookup(a)).collect();
     assert_eq!(single, expect, "lookup");
     let entries: Vec<u32> = addrs.iter().map(|&a| table.lookup_entry(a)).collect();
@@ -337,10 +337,14 @@ fn check(table: &Lpm4, r: &Reference, probes: &[u32]) {
             [e[0], e[1], e[2], e[3]]
         );
     }
-    assert_eq!(table.len(), r.routes.len());
-    assert_eq!(table.tbl8_groups_used(), r.groups(), "groups in use");
-    let needed = Lpm4::tbl8_groups_needed(r.routes.keys().map(|&(d, p)| (p, d)));
-    assert_eq!(needed as usize, r.groups(), "tbl8_groups_needed");
+    assert_eq!(table.len(), reference.routes.len());
+    assert_eq!(
+        table.tbl8_groups_used(),
+        reference.groups(),
+        "groups in use"
+    );
+    let needed = Lpm4::tbl8_groups_needed(reference.routes.keys().map(|&(d, p)| (p, d)));
+    assert_eq!(needed as usize, reference.groups(), "tbl8_groups_needed");
 }
 
 proptest! {
@@ -353,16 +357,16 @@ proptest! {
         number_tbl8s in 1u32..6,
     ) {
         let mut table = lpm(number_tbl8s);
-        let mut r = Reference::default();
+        let mut reference = Reference::default();
         for op in ops {
-            test_support::apply(&mut table, &mut r, op, |r, prefix, depth| {
+            test_support::apply(&mut table, &mut reference, op, |reference, prefix, depth| {
                 // Only when a new /24 needs a group and none is free.
                 prop_assert!(depth > 24);
-                prop_assert_eq!(r.groups(), number_tbl8s as usize);
-                prop_assert!(!r.routes.keys().any(|&(d, p)| d > 24 && p >> 8 == prefix >> 8));
+                prop_assert_eq!(reference.groups(), number_tbl8s as usize);
+                prop_assert!(!reference.routes.keys().any(|&(d, p)| d > 24 && p >> 8 == prefix >> 8));
                 Ok(())
             })?;
-            check(&table, &r, &probes);
+            check(&table, &reference, &probes);
         }
         drop(table);
     }

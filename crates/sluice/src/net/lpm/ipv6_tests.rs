@@ -370,11 +370,11 @@ impl Reference {
 
     /// Groups a new route would add.
     fn groups_with(&self, depth: u8, prefix: u128) -> usize {
-        let mut r = Reference {
+        let mut with_route = Reference {
             routes: self.routes.clone(),
         };
-        r.routes.insert((depth, prefix), 0);
-        r.groups()
+        with_route.routes.insert((depth, prefix), 0);
+        with_route.groups()
     }
 }
 
@@ -415,9 +415,9 @@ fn op() -> impl Strategy<Value = Op> {
     test_support::op(addr, depth)
 }
 
-fn check(table: &Lpm6, r: &Reference, probes: &[u128]) {
-    let addrs = r.probe_addrs(probes);
-    let expect: Vec<Option<u32>> = addrs.iter().map(|&x| r.lookup(x)).collect();
+fn check(table: &Lpm6, reference: &Reference, probes: &[u128]) {
+    let addrs = reference.probe_addrs(probes);
+    let expect: Vec<Option<u32>> = addrs.iter().map(|&x| reference.lookup(x)).collect();
     let bytes: Vec<[u8; 16]> = addrs.iter().map(|x| x.to_be_bytes()).collect();
     let single: Vec<Option<u32>> = bytes.iter().map(|&x| table.lookup(x)).collect();
     assert_eq!(single, expect, "lookup");
@@ -435,10 +435,15 @@ fn check(table: &Lpm6, r: &Reference, probes: &[u128]) {
             "lookup_x4"
         );
     }
-    assert_eq!(table.len(), r.routes.len());
-    assert_eq!(table.tbl8_groups_used(), r.groups(), "groups in use");
-    let needed = Lpm6::tbl8_groups_needed(r.routes.keys().map(|&(d, p)| (p.to_be_bytes(), d)));
-    assert_eq!(needed as usize, r.groups(), "tbl8_groups_needed");
+    assert_eq!(table.len(), reference.routes.len());
+    assert_eq!(
+        table.tbl8_groups_used(),
+        reference.groups(),
+        "groups in use"
+    );
+    let needed =
+        Lpm6::tbl8_groups_needed(reference.routes.keys().map(|&(d, p)| (p.to_be_bytes(), d)));
+    assert_eq!(needed as usize, reference.groups(), "tbl8_groups_needed");
 }
 
 proptest! {
@@ -451,15 +456,15 @@ proptest! {
         number_tbl8s in 0u32..40,
     ) {
         let mut table = lpm(number_tbl8s);
-        let mut r = Reference::default();
+        let mut reference = Reference::default();
         for op in ops {
-            test_support::apply(&mut table, &mut r, op, |r, prefix, depth| {
+            test_support::apply(&mut table, &mut reference, op, |reference, prefix, depth| {
                 // Only when the route needs more groups than remain.
                 prop_assert!(depth > 24);
-                prop_assert!(r.groups_with(depth, prefix) > number_tbl8s as usize);
+                prop_assert!(reference.groups_with(depth, prefix) > number_tbl8s as usize);
                 Ok(())
             })?;
-            check(&table, &r, &probes);
+            check(&table, &reference, &probes);
         }
     }
 }
