@@ -24,15 +24,7 @@ use sluice::driver::afxdp::link_info;
 use sluice_netns::{Netns, Output, Proc, RawSocket, Veth};
 
 mod common;
-use common::{TRANSFER, fail, first_reply, stop, tcp_transfer};
-
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
-
-/// Starts Sluice with `args`, JSON out.
-fn sluice(args: &[&str]) -> Proc<'static> {
-    let argv: Vec<&str> = [SLUICE].iter().chain(args).copied().collect();
-    sluice_netns::spawn(&argv).expect("sluice starts")
-}
+use common::{SLUICE, TRANSFER, assert_transfer_counted, fail, spawn, stop};
 
 /// A host: a namespace with one end of a veth pair (the other, in the
 /// root namespace, is Sluice's), offloads off, an address.
@@ -74,39 +66,24 @@ fn wait_attached(a: &Host, b: &Host) -> bool {
     })
 }
 
-/// Ping A → B (5 replies of 5), then the transfer A → B.
+/// Once Sluice has attached its programs: pings A → B (5 replies of 5),
+/// then the transfer A → B.
 fn ping_and_transfer(a: &Host, b: &Host, sluice: Proc<'static>) -> Proc<'static> {
     if !wait_attached(a, b) {
         fail(sluice, "Sluice did not attach its XDP programs within 60 s");
     }
-    if !first_reply(&a.ns, b.ip) {
-        fail(sluice, "no ping reply from B within 90 s");
-    }
-    let out =
-        a.ns.exec_timeout(
-            &["ping", "-c", "5", "-i", "0.2", "-W", "10", b.ip],
-            Duration::from_secs(120),
-        )
-        .expect("ping runs");
-    assert!(out.success() && out.stdout.contains("5 received"), "{out}");
-    tcp_transfer(&a.ns, &b.ns, b.ip);
-    sluice
+    common::ping_and_transfer(&a.ns, &b.ns, b.ip, sluice)
 }
 
 /// What every afxdp run's summary must say: every buffer home, no address
 /// the kernel did not get from us, the transfer counted A → B.
-fn check_summary(s: &serde_json::Value, out: &Output) {
-    assert_eq!(s["pool_full"], true, "{out}");
-    let ports = s["ports"].as_array().unwrap();
-    let min = (TRANSFER / 1448) as u64;
-    assert!(ports[0]["rx_packets"].as_u64().unwrap() >= min, "{s}");
-    assert!(ports[1]["tx_packets"].as_u64().unwrap() >= min, "{s}");
-    assert!(ports[1]["rx_packets"].as_u64().unwrap() > 0, "{s}");
-    for p in ports {
-        let x = xstats(p);
-        assert_eq!(x("rx_bad_addrs"), 0, "{p}");
-        assert_eq!(x("tx_bad_addrs"), 0, "{p}");
-        assert_eq!(x("xsk_leaked_frames"), 0, "{p}");
+fn check_summary(summary: &serde_json::Value, out: &Output) {
+    assert_transfer_counted(summary, out);
+    for port in summary["ports"].as_array().unwrap() {
+        let xstat = xstats(port);
+        assert_eq!(xstat("rx_bad_addrs"), 0, "{port}");
+        assert_eq!(xstat("tx_bad_addrs"), 0, "{port}");
+        assert_eq!(xstat("xsk_leaked_frames"), 0, "{port}");
     }
 }
 
@@ -138,7 +115,7 @@ fn ping_and_tcp_cross_l2fwd_over_afxdp() {
     );
     let (da, db) = (format!("0,{}", a.mac()), format!("1,{}", b.mac()));
     // l2fwd rewrites MACs: the destination of each port is its host's.
-    let sl = sluice(&[
+    let sluice = spawn(&[
         "l2fwd",
         "--json",
         "-T",
@@ -152,10 +129,10 @@ fn ping_and_tcp_cross_l2fwd_over_afxdp() {
         "--dest-mac",
         &db,
     ]);
-    let sl = ping_and_transfer(&a, &b, sl);
-    let (out, s) = stop(sl);
-    check_summary(&s, &out);
-    for p in s["ports"].as_array().unwrap() {
+    let sluice = ping_and_transfer(&a, &b, sluice);
+    let (out, summary) = stop(sluice);
+    check_summary(&summary, &out);
+    for p in summary["ports"].as_array().unwrap() {
         assert_eq!(
             xstats(p)("xdp_native"),
             1,
@@ -178,7 +155,7 @@ fn tcp_with_recycling_over_afxdp_keeps_every_buffer() {
     );
     // The recycle engine forwards unchanged (io) and, before each receive,
     // moves the peer Tx queue's completed frames into the Rx fill ring.
-    let sl = sluice(&[
+    let sluice = spawn(&[
         "fwd",
         "--engine",
         "recycle",
@@ -192,21 +169,21 @@ fn tcp_with_recycling_over_afxdp_keeps_every_buffer() {
         "-p",
         &pb,
     ]);
-    let sl = ping_and_transfer(&a, &b, sl);
-    let (out, s) = stop(sl);
-    check_summary(&s, &out);
-    assert_eq!(s["recycle_errors"], 0, "{s}");
-    let ports = s["ports"].as_array().unwrap();
+    let sluice = ping_and_transfer(&a, &b, sluice);
+    let (out, summary) = stop(sluice);
+    check_summary(&summary, &out);
+    assert_eq!(summary["recycle_errors"], 0, "{summary}");
+    let ports = summary["ports"].as_array().unwrap();
     // Port 1 sent the transfer; its completed frames refilled port 0's
     // fill ring (and the ACKs' the other way).
     let r0 = &ports[0]["recycle"];
     let r1 = &ports[1]["recycle"];
     let min = (TRANSFER / 1448 / 2) as u64;
-    assert!(r0["rx_recycled"].as_u64().unwrap() >= min, "{s}");
-    assert_eq!(r0["rx_recycled"], r1["tx_recycled"], "{s}");
-    assert_eq!(r1["rx_recycled"], r0["tx_recycled"], "{s}");
-    assert_eq!(r0["recycle_fallbacks"], 0, "{s}");
-    assert_eq!(r1["recycle_fallbacks"], 0, "{s}");
+    assert!(r0["rx_recycled"].as_u64().unwrap() >= min, "{summary}");
+    assert_eq!(r0["rx_recycled"], r1["tx_recycled"], "{summary}");
+    assert_eq!(r1["rx_recycled"], r0["tx_recycled"], "{summary}");
+    assert_eq!(r0["recycle_fallbacks"], 0, "{summary}");
+    assert_eq!(r1["recycle_fallbacks"], 0, "{summary}");
     assert!(!xdp_attached(a.port_iface()) && !xdp_attached(b.port_iface()));
 }
 
@@ -268,7 +245,7 @@ fn raw_frames_cross_afxdp_ports_intact_both_ways() {
         format!("afxdp:iface={},xdp_mode=generic", va.a()),
         format!("afxdp:iface={},xdp_mode=generic", vb.a()),
     );
-    let sl = sluice(&[
+    let sluice = spawn(&[
         "l2fwd",
         "--json",
         "-T",
@@ -283,20 +260,20 @@ fn raw_frames_cross_afxdp_ports_intact_both_ways() {
         xdp_attached(va.a()) && xdp_attached(vb.a())
     });
     if !attached {
-        fail(sl, "Sluice did not attach its XDP programs within 60 s");
+        fail(sluice, "Sluice did not attach its XDP programs within 60 s");
     }
     let ra = RawSocket::open(&na, va.b()).unwrap();
     let rb = RawSocket::open(&nb, vb.b()).unwrap();
     let ab = frames_across(&ra, &rb, 1000, 1);
     let ba = frames_across(&rb, &ra, 1000, 2);
-    let (out, s) = stop(sl);
-    assert_eq!(s["pool_full"], true, "{out}");
-    let ports = s["ports"].as_array().unwrap();
+    let (out, summary) = stop(sluice);
+    assert_eq!(summary["pool_full"], true, "{out}");
+    let ports = summary["ports"].as_array().unwrap();
     // Nothing else crosses: no addresses, IPv6 off.
-    assert_eq!(ports[0]["rx_packets"], 1000, "{s}");
-    assert_eq!(ports[1]["tx_packets"], 1000, "{s}");
-    assert_eq!(ports[1]["rx_packets"], 1000, "{s}");
-    assert_eq!(ports[0]["tx_packets"], 1000, "{s}");
+    assert_eq!(ports[0]["rx_packets"], 1000, "{summary}");
+    assert_eq!(ports[1]["tx_packets"], 1000, "{summary}");
+    assert_eq!(ports[1]["rx_packets"], 1000, "{summary}");
+    assert_eq!(ports[0]["tx_packets"], 1000, "{summary}");
     assert!(ab > 0 && ba > 0);
     for p in ports {
         assert_eq!(xstats(p)("xdp_native"), 0, "generic mode: {p}");

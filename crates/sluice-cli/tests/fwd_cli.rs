@@ -1,18 +1,12 @@
 //! `sluice fwd` end to end: the built binary, its JSON summary and its
 //! errors.
 
-use std::process::Command;
-
-fn sluice(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-        .args(args)
-        .output()
-        .expect("the sluice binary runs")
-}
+mod common;
+use common::{assert_tester_got_everything, json_lines, run, summary};
 
 #[test]
 fn fwd_over_null_ports_prints_a_json_summary_with_packets() {
-    let out = sluice(&[
+    let out = run(&[
         "fwd",
         "--port",
         "null",
@@ -26,17 +20,7 @@ fn fwd_over_null_ports_prints_a_json_summary_with_packets() {
         "--txd",
         "128",
     ]);
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        out.status.success(),
-        "exit {:?}, stderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = stdout
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect();
+    let lines = json_lines(&out);
     let summary = lines.last().expect("a summary line");
     assert_eq!(summary["type"], "summary");
     assert_eq!(summary["engine"], "io");
@@ -56,7 +40,7 @@ fn fwd_over_null_ports_prints_a_json_summary_with_packets() {
 
 #[test]
 fn a_bad_spec_prints_the_error_and_fails() {
-    let out = sluice(&[
+    let out = run(&[
         "fwd",
         "--port",
         "null",
@@ -77,7 +61,7 @@ fn a_bad_spec_prints_the_error_and_fails() {
 #[test]
 fn fwd_between_soft_ports_and_the_tester_loses_nothing() {
     let spec = "soft:tester=cli_test,gen=udp,flows=64,size=64,device=inline";
-    let out = sluice(&[
+    let out = run(&[
         "fwd",
         "--port",
         spec,
@@ -93,22 +77,8 @@ fn fwd_between_soft_ports_and_the_tester_loses_nothing() {
         "--cores",
         "2",
     ]);
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        out.status.success(),
-        "exit {:?}, stderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
-    let t = &summary["testers"][0];
-    assert_eq!(t["name"], "cli_test");
-    let sent = t["sent"].as_u64().unwrap();
-    assert!(sent > 0, "{t}");
-    assert_eq!(t["received"].as_u64(), Some(sent));
-    for k in ["lost", "reordered", "duplicates", "corrupt", "foreign"] {
-        assert_eq!(t[k], 0, "{k}: {t}");
-    }
+    let summary = summary(&out);
+    let sent = assert_tester_got_everything(&summary, "cli_test");
     assert_eq!(summary["clean"], true);
     assert_eq!(summary["pool_full"], true);
     // Two lcores, two queues per port (RSS), every packet forwarded.
@@ -121,7 +91,7 @@ fn fwd_between_soft_ports_and_the_tester_loses_nothing() {
 #[test]
 fn recycle_engine_between_soft_ports_recycles_and_the_tester_sees_everything() {
     let spec = "soft:tester=cli_recycle,gen=udp,flows=64,size=64,device=inline";
-    let out = sluice(&[
+    let out = run(&[
         "fwd",
         "--port",
         spec,
@@ -137,14 +107,7 @@ fn recycle_engine_between_soft_ports_recycles_and_the_tester_sees_everything() {
         "--txd",
         "256",
     ]);
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    assert!(
-        out.status.success(),
-        "exit {:?}, stderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    let summary = summary(&out);
     assert_eq!(summary["engine"], "recycle");
     assert_eq!(summary["recycle_errors"], 0);
     let t = &summary["testers"][0];
@@ -167,7 +130,7 @@ fn recycle_engine_between_soft_ports_recycles_and_the_tester_sees_everything() {
 
 #[test]
 fn recycle_engine_on_null_ports_is_an_error_naming_the_queue() {
-    let out = sluice(&[
+    let out = run(&[
         "fwd",
         "--port",
         "null",

@@ -6,9 +6,12 @@
 //! the test fails.
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+mod common;
+use common::sluice;
 
 /// Longest a run that should end by itself may take (debug build, shared
 /// machine).
@@ -46,7 +49,7 @@ fn reader<R: Read + Send + 'static>(r: R) -> std::thread::JoinHandle<String> {
 
 /// Runs `sluice args`; `None` when it had to be killed at [`RUN_MAX`].
 fn run_bounded(args: &[&str]) -> Option<Ended> {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let mut child = sluice()
         .args(args)
         .env("RUST_BACKTRACE", "0")
         .stdin(Stdio::null())
@@ -124,7 +127,7 @@ fn a_second_sigint_ends_a_run_whose_stop_cannot_finish() {
     // txonly over a pair: nothing receives, so the links fill and every Tx
     // call is refused; with (nearly) endless Tx retries the lcore does not
     // get back to its stop flag, and the clean stop cannot finish.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_sluice"))
+    let mut child = sluice()
         .args([
             "fwd",
             "-p",
@@ -175,53 +178,49 @@ fn a_second_sigint_ends_a_run_whose_stop_cannot_finish() {
 /// The message of the injected device panic (`panic_at`).
 const INJECTED: &str = "soft: panic injected in Rx queue 0's step (panic_at)";
 
+/// Runs `sluice args` (bounded): it must end by itself, with exit code 1
+/// and `message` in its standard error.
+fn assert_ends_with_error(args: &[&str], message: &str) {
+    let Some(e) = run_bounded(args) else {
+        panic!("{args:?}: the run did not end within {RUN_MAX:?}");
+    };
+    assert_eq!(e.status.code(), Some(1), "{args:?}: {}", e.stderr);
+    assert!(e.stderr.contains(message), "{args:?}: {}", e.stderr);
+}
+
 #[test]
 fn a_panic_on_a_forwarding_lcore_ends_the_run_naming_it() {
     // An inline device steps inside the lcore's queue calls: its panic is
     // the lcore's. The run would go on for 1000 s.
     for app in ["fwd", "l2fwd"] {
-        let Some(e) = run_bounded(&[
-            app,
-            "-p",
-            "soft:tester=lcore_panic,panic_at=20",
-            "-p",
-            "soft:tester=lcore_panic",
-            "--duration",
-            "1000",
-        ]) else {
-            panic!("{app}: the run did not end within {RUN_MAX:?}");
-        };
-        assert_eq!(e.status.code(), Some(1), "{app}: {}", e.stderr);
-        assert!(
-            e.stderr.contains(&format!(
-                "sluice: error: forwarding lcore panicked: {INJECTED}"
-            )),
-            "{app}: {}",
-            e.stderr
+        assert_ends_with_error(
+            &[
+                app,
+                "-p",
+                "soft:tester=lcore_panic,panic_at=20",
+                "-p",
+                "soft:tester=lcore_panic",
+                "--duration",
+                "1000",
+            ],
+            &format!("sluice: error: forwarding lcore panicked: {INJECTED}"),
         );
     }
 }
 
 #[test]
 fn a_panic_on_the_distributor_lcore_ends_the_run_naming_it() {
-    let Some(e) = run_bounded(&[
-        "dist",
-        "-p",
-        "soft:tester=dist_panic,panic_at=20",
-        "-p",
-        "soft:tester=dist_panic",
-        "--duration",
-        "1000",
-    ]) else {
-        panic!("the run did not end within {RUN_MAX:?}");
-    };
-    assert_eq!(e.status.code(), Some(1), "{}", e.stderr);
-    assert!(
-        e.stderr.contains(&format!(
-            "sluice: error: distributor lcore panicked: {INJECTED}"
-        )),
-        "{}",
-        e.stderr
+    assert_ends_with_error(
+        &[
+            "dist",
+            "-p",
+            "soft:tester=dist_panic,panic_at=20",
+            "-p",
+            "soft:tester=dist_panic",
+            "--duration",
+            "1000",
+        ],
+        &format!("sluice: error: distributor lcore panicked: {INJECTED}"),
     );
 }
 
@@ -230,28 +229,14 @@ fn a_panic_on_the_device_thread_ends_the_run_naming_it() {
     let spec = "soft:tester=thread_panic,device=threaded";
     let faulty = format!("{spec},panic_at=20");
     for app in ["fwd", "dist"] {
-        let Some(e) = run_bounded(&[app, "-p", &faulty, "-p", spec, "--duration", "1000"]) else {
-            panic!("{app}: the run did not end within {RUN_MAX:?}");
-        };
-        assert_eq!(e.status.code(), Some(1), "{app}: {}", e.stderr);
-        assert!(
-            e.stderr.contains(&format!(
-                "sluice: error: port 0: soft: the device model panicked: {INJECTED}"
-            )),
-            "{app}: {}",
-            e.stderr
+        assert_ends_with_error(
+            &[app, "-p", &faulty, "-p", spec, "--duration", "1000"],
+            &format!("sluice: error: port 0: soft: the device model panicked: {INJECTED}"),
         );
     }
-    let Some(e) = run_bounded(&["gen", "-p", &faulty, "--duration", "1000"]) else {
-        panic!("gen: the run did not end within {RUN_MAX:?}");
-    };
-    assert_eq!(e.status.code(), Some(1), "gen: {}", e.stderr);
-    assert!(
-        e.stderr.contains(&format!(
-            "sluice: error: port {faulty}: soft: the device model panicked: {INJECTED}"
-        )),
-        "gen: {}",
-        e.stderr
+    assert_ends_with_error(
+        &["gen", "-p", &faulty, "--duration", "1000"],
+        &format!("sluice: error: port {faulty}: soft: the device model panicked: {INJECTED}"),
     );
 }
 
@@ -301,27 +286,24 @@ fn numeric_options_out_of_range_are_errors_naming_the_option_and_range() {
 fn a_panic_on_an_l3fwd_lcore_ends_the_run_naming_it() {
     let routes = std::env::temp_dir().join(format!("hang-cli-routes-{}", std::process::id()));
     std::fs::write(&routes, "198.18.0.0/15 1\n").unwrap();
-    let e = run_bounded(&[
-        "l3fwd",
-        "--routes",
-        routes.to_str().unwrap(),
-        "-p",
-        "soft:tester=l3fwd_panic,panic_at=20",
-        "-p",
-        "soft:tester=l3fwd_panic",
-        "--duration",
-        "1000",
-    ]);
+    let ended = std::panic::catch_unwind(|| {
+        assert_ends_with_error(
+            &[
+                "l3fwd",
+                "--routes",
+                routes.to_str().unwrap(),
+                "-p",
+                "soft:tester=l3fwd_panic,panic_at=20",
+                "-p",
+                "soft:tester=l3fwd_panic",
+                "--duration",
+                "1000",
+            ],
+            &format!("sluice: error: forwarding lcore panicked: {INJECTED}"),
+        )
+    });
     std::fs::remove_file(&routes).unwrap();
-    let Some(e) = e else {
-        panic!("the run did not end within {RUN_MAX:?}");
-    };
-    assert_eq!(e.status.code(), Some(1), "{}", e.stderr);
-    assert!(
-        e.stderr.contains(&format!(
-            "sluice: error: forwarding lcore panicked: {INJECTED}"
-        )),
-        "{}",
-        e.stderr
-    );
+    if let Err(failure) = ended {
+        std::panic::resume_unwind(failure);
+    }
 }

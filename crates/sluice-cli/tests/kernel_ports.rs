@@ -15,33 +15,21 @@
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use sluice_netns::{Netns, Output, Proc, Veth};
+use sluice_netns::{Netns, Proc, Veth};
 
 mod common;
-use common::{TRANSFER, fail, first_reply, stop, tcp_transfer};
-
-const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+use common::{SLUICE, assert_transfer_counted, fail, spawn, stop};
 
 /// Starts `sluice l2fwd` on `ports` with `--dest-mac` for each, JSON out.
 fn l2fwd(ports: &[String], dest: &[String]) -> Proc<'static> {
-    let mut argv = vec![SLUICE, "l2fwd", "--json", "-T", "5"];
-    for p in ports {
-        argv.extend(["-p", p]);
+    let mut args = vec!["l2fwd", "--json", "-T", "5"];
+    for port in ports {
+        args.extend(["-p", port]);
     }
-    for d in dest {
-        argv.extend(["--dest-mac", d]);
+    for mac in dest {
+        args.extend(["--dest-mac", mac]);
     }
-    sluice_netns::spawn(&argv).expect("sluice starts")
-}
-
-/// `count` pings from `ns` to `dst`; the output, for its "N received".
-fn ping(ns: &Netns, dst: &str, count: u32) -> Output {
-    let c = count.to_string();
-    ns.exec_timeout(
-        &["ping", "-c", &c, "-i", "0.2", "-W", "10", dst],
-        Duration::from_secs(120),
-    )
-    .expect("ping runs")
+    spawn(&args)
 }
 
 /// A host: a namespace, its interface and address.
@@ -65,23 +53,12 @@ impl Host {
     }
 }
 
-/// Ping, then the TCP transfer, A to B; then l2fwd's summary: every
+/// Pings, then the TCP transfer, A to B; then l2fwd's summary: every
 /// buffer home, and the transfer counted on the ports.
 fn ping_and_transfer(a: &Host, b: &Host, sluice: Proc<'static>) {
-    if !first_reply(&a.ns, b.ip) {
-        fail(sluice, "no ping reply from B within 90 s");
-    }
-    let out = ping(&a.ns, b.ip, 5);
-    assert!(out.success() && out.stdout.contains("5 received"), "{out}");
-    tcp_transfer(&a.ns, &b.ns, b.ip);
-    let (out, s) = stop(sluice);
-    assert_eq!(s["pool_full"], true, "{out}");
-    let ports = s["ports"].as_array().unwrap();
-    // 50 MiB in segments of at most 1448 bytes went A → B.
-    let min = (TRANSFER / 1448) as u64;
-    assert!(ports[0]["rx_packets"].as_u64().unwrap() >= min, "{s}");
-    assert!(ports[1]["tx_packets"].as_u64().unwrap() >= min, "{s}");
-    assert!(ports[1]["rx_packets"].as_u64().unwrap() > 0, "{s}");
+    let sluice = common::ping_and_transfer(&a.ns, &b.ns, b.ip, sluice);
+    let (out, summary) = stop(sluice);
+    assert_transfer_counted(&summary, &out);
 }
 
 #[test]
@@ -173,8 +150,14 @@ fn ping_and_tcp_cross_l2fwd_over_tap() {
     }));
 }
 
-fn sluice_err(args: &[&str]) -> String {
-    let out = sluice_netns::exec(&[&[SLUICE][..], args].concat(), Duration::from_secs(60)).unwrap();
+/// Runs `sluice l2fwd --duration 1` on `ports` (one `-p` each): its
+/// standard error; it must fail with exit code 1 and print nothing else.
+fn l2fwd_error(ports: &[&str]) -> String {
+    let mut argv = vec![SLUICE, "l2fwd", "--duration", "1"];
+    for port in ports {
+        argv.extend(["-p", port]);
+    }
+    let out = sluice_netns::exec(&argv, Duration::from_secs(60)).unwrap();
     assert_eq!(out.status.code(), Some(1), "{out}");
     assert!(out.stdout.is_empty(), "{out}");
     out.stderr
@@ -182,41 +165,24 @@ fn sluice_err(args: &[&str]) -> String {
 
 #[test]
 fn bad_kernel_port_specs_are_clear_errors() {
-    assert_eq!(
-        sluice_err(&[
-            "l2fwd",
-            "--duration",
-            "1",
-            "-p",
-            "afpacket:iface=sluicenosuch0",
-            "-p",
-            "null"
-        ]),
-        "sluice: error: port spec 'afpacket:iface=sluicenosuch0': no network interface \
-         'sluicenosuch0' (in this network namespace)\n"
-    );
-    assert_eq!(
-        sluice_err(&[
-            "l2fwd",
-            "--duration",
-            "1",
-            "-p",
-            "tap:iface=sluicenosuch0,attach=true",
-            "-p",
-            "null"
-        ]),
-        "sluice: error: port spec 'tap:iface=sluicenosuch0,attach=true': no network interface \
-         'sluicenosuch0' to attach to (in this network namespace)\n"
-    );
-    assert_eq!(
-        sluice_err(&[
-            "l2fwd",
-            "--duration",
-            "1",
-            "-p",
-            "afpacket:iface=lo,qdisc_bypass=2"
-        ]),
-        "sluice: error: port spec 'afpacket:iface=lo,qdisc_bypass=2': key 'qdisc_bypass' = '2' \
-         is not a boolean (1/0, true/false, yes/no, on/off)\n"
-    );
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["afpacket:iface=sluicenosuch0", "null"],
+            "sluice: error: port spec 'afpacket:iface=sluicenosuch0': no network interface \
+             'sluicenosuch0' (in this network namespace)\n",
+        ),
+        (
+            &["tap:iface=sluicenosuch0,attach=true", "null"],
+            "sluice: error: port spec 'tap:iface=sluicenosuch0,attach=true': no network \
+             interface 'sluicenosuch0' to attach to (in this network namespace)\n",
+        ),
+        (
+            &["afpacket:iface=lo,qdisc_bypass=2"],
+            "sluice: error: port spec 'afpacket:iface=lo,qdisc_bypass=2': key 'qdisc_bypass' = \
+             '2' is not a boolean (1/0, true/false, yes/no, on/off)\n",
+        ),
+    ];
+    for (ports, want) in cases {
+        assert_eq!(l2fwd_error(ports), want, "{ports:?}");
+    }
 }

@@ -2,20 +2,11 @@
 //! tester, MAC rewriting, and a run ended by SIGTERM.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-fn sluice() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-}
-
-fn summary(stdout: &[u8]) -> serde_json::Value {
-    let stdout = String::from_utf8_lossy(stdout);
-    let last = stdout.lines().last().expect("a summary line");
-    let v: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {last}"));
-    assert_eq!(v["type"], "summary", "{v}");
-    v
-}
+mod common;
+use common::{sluice, summary_of};
 
 /// Two soft ports cabled to one tester: every frame the tester sends must
 /// come back once, intact and in order.
@@ -42,7 +33,7 @@ fn l2fwd_over_soft_ports_is_clean() {
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
-    let s = summary(&out.stdout);
+    let s = summary_of(&out.stdout);
     assert_eq!(s["engine"], "mac");
     assert_eq!(s["clean"], true, "{s}");
     assert_eq!(s["pool_full"], true);
@@ -130,7 +121,7 @@ fn l2fwd_runs_until_sigterm_and_prints_its_summary() {
     );
     reader.join().unwrap();
     let rest: Vec<String> = lines.try_iter().collect();
-    let s = summary(rest.join("\n").as_bytes());
+    let s = summary_of(rest.join("\n").as_bytes());
     assert_eq!(s["engine"], "io");
     assert!(s["rx_packets"].as_u64().unwrap() > 0, "{s}");
     assert_eq!(s["pool_full"], true);
@@ -191,7 +182,7 @@ fn l2fwd_rewrites_macs_unless_told_not_to() {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let s = summary(&out.stdout);
+        let s = summary_of(&out.stdout);
         assert_eq!(s["pool_full"], true);
         let heads = pcap_eth_headers(&file, 100);
         std::fs::remove_file(&file).unwrap();

@@ -8,9 +8,8 @@ use std::process::Command;
 
 use etherparse::{Ipv4HeaderSlice, PacketBuilder};
 
-fn sluice() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_sluice"))
-}
+mod common;
+use common::{SLUICE, sluice, summary};
 
 /// A scratch file path unique to this test process and `name`.
 fn scratch(name: &str) -> PathBuf {
@@ -21,20 +20,6 @@ fn write_routes(name: &str, text: &str) -> PathBuf {
     let p = scratch(name);
     std::fs::write(&p, text).unwrap();
     p
-}
-
-fn summary(out: &std::process::Output) -> serde_json::Value {
-    assert!(
-        out.status.success(),
-        "exit {:?}, stderr: {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().last().expect("a summary line");
-    let v: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {last}"));
-    assert_eq!(v["type"], "summary", "{v}");
-    v
 }
 
 fn soft(tester: &str) -> String {
@@ -362,7 +347,7 @@ fn sluice_bounded(args: &[&str]) -> (std::process::Output, bool) {
     let mut child = Command::new("sh")
         .arg("-c")
         .arg("ulimit -v 1048576; exec \"$0\" \"$@\"")
-        .arg(env!("CARGO_BIN_EXE_sluice"))
+        .arg(SLUICE)
         .args(args)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

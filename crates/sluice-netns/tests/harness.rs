@@ -21,6 +21,14 @@ fn root_links() -> Vec<String> {
     Netns::root().links().unwrap()
 }
 
+/// A veth pair with its `a` end in `left` and its `b` end in `right`.
+fn veth_between(left: &Netns, right: &Netns) -> Veth {
+    let mut veth = Veth::new().unwrap();
+    veth.move_a(left).unwrap();
+    veth.move_b(right).unwrap();
+    veth
+}
+
 #[test]
 fn a_namespace_and_its_links_are_gone_after_drop() {
     if sluice_netns::skip_unless_root() {
@@ -52,7 +60,7 @@ fn a_panicking_test_leaves_nothing_behind() {
         return;
     }
     let names = std::sync::Mutex::new(None);
-    let r = std::panic::catch_unwind(|| {
+    let result = std::panic::catch_unwind(|| {
         let ns = Netns::new("panic").unwrap();
         let veth = Veth::new().unwrap();
         *names.lock().unwrap() = Some((
@@ -62,7 +70,7 @@ fn a_panicking_test_leaves_nothing_behind() {
         ));
         panic!("a test fails half way");
     });
-    assert!(r.is_err());
+    assert!(result.is_err());
     let (ns, a, b) = names.lock().unwrap().take().unwrap();
     assert!(!netns_list().contains(&ns));
     let links = root_links();
@@ -74,16 +82,14 @@ fn ping_crosses_a_veth_pair_between_two_namespaces() {
     if sluice_netns::skip_unless_root_with(&["ping"]) {
         return;
     }
-    let a = Netns::new("pa").unwrap();
-    let b = Netns::new("pb").unwrap();
-    let mut veth = Veth::new().unwrap();
-    veth.move_a(&a).unwrap();
-    veth.move_b(&b).unwrap();
-    a.set_mtu(veth.a(), 1400).unwrap();
-    b.set_mtu(veth.b(), 1400).unwrap();
-    a.add_addr(veth.a(), "10.201.0.1/24").unwrap();
-    b.add_addr(veth.b(), "10.201.0.2/24").unwrap();
-    let out = a
+    let ns_a = Netns::new("pa").unwrap();
+    let ns_b = Netns::new("pb").unwrap();
+    let veth = veth_between(&ns_a, &ns_b);
+    ns_a.set_mtu(veth.a(), 1400).unwrap();
+    ns_b.set_mtu(veth.b(), 1400).unwrap();
+    ns_a.add_addr(veth.a(), "10.201.0.1/24").unwrap();
+    ns_b.add_addr(veth.b(), "10.201.0.2/24").unwrap();
+    let out = ns_a
         .exec(&["ping", "-c", "3", "-i", "0.2", "-W", "5", "10.201.0.2"])
         .unwrap();
     assert!(out.success(), "{out}");
@@ -94,7 +100,7 @@ fn ping_crosses_a_veth_pair_between_two_namespaces() {
         .unwrap();
     assert!(!root.success(), "{root}");
     // And the MTU was set where asked.
-    let show = a.ip(&["-o", "link", "show", "dev", veth.a()]).unwrap();
+    let show = ns_a.ip(&["-o", "link", "show", "dev", veth.a()]).unwrap();
     assert!(show.contains("mtu 1400"), "{show}");
 }
 
@@ -103,24 +109,21 @@ fn routes_carry_traffic_through_a_middle_namespace() {
     if sluice_netns::skip_unless_root_with(&["ping"]) {
         return;
     }
-    // a — r — b, r forwarding between 10.202.1.0/24 and 10.202.2.0/24.
-    let a = Netns::new("ra").unwrap();
-    let r = Netns::new("rr").unwrap();
-    let b = Netns::new("rb").unwrap();
-    let mut left = Veth::new().unwrap();
-    left.move_a(&a).unwrap();
-    left.move_b(&r).unwrap();
-    let mut right = Veth::new().unwrap();
-    right.move_a(&r).unwrap();
-    right.move_b(&b).unwrap();
-    a.add_addr(left.a(), "10.202.1.2/24").unwrap();
-    r.add_addr(left.b(), "10.202.1.1/24").unwrap();
-    r.add_addr(right.a(), "10.202.2.1/24").unwrap();
-    b.add_addr(right.b(), "10.202.2.2/24").unwrap();
-    a.add_route("default via 10.202.1.1").unwrap();
-    b.add_route("default via 10.202.2.1").unwrap();
-    r.sysctl("net.ipv4.ip_forward", "1").unwrap();
-    let out = a
+    // a — router — b, the router forwarding between 10.202.1.0/24 and
+    // 10.202.2.0/24.
+    let ns_a = Netns::new("ra").unwrap();
+    let router = Netns::new("rr").unwrap();
+    let ns_b = Netns::new("rb").unwrap();
+    let left = veth_between(&ns_a, &router);
+    let right = veth_between(&router, &ns_b);
+    ns_a.add_addr(left.a(), "10.202.1.2/24").unwrap();
+    router.add_addr(left.b(), "10.202.1.1/24").unwrap();
+    router.add_addr(right.a(), "10.202.2.1/24").unwrap();
+    ns_b.add_addr(right.b(), "10.202.2.2/24").unwrap();
+    ns_a.add_route("default via 10.202.1.1").unwrap();
+    ns_b.add_route("default via 10.202.2.1").unwrap();
+    router.sysctl("net.ipv4.ip_forward", "1").unwrap();
+    let out = ns_a
         .exec(&["ping", "-c", "2", "-W", "5", "10.202.2.2"])
         .unwrap();
     assert!(out.success(), "{out}");
@@ -146,17 +149,21 @@ fn exec_captures_output_and_status_and_times_out() {
     assert_eq!(out.status.code(), Some(3));
     assert_eq!(out.stdout, "out\n");
     assert_eq!(out.stderr, "err\n");
-    let e = out.check().unwrap_err();
-    assert!(e.message().contains("exited with exit status: 3"), "{e}");
-    let e = ns
+    let err = out.check().unwrap_err();
+    assert!(
+        err.message().contains("exited with exit status: 3"),
+        "{err}"
+    );
+    let err = ns
         .exec_timeout(&["sleep", "30"], Duration::from_millis(200))
         .unwrap_err();
     assert!(
-        e.message().starts_with("timed out after 200ms and killed"),
-        "{e}"
+        err.message()
+            .starts_with("timed out after 200ms and killed"),
+        "{err}"
     );
-    let e = ns.exec(&["/nonexistent/cmd"]).unwrap().check().unwrap_err();
-    assert!(e.message().contains("/nonexistent/cmd"), "{e}");
+    let err = ns.exec(&["/nonexistent/cmd"]).unwrap().check().unwrap_err();
+    assert!(err.message().contains("/nonexistent/cmd"), "{err}");
 }
 
 #[test]
@@ -173,18 +180,18 @@ fn a_spawned_process_is_stopped_or_killed() {
         "trap 'echo bye; exit 0' INT; echo hi; : > '{}'; while :; do sleep 0.05; done",
         ready.display()
     );
-    let p = ns.spawn(&["sh", "-c", &script]).unwrap();
+    let shell = ns.spawn(&["sh", "-c", &script]).unwrap();
     let set = sluice_netns::wait_until(Duration::from_secs(30), || ready.exists());
     let _ = std::fs::remove_file(&ready);
     assert!(set, "the shell did not set its trap within 30 s");
-    let out = p.stop(Duration::from_secs(30)).unwrap();
+    let out = shell.stop(Duration::from_secs(30)).unwrap();
     assert!(out.success(), "{out}");
     assert_eq!(out.stdout, "hi\nbye\n");
     // Dropping kills and reaps it: the pid is gone.
-    let mut p = ns.spawn(&["sleep", "60"]).unwrap();
-    assert!(p.is_running());
-    let pid = p.id();
-    drop(p);
+    let mut sleeper = ns.spawn(&["sleep", "60"]).unwrap();
+    assert!(sleeper.is_running());
+    let pid = sleeper.id();
+    drop(sleeper);
     assert!(!std::path::Path::new(&format!("/proc/{pid}")).exists());
 }
 
@@ -212,15 +219,15 @@ fn a_socket_made_in_run_in_lives_in_the_namespace() {
     assert!(std::net::UdpSocket::bind("10.203.0.1:0").is_err());
     drop(sock);
     // A panic inside comes back out.
-    let r = std::panic::catch_unwind(|| ns.run_in(|| panic!("inside")));
-    assert!(r.is_err());
+    let result = std::panic::catch_unwind(|| ns.run_in(|| panic!("inside")));
+    assert!(result.is_err());
 }
 
 #[test]
 fn macs_parse_and_print() {
-    let m: sluice_netns::Mac = "02:0a:FF:00:00:01".parse().unwrap();
-    assert_eq!(m.0, [2, 0x0a, 0xff, 0, 0, 1]);
-    assert_eq!(m.to_string(), "02:0a:ff:00:00:01");
+    let mac: sluice_netns::Mac = "02:0a:FF:00:00:01".parse().unwrap();
+    assert_eq!(mac.0, [2, 0x0a, 0xff, 0, 0, 1]);
+    assert_eq!(mac.to_string(), "02:0a:ff:00:00:01");
     assert!("02:0a:ff:00:00".parse::<sluice_netns::Mac>().is_err());
     assert!("02:0a:ff:00:00:01:02".parse::<sluice_netns::Mac>().is_err());
     assert!("zz:0a:ff:00:00:01".parse::<sluice_netns::Mac>().is_err());
@@ -247,13 +254,11 @@ fn raw_sockets_carry_frames_intact_across_a_veth_pair() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let a = Netns::new("rawa").unwrap();
-    let b = Netns::new("rawb").unwrap();
-    let mut veth = Veth::new().unwrap();
-    veth.move_a(&a).unwrap();
-    veth.move_b(&b).unwrap();
-    let tx = sluice_netns::RawSocket::open(&a, veth.a()).unwrap();
-    let rx = sluice_netns::RawSocket::open(&b, veth.b()).unwrap();
+    let ns_a = Netns::new("rawa").unwrap();
+    let ns_b = Netns::new("rawb").unwrap();
+    let veth = veth_between(&ns_a, &ns_b);
+    let tx = sluice_netns::RawSocket::open(&ns_a, veth.a()).unwrap();
+    let rx = sluice_netns::RawSocket::open(&ns_b, veth.b()).unwrap();
     let frame = |i: usize| {
         let mut f = vec![0xff; 6];
         f.extend([0x02, 0, 0, 0, 0, 1, 0x88, 0xb5]);
@@ -276,5 +281,5 @@ fn raw_sockets_carry_frames_intact_across_a_veth_pair() {
             .unwrap()
             .is_empty()
     );
-    assert!(sluice_netns::RawSocket::open(&a, "nosuchlink").is_err());
+    assert!(sluice_netns::RawSocket::open(&ns_a, "nosuchlink").is_err());
 }

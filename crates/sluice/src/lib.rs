@@ -135,6 +135,8 @@ pub mod port;
 pub mod ring;
 pub mod signal;
 pub(crate) mod sync;
+#[cfg(test)]
+pub(crate) mod test_support;
 pub mod tester;
 pub mod tsc;
 

@@ -22,6 +22,9 @@ use std::thread;
 
 use sluice::ring::{Consumer, Moved, Multi, Producer, Ring, Single, SyncMode};
 
+mod common;
+use common::Rng;
+
 /// An element: who made it, its place in that producer's sequence, and a
 /// stamp written by the thread that last handed it on.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -74,42 +77,21 @@ impl Elem {
     }
 }
 
-/// xorshift64*: a small deterministic generator, one per thread.
-struct Rng(u64);
+/// A thread's generator, seeded through [`mix`] (never 0).
+fn seeded_rng(seed: u64) -> Rng {
+    Rng(mix(seed) | 1)
+}
 
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(mix(seed) | 1)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    /// Uniform in `1..=max`.
-    fn size(&mut self, max: usize) -> usize {
-        1 + (self.next() % max as u64) as usize
-    }
+/// A burst size from `rng`, in `1..=max`.
+fn burst_size(rng: &mut Rng, max: usize) -> usize {
+    1 + rng.below(max as u64) as usize
 }
 
 /// Elements per producer: `SLUICE_STRESS_ELEMS`, or a default that keeps a
 /// debug `cargo test` to about a second per test and moves a few million
 /// per test in a release build.
 fn elems_per_producer() -> u64 {
-    if let Some(n) = std::env::var("SLUICE_STRESS_ELEMS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-    {
-        return n;
-    }
-    if cfg!(debug_assertions) {
-        200_000
-    } else {
-        1_000_000
-    }
+    common::count_from_env("SLUICE_STRESS_ELEMS", 200_000, 1_000_000)
 }
 
 /// Set when any thread panics, so the others stop waiting for it.
@@ -307,11 +289,11 @@ fn stress<P: StressProducer, C: StressConsumer>(txs: Vec<P>, rxs: Vec<C>, per: u
         let abort = abort.clone();
         producer_handles.push(thread::spawn(move || {
             let _guard = AbortOnPanic(abort.clone());
-            let mut rng = Rng::new(p as u64);
+            let mut rng = seeded_rng(p as u64);
             let mut batch = Vec::with_capacity(32);
             let mut seq = 0;
             while seq < per {
-                let k = rng.size(32).min((per - seq) as usize);
+                let k = burst_size(&mut rng, 32).min((per - seq) as usize);
                 batch.clear();
                 batch.extend((seq..seq + k as u64).map(|s| Elem::new(p as u64, s, p as u32)));
                 let mut sent = 0;
@@ -339,7 +321,7 @@ fn stress<P: StressProducer, C: StressConsumer>(txs: Vec<P>, rxs: Vec<C>, per: u
         consumer_handles.push(thread::spawn(move || {
             let _guard = AbortOnPanic(abort.clone());
             let who = format!("consumer {c}");
-            let mut rng = Rng::new(1000 + c as u64);
+            let mut rng = seeded_rng(1000 + c as u64);
             let mut counts = vec![0u8; total as usize];
             let mut next_seq = vec![0u64; producers];
             let mut elements = 0;
@@ -347,7 +329,7 @@ fn stress<P: StressProducer, C: StressConsumer>(txs: Vec<P>, rxs: Vec<C>, per: u
             let mut idle = 0u64;
             loop {
                 out.clear();
-                rx.take(rng.size(32), &mut out, &mut rng);
+                rx.take(burst_size(&mut rng, 32), &mut out, &mut rng);
                 for e in &out {
                     e.verify(&who);
                     let (p, s) = (e.producer(), e.seq());
@@ -472,11 +454,11 @@ fn stress_mpmc_circulation_four_workers() {
             thread::spawn(move || {
                 let _guard = AbortOnPanic(abort.clone());
                 let who = format!("worker {w}");
-                let mut rng = Rng::new(2000 + u64::from(w));
+                let mut rng = seeded_rng(2000 + u64::from(w));
                 let mut buf = [Elem::default(); 32];
                 let mut handled = 0u64;
                 while handled < per_worker {
-                    let want = rng.size(32);
+                    let want = burst_size(&mut rng, 32);
                     let bulk = rng.next() & 1 == 0;
                     let moved = if bulk {
                         rx.dequeue_bulk(&mut buf[..want])

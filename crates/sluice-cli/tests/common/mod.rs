@@ -1,13 +1,89 @@
-//! What the kernel-port tests share (`kernel_ports.rs`, `afxdp_cli.rs`):
-//! stopping a Sluice process for its JSON summary, the first ping reply
-//! across the forwarder, and a 50 MiB TCP transfer whose every byte is
-//! checked on arrival.
+//! What the command-line tests share: running the built `sluice` binary
+//! and reading its JSON output; and for the kernel-port tests
+//! (`kernel_ports.rs`, `afxdp_cli.rs`), stopping a Sluice process for its
+//! JSON summary, pings across the forwarder, and a 50 MiB TCP transfer
+//! whose every byte is checked on arrival. Each test file uses a part.
+#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use sluice_netns::{Netns, Output, Proc};
+
+/// The built binary.
+pub const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
+
+/// A command for the built binary.
+pub fn sluice() -> Command {
+    Command::new(SLUICE)
+}
+
+/// Runs `sluice ARGS` to its end: its output.
+pub fn run(args: &[&str]) -> std::process::Output {
+    sluice()
+        .args(args)
+        .output()
+        .expect("the sluice binary runs")
+}
+
+/// Asserts that the run succeeded, saying how it ended otherwise.
+pub fn assert_success(out: &std::process::Output) {
+    assert!(
+        out.status.success(),
+        "exit {:?}, stderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The JSON summary: the last line of `stdout`.
+pub fn summary_of(stdout: &[u8]) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(stdout);
+    let last = stdout.lines().last().expect("a summary line");
+    let v: serde_json::Value = serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {last}"));
+    assert_eq!(v["type"], "summary", "{v}");
+    v
+}
+
+/// The JSON summary of a successful run.
+pub fn summary(out: &std::process::Output) -> serde_json::Value {
+    assert_success(out);
+    summary_of(&out.stdout)
+}
+
+/// Every line of a successful run's standard output, as JSON.
+pub fn json_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    assert_success(out);
+    String::from_utf8(out.stdout.clone())
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+/// The first tester of a summary saw every frame it sent come back once,
+/// in order per flow, intact, and nothing else; its name is `name`.
+/// Returns how many it sent (at least one).
+pub fn assert_tester_got_everything(summary: &serde_json::Value, name: &str) -> u64 {
+    let tester = &summary["testers"][0];
+    assert_eq!(tester["name"], name);
+    let sent = tester["sent"].as_u64().unwrap();
+    assert!(sent > 0, "{tester}");
+    assert_eq!(tester["received"].as_u64(), Some(sent), "{tester}");
+    for count in ["lost", "reordered", "duplicates", "corrupt", "foreign"] {
+        assert_eq!(tester[count], 0, "{count}: {tester}");
+    }
+    sent
+}
+
+/// Starts Sluice with `args` as a process of the test harness (stopped or
+/// killed when dropped).
+pub fn spawn(args: &[&str]) -> Proc<'static> {
+    let argv: Vec<&str> = [SLUICE].iter().chain(args).copied().collect();
+    sluice_netns::spawn(&argv).expect("sluice starts")
+}
 
 /// Bytes of the TCP transfer.
 pub const TRANSFER: usize = 50 << 20;
@@ -43,6 +119,47 @@ pub fn first_reply(ns: &Netns, dst: &str) -> bool {
         )
         .is_ok_and(|o| o.success())
     })
+}
+
+/// `count` pings from `ns` to `dst`, 0.2 s apart; the output, for its
+/// "N received".
+pub fn ping(ns: &Netns, dst: &str, count: u32) -> Output {
+    let count = count.to_string();
+    ns.exec_timeout(
+        &["ping", "-c", &count, "-i", "0.2", "-W", "10", dst],
+        Duration::from_secs(120),
+    )
+    .expect("ping runs")
+}
+
+/// Once the forwarder answers (else fails with Sluice's output): five
+/// pings of five answered from `from` to `to_ip` in `to`, then the TCP
+/// transfer that way.
+pub fn ping_and_transfer(
+    from: &Netns,
+    to: &Netns,
+    to_ip: &str,
+    sluice: Proc<'static>,
+) -> Proc<'static> {
+    if !first_reply(from, to_ip) {
+        fail(sluice, "no ping reply from B within 90 s");
+    }
+    let out = ping(from, to_ip, 5);
+    assert!(out.success() && out.stdout.contains("5 received"), "{out}");
+    tcp_transfer(from, to, to_ip);
+    sluice
+}
+
+/// What the summary of a run that carried the transfer from port 0 to
+/// port 1 says: every buffer home, and the transfer's segments (at most
+/// 1448 bytes each) counted on both ports.
+pub fn assert_transfer_counted(summary: &serde_json::Value, out: &Output) {
+    assert_eq!(summary["pool_full"], true, "{out}");
+    let ports = summary["ports"].as_array().unwrap();
+    let min = (TRANSFER / 1448) as u64;
+    assert!(ports[0]["rx_packets"].as_u64().unwrap() >= min, "{summary}");
+    assert!(ports[1]["tx_packets"].as_u64().unwrap() >= min, "{summary}");
+    assert!(ports[1]["rx_packets"].as_u64().unwrap() > 0, "{summary}");
 }
 
 /// The byte at offset `i` of the transfer: a period (251) prime to every

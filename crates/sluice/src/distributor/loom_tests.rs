@@ -31,13 +31,13 @@ fn model<F: Fn() + Sync + Send + 'static>(f: F) {
 }
 
 /// Stand-in packets: fake addresses and their payloads.
-struct Pkts {
+struct FakePackets {
     payload: Vec<UnsafeCell<u64>>,
 }
 
-impl Pkts {
-    fn new(n: usize) -> Pkts {
-        Pkts {
+impl FakePackets {
+    fn new(n: usize) -> FakePackets {
+        FakePackets {
             payload: (0..n).map(|_| UnsafeCell::new(0)).collect(),
         }
     }
@@ -66,7 +66,7 @@ impl Pkts {
 fn two_exchanges_hand_packets_over_and_back() {
     model(|| {
         let shared = Arc::new(Shared::new(1));
-        let pkts = Arc::new(Pkts::new(3));
+        let pkts = Arc::new(FakePackets::new(3));
         let (s, p) = (Arc::clone(&shared), Arc::clone(&pkts));
         let worker = thread::spawn(move || {
             let l = &s.lines[0];
@@ -82,8 +82,8 @@ fn two_exchanges_hand_packets_over_and_back() {
             let n = l.take_batch(first, &mut got);
             assert_eq!(n, 2);
             for &e in &got[..n] {
-                assert_eq!(p.read(e), 10 + Pkts::index(e) as u64);
-                p.write(e, 20 + Pkts::index(e) as u64);
+                assert_eq!(p.read(e), 10 + FakePackets::index(e) as u64);
+                p.write(e, 20 + FakePackets::index(e) as u64);
             }
             // Second request: return both, take the next batch.
             l.request(0, 0, &got[..n]);
@@ -108,9 +108,9 @@ fn two_exchanges_hand_packets_over_and_back() {
         };
         assert_eq!(l.take_returns(first, &mut rets), 0);
         for k in 0..2 {
-            pkts.write(Pkts::elem(k), 10 + k as u64);
+            pkts.write(FakePackets::elem(k), 10 + k as u64);
         }
-        l.answer(PARITY, &[Pkts::elem(0), Pkts::elem(1)]);
+        l.answer(PARITY, &[FakePackets::elem(0), FakePackets::elem(1)]);
         // Wait for the second: the two come back, written by the worker.
         let first = loop {
             if let Some(f) = l.pending(PARITY) {
@@ -120,11 +120,11 @@ fn two_exchanges_hand_packets_over_and_back() {
         };
         assert_eq!(l.take_returns(first, &mut rets), 2);
         for (k, &e) in rets[..2].iter().enumerate() {
-            assert_eq!(Pkts::index(e), k);
+            assert_eq!(FakePackets::index(e), k);
             assert_eq!(pkts.read(e), 20 + k as u64);
         }
-        pkts.write(Pkts::elem(2), 12);
-        l.answer(0, &[Pkts::elem(2)]);
+        pkts.write(FakePackets::elem(2), 12);
+        l.answer(0, &[FakePackets::elem(2)]);
         worker.join().unwrap();
     });
 }
@@ -133,7 +133,7 @@ fn two_exchanges_hand_packets_over_and_back() {
 fn a_worker_quitting_while_waiting_gets_an_empty_answer_or_hands_the_batch_back() {
     model(|| {
         let shared = Arc::new(Shared::new(1));
-        let pkts = Arc::new(Pkts::new(1));
+        let pkts = Arc::new(FakePackets::new(1));
         let (s, p) = (Arc::clone(&shared), Arc::clone(&pkts));
         let worker = thread::spawn(move || {
             let l = &s.lines[0];
@@ -168,8 +168,8 @@ fn a_worker_quitting_while_waiting_gets_an_empty_answer_or_hands_the_batch_back(
             // The worker asked to stop: an empty answer shuts it down.
             l.answer(PARITY, &[]);
         } else {
-            pkts.write(Pkts::elem(0), 7);
-            l.answer(PARITY, &[Pkts::elem(0)]);
+            pkts.write(FakePackets::elem(0), 7);
+            l.answer(PARITY, &[FakePackets::elem(0)]);
             // The worker is quitting: it hands the batch back flagged
             // unread, and the distributor takes it back.
             let first = loop {
@@ -193,14 +193,14 @@ fn a_worker_quitting_while_waiting_gets_an_empty_answer_or_hands_the_batch_back(
 fn a_request_is_answered_by_the_dropping_distributor_or_reclaimed_by_the_worker() {
     model(|| {
         let shared = Arc::new(Shared::new(1));
-        let pkts = Arc::new(Pkts::new(1));
+        let pkts = Arc::new(FakePackets::new(1));
         // Who ended up with the returned packet: 1 = distributor, 2 = worker.
         let owner = Arc::new(crate::sync::AtomicU32::new(0));
         let (s, p, o) = (Arc::clone(&shared), Arc::clone(&pkts), Arc::clone(&owner));
         let worker = thread::spawn(move || {
             let l = &s.lines[0];
-            p.write(Pkts::elem(0), 5);
-            l.request(PARITY, 0, &[Pkts::elem(0)]);
+            p.write(FakePackets::elem(0), 5);
+            l.request(PARITY, 0, &[FakePackets::elem(0)]);
             loop {
                 if l.answered(PARITY).is_some() {
                     return;

@@ -119,7 +119,7 @@ impl Matcher {
     }
 
     /// The one place a `Matcher` is made: only if `available`.
-    fn checked(imp: MatchImpl, available: bool) -> Result<Matcher, DistError> {
+    pub(super) fn checked(imp: MatchImpl, available: bool) -> Result<Matcher, DistError> {
         if available {
             Ok(Matcher(imp))
         } else {
@@ -337,7 +337,3 @@ mod x86 {
         unsafe { _mm_storel_epi64(matches.as_mut_ptr().cast(), out) };
     }
 }
-
-#[cfg(all(test, not(loom)))]
-#[path = "matching_tests.rs"]
-mod tests;

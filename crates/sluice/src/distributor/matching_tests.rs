@@ -1,5 +1,10 @@
-use super::*;
+//! Tests of the tag matchers: literal cases, every implementation this CPU
+//! runs against an independent definition, and a proptest of the same.
+
 use proptest::prelude::*;
+
+use super::matching::*;
+use super::{BURST_SIZE, DistError, MAX_WORKERS};
 
 /// Every matcher this CPU can run.
 fn matchers() -> Vec<Matcher> {

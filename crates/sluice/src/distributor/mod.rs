@@ -95,6 +95,8 @@ mod single;
 mod worker;
 
 #[cfg(all(test, not(loom)))]
+mod matching_tests;
+#[cfg(all(test, not(loom)))]
 mod single_tests;
 #[cfg(all(test, not(loom)))]
 mod test_support;

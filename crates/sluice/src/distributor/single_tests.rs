@@ -9,56 +9,46 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use super::test_support::{assert_handed_once_returned_at_most_once, count_returned, seqs};
+use super::test_support::{
+    ReturnOrder, assert_handed_once_returned_at_most_once, count_returned, hashed_burst, seqs,
+};
 use super::*;
-use crate::mbuf::{Burst, Mbuf, MbufPool, MbufPoolConfig};
-
-fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        name: "single-test".into(),
-        size,
-        cache_size: 0,
-        ..Default::default()
-    })
-    .unwrap()
-}
-
-/// `n` packets with RSS hash `hash(i)` and sequence number `i`, for `i`
-/// from `seq0`.
-fn burst_of<const N: usize>(
-    pool: &MbufPool,
-    n: usize,
-    seq0: u64,
-    hash: impl Fn(u64) -> u32,
-) -> Burst<N> {
-    let mut b = Burst::<N>::new();
-    for i in seq0..seq0 + n as u64 {
-        let mut m = pool.alloc().expect("pool has room");
-        m.set_rss_hash(hash(i)).unwrap();
-        m.set_udata64(i).unwrap();
-        b.push(m).map_err(|_| ()).expect("burst has room");
-    }
-    b
-}
+use crate::mbuf::{Burst, Mbuf};
+use crate::test_support::{assert_pool_full, assert_pool_full_with, test_pool};
 
 fn none() -> Burst<0> {
     Burst::new()
 }
 
+/// A distributor of `workers` workers, every one active.
+fn active_workers(workers: usize) -> (SingleDistributor, Vec<SingleWorker>) {
+    let mut distributor = SingleDistributor::new(workers).unwrap();
+    let mut ws: Vec<SingleWorker> = (0..workers)
+        .map(|i| distributor.worker(i).unwrap())
+        .collect();
+    activate(&mut distributor, &mut ws);
+    (distributor, ws)
+}
+
 /// Every worker requests once and the distributor sees it.
-fn activate(d: &mut SingleDistributor, ws: &mut [SingleWorker]) {
+fn activate(distributor: &mut SingleDistributor, ws: &mut [SingleWorker]) {
     for w in ws.iter_mut() {
         w.request_pkt(None).unwrap();
     }
-    assert_eq!(d.process(&mut none()), 0);
-    assert_eq!(d.active_workers(), ws.len());
+    assert_eq!(distributor.process(&mut none()), 0);
+    assert_eq!(distributor.active_workers(), ws.len());
 }
 
 /// Plays workers and distributor step by step until the workers have
 /// taken `n` packets: a worker with an answer records the packet's
 /// sequence number and hands it back with its next request; then the
 /// distributor runs. Panics if that takes more than 1000 rounds.
-fn serve(d: &mut SingleDistributor, ws: &mut [SingleWorker], got: &mut [Vec<u64>], n: usize) {
+fn serve(
+    distributor: &mut SingleDistributor,
+    ws: &mut [SingleWorker],
+    got: &mut [Vec<u64>],
+    n: usize,
+) {
     let mut taken = 0;
     for _ in 0..1000 {
         for (i, w) in ws.iter_mut().enumerate() {
@@ -73,7 +63,7 @@ fn serve(d: &mut SingleDistributor, ws: &mut [SingleWorker], got: &mut [Vec<u64>
                 Err(e) => panic!("worker {i}: {e}"),
             }
         }
-        d.process(&mut none());
+        distributor.process(&mut none());
         if taken == n {
             return;
         }
@@ -83,7 +73,7 @@ fn serve(d: &mut SingleDistributor, ws: &mut [SingleWorker], got: &mut [Vec<u64>
 
 #[test]
 fn bad_input_is_an_error_with_a_clear_message() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let e = SingleDistributor::new(0).unwrap_err();
     assert_eq!(e, DistError::NoWorkers);
     assert_eq!(e.to_string(), "a distributor needs at least one worker");
@@ -92,15 +82,18 @@ fn bad_input_is_an_error_with_a_clear_message() {
     assert_eq!(e.to_string(), "65 workers asked for: at most 64");
     assert_eq!(SingleDistributor::new(64).unwrap().num_workers(), 64);
 
-    let d = SingleDistributor::new(4).unwrap();
+    let distributor = SingleDistributor::new(4).unwrap();
     assert_eq!(
-        d.worker(4).unwrap_err().to_string(),
+        distributor.worker(4).unwrap_err().to_string(),
         "worker id 4 out of range: the distributor has 4 worker(s), ids 0..4"
     );
-    let mut w = d.worker(1).unwrap();
-    assert_eq!(d.worker(1).unwrap_err(), DistError::WorkerClaimed { id: 1 });
+    let mut w = distributor.worker(1).unwrap();
     assert_eq!(
-        d.worker(1).unwrap_err().to_string(),
+        distributor.worker(1).unwrap_err(),
+        DistError::WorkerClaimed { id: 1 }
+    );
+    assert_eq!(
+        distributor.worker(1).unwrap_err().to_string(),
         "worker id 1 already has a live handle"
     );
     assert_eq!(
@@ -119,75 +112,69 @@ fn bad_input_is_an_error_with_a_clear_message() {
         DistError::RequestPending { id: 1 }
     );
     // A dropped handle frees the id.
-    drop(d.worker(2).unwrap());
-    assert_eq!(d.worker(2).unwrap().id(), 2);
+    drop(distributor.worker(2).unwrap());
+    assert_eq!(distributor.worker(2).unwrap().id(), 2);
     // (Worker 1's request is open: the distributor goes first.)
-    drop(d);
+    drop(distributor);
     assert_eq!(w.poll_pkt().unwrap_err(), DistError::Closed);
     drop(w);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn all_packets_of_one_flow_go_to_one_worker() {
-    let pool = pool(1023);
-    let mut d = SingleDistributor::new(4).unwrap();
-    let mut ws: Vec<SingleWorker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let pool = test_pool(1023);
+    let (mut distributor, mut ws) = active_workers(4);
     for round in 0..8u64 {
         // Eight packets of one flow with every worker idle: one is handed
         // at once, seven queue behind it for the same worker.
-        let mut b: Burst<8> = burst_of(&pool, 8, round * 8, |_| 0x1234);
-        assert_eq!(d.process(&mut b), 8);
+        let mut b: Burst<8> = hashed_burst(&pool, 8, round * 8, |_| 0x1234);
+        assert_eq!(distributor.process(&mut b), 8);
         let mut got = vec![Vec::new(); 4];
-        serve(&mut d, &mut ws, &mut got, 8);
+        serve(&mut distributor, &mut ws, &mut got, 8);
         let busy: Vec<_> = got.iter().filter(|g| !g.is_empty()).collect();
         assert_eq!(busy.len(), 1, "round {round}: {got:?}");
         assert_eq!(*busy[0], (round * 8..round * 8 + 8).collect::<Vec<_>>());
     }
-    assert_eq!(d.stats().handed.iter().sum::<u64>(), 64);
-    assert_eq!(d.outstanding(), 0);
-    assert_eq!(d.returns_waiting(), 64);
-    d.clear_returns();
-    drop((d, ws));
-    assert!(pool.is_full());
+    assert_eq!(distributor.stats().handed.iter().sum::<u64>(), 64);
+    assert_eq!(distributor.outstanding(), 0);
+    assert_eq!(distributor.returns_waiting(), 64);
+    distributor.clear_returns();
+    drop((distributor, ws));
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn distinct_flows_spread_over_every_worker() {
-    let pool = pool(127);
-    let mut d = SingleDistributor::new(4).unwrap();
-    let mut ws: Vec<SingleWorker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let pool = test_pool(127);
+    let (mut distributor, mut ws) = active_workers(4);
     // Eight flows: one to each idle worker, then one more to each of the
     // least loaded, lowest id first.
-    let mut b: Burst<8> = burst_of(&pool, 8, 0, |i| i as u32 + 100);
-    assert_eq!(d.process(&mut b), 8);
-    assert_eq!(d.outstanding(), 8);
+    let mut b: Burst<8> = hashed_burst(&pool, 8, 0, |i| i as u32 + 100);
+    assert_eq!(distributor.process(&mut b), 8);
+    assert_eq!(distributor.outstanding(), 8);
     let mut got = vec![Vec::new(); 4];
-    serve(&mut d, &mut ws, &mut got, 8);
+    serve(&mut distributor, &mut ws, &mut got, 8);
     assert_eq!(got, vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]);
-    assert_eq!(d.stats().handed, vec![2; 4]);
-    assert_eq!(d.flush(), 0);
+    assert_eq!(distributor.stats().handed, vec![2; 4]);
+    assert_eq!(distributor.flush(), 0);
     let mut back = Burst::<8>::new();
-    assert_eq!(d.returned_pkts(&mut back), 8);
+    assert_eq!(distributor.returned_pkts(&mut back), 8);
     let mut s = seqs(&back);
     s.sort_unstable();
     assert_eq!(s, (0..8).collect::<Vec<_>>());
-    drop((back, d, ws));
-    assert!(pool.is_full());
+    drop((back, distributor, ws));
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
-    let pool = pool(127);
-    let mut d = SingleDistributor::new(2).unwrap();
-    let mut ws: Vec<SingleWorker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let pool = test_pool(127);
+    let (mut distributor, mut ws) = active_workers(2);
     // Nine packets of one flow: one handed to worker 0, eight queued.
-    let mut b: Burst<16> = burst_of(&pool, 9, 0, |_| 9);
-    assert_eq!(d.process(&mut b), 9);
-    assert_eq!(d.outstanding(), 9);
+    let mut b: Burst<16> = hashed_burst(&pool, 9, 0, |_| 9);
+    assert_eq!(distributor.process(&mut b), 9);
+    assert_eq!(distributor.outstanding(), 9);
     // A tenth must wait for worker 0: nothing taken while it does not ask
     // is impossible to show single-threaded, so worker 0 quits instead,
     // handing back the one it did.
@@ -195,54 +182,52 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
     assert_eq!(m.udata64(), 0);
     assert_eq!(ws[1].poll_pkt().unwrap().map(|m| m.udata64()), None);
     ws[0].return_pkt(Some(m)).unwrap();
-    d.process(&mut none());
-    let st = d.stats();
+    distributor.process(&mut none());
+    let st = distributor.stats();
     assert_eq!((st.shutdowns, st.redistributed, st.returned), (1, 8, 1));
-    assert_eq!(d.active_workers(), 1);
+    assert_eq!(distributor.active_workers(), 1);
     // Its backlog goes to worker 1, in order.
     let mut got = vec![Vec::new(); 2];
-    serve(&mut d, &mut ws, &mut got, 8);
+    serve(&mut distributor, &mut ws, &mut got, 8);
     assert_eq!(got[1], (1..9).collect::<Vec<_>>());
     assert!(got[0].is_empty());
-    assert_eq!(d.flush(), 0);
+    assert_eq!(distributor.flush(), 0);
     let mut back = Burst::<16>::new();
-    assert_eq!(d.returned_pkts(&mut back), 9);
+    assert_eq!(distributor.returned_pkts(&mut back), 9);
     assert_eq!(seqs(&back), (0..9).collect::<Vec<_>>());
-    drop((back, d, ws));
-    assert!(pool.is_full());
+    drop((back, distributor, ws));
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn an_unread_packet_of_a_worker_shutting_down_goes_first_to_another() {
-    let pool = pool(127);
-    let mut d = SingleDistributor::new(2).unwrap();
-    let mut ws: Vec<SingleWorker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
-    let mut b: Burst<4> = burst_of(&pool, 3, 0, |_| 3);
-    assert_eq!(d.process(&mut b), 3);
+    let pool = test_pool(127);
+    let (mut distributor, mut ws) = active_workers(2);
+    let mut b: Burst<4> = hashed_burst(&pool, 3, 0, |_| 3);
+    assert_eq!(distributor.process(&mut b), 3);
     // Worker 0 was answered but quits without taking its packet.
     ws[0].return_pkt(None).unwrap();
-    d.process(&mut none());
-    assert_eq!(d.stats().redistributed, 3);
+    distributor.process(&mut none());
+    assert_eq!(distributor.stats().redistributed, 3);
     let mut got = vec![Vec::new(); 2];
-    serve(&mut d, &mut ws, &mut got, 3);
+    serve(&mut distributor, &mut ws, &mut got, 3);
     assert_eq!(got, vec![vec![], vec![0, 1, 2]]);
-    assert_eq!(d.flush(), 0);
+    assert_eq!(distributor.flush(), 0);
     let mut back = Burst::<4>::new();
-    assert_eq!(d.returned_pkts(&mut back), 3);
+    assert_eq!(distributor.returned_pkts(&mut back), 3);
     assert_eq!(seqs(&back), vec![0, 1, 2]);
-    drop((back, d, ws));
-    assert!(pool.is_full());
+    drop((back, distributor, ws));
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_waiting_for_a_packet_can_quit_and_come_back() {
-    let pool = pool(127);
-    let mut d = SingleDistributor::new(2).unwrap();
-    let mut w0 = d.worker(0).unwrap();
+    let pool = test_pool(127);
+    let mut distributor = SingleDistributor::new(2).unwrap();
+    let mut w0 = distributor.worker(0).unwrap();
     w0.request_pkt(None).unwrap();
-    d.process(&mut none());
-    assert_eq!(d.active_workers(), 1);
+    distributor.process(&mut none());
+    assert_eq!(distributor.active_workers(), 1);
     let t = thread::spawn(move || {
         // Waiting with nothing to take: return_pkt asks to be let go.
         w0.return_pkt(None).unwrap();
@@ -250,109 +235,113 @@ fn a_worker_waiting_for_a_packet_can_quit_and_come_back() {
     });
     let mut rounds = 0;
     while !t.is_finished() {
-        d.process(&mut none());
+        distributor.process(&mut none());
         thread::yield_now();
         rounds += 1;
         assert!(rounds < 10_000_000, "the worker never quit");
     }
     let mut w0 = t.join().unwrap();
-    assert_eq!(d.active_workers(), 0);
-    assert_eq!(d.stats().shutdowns, 1);
+    assert_eq!(distributor.active_workers(), 0);
+    assert_eq!(distributor.stats().shutdowns, 1);
     // No active worker: packets stay with the caller.
-    let mut b: Burst<2> = burst_of(&pool, 2, 0, |_| 5);
-    assert_eq!(d.process(&mut b), 0);
+    let mut b: Burst<2> = hashed_burst(&pool, 2, 0, |_| 5);
+    assert_eq!(distributor.process(&mut b), 0);
     assert_eq!(b.len(), 2);
     // Back again, it receives.
     w0.request_pkt(None).unwrap();
-    assert_eq!(d.process(&mut b), 2);
+    assert_eq!(distributor.process(&mut b), 2);
     let mut got = vec![Vec::new()];
-    serve(&mut d, std::slice::from_mut(&mut w0), &mut got, 2);
+    serve(&mut distributor, std::slice::from_mut(&mut w0), &mut got, 2);
     assert_eq!(got[0], vec![0, 1]);
-    assert_eq!(d.flush(), 0);
-    assert_eq!(d.returns_waiting(), 2);
-    drop((d, w0));
-    assert!(pool.is_full());
+    assert_eq!(distributor.flush(), 0);
+    assert_eq!(distributor.returns_waiting(), 2);
+    drop((distributor, w0));
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
-    let pool = pool(127);
-    let mut d = SingleDistributor::with_returns(1, 8).unwrap();
-    let mut w = d.worker(0).unwrap();
+    let pool = test_pool(127);
+    let mut distributor = SingleDistributor::with_returns(1, 8).unwrap();
+    let mut w = distributor.worker(0).unwrap();
     w.request_pkt(None).unwrap();
     // Nine exchanges: the FIFO takes the first eight returns.
     for i in 0..9u64 {
-        let mut b: Burst<1> = burst_of(&pool, 1, i, |_| 1);
-        assert_eq!(d.process(&mut b), 1);
+        let mut b: Burst<1> = hashed_burst(&pool, 1, i, |_| 1);
+        assert_eq!(distributor.process(&mut b), 1);
         let m = w.poll_pkt().unwrap().expect("answered");
         assert_eq!(m.udata64(), i);
         w.request_pkt(Some(m)).unwrap();
     }
-    assert_eq!(d.returns_waiting(), 8);
-    assert_eq!(d.stats().returns_full, 0);
+    assert_eq!(distributor.returns_waiting(), 8);
+    assert_eq!(distributor.stats().returns_full, 0);
     // The ninth return does not fit: the worker waits; packet 9 queues.
-    let mut b: Burst<1> = burst_of(&pool, 1, 9, |_| 1);
-    assert_eq!(d.process(&mut b), 1);
-    assert_eq!(d.stats().returns_full, 1);
+    let mut b: Burst<1> = hashed_burst(&pool, 1, 9, |_| 1);
+    assert_eq!(distributor.process(&mut b), 1);
+    assert_eq!(distributor.stats().returns_full, 1);
     assert_eq!(w.poll_pkt().unwrap().map(|m| m.udata64()), None);
-    assert_eq!(d.process(&mut none()), 0);
-    assert_eq!(d.stats().returns_full, 1, "counted once per request");
+    assert_eq!(distributor.process(&mut none()), 0);
+    assert_eq!(
+        distributor.stats().returns_full,
+        1,
+        "counted once per request"
+    );
     // Eight more of the flow: seven fit the backlog, the eighth must wait
     // for the worker, which waits for room: process leaves it.
-    let mut b: Burst<8> = burst_of(&pool, 8, 10, |_| 1);
-    assert_eq!(d.process(&mut b), 7);
+    let mut b: Burst<8> = hashed_burst(&pool, 8, 10, |_| 1);
+    assert_eq!(distributor.process(&mut b), 7);
     assert_eq!(seqs(&b), vec![17]);
-    assert_eq!(d.flush(), 9, "flush cannot go on either");
-    assert_eq!(d.stats().returns_full, 1);
+    assert_eq!(distributor.flush(), 9, "flush cannot go on either");
+    assert_eq!(distributor.stats().returns_full, 1);
     let mut back = Burst::<8>::new();
-    assert_eq!(d.returned_pkts(&mut back), 8);
+    assert_eq!(distributor.returned_pkts(&mut back), 8);
     assert_eq!(seqs(&back), (0..8).collect::<Vec<_>>());
     back.clear();
     // Room again: the return goes in, the worker gets packet 9.
-    assert_eq!(d.process(&mut b), 1);
+    assert_eq!(distributor.process(&mut b), 1);
     assert_eq!(w.poll_pkt().unwrap().map(|m| m.udata64()), Some(9));
-    let st = d.stats();
+    let st = distributor.stats();
     assert_eq!((st.returned, st.distributed), (9, 18));
     // The worker shuts down idle; the distributor, dropped, frees its
     // backlog and the shutdown request's packets.
     drop((b, w));
-    drop(d);
-    assert!(pool.is_full());
+    drop(distributor);
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn dropping_the_distributor_under_open_requests_frees_everything() {
-    let pool = pool(127);
-    let mut d = SingleDistributor::new(2).unwrap();
-    let mut w0 = d.worker(0).unwrap();
-    let mut w1 = d.worker(1).unwrap();
+    let pool = test_pool(127);
+    let mut distributor = SingleDistributor::new(2).unwrap();
+    let mut w0 = distributor.worker(0).unwrap();
+    let mut w1 = distributor.worker(1).unwrap();
     w0.request_pkt(None).unwrap();
     w1.request_pkt(None).unwrap();
-    let mut b: Burst<8> = burst_of(&pool, 6, 0, |i| (i % 2) as u32 + 2);
-    assert_eq!(d.process(&mut b), 6);
+    let mut b: Burst<8> = hashed_burst(&pool, 6, 0, |i| (i % 2) as u32 + 2);
+    assert_eq!(distributor.process(&mut b), 6);
     // Worker 0 hands its packet back with a new request; worker 1 never
     // takes its answer.
     let m = w0.poll_pkt().unwrap().expect("answered");
     w0.request_pkt(Some(m)).unwrap();
-    drop(d);
+    drop(distributor);
     assert_eq!(w0.poll_pkt().unwrap_err(), DistError::Closed);
     assert_eq!(w0.request_pkt(None).unwrap_err(), DistError::Closed);
     // Worker 1 quits: its untaken packet is freed.
     assert_eq!(w1.return_pkt(None).unwrap_err(), DistError::Closed);
     drop((w0, w1));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_handle_dropped_by_a_panic_leaves_its_answer_to_the_next() {
-    let pool = pool(127);
-    let mut d = SingleDistributor::new(2).unwrap();
-    let mut w0 = d.worker(0).unwrap();
-    let mut w1 = d.worker(1).unwrap();
+    let pool = test_pool(127);
+    let mut distributor = SingleDistributor::new(2).unwrap();
+    let mut w0 = distributor.worker(0).unwrap();
+    let mut w1 = distributor.worker(1).unwrap();
     w0.request_pkt(None).unwrap();
     w1.request_pkt(None).unwrap();
-    let mut b: Burst<8> = burst_of(&pool, 3, 0, |_| 6);
-    assert_eq!(d.process(&mut b), 3);
+    let mut b: Burst<8> = hashed_burst(&pool, 3, 0, |_| 6);
+    assert_eq!(distributor.process(&mut b), 3);
     // Worker 0 has an answer (packet 0, with 1 and 2 queued) and its
     // thread panics before taking it.
     let r = catch_unwind(AssertUnwindSafe(move || {
@@ -361,17 +350,17 @@ fn a_handle_dropped_by_a_panic_leaves_its_answer_to_the_next() {
     }));
     assert!(r.is_err());
     // The next handle takes the answer, then the rest of the flow.
-    let mut w0 = d.worker(0).unwrap();
+    let mut w0 = distributor.worker(0).unwrap();
     let mut got = Vec::new();
     for _ in 0..100 {
         if let Some(m) = w0.poll_pkt().unwrap() {
             got.push(m.udata64());
             w0.request_pkt(Some(m)).unwrap();
         }
-        d.process(&mut none());
+        distributor.process(&mut none());
     }
     assert_eq!(got, vec![0, 1, 2]);
-    assert_eq!(d.flush(), 0);
+    assert_eq!(distributor.flush(), 0);
 
     // A panic before the answer: the quit is granted, the next handle
     // starts again.
@@ -380,25 +369,25 @@ fn a_handle_dropped_by_a_panic_leaves_its_answer_to_the_next() {
         panic!("worker 0 fails again");
     }));
     assert!(r.is_err());
-    d.process(&mut none());
-    assert_eq!(d.stats().shutdowns, 1);
-    assert_eq!(d.active_workers(), 1);
-    let mut w0 = d.worker(0).unwrap();
+    distributor.process(&mut none());
+    assert_eq!(distributor.stats().shutdowns, 1);
+    assert_eq!(distributor.active_workers(), 1);
+    let mut w0 = distributor.worker(0).unwrap();
     assert_eq!(w0.poll_pkt().unwrap().map(|m| m.udata64()), None);
-    d.process(&mut none());
-    assert_eq!(d.active_workers(), 2);
+    distributor.process(&mut none());
+    assert_eq!(distributor.active_workers(), 2);
 
     // A panic with an answer and no next handle: the last owner frees it.
-    let mut b: Burst<8> = burst_of(&pool, 1, 3, |_| 6);
-    assert_eq!(d.process(&mut b), 1);
+    let mut b: Burst<8> = hashed_burst(&pool, 1, 3, |_| 6);
+    assert_eq!(distributor.process(&mut b), 1);
     let r = catch_unwind(AssertUnwindSafe(move || {
         let _w = w0;
         panic!("worker 0 fails for good");
     }));
     assert!(r.is_err());
-    drop(d);
+    drop(distributor);
     drop(w1);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -406,13 +395,13 @@ fn flows_leave_the_workers_in_arrival_order() {
     const TOTAL: u64 = 30_000;
     const FLOWS: u64 = 37;
     const WORKERS: usize = 4;
-    let pool = pool(2047);
-    let mut d = SingleDistributor::new(WORKERS).unwrap();
+    let pool = test_pool(2047);
+    let mut distributor = SingleDistributor::new(WORKERS).unwrap();
     // Per flow, the last sequence number a worker processed.
     let last: Arc<Mutex<HashMap<u32, u64>>> = Arc::default();
     let handles: Vec<_> = (0..WORKERS)
         .map(|i| {
-            let mut w = d.worker(i).unwrap();
+            let mut w = distributor.worker(i).unwrap();
             let last = Arc::clone(&last);
             thread::spawn(move || {
                 let mut done = 0u64;
@@ -450,27 +439,15 @@ fn flows_leave_the_workers_in_arrival_order() {
         })
         .collect();
     let mut back = Burst::<64>::new();
-    let mut last_back: HashMap<u32, u64> = HashMap::new();
-    let mut returned = 0u64;
-    let mut check_returns = |d: &mut SingleDistributor, back: &mut Burst<64>| {
-        d.returned_pkts(back);
-        for m in back.iter() {
-            if let Some(p) = last_back.insert(m.rss_hash(), m.udata64()) {
-                assert!(
-                    p < m.udata64(),
-                    "returns of flow {}: {p} then {}",
-                    m.rss_hash(),
-                    m.udata64()
-                );
-            }
-        }
-        returned += back.len() as u64;
-        back.clear();
+    let mut order = ReturnOrder::default();
+    let mut check_returns = |distributor: &mut SingleDistributor, back: &mut Burst<64>| {
+        distributor.returned_pkts(back);
+        order.check_and_clear(back);
     };
-    wait_active(&mut d, WORKERS);
+    wait_active(&mut distributor, WORKERS);
     let mut seq = 0u64;
     while seq < TOTAL {
-        let mut b: Burst<32> = burst_of(&pool, 32, seq, |s| (s % FLOWS) as u32);
+        let mut b: Burst<32> = hashed_burst(&pool, 32, seq, |s| (s % FLOWS) as u32);
         seq += 32;
         // Bounded: every call takes at least one packet unless the
         // returns FIFO is full, which the check empties.
@@ -478,26 +455,26 @@ fn flows_leave_the_workers_in_arrival_order() {
             if b.is_empty() {
                 break;
             }
-            d.process(&mut b);
-            check_returns(&mut d, &mut back);
+            distributor.process(&mut b);
+            check_returns(&mut distributor, &mut back);
         }
         assert!(b.is_empty());
     }
     for _ in 0..64 {
-        let left = d.flush();
-        check_returns(&mut d, &mut back);
+        let left = distributor.flush();
+        check_returns(&mut distributor, &mut back);
         if left == 0 {
             break;
         }
     }
-    check_returns(&mut d, &mut back);
-    assert_eq!(d.outstanding(), 0);
-    assert_eq!(returned, seq);
-    assert_eq!(d.stats().shutdowns, 1);
-    drop(d);
+    check_returns(&mut distributor, &mut back);
+    assert_eq!(distributor.outstanding(), 0);
+    assert_eq!(order.returned, seq);
+    assert_eq!(distributor.stats().shutdowns, 1);
+    drop(distributor);
     let done: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
     assert_eq!(done, seq);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -505,12 +482,12 @@ fn two_hundred_thousand_packets_allocated_and_freed_by_workers_leave_the_pool_fu
     const TOTAL: u64 = 200_000;
     // A small pool: a leak of even a few packets per thousand would
     // exhaust it long before the end.
-    let pool = pool(255);
-    let mut d = SingleDistributor::new(2).unwrap();
+    let pool = test_pool(255);
+    let mut distributor = SingleDistributor::new(2).unwrap();
     let freed = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..2)
         .map(|i| {
-            let mut w = d.worker(i).unwrap();
+            let mut w = distributor.worker(i).unwrap();
             let freed = Arc::clone(&freed);
             thread::spawn(move || {
                 loop {
@@ -526,7 +503,7 @@ fn two_hundred_thousand_packets_allocated_and_freed_by_workers_leave_the_pool_fu
             })
         })
         .collect();
-    wait_active(&mut d, 2);
+    wait_active(&mut distributor, 2);
     let mut sent = 0u64;
     let mut b = Burst::<32>::new();
     let mut rounds = 0u64;
@@ -536,32 +513,32 @@ fn two_hundred_thousand_packets_allocated_and_freed_by_workers_leave_the_pool_fu
         let n = (TOTAL - sent).min(32) as usize - b.len();
         if pool.alloc_bulk(&mut b, n).is_err() {
             // Every buffer is in flight: wait for the workers.
-            d.process(&mut none());
+            distributor.process(&mut none());
             continue;
         }
         for (k, m) in b.iter_mut().enumerate() {
             m.set_rss_hash((sent + k as u64) as u32).unwrap();
         }
-        sent += d.process(&mut b) as u64;
+        sent += distributor.process(&mut b) as u64;
     }
-    assert_eq!(d.flush(), 0);
-    let st = d.stats();
+    assert_eq!(distributor.flush(), 0);
+    let st = distributor.stats();
     assert_eq!(st.distributed, TOTAL);
     assert_eq!(st.handed.iter().sum::<u64>(), TOTAL);
     assert_eq!(st.returned, 0);
-    drop(d);
+    drop(distributor);
     for h in handles {
         h.join().unwrap();
     }
     assert_eq!(freed.load(Ordering::Relaxed), TOTAL);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_thread_echoes_a_1024_packet_burst_packet_for_packet() {
-    let pool = pool(2047);
-    let mut d = SingleDistributor::new(1).unwrap();
-    let mut w = d.worker(0).unwrap();
+    let pool = test_pool(2047);
+    let mut distributor = SingleDistributor::new(1).unwrap();
+    let mut w = distributor.worker(0).unwrap();
     let h = thread::spawn(move || {
         let mut ret: Option<Mbuf> = None;
         let mut got = 0u64;
@@ -576,32 +553,35 @@ fn a_worker_thread_echoes_a_1024_packet_burst_packet_for_packet() {
             }
         }
     });
-    wait_active(&mut d, 1);
-    let mut b: Burst<1024> = burst_of(&pool, 1024, 0, |i| (i % 97) as u32);
-    assert_eq!(d.process(&mut b), 1024);
+    wait_active(&mut distributor, 1);
+    let mut b: Burst<1024> = hashed_burst(&pool, 1024, 0, |i| (i % 97) as u32);
+    assert_eq!(distributor.process(&mut b), 1024);
     // The worker hands back its last packet with its next request.
-    assert_eq!(d.flush(), 0);
+    assert_eq!(distributor.flush(), 0);
     let mut back = Burst::<1024>::new();
-    assert_eq!(d.returned_pkts(&mut back), 1024);
+    assert_eq!(distributor.returned_pkts(&mut back), 1024);
     // One worker: every packet comes back, in order.
     assert_eq!(seqs(&back), (0..1024).collect::<Vec<_>>());
-    assert_eq!(d.stats().handed, vec![1024]);
-    drop(d);
+    assert_eq!(distributor.stats().handed, vec![1024]);
+    drop(distributor);
     assert_eq!(h.join().unwrap(), 1024);
     drop(back);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// Runs the distributor until `n` workers are active (bounded).
-fn wait_active(d: &mut SingleDistributor, n: usize) {
+fn wait_active(distributor: &mut SingleDistributor, n: usize) {
     for _ in 0..10_000_000 {
-        if d.active_workers() == n {
+        if distributor.active_workers() == n {
             return;
         }
-        d.process(&mut none());
+        distributor.process(&mut none());
         thread::yield_now();
     }
-    panic!("{} of {n} workers became active", d.active_workers());
+    panic!(
+        "{} of {n} workers became active",
+        distributor.active_workers()
+    );
 }
 
 /// Worker 0 takes `k` packets of flow A (handing each back with its next
@@ -611,17 +591,17 @@ fn wait_active(d: &mut SingleDistributor, n: usize) {
 /// comes back at most once, and the pool ends exactly full (an idle handle
 /// holds no packet).
 fn check_forgotten_idle_worker(k: usize) {
-    let pool = pool(127);
-    let mut d = SingleDistributor::new(2).unwrap();
-    let mut w0 = d.worker(0).unwrap();
-    let mut w1 = d.worker(1).unwrap();
+    let pool = test_pool(127);
+    let mut distributor = SingleDistributor::new(2).unwrap();
+    let mut w0 = distributor.worker(0).unwrap();
+    let mut w1 = distributor.worker(1).unwrap();
     let mut handed: HashMap<u64, usize> = HashMap::new();
     w1.request_pkt(None).unwrap();
     let mut held: Option<Mbuf> = None;
     for i in 0..k as u64 {
         w0.request_pkt(held.take()).unwrap();
-        let mut b: Burst<1> = burst_of(&pool, 1, i, |_| 5);
-        assert_eq!(d.process(&mut b), 1);
+        let mut b: Burst<1> = hashed_burst(&pool, 1, i, |_| 5);
+        assert_eq!(distributor.process(&mut b), 1);
         let m = w0.poll_pkt().unwrap().expect("answered");
         *handed.entry(m.udata64()).or_default() += 1;
         held = Some(m);
@@ -629,19 +609,19 @@ fn check_forgotten_idle_worker(k: usize) {
     drop(held);
     std::mem::forget(w0);
     assert!(matches!(
-        d.worker(0),
+        distributor.worker(0),
         Err(DistError::WorkerClaimed { id: 0 })
     ));
-    let mut b: Burst<1> = burst_of(&pool, 1, 1000, |_| 6);
-    assert_eq!(d.process(&mut b), 1);
+    let mut b: Burst<1> = hashed_burst(&pool, 1, 1000, |_| 6);
+    assert_eq!(distributor.process(&mut b), 1);
     let m = w1.poll_pkt().unwrap().expect("answered");
     *handed.entry(m.udata64()).or_default() += 1;
     w1.request_pkt(Some(m)).unwrap();
-    d.process(&mut none());
-    let returned = count_returned(|out| d.returned_pkts(out));
+    distributor.process(&mut none());
+    let returned = count_returned(|out| distributor.returned_pkts(out));
     assert_handed_once_returned_at_most_once(&handed, k + 1, &returned);
-    drop((d, w1));
-    assert!(pool.is_full(), "k = {k}");
+    drop((distributor, w1));
+    assert_pool_full_with(&pool, format_args!("k = {k}"));
 }
 
 #[test]

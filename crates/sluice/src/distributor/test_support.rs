@@ -1,12 +1,49 @@
-//! Checks shared by the tests of both distributors.
+//! Packets and checks shared by the tests of both distributors.
 
 use std::collections::HashMap;
 
-use crate::mbuf::{Burst, BurstSlice};
+use crate::mbuf::{Burst, BurstSlice, Mbuf, MbufPool};
 
-/// The sequence numbers (`udata64`) of the packets in `b`.
-pub(super) fn seqs(b: &BurstSlice) -> Vec<u64> {
-    b.iter().map(|m| m.udata64()).collect()
+/// `n` packets from `pool` with RSS hash `hash(seq)` and sequence number
+/// (`udata64`) `seq`, for `seq` from `seq0`.
+pub(super) fn hashed_packets(
+    pool: &MbufPool,
+    n: usize,
+    seq0: u64,
+    hash: impl Fn(u64) -> u32,
+) -> Vec<Mbuf> {
+    (seq0..seq0 + n as u64)
+        .map(|seq| {
+            let mut m = pool.alloc().expect("pool has room");
+            m.set_rss_hash(hash(seq)).unwrap();
+            m.set_udata64(seq).unwrap();
+            m
+        })
+        .collect()
+}
+
+/// `packets` in a burst of capacity `N`.
+pub(super) fn burst_of<const N: usize>(packets: Vec<Mbuf>) -> Burst<N> {
+    let mut burst = Burst::<N>::new();
+    for m in packets {
+        burst.push(m).map_err(|_| ()).expect("burst has room");
+    }
+    burst
+}
+
+/// [`hashed_packets`] in a burst of capacity `N`.
+pub(super) fn hashed_burst<const N: usize>(
+    pool: &MbufPool,
+    n: usize,
+    seq0: u64,
+    hash: impl Fn(u64) -> u32,
+) -> Burst<N> {
+    burst_of(hashed_packets(pool, n, seq0, hash))
+}
+
+/// The sequence numbers (`udata64`) of the packets in `burst`.
+pub(super) fn seqs(burst: &BurstSlice) -> Vec<u64> {
+    burst.iter().map(|m| m.udata64()).collect()
 }
 
 /// Takes returned packets with `returned_pkts` until it gives none: how
@@ -36,4 +73,31 @@ pub(super) fn assert_handed_once_returned_at_most_once(
     assert_eq!(handed.len(), n);
     assert!(returned.values().all(|&n| n == 1), "returned: {returned:?}");
     assert!(returned.keys().all(|s| handed.contains_key(s)));
+}
+
+/// Checks packets as they come back from the distributor: each flow's
+/// (RSS hash's) sequence numbers only rise; counts them.
+#[derive(Default)]
+pub(super) struct ReturnOrder {
+    last_seq: HashMap<u32, u64>,
+    /// Packets checked so far.
+    pub(super) returned: u64,
+}
+
+impl ReturnOrder {
+    /// Checks the packets of `back`, and empties it.
+    pub(super) fn check_and_clear<const N: usize>(&mut self, back: &mut Burst<N>) {
+        for m in back.iter() {
+            if let Some(prev) = self.last_seq.insert(m.rss_hash(), m.udata64()) {
+                assert!(
+                    prev < m.udata64(),
+                    "returns of flow {}: {prev} then {}",
+                    m.rss_hash(),
+                    m.udata64()
+                );
+            }
+        }
+        self.returned += back.len() as u64;
+        back.clear();
+    }
 }

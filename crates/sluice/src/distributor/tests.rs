@@ -8,21 +8,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread;
 
-use super::test_support::{assert_handed_once_returned_at_most_once, count_returned, seqs};
+use super::test_support::{
+    ReturnOrder, assert_handed_once_returned_at_most_once, burst_of, count_returned,
+    hashed_packets, seqs,
+};
 use super::*;
-use crate::mbuf::{Burst, Mbuf, MbufPool, MbufPoolConfig};
+use crate::mbuf::Burst;
+use crate::test_support::{assert_pool_full, assert_pool_full_with, test_pool};
 
-fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        name: "dist-test".into(),
-        size,
-        cache_size: 0,
-        ..Default::default()
-    })
-    .unwrap()
-}
-
-fn dist(workers: usize) -> Distributor {
+/// A distributor of `workers` workers, the other settings default.
+fn new_distributor(workers: usize) -> Distributor {
     Distributor::new(DistributorConfig {
         workers,
         ..Default::default()
@@ -30,46 +25,36 @@ fn dist(workers: usize) -> Distributor {
     .unwrap()
 }
 
-/// `n` packets with RSS hash `hash(i)` and sequence number `seq0 + i`.
-fn packets(pool: &MbufPool, n: usize, seq0: u64, hash: impl Fn(u64) -> u32) -> Vec<Mbuf> {
-    (0..n as u64)
-        .map(|i| {
-            let mut m = pool.alloc().expect("pool has room");
-            m.set_rss_hash(hash(seq0 + i)).unwrap();
-            m.set_udata64(seq0 + i).unwrap();
-            m
-        })
-        .collect()
-}
-
-fn burst_of<const N: usize>(pkts: Vec<Mbuf>) -> Burst<N> {
-    let mut b = Burst::<N>::new();
-    for m in pkts {
-        b.push(m).map_err(|_| ()).expect("burst has room");
-    }
-    b
-}
-
 /// A distributor of two workers, each with a request open that the
 /// distributor has not seen yet.
 fn two_requesting_workers() -> (Distributor, Worker, Worker) {
-    let d = dist(2);
-    let mut w0 = d.worker(0).unwrap();
-    let mut w1 = d.worker(1).unwrap();
+    let distributor = new_distributor(2);
+    let mut w0 = distributor.worker(0).unwrap();
+    let mut w1 = distributor.worker(1).unwrap();
     let mut none = Burst::<8>::new();
     w0.request_pkt(&mut none).unwrap();
     w1.request_pkt(&mut none).unwrap();
-    (d, w0, w1)
+    (distributor, w0, w1)
+}
+
+/// A distributor of `workers` workers, every one active.
+fn active_workers(workers: usize) -> (Distributor, Vec<Worker>) {
+    let mut distributor = new_distributor(workers);
+    let mut ws: Vec<Worker> = (0..workers)
+        .map(|i| distributor.worker(i).unwrap())
+        .collect();
+    activate(&mut distributor, &mut ws);
+    (distributor, ws)
 }
 
 /// Makes every worker active: each requests once, the distributor sees it.
-fn activate(d: &mut Distributor, ws: &mut [Worker]) {
+fn activate(distributor: &mut Distributor, ws: &mut [Worker]) {
     let mut none = Burst::<8>::new();
     for w in ws.iter_mut() {
         w.request_pkt(&mut none).unwrap();
     }
-    assert_eq!(d.process(&mut none), 0);
-    assert_eq!(d.active_workers(), ws.len());
+    assert_eq!(distributor.process(&mut none), 0);
+    assert_eq!(distributor.active_workers(), ws.len());
 }
 
 #[test]
@@ -107,16 +92,19 @@ fn bad_input_is_an_error_with_a_clear_message() {
         .is_ok()
     );
 
-    let d = dist(4);
-    let e = d.worker(4).unwrap_err();
+    let distributor = new_distributor(4);
+    let e = distributor.worker(4).unwrap_err();
     assert_eq!(
         e.to_string(),
         "worker id 4 out of range: the distributor has 4 worker(s), ids 0..4"
     );
-    let mut w = d.worker(1).unwrap();
-    assert_eq!(d.worker(1).unwrap_err(), DistError::WorkerClaimed { id: 1 });
+    let mut w = distributor.worker(1).unwrap();
     assert_eq!(
-        d.worker(1).unwrap_err().to_string(),
+        distributor.worker(1).unwrap_err(),
+        DistError::WorkerClaimed { id: 1 }
+    );
+    assert_eq!(
+        distributor.worker(1).unwrap_err().to_string(),
         "worker id 1 already has a live handle"
     );
 
@@ -136,76 +124,70 @@ fn bad_input_is_an_error_with_a_clear_message() {
         "worker 1 asked for packets again before taking the last answer (poll_pkt)"
     );
     // A dropped handle frees the id.
-    let w2 = d.worker(2).unwrap();
+    let w2 = distributor.worker(2).unwrap();
     drop(w2);
-    assert_eq!(d.worker(2).unwrap().id(), 2);
+    assert_eq!(distributor.worker(2).unwrap().id(), 2);
     // (Worker 1's request is open: the distributor goes first.)
-    drop(d);
+    drop(distributor);
     drop(w);
 }
 
 #[test]
 fn all_packets_of_one_flow_go_to_one_worker() {
-    let pool = pool(1023);
-    let mut d = dist(4);
-    let mut ws: Vec<Worker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let pool = test_pool(1023);
+    let (mut distributor, mut ws) = active_workers(4);
     let mut got = [0usize; 4];
     let mut out = Burst::<8>::new();
     let mut back = Burst::<64>::new();
     for round in 0..32 {
-        let mut b: Burst<8> = burst_of(packets(&pool, 8, round * 8, |_| 0x1234));
-        assert_eq!(d.process(&mut b), 8);
+        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 0x1234));
+        assert_eq!(distributor.process(&mut b), 8);
         for (i, w) in ws.iter_mut().enumerate() {
             if let Some(n) = w.poll_pkt(&mut out).unwrap() {
                 got[i] += n;
                 w.request_pkt(&mut out).unwrap();
             }
         }
-        d.returned_pkts(&mut back);
+        distributor.returned_pkts(&mut back);
         back.clear();
     }
-    assert_eq!(d.flush(), 0);
+    assert_eq!(distributor.flush(), 0);
     assert_eq!(got.iter().sum::<usize>(), 256);
     assert_eq!(got.iter().filter(|&&g| g != 0).count(), 1, "{got:?}");
-    d.clear_returns();
-    drop((d, ws));
-    assert!(pool.is_full());
+    distributor.clear_returns();
+    drop((distributor, ws));
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn distinct_flows_spread_over_every_worker() {
-    let pool = pool(1023);
-    let mut d = dist(4);
-    let mut ws: Vec<Worker> = (0..4).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let pool = test_pool(1023);
+    let (mut distributor, mut ws) = active_workers(4);
     // 32 packets of 32 flows: with every worker idle, each gets its share.
-    let mut b: Burst<32> = burst_of(packets(&pool, 32, 0, |i| i as u32 + 100));
-    assert_eq!(d.process(&mut b), 32);
+    let mut b: Burst<32> = burst_of(hashed_packets(&pool, 32, 0, |i| i as u32 + 100));
+    assert_eq!(distributor.process(&mut b), 32);
     let mut out = Burst::<8>::new();
     for w in ws.iter_mut() {
         assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(8));
         // The packets' flows: none shared with another worker.
         w.request_pkt(&mut out).unwrap();
     }
-    assert_eq!(d.flush(), 0);
-    assert_eq!(d.stats().handed, vec![8; 4]);
-    assert_eq!(d.returns_waiting(), 32);
-    d.clear_returns();
-    drop((d, ws));
-    assert!(pool.is_full());
+    assert_eq!(distributor.flush(), 0);
+    assert_eq!(distributor.stats().handed, vec![8; 4]);
+    assert_eq!(distributor.returns_waiting(), 32);
+    distributor.clear_returns();
+    drop((distributor, ws));
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_flow_waits_for_its_worker_and_keeps_its_order() {
     // One flow, two workers: the flow's packets stay on one worker's
     // backlog even though the other is idle.
-    let pool = pool(127);
-    let mut d = dist(2);
-    let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
-    let mut b: Burst<16> = burst_of(packets(&pool, 16, 0, |_| 7));
-    assert_eq!(d.process(&mut b), 16);
+    let pool = test_pool(127);
+    let (mut distributor, mut ws) = active_workers(2);
+    let mut b: Burst<16> = burst_of(hashed_packets(&pool, 16, 0, |_| 7));
+    assert_eq!(distributor.process(&mut b), 16);
     let mut out = Burst::<8>::new();
     assert_eq!(ws[0].poll_pkt(&mut out).unwrap(), Some(8));
     assert_eq!(seqs(&out), (0..8).collect::<Vec<_>>());
@@ -218,230 +200,230 @@ fn a_flow_waits_for_its_worker_and_keeps_its_order() {
     // Worker 0 asks again: the next eight of the flow.
     ws[0].request_pkt(&mut out).unwrap();
     let mut none = Burst::<8>::new();
-    assert_eq!(d.process(&mut none), 0);
+    assert_eq!(distributor.process(&mut none), 0);
     assert_eq!(ws[0].poll_pkt(&mut out).unwrap(), Some(8));
     assert_eq!(seqs(&out), (8..16).collect::<Vec<_>>());
     ws[0].request_pkt(&mut out).unwrap();
-    assert_eq!(d.flush(), 0);
+    assert_eq!(distributor.flush(), 0);
     let mut back = Burst::<32>::new();
-    assert_eq!(d.returned_pkts(&mut back), 16);
+    assert_eq!(distributor.returned_pkts(&mut back), 16);
     assert_eq!(seqs(&back), (0..16).collect::<Vec<_>>());
-    drop((back, d, ws));
-    assert!(pool.is_full());
+    drop((back, distributor, ws));
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
-    let pool = pool(127);
-    let mut d = dist(2);
-    let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
+    let pool = test_pool(127);
+    let (mut distributor, mut ws) = active_workers(2);
     // 16 packets of one flow: eight handed to worker 0, eight in its backlog.
-    let mut b: Burst<16> = burst_of(packets(&pool, 16, 0, |_| 9));
-    assert_eq!(d.process(&mut b), 16);
-    assert_eq!(d.outstanding(), 16);
+    let mut b: Burst<16> = burst_of(hashed_packets(&pool, 16, 0, |_| 9));
+    assert_eq!(distributor.process(&mut b), 16);
+    assert_eq!(distributor.outstanding(), 16);
     let mut out = Burst::<8>::new();
     assert_eq!(ws[0].poll_pkt(&mut out).unwrap(), Some(8));
     // Worker 0 quits, handing back what it did.
     assert_eq!(ws[0].return_pkt(&mut out).unwrap(), 8);
     let mut none = Burst::<8>::new();
-    d.process(&mut none);
-    let st = d.stats();
+    distributor.process(&mut none);
+    let st = distributor.stats();
     assert_eq!((st.shutdowns, st.redistributed), (1, 8));
-    assert_eq!(d.active_workers(), 1);
+    assert_eq!(distributor.active_workers(), 1);
     // Its backlog went to worker 1, in order.
     assert_eq!(ws[1].poll_pkt(&mut out).unwrap(), Some(8));
     assert_eq!(seqs(&out), (8..16).collect::<Vec<_>>());
     ws[1].request_pkt(&mut out).unwrap();
-    assert_eq!(d.flush(), 0);
+    assert_eq!(distributor.flush(), 0);
     let mut back = Burst::<32>::new();
-    assert_eq!(d.returned_pkts(&mut back), 16);
+    assert_eq!(distributor.returned_pkts(&mut back), 16);
     assert_eq!(seqs(&back), (0..16).collect::<Vec<_>>());
-    drop((back, d, ws));
-    assert!(pool.is_full());
+    drop((back, distributor, ws));
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn an_unread_batch_of_a_worker_shutting_down_goes_to_another() {
-    let pool = pool(127);
-    let mut d = dist(2);
-    let mut ws: Vec<Worker> = (0..2).map(|i| d.worker(i).unwrap()).collect();
-    activate(&mut d, &mut ws);
-    let mut b: Burst<8> = burst_of(packets(&pool, 8, 0, |_| 3));
-    assert_eq!(d.process(&mut b), 8);
+    let pool = test_pool(127);
+    let (mut distributor, mut ws) = active_workers(2);
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, 0, |_| 3));
+    assert_eq!(distributor.process(&mut b), 8);
     // Worker 0 was answered but quits without taking the batch.
     let mut none = Burst::<8>::new();
     assert_eq!(ws[0].return_pkt(&mut none).unwrap(), 0);
-    d.process(&mut none);
+    distributor.process(&mut none);
     let mut out = Burst::<8>::new();
     assert_eq!(ws[1].poll_pkt(&mut out).unwrap(), Some(8));
     assert_eq!(seqs(&out), (0..8).collect::<Vec<_>>());
-    assert_eq!(d.stats().redistributed, 8);
+    assert_eq!(distributor.stats().redistributed, 8);
     ws[1].request_pkt(&mut out).unwrap();
-    assert_eq!(d.flush(), 0);
-    d.clear_returns();
-    drop((d, ws));
-    assert!(pool.is_full());
+    assert_eq!(distributor.flush(), 0);
+    distributor.clear_returns();
+    drop((distributor, ws));
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_can_come_back_after_shutting_down() {
-    let pool = pool(127);
-    let mut d = dist(1);
-    let mut w = d.worker(0).unwrap();
+    let pool = test_pool(127);
+    let mut distributor = new_distributor(1);
+    let mut w = distributor.worker(0).unwrap();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
     w.request_pkt(&mut none).unwrap();
-    let mut b: Burst<8> = burst_of(packets(&pool, 4, 0, |i| i as u32));
-    assert_eq!(d.process(&mut b), 4);
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 4, 0, |i| i as u32));
+    assert_eq!(distributor.process(&mut b), 4);
     assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(4));
     assert_eq!(w.return_pkt(&mut out).unwrap(), 4);
-    d.process(&mut none);
-    assert_eq!(d.active_workers(), 0);
+    distributor.process(&mut none);
+    assert_eq!(distributor.active_workers(), 0);
     // No active worker: the packets stay with the caller.
-    let mut b: Burst<8> = burst_of(packets(&pool, 4, 4, |i| i as u32));
-    assert_eq!(d.process(&mut b), 0);
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 4, 4, |i| i as u32));
+    assert_eq!(distributor.process(&mut b), 0);
     assert_eq!(b.len(), 4);
     w.request_pkt(&mut none).unwrap();
-    assert_eq!(d.process(&mut b), 4);
+    assert_eq!(distributor.process(&mut b), 4);
     assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(4));
     assert_eq!(seqs(&out), (4..8).collect::<Vec<_>>());
     drop(w);
-    assert_eq!(d.flush(), 0);
-    assert_eq!(d.returns_waiting(), 4);
-    d.clear_returns();
-    drop((out, d));
-    assert!(pool.is_full());
+    assert_eq!(distributor.flush(), 0);
+    assert_eq!(distributor.returns_waiting(), 4);
+    distributor.clear_returns();
+    drop((out, distributor));
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_worker_waiting_for_packets_can_quit() {
-    let pool = pool(127);
-    let mut d = dist(2);
-    let mut w0 = d.worker(0).unwrap();
+    let pool = test_pool(127);
+    let mut distributor = new_distributor(2);
+    let mut w0 = distributor.worker(0).unwrap();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
     w0.request_pkt(&mut none).unwrap();
-    d.process(&mut none);
-    assert_eq!(d.active_workers(), 1);
+    distributor.process(&mut none);
+    assert_eq!(distributor.active_workers(), 1);
     let t = thread::spawn(move || {
         // Waiting with nothing to take: return_pkt asks to be let go.
         assert_eq!(w0.return_pkt(&mut Burst::<8>::new()).unwrap(), 0);
         w0
     });
     while !t.is_finished() {
-        d.process(&mut none);
+        distributor.process(&mut none);
         thread::yield_now();
     }
     let mut w0 = t.join().unwrap();
-    assert_eq!(d.active_workers(), 0);
-    assert_eq!(d.stats().shutdowns, 1);
+    assert_eq!(distributor.active_workers(), 0);
+    assert_eq!(distributor.stats().shutdowns, 1);
     // Back again, it receives.
     w0.request_pkt(&mut none).unwrap();
-    let mut b: Burst<8> = burst_of(packets(&pool, 2, 0, |_| 5));
-    assert_eq!(d.process(&mut b), 2);
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 2, 0, |_| 5));
+    assert_eq!(distributor.process(&mut b), 2);
     assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(2));
     drop((w0, out));
-    assert_eq!(d.flush(), 0);
-    drop(d);
-    assert!(pool.is_full());
+    assert_eq!(distributor.flush(), 0);
+    drop(distributor);
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
-    let pool = pool(127);
-    let mut d = Distributor::new(DistributorConfig {
+    let pool = test_pool(127);
+    let mut distributor = Distributor::new(DistributorConfig {
         workers: 1,
         returns: 8,
         ..Default::default()
     })
     .unwrap();
-    let mut w = d.worker(0).unwrap();
+    let mut w = distributor.worker(0).unwrap();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
     w.request_pkt(&mut none).unwrap();
     for round in 0..2u64 {
-        let mut b: Burst<8> = burst_of(packets(&pool, 8, round * 8, |_| 1));
-        assert_eq!(d.process(&mut b), 8);
+        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 1));
+        assert_eq!(distributor.process(&mut b), 8);
         assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(8));
         w.request_pkt(&mut out).unwrap();
     }
     // The first eight returns filled the FIFO; the second request waits.
-    let mut b: Burst<8> = burst_of(packets(&pool, 8, 16, |_| 1));
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, 16, |_| 1));
     // The worker's backlog takes eight; nothing more is needed.
-    assert_eq!(d.process(&mut b), 8);
-    assert_eq!(d.stats().returns_full, 1);
+    assert_eq!(distributor.process(&mut b), 8);
+    assert_eq!(distributor.stats().returns_full, 1);
     assert_eq!(w.poll_pkt(&mut out).unwrap(), None);
-    assert_eq!(d.process(&mut none), 0);
-    assert_eq!(d.stats().returns_full, 1, "counted once per request");
+    assert_eq!(distributor.process(&mut none), 0);
+    assert_eq!(
+        distributor.stats().returns_full,
+        1,
+        "counted once per request"
+    );
     // A ninth packet for the same flow must wait for the worker, which
     // waits for room: process stops and leaves it with the caller.
-    let mut b: Burst<8> = burst_of(packets(&pool, 1, 24, |_| 1));
-    assert_eq!(d.process(&mut b), 0);
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 1, 24, |_| 1));
+    assert_eq!(distributor.process(&mut b), 0);
     assert_eq!(b.len(), 1);
-    assert_eq!(d.flush(), 16, "flush cannot go on either");
+    assert_eq!(distributor.flush(), 16, "flush cannot go on either");
     let mut back = Burst::<8>::new();
-    assert_eq!(d.returned_pkts(&mut back), 8);
+    assert_eq!(distributor.returned_pkts(&mut back), 8);
     assert_eq!(seqs(&back), (0..8).collect::<Vec<_>>());
     back.clear();
-    assert_eq!(d.process(&mut b), 1);
+    assert_eq!(distributor.process(&mut b), 1);
     assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(8));
     assert_eq!(seqs(&out), (16..24).collect::<Vec<_>>());
-    let st = d.stats();
+    let st = distributor.stats();
     assert_eq!((st.returned, st.distributed), (16, 25));
     drop((b, out, w));
-    d.clear_returns();
-    drop(d);
-    assert!(pool.is_full());
+    distributor.clear_returns();
+    drop(distributor);
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn dropping_the_distributor_under_an_open_request_frees_everything() {
-    let pool = pool(127);
-    let (mut d, mut w0, w1) = two_requesting_workers();
+    let pool = test_pool(127);
+    let (mut distributor, mut w0, w1) = two_requesting_workers();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
-    let mut b: Burst<16> = burst_of(packets(&pool, 12, 0, |i| (i % 2) as u32 + 2));
-    assert_eq!(d.process(&mut b), 12);
+    let mut b: Burst<16> = burst_of(hashed_packets(&pool, 12, 0, |i| (i % 2) as u32 + 2));
+    assert_eq!(distributor.process(&mut b), 12);
     assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(6));
     // Worker 0 hands its packets back with a new request; worker 1 never
     // takes its batch.
     w0.request_pkt(&mut out).unwrap();
-    drop(d);
+    drop(distributor);
     assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(0));
     assert_eq!(w0.request_pkt(&mut none).unwrap_err(), DistError::Closed);
     drop((w0, w1));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_1024_packet_burst_comes_back_packet_for_packet() {
-    let pool = pool(2047);
-    let mut d = dist(2);
+    let pool = test_pool(2047);
+    let mut distributor = new_distributor(2);
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..2)
-        .map(|i| spawn_echo(d.worker(i).unwrap(), &stop))
+        .map(|i| spawn_echo(distributor.worker(i).unwrap(), &stop))
         .collect();
-    let mut b: Burst<1024> = burst_of(packets(&pool, 1024, 0, |i| (i % 97) as u32));
+    let mut b: Burst<1024> = burst_of(hashed_packets(&pool, 1024, 0, |i| (i % 97) as u32));
     let mut back = Burst::<1024>::new();
     let mut returned = Vec::new();
-    while d.active_workers() < 2 {
-        d.process(&mut Burst::<0>::new());
+    while distributor.active_workers() < 2 {
+        distributor.process(&mut Burst::<0>::new());
         thread::yield_now();
     }
-    assert_eq!(d.process(&mut b), 1024);
-    assert_eq!(d.flush(), 0);
-    d.returned_pkts(&mut back);
+    assert_eq!(distributor.process(&mut b), 1024);
+    assert_eq!(distributor.flush(), 0);
+    distributor.returned_pkts(&mut back);
     returned.extend(seqs(&back));
     stop.store(true, Ordering::Relaxed);
-    drop(d);
+    drop(distributor);
     for h in handles {
         h.join().unwrap();
     }
     returned.sort_unstable();
     assert_eq!(returned, (0..1024).collect::<Vec<_>>());
     drop(back);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// A worker thread that hands back every packet it gets, until `stop`.
@@ -476,13 +458,13 @@ fn a_million_packets_allocated_and_freed_by_workers_leave_the_pool_full() {
     const TOTAL: u64 = 1 << 20;
     // A small pool: a leak of even a few packets per thousand would
     // exhaust it long before the end.
-    let pool = pool(511);
-    let mut d = dist(2);
+    let pool = test_pool(511);
+    let mut distributor = new_distributor(2);
     let stop = Arc::new(AtomicBool::new(false));
     let freed = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..2)
         .map(|i| {
-            let mut w = d.worker(i).unwrap();
+            let mut w = distributor.worker(i).unwrap();
             let (stop, freed) = (Arc::clone(&stop), Arc::clone(&freed));
             thread::spawn(move || {
                 let mut none = Burst::<8>::new();
@@ -519,22 +501,22 @@ fn a_million_packets_allocated_and_freed_by_workers_leave_the_pool_full() {
         let n = (TOTAL - sent).min(32) as usize - b.len();
         if pool.alloc_bulk(&mut b, n).is_err() {
             // Every buffer is in flight: wait for the workers.
-            d.process(&mut Burst::<0>::new());
+            distributor.process(&mut Burst::<0>::new());
             continue;
         }
         for (k, m) in b.iter_mut().enumerate() {
             m.set_rss_hash((sent + k as u64) as u32).unwrap();
         }
-        sent += d.process(&mut b) as u64;
+        sent += distributor.process(&mut b) as u64;
     }
-    assert_eq!(d.flush(), 0);
+    assert_eq!(distributor.flush(), 0);
     stop.store(true, Ordering::Relaxed);
-    drop(d);
+    drop(distributor);
     for h in handles {
         h.join().unwrap();
     }
     assert_eq!(freed.load(Ordering::Relaxed), TOTAL);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -542,14 +524,14 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
     const TOTAL: u64 = 50_000;
     const FLOWS: u64 = 37;
     const WORKERS: usize = 4;
-    let pool = pool(2047);
-    let mut d = dist(WORKERS);
+    let pool = test_pool(2047);
+    let mut distributor = new_distributor(WORKERS);
     // Per flow, the last sequence number a worker processed.
     let last: Arc<Mutex<HashMap<u32, u64>>> = Arc::default();
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..WORKERS)
         .map(|i| {
-            let mut w = d.worker(i).unwrap();
+            let mut w = distributor.worker(i).unwrap();
             let (stop, last) = (Arc::clone(&stop), Arc::clone(&last));
             thread::spawn(move || {
                 let mut pkts = Burst::<8>::new();
@@ -596,47 +578,35 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
         .collect();
     let mut seq = 0u64;
     let mut back = Burst::<64>::new();
-    let mut last_back: HashMap<u32, u64> = HashMap::new();
-    let mut returned = 0u64;
-    let mut check_returns = |d: &mut Distributor, back: &mut Burst<64>| {
-        d.returned_pkts(back);
-        for m in back.iter() {
-            if let Some(p) = last_back.insert(m.rss_hash(), m.udata64()) {
-                assert!(
-                    p < m.udata64(),
-                    "returns of flow {}: {p} then {}",
-                    m.rss_hash(),
-                    m.udata64()
-                );
-            }
-        }
-        returned += back.len() as u64;
-        back.clear();
+    let mut order = ReturnOrder::default();
+    let mut check_returns = |distributor: &mut Distributor, back: &mut Burst<64>| {
+        distributor.returned_pkts(back);
+        order.check_and_clear(back);
     };
     while seq < TOTAL {
-        let mut b: Burst<32> = burst_of(packets(&pool, 32, seq, |s| (s % FLOWS) as u32));
+        let mut b: Burst<32> = burst_of(hashed_packets(&pool, 32, seq, |s| (s % FLOWS) as u32));
         seq += 32;
         while !b.is_empty() {
-            d.process(&mut b);
-            check_returns(&mut d, &mut back);
+            distributor.process(&mut b);
+            check_returns(&mut distributor, &mut back);
         }
     }
     loop {
-        let left = d.flush();
-        check_returns(&mut d, &mut back);
+        let left = distributor.flush();
+        check_returns(&mut distributor, &mut back);
         if left == 0 {
             break;
         }
     }
-    check_returns(&mut d, &mut back);
-    assert_eq!(returned, seq);
-    assert_eq!(d.stats().shutdowns, 1);
+    check_returns(&mut distributor, &mut back);
+    assert_eq!(order.returned, seq);
+    assert_eq!(distributor.stats().shutdowns, 1);
     stop.store(true, Ordering::Relaxed);
-    drop(d);
+    drop(distributor);
     for h in handles {
         h.join().unwrap();
     }
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// Drops `w` while a panic unwinds (as a worker thread that panicked would).
@@ -650,32 +620,32 @@ fn drop_in_panic(w: Worker) {
 
 #[test]
 fn the_answer_to_a_panic_dropped_handle_goes_to_the_next_one_or_is_freed() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     for next_handle in [true, false] {
-        let mut d = dist(1);
-        let mut w = d.worker(0).unwrap();
+        let mut distributor = new_distributor(1);
+        let mut w = distributor.worker(0).unwrap();
         let mut none = Burst::<8>::new();
         w.request_pkt(&mut none).unwrap();
-        let mut b: Burst<8> = burst_of(packets(&pool, 3, 0, |_| 4));
-        assert_eq!(d.process(&mut b), 3);
+        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 3, 0, |_| 4));
+        assert_eq!(distributor.process(&mut b), 3);
         // Answered, not taken, and the handle goes down with a panic: it
         // does not wait (nor hand the batch back).
         drop_in_panic(w);
         if next_handle {
-            let mut w = d.worker(0).unwrap();
+            let mut w = distributor.worker(0).unwrap();
             let mut out = Burst::<8>::new();
             assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(3));
             assert_eq!(seqs(&out), vec![0, 1, 2]);
             w.request_pkt(&mut out).unwrap();
-            assert_eq!(d.flush(), 0);
-            assert_eq!(d.returns_waiting(), 3);
-            drop(d);
+            assert_eq!(distributor.flush(), 0);
+            assert_eq!(distributor.returns_waiting(), 3);
+            drop(distributor);
             drop(w);
         } else {
             // No one takes it: freed with the shared lines.
-            drop(d);
+            drop(distributor);
         }
-        assert!(pool.is_full(), "next handle: {next_handle}");
+        assert_pool_full_with(&pool, format_args!("next handle: {next_handle}"));
     }
 }
 
@@ -686,10 +656,10 @@ fn the_answer_to_a_panic_dropped_handle_goes_to_the_next_one_or_is_freed() {
 /// Every packet comes out at most once, and the pool ends exactly full (an
 /// idle handle holds no packet).
 fn check_forgotten_idle_worker(k: usize) {
-    let pool = pool(127);
-    let mut d = dist(2);
-    let mut w0 = d.worker(0).unwrap();
-    let mut w1 = d.worker(1).unwrap();
+    let pool = test_pool(127);
+    let mut distributor = new_distributor(2);
+    let mut w0 = distributor.worker(0).unwrap();
+    let mut w1 = distributor.worker(1).unwrap();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
     // How many times each packet reached a worker.
@@ -697,8 +667,8 @@ fn check_forgotten_idle_worker(k: usize) {
     w1.request_pkt(&mut none).unwrap();
     for round in 0..k as u64 {
         w0.request_pkt(&mut out).unwrap();
-        let mut b: Burst<8> = burst_of(packets(&pool, 8, round * 8, |_| 5));
-        assert_eq!(d.process(&mut b), 8);
+        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 5));
+        assert_eq!(distributor.process(&mut b), 8);
         assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(8));
         for s in seqs(&out) {
             *seen.entry(s).or_default() += 1;
@@ -708,21 +678,21 @@ fn check_forgotten_idle_worker(k: usize) {
     out.clear();
     std::mem::forget(w0);
     assert!(matches!(
-        d.worker(0),
+        distributor.worker(0),
         Err(DistError::WorkerClaimed { id: 0 })
     ));
-    let mut b: Burst<8> = burst_of(packets(&pool, 8, 1000, |_| 6));
-    assert_eq!(d.process(&mut b), 8);
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, 1000, |_| 6));
+    assert_eq!(distributor.process(&mut b), 8);
     assert_eq!(w1.poll_pkt(&mut out).unwrap(), Some(8));
     for s in seqs(&out) {
         *seen.entry(s).or_default() += 1;
     }
     w1.request_pkt(&mut out).unwrap();
-    d.process(&mut none);
-    let returned = count_returned(|out| d.returned_pkts(out));
+    distributor.process(&mut none);
+    let returned = count_returned(|out| distributor.returned_pkts(out));
     assert_handed_once_returned_at_most_once(&seen, 8 * k + 8, &returned);
-    drop((d, w1));
-    assert!(pool.is_full(), "k = {k}");
+    drop((distributor, w1));
+    assert_pool_full_with(&pool, format_args!("k = {k}"));
 }
 
 #[test]
@@ -738,11 +708,11 @@ fn a_forgotten_idle_worker_loses_nothing_and_blocks_nothing() {
 /// exactly the batch short.
 #[test]
 fn a_worker_forgotten_with_an_untaken_batch_leaks_only_that_batch() {
-    let pool = pool(127);
-    let (mut d, w0, w1) = two_requesting_workers();
-    let mut b: Burst<8> = burst_of(packets(&pool, 6, 0, |_| 5));
-    assert_eq!(d.process(&mut b), 6);
+    let pool = test_pool(127);
+    let (mut distributor, w0, w1) = two_requesting_workers();
+    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 6, 0, |_| 5));
+    assert_eq!(distributor.process(&mut b), 6);
     std::mem::forget(w0);
-    drop((d, w1));
+    drop((distributor, w1));
     assert_eq!(pool.available(), 127 - 6);
 }

@@ -9,18 +9,8 @@ use proptest::prelude::*;
 
 use super::layout::offset;
 use super::*;
-use crate::mempool::{Elem, HugepagePolicy};
-
-fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        name: "mbuf-test".into(),
-        size,
-        cache_size: 0,
-        hugepages: HugepagePolicy::Auto,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use crate::mempool::Elem;
+use crate::test_support::{TestPool, assert_pool_full, test_pool};
 
 #[test]
 fn header_layout_matches_the_documented_offsets() {
@@ -72,9 +62,9 @@ fn header_layout_matches_the_documented_offsets() {
 
 #[test]
 fn rearm_word_is_one_store_of_the_four_fields() {
-    let p = pool(7);
-    let mut m = p.alloc().unwrap();
-    let rearm = p.rearm_data(3);
+    let pool = test_pool(7);
+    let mut m = pool.alloc().unwrap();
+    let rearm = pool.rearm_data(3);
     // SAFETY: fresh, unshared buffer.
     unsafe { MbufHeader::rearm_ptr(m.as_header_ptr()).write(rearm) };
     assert_eq!(
@@ -83,34 +73,27 @@ fn rearm_word_is_one_store_of_the_four_fields() {
     );
     m.set_port(9).unwrap();
     drop(m);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn buffer_geometry_and_iova() {
-    let p = MbufPool::new(MbufPoolConfig {
-        size: 15,
-        cache_size: 0,
-        headroom: 64,
-        data_room: 1000,
-        ..Default::default()
-    })
-    .unwrap();
-    let m = p.alloc().unwrap();
+    let pool = TestPool::new(15).headroom(64).data_room(1000).build();
+    let m = pool.alloc().unwrap();
     assert_eq!((m.headroom(), m.tailroom(), m.buf_len()), (64, 1000, 1064));
     let hdr_addr = m.header() as *const MbufHeader as usize;
-    let base = p.mempool().region().base().as_ptr() as usize;
+    let base = pool.mempool().region().base().as_ptr() as usize;
     assert_eq!(m.data_iova(), (hdr_addr - base + HEADER_SIZE + 64) as u64);
     assert_eq!(m.header().buf_addr as usize, hdr_addr + HEADER_SIZE);
-    assert!(p.owns(&m));
+    assert!(pool.owns(&m));
     drop(m);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn prepend_append_adj_trim() {
-    let p = pool(7);
-    let mut m = p.alloc().unwrap();
+    let pool = test_pool(7);
+    let mut m = pool.alloc().unwrap();
     m.append(4).unwrap().copy_from_slice(b"abcd");
     m.prepend(2).unwrap().copy_from_slice(b"xy");
     assert_eq!(m.data(), b"xyabcd");
@@ -146,33 +129,33 @@ fn prepend_append_adj_trim() {
     ));
     assert_eq!(m.data(), b"Yab");
     drop(m);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn alloc_resets_what_the_last_user_left() {
-    let p = pool(1);
-    let mut m = p.alloc().unwrap();
+    let pool = test_pool(1);
+    let mut m = pool.alloc().unwrap();
     m.append(100).unwrap();
     m.adj(10).unwrap();
     m.set_ol_flags(ol::TX_IP_CKSUM).unwrap();
     m.set_rss_hash(7).unwrap();
     m.set_port(2).unwrap();
     drop(m);
-    let m = p.alloc().unwrap();
+    let m = pool.alloc().unwrap();
     assert_eq!(
         (m.pkt_len(), m.data_len(), m.headroom()),
         (0, 0, DEFAULT_HEADROOM)
     );
     assert_eq!((m.ol_flags(), m.rss_hash(), m.port()), (0, 0, PORT_NONE));
     drop(m);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn clones_share_the_buffer_and_block_writes() {
-    let p = pool(3);
-    let mut m = p.alloc_from_slice(b"hello").unwrap();
+    let pool = test_pool(3);
+    let mut m = pool.alloc_from_slice(b"hello").unwrap();
     let c = m.clone();
     assert_eq!((m.refcnt(), c.refcnt()), (2, 2));
     assert!(m.is_shared());
@@ -182,7 +165,7 @@ fn clones_share_the_buffer_and_block_writes() {
     assert_eq!(c.data(), b"hello");
     // Dropping one reference does not free the buffer.
     drop(c);
-    assert_eq!(p.available(), 2);
+    assert_eq!(pool.available(), 2);
     assert_eq!(m.refcnt(), 1);
     m.data_mut().unwrap()[0] = b'j';
     // A clone sent to another thread and dropped there.
@@ -192,15 +175,16 @@ fn clones_share_the_buffer_and_block_writes() {
         .unwrap();
     assert_eq!(m.refcnt(), 1);
     drop(m);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn chains_carry_length_and_free_every_segment() {
-    let p = pool(8);
-    let mut head = p.alloc_from_slice(b"one-").unwrap();
-    let mut tail = p.alloc_from_slice(b"two-").unwrap();
-    tail.chain(p.alloc_from_slice(b"three").unwrap()).unwrap();
+    let pool = test_pool(8);
+    let mut head = pool.alloc_from_slice(b"one-").unwrap();
+    let mut tail = pool.alloc_from_slice(b"two-").unwrap();
+    tail.chain(pool.alloc_from_slice(b"three").unwrap())
+        .unwrap();
     head.chain(tail).unwrap();
     assert_eq!(
         (head.nb_segs(), head.pkt_len(), head.data_len()),
@@ -212,9 +196,9 @@ fn chains_carry_length_and_free_every_segment() {
     head.append(1).unwrap().copy_from_slice(b"!");
     head.trim(2).unwrap();
     assert_eq!(head.to_vec(), b"one-two-thre");
-    assert_eq!(p.available(), 5);
+    assert_eq!(pool.available(), 5);
     // A shared tail is refused and given back.
-    let t = p.alloc().unwrap();
+    let t = pool.alloc().unwrap();
     let t2 = t.clone();
     let (err, t) = head.chain(t).unwrap_err();
     assert!(matches!(err, MbufError::Shared));
@@ -222,10 +206,10 @@ fn chains_carry_length_and_free_every_segment() {
     // A clone of the chain keeps every segment alive.
     let c = head.clone();
     drop(head);
-    assert_eq!(p.available(), 5);
+    assert_eq!(pool.available(), 5);
     assert_eq!(c.to_vec(), b"one-two-thre");
     drop(c);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 static EXT_FREED: AtomicUsize = AtomicUsize::new(0);
@@ -240,7 +224,7 @@ fn ext_free(buf: NonNull<u8>, opaque: *mut ()) {
 
 #[test]
 fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
-    let p = pool(4);
+    let pool = test_pool(4);
     let mem: *mut [u8; 256] = Box::into_raw(Box::new([0u8; 256]));
     // SAFETY: `ext_free` frees exactly that box, once.
     let info = Box::leak(Box::new(unsafe {
@@ -248,8 +232,8 @@ fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
     }));
     let info_ptr = NonNull::from(&*info);
     let buf = NonNull::new(mem.cast::<u8>()).unwrap();
-    let mut a = p.alloc().unwrap();
-    let mut b = p.alloc().unwrap();
+    let mut a = pool.alloc().unwrap();
+    let mut b = pool.alloc().unwrap();
     let own = a.header().buf_addr;
     // SAFETY: the box lives until `ext_free`; `info` is leaked (lives forever).
     unsafe {
@@ -270,10 +254,10 @@ fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
     assert_eq!(a.data(), b"ext");
     drop(a);
     assert_eq!(EXT_FREED.load(Ordering::SeqCst), before + 1);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
     // Every header went back with its own buffer (right after the header).
     let mut all: Burst = Burst::new();
-    p.alloc_bulk(&mut all, 4).unwrap();
+    pool.alloc_bulk(&mut all, 4).unwrap();
     assert!(all.iter().any(|m| m.header().buf_addr == own));
     for m in &all {
         let hdr = m.header() as *const MbufHeader as usize;
@@ -281,13 +265,13 @@ fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
         assert!(!m.has_extbuf());
     }
     drop(all);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn the_external_flag_follows_the_attachment_and_nothing_else() {
     use super::layout::ol;
-    let p = pool(4);
+    let pool = test_pool(4);
     let mem: *mut [u8; 256] = Box::into_raw(Box::new([0u8; 256]));
     // SAFETY: `ext_free` frees exactly that box, once.
     let info = Box::leak(Box::new(unsafe {
@@ -295,7 +279,7 @@ fn the_external_flag_follows_the_attachment_and_nothing_else() {
     }));
     let info_ptr = NonNull::from(&*info);
     let buf = NonNull::new(mem.cast::<u8>()).unwrap();
-    let mut a = p.alloc().unwrap();
+    let mut a = pool.alloc().unwrap();
     a.append(4).unwrap();
     // A caller cannot set it on a plain mbuf ...
     a.set_ol_flags(ol::EXTERNAL | ol::RX_VLAN).unwrap();
@@ -323,7 +307,7 @@ fn the_external_flag_follows_the_attachment_and_nothing_else() {
     assert!(a.has_extbuf() && !a.is_shared());
     // A second attachment makes the data shared: `is_shared` reads the
     // shared info because the flag says there is one.
-    let mut b = p.alloc().unwrap();
+    let mut b = pool.alloc().unwrap();
     // SAFETY: as above.
     unsafe { b.attach_extbuf(buf, 0x1000, 256, 16, info_ptr).unwrap() };
     assert!(a.is_shared() && a.data_mut().is_err());
@@ -332,17 +316,17 @@ fn the_external_flag_follows_the_attachment_and_nothing_else() {
     drop(a);
     // The header went home without the flag.
     let mut all: Burst = Burst::new();
-    p.alloc_bulk(&mut all, 4).unwrap();
+    pool.alloc_bulk(&mut all, 4).unwrap();
     assert!(all.iter().all(|m| m.ol_flags() == 0 && !m.has_extbuf()));
     drop(all);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn burst_push_pop_drain_retain_and_drop_free_everything() {
-    let p = pool(40);
+    let pool = test_pool(40);
     let mut b: Burst = Burst::new();
-    p.alloc_bulk(&mut b, 10).unwrap();
+    pool.alloc_bulk(&mut b, 10).unwrap();
     for (i, m) in b.iter_mut().enumerate() {
         m.append(1).unwrap()[0] = i as u8;
     }
@@ -355,7 +339,7 @@ fn burst_push_pop_drain_retain_and_drop_free_everything() {
     assert_eq!((first.data()[0], second.data()[0]), (0, 1));
     assert_eq!(b.len(), 6);
     assert_eq!(b[0].data()[0], 4);
-    assert_eq!(p.available(), 40 - 8);
+    assert_eq!(pool.available(), 40 - 8);
     b.retain(|m| m.data()[0] % 2 == 0);
     let kept: Vec<u8> = b.iter().map(|m| m.data()[0]).collect();
     assert_eq!(kept, vec![4, 6, 8]);
@@ -364,7 +348,7 @@ fn burst_push_pop_drain_retain_and_drop_free_everything() {
     assert!(b.push(last).is_ok());
     // Over capacity: all or none.
     assert!(matches!(
-        p.alloc_bulk(&mut b, 30),
+        pool.alloc_bulk(&mut b, 30),
         Err(MbufError::BurstFull {
             requested: 30,
             free: 29
@@ -372,12 +356,12 @@ fn burst_push_pop_drain_retain_and_drop_free_everything() {
     ));
     drop((first, second));
     drop(b);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn capped_view_limits_room_and_shares_the_content() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let mut burst: Burst<64> = Burst::new();
     pool.alloc_bulk(burst.capped(16), 16).unwrap();
     assert!(
@@ -401,38 +385,43 @@ fn capped_view_limits_room_and_shares_the_content() {
         "never above the capacity"
     );
     drop(burst);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn alloc_bulk_is_all_or_nothing_when_the_pool_runs_dry() {
-    let p = pool(20);
+    let pool = test_pool(20);
     let mut b: Burst<64> = Burst::new();
-    assert!(p.alloc_bulk(&mut b, 21).is_err());
+    assert!(pool.alloc_bulk(&mut b, 21).is_err());
     assert!(b.is_empty());
-    assert!(p.is_full());
-    p.alloc_bulk(&mut b, 20).unwrap();
-    assert!(p.alloc().is_none());
+    assert_pool_full(&pool);
+    pool.alloc_bulk(&mut b, 20).unwrap();
+    assert!(pool.alloc().is_none());
     b.clear();
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn bursts_mixing_pools_return_each_buffer_home() {
-    let p = pool(10);
-    let q = pool(10);
+    let pool = test_pool(10);
+    let other = test_pool(10);
     let mut b: Burst = Burst::new();
     for i in 0..20 {
-        let m = if i % 3 == 0 { p.alloc() } else { q.alloc() };
+        let m = if i % 3 == 0 {
+            pool.alloc()
+        } else {
+            other.alloc()
+        };
         if let Some(m) = m {
             b.push(m).unwrap();
         }
     }
     let extra = b[0].clone();
     drop(b);
-    assert_eq!(p.available() + q.available(), 19);
+    assert_eq!(pool.available() + other.available(), 19);
     drop(extra);
-    assert!(p.is_full() && q.is_full());
+    assert_pool_full(&pool);
+    assert_pool_full(&other);
 }
 
 #[test]
@@ -497,14 +486,14 @@ proptest! {
     /// change nothing, and at the end the pool is full again.
     #[test]
     fn random_sequences_end_with_the_pool_full(ops in proptest::collection::vec(op(), 1..120)) {
-        let p = pool(48);
+        let pool = test_pool(48);
         let mut held: Vec<(Mbuf, Vec<u8>)> = Vec::new();
         let mut burst: Burst = Burst::new();
         for op in ops {
             let pick = |i: usize, n: usize| if n == 0 { None } else { Some(i % n) };
             match op {
                 Op::Alloc(b) => {
-                    if let Ok(m) = p.alloc_from_slice(&[b; 3]) {
+                    if let Ok(m) = pool.alloc_from_slice(&[b; 3]) {
                         held.push((m, vec![b; 3]));
                     }
                 }
@@ -575,9 +564,9 @@ proptest! {
                     }
                 }
                 Op::BulkToBurst(n) => {
-                    let before = p.available();
-                    if p.alloc_bulk(&mut burst, n as usize).is_err() {
-                        prop_assert_eq!(p.available(), before);
+                    let before = pool.available();
+                    if pool.alloc_bulk(&mut burst, n as usize).is_err() {
+                        prop_assert_eq!(pool.available(), before);
                     }
                 }
                 Op::DrainBurst(n) => {
@@ -588,12 +577,12 @@ proptest! {
                 prop_assert_eq!(&m.to_vec(), v);
                 prop_assert_eq!(m.pkt_len() as usize, v.len());
             }
-            let s = p.stats();
+            let s = pool.stats();
             prop_assert_eq!(s.available + s.in_use, s.size);
         }
         drop(held);
         drop(burst);
-        prop_assert!(p.is_full());
+        prop_assert!(pool.is_full());
     }
 }
 
@@ -606,26 +595,26 @@ fn id_of(m: &Mbuf) -> usize {
 }
 
 /// `n` fresh mbufs in `b`, tagged with ids `first..first + n`.
-fn alloc_tagged(p: &MbufPool, b: &mut BurstSlice, first: usize, n: usize) {
+fn alloc_tagged(pool: &MbufPool, b: &mut BurstSlice, first: usize, n: usize) {
     let base = b.len();
-    p.alloc_bulk(b, n).unwrap();
+    pool.alloc_bulk(b, n).unwrap();
     for (i, m) in b.iter_mut().skip(base).enumerate() {
         m.append(1).unwrap()[0] = (first + i) as u8;
     }
 }
 
-/// `p` holds exactly its `size` buffers, each once: the free count says so,
+/// `pool` holds exactly its `size` buffers, each once: the free count says so,
 /// and allocating all of them at once gives distinct buffers.
-fn assert_exactly_full(p: &MbufPool, size: u32) {
-    assert_eq!(p.available(), size, "free buffers");
+fn assert_exactly_full(pool: &MbufPool, size: u32) {
+    assert_eq!(pool.available(), size, "free buffers");
     let mut all: Burst<64> = Burst::new();
-    p.alloc_bulk(&mut all, size as usize).unwrap();
+    pool.alloc_bulk(&mut all, size as usize).unwrap();
     let mut addrs: Vec<usize> = all.raw().iter().map(|e| e.as_ptr() as usize).collect();
     addrs.sort_unstable();
     addrs.dedup();
     assert_eq!(addrs.len(), size as usize, "distinct buffers");
     drop(all);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 /// Mbufs 0..8 in a burst; `drain_front(5)` yields `k` of them and is
@@ -634,9 +623,9 @@ fn assert_exactly_full(p: &MbufPool, size: u32) {
 /// back the mbufs the forgotten iterator leaked, the pool is exactly full.
 fn check_forgotten_drain_front(k: usize) {
     const SIZE: u32 = 16;
-    let p = pool(SIZE);
+    let pool = test_pool(SIZE);
     let mut b: Burst = Burst::new();
-    alloc_tagged(&p, &mut b, 0, 8);
+    alloc_tagged(&pool, &mut b, 0, 8);
     let before: Vec<Elem> = b.raw().to_vec();
     let mut seen = [0usize; 12];
     let mut yielded = Vec::new();
@@ -647,7 +636,7 @@ fn check_forgotten_drain_front(k: usize) {
     }
     std::mem::forget(d);
     let kept: Vec<Elem> = b.raw().to_vec();
-    alloc_tagged(&p, &mut b, 8, 4);
+    alloc_tagged(&pool, &mut b, 8, 4);
     for m in b.iter() {
         seen[id_of(m)] += 1;
     }
@@ -666,7 +655,7 @@ fn check_forgotten_drain_front(k: usize) {
             drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
         }
     }
-    assert_exactly_full(&p, SIZE);
+    assert_exactly_full(&pool, SIZE);
 }
 
 #[test]
@@ -681,9 +670,9 @@ fn a_forgotten_drain_front_yields_no_mbuf_twice() {
 /// one from it on, in order, and nothing is lost or freed twice.
 fn check_panicking_retain(at: usize) {
     const SIZE: u32 = 16;
-    let p = pool(SIZE);
+    let pool = test_pool(SIZE);
     let mut b: Burst = Burst::new();
-    alloc_tagged(&p, &mut b, 0, 8);
+    alloc_tagged(&pool, &mut b, 0, 8);
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         b.retain(|m| {
             let id = id_of(m);
@@ -697,9 +686,9 @@ fn check_panicking_retain(at: usize) {
         .filter(|&id| id >= at || id.is_multiple_of(2))
         .collect();
     assert_eq!(ids, expected, "kept after a panic at {at}");
-    assert_eq!(p.available(), SIZE - expected.len() as u32);
+    assert_eq!(pool.available(), SIZE - expected.len() as u32);
     drop(b);
-    assert_exactly_full(&p, SIZE);
+    assert_exactly_full(&pool, SIZE);
 }
 
 #[test]

@@ -6,29 +6,19 @@ use std::collections::HashSet;
 
 use super::*;
 use crate::lcore;
-
-fn pool(size: u32, cache_size: u32) -> Mempool {
-    Mempool::new(MempoolConfig {
-        name: format!("test-{size}-{cache_size}"),
-        size,
-        elt_size: 200,
-        cache_size,
-        hugepages: HugepagePolicy::Auto,
-    })
-    .unwrap()
-}
+use crate::test_support::{TestPool, assert_pool_full, test_mempool};
 
 /// Gets every element one by one, stamps its index into it, checks they are
 /// distinct, aligned and in the region, that one more get fails, and puts
 /// them all back.
-fn every_element_round_trips(p: &Mempool) {
-    let size = p.size() as usize;
+fn every_element_round_trips(pool: &Mempool) {
+    let size = pool.size() as usize;
     let mut got = Vec::with_capacity(size);
-    while let Some(e) = p.get() {
-        assert!(p.contains(e));
+    while let Some(e) = pool.get() {
+        assert!(pool.contains(e));
         assert_eq!(e.as_ptr() as usize % ELT_ALIGN, 0);
-        let idx = p.index_of(e).unwrap();
-        assert_eq!(p.iova(e), idx as u64 * p.stride() as u64);
+        let idx = pool.index_of(e).unwrap();
+        assert_eq!(pool.iova(e), idx as u64 * pool.stride() as u64);
         // SAFETY: we hold the element; it is `elt_size` (>= 8) bytes.
         unsafe { e.as_ptr().cast::<u64>().write(idx as u64 * 7 + 1) };
         got.push(e);
@@ -37,20 +27,20 @@ fn every_element_round_trips(p: &Mempool) {
     assert_eq!(got.len(), size);
     let distinct: HashSet<_> = got.iter().collect();
     assert_eq!(distinct.len(), size);
-    assert_eq!(p.stats().in_use as usize, size);
+    assert_eq!(pool.stats().in_use as usize, size);
     assert!(matches!(
-        p.get_bulk(&mut [Elem::DANGLING]),
+        pool.get_bulk(&mut [Elem::DANGLING]),
         Err(MempoolError::Empty { requested: 1 })
     ));
     for &e in &got {
-        let idx = p.index_of(e).unwrap();
+        let idx = pool.index_of(e).unwrap();
         // SAFETY: still ours.
         let stamp = unsafe { e.as_ptr().cast::<u64>().read() };
         assert_eq!(stamp, idx as u64 * 7 + 1);
     }
-    // SAFETY: each element came from `p` and goes back once.
-    unsafe { p.put_bulk(&got) };
-    assert!(p.is_full());
+    // SAFETY: each element came from `pool` and goes back once.
+    unsafe { pool.put_bulk(&got) };
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -71,63 +61,63 @@ fn elements_are_an_odd_number_of_lines_apart() {
     // A pool lays them out so: element `i` at `i * stride`, and `n`
     // consecutive elements start in `n` different sets of any power-of-two
     // set count `n`.
-    let p = pool(300, 0);
-    assert_eq!((p.elt_size(), p.stride()), (200, 320));
+    let pool = test_mempool(300, 0);
+    assert_eq!((pool.elt_size(), pool.stride()), (200, 320));
     let mut got = Vec::new();
-    while let Some(e) = p.get() {
+    while let Some(e) = pool.get() {
         got.push(e);
     }
     assert_eq!(got.len(), 300);
     let sets = 256u64;
     let starts: HashSet<u64> = got
         .iter()
-        .filter(|&&e| p.index_of(e).unwrap() < sets as u32)
+        .filter(|&&e| pool.index_of(e).unwrap() < sets as u32)
         .map(|&e| {
-            assert_eq!(p.iova(e), p.index_of(e).unwrap() as u64 * 320);
-            (p.iova(e) / ELT_ALIGN as u64) % sets
+            assert_eq!(pool.iova(e), pool.index_of(e).unwrap() as u64 * 320);
+            (pool.iova(e) / ELT_ALIGN as u64) % sets
         })
         .collect();
     assert_eq!(starts.len(), sets as usize);
     // SAFETY: elements got above, each put back once.
-    unsafe { p.put_bulk(&got) };
-    assert!(p.is_full());
+    unsafe { pool.put_bulk(&got) };
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn every_element_without_cache() {
-    every_element_round_trips(&pool(1000, 0));
+    every_element_round_trips(&test_mempool(1000, 0));
 }
 
 #[test]
 fn every_element_through_an_lcore_cache() {
     let _l = lcore::register().unwrap();
-    let p = pool(1000, 32);
-    every_element_round_trips(&p);
-    assert!(p.stats().cache_hits > 0);
-    p.flush_local_cache();
-    assert_eq!(p.stats().in_ring, 1000);
+    let pool = test_mempool(1000, 32);
+    every_element_round_trips(&pool);
+    assert!(pool.stats().cache_hits > 0);
+    pool.flush_local_cache();
+    assert_eq!(pool.stats().in_ring, 1000);
 }
 
 #[test]
 fn non_lcore_threads_bypass_the_cache() {
-    let p = pool(100, 16);
-    let e = p.get().unwrap();
-    // SAFETY: from `p`, put back once.
-    unsafe { p.put(e) };
-    let s = p.stats();
+    let pool = test_mempool(100, 16);
+    let e = pool.get().unwrap();
+    // SAFETY: from `pool`, put back once.
+    unsafe { pool.put(e) };
+    let s = pool.stats();
     assert_eq!((s.cached, s.cache_hits, s.cache_misses), (0, 0, 0));
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn cache_accounting_refill_and_flush_at_threshold() {
     let _l = lcore::register().unwrap();
-    let p = pool(255, 32);
-    assert_eq!(p.flush_threshold(), 48);
+    let pool = test_mempool(255, 32);
+    assert_eq!(pool.flush_threshold(), 48);
 
     // A first get misses and refills the cache to 32 after serving 1.
-    let e = p.get().unwrap();
-    let s = p.stats();
+    let e = pool.get().unwrap();
+    let s = pool.stats();
     assert_eq!((s.cache_misses, s.ring_refills, s.cached), (1, 1, 32));
     assert_eq!(s.in_ring, 255 - 33);
     assert_eq!(s.available + s.in_use, s.size);
@@ -136,99 +126,99 @@ fn cache_accounting_refill_and_flush_at_threshold() {
     // The next 32 hit.
     let mut held = vec![e];
     for _ in 0..32 {
-        held.push(p.get().unwrap());
+        held.push(pool.get().unwrap());
     }
-    let s = p.stats();
+    let s = pool.stats();
     assert_eq!((s.cache_hits, s.cached, s.in_use), (32, 0, 33));
 
     // Take 67 more so 100 are out, then put back one at a time: up to the
     // threshold (48) they stay cached; the 49th flushes the cache and starts
     // it again with that one element.
     let mut more = [Elem::DANGLING; 67];
-    p.get_bulk(&mut more).unwrap();
+    pool.get_bulk(&mut more).unwrap();
     held.extend_from_slice(&more);
-    let flushes_before = p.stats().flushes;
-    let cached_before = p.stats().cached as usize;
+    let flushes_before = pool.stats().flushes;
+    let cached_before = pool.stats().cached as usize;
     let room = 48 - cached_before;
     for (i, &e) in held[..room].iter().enumerate() {
-        // SAFETY: from `p`, each put once.
-        unsafe { p.put(e) };
-        assert_eq!(p.stats().cached as usize, cached_before + i + 1);
+        // SAFETY: from `pool`, each put once.
+        unsafe { pool.put(e) };
+        assert_eq!(pool.stats().cached as usize, cached_before + i + 1);
     }
-    assert_eq!(p.stats().flushes, flushes_before);
+    assert_eq!(pool.stats().flushes, flushes_before);
     // SAFETY: as above.
-    unsafe { p.put(held[room]) };
-    let s = p.stats();
+    unsafe { pool.put(held[room]) };
+    let s = pool.stats();
     assert_eq!(s.flushes, flushes_before + 1);
     assert_eq!(s.cached, 1);
     assert_eq!(s.available + s.in_use, s.size);
     // SAFETY: the rest, once each.
-    unsafe { p.put_bulk(&held[room + 1..]) };
-    assert!(p.is_full());
+    unsafe { pool.put_bulk(&held[room + 1..]) };
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn gets_larger_than_the_cache_and_ring_shortfall_use_own_cache() {
     let _l = lcore::register().unwrap();
-    let p = pool(64, 16);
+    let pool = test_mempool(64, 16);
     // Larger than the cache: straight from the ring.
     let mut big = [Elem::DANGLING; 40];
-    p.get_bulk(&mut big).unwrap();
-    assert_eq!(p.stats().cached, 0);
-    // SAFETY: from `p`, once.
-    unsafe { p.put_bulk(&big[..20]) };
+    pool.get_bulk(&mut big).unwrap();
+    assert_eq!(pool.stats().cached, 0);
+    // SAFETY: from `pool`, once.
+    unsafe { pool.put_bulk(&big[..20]) };
     // 20 cached, 24 in the ring, 20 out. A get of 30 cannot be served by the
     // ring alone (24), but ring + own cache (44) can.
-    let s = p.stats();
+    let s = pool.stats();
     assert_eq!((s.cached, s.in_ring), (20, 24));
     let mut mid = [Elem::DANGLING; 30];
-    p.get_bulk(&mut mid).unwrap();
-    let s = p.stats();
+    pool.get_bulk(&mut mid).unwrap();
+    let s = pool.stats();
     assert_eq!(s.in_use, 50);
     // 14 left: a get of 15 fails and takes nothing.
     let mut too_many = [Elem::DANGLING; 15];
-    assert!(p.get_bulk(&mut too_many).is_err());
-    assert_eq!(p.stats().in_use, 50);
-    assert_eq!(p.stats().get_failures, 1);
+    assert!(pool.get_bulk(&mut too_many).is_err());
+    assert_eq!(pool.stats().in_use, 50);
+    assert_eq!(pool.stats().get_failures, 1);
     let all: HashSet<_> = big[20..].iter().chain(mid.iter()).collect();
     assert_eq!(all.len(), 50);
-    // SAFETY: from `p`, once each.
+    // SAFETY: from `pool`, once each.
     unsafe {
-        p.put_bulk(&big[20..]);
-        p.put_bulk(&mid);
+        pool.put_bulk(&big[20..]);
+        pool.put_bulk(&mid);
     }
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn zero_copy_put_writes_into_the_cache() {
     let _l = lcore::register().unwrap();
-    let p = pool(255, 32);
+    let pool = test_mempool(255, 32);
     let mut held = [Elem::DANGLING; 10];
-    p.get_bulk(&mut held).unwrap();
-    let cached = p.stats().cached;
-    // SAFETY: no other call on `p` until the guard is gone.
-    let mut zc = unsafe { p.zc_put_bulk(10) }.unwrap();
+    pool.get_bulk(&mut held).unwrap();
+    let cached = pool.stats().cached;
+    // SAFETY: no other call on `pool` until the guard is gone.
+    let mut zc = unsafe { pool.zc_put_bulk(10) }.unwrap();
     assert_eq!(zc.len(), 10);
     zc.slots().copy_from_slice(&held);
     // SAFETY: the slots hold our 10 elements, once each.
     unsafe { zc.commit() };
-    assert_eq!(p.stats().cached, cached + 10);
+    assert_eq!(pool.stats().cached, cached + 10);
     // Over the threshold: no zero-copy slots.
     // SAFETY: the guard (none here) is not used.
-    assert!(unsafe { p.zc_put_bulk(49) }.is_none());
+    assert!(unsafe { pool.zc_put_bulk(49) }.is_none());
     // A guard dropped without commit puts nothing.
-    // SAFETY: nothing else touches `p` while the guard lives.
-    let unused = unsafe { p.zc_put_bulk(5) };
+    // SAFETY: nothing else touches `pool` while the guard lives.
+    let unused = unsafe { pool.zc_put_bulk(5) };
     assert!(unused.is_some_and(|g| g.len() == 5));
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn zero_copy_put_needs_an_lcore() {
-    let p = pool(64, 16);
+    let pool = test_mempool(64, 16);
     // SAFETY: guard unused.
-    assert!(unsafe { p.zc_put_bulk(1) }.is_none());
+    assert!(unsafe { pool.zc_put_bulk(1) }.is_none());
 }
 
 #[test]
@@ -260,7 +250,7 @@ fn bad_configurations_are_errors_naming_the_value() {
 #[test]
 fn init_callback_sees_every_element_once() {
     let mut seen = Vec::new();
-    let p = Mempool::with_init(
+    let pool = Mempool::with_init(
         MempoolConfig {
             name: "init".into(),
             size: 37,
@@ -277,22 +267,22 @@ fn init_callback_sees_every_element_once() {
     .unwrap();
     assert_eq!(seen, (0..37).collect::<Vec<_>>());
     let mut all = [Elem::DANGLING; 37];
-    p.get_bulk(&mut all).unwrap();
+    pool.get_bulk(&mut all).unwrap();
     for e in all {
         // SAFETY: we hold the element.
-        assert_eq!(unsafe { *e.as_ptr() }, p.index_of(e).unwrap() as u8);
+        assert_eq!(unsafe { *e.as_ptr() }, pool.index_of(e).unwrap() as u8);
     }
-    // SAFETY: from `p`, once each.
-    unsafe { p.put_bulk(&all) };
-    assert!(p.is_full());
+    // SAFETY: from `pool`, once each.
+    unsafe { pool.put_bulk(&all) };
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn dropping_the_last_handle_with_elements_out_keeps_them_valid() {
-    let p = pool(16, 0);
-    let e = p.get().unwrap();
-    let p2 = p.clone();
-    drop(p);
+    let pool = test_mempool(16, 0);
+    let e = pool.get().unwrap();
+    let p2 = pool.clone();
+    drop(pool);
     drop(p2);
     // The pool was leaked, not freed: the element is still writable memory.
     // SAFETY: we hold the element and its pool was not unmapped.
@@ -301,7 +291,7 @@ fn dropping_the_last_handle_with_elements_out_keeps_them_valid() {
 
 #[test]
 fn a_handle_is_made_from_an_element_while_one_lives_and_never_after() {
-    let p = pool(16, 0);
+    let p = test_mempool(16, 0);
     let e = p.get().unwrap();
     let inner = p.inner_ptr().as_ptr().cast_const();
     // SAFETY: `e` is out of the pool at `inner`.
@@ -311,7 +301,7 @@ fn a_handle_is_made_from_an_element_while_one_lives_and_never_after() {
     drop(p);
     // SAFETY: from this pool, once.
     unsafe { h.put(e) };
-    assert!(h.is_full());
+    assert_pool_full(&h);
     let _out = h.get().unwrap();
     drop(h);
     // The last handle went with an element out: the pool is leaked, and no
@@ -328,10 +318,10 @@ fn a_handle_is_made_from_an_element_while_one_lives_and_never_after() {
 fn multi_thread_stress_ends_full() {
     const THREADS: usize = 4;
     const ROUNDS: usize = 20_000;
-    let p = pool(2047, 64);
+    let pool = test_mempool(2047, 64);
     std::thread::scope(|s| {
         for t in 0..THREADS {
-            let p = p.clone();
+            let pool = pool.clone();
             s.spawn(move || {
                 // Threads 0..3 are lcores; the last is not.
                 let _l = (t + 1 < THREADS).then(|| lcore::register().unwrap());
@@ -343,7 +333,7 @@ fn multi_thread_stress_ends_full() {
                     rng ^= rng >> 7;
                     rng ^= rng << 17;
                     let n = 1 + (rng % 64) as usize;
-                    if p.get_bulk(&mut batch[..n]).is_err() {
+                    if pool.get_bulk(&mut batch[..n]).is_err() {
                         continue;
                     }
                     got += n as u64;
@@ -358,14 +348,14 @@ fn multi_thread_stress_ends_full() {
                         let v = unsafe { e.as_ptr().cast::<u64>().read() };
                         assert_eq!(v, stamp, "element handed to two threads at once");
                     }
-                    // SAFETY: from `p`, once each.
-                    unsafe { p.put_bulk(&batch[..n]) };
+                    // SAFETY: from `pool`, once each.
+                    unsafe { pool.put_bulk(&batch[..n]) };
                 }
-                p.flush_local_cache();
+                pool.flush_local_cache();
             });
         }
     });
-    let s = p.stats();
+    let s = pool.stats();
     assert_eq!(s.in_use, 0, "{s:?}");
     assert_eq!(s.in_ring, 2047, "every cache was flushed");
 }
@@ -377,24 +367,24 @@ mod debug {
     #[test]
     #[should_panic(expected = "double free")]
     fn double_free_is_caught() {
-        let p = pool(8, 0);
-        let e = p.get().unwrap();
+        let pool = test_mempool(8, 0);
+        let e = pool.get().unwrap();
         // SAFETY: deliberately wrong: the second put is the bug under test,
         // caught before it reaches the ring.
         unsafe {
-            p.put(e);
-            p.put(e);
+            pool.put(e);
+            pool.put(e);
         }
     }
 
     #[test]
     #[should_panic(expected = "not an element of this pool")]
     fn foreign_element_is_caught() {
-        let p = pool(8, 0);
-        let q = pool(8, 0);
-        let e = q.get().unwrap();
+        let pool = test_mempool(8, 0);
+        let other = test_mempool(8, 0);
+        let e = other.get().unwrap();
         // SAFETY: deliberately wrong: caught before it reaches the ring.
-        unsafe { p.put(e) };
+        unsafe { pool.put(e) };
     }
 }
 
@@ -403,14 +393,14 @@ fn more_puts_than_the_ring_holds_panic_saying_why_instead_of_spinning() {
     // No cache: every put goes to the ring, whose capacity is the pool size
     // rounded up. Putting one element back again and again fills it with
     // copies, and then a put can never succeed.
-    let p = pool(4, 0);
-    let e = p.get().unwrap();
+    let pool = test_mempool(4, 0);
+    let e = pool.get().unwrap();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for _ in 0..64 {
             // SAFETY: none — this is the misuse under test, one element
             // returned many times; the pool is leaked below, never used
             // again.
-            unsafe { p.put(e) };
+            unsafe { pool.put(e) };
         }
     }));
     let msg = r.expect_err("a put into a ring full of copies returned");
@@ -426,21 +416,21 @@ fn more_puts_than_the_ring_holds_panic_saying_why_instead_of_spinning() {
     };
     assert!(msg.contains(want), "panic message: {msg}");
     // Its ring holds copies: leak it rather than run its drop.
-    std::mem::forget(p);
+    std::mem::forget(pool);
 }
 
 /// Registers the calling thread as an lcore, gets and puts so that its cache
-/// of `p` holds elements, and returns how many it holds; the thread then ends
+/// of `pool` holds elements, and returns how many it holds; the thread then ends
 /// (or panics, with `panic`) without flushing.
-fn leave_elements_in_an_lcore_cache(p: &Mempool, panic: bool) -> usize {
-    let p = p.clone();
+fn leave_elements_in_an_lcore_cache(pool: &Mempool, panic: bool) -> usize {
+    let pool = pool.clone();
     let held = std::thread::spawn(move || {
         let _lcore = lcore::register().unwrap();
         let mut batch = [Elem::DANGLING; 5];
-        p.get_bulk(&mut batch).unwrap();
-        // SAFETY: from `p`, once each.
-        unsafe { p.put_bulk(&batch) };
-        let held = p.local_cache_len();
+        pool.get_bulk(&mut batch).unwrap();
+        // SAFETY: from `pool`, once each.
+        unsafe { pool.put_bulk(&batch) };
+        let held = pool.local_cache_len();
         assert!(held > 0, "the cache holds the elements put");
         if panic {
             std::panic::resume_unwind(Box::new(held));
@@ -454,70 +444,70 @@ fn leave_elements_in_an_lcore_cache(p: &Mempool, panic: bool) -> usize {
     }
 }
 
-/// Gets an element of `p` and puts it back from the calling lcore, which
+/// Gets an element of `pool` and puts it back from the calling lcore, which
 /// then holds it in its cache.
-fn cache_one(p: &Mempool) {
-    let e = p.get().unwrap();
-    // SAFETY: from `p`, once.
-    unsafe { p.put(e) };
-    assert!(p.local_cache_len() > 0);
+fn cache_one(pool: &Mempool) {
+    let e = pool.get().unwrap();
+    // SAFETY: from `pool`, once.
+    unsafe { pool.put(e) };
+    assert!(pool.local_cache_len() > 0);
 }
 
-/// Gets `p.size()` elements from the calling thread, one by one, checks
+/// Gets `pool.size()` elements from the calling thread, one by one, checks
 /// that one more get fails and that the count said so, and puts them back.
-fn allocate_all(p: &Mempool) {
-    let size = p.size() as usize;
-    assert_eq!(p.stats().available as usize, size, "{:?}", p.stats());
+fn allocate_all(pool: &Mempool) {
+    let size = pool.size() as usize;
+    assert_eq!(pool.stats().available as usize, size, "{:?}", pool.stats());
     let mut got = Vec::with_capacity(size);
     for _ in 0..size {
-        match p.get() {
+        match pool.get() {
             Some(e) => got.push(e),
             None => panic!(
                 "only {} of {size} elements allocatable while the pool counts {:?}",
                 got.len(),
-                p.stats()
+                pool.stats()
             ),
         }
     }
-    assert!(p.get().is_none());
-    assert_eq!(p.stats().available, 0, "{:?}", p.stats());
-    // SAFETY: from `p`, once each.
-    unsafe { p.put_bulk(&got) };
-    assert!(p.is_full());
+    assert!(pool.get().is_none());
+    assert_eq!(pool.stats().available, 0, "{:?}", pool.stats());
+    // SAFETY: from `pool`, once each.
+    unsafe { pool.put_bulk(&got) };
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn an_ended_lcores_cached_elements_are_allocatable_by_another_thread() {
-    let p = pool(32, 4);
-    assert!(leave_elements_in_an_lcore_cache(&p, false) > 0);
-    allocate_all(&p);
+    let pool = test_mempool(32, 4);
+    assert!(leave_elements_in_an_lcore_cache(&pool, false) > 0);
+    allocate_all(&pool);
 }
 
 #[test]
 fn a_panicked_lcores_cached_elements_are_allocatable_by_another_thread() {
-    let p = pool(32, 4);
-    assert!(leave_elements_in_an_lcore_cache(&p, true) > 0);
-    allocate_all(&p);
+    let pool = test_mempool(32, 4);
+    assert!(leave_elements_in_an_lcore_cache(&pool, true) > 0);
+    allocate_all(&pool);
 }
 
 #[test]
 fn an_ended_lcores_cached_elements_are_allocatable_by_another_lcore_in_one_get() {
-    let p = pool(32, 4);
-    assert!(leave_elements_in_an_lcore_cache(&p, false) > 0);
+    let pool = test_mempool(32, 4);
+    assert!(leave_elements_in_an_lcore_cache(&pool, false) > 0);
     std::thread::spawn(move || {
         let _lcore = lcore::register().unwrap();
         assert_eq!(
-            p.local_cache_len(),
+            pool.local_cache_len(),
             0,
             "a new lcore starts with an empty cache"
         );
         let mut all = vec![Elem::DANGLING; 32];
-        p.get_bulk(&mut all).unwrap();
+        pool.get_bulk(&mut all).unwrap();
         assert_eq!(all.iter().collect::<HashSet<_>>().len(), 32);
-        // SAFETY: from `p`, once each.
-        unsafe { p.put_bulk(&all) };
-        p.flush_local_cache();
-        assert!(p.is_full());
+        // SAFETY: from `pool`, once each.
+        unsafe { pool.put_bulk(&all) };
+        pool.flush_local_cache();
+        assert_pool_full(&pool);
     })
     .join()
     .unwrap();
@@ -525,15 +515,11 @@ fn an_ended_lcores_cached_elements_are_allocatable_by_another_lcore_in_one_get()
 
 #[test]
 fn an_ended_lcores_cached_mbufs_are_allocatable_by_another_thread() {
-    use crate::mbuf::{MbufPool, MbufPoolConfig};
-    let pool = MbufPool::new(MbufPoolConfig {
-        name: "ended-lcore".into(),
-        size: 32,
-        cache_size: 4,
-        hugepages: HugepagePolicy::Never,
-        ..Default::default()
-    })
-    .unwrap();
+    let pool = TestPool::new(32)
+        .name("ended-lcore")
+        .cache_size(4)
+        .hugepages(HugepagePolicy::Never)
+        .build();
     let p = pool.clone();
     std::thread::spawn(move || {
         let _lcore = lcore::register().unwrap();
@@ -547,24 +533,24 @@ fn an_ended_lcores_cached_mbufs_are_allocatable_by_another_thread() {
     let all: Vec<_> = (0..32).map_while(|_| pool.alloc()).collect();
     assert_eq!(all.len(), 32, "{:?}", pool.stats());
     drop(all);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn an_lcore_guard_dropped_early_returns_the_cache_and_the_thread_goes_on_uncached() {
-    let p = pool(32, 4);
-    let q = p.clone();
+    let pool = test_mempool(32, 4);
+    let other = pool.clone();
     std::thread::spawn(move || {
         let guard = lcore::register().unwrap();
-        cache_one(&q);
+        cache_one(&other);
         drop(guard);
         // No longer an lcore: the cache went home with the id.
-        assert_eq!(q.local_cache_len(), 0);
-        assert_eq!(q.stats().cached, 0, "{:?}", q.stats());
+        assert_eq!(other.local_cache_len(), 0);
+        assert_eq!(other.stats().cached, 0, "{:?}", other.stats());
     })
     .join()
     .unwrap();
-    allocate_all(&p);
+    allocate_all(&pool);
 }
 
 #[test]
@@ -573,55 +559,55 @@ fn an_lcore_guard_kept_in_a_thread_local_returns_the_cache_when_the_thread_ends(
     std::thread_local! {
         static GUARD: RefCell<Option<lcore::LcoreGuard>> = const { RefCell::new(None) };
     }
-    let p = pool(32, 4);
-    let q = p.clone();
+    let pool = test_mempool(32, 4);
+    let other = pool.clone();
     std::thread::spawn(move || {
         GUARD.with(|g| *g.borrow_mut() = Some(lcore::register().unwrap()));
-        cache_one(&q);
+        cache_one(&other);
         // The guard goes with the thread's thread-locals, after this returns.
     })
     .join()
     .unwrap();
-    allocate_all(&p);
+    allocate_all(&pool);
 }
 
 #[test]
 fn a_pool_dropped_before_its_lcore_ends_is_freed_and_the_lcore_ends_cleanly() {
     use std::sync::mpsc::channel;
-    let p = pool(32, 4);
+    let pool = test_mempool(32, 4);
     let (cached_tx, cached_rx) = channel();
     let (dropped_tx, dropped_rx) = channel::<()>();
     let lcore = std::thread::spawn(move || {
         let _lcore = lcore::register().unwrap();
-        let e = p.get().unwrap();
-        // SAFETY: from `p`, once.
-        unsafe { p.put(e) };
-        assert!(p.is_full());
-        cached_tx.send(p).unwrap();
+        let e = pool.get().unwrap();
+        // SAFETY: from `pool`, once.
+        unsafe { pool.put(e) };
+        assert_pool_full(&pool);
+        cached_tx.send(pool).unwrap();
         // The pool's last handle goes on the other thread while this one
         // still holds elements in its cache; the lcore ends afterwards.
         dropped_rx.recv().unwrap();
     });
-    let p = cached_rx.recv().unwrap();
-    assert!(p.stats().cached > 0);
-    drop(p);
+    let pool = cached_rx.recv().unwrap();
+    assert!(pool.stats().cached > 0);
+    drop(pool);
     dropped_tx.send(()).unwrap();
     lcore.join().unwrap();
     // A new pool and a new lcore work as usual afterwards.
-    let p = pool(32, 4);
-    leave_elements_in_an_lcore_cache(&p, false);
-    allocate_all(&p);
+    let pool = test_mempool(32, 4);
+    leave_elements_in_an_lcore_cache(&pool, false);
+    allocate_all(&pool);
 }
 
 #[test]
 fn a_thread_that_forgets_its_lcore_guard_returns_the_cache_when_it_ends() {
-    let p = pool(32, 4);
-    let q = p.clone();
+    let pool = test_mempool(32, 4);
+    let other = pool.clone();
     std::thread::spawn(move || {
         std::mem::forget(lcore::register().unwrap());
-        cache_one(&q);
+        cache_one(&other);
     })
     .join()
     .unwrap();
-    allocate_all(&p);
+    allocate_all(&pool);
 }

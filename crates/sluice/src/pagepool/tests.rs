@@ -8,10 +8,11 @@ use std::sync::mpsc;
 use super::buddy::Buddy;
 use super::*;
 use crate::lcore;
-use crate::mbuf::{MbufPool, MbufPoolConfig};
 use crate::mempool::HugepagePolicy;
+use crate::test_support::{TestPool, assert_pool_full};
 
-fn provider(size: usize) -> BlockProvider {
+/// A provider of `size` bytes on plain pages.
+fn test_provider(size: usize) -> BlockProvider {
     BlockProvider::new(ProviderConfig {
         name: "test".into(),
         size,
@@ -20,9 +21,11 @@ fn provider(size: usize) -> BlockProvider {
     .unwrap()
 }
 
-fn pool(p: &BlockProvider, order: u32, owner: Option<usize>) -> PagePool {
+/// A page pool of blocks of `order` from `provider`, with a small cache and
+/// ring.
+fn page_pool(provider: &BlockProvider, order: u32, owner: Option<usize>) -> PagePool {
     PagePool::new(
-        p,
+        provider,
         PagePoolConfig {
             name: format!("pp{order}"),
             order,
@@ -45,60 +48,60 @@ use rng::Rng;
 #[test]
 fn buddy_cuts_an_odd_page_count_into_aligned_blocks() {
     // 1100 pages = 2 × 512 + 64 + 8 + 4.
-    let b = Buddy::new(1100);
-    b.check();
-    let f = b.free_blocks();
-    assert_eq!((f[9], f[6], f[3], f[2]), (2, 1, 1, 1));
-    assert_eq!(f.iter().sum::<u32>(), 5);
+    let buddy = Buddy::new(1100);
+    buddy.check();
+    let free = buddy.free_blocks();
+    assert_eq!((free[9], free[6], free[3], free[2]), (2, 1, 1, 1));
+    assert_eq!(free.iter().sum::<u32>(), 5);
 }
 
 #[test]
 fn buddy_splits_on_alloc_and_merges_on_free() {
-    let mut b = Buddy::new(512);
-    let p = b.alloc(3).unwrap();
-    assert_eq!(p, 0);
-    assert_eq!(b.counts().splits, 6, "2 MiB down to 32 KiB");
-    assert_eq!(b.free_blocks()[3..9], [1, 1, 1, 1, 1, 1]);
-    b.check();
-    assert_eq!(b.free(p), Some(3));
-    assert_eq!(b.counts().merges, 6, "32 KiB back up to 2 MiB");
-    assert_eq!(b.free_blocks()[9], 1);
+    let mut buddy = Buddy::new(512);
+    let block = buddy.alloc(3).unwrap();
+    assert_eq!(block, 0);
+    assert_eq!(buddy.counts().splits, 6, "2 MiB down to 32 KiB");
+    assert_eq!(buddy.free_blocks()[3..9], [1, 1, 1, 1, 1, 1]);
+    buddy.check();
+    assert_eq!(buddy.free(block), Some(3));
+    assert_eq!(buddy.counts().merges, 6, "32 KiB back up to 2 MiB");
+    assert_eq!(buddy.free_blocks()[9], 1);
     assert_eq!(
-        b.free(p),
+        buddy.free(block),
         None,
         "a second free of the same block is refused"
     );
-    b.check();
+    buddy.check();
 }
 
 #[test]
 fn buddy_random_allocs_and_frees_keep_every_invariant() {
-    let mut b = Buddy::new(1000);
+    let mut buddy = Buddy::new(1000);
     let mut rng = Rng(0x1234_5678);
     let mut held: Vec<(u32, u32)> = Vec::new();
     for step in 0..20_000 {
         if held.is_empty() || rng.below(3) != 0 {
             let order = rng.below(4) as u32;
-            if let Some(p) = b.alloc(order) {
-                assert_eq!(p % (1 << order), 0);
-                held.push((p, order));
+            if let Some(block) = buddy.alloc(order) {
+                assert_eq!(block % (1 << order), 0);
+                held.push((block, order));
             }
         } else {
             let i = rng.below(held.len() as u64) as usize;
-            let (p, order) = held.swap_remove(i);
-            assert_eq!(b.free(p), Some(order));
+            let (block, order) = held.swap_remove(i);
+            assert_eq!(buddy.free(block), Some(order));
         }
         if step % 997 == 0 {
-            b.check();
+            buddy.check();
         }
     }
-    for (p, _) in held {
-        b.free(p).unwrap();
+    for (block, _) in held {
+        buddy.free(block).unwrap();
     }
-    b.check();
-    assert_eq!(b.used_pages(), 0);
+    buddy.check();
+    assert_eq!(buddy.used_pages(), 0);
     assert_eq!(
-        b.free_blocks(),
+        buddy.free_blocks(),
         Buddy::new(1000).free_blocks(),
         "merged back whole"
     );
@@ -108,13 +111,13 @@ fn buddy_random_allocs_and_frees_keep_every_invariant() {
 
 #[test]
 fn provider_blocks_are_aligned_disjoint_and_counted() {
-    let p = provider(1 << 20);
-    let base = p.alloc(0).unwrap();
+    let provider = test_provider(1 << 20);
+    let base = provider.alloc(0).unwrap();
     let origin = base.as_ptr() as usize - base.iova() as usize;
     drop(base);
     let mut blocks: Vec<Block> = Vec::new();
     for order in [3, 0, 2, 1, 3, 0] {
-        let mut b = p.alloc(order).unwrap();
+        let mut b = provider.alloc(order).unwrap();
         assert_eq!(b.len(), 4096 << order);
         assert_eq!(b.order(), order);
         assert_eq!(b.as_ptr() as usize - origin, b.iova() as usize);
@@ -133,32 +136,32 @@ fn provider_blocks_are_aligned_disjoint_and_counted() {
             assert!(std::ptr::eq(b, o) || s + b.len() <= t || t + o.len() <= s);
         }
     }
-    let s = p.stats();
+    let s = provider.stats();
     assert_eq!(s.allocs, [3, 1, 1, 2]);
     assert_eq!(s.used_pages, 8 + 1 + 4 + 2 + 8 + 1);
     drop(blocks);
-    let s = p.stats();
+    let s = provider.stats();
     assert_eq!(s.frees, [3, 1, 1, 2]);
-    assert!(p.is_full());
+    assert_pool_full(&provider);
     assert_eq!(s.free_blocks[8], 1, "1 MiB merged back into one block");
 }
 
 #[test]
 fn provider_errors_name_the_problem() {
-    let p = provider(64 << 10);
+    let provider = test_provider(64 << 10);
     assert_eq!(
-        p.alloc(4).unwrap_err().to_string(),
+        provider.alloc(4).unwrap_err().to_string(),
         "block order 4 is not in 0..=3 (4 KiB..32 KiB)"
     );
-    let a = p.alloc(3).unwrap();
-    let b = p.alloc(3).unwrap();
+    let a = provider.alloc(3).unwrap();
+    let b = provider.alloc(3).unwrap();
     assert_eq!(
-        p.alloc(0).unwrap_err().to_string(),
+        provider.alloc(0).unwrap_err().to_string(),
         "block provider 'test' has no free block of order 0 (4 KiB)"
     );
-    assert_eq!(p.stats().failures, 1);
+    assert_eq!(provider.stats().failures, 1);
     drop((a, b));
-    assert!(p.is_full());
+    assert_pool_full(&provider);
     let e = BlockProvider::new(ProviderConfig {
         name: "zero".into(),
         size: 0,
@@ -175,8 +178,8 @@ fn provider_errors_name_the_problem() {
 
 #[test]
 fn page_pool_config_errors_name_the_value() {
-    let p = provider(64 << 10);
-    let bad = |cfg: PagePoolConfig| PagePool::new(&p, cfg).unwrap_err().to_string();
+    let provider = test_provider(64 << 10);
+    let bad = |cfg: PagePoolConfig| PagePool::new(&provider, cfg).unwrap_err().to_string();
     assert_eq!(
         bad(PagePoolConfig {
             order: 5,
@@ -220,13 +223,13 @@ fn page_pool_config_errors_name_the_value() {
         }),
         "page pool 'page_pool': owner lcore 128 is not below 128"
     );
-    assert!(p.is_full());
+    assert!(provider.is_full());
 }
 
 #[test]
 fn owner_uses_the_direct_cache_others_the_ring_and_a_full_ring_releases() {
-    let p = provider(1 << 20);
-    let pp = pool(&p, 0, None);
+    let provider = test_provider(1 << 20);
+    let pp = page_pool(&provider, 0, None);
     let pp2 = pp.clone();
     std::thread::spawn(move || {
         let _l = lcore::register().unwrap();
@@ -278,13 +281,13 @@ fn owner_uses_the_direct_cache_others_the_ring_and_a_full_ring_releases() {
     .unwrap();
     assert!(pp.all_home());
     drop(pp);
-    assert!(p.is_full());
+    assert_pool_full(&provider);
 }
 
 /// A pool of order-`order` pages with a ring batch of `batch`.
-fn batch_pool(p: &BlockProvider, order: u32, batch: u32) -> PagePool {
+fn batch_pool(provider: &BlockProvider, order: u32, batch: u32) -> PagePool {
     PagePool::new(
-        p,
+        provider,
         PagePoolConfig {
             name: "batch".into(),
             order,
@@ -299,8 +302,8 @@ fn batch_pool(p: &BlockProvider, order: u32, batch: u32) -> PagePool {
 
 #[test]
 fn the_owner_refills_from_the_ring_only_once_a_batch_waits() {
-    let p = provider(1 << 20);
-    let pp = batch_pool(&p, 0, 4);
+    let provider = test_provider(1 << 20);
+    let pp = batch_pool(&provider, 0, 4);
     let pp2 = pp.clone();
     std::thread::spawn(move || {
         let _l = lcore::register().unwrap();
@@ -330,14 +333,14 @@ fn the_owner_refills_from_the_ring_only_once_a_batch_waits() {
     .join()
     .unwrap();
     drop(pp);
-    assert!(p.is_full());
+    assert_pool_full(&provider);
 }
 
 #[test]
 fn with_the_provider_empty_the_owner_takes_fewer_than_a_batch() {
     // Two blocks of 32 KiB.
-    let p = provider(64 << 10);
-    let pp = batch_pool(&p, 3, 4);
+    let provider = test_provider(64 << 10);
+    let pp = batch_pool(&provider, 3, 4);
     let pp2 = pp.clone();
     std::thread::spawn(move || {
         let _l = lcore::register().unwrap();
@@ -366,18 +369,18 @@ fn with_the_provider_empty_the_owner_takes_fewer_than_a_batch() {
     .unwrap();
     assert!(pp.all_home());
     drop(pp);
-    assert!(p.is_full());
+    assert_pool_full(&provider);
 }
 
 #[test]
 fn a_pool_dropped_with_pages_out_stays_valid_for_them() {
-    let p = provider(256 << 10);
-    let pp = pool(&p, 1, None);
+    let provider = test_provider(256 << 10);
+    let pp = page_pool(&provider, 1, None);
     let mut page = pp.alloc_page().unwrap();
     drop(pp); // leaks the pool: the page still refers to it
     page.as_mut_slice().fill(7);
     drop(page); // back into the leaked pool's ring
-    assert!(!p.is_full(), "the leaked pool keeps its page");
+    assert!(!provider.is_full(), "the leaked pool keeps its page");
 }
 
 // ---- fragments --------------------------------------------------------------
@@ -434,9 +437,9 @@ fn check_alignment_and_bounds(mut alloc: impl FnMut(usize) -> Frag, page: usize,
 
 #[test]
 fn page_pool_fragments_are_aligned_in_bounds_and_disjoint() {
-    let p = provider(8 << 20);
+    let provider = test_provider(8 << 20);
     for order in [0, 3] {
-        let pp = pool(&p, order, None);
+        let pp = page_pool(&provider, order, None);
         let mut fa = PageFragAlloc::new(pp.clone());
         check_alignment_and_bounds(
             |s| fa.alloc_frag(s).unwrap(),
@@ -446,24 +449,24 @@ fn page_pool_fragments_are_aligned_in_bounds_and_disjoint() {
         drop(fa);
         assert!(pp.all_home());
     }
-    assert!(p.is_full());
+    assert!(provider.is_full());
 }
 
 #[test]
 fn frag_cache_fragments_are_aligned_in_bounds_and_disjoint() {
-    let p = provider(8 << 20);
-    let mut fc = PageFragCache::new(&p, 3).unwrap();
+    let provider = test_provider(8 << 20);
+    let mut fc = PageFragCache::new(&provider, 3).unwrap();
     check_alignment_and_bounds(|s| fc.alloc_frag(s).unwrap(), 32768, 99);
     drop(fc);
-    assert!(p.is_full());
+    assert!(provider.is_full());
 }
 
 #[test]
 fn bad_fragment_sizes_are_errors() {
-    let p = provider(1 << 20);
-    let pp = pool(&p, 3, None);
+    let provider = test_provider(1 << 20);
+    let pp = page_pool(&provider, 3, None);
     let mut fa = PageFragAlloc::new(pp.clone());
-    let mut fc = PageFragCache::new(&p, 2).unwrap();
+    let mut fc = PageFragCache::new(&provider, 2).unwrap();
     assert_eq!(
         fa.alloc_frag(0).unwrap_err().to_string(),
         "fragment size 0 is not in 1..=32768 (the page size)"
@@ -491,20 +494,20 @@ fn bad_fragment_sizes_are_errors() {
         )
     );
     assert_eq!(
-        PageFragCache::new(&p, 4).unwrap_err().to_string(),
+        PageFragCache::new(&provider, 4).unwrap_err().to_string(),
         "block order 4 is not in 0..=3 (4 KiB..32 KiB)"
     );
     // Nothing was taken by the failures, and a good size still works.
-    assert_eq!(p.stats().used_pages, 0);
+    assert_eq!(provider.stats().used_pages, 0);
     assert_eq!(fa.alloc_frag(32768).unwrap().len(), 32768);
     drop((fa, fc, pp));
-    assert!(p.is_full());
+    assert!(provider.is_full());
 }
 
 #[test]
 fn fifteen_fragments_per_page_at_mtu_1500_and_three_at_8000() {
-    let p = provider(2 << 20);
-    let pp = pool(&p, 3, None);
+    let provider = test_provider(2 << 20);
+    let pp = page_pool(&provider, 3, None);
     for (size, per_page) in [(2090, 15), (8590, 3)] {
         let mut fa = PageFragAlloc::new(pp.clone());
         let before = pp.stats().alloc_slow + pp.stats().alloc_ring;
@@ -519,13 +522,13 @@ fn fifteen_fragments_per_page_at_mtu_1500_and_three_at_8000() {
     assert_eq!(FragLayout::for_mtu(1500).stride(), 2112);
     assert_eq!(FragLayout::for_mtu(8000).stride(), 8640);
     drop(pp);
-    assert!(p.is_full());
+    assert!(provider.is_full());
 }
 
 #[test]
 fn a_page_whose_fragments_are_all_free_is_carved_again_in_place() {
-    let p = provider(1 << 20);
-    let mut fc = PageFragCache::new(&p, 3).unwrap();
+    let provider = test_provider(1 << 20);
+    let mut fc = PageFragCache::new(&provider, 3).unwrap();
     // Target 15 (2090-byte fragments); ten cut, then freed.
     let first: Vec<Frag> = (0..10).map(|_| fc.alloc_frag(2090).unwrap()).collect();
     assert_eq!(first[9].page_target(), 15);
@@ -536,19 +539,19 @@ fn a_page_whose_fragments_are_all_free_is_carved_again_in_place() {
     let f = fc.alloc_frag(20000).unwrap();
     assert_eq!(f.as_ptr(), page);
     assert_eq!(f.page_target(), 1);
-    assert_eq!(p.stats().allocs[3], 1);
+    assert_eq!(provider.stats().allocs[3], 1);
     // Its target reached, the cache holds no reference: the block goes home
     // with its last fragment, and the cache never touches it again.
     drop(f);
-    assert_eq!(p.stats().used_pages, 0);
+    assert_eq!(provider.stats().used_pages, 0);
     drop(fc);
-    assert!(p.is_full());
+    assert!(provider.is_full());
 }
 
 #[test]
 fn the_last_free_on_another_thread_sends_the_page_home_once() {
-    let p = provider(1 << 20);
-    let pp = pool(&p, 3, None);
+    let provider = test_provider(1 << 20);
+    let pp = page_pool(&provider, 3, None);
     let mut fa = PageFragAlloc::new(pp.clone());
     let (tx, rx) = mpsc::channel::<Frag>();
     let t = std::thread::spawn(move || {
@@ -573,7 +576,7 @@ fn the_last_free_on_another_thread_sends_the_page_home_once() {
     // carved again in place, its fragments all freed in time).
     assert!((1..=10).contains(&(s.alloc_slow + s.alloc_ring)), "{s:?}");
     drop(pp);
-    assert!(p.is_full());
+    assert!(provider.is_full());
 }
 
 // ---- bulk free --------------------------------------------------------------
@@ -581,17 +584,17 @@ fn the_last_free_on_another_thread_sends_the_page_home_once() {
 /// A pool of order-3 pages and 45 fragments of 2090 bytes cut from it:
 /// three pages of 15, every one cut.
 fn three_pages_cut() -> (BlockProvider, PagePool, PageFragAlloc, Vec<Frag>) {
-    let p = provider(2 << 20);
-    let pp = pool(&p, 3, None);
+    let provider = test_provider(2 << 20);
+    let pp = page_pool(&provider, 3, None);
     let mut fa = PageFragAlloc::new(pp.clone());
     let v: Vec<Frag> = (0..45).map(|_| fa.alloc_frag(2090).unwrap()).collect();
     assert_eq!(pp.stats().alloc_slow, 3);
-    (p, pp, fa, v)
+    (provider, pp, fa, v)
 }
 
 #[test]
 fn bulk_free_gives_a_run_back_in_one_update_and_each_page_home_once() {
-    let (p, pp, fa, mut v) = three_pages_cut();
+    let (provider, pp, fa, mut v) = three_pages_cut();
     let mut bulk = BulkFree::new();
     // The first page's 15 as one run: nothing goes home before the flush
     // (or the next page's first fragment) ends it.
@@ -614,14 +617,14 @@ fn bulk_free_gives_a_run_back_in_one_update_and_each_page_home_once() {
     let s = pp.stats();
     assert_eq!((s.in_ring, s.released, s.in_flight), (3, 0, 0), "{s:?}");
     drop((fa, pp));
-    assert!(p.is_full());
+    assert_pool_full(&provider);
 }
 
 #[test]
 fn bulk_free_of_pages_fills_the_cache_then_the_ring_then_releases() {
-    let p = provider(2 << 20);
+    let provider = test_provider(2 << 20);
     let pp = PagePool::new(
-        &p,
+        &provider,
         PagePoolConfig {
             name: "bulk".into(),
             order: 0,
@@ -663,15 +666,15 @@ fn bulk_free_of_pages_fills_the_cache_then_the_ring_then_releases() {
     .join()
     .unwrap();
     drop(pp);
-    assert!(p.is_full());
+    assert!(provider.is_full());
 }
 
 #[test]
 fn bulk_free_mixes_pools_and_frag_cache_blocks() {
-    let p = provider(4 << 20);
-    let (pa, pb) = (pool(&p, 3, None), pool(&p, 1, None));
+    let provider = test_provider(4 << 20);
+    let (pa, pb) = (page_pool(&provider, 3, None), page_pool(&provider, 1, None));
     let mut fa = PageFragAlloc::new(pa.clone());
-    let mut fc = PageFragCache::new(&p, 3).unwrap();
+    let mut fc = PageFragCache::new(&provider, 3).unwrap();
     let mut bulk = BulkFree::new();
     let mut rng = Rng(11);
     for _ in 0..2000 {
@@ -687,7 +690,7 @@ fn bulk_free_mixes_pools_and_frag_cache_blocks() {
     drop((bulk, fa, fc));
     assert!(pa.all_home() && pb.all_home());
     drop((pa, pb));
-    assert!(p.is_full());
+    assert!(provider.is_full());
 }
 
 /// 45 fragments (three pages of 15); `k` of them go to a `BulkFree` that is
@@ -695,7 +698,7 @@ fn bulk_free_mixes_pools_and_frag_cache_blocks() {
 /// (its run's references, its stash) is leaked, never given back twice:
 /// exactly the pages it held stay out, every other page is home once.
 fn check_forgotten_bulk_free(k: usize, pages_held: u64) {
-    let (p, pp, fa, mut v) = three_pages_cut();
+    let (provider, pp, fa, mut v) = three_pages_cut();
     let mut bulk = BulkFree::new();
     v.drain(..k).for_each(|f| bulk.free_frag(f));
     std::mem::forget(bulk);
@@ -706,7 +709,7 @@ fn check_forgotten_bulk_free(k: usize, pages_held: u64) {
     assert_eq!(s.in_ring + s.cached + s.released, 3 - pages_held, "{s:?}");
     assert_eq!(pp.all_home(), pages_held == 0);
     drop(pp);
-    assert_eq!(p.is_full(), pages_held == 0);
+    assert_eq!(provider.is_full(), pages_held == 0);
 }
 
 #[test]
@@ -757,17 +760,10 @@ fn a_direct_cache_drain_that_panics_hands_no_page_out_twice() {
 
 #[test]
 fn an_mbuf_over_a_fragment_gives_it_back_with_its_last_reference() {
-    let p = provider(1 << 20);
-    let pp = pool(&p, 3, None);
+    let provider = test_provider(1 << 20);
+    let pp = page_pool(&provider, 3, None);
     let mut fa = PageFragAlloc::new(pp.clone());
-    let headers = MbufPool::new(MbufPoolConfig {
-        size: 63,
-        cache_size: 0,
-        headroom: 0,
-        data_room: 64,
-        ..Default::default()
-    })
-    .unwrap();
+    let headers = TestPool::new(63).headroom(0).data_room(64).build();
     let layout = FragLayout::for_mtu(1500);
     assert_eq!(layout.frag_size(), 256 + 1518 + 320);
     let mut m = headers.alloc().unwrap();
@@ -796,8 +792,8 @@ fn an_mbuf_over_a_fragment_gives_it_back_with_its_last_reference() {
         "fragment of 1000 bytes is shorter than its layout's 2094"
     );
     drop((short, m2, c, fa));
-    assert!(headers.is_full());
+    assert_pool_full(&headers);
     assert!(pp.all_home());
     drop(pp);
-    assert!(p.is_full());
+    assert!(provider.is_full());
 }

@@ -38,6 +38,8 @@ pub mod stats;
 mod xstats;
 
 #[cfg(all(test, not(loom)))]
+mod recycle_tests;
+#[cfg(all(test, not(loom)))]
 mod tests;
 
 pub use config::{

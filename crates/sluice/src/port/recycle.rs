@@ -70,10 +70,6 @@ use super::{PortError, RxQueue, TxQueue};
 #[cfg(doc)]
 use crate::mempool::Mempool;
 
-#[cfg(all(test, not(loom)))]
-#[path = "recycle_tests.rs"]
-mod tests;
-
 /// An Rx queue's software-ring slots due for refill, lent to a Tx queue for
 /// one recycle step (DPDK's `rte_eth_recycle_rxq_info`).
 ///

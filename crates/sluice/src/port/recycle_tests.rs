@@ -3,20 +3,18 @@
 //! commit fill the slots with real buffers of the pool first (the commit
 //! contract) and play the Rx queue, putting them back afterwards.
 
-use crate::mbuf::{MbufPool, MbufPoolConfig};
+use crate::mbuf::MbufPool;
 use crate::mempool::Elem;
 
-use super::RecycleRxInfo;
+use super::recycle::RecycleRxInfo;
+use crate::test_support::{TestPool, assert_pool_full};
 
-fn pool() -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        name: "recycle-unit".into(),
-        size: 63,
-        cache_size: 0,
-        data_room: 256,
-        ..Default::default()
-    })
-    .unwrap()
+/// 63 buffers of 256 bytes, to fill the small rings.
+fn small_pool() -> MbufPool {
+    TestPool::new(63)
+        .name("recycle-unit")
+        .data_room(256)
+        .build()
 }
 
 /// A distinct address that is no buffer, to see where a write lands.
@@ -63,7 +61,7 @@ fn fill_and_commit(info: &mut RecycleRxInfo<'_>, n: u32) -> Vec<Elem> {
 
 #[test]
 fn the_view_reports_what_the_rx_queue_lent() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     let mut committed = 0;
     let info = view(&mut r, 48, 7, 4, &pool, &mut committed);
@@ -79,15 +77,11 @@ fn the_view_reports_what_the_rx_queue_lent() {
 
 #[test]
 fn a_buffer_belongs_to_the_pool_by_its_address() {
-    let pool = pool();
-    let other = MbufPool::new(MbufPoolConfig {
-        name: "recycle-unit-other".into(),
-        size: 7,
-        cache_size: 0,
-        data_room: 256,
-        ..Default::default()
-    })
-    .unwrap();
+    let pool = small_pool();
+    let other = TestPool::new(7)
+        .name("recycle-unit-other")
+        .data_room(256)
+        .build();
     let mut r = ring(16);
     let mut committed = 0;
     let info = view(&mut r, 0, 16, 4, &pool, &mut committed);
@@ -112,12 +106,13 @@ fn a_buffer_belongs_to_the_pool_by_its_address() {
         pool.mempool().put_bulk(&mine);
         other.mempool().put_bulk(&theirs);
     }
-    assert!(pool.is_full() && other.is_full());
+    assert_pool_full(&pool);
+    assert_pool_full(&other);
 }
 
 #[test]
 fn room_is_the_slots_due_in_whole_refill_units() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     let mut committed = 0;
     let info = view(&mut r, 0, 10, 4, &pool, &mut committed);
@@ -135,7 +130,7 @@ fn room_is_the_slots_due_in_whole_refill_units() {
 
 #[test]
 fn room_never_reaches_past_the_slots_due() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     for due in 0..=16u32 {
         let mut committed = 0;
@@ -147,7 +142,7 @@ fn room_never_reaches_past_the_slots_due() {
 
 #[test]
 fn room_stops_at_the_wrap_of_the_ring() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     // The head 4 slots before the end, the whole ring due: 4 fit.
     for head in [12u32, 28, 12 + (1 << 20)] {
@@ -176,7 +171,7 @@ fn room_stops_at_the_wrap_of_the_ring() {
 
 #[test]
 fn slots_are_the_ring_entries_from_the_refill_head() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     let mut committed = 0;
     {
@@ -199,7 +194,7 @@ fn slots_are_the_ring_entries_from_the_refill_head() {
 
 #[test]
 fn commit_moves_the_head_and_hands_the_count_to_the_queue() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     let mut committed = 0;
     let mut taken = Vec::new();
@@ -224,12 +219,12 @@ fn commit_moves_the_head_and_hands_the_count_to_the_queue() {
     // SAFETY: the Rx queue's part: it owns the committed buffers, each
     // once, and gives them back.
     unsafe { pool.mempool().put_bulk(&taken) };
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn the_refill_head_runs_free_across_u32_wrap() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     let mut committed = 0;
     let head = u32::MAX - 3; // slot 12, a multiple of 4
@@ -244,13 +239,13 @@ fn the_refill_head_runs_free_across_u32_wrap() {
     assert_eq!(r[12..16], taken[..]);
     // SAFETY: as above, the committed buffers go back once.
     unsafe { pool.mempool().put_bulk(&taken) };
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 #[should_panic(expected = "commit of 8 slots: room 4")]
 fn a_commit_across_the_wrap_panics() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     let mut committed = 0;
     let mut info = view(&mut r, 12, 16, 4, &pool, &mut committed);
@@ -262,7 +257,7 @@ fn a_commit_across_the_wrap_panics() {
 #[test]
 #[should_panic(expected = "commit of 8 slots: room 4")]
 fn a_commit_of_more_than_due_panics() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     let mut committed = 0;
     let mut info = view(&mut r, 0, 4, 4, &pool, &mut committed);
@@ -273,7 +268,7 @@ fn a_commit_of_more_than_due_panics() {
 #[test]
 #[should_panic(expected = "commit of 6 slots: room 8")]
 fn a_commit_of_part_of_a_refill_unit_panics() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     let mut committed = 0;
     let mut info = view(&mut r, 0, 8, 4, &pool, &mut committed);
@@ -284,7 +279,7 @@ fn a_commit_of_part_of_a_refill_unit_panics() {
 #[test]
 #[should_panic(expected = "commit of 0 slots")]
 fn a_commit_of_nothing_panics() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     let mut committed = 0;
     let mut info = view(&mut r, 0, 8, 4, &pool, &mut committed);
@@ -292,63 +287,86 @@ fn a_commit_of_nothing_panics() {
     unsafe { info.commit(0) };
 }
 
-#[test]
-#[should_panic(expected = "bad recycle view: ring 12, due 4, unit 4, head 0")]
-fn a_ring_whose_size_is_not_a_power_of_two_is_refused() {
-    let pool = pool();
-    let mut r = ring(12);
+/// The message of the panic a view of a ring of `ring_len` slots refuses
+/// to be made with.
+fn refused_view(pool: &MbufPool, ring_len: usize, head: u32, due: u32, unit: u32) -> String {
+    let mut r = ring(ring_len);
     let mut committed = 0;
-    view(&mut r, 0, 4, 4, &pool, &mut committed);
+    let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        view(&mut r, head, due, unit, pool, &mut committed);
+    }))
+    .expect_err("the view is refused");
+    failure
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| failure.downcast_ref::<&str>().map(|m| m.to_string()))
+        .unwrap_or_default()
 }
 
 #[test]
-#[should_panic(expected = "bad recycle view: ring 0, due 0, unit 0, head 0")]
-fn an_empty_ring_is_refused() {
-    let pool = pool();
-    let mut r = ring(0);
-    let mut committed = 0;
-    view(&mut r, 0, 0, 0, &pool, &mut committed);
-}
-
-#[test]
-#[should_panic(expected = "bad recycle view: ring 16, due 17, unit 4, head 0")]
-fn more_slots_due_than_the_ring_holds_is_refused() {
-    let pool = pool();
-    let mut r = ring(16);
-    let mut committed = 0;
-    view(&mut r, 0, 17, 4, &pool, &mut committed);
-}
-
-#[test]
-#[should_panic(expected = "bad recycle view: ring 16, due 4, unit 4, head 6")]
-fn a_refill_head_off_the_refill_unit_is_refused() {
-    let pool = pool();
-    let mut r = ring(16);
-    let mut committed = 0;
-    view(&mut r, 6, 4, 4, &pool, &mut committed);
-}
-
-#[test]
-#[should_panic(expected = "bad recycle view: ring 16, due 4, unit 3, head 0")]
-fn a_refill_unit_that_is_not_a_power_of_two_is_refused() {
-    let pool = pool();
-    let mut r = ring(16);
-    let mut committed = 0;
-    view(&mut r, 0, 4, 3, &pool, &mut committed);
-}
-
-#[test]
-#[should_panic(expected = "bad recycle view: ring 16, due 16, unit 32, head 0")]
-fn a_refill_unit_larger_than_the_ring_is_refused() {
-    let pool = pool();
-    let mut r = ring(16);
-    let mut committed = 0;
-    view(&mut r, 0, 16, 32, &pool, &mut committed);
+fn bad_views_are_refused_naming_the_ring_and_what_is_due() {
+    let pool = small_pool();
+    // (what is wrong, ring slots, head, due, unit, message)
+    let cases = [
+        (
+            "a ring size that is not a power of two",
+            12,
+            0,
+            4,
+            4,
+            "bad recycle view: ring 12, due 4, unit 4, head 0",
+        ),
+        (
+            "an empty ring",
+            0,
+            0,
+            0,
+            0,
+            "bad recycle view: ring 0, due 0, unit 0, head 0",
+        ),
+        (
+            "more slots due than the ring holds",
+            16,
+            0,
+            17,
+            4,
+            "bad recycle view: ring 16, due 17, unit 4, head 0",
+        ),
+        (
+            "a refill head off the refill unit",
+            16,
+            6,
+            4,
+            4,
+            "bad recycle view: ring 16, due 4, unit 4, head 6",
+        ),
+        (
+            "a refill unit that is not a power of two",
+            16,
+            0,
+            4,
+            3,
+            "bad recycle view: ring 16, due 4, unit 3, head 0",
+        ),
+        (
+            "a refill unit larger than the ring",
+            16,
+            0,
+            16,
+            32,
+            "bad recycle view: ring 16, due 16, unit 32, head 0",
+        ),
+    ];
+    for (what, ring_len, head, due, unit, message) in cases {
+        let got = refused_view(&pool, ring_len, head, due, unit);
+        assert!(got.contains(message), "{what}: {got}");
+    }
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn fill_copies_both_pieces_in_order_and_commits_them() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(16);
     let mut committed = 0;
     let mut bufs = [Elem::DANGLING; 12];
@@ -369,12 +387,12 @@ fn fill_copies_both_pieces_in_order_and_commits_them() {
     assert_eq!(r[..4], [Elem::DANGLING; 4]);
     // SAFETY: the Rx queue's part: the committed buffers go back once.
     unsafe { pool.mempool().put_bulk(&bufs) };
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_fill_that_does_not_fit_writes_and_commits_nothing() {
-    let pool = pool();
+    let pool = small_pool();
     let marks: Vec<Elem> = (0..20).map(marker).collect();
     let mut r = ring(16);
     let mut committed = 0;
@@ -400,12 +418,12 @@ fn a_fill_that_does_not_fit_writes_and_commits_nothing() {
     }
     assert_eq!(committed, 0);
     assert!(r.iter().chain(&r2).all(|&e| e == Elem::DANGLING));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn the_unchecked_view_is_the_checked_one() {
-    let pool = pool();
+    let pool = small_pool();
     let mut r = ring(32);
     let mut c1 = 0;
     let a = format!("{:?}", view(&mut r, 48, 24, 8, &pool, &mut c1));

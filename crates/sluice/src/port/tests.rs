@@ -9,13 +9,13 @@ use crate::net::MacAddr;
 
 type Log = Arc<Mutex<Vec<String>>>;
 
-struct Q {
+struct ScriptedQueue {
     name: String,
     log: Log,
     fail_start: bool,
 }
 
-impl Q {
+impl ScriptedQueue {
     fn note(&self, what: &str) {
         self.log
             .lock()
@@ -24,7 +24,7 @@ impl Q {
     }
 }
 
-impl RxQueue for Q {
+impl RxQueue for ScriptedQueue {
     fn rx_burst(&mut self, _: &mut BurstSlice) -> usize {
         0
     }
@@ -40,7 +40,7 @@ impl RxQueue for Q {
     }
 }
 
-impl TxQueue for Q {
+impl TxQueue for ScriptedQueue {
     fn tx_burst(&mut self, _: &mut BurstSlice) -> usize {
         0
     }
@@ -63,7 +63,7 @@ impl PortDriver for Scripted {
         &self.info
     }
     fn setup(&mut self, c: &PortConfig, _: &Arc<PortCounters>) -> Result<Queues, PortError> {
-        let q = |name: String| Q {
+        let q = |name: String| ScriptedQueue {
             fail_start: self.fail == Some(name.as_str()),
             name,
             log: Arc::clone(&self.log),

@@ -172,13 +172,13 @@ fn read_chunks_are_send_and_sync_exactly_when_their_values_allow() {
 }
 
 /// Counts drops per value, and panics in the drop of one chosen value.
-struct Bomb {
+struct CountedDrop {
     id: usize,
     drops: std::sync::Arc<Vec<std::sync::atomic::AtomicUsize>>,
     explode: bool,
 }
 
-impl Drop for Bomb {
+impl Drop for CountedDrop {
     fn drop(&mut self) {
         self.drops[self.id].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         if self.explode {
@@ -190,16 +190,16 @@ impl Drop for Bomb {
 /// Pushes values 0..4 (value 1 panics when dropped), runs `consume` on the
 /// consumer (expected to panic), then drops the ring: every value must have
 /// been dropped exactly once.
-fn check_panicking_drop(consume: impl FnOnce(&mut Consumer<Bomb, Single>)) {
+fn check_panicking_drop(consume: impl FnOnce(&mut Consumer<CountedDrop, Single>)) {
     let drops = std::sync::Arc::new((0..4).map(|_| Default::default()).collect::<Vec<_>>());
-    let (mut p, mut c) = Ring::<Bomb>::spsc(4).unwrap();
+    let (mut p, mut c) = Ring::<CountedDrop>::spsc(4).unwrap();
     for id in 0..4 {
-        let bomb = Bomb {
+        let value = CountedDrop {
             id,
             drops: drops.clone(),
             explode: id == 1,
         };
-        assert!(p.push(bomb).is_ok());
+        assert!(p.push(value).is_ok());
     }
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| consume(&mut c)));
     assert!(result.is_err(), "the drop of value 1 panics");

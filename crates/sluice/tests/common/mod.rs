@@ -1,4 +1,5 @@
-//! Support shared by the stress tests.
+//! Support shared by the stress tests: the generator and the counts.
+#![allow(dead_code)]
 
 mod rng;
 
@@ -7,7 +8,13 @@ pub(crate) use rng::Rng;
 /// Operations per thread: `debug` in a debug build, `release` otherwise;
 /// `SLUICE_STRESS_OPS` overrides both.
 pub(crate) fn ops_per_thread(debug: u64, release: u64) -> u64 {
-    std::env::var("SLUICE_STRESS_OPS")
+    count_from_env("SLUICE_STRESS_OPS", debug, release)
+}
+
+/// The number in the environment variable `var`, else `debug` in a debug
+/// build and `release` otherwise.
+pub(crate) fn count_from_env(var: &str, debug: u64, release: u64) -> u64 {
+    std::env::var(var)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(if cfg!(debug_assertions) {

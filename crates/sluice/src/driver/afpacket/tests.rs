@@ -8,17 +8,12 @@ use std::time::{Duration, Instant};
 use sluice_netns::{Netns, RawSocket, Veth};
 
 use crate::driver::open;
-use crate::mbuf::{Burst, Mbuf, MbufPool, MbufPoolConfig};
+use crate::mbuf::{Burst, Mbuf};
 use crate::port::{Offloads, Port, PortConfig};
-
-fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        size,
-        cache_size: 0,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use crate::test_support::frames::{
+    is_test_frame, receive_test_frames, send_all, seq_of, test_frame,
+};
+use crate::test_support::{assert_pool_full, test_pool};
 
 fn err(spec: &str, config: PortConfig) -> String {
     open(spec, config).unwrap_err().to_string()
@@ -26,31 +21,36 @@ fn err(spec: &str, config: PortConfig) -> String {
 
 #[test]
 fn bad_specs_and_configs_are_clear_errors() {
-    let p = pool(255);
-    let cfg = || PortConfig::new(Some(p.clone()));
-    assert_eq!(
-        err("afpacket", cfg()),
-        "port spec 'afpacket': driver 'afpacket' needs key 'iface'"
-    );
-    assert_eq!(
-        err("afpacket:iface=sluicenosuch0", cfg()),
-        "port spec 'afpacket:iface=sluicenosuch0': no network interface 'sluicenosuch0' \
-         (in this network namespace)"
-    );
-    assert_eq!(
-        err("afpacket:iface=a234567890123456", cfg()),
-        "port spec 'afpacket:iface=a234567890123456': interface name 'a234567890123456' \
-         must be 1 to 15 bytes"
-    );
-    assert_eq!(
-        err("afpacket:iface=lo,block_size=5000", cfg()),
-        "port spec 'afpacket:iface=lo,block_size=5000': key 'block_size' = '5000' is not a \
-         power of two in 4096..=4194304"
-    );
-    assert_eq!(
-        err("afpacket:iface=lo,fanout=rr", cfg()),
-        "port spec 'afpacket:iface=lo,fanout=rr': key 'fanout' = 'rr' is not one of hash, lb, cpu"
-    );
+    let pool = test_pool(255);
+    let cfg = || PortConfig::new(Some(pool.clone()));
+    for (spec, want) in [
+        (
+            "afpacket",
+            "port spec 'afpacket': driver 'afpacket' needs key 'iface'",
+        ),
+        (
+            "afpacket:iface=sluicenosuch0",
+            "port spec 'afpacket:iface=sluicenosuch0': no network interface 'sluicenosuch0' \
+             (in this network namespace)",
+        ),
+        (
+            "afpacket:iface=a234567890123456",
+            "port spec 'afpacket:iface=a234567890123456': interface name 'a234567890123456' \
+             must be 1 to 15 bytes",
+        ),
+        (
+            "afpacket:iface=lo,block_size=5000",
+            "port spec 'afpacket:iface=lo,block_size=5000': key 'block_size' = '5000' is not a \
+             power of two in 4096..=4194304",
+        ),
+        (
+            "afpacket:iface=lo,fanout=rr",
+            "port spec 'afpacket:iface=lo,fanout=rr': key 'fanout' = 'rr' is not one of hash, \
+             lb, cpu",
+        ),
+    ] {
+        assert_eq!(err(spec, cfg()), want, "{spec}");
+    }
     assert_eq!(
         err("afpacket:iface=lo", cfg().queues(17, 1)),
         "port 'afpacket:iface=lo': 17 Rx queues asked, driver afpacket has at most 16"
@@ -77,28 +77,7 @@ fn bad_specs_and_configs_are_clear_errors() {
         err("afpacket:iface=lo", tso),
         "port 'afpacket:iface=lo': driver afpacket has no Tx offload tso"
     );
-    assert!(p.is_full());
-}
-
-/// Our test frames: EtherType 0x88b5 (local experimental), then a sequence
-/// number and bytes derived from it, `len` bytes in all.
-fn frame(dst: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
-    let mut f = Vec::with_capacity(len);
-    f.extend(dst);
-    f.extend([0x02, 0x5e, 0, 0, 0, 1, 0x88, 0xb5]);
-    f.extend(seq.to_be_bytes());
-    while f.len() < len {
-        f.push((f.len() as u32 ^ seq.wrapping_mul(31)) as u8);
-    }
-    f
-}
-
-fn ours(f: &[u8]) -> bool {
-    f.len() >= 18 && f[12..14] == [0x88, 0xb5]
-}
-
-fn seq_of(f: &[u8]) -> u32 {
-    u32::from_be_bytes([f[14], f[15], f[16], f[17]])
+    assert_pool_full(&pool);
 }
 
 /// A namespace with one end of a veth pair; the other end (root side) is
@@ -130,42 +109,14 @@ impl Wire {
     }
 }
 
-/// Polls every Rx queue of `port` until `want` of our frames arrived or
-/// nothing came for `idle`; returns (queue, frame bytes) of ours, and frees
-/// everything.
-fn receive(port: &mut Port, want: usize, idle: Duration) -> Vec<(usize, Vec<u8>)> {
-    let mut got = Vec::new();
-    let mut last = Instant::now();
-    let mut burst: Burst<32> = Burst::new();
-    let queues = port.nb_rx_queues();
-    while got.len() < want && last.elapsed() < idle {
-        for q in 0..queues {
-            let n = port.rx_queue(q).unwrap().rx_burst(&mut burst);
-            if n != 0 {
-                last = Instant::now();
-            }
-            for m in burst.iter() {
-                assert_eq!(m.nb_segs(), 1);
-                let d = m.to_vec();
-                if ours(&d) {
-                    got.push((q, d));
-                }
-            }
-            burst.clear();
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    got
-}
-
 #[test]
 fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
     if sluice_netns::skip_unless_root() {
         return;
     }
     let w = wire("afrx");
-    let p = pool(1023);
-    let cfg = PortConfig::new(Some(p.clone())).nb_rxd(4096);
+    let pool = test_pool(1023);
+    let cfg = PortConfig::new(Some(pool.clone())).nb_rxd(4096);
     let mut port = w.port("", cfg);
     let mac = port.mac().0;
     let peer = w.peer();
@@ -174,7 +125,7 @@ fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
     // back.
     let sent: Vec<Vec<u8>> = (0..300u32)
         .map(|i| {
-            let f = frame(mac, i, 60 + (i as usize * 97) % 1455);
+            let f = test_frame(mac, 1, i, 60 + (i as usize * 97) % 1455);
             if i % 10 != 0 {
                 return f;
             }
@@ -184,7 +135,7 @@ fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
             tagged
         })
         .collect();
-    let is_ours = |f: &[u8]| ours(f) || (f.len() > 22 && f[16..18] == [0x88, 0xb5]);
+    let is_ours = |f: &[u8]| is_test_frame(f) || (f.len() > 22 && f[16..18] == [0x88, 0xb5]);
     let mut got = Vec::new();
     // The peer sends while the port polls: a block the kernel retires
     // (every millisecond, however few packets it holds) is read soon, so a
@@ -219,7 +170,7 @@ fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
     assert!(get("rx_kernel_packets") >= 300, "{x:?}");
     assert_eq!(get("rx_kernel_drops"), 0, "{x:?}");
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -228,33 +179,20 @@ fn frames_sent_arrive_intact_at_the_peer() {
         return;
     }
     let w = wire("aftx");
-    let p = pool(1023);
-    let mut port = w.port("", PortConfig::new(Some(p.clone())).nb_txd(256));
+    let pool = test_pool(1023);
+    let mut port = w.port("", PortConfig::new(Some(pool.clone())).nb_txd(256));
     let peer = w.peer();
     let dst = w.ns.mac(w.veth.b()).unwrap().0;
     // 600 frames, more than the 256-frame ring: the queue pushes back and
     // the rest is sent again, nothing is lost.
     let want: Vec<Vec<u8>> = (0..600u32)
-        .map(|i| frame(dst, i, 60 + (i as usize * 53) % 1455))
+        .map(|i| test_frame(dst, 1, i, 60 + (i as usize * 53) % 1455))
         .collect();
-    let mut burst: Burst<32> = Burst::new();
-    let mut next = 0;
-    let start = Instant::now();
-    while (next < want.len() || !burst.is_empty()) && start.elapsed() < Duration::from_secs(60) {
-        while !burst.is_full() && next < want.len() {
-            burst
-                .push(p.alloc_from_slice(&want[next]).unwrap())
-                .unwrap();
-            next += 1;
-        }
-        port.tx_queue(0).unwrap().tx_burst(&mut burst);
-        std::thread::sleep(Duration::from_micros(100));
-    }
-    assert!(burst.is_empty());
+    send_all(&mut port, &pool, &want);
     // Every mbuf was freed once its bytes were in the ring.
-    assert!(p.is_full());
+    assert_pool_full(&pool);
     let got = peer
-        .recv_frames(600, Duration::from_secs(10), ours)
+        .recv_frames(600, Duration::from_secs(10), is_test_frame)
         .unwrap();
     assert_eq!(got.len(), 600);
     assert_eq!(got, want, "every frame, in order, byte for byte");
@@ -267,9 +205,9 @@ fn frames_sent_arrive_intact_at_the_peer() {
     assert_eq!(st.tx_errors, 0);
     // A packet too long for a ring frame is counted and freed.
     let mut long: Burst<4> = Burst::new();
-    let mut m: Mbuf = p.alloc().unwrap();
+    let mut m: Mbuf = pool.alloc().unwrap();
     m.append(2040).unwrap().fill(0);
-    let mut m2 = p.alloc().unwrap();
+    let mut m2 = pool.alloc().unwrap();
     m2.append(100).unwrap().fill(0);
     m.chain(m2).unwrap();
     long.push(m).unwrap();
@@ -277,7 +215,7 @@ fn frames_sent_arrive_intact_at_the_peer() {
     assert_eq!(port.stats().tx_errors, 1);
     assert_eq!(port.stats().tx_packets, 600);
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -286,8 +224,10 @@ fn fanout_spreads_flows_over_queues_and_keeps_each_flow_on_one() {
         return;
     }
     let w = wire("affan");
-    let p = pool(4095);
-    let mut cfg = PortConfig::new(Some(p.clone())).queues(4, 4).nb_rxd(4096);
+    let pool = test_pool(4095);
+    let mut cfg = PortConfig::new(Some(pool.clone()))
+        .queues(4, 4)
+        .nb_rxd(4096);
     cfg.rx_offloads |= Offloads::RSS_HASH;
     let mut port = w.port("", cfg);
     let peer = w.peer();
@@ -295,7 +235,7 @@ fn fanout_spreads_flows_over_queues_and_keeps_each_flow_on_one() {
     // IPv4/UDP frames of 64 flows (source ports), 8 each: the fanout hash
     // is the kernel's flow hash over addresses and ports. The sequence
     // number sits where `seq_of` reads it in our frames: in the UDP
-    // payload here, so `ours` is replaced by a check on the ports.
+    // payload here, so `is_test_frame` is replaced by a check on the ports.
     let udp = |flow: u16, seq: u32| {
         let mut f = mac.to_vec();
         f.extend([0x02, 0x5e, 0, 0, 0, 1, 0x08, 0x00]);
@@ -354,7 +294,7 @@ fn fanout_spreads_flows_over_queues_and_keeps_each_flow_on_one() {
     let used: std::collections::HashSet<usize> = by_flow.values().map(|e| e.0).collect();
     assert!(used.len() > 1, "64 flows all hashed to one queue: {used:?}");
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -363,12 +303,12 @@ fn a_full_ring_counts_kernel_drops_as_xstats_and_rx_missed() {
         return;
     }
     let w = wire("afdrop");
-    let p = pool(1023);
+    let pool = test_pool(1023);
     // 64 frames of 2048 bytes: two 64 KiB blocks, about 120 frames of 1000
     // bytes.
     let mut port = w.port(
         ",block_size=65536",
-        PortConfig::new(Some(p.clone())).nb_rxd(64),
+        PortConfig::new(Some(pool.clone())).nb_rxd(64),
     );
     let peer = w.peer();
     // A second packet socket on the port's interface: the kernel hands
@@ -380,13 +320,13 @@ fn a_full_ring_counts_kernel_drops_as_xstats_and_rx_missed() {
     // Nobody polls while 600 frames arrive: the ring fills, the kernel
     // drops the rest.
     for i in 0..600 {
-        peer.send(&frame(mac, i, 1000)).unwrap();
+        peer.send(&test_frame(mac, 1, i, 1000)).unwrap();
     }
     let seen = observer
-        .recv_frames(600, Duration::from_secs(30), ours)
+        .recv_frames(600, Duration::from_secs(30), is_test_frame)
         .unwrap();
     assert_eq!(seen.len(), 600, "the interface did not receive every frame");
-    let got = receive(&mut port, 600, Duration::from_secs(2));
+    let got = receive_test_frames(&mut port, 600, Duration::from_secs(2));
     port.stop();
     let st = port.stats();
     let x = port.xstats();
@@ -405,10 +345,10 @@ fn a_full_ring_counts_kernel_drops_as_xstats_and_rx_missed() {
     let seqs: Vec<u32> = got.iter().map(|(_, f)| seq_of(f)).collect();
     assert!(seqs.windows(2).all(|w| w[0] < w[1]), "{seqs:?}");
     for (_, f) in &got {
-        assert_eq!(*f, frame(mac, seq_of(f), 1000));
+        assert_eq!(*f, test_frame(mac, 1, seq_of(f), 1000));
     }
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -417,20 +357,21 @@ fn a_port_stops_and_starts_again() {
         return;
     }
     let w = wire("afrestart");
-    let p = pool(1023);
+    let pool = test_pool(1023);
     let spec = format!("afpacket:iface={}", w.veth.a());
-    let mut port = open(&spec, PortConfig::new(Some(p.clone())).queues(2, 2)).unwrap();
+    let mut port = open(&spec, PortConfig::new(Some(pool.clone())).queues(2, 2)).unwrap();
     let peer = w.peer();
     let mac = port.mac().0;
     for round in 0..3u32 {
         port.start().unwrap();
         for i in 0..20 {
-            peer.send(&frame(mac, round * 100 + i, 200)).unwrap();
+            peer.send(&test_frame(mac, 1, round * 100 + i, 200))
+                .unwrap();
         }
-        let got = receive(&mut port, 20, Duration::from_secs(10));
+        let got = receive_test_frames(&mut port, 20, Duration::from_secs(10));
         assert_eq!(got.len(), 20, "round {round}");
         port.stop();
-        assert!(p.is_full());
+        assert_pool_full(&pool);
     }
     // Stopped: nothing is received, nothing is sent.
     assert!(port.rx_queue(0).is_err());
@@ -490,8 +431,8 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
         return;
     }
     let w = wire("afbig");
-    let p = pool(1023);
-    let mut cfg = PortConfig::new(Some(p.clone())).nb_rxd(4096);
+    let pool = test_pool(1023);
+    let mut cfg = PortConfig::new(Some(pool.clone())).nb_rxd(4096);
     // The veth takes 1500-byte frames; the port only up to 1000 + 18.
     cfg.mtu = 1000;
     let mut port = w.port("", cfg);
@@ -499,9 +440,9 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     let peer = w.peer();
     let lens = [60usize, 1018, 1019, 1400, 60];
     for (i, &len) in lens.iter().enumerate() {
-        peer.send(&frame(mac, i as u32, len)).unwrap();
+        peer.send(&test_frame(mac, 1, i as u32, len)).unwrap();
     }
-    let got = receive(&mut port, 3, Duration::from_secs(5));
+    let got = receive_test_frames(&mut port, 3, Duration::from_secs(5));
     let got: Vec<usize> = got.iter().map(|(_, f)| f.len()).collect();
     assert_eq!(got, [60, 1018, 60]);
     let x = port.counters();
@@ -509,7 +450,7 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     assert_eq!(x.xstats.get("rx_runt_errors"), Some(0));
     assert_eq!(port.stats().rx_errors, 2);
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 /// `frame` with an 802.1Q tag after the MAC addresses (4 bytes longer).
@@ -526,37 +467,37 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
         return;
     }
     let w = wire("afmtu");
-    let p = pool(1023);
-    let mut port = w.port("", PortConfig::new(Some(p.clone())).nb_txd(256));
+    let pool = test_pool(1023);
+    let mut port = w.port("", PortConfig::new(Some(pool.clone())).nb_txd(256));
     let peer = w.peer();
     let dst = w.ns.mac(w.veth.b()).unwrap().0;
     // (frame, whether the interface takes it): up to MTU + 14 bytes, or
     // MTU + 18 with a VLAN tag. Then the interface's MTU drops to 1000
     // while the port runs.
     let first: Vec<(Vec<u8>, bool)> = vec![
-        (frame(dst, 0, 60), true),
-        (frame(dst, 1, 1514), true),
-        (frame(dst, 2, 1515), false),
-        (frame(dst, 3, 1518), false),
-        (tagged(&frame(dst, 4, 1514)), true),
-        (tagged(&frame(dst, 5, 1515)), false),
-        (frame(dst, 6, 9000), false),
-        (frame(dst, 7, 60), true),
+        (test_frame(dst, 1, 0, 60), true),
+        (test_frame(dst, 1, 1, 1514), true),
+        (test_frame(dst, 1, 2, 1515), false),
+        (test_frame(dst, 1, 3, 1518), false),
+        (tagged(&test_frame(dst, 1, 4, 1514)), true),
+        (tagged(&test_frame(dst, 1, 5, 1515)), false),
+        (test_frame(dst, 1, 6, 9000), false),
+        (test_frame(dst, 1, 7, 60), true),
     ];
     let second: Vec<(Vec<u8>, bool)> = vec![
-        (frame(dst, 8, 1014), true),
-        (frame(dst, 9, 1015), false),
-        (frame(dst, 10, 1400), false),
-        (frame(dst, 11, 60), true),
+        (test_frame(dst, 1, 8, 1014), true),
+        (test_frame(dst, 1, 9, 1015), false),
+        (test_frame(dst, 1, 10, 1400), false),
+        (test_frame(dst, 1, 11, 60), true),
     ];
     let send = |port: &mut Port, frames: &[(Vec<u8>, bool)]| {
         let mut burst: Burst<16> = Burst::new();
         for (f, _) in frames {
             // Longer than a segment: chained.
             let mut chunks = f.chunks(2000);
-            let mut m = p.alloc_from_slice(chunks.next().unwrap()).unwrap();
+            let mut m = pool.alloc_from_slice(chunks.next().unwrap()).unwrap();
             for c in chunks {
-                m.chain(p.alloc_from_slice(c).unwrap()).unwrap();
+                m.chain(pool.alloc_from_slice(c).unwrap()).unwrap();
             }
             burst.push(m).unwrap();
         }
@@ -566,17 +507,23 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
     send(&mut port, &first);
     Netns::root().set_mtu(w.veth.a(), 1000).unwrap();
     send(&mut port, &second);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
     let all: Vec<&(Vec<u8>, bool)> = first.iter().chain(&second).collect();
     let sent: Vec<u32> = all
         .iter()
         .filter(|(_, ok)| *ok)
-        .map(|(f, _)| if ours(f) { seq_of(f) } else { seq_of(&f[4..]) })
+        .map(|(f, _)| {
+            if is_test_frame(f) {
+                seq_of(f)
+            } else {
+                seq_of(&f[4..])
+            }
+        })
         .collect();
     let refused = all.len() - sent.len();
     // The peer's socket sees tagged frames with the tag taken out.
     let got = peer
-        .recv_frames(sent.len(), Duration::from_secs(10), ours)
+        .recv_frames(sent.len(), Duration::from_secs(10), is_test_frame)
         .unwrap();
     let got: Vec<u32> = got.iter().map(|f| seq_of(f)).collect();
     assert_eq!(
@@ -591,7 +538,7 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
     drop(port);
     // A port MTU larger than the interface's is refused at open, naming
     // both.
-    let cfg = PortConfig::new(Some(p.clone()));
+    let cfg = PortConfig::new(Some(pool.clone()));
     assert_eq!(cfg.mtu, 1500);
     assert_eq!(
         err(&format!("afpacket:iface={}", w.veth.a()), cfg),
@@ -601,7 +548,7 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
             a = w.veth.a()
         )
     );
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -610,8 +557,8 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
         return;
     }
     let w = wire("afwedge");
-    let p = pool(1023);
-    let mut port = w.port("", PortConfig::new(Some(p.clone())).nb_txd(64));
+    let pool = test_pool(1023);
+    let mut port = w.port("", PortConfig::new(Some(pool.clone())).nb_txd(64));
     // The peer takes no frame over 1000 + 18 bytes: the veth drops a
     // longer one each time the kernel offers it, and the kernel puts it
     // back in the ring to be offered again.
@@ -620,11 +567,11 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
     let dst = w.ns.mac(w.veth.b()).unwrap().0;
     let mut burst: Burst<32> = Burst::new();
     burst
-        .push(p.alloc_from_slice(&frame(dst, 0, 1400)).unwrap())
+        .push(pool.alloc_from_slice(&test_frame(dst, 1, 0, 1400)).unwrap())
         .unwrap();
     for i in 1..=20 {
         burst
-            .push(p.alloc_from_slice(&frame(dst, i, 60)).unwrap())
+            .push(pool.alloc_from_slice(&test_frame(dst, 1, i, 60)).unwrap())
             .unwrap();
     }
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 21);
@@ -636,7 +583,9 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
         port.tx_queue(0).unwrap().tx_burst(&mut burst);
         std::thread::sleep(Duration::from_millis(1));
     }
-    let got = peer.recv_frames(20, Duration::from_secs(5), ours).unwrap();
+    let got = peer
+        .recv_frames(20, Duration::from_secs(5), is_test_frame)
+        .unwrap();
     let got: Vec<u32> = got.iter().map(|f| seq_of(f)).collect();
     assert_eq!(got, (1..=20).collect::<Vec<_>>());
     assert_eq!(x.xstats.get("tx_kernel_drops"), Some(1));
@@ -647,7 +596,7 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
     w.ns.ip(&["link", "set", w.veth.b(), "down"]).unwrap();
     for i in 21..26 {
         burst
-            .push(p.alloc_from_slice(&frame(dst, i, 60)).unwrap())
+            .push(pool.alloc_from_slice(&test_frame(dst, 1, i, 60)).unwrap())
             .unwrap();
     }
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 5);
@@ -655,5 +604,5 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
     assert_eq!(port.stats().tx_errors, 1 + 5);
     assert_eq!(x.xstats.get("tx_kernel_drops"), Some(1 + 5));
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }

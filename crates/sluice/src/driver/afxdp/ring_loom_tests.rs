@@ -13,7 +13,7 @@ use loom::thread;
 
 use super::*;
 
-struct Mem {
+struct RingMemory {
     producer: AtomicU32,
     consumer: AtomicU32,
     flags: AtomicU32,
@@ -22,13 +22,13 @@ struct Mem {
 
 // SAFETY: entries are accessed by the protocol's rules only, which loom
 // checks.
-unsafe impl Sync for Mem {}
+unsafe impl Sync for RingMemory {}
 // SAFETY: as above.
-unsafe impl Send for Mem {}
+unsafe impl Send for RingMemory {}
 
-impl Mem {
-    fn new(size: u32) -> Arc<Mem> {
-        Arc::new(Mem {
+impl RingMemory {
+    fn new(size: u32) -> Arc<RingMemory> {
+        Arc::new(RingMemory {
             producer: AtomicU32::new(0),
             consumer: AtomicU32::new(0),
             flags: AtomicU32::new(0),
@@ -63,7 +63,7 @@ fn model<F: Fn() + Sync + Send + 'static>(f: F) {
 #[test]
 fn user_producer_kernel_consumer() {
     model(|| {
-        let mem = Mem::new(2);
+        let mem = RingMemory::new(2);
         let k = Arc::clone(&mem);
         let kernel = thread::spawn(move || {
             let mut got = Vec::new();
@@ -110,7 +110,7 @@ fn user_producer_kernel_consumer() {
 #[test]
 fn kernel_producer_user_consumer() {
     model(|| {
-        let mem = Mem::new(2);
+        let mem = RingMemory::new(2);
         let k = Arc::clone(&mem);
         let kernel = thread::spawn(move || {
             let mut sent = 0u32;
@@ -158,7 +158,7 @@ fn kernel_producer_user_consumer() {
 #[test]
 fn need_wakeup_is_never_lost() {
     model(|| {
-        let mem = Mem::new(2);
+        let mem = RingMemory::new(2);
         let k = Arc::clone(&mem);
         let kernel = thread::spawn(move || {
             k.flags.store(NEED_WAKEUP, Ordering::Relaxed);

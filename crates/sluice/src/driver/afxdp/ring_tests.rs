@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::*;
 
 /// A ring's memory, as the kernel would map it.
-struct Mem<T> {
+struct RingMemory<T> {
     producer: AtomicU32,
     consumer: AtomicU32,
     flags: AtomicU32,
@@ -17,12 +17,12 @@ struct Mem<T> {
 
 // SAFETY: the entries are accessed by the ring protocol's rules only (one
 // writer per slot at a time, ordered by the index words).
-unsafe impl<T: Send> Sync for Mem<T> {}
+unsafe impl<T: Send> Sync for RingMemory<T> {}
 
-impl<T: Copy + Default> Mem<T> {
+impl<T: Copy + Default> RingMemory<T> {
     /// `size` entries, both indices at `start`.
-    fn new(size: u32, start: u32) -> Arc<Mem<T>> {
-        Arc::new(Mem {
+    fn new(size: u32, start: u32) -> Arc<RingMemory<T>> {
+        Arc::new(RingMemory {
             producer: AtomicU32::new(start),
             consumer: AtomicU32::new(start),
             flags: AtomicU32::new(0),
@@ -81,7 +81,7 @@ impl<T: Copy + Default> Mem<T> {
 #[test]
 fn the_producer_end_fills_publishes_and_waits_for_the_consumer() {
     // Indices start just below the wrap of u32.
-    let mem = Mem::<u64>::new(8, u32::MAX - 3);
+    let mem = RingMemory::<u64>::new(8, u32::MAX - 3);
     // SAFETY: `mem` outlives the ring end; the only producer end.
     let mut r = unsafe { ProdRing::new(mem.ptrs()) };
     assert_eq!(r.size(), 8);
@@ -123,7 +123,7 @@ fn the_producer_end_fills_publishes_and_waits_for_the_consumer() {
 
 #[test]
 fn the_consumer_end_sees_only_published_entries_and_gives_them_back() {
-    let mem = Mem::<u64>::new(4, u32::MAX - 1);
+    let mem = RingMemory::<u64>::new(4, u32::MAX - 1);
     // SAFETY: `mem` outlives the ring end; the only consumer end.
     let mut r = unsafe { ConsRing::new(mem.ptrs()) };
     assert_eq!(r.ready(4), 0);
@@ -151,7 +151,7 @@ fn the_consumer_end_sees_only_published_entries_and_gives_them_back() {
 
 #[test]
 fn needs_wakeup_reads_the_kernels_flag() {
-    let mem = Mem::<u64>::new(2, 0);
+    let mem = RingMemory::<u64>::new(2, 0);
     // SAFETY: as above.
     let r = unsafe { ProdRing::new(mem.ptrs()) };
     assert!(!r.needs_wakeup());
@@ -167,8 +167,8 @@ fn needs_wakeup_reads_the_kernels_flag() {
 #[test]
 fn a_threaded_stand_in_for_the_kernel_moves_every_value_once_in_order() {
     const N: u64 = 200_000;
-    let fill = Mem::<u64>::new(64, u32::MAX - 10);
-    let rx = Mem::<u64>::new(64, 7);
+    let fill = RingMemory::<u64>::new(64, u32::MAX - 10);
+    let rx = RingMemory::<u64>::new(64, 7);
     let kernel = {
         let (fill, rx) = (Arc::clone(&fill), Arc::clone(&rx));
         std::thread::spawn(move || {

@@ -4,15 +4,15 @@
 //! skips, saying why, where namespaces cannot be made (under CI as root it
 //! fails instead).
 
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use sluice_netns::{Netns, Veth};
+use sluice_netns::{Netns, RawSocket, Veth};
 
 use super::link_info;
 use crate::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use crate::mempool::HugepagePolicy;
 use crate::port::{Port, PortConfig, recycle_mbufs};
+use crate::test_support::{TestPool, assert_pool_full, assert_pool_full_with};
 
 /// Longest any wait for frames takes.
 const WAIT: Duration = Duration::from_secs(10);
@@ -28,15 +28,11 @@ pub(super) fn skipped(why: &str) {
 }
 
 /// A pool of `size` mbufs on plain pages.
-fn pool(name: &str, size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        name: name.into(),
-        size,
-        cache_size: 0,
-        hugepages: HugepagePolicy::Never,
-        ..Default::default()
-    })
-    .unwrap()
+fn plain_pool(name: &str, size: u32) -> MbufPool {
+    TestPool::new(size)
+        .name(name)
+        .hugepages(HugepagePolicy::Never)
+        .build()
 }
 
 /// A namespace with a veth pair into it: `veth.a()` (root) is for Sluice,
@@ -61,113 +57,28 @@ fn open(iface: &str, extra: &str, pool: &MbufPool, queues: u16) -> Result<Port, 
     crate::driver::open(&spec, config).map_err(|e| e.to_string())
 }
 
-/// A raw packet socket bound to one interface.
-struct Raw {
-    fd: OwnedFd,
-}
+/// A packet socket on the peer end of the test's veth: sends frames as
+/// given, receives the test's own (by EtherType).
+struct Peer(RawSocket);
 
-impl Raw {
-    /// A raw socket on `ifname` in `ns`.
-    fn on(ns: &Netns, ifname: &str) -> Raw {
-        let ifname = ifname.to_owned();
-        ns.run_in(move || {
-            let proto = (libc::ETH_P_ALL as u16).to_be();
-            // SAFETY: socket(2) with constant arguments.
-            let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, proto as i32) };
-            assert!(fd >= 0, "{}", std::io::Error::last_os_error());
-            // SAFETY: a new fd we own.
-            let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-            let name = std::ffi::CString::new(ifname).unwrap();
-            // SAFETY: a NUL-terminated name.
-            let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };
-            assert!(ifindex != 0);
-            // SAFETY: an all-zero sockaddr_ll is valid; fields set below.
-            let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            sa.sll_family = libc::AF_PACKET as u16;
-            sa.sll_protocol = proto;
-            sa.sll_ifindex = ifindex as i32;
-            // SAFETY: a valid sockaddr_ll of the size given.
-            let r = unsafe {
-                libc::bind(
-                    fd.as_raw_fd(),
-                    (&sa as *const libc::sockaddr_ll).cast(),
-                    std::mem::size_of::<libc::sockaddr_ll>() as u32,
-                )
-            };
-            assert_eq!(r, 0, "{}", std::io::Error::last_os_error());
-            // Room for every frame a test sends before reading (root may
-            // exceed rmem_max).
-            let rcvbuf: i32 = 16 << 20;
-            // SAFETY: an int of the size given.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVBUFFORCE,
-                    (&rcvbuf as *const i32).cast(),
-                    4,
-                )
-            };
-            let tv = libc::timeval {
-                tv_sec: 0,
-                tv_usec: 100_000,
-            };
-            // SAFETY: a timeval of the size given.
-            unsafe {
-                libc::setsockopt(
-                    fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVTIMEO,
-                    (&tv as *const libc::timeval).cast(),
-                    std::mem::size_of::<libc::timeval>() as u32,
-                )
-            };
-            Raw { fd }
-        })
-        .unwrap()
+impl Peer {
+    /// A packet socket on `ifname` in `ns`.
+    fn on(ns: &Netns, ifname: &str) -> Peer {
+        Peer(RawSocket::open(ns, ifname).unwrap())
     }
 
     fn send(&self, frame: &[u8]) {
-        // SAFETY: sending `frame.len()` bytes of `frame`.
-        let r = unsafe { libc::send(self.fd.as_raw_fd(), frame.as_ptr().cast(), frame.len(), 0) };
-        assert_eq!(
-            r,
-            frame.len() as isize,
-            "{}",
-            std::io::Error::last_os_error()
-        );
+        self.0.send(frame).unwrap();
     }
 
-    /// The next frame of ours that arrived (not one this socket's
-    /// interface sent), or `None` after 100 ms.
+    /// The next test frame that arrived, or `None` once none came for
+    /// 100 ms.
     fn recv(&self) -> Option<Vec<u8>> {
-        let mut buf = vec![0u8; 4096];
-        loop {
-            // SAFETY: an all-zero sockaddr_ll is valid.
-            let mut sa: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            let mut len = std::mem::size_of::<libc::sockaddr_ll>() as u32;
-            // SAFETY: `buf` and `sa` have the room given.
-            let n = unsafe {
-                libc::recvfrom(
-                    self.fd.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    0,
-                    (&mut sa as *mut libc::sockaddr_ll).cast(),
-                    &mut len,
-                )
-            };
-            if n < 0 {
-                return None;
-            }
-            if sa.sll_pkttype == libc::PACKET_OUTGOING {
-                continue;
-            }
-            let f = &buf[..n as usize];
-            if f.len() >= 14 && u16::from_be_bytes([f[12], f[13]]) == ETHERTYPE {
-                return Some(f.to_vec());
-            }
-        }
+        let ours = |f: &[u8]| f.len() >= 14 && u16::from_be_bytes([f[12], f[13]]) == ETHERTYPE;
+        self.0
+            .recv_frames(1, Duration::from_millis(100), ours)
+            .unwrap()
+            .pop()
     }
 }
 
@@ -218,15 +129,15 @@ fn both_ways(mode: &str, wakeup: bool) {
     let Some((ns, veth)) = veth_into_ns("both") else {
         return;
     };
-    let p = pool("afxdp_both", 2047);
+    let pool = plain_pool("afxdp_both", 2047);
     let extra = format!(",xdp_mode={mode},bind=copy,wakeup={wakeup}");
-    let mut port = open(veth.a(), &extra, &p, 1).unwrap();
+    let mut port = open(veth.a(), &extra, &pool, 1).unwrap();
     port.start().unwrap();
     assert!(xdp_attached(veth.a()));
     let native = port.counters().xstats.get("xdp_native");
     assert_eq!(native, Some((mode == "native") as u64));
     assert_eq!(port.counters().xstats.get("xsk_zerocopy"), Some(0));
-    let raw = Raw::on(&ns, veth.b());
+    let peer = Peer::on(&ns, veth.b());
 
     // Into Sluice: 300 frames of sizes 60..=1514, 50 at a time (the Rx
     // ring holds 256).
@@ -234,7 +145,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     let mut got = Vec::new();
     for chunk in (0..sizes.len()).collect::<Vec<_>>().chunks(50) {
         for &i in chunk {
-            raw.send(&frame(i as u32, sizes[i], 1));
+            peer.send(&frame(i as u32, sizes[i], 1));
         }
         got.extend(receive(&mut port, chunk.len()));
     }
@@ -251,14 +162,14 @@ fn both_ways(mode: &str, wakeup: bool) {
     while sent < sizes.len() && Instant::now() < end {
         let mut b: Burst = Burst::new();
         for (i, &len) in sizes.iter().enumerate().skip(sent).take(32) {
-            let m = p.alloc_from_slice(&frame(i as u32, len, 2)).unwrap();
+            let m = pool.alloc_from_slice(&frame(i as u32, len, 2)).unwrap();
             b.push(m).unwrap();
         }
         sent += port.tx_queue(0).unwrap().tx_burst(&mut b);
     }
     let mut out = Vec::new();
     while out.len() < sizes.len() {
-        match raw.recv() {
+        match peer.recv() {
             Some(f) => out.push(f),
             None if Instant::now() < end => {}
             None => break,
@@ -276,7 +187,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     );
     port.stop();
     assert!(!xdp_attached(veth.a()), "the program is detached at stop");
-    assert!(p.is_full(), "{:?}", p.stats());
+    assert_pool_full(&pool);
     let x = port.xstats();
     let get = |n: &str| x.iter().find(|(k, _)| k == n).map(|(_, v)| *v);
     assert_eq!(get("rx_bad_addrs"), Some(0));
@@ -284,7 +195,7 @@ fn both_ways(mode: &str, wakeup: bool) {
     assert_eq!(get("xsk_leaked_frames"), Some(0));
     assert!(get("rx_dropped").is_some() && get("tx_ring_empty_descs").is_some());
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -310,31 +221,31 @@ fn spec(iface: &str, extra: &str) -> String {
 
 #[test]
 fn a_missing_interface_is_an_error_naming_it() {
-    let p = pool("afxdp_missing", 255);
+    let pool = plain_pool("afxdp_missing", 255);
     assert_eq!(
-        open("sluice_nope0", "", &p, 1).unwrap_err(),
+        open("sluice_nope0", "", &pool, 1).unwrap_err(),
         "afxdp port 'afxdp:iface=sluice_nope0': no interface named 'sluice_nope0'"
     );
     assert_eq!(
-        open("", "", &p, 1).unwrap_err(),
+        open("", "", &pool, 1).unwrap_err(),
         "port spec 'afxdp:iface=': key 'iface' has no value"
     );
     assert_eq!(
-        crate::driver::open("afxdp:queue=1", PortConfig::new(Some(p.clone())))
+        crate::driver::open("afxdp:queue=1", PortConfig::new(Some(pool.clone())))
             .unwrap_err()
             .to_string(),
         "port spec 'afxdp:queue=1': driver 'afxdp' needs key 'iface'"
     );
     assert_eq!(
-        open("lo", ",xdp_mode=fast", &p, 1).unwrap_err(),
+        open("lo", ",xdp_mode=fast", &pool, 1).unwrap_err(),
         "port spec 'afxdp:iface=lo,xdp_mode=fast': key 'xdp_mode' = 'fast' is not one of \
          native, generic, auto"
     );
     assert_eq!(
-        open("lo", ",fill=1000", &p, 1).unwrap_err(),
+        open("lo", ",fill=1000", &pool, 1).unwrap_err(),
         "afxdp port 'afxdp:iface=lo,fill=1000': fill ring of 1000 entries: not a power of two"
     );
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -342,24 +253,24 @@ fn a_queue_the_interface_lacks_is_an_error() {
     let Some((_ns, veth)) = veth_into_ns("noq") else {
         return;
     };
-    let p = pool("afxdp_noq", 2047);
+    let pool = plain_pool("afxdp_noq", 2047);
     let a = veth.a();
     assert_eq!(
-        open(a, ",queue=3", &p, 1).unwrap_err(),
+        open(a, ",queue=3", &pool, 1).unwrap_err(),
         format!(
             "afxdp port '{}': {a} has 1 Rx queue; queue 3 does not exist",
             spec(a, ",queue=3")
         )
     );
     assert_eq!(
-        open(a, "", &p, 2).unwrap_err(),
+        open(a, "", &pool, 2).unwrap_err(),
         format!(
             "afxdp port '{}': {a} has 1 Rx queue; queue 1 does not exist",
             spec(a, "")
         )
     );
     assert!(!xdp_attached(a));
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -369,7 +280,7 @@ fn zero_copy_on_veth_is_a_clear_error_and_auto_falls_back_to_copy() {
     };
     let a = veth.a();
     // On 4 KiB pages the frames do not allow zero-copy at all.
-    let p = pool("afxdp_zc", 2047);
+    let p = plain_pool("afxdp_zc", 2047);
     assert_eq!(
         open(a, ",bind=zerocopy", &p, 1).unwrap_err(),
         format!(
@@ -403,20 +314,20 @@ fn zero_copy_on_veth_is_a_clear_error_and_auto_falls_back_to_copy() {
             );
             assert!(!xdp_attached(a));
             drop(port);
-            assert!(huge.is_full());
+            assert_pool_full(&huge);
             // Auto tries zero-copy, then binds in copy mode.
             let mut port = open(a, ",bind=auto", &huge, 1).unwrap();
             port.start().unwrap();
             assert_eq!(port.counters().xstats.get("xsk_zerocopy"), Some(0));
             drop(port);
-            assert!(huge.is_full());
+            assert_pool_full(&huge);
         }
     }
     let mut port = open(a, ",bind=auto", &p, 1).unwrap();
     port.start().unwrap();
     assert_eq!(port.counters().xstats.get("xsk_zerocopy"), Some(0));
     port.stop();
-    assert!(p.is_full());
+    assert_pool_full(&p);
 }
 
 #[test]
@@ -424,11 +335,11 @@ fn a_second_socket_on_a_busy_queue_is_a_clear_error() {
     let Some((_ns, veth)) = veth_into_ns("busy") else {
         return;
     };
-    let p = pool("afxdp_busy", 4095);
+    let pool = plain_pool("afxdp_busy", 4095);
     let a = veth.a();
-    let mut first = open(a, "", &p, 1).unwrap();
+    let mut first = open(a, "", &pool, 1).unwrap();
     first.start().unwrap();
-    let mut second = open(a, ",xdp_mode=generic", &p, 1).unwrap();
+    let mut second = open(a, ",xdp_mode=generic", &pool, 1).unwrap();
     assert_eq!(
         second.start().unwrap_err().to_string(),
         format!(
@@ -441,7 +352,7 @@ fn a_second_socket_on_a_busy_queue_is_a_clear_error() {
     assert!(xdp_attached(a), "the first port's program stays");
     first.stop();
     assert!(!xdp_attached(a));
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 /// Stopping and starting at once rebinds the queue (the bind retries while
@@ -451,19 +362,19 @@ fn restarts_rebind_at_once_and_traffic_flows_each_time() {
     let Some((ns, veth)) = veth_into_ns("restart") else {
         return;
     };
-    let p = pool("afxdp_restart", 2047);
-    let mut port = open(veth.a(), "", &p, 1).unwrap();
-    let raw = Raw::on(&ns, veth.b());
+    let pool = plain_pool("afxdp_restart", 2047);
+    let mut port = open(veth.a(), "", &pool, 1).unwrap();
+    let peer = Peer::on(&ns, veth.b());
     for round in 0..4u32 {
         port.start().unwrap();
         for i in 0..20 {
-            raw.send(&frame(round * 100 + i, 100, 1));
+            peer.send(&frame(round * 100 + i, 100, 1));
         }
         let got = receive(&mut port, 20);
         assert_eq!(got.len(), 20, "round {round}");
         assert_eq!(got[19], frame(round * 100 + 19, 100, 1));
         port.stop();
-        assert!(p.is_full(), "round {round}: {:?}", p.stats());
+        assert_pool_full_with(&pool, format_args!("round {round}"));
         assert!(!xdp_attached(veth.a()));
     }
     // Dropped while started: detached, every buffer home.
@@ -471,7 +382,7 @@ fn restarts_rebind_at_once_and_traffic_flows_each_time() {
     assert!(xdp_attached(veth.a()));
     drop(port);
     assert!(!xdp_attached(veth.a()));
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 /// A veth pair with `queues` queues each way, one end moved into `ns`;
@@ -556,22 +467,22 @@ fn two_queues_each_with_its_socket_receive_every_frame() {
     }
     let ns = Netns::new("mq").unwrap();
     let veth = MultiVeth::new(&ns, 2);
-    let p = pool("afxdp_mq", 4095);
+    let pool = plain_pool("afxdp_mq", 4095);
     let spec = format!("afxdp:iface={},xdp_mode=native", veth.a);
-    let config = PortConfig::new(Some(p.clone()))
+    let config = PortConfig::new(Some(pool.clone()))
         .queues(2, 2)
         .nb_rxd(256)
         .nb_txd(256);
     let mut port = crate::driver::open(&spec, config).unwrap();
     port.start().unwrap();
-    let raw = Raw::on(&ns, &veth.b);
+    let peer = Peer::on(&ns, &veth.b);
     let total = 400u32;
     let mut seen = vec![0u32; total as usize];
     let mut per_queue = [0u64; 2];
     let mut burst: Burst = Burst::new();
     for chunk in 0..total / 50 {
         for i in chunk * 50..(chunk + 1) * 50 {
-            raw.send(&udp_frame(1000 + (i % 64) as u16, i));
+            peer.send(&udp_frame(1000 + (i % 64) as u16, i));
         }
         let end = Instant::now() + WAIT;
         let mut got = 0;
@@ -602,7 +513,7 @@ fn two_queues_each_with_its_socket_receive_every_frame() {
         total as u64
     );
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
     drop(veth);
 }
 
@@ -614,17 +525,17 @@ fn recycling_moves_completed_frames_into_the_fill_ring() {
     let Some((ns, veth)) = veth_into_ns("recycle") else {
         return;
     };
-    let p = pool("afxdp_recycle", 2047);
-    let mut port = open(veth.a(), "", &p, 1).unwrap();
+    let pool = plain_pool("afxdp_recycle", 2047);
+    let mut port = open(veth.a(), "", &pool, 1).unwrap();
     assert!(port.rx_queue_recycles(0).unwrap() && port.tx_queue_recycles(0).unwrap());
     port.start().unwrap();
-    let raw = Raw::on(&ns, veth.b());
+    let peer = Peer::on(&ns, veth.b());
     let total = 2000u32;
     let mut back = 0u32;
     let mut burst: Burst = Burst::new();
     for chunk in 0..total / 100 {
         for i in chunk * 100..(chunk + 1) * 100 {
-            raw.send(&frame(i, 60 + (i as usize % 900), 1));
+            peer.send(&frame(i, 60 + (i as usize % 900), 1));
         }
         let want = (chunk + 1) * 100;
         let end = Instant::now() + WAIT;
@@ -635,7 +546,7 @@ fn recycling_moves_completed_frames_into_the_fill_ring() {
             while !burst.is_empty() {
                 tx[0].tx_burst(&mut burst);
             }
-            while let Some(f) = raw.recv() {
+            while let Some(f) = peer.recv() {
                 assert_eq!(
                     f,
                     frame(back, 60 + (back as usize % 900), 1),
@@ -656,7 +567,7 @@ fn recycling_moves_completed_frames_into_the_fill_ring() {
     assert_eq!(rxr, txr);
     assert_eq!(x.get("recycle_fallbacks"), Some(0));
     port.stop();
-    assert!(p.is_full(), "{:?}", p.stats());
+    assert_pool_full(&pool);
 }
 
 /// Drops `CAP_IPC_LOCK` from the calling thread's effective set (threads
@@ -729,7 +640,7 @@ fn umem_over_the_memlock_limit_without_cap_ipc_lock_is_a_clear_error() {
         s.spawn(|| {
             drop_ipc_lock_in_this_thread();
             // 8191 mbufs 2368 bytes apart (37 lines): 18.5 MiB.
-            let big = pool("afxdp_big", 8191);
+            let big = plain_pool("afxdp_big", 8191);
             let e = open(&a, "", &big, 1).unwrap_err();
             assert_eq!(
                 e,
@@ -742,12 +653,12 @@ fn umem_over_the_memlock_limit_without_cap_ipc_lock_is_a_clear_error() {
                     limit / 1024
                 )
             );
-            assert!(big.is_full());
+            assert_pool_full(&big);
             // 2047 mbufs: 4.5 MiB, charged while the socket is open.
-            let small = pool("afxdp_small", 2047);
+            let small = plain_pool("afxdp_small", 2047);
             let mut port = open(&a, "", &small, 1).unwrap();
             port.start().unwrap();
-            let other = pool("afxdp_other", 2047);
+            let other = plain_pool("afxdp_other", 2047);
             let mut second = open(&a, ",queue=0", &other, 1).unwrap();
             let e = second.start().unwrap_err().to_string();
             assert!(
@@ -757,7 +668,8 @@ fn umem_over_the_memlock_limit_without_cap_ipc_lock_is_a_clear_error() {
             );
             drop(second);
             port.stop();
-            assert!(small.is_full() && other.is_full());
+            assert_pool_full(&small);
+            assert_pool_full(&other);
         });
     });
 }
@@ -769,31 +681,31 @@ fn one_direction_ports_work_and_a_tx_only_one_attaches_nothing() {
     let Some((ns, veth)) = veth_into_ns("onedir") else {
         return;
     };
-    let p = pool("afxdp_onedir", 2047);
+    let pool = plain_pool("afxdp_onedir", 2047);
     let spec = format!("afxdp:iface={}", veth.a());
-    let tx_only = PortConfig::new(Some(p.clone())).queues(0, 1).nb_txd(256);
+    let tx_only = PortConfig::new(Some(pool.clone())).queues(0, 1).nb_txd(256);
     let mut port = crate::driver::open(&spec, tx_only).unwrap();
     port.start().unwrap();
     assert!(!xdp_attached(veth.a()), "no Rx queue, no program");
-    let raw = Raw::on(&ns, veth.b());
+    let peer = Peer::on(&ns, veth.b());
     let mut b: Burst = Burst::new();
     for i in 0..10 {
-        b.push(p.alloc_from_slice(&frame(i, 64, 2)).unwrap())
+        b.push(pool.alloc_from_slice(&frame(i, 64, 2)).unwrap())
             .unwrap();
     }
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut b), 10);
     for i in 0..10 {
-        assert_eq!(raw.recv(), Some(frame(i, 64, 2)));
+        assert_eq!(peer.recv(), Some(frame(i, 64, 2)));
     }
     drop(port);
-    assert!(p.is_full());
-    let rx_only = PortConfig::new(Some(p.clone())).queues(1, 0).nb_rxd(256);
+    assert_pool_full(&pool);
+    let rx_only = PortConfig::new(Some(pool.clone())).queues(1, 0).nb_rxd(256);
     let mut port = crate::driver::open(&spec, rx_only).unwrap();
     port.start().unwrap();
-    raw.send(&frame(7, 100, 1));
+    peer.send(&frame(7, 100, 1));
     assert_eq!(receive(&mut port, 1), [frame(7, 100, 1)]);
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -801,17 +713,17 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     let Some((ns, veth)) = veth_into_ns("big") else {
         return;
     };
-    let p = pool("afxdp_big", 2047);
+    let pool = plain_pool("afxdp_big", 2047);
     let spec = format!("afxdp:iface={},xdp_mode=generic,bind=copy", veth.a());
-    let mut config = PortConfig::new(Some(p.clone())).nb_rxd(256).nb_txd(256);
+    let mut config = PortConfig::new(Some(pool.clone())).nb_rxd(256).nb_txd(256);
     // The veth takes 1500-byte frames; the port only up to 1000 + 18.
     config.mtu = 1000;
     let mut port = crate::driver::open(&spec, config).unwrap();
     port.start().unwrap();
-    let raw = Raw::on(&ns, veth.b());
+    let peer = Peer::on(&ns, veth.b());
     let lens = [60usize, 1018, 1019, 1400, 60];
     for (i, &len) in lens.iter().enumerate() {
-        raw.send(&frame(i as u32, len, 1));
+        peer.send(&frame(i as u32, len, 1));
     }
     let got: Vec<usize> = receive(&mut port, 3).iter().map(Vec::len).collect();
     assert_eq!(got, [60, 1018, 60]);
@@ -821,5 +733,5 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     assert_eq!(port.stats().rx_errors, 2);
     port.stop();
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }

@@ -327,8 +327,8 @@ impl Ledger {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::mbuf::MbufPoolConfig;
     use crate::mempool::HugepagePolicy;
+    use crate::test_support::{TestPool, assert_pool_full};
 
     #[test]
     fn inverses_are_inverses() {
@@ -337,60 +337,57 @@ mod tests {
         }
     }
 
-    fn pool(size: u32, headroom: u16, data_room: u16) -> MbufPool {
-        MbufPool::new(MbufPoolConfig {
-            size,
-            cache_size: 0,
-            headroom,
-            data_room,
-            hugepages: HugepagePolicy::Never,
-            ..Default::default()
-        })
-        .unwrap()
+    /// A pool of `size` mbufs with these rooms, on plain pages.
+    fn plain_pool(size: u32, headroom: u16, data_room: u16) -> MbufPool {
+        TestPool::new(size)
+            .headroom(headroom)
+            .data_room(data_room)
+            .hugepages(HugepagePolicy::Never)
+            .build()
     }
 
     #[test]
     fn default_pool_is_2304_byte_chunks_with_data_where_the_kernel_writes() {
-        let p = pool(1000, 128, 2048);
-        let u = Umem::of_pool(&p).unwrap();
-        assert_eq!(u.chunk_size(), 2304);
+        let pool = plain_pool(1000, 128, 2048);
+        let umem = Umem::of_pool(&pool).unwrap();
+        assert_eq!(umem.chunk_size(), 2304);
         assert_eq!(
-            u.headroom(),
+            umem.headroom(),
             0,
             "header 128 + headroom 128 = XDP_PACKET_HEADROOM"
         );
-        assert_eq!(u.frame_room(), 2048);
-        assert_eq!(u.frames(), 1000);
-        assert!(!u.zero_copy_ok(), "2304-byte chunks on 4 KiB pages");
+        assert_eq!(umem.frame_room(), 2048);
+        assert_eq!(umem.frames(), 1000);
+        assert!(!umem.zero_copy_ok(), "2304-byte chunks on 4 KiB pages");
         // Chunks lie an odd number of lines apart: 37 of them.
-        assert!(u.len() >= 1000 * 2368);
-        assert_eq!(u.offset_of_index(1), 2368);
+        assert!(umem.len() >= 1000 * 2368);
+        assert_eq!(umem.offset_of_index(1), 2368);
         // A bigger pool headroom is given to the kernel as UMEM headroom.
-        let p2 = pool(10, 256, 2048);
-        let u2 = Umem::of_pool(&p2).unwrap();
-        assert_eq!((u2.headroom(), u2.frame_room()), (128, 2048));
+        let more_headroom = plain_pool(10, 256, 2048);
+        let umem2 = Umem::of_pool(&more_headroom).unwrap();
+        assert_eq!((umem2.headroom(), umem2.frame_room()), (128, 2048));
         // A smaller one just moves the data further in.
-        let p3 = pool(10, 0, 2048);
-        let u3 = Umem::of_pool(&p3).unwrap();
+        let no_headroom = plain_pool(10, 0, 2048);
+        let umem3 = Umem::of_pool(&no_headroom).unwrap();
         assert_eq!(
-            (u3.chunk_size(), u3.headroom(), u3.frame_room()),
+            (umem3.chunk_size(), umem3.headroom(), umem3.frame_room()),
             (2176, 0, 1920)
         );
-        drop((p2, p3));
-        assert!(p.is_full());
+        drop((more_headroom, no_headroom));
+        assert_pool_full(&pool);
     }
 
     #[test]
     fn elements_map_to_indices_and_back_and_nothing_else_does() {
-        let p = pool(777, 128, 2048);
-        let u = Umem::of_pool(&p).unwrap();
+        let pool = plain_pool(777, 128, 2048);
+        let umem = Umem::of_pool(&pool).unwrap();
         for idx in [0u32, 1, 2, 63, 64, 500, 776] {
-            let off = u.offset_of_index(idx);
-            assert_eq!(u.index(off), Some(idx));
-            let e = u.elem_at(off);
-            assert!(u.holds(e));
-            assert_eq!(u.offset_of(e), off);
-            assert_eq!(u.index_of(e), idx);
+            let off = umem.offset_of_index(idx);
+            assert_eq!(umem.index(off), Some(idx));
+            let e = umem.elem_at(off);
+            assert!(umem.holds(e));
+            assert_eq!(umem.offset_of(e), off);
+            assert_eq!(umem.index_of(e), idx);
         }
         // The stride: 2304 bytes spread to 37 lines.
         let end = 777 * 2368;
@@ -405,10 +402,10 @@ mod tests {
             u64::MAX >> 16,
             1 << 47,
         ] {
-            assert_eq!(u.index(bad), None, "{bad}");
+            assert_eq!(umem.index(bad), None, "{bad}");
         }
-        assert!(!u.holds(u.elem_at(end)));
-        assert!(p.is_full());
+        assert!(!umem.holds(umem.elem_at(end)));
+        assert_pool_full(&pool);
     }
 
     #[test]
@@ -421,58 +418,52 @@ mod tests {
 
     #[test]
     fn too_small_elements_are_an_error_naming_the_pool() {
-        let p = MbufPool::new(MbufPoolConfig {
-            name: "tiny".into(),
-            size: 10,
-            cache_size: 0,
-            data_room: 1000,
-            hugepages: HugepagePolicy::Never,
-            ..Default::default()
-        })
-        .unwrap();
+        let pool = TestPool::new(10)
+            .name("tiny")
+            .data_room(1000)
+            .hugepages(HugepagePolicy::Never)
+            .build();
         assert_eq!(
-            Umem::of_pool(&p).unwrap_err(),
+            Umem::of_pool(&pool).unwrap_err(),
             "pool 'tiny': elements of 1256 bytes are smaller than an AF_XDP frame (2048); give \
              it a data room of at least 1792"
         );
+        assert_pool_full(&pool);
     }
 
     #[test]
     fn elements_larger_than_a_page_are_an_error_naming_the_limit() {
-        let p = MbufPool::new(MbufPoolConfig {
-            name: "jumbo".into(),
-            size: 10,
-            cache_size: 0,
-            data_room: 9216,
-            hugepages: HugepagePolicy::Never,
-            ..Default::default()
-        })
-        .unwrap();
+        let pool = TestPool::new(10)
+            .name("jumbo")
+            .data_room(9216)
+            .hugepages(HugepagePolicy::Never)
+            .build();
         assert_eq!(
-            Umem::of_pool(&p).unwrap_err(),
+            Umem::of_pool(&pool).unwrap_err(),
             "pool 'jumbo': elements of 9472 bytes are larger than a 4096-byte page, the \
              largest AF_XDP frame on pages of that size; give it a data room of at most 3840 \
              (MTU 3822)"
         );
         // The largest data room that fits.
-        let p = pool(10, 128, 3840);
-        assert_eq!(Umem::of_pool(&p).unwrap().chunk_size(), 4096);
+        let pool = plain_pool(10, 128, 3840);
+        assert_eq!(Umem::of_pool(&pool).unwrap().chunk_size(), 4096);
+        assert_pool_full(&pool);
     }
 
     #[test]
     fn ledger_marks_takes_and_drains() {
-        let mut l = Ledger::new(130);
-        assert!(l.mark(0) && l.mark(64) && l.mark(129));
-        assert!(!l.mark(64), "marked twice");
-        assert_eq!(l.held(), 3);
-        assert!(l.take(64));
-        assert!(!l.take(64), "taken twice");
-        assert!(!l.take(5), "never marked");
-        assert_eq!(l.held(), 2);
+        let mut ledger = Ledger::new(130);
+        assert!(ledger.mark(0) && ledger.mark(64) && ledger.mark(129));
+        assert!(!ledger.mark(64), "marked twice");
+        assert_eq!(ledger.held(), 3);
+        assert!(ledger.take(64));
+        assert!(!ledger.take(64), "taken twice");
+        assert!(!ledger.take(5), "never marked");
+        assert_eq!(ledger.held(), 2);
         let mut seen = Vec::new();
-        l.drain(|i| seen.push(i));
+        ledger.drain(|i| seen.push(i));
         assert_eq!(seen, [0, 129]);
-        assert_eq!(l.held(), 0);
-        assert!(!l.take(0));
+        assert_eq!(ledger.held(), 0);
+        assert!(!ledger.take(0));
     }
 }

@@ -1,19 +1,11 @@
 use crate::driver::open;
-use crate::mbuf::{Burst, MbufPool, MbufPoolConfig};
+use crate::mbuf::Burst;
 use crate::port::{Offloads, PortConfig, PortError};
-
-fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        size,
-        cache_size: 0,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use crate::test_support::{TestPool, assert_pool_full, test_pool};
 
 #[test]
 fn rx_makes_packets_of_the_size_and_tx_frees_them() {
-    let pool = pool(255);
+    let pool = test_pool(255);
     let mut port = open(
         "null:size=128",
         PortConfig::new(Some(pool.clone())).port_id(3),
@@ -35,12 +27,12 @@ fn rx_makes_packets_of_the_size_and_tx_frees_them() {
     assert_eq!((s.rx_packets, s.rx_bytes), (64, 64 * 128));
     assert_eq!((s.tx_packets, s.tx_bytes), (64, 64 * 128));
     drop(port);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn copy_writes_a_udp_frame() {
-    let pool = pool(63);
+    let pool = test_pool(63);
     let mut port = open(
         "null:size=60,copy=true",
         PortConfig::new(Some(pool.clone())),
@@ -60,12 +52,12 @@ fn copy_writes_a_udp_frame() {
     );
     drop(burst);
     drop(port);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn empty_pool_counts_nombuf_and_returns_nothing() {
-    let pool = pool(15);
+    let pool = test_pool(15);
     let mut port = open("null", PortConfig::new(Some(pool.clone()))).unwrap();
     port.start().unwrap();
     let mut burst: Burst<32> = Burst::new();
@@ -79,12 +71,12 @@ fn empty_pool_counts_nombuf_and_returns_nothing() {
     assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut small), 8);
     drop(small);
     port.stop();
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn config_and_spec_errors_name_the_fault() {
-    let pool = pool(63);
+    let pool = test_pool(63);
     let msg = |r: Result<crate::port::Port, PortError>| r.unwrap_err().to_string();
     assert_eq!(
         msg(open("null:size=5", PortConfig::new(Some(pool.clone())))),
@@ -121,17 +113,12 @@ fn config_and_spec_errors_name_the_fault() {
         msg(open("null:size=4000", PortConfig::new(Some(pool.clone())))),
         "null: packets of 4000 bytes do not fit the pool's data room of 2048"
     );
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn queues_split_across_threads_and_stats_read_live() {
-    let pool = MbufPool::new(MbufPoolConfig {
-        size: 1023,
-        cache_size: 32,
-        ..Default::default()
-    })
-    .unwrap();
+    let pool = TestPool::new(1023).cache_size(32).build();
     let mut port = open("null", PortConfig::new(Some(pool.clone())).queues(2, 2)).unwrap();
     let counters = port.counters();
     port.start().unwrap();
@@ -154,13 +141,13 @@ fn queues_split_across_threads_and_stats_read_live() {
     assert_eq!((s.rx_packets, s.tx_packets), (6400, 6400));
     assert_eq!(s.rx_queues[1].packets, 3200);
     drop(port);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn open_with_asks_for_an_offload_only_where_the_device_has_it() {
     // As `sluice l3fwd` does: the IPv4 checksum check where the device can.
-    let pool = pool(63);
+    let pool = test_pool(63);
     let wanted = Offloads::IPV4_CKSUM | Offloads::RSS_HASH;
     let open_asking = |spec: &str| {
         crate::driver::open_with(spec, PortConfig::new(Some(pool.clone())), |info, c| {
@@ -181,5 +168,5 @@ fn open_with_asks_for_an_offload_only_where_the_device_has_it() {
         open("null", c).unwrap_err().to_string(),
         "port 'null': driver null has no Rx offload ipv4_cksum"
     );
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }

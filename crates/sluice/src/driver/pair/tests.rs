@@ -1,15 +1,7 @@
 use crate::driver::open;
-use crate::mbuf::{Burst, BurstSlice, MbufPool, MbufPoolConfig};
+use crate::mbuf::{Burst, BurstSlice, MbufPool};
 use crate::port::{Port, PortConfig, PortError};
-
-fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        size,
-        cache_size: 0,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use crate::test_support::{TestPool, assert_pool_full, test_pool};
 
 /// Appends `n` packets to `burst`, each 60 bytes: `tag`, then the sequence
 /// number from `first` (little-endian u32), then zeros.
@@ -44,7 +36,7 @@ fn pair(name: &str, a: PortConfig, b: PortConfig) -> (Port, Port) {
 
 #[test]
 fn packets_cross_in_order_both_ways_without_copy() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let (mut a, mut b) = pair("t_order", PortConfig::new(None), PortConfig::new(None));
     let mut burst: Burst = Burst::new();
     fill(&pool, &mut burst, 0xa, 0, 20);
@@ -96,12 +88,12 @@ fn packets_cross_in_order_both_ways_without_copy() {
     assert_ne!(a.mac(), b.mac());
     drop(back);
     drop((a, b));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn tx_queue_k_feeds_rx_queue_k() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let c = || PortConfig::new(None).queues(3, 3);
     let (mut a, mut b) = pair("t_queues", c(), c());
     let mut burst: Burst = Burst::new();
@@ -125,12 +117,12 @@ fn tx_queue_k_feeds_rx_queue_k() {
     }
     assert_eq!(b.stats().rx_queues[2].packets, 6);
     drop((a, b));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn full_ring_takes_fewer_and_leaves_the_rest_in_the_burst() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     // 5 descriptors: a ring of 8.
     let (mut a, mut b) = pair(
         "t_full",
@@ -151,7 +143,7 @@ fn full_ring_takes_fewer_and_leaves_the_rest_in_the_burst() {
     assert_eq!(ids(&got), (0..12).map(|i| (1, i)).collect::<Vec<_>>());
     drop(got);
     drop((a, b));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -194,7 +186,7 @@ fn open_errors_name_the_fault() {
 
 #[test]
 fn stop_and_teardown_with_packets_in_flight_free_everything() {
-    let pool = pool(127);
+    let pool = test_pool(127);
     let (mut a, mut b) = pair("t_flight", PortConfig::new(None), PortConfig::new(None));
     let mut burst: Burst = Burst::new();
     fill(&pool, &mut burst, 1, 0, 10);
@@ -216,12 +208,12 @@ fn stop_and_teardown_with_packets_in_flight_free_everything() {
     assert_eq!(a.tx_queue(0).unwrap().tx_burst(&mut burst), 5);
     assert_eq!(pool.available(), 127 - 12);
     drop(a);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn a_name_is_free_again_once_both_ends_are_gone() {
-    let pool = pool(63);
+    let pool = test_pool(63);
     for round in 0..3u8 {
         let (mut a, b) = pair("t_reuse", PortConfig::new(None), PortConfig::new(None));
         let mut burst: Burst = Burst::new();
@@ -229,14 +221,14 @@ fn a_name_is_free_again_once_both_ends_are_gone() {
         a.tx_queue(0).unwrap().tx_burst(&mut burst);
         // Left in flight: the teardown frees it.
         drop((a, b));
-        assert!(pool.is_full());
+        assert_pool_full(&pool);
     }
 }
 
 #[test]
 fn two_threads_every_packet_arrives_in_order() {
     const TOTAL: u32 = 20_000;
-    let pool = pool(255);
+    let pool = test_pool(255);
     let (mut a, mut b) = pair(
         "t_threads",
         PortConfig::new(None).nb_rxd(64),
@@ -285,12 +277,12 @@ fn two_threads_every_packet_arrives_in_order() {
         (TOTAL as u64, TOTAL as u64)
     );
     drop((a, b));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn bytes_are_counted_only_when_asked() {
-    let pool = pool(63);
+    let pool = test_pool(63);
     let mut a = open("pair:name=t_bytes", PortConfig::new(None)).unwrap();
     let mut b = open("pair:name=t_bytes", PortConfig::new(None)).unwrap();
     a.start().unwrap();
@@ -306,18 +298,12 @@ fn bytes_are_counted_only_when_asked() {
     );
     drop(burst);
     drop((a, b));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn runts_and_frames_over_the_mtu_are_dropped_at_rx_with_their_reason() {
-    let pool = MbufPool::new(MbufPoolConfig {
-        size: 63,
-        cache_size: 0,
-        data_room: 4096,
-        ..Default::default()
-    })
-    .unwrap();
+    let pool = TestPool::new(63).data_room(4096).build();
     let (mut a, mut b) = pair("t_runts", PortConfig::new(None), PortConfig::new(None));
     let mut burst: Burst = Burst::new();
     for len in [5usize, 60, 0, 14, 1518, 1519, 3000, 60] {
@@ -338,12 +324,12 @@ fn runts_and_frames_over_the_mtu_are_dropped_at_rx_with_their_reason() {
     assert_eq!(x.get("rx_oversize_errors"), Some(2));
     drop(burst);
     drop((a, b));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn without_bytes_no_header_is_read_and_nothing_is_checked() {
-    let pool = pool(63);
+    let pool = test_pool(63);
     let spec = "pair:name=t_runts_nobytes";
     let mut a = open(spec, PortConfig::new(None)).unwrap();
     let mut b = open(spec, PortConfig::new(None)).unwrap();
@@ -358,5 +344,5 @@ fn without_bytes_no_header_is_read_and_nothing_is_checked() {
     assert_eq!(b.stats().rx_errors, 0);
     drop(burst);
     drop((a, b));
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }

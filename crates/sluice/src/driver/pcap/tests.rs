@@ -8,18 +8,9 @@ use super::rx::Clock;
 use super::tx::{PcapTx, RecordSink};
 use super::{DEFAULT_SNAPLEN, PcapDriver};
 use crate::driver::open;
-use crate::mbuf::{Burst, Mbuf, MbufPool, MbufPoolConfig};
+use crate::mbuf::{Burst, Mbuf, MbufPool};
 use crate::port::{Offloads, Port, PortConfig, PortCounters, PortSpec, TxQueue};
-
-fn pool(size: u32, data_room: u16) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        size,
-        cache_size: 0,
-        data_room,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use crate::test_support::{TestPool, assert_pool_full, test_pool};
 
 /// A path in the temporary directory, removed when dropped.
 struct TmpFile(String);
@@ -89,7 +80,7 @@ fn receive_all(port: &mut Port) -> Vec<Mbuf> {
 #[test]
 fn write_then_read_back_bit_identical() {
     let file = TmpFile::new("roundtrip");
-    let small = pool(63, 2048);
+    let small = test_pool(63);
     let frames: Vec<Vec<u8>> = [60usize, 64, 1514, 2048, 2049, 9000]
         .iter()
         .enumerate()
@@ -131,7 +122,7 @@ fn write_then_read_back_bit_identical() {
     drop(rx);
 
     // Into 9216-byte buffers: every packet in one segment.
-    let big = pool(15, 9216);
+    let big = TestPool::new(15).data_room(9216).build();
     let mut c = PortConfig::new(Some(big.clone()));
     c.mtu = 9000;
     let mut rx = open(&format!("pcap:rx={}", file.0), c).unwrap();
@@ -157,13 +148,14 @@ fn write_then_read_back_bit_identical() {
     assert_eq!(rx.counters().xstats.get("rx_oversize_errors"), Some(2));
     drop(got);
     drop(rx);
-    assert!(small.is_full() && big.is_full());
+    assert_pool_full(&small);
+    assert_pool_full(&big);
 }
 
 #[test]
 fn snaplen_cuts_the_record_and_keeps_the_original_length() {
     let file = TmpFile::new("snaplen");
-    let pool = pool(15, 2048);
+    let pool = test_pool(15);
     let frames = vec![frame(60, 1), frame(100, 2), frame(300, 3), frame(5000, 4)];
     drop(write_through_port(&file.0, ",snaplen=100", &pool, &frames));
     let bytes = std::fs::read(&file.0).unwrap();
@@ -178,7 +170,7 @@ fn snaplen_cuts_the_record_and_keeps_the_original_length() {
         .map(|f| (f[..f.len().min(100)].to_vec(), f.len() as u32))
         .collect();
     assert_eq!(on_disk, want);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -190,7 +182,7 @@ fn runts_and_frames_over_the_mtu_are_dropped_with_their_reason() {
         w.write(i as u64, &frame(n, i as u8)).unwrap();
     }
     std::fs::write(&file.0, w.finish().unwrap()).unwrap();
-    let pool = pool(63, 2048);
+    let pool = test_pool(63);
     let mut rx = open(
         &format!("pcap:rx={}", file.0),
         PortConfig::new(Some(pool.clone())),
@@ -209,7 +201,7 @@ fn runts_and_frames_over_the_mtu_are_dropped_with_their_reason() {
     assert_eq!(x.get("rx_oversize_errors"), Some(1));
     drop(got);
     drop(rx);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// A file of `n` 60-byte packets, packet `i` tagged `i` in byte 0 and
@@ -233,7 +225,7 @@ fn tags(burst: &Burst<8>) -> Vec<u8> {
 #[test]
 fn loop_wraps_and_without_it_the_file_ends() {
     let file = sample_file("loop", &[1, 2, 3]);
-    let pool = pool(31, 2048);
+    let pool = test_pool(31);
     let mut burst: Burst<8> = Burst::new();
     let spec = format!("pcap:rx={},loop=true", file.0);
     let mut port = open(&spec, PortConfig::new(Some(pool.clone()))).unwrap();
@@ -258,7 +250,7 @@ fn loop_wraps_and_without_it_the_file_ends() {
     );
     drop(burst);
     drop(port);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// Opens `spec` with a clock the test moves by hand (in nanoseconds).
@@ -280,7 +272,7 @@ fn timing_releases_each_packet_when_it_is_due() {
         "timing",
         &[base, base + 1_000_000, base + 3_000_000, base + 3_000_000],
     );
-    let pool = pool(31, 2048);
+    let pool = test_pool(31);
     let clock = Arc::new(AtomicU64::new(5_000_000_000));
     let at = |ns: u64| clock.store(5_000_000_000 + ns, Ordering::Relaxed);
     let mut burst: Burst<8> = Burst::new();
@@ -329,12 +321,12 @@ fn timing_releases_each_packet_when_it_is_due() {
     assert_eq!(tags(&burst), [1]);
     drop(burst);
     drop(port);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn bad_files_are_rejected_at_open_naming_file_and_offset() {
-    let pool = pool(15, 2048);
+    let pool = test_pool(15);
     let good = sample_file("bad", &[1, 2]);
     let bytes = std::fs::read(&good.0).unwrap();
     let err = |name: &str, content: &[u8]| -> String {
@@ -397,12 +389,12 @@ fn bad_files_are_rejected_at_open_naming_file_and_offset() {
         .replace(&missing.0, "F"),
         "pcap: rx file 'F': No such file or directory (os error 2)"
     );
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn spec_and_config_errors_name_the_fault() {
-    let pool = pool(15, 2048);
+    let pool = test_pool(15);
     let msg = |spec: &str, c: PortConfig| open(spec, c).unwrap_err().to_string();
     let c = || PortConfig::new(Some(pool.clone()));
     assert_eq!(
@@ -436,13 +428,13 @@ fn spec_and_config_errors_name_the_fault() {
         msg(&format!("pcap:tx={}", out.0), c().queues(1, 2)).replace(&out.0, "F"),
         "port 'pcap:tx=F': 2 Tx queues asked, driver pcap has at most 1"
     );
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
 fn without_rx_nothing_arrives_and_without_tx_packets_are_freed() {
     let out = TmpFile::new("half");
-    let pool = pool(15, 2048);
+    let pool = test_pool(15);
     // No pool needed when there is no rx file.
     let mut port = open(&format!("pcap:tx={}", out.0), PortConfig::new(None)).unwrap();
     port.start().unwrap();
@@ -460,14 +452,14 @@ fn without_rx_nothing_arrives_and_without_tx_packets_are_freed() {
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 2);
     assert_eq!((port.stats().tx_packets, port.stats().tx_bytes), (2, 120));
     drop(port);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// A packet counts as sent only once its record is in the file: none of
 /// them reach `/dev/full`, so none is sent and every one is an error.
 #[test]
 fn write_errors_count_tx_errors_and_free_the_packets() {
-    let pool = pool(63, 2048);
+    let pool = test_pool(63);
     let mut port = open("pcap:tx=/dev/full", PortConfig::new(None)).unwrap();
     port.start().unwrap();
     let mut burst: Burst = Burst::new();
@@ -487,7 +479,7 @@ fn write_errors_count_tx_errors_and_free_the_packets() {
         "{s:?}"
     );
     drop(port);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// An output that takes `room` bytes, then fails; what it holds, and the
@@ -527,7 +519,7 @@ impl RecordSink for FailingSink {
 /// where it cannot be cut, nothing more is written.
 #[test]
 fn a_write_failing_part_way_counts_only_the_records_written() {
-    let pool = pool(31, 2048);
+    let pool = test_pool(31);
     // Header 24, then records of 16 + 100 bytes: room for 2 and a half.
     for cuttable in [true, false] {
         let sink = FailingSink {
@@ -578,7 +570,7 @@ fn a_write_failing_part_way_counts_only_the_records_written() {
         assert_eq!((s.tx_packets, s.tx_errors), (2, 5));
         drop(tx);
     }
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// A scratch FIFO, removed when dropped.
@@ -645,7 +637,7 @@ fn fifo_writer(
 
 #[test]
 fn a_non_regular_rx_file_is_refused_at_once_without_stream() {
-    let pool = pool(15, 2048);
+    let pool = test_pool(15);
     let f = fifo("fifo-refused");
     // Should the open wait for a writer, this one comes and writes garbage,
     // so the test fails rather than hangs.
@@ -705,14 +697,14 @@ fn a_non_regular_rx_file_is_refused_at_once_without_stream() {
         "port spec 'pcap:rx=/dev/null,stream=1,loop=1': loop replays a regular file; a stream \
          cannot start again"
     );
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// `/dev/zero` is never read whole: refused without `stream`; with it, read
 /// a header's worth, found not to be pcap, counted once.
 #[test]
 fn dev_zero_is_refused_or_streamed_and_counted_as_an_error() {
-    let pool = pool(15, 2048);
+    let pool = test_pool(15);
     let e = open("pcap:rx=/dev/zero", PortConfig::new(Some(pool.clone())))
         .unwrap_err()
         .to_string();
@@ -733,14 +725,14 @@ fn dev_zero_is_refused_or_streamed_and_counted_as_an_error() {
     }
     assert_eq!((port.stats().rx_packets, port.stats().rx_errors), (0, 1));
     drop(port);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// With `stream=1` a FIFO opens at once, before anyone writes, and its
 /// packets arrive as they are written, records split across reads.
 #[test]
 fn a_fifo_streams_with_stream_set() {
-    let pool = pool(31, 2048);
+    let pool = test_pool(31);
     let f = fifo("fifo-stream");
     let mut port = open(
         &format!("pcap:rx={},stream=1", f.0),
@@ -784,14 +776,14 @@ fn a_fifo_streams_with_stream_set() {
     assert_eq!(got, want);
     assert_eq!((port.stats().rx_packets, port.stats().rx_errors), (20, 0));
     drop(port);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// A file changed under a replaying port so that it no longer reads: one
 /// `rx_errors`, then nothing, never a panic or a wrong packet.
 #[test]
 fn a_file_cut_after_open_ends_the_replay_with_one_error() {
-    let pool = pool(31, 2048);
+    let pool = test_pool(31);
     let file = sample_file("cut-later", &[1, 2, 3, 4]);
     let mut port = open(
         &format!("pcap:rx={},loop=1", file.0),
@@ -815,14 +807,14 @@ fn a_file_cut_after_open_ends_the_replay_with_one_error() {
     assert_eq!(port.stats().rx_errors, 1);
     drop(burst);
     drop(port);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }
 
 /// Two ports never write one file, nor does one write a file another reads,
 /// whatever path names it; readers share; a closed port lets its file go.
 #[test]
 fn two_ports_writing_one_file_is_an_error_at_open() {
-    let pool = pool(15, 2048);
+    let pool = test_pool(15);
     let out = TmpFile::new("claimed-out");
     let input = sample_file("claimed-in", &[1, 2]);
     let link = TmpFile::new("claimed-link");
@@ -874,5 +866,5 @@ fn two_ports_writing_one_file_is_an_error_at_open() {
     drop((null1, null2, first));
     let again = open(&format!("pcap:tx={}", link.0), c()).unwrap();
     drop(again);
-    assert!(pool.is_full());
+    assert_pool_full(&pool);
 }

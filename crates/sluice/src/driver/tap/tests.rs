@@ -9,17 +9,10 @@ use std::time::{Duration, Instant};
 use sluice_netns::{Netns, RawSocket};
 
 use crate::driver::open;
-use crate::mbuf::{Burst, MbufPool, MbufPoolConfig};
+use crate::mbuf::{Burst, MbufPool};
 use crate::port::{Port, PortConfig};
-
-fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        size,
-        cache_size: 0,
-        ..Default::default()
-    })
-    .unwrap()
-}
+use crate::test_support::frames::{is_test_frame, receive_test_frames, send_all, test_frame};
+use crate::test_support::{assert_pool_full, test_pool};
 
 fn err(spec: &str, config: PortConfig) -> String {
     open(spec, config).unwrap_err().to_string()
@@ -37,33 +30,34 @@ fn tap_name() -> String {
 
 #[test]
 fn bad_specs_are_clear_errors() {
-    let p = pool(255);
-    let cfg = || PortConfig::new(Some(p.clone()));
-    assert_eq!(
-        err("tap", cfg()),
-        "port spec 'tap': driver 'tap' needs key 'iface'"
-    );
-    assert_eq!(
-        err("tap:iface=sluicenosuch0,attach=true", cfg()),
-        "port spec 'tap:iface=sluicenosuch0,attach=true': no network interface 'sluicenosuch0' \
-         to attach to (in this network namespace)"
-    );
-    assert_eq!(
-        err("tap:iface=lo", cfg()),
-        "port spec 'tap:iface=lo': interface 'lo' exists already (attach=true uses an existing \
-         TAP device)"
-    );
-    assert_eq!(
-        err("tap:iface=a/b", cfg()),
-        "port spec 'tap:iface=a/b': interface name 'a/b' may not be '.' or '..' or contain '/', \
-         ':' or spaces"
-    );
-    assert_eq!(
-        err("tap:iface=x,attach=maybe", cfg()),
-        "port spec 'tap:iface=x,attach=maybe': key 'attach' = 'maybe' is not a boolean \
-         (1/0, true/false, yes/no, on/off)"
-    );
-    assert!(p.is_full());
+    let pool = test_pool(255);
+    let cfg = || PortConfig::new(Some(pool.clone()));
+    for (spec, want) in [
+        ("tap", "port spec 'tap': driver 'tap' needs key 'iface'"),
+        (
+            "tap:iface=sluicenosuch0,attach=true",
+            "port spec 'tap:iface=sluicenosuch0,attach=true': no network interface \
+             'sluicenosuch0' to attach to (in this network namespace)",
+        ),
+        (
+            "tap:iface=lo",
+            "port spec 'tap:iface=lo': interface 'lo' exists already (attach=true uses an existing \
+             TAP device)",
+        ),
+        (
+            "tap:iface=a/b",
+            "port spec 'tap:iface=a/b': interface name 'a/b' may not be '.' or '..' or contain \
+             '/', ':' or spaces",
+        ),
+        (
+            "tap:iface=x,attach=maybe",
+            "port spec 'tap:iface=x,attach=maybe': key 'attach' = 'maybe' is not a boolean \
+             (1/0, true/false, yes/no, on/off)",
+        ),
+    ] {
+        assert_eq!(err(spec, cfg()), want, "{spec}");
+    }
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -71,8 +65,8 @@ fn queue_counts_the_driver_cannot_do_are_clear_errors() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let p = pool(255);
-    let cfg = || PortConfig::new(Some(p.clone()));
+    let pool = test_pool(255);
+    let cfg = || PortConfig::new(Some(pool.clone()));
     // Each open creates the device before its queues are checked, and the
     // kernel unregisters it only as the failed open's last descriptor
     // closes, not always before the next open looks: a fresh name for each
@@ -129,31 +123,14 @@ fn queue_counts_the_driver_cannot_do_are_clear_errors() {
         format!("port '{spec1}': 2 Rx queues asked, driver tap has at most 1")
     );
     assert!(port.is_ok(), "{:?}", port.err());
-    assert!(p.is_full());
-}
-
-/// Our test frames: EtherType 0x88b5, then a sequence number and bytes
-/// derived from it, `len` bytes in all.
-fn frame(dst: [u8; 6], seq: u32, len: usize) -> Vec<u8> {
-    let mut f = Vec::with_capacity(len);
-    f.extend(dst);
-    f.extend([0x02, 0x5e, 0, 0, 0, 2, 0x88, 0xb5]);
-    f.extend(seq.to_be_bytes());
-    while f.len() < len {
-        f.push((f.len() as u32 ^ seq.wrapping_mul(17)) as u8);
-    }
-    f
-}
-
-fn ours(f: &[u8]) -> bool {
-    f.len() >= 18 && f[12..14] == [0x88, 0xb5]
+    assert_pool_full(&pool);
 }
 
 /// A started TAP port whose device was moved into a new namespace and set
 /// up there.
-fn tap_in_ns(tag: &str, p: &MbufPool, queues: u16) -> (Port, Netns, String) {
+fn tap_in_ns(tag: &str, pool: &MbufPool, queues: u16) -> (Port, Netns, String) {
     let name = tap_name();
-    let cfg = PortConfig::new(Some(p.clone())).queues(queues, queues);
+    let cfg = PortConfig::new(Some(pool.clone())).queues(queues, queues);
     let mut port = open(&format!("tap:iface={name}"), cfg).unwrap();
     port.start().unwrap();
     let ns = Netns::new(tag).unwrap();
@@ -161,69 +138,33 @@ fn tap_in_ns(tag: &str, p: &MbufPool, queues: u16) -> (Port, Netns, String) {
     (port, ns, name)
 }
 
-/// Polls every Rx queue until `want` of our frames arrived or nothing came
-/// for `idle`; returns (queue, bytes) of ours and frees everything.
-fn receive(port: &mut Port, want: usize, idle: Duration) -> Vec<(usize, Vec<u8>)> {
-    let mut got = Vec::new();
-    let mut last = Instant::now();
-    let mut burst: Burst<32> = Burst::new();
-    while got.len() < want && last.elapsed() < idle {
-        for q in 0..port.nb_rx_queues() {
-            if port.rx_queue(q).unwrap().rx_burst(&mut burst) != 0 {
-                last = Instant::now();
-            }
-            got.extend(
-                burst
-                    .iter()
-                    .map(|m| (q, m.to_vec()))
-                    .filter(|(_, f)| ours(f)),
-            );
-            burst.clear();
-        }
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    got
-}
-
 #[test]
 fn frames_cross_a_tap_both_ways_intact() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let p = pool(1023);
-    let (mut port, ns, name) = tap_in_ns("taprx", &p, 1);
+    let pool = test_pool(1023);
+    let (mut port, ns, name) = tap_in_ns("taprx", &pool, 1);
     let peer = RawSocket::open(&ns, &name).unwrap();
     let kernel_mac = ns.mac(&name).unwrap().0;
     // Kernel side → port: 300 frames the raw socket sends out of the TAP.
     let sent: Vec<Vec<u8>> = (0..300u32)
-        .map(|i| frame(port.mac().0, i, 60 + (i as usize * 97) % 1455))
+        .map(|i| test_frame(port.mac().0, 2, i, 60 + (i as usize * 97) % 1455))
         .collect();
     for f in &sent {
         peer.send(f).unwrap();
     }
-    let got = receive(&mut port, 300, Duration::from_secs(10));
+    let got = receive_test_frames(&mut port, 300, Duration::from_secs(10));
     let got: Vec<Vec<u8>> = got.into_iter().map(|(_, f)| f).collect();
     assert_eq!(got.len(), 300);
     assert_eq!(got, sent, "every frame, in order, byte for byte");
     // Port → kernel side: 300 frames arrive at the raw socket.
     let want: Vec<Vec<u8>> = (0..300u32)
-        .map(|i| frame(kernel_mac, 1000 + i, 60 + (i as usize * 53) % 1455))
+        .map(|i| test_frame(kernel_mac, 2, 1000 + i, 60 + (i as usize * 53) % 1455))
         .collect();
-    let mut burst: Burst<32> = Burst::new();
-    let mut next = 0;
-    let start = Instant::now();
-    while (next < want.len() || !burst.is_empty()) && start.elapsed() < Duration::from_secs(60) {
-        while !burst.is_full() && next < want.len() {
-            burst
-                .push(p.alloc_from_slice(&want[next]).unwrap())
-                .unwrap();
-            next += 1;
-        }
-        port.tx_queue(0).unwrap().tx_burst(&mut burst);
-    }
-    assert!(burst.is_empty());
+    send_all(&mut port, &pool, &want);
     let back = peer
-        .recv_frames(300, Duration::from_secs(10), ours)
+        .recv_frames(300, Duration::from_secs(10), is_test_frame)
         .unwrap();
     assert_eq!(back.len(), 300);
     assert_eq!(back, want, "every frame, in order, byte for byte");
@@ -237,12 +178,15 @@ fn frames_cross_a_tap_both_ways_intact() {
     assert_eq!((st.rx_errors, st.tx_errors), (0, 0));
     // Stop and start: the device stays (its descriptors stay open).
     port.stop();
-    assert!(p.is_full());
+    assert_pool_full(&pool);
     port.start().unwrap();
-    peer.send(&frame(port.mac().0, 7, 100)).unwrap();
-    assert_eq!(receive(&mut port, 1, Duration::from_secs(10)).len(), 1);
+    peer.send(&test_frame(port.mac().0, 2, 7, 100)).unwrap();
+    assert_eq!(
+        receive_test_frames(&mut port, 1, Duration::from_secs(10)).len(),
+        1
+    );
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
     // The port made the device; with the port it is gone.
     assert!(sluice_netns::wait_until(Duration::from_secs(10), || {
         !ns.links().unwrap().contains(&name)
@@ -254,8 +198,8 @@ fn a_multi_queue_tap_spreads_flows_and_keeps_each_on_one_queue() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let p = pool(4095);
-    let (mut port, ns, name) = tap_in_ns("tapmq", &p, 4);
+    let pool = test_pool(4095);
+    let (mut port, ns, name) = tap_in_ns("tapmq", &pool, 4);
     let peer = RawSocket::open(&ns, &name).unwrap();
     let mac = port.mac().0;
     // IPv4/UDP frames of 64 flows (source ports), 8 each; the TAP picks a
@@ -312,16 +256,18 @@ fn a_multi_queue_tap_spreads_flows_and_keeps_each_on_one_queue() {
     for q in 0..4 {
         let mut b: Burst<1> = Burst::new();
         b.push(
-            p.alloc_from_slice(&frame(ns.mac(&name).unwrap().0, q, 80))
+            pool.alloc_from_slice(&test_frame(ns.mac(&name).unwrap().0, 2, q, 80))
                 .unwrap(),
         )
         .unwrap();
         assert_eq!(port.tx_queue(q as usize).unwrap().tx_burst(&mut b), 1);
     }
-    let back = peer.recv_frames(4, Duration::from_secs(10), ours).unwrap();
+    let back = peer
+        .recv_frames(4, Duration::from_secs(10), is_test_frame)
+        .unwrap();
     assert_eq!(back.len(), 4);
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -329,21 +275,21 @@ fn attach_uses_an_existing_device_and_leaves_it() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let p = pool(1023);
+    let pool = test_pool(1023);
     let name = tap_name();
     let root = Netns::root();
     root.ip(&["tuntap", "add", "mode", "tap", "multi_queue", "name", &name])
         .unwrap();
     let run = || {
         let spec = format!("tap:iface={name},attach=true");
-        let cfg = PortConfig::new(Some(p.clone())).queues(2, 2);
+        let cfg = PortConfig::new(Some(pool.clone())).queues(2, 2);
         let mut port = open(&spec, cfg).unwrap();
         port.start().unwrap();
         let peer = RawSocket::open(&root, &name).unwrap();
         for i in 0..10 {
-            peer.send(&frame(port.mac().0, i, 120)).unwrap();
+            peer.send(&test_frame(port.mac().0, 2, i, 120)).unwrap();
         }
-        let got = receive(&mut port, 10, Duration::from_secs(10));
+        let got = receive_test_frames(&mut port, 10, Duration::from_secs(10));
         drop(port);
         got.len()
     };
@@ -352,7 +298,7 @@ fn attach_uses_an_existing_device_and_leaves_it() {
     let _ = root.ip(&["link", "del", &name]);
     assert_eq!(got, 10);
     assert!(still, "an attached device outlives the port");
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }
 
 #[test]
@@ -360,9 +306,9 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let p = pool(1023);
+    let pool = test_pool(1023);
     let name = tap_name();
-    let mut cfg = PortConfig::new(Some(p.clone()));
+    let mut cfg = PortConfig::new(Some(pool.clone()));
     // The device takes 1500-byte frames; the port only up to 1000 + 18.
     cfg.mtu = 1000;
     let mut port = open(&format!("tap:iface={name}"), cfg).unwrap();
@@ -372,9 +318,10 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     let peer = RawSocket::open(&ns, &name).unwrap();
     let lens = [60usize, 1018, 1019, 1400, 60];
     for (i, &len) in lens.iter().enumerate() {
-        peer.send(&frame(port.mac().0, i as u32, len)).unwrap();
+        peer.send(&test_frame(port.mac().0, 2, i as u32, len))
+            .unwrap();
     }
-    let got = receive(&mut port, 3, Duration::from_secs(10));
+    let got = receive_test_frames(&mut port, 3, Duration::from_secs(10));
     let got: Vec<usize> = got.iter().map(|(_, f)| f.len()).collect();
     assert_eq!(got, [60, 1018, 60]);
     let x = &port.counters().xstats;
@@ -382,5 +329,5 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     assert_eq!(x.get("rx_runt_errors"), Some(0));
     assert_eq!(port.stats().rx_errors, 2);
     drop(port);
-    assert!(p.is_full());
+    assert_pool_full(&pool);
 }

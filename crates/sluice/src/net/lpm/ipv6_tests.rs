@@ -1,11 +1,12 @@
 //! Tests of [`Lpm6`]: literal cases and a proptest against a naive
 //! reference.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::net::Ipv6Addr;
 
 use proptest::prelude::*;
 
+use super::test_support;
 use super::{Lpm6, LpmConfig, LpmError};
 
 fn a(s: &str) -> [u8; 16] {
@@ -21,137 +22,143 @@ fn lpm(number_tbl8s: u32) -> Lpm6 {
 }
 
 /// All lookup paths, checked to agree.
-fn look(t: &Lpm6, addr: [u8; 16]) -> Option<u32> {
-    let one = t.lookup(addr);
+fn look(table: &Lpm6, addr: [u8; 16]) -> Option<u32> {
+    let one = table.lookup(addr);
     // In a block of eight (the walked-together path) and alone (the tail).
     let mut block = [[0u8; 16]; 9];
     block[3] = addr;
     block[8] = addr;
     let mut out = [Some(u32::MAX); 9];
-    t.lookup_bulk(&block, &mut out);
+    table.lookup_bulk(&block, &mut out);
     assert_eq!(out[3], one);
     assert_eq!(out[8], one);
     let mut raw = [7u32; 9];
-    t.lookup_bulk_or(&block, &mut raw, u32::MAX);
+    table.lookup_bulk_or(&block, &mut raw, u32::MAX);
     assert_eq!(raw[3], one.unwrap_or(u32::MAX));
     assert_eq!(
-        t.lookup_x4([[0; 16], addr, [0xff; 16], addr]),
-        [t.lookup([0; 16]), one, t.lookup([0xff; 16]), one]
+        table.lookup_x4([[0; 16], addr, [0xff; 16], addr]),
+        [table.lookup([0; 16]), one, table.lookup([0xff; 16]), one]
     );
     one
 }
 
 #[test]
 fn empty_table_has_no_route() {
-    let t = lpm(1);
-    assert!(t.is_empty());
+    let table = lpm(1);
+    assert!(table.is_empty());
     for x in [
         "::",
         "::1",
         "2001:db8::1",
         "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
     ] {
-        assert_eq!(look(&t, a(x)), None);
+        assert_eq!(look(&table, a(x)), None);
     }
 }
 
 #[test]
 fn default_route_covers_everything_and_deletes() {
-    let mut t = lpm(1);
-    t.add(a("2001:db8::1"), 0, 7).unwrap(); // prefix bits ignored
-    assert_eq!(t.get(a("::"), 0), Some(7));
+    let mut table = lpm(1);
+    table.add(a("2001:db8::1"), 0, 7).unwrap(); // prefix bits ignored
+    assert_eq!(table.get(a("::"), 0), Some(7));
     for x in ["::", "2001:db8::1", "fe80::1", "ffff::ffff"] {
-        assert_eq!(look(&t, a(x)), Some(7));
+        assert_eq!(look(&table, a(x)), Some(7));
     }
-    t.delete(a("::"), 0).unwrap();
-    assert_eq!(look(&t, a("ffff::ffff")), None);
-    assert!(t.is_empty());
+    table.delete(a("::"), 0).unwrap();
+    assert_eq!(look(&table, a("ffff::ffff")), None);
+    assert!(table.is_empty());
 }
 
 #[test]
 fn overlapping_16_32_48_64_128() {
-    let mut t = lpm(64);
-    t.add(a("2001::"), 16, 1).unwrap();
-    t.add(a("2001:db8::"), 32, 2).unwrap();
-    t.add(a("2001:db8:1::"), 48, 3).unwrap();
-    t.add(a("2001:db8:1:2::5"), 128, 5).unwrap();
+    let mut table = lpm(64);
+    table.add(a("2001::"), 16, 1).unwrap();
+    table.add(a("2001:db8::"), 32, 2).unwrap();
+    table.add(a("2001:db8:1::"), 48, 3).unwrap();
+    table.add(a("2001:db8:1:2::5"), 128, 5).unwrap();
     // A shorter route added last must not overwrite the longer ones, and
     // must reach into the groups below it.
-    t.add(a("2001:db8:1:2::"), 64, 4).unwrap();
-    t.add(a("2001:f000::"), 20, 6).unwrap();
-    assert_eq!(t.len(), 6);
-    assert_eq!(look(&t, a("2001:1234::1")), Some(1));
-    assert_eq!(look(&t, a("2001:db8:ffff::1")), Some(2));
-    assert_eq!(look(&t, a("2001:db8:1:ffff::1")), Some(3));
-    assert_eq!(look(&t, a("2001:db8:1:2::4")), Some(4));
-    assert_eq!(look(&t, a("2001:db8:1:2::5")), Some(5));
-    assert_eq!(look(&t, a("2001:db8:1:2::6")), Some(4));
-    assert_eq!(look(&t, a("2001:f001::")), Some(6));
-    assert_eq!(look(&t, a("2002::")), None);
-    assert_eq!(look(&t, a("2000:ffff:ffff:ffff:ffff:ffff:ffff:ffff")), None);
+    table.add(a("2001:db8:1:2::"), 64, 4).unwrap();
+    table.add(a("2001:f000::"), 20, 6).unwrap();
+    assert_eq!(table.len(), 6);
+    assert_eq!(look(&table, a("2001:1234::1")), Some(1));
+    assert_eq!(look(&table, a("2001:db8:ffff::1")), Some(2));
+    assert_eq!(look(&table, a("2001:db8:1:ffff::1")), Some(3));
+    assert_eq!(look(&table, a("2001:db8:1:2::4")), Some(4));
+    assert_eq!(look(&table, a("2001:db8:1:2::5")), Some(5));
+    assert_eq!(look(&table, a("2001:db8:1:2::6")), Some(4));
+    assert_eq!(look(&table, a("2001:f001::")), Some(6));
+    assert_eq!(look(&table, a("2002::")), None);
+    assert_eq!(
+        look(&table, a("2000:ffff:ffff:ffff:ffff:ffff:ffff:ffff")),
+        None
+    );
     // /32 needs 1 group, /48 2 more, /128 10 more; the /64 shares the
     // /128's path.
-    assert_eq!(t.tbl8_groups_used(), 13);
+    assert_eq!(table.tbl8_groups_used(), 13);
 
     // Re-adding replaces the next hop.
-    t.add(a("2001:db8:1::"), 48, 8).unwrap();
-    assert_eq!(t.len(), 6);
-    assert_eq!(look(&t, a("2001:db8:1:ffff::1")), Some(8));
-    assert_eq!(look(&t, a("2001:db8:1:2::5")), Some(5));
+    table.add(a("2001:db8:1::"), 48, 8).unwrap();
+    assert_eq!(table.len(), 6);
+    assert_eq!(look(&table, a("2001:db8:1:ffff::1")), Some(8));
+    assert_eq!(look(&table, a("2001:db8:1:2::5")), Some(5));
 
     // Deletes restore the covering route, in and under the groups.
-    t.delete(a("2001:db8:1::"), 48).unwrap();
-    assert_eq!(look(&t, a("2001:db8:1:ffff::1")), Some(2));
-    assert_eq!(look(&t, a("2001:db8:1:2::6")), Some(4));
-    t.delete(a("2001:db8::"), 32).unwrap();
-    assert_eq!(look(&t, a("2001:db8:1:ffff::1")), Some(1));
-    t.delete(a("2001::"), 16).unwrap();
-    assert_eq!(look(&t, a("2001:db8:1:ffff::1")), None);
-    assert_eq!(look(&t, a("2001:db8:1:2::6")), Some(4));
-    assert_eq!(look(&t, a("2001:f001::")), Some(6));
-    t.delete(a("2001:db8:1:2::"), 64).unwrap();
-    assert_eq!(look(&t, a("2001:db8:1:2::6")), None);
-    assert_eq!(look(&t, a("2001:db8:1:2::5")), Some(5));
+    table.delete(a("2001:db8:1::"), 48).unwrap();
+    assert_eq!(look(&table, a("2001:db8:1:ffff::1")), Some(2));
+    assert_eq!(look(&table, a("2001:db8:1:2::6")), Some(4));
+    table.delete(a("2001:db8::"), 32).unwrap();
+    assert_eq!(look(&table, a("2001:db8:1:ffff::1")), Some(1));
+    table.delete(a("2001::"), 16).unwrap();
+    assert_eq!(look(&table, a("2001:db8:1:ffff::1")), None);
+    assert_eq!(look(&table, a("2001:db8:1:2::6")), Some(4));
+    assert_eq!(look(&table, a("2001:f001::")), Some(6));
+    table.delete(a("2001:db8:1:2::"), 64).unwrap();
+    assert_eq!(look(&table, a("2001:db8:1:2::6")), None);
+    assert_eq!(look(&table, a("2001:db8:1:2::5")), Some(5));
     // Only the /128's path is left: 13 groups.
-    assert_eq!(t.tbl8_groups_used(), 13);
-    t.delete(a("2001:db8:1:2::5"), 128).unwrap();
-    assert_eq!(t.tbl8_groups_used(), 0);
-    assert_eq!(look(&t, a("2001:db8:1:2::5")), None);
-    t.delete(a("2001:f000::"), 20).unwrap();
-    assert!(t.is_empty());
-    assert_eq!(look(&t, a("2001:f001::")), None);
+    assert_eq!(table.tbl8_groups_used(), 13);
+    table.delete(a("2001:db8:1:2::5"), 128).unwrap();
+    assert_eq!(table.tbl8_groups_used(), 0);
+    assert_eq!(look(&table, a("2001:db8:1:2::5")), None);
+    table.delete(a("2001:f000::"), 20).unwrap();
+    assert!(table.is_empty());
+    assert_eq!(look(&table, a("2001:f001::")), None);
 }
 
 #[test]
 fn slash_128_at_the_edges_and_shared_paths() {
-    let mut t = lpm(40);
+    let mut table = lpm(40);
     let max = a("ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff");
-    t.add(a("::"), 128, 1).unwrap();
-    t.add(max, 128, 2).unwrap();
-    assert_eq!(t.tbl8_groups_used(), 26);
+    table.add(a("::"), 128, 1).unwrap();
+    table.add(max, 128, 2).unwrap();
+    assert_eq!(table.tbl8_groups_used(), 26);
     // A neighbour shares all 13 groups of the path.
-    t.add(a("::1"), 128, 3).unwrap();
-    assert_eq!(t.tbl8_groups_used(), 26);
-    assert_eq!(look(&t, a("::")), Some(1));
-    assert_eq!(look(&t, a("::1")), Some(3));
-    assert_eq!(look(&t, a("::2")), None);
-    assert_eq!(look(&t, max), Some(2));
-    assert_eq!(look(&t, a("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe")), None);
-    t.delete(a("::"), 128).unwrap();
-    assert_eq!(t.tbl8_groups_used(), 26, "::1 still needs the path");
-    t.delete(a("::1"), 128).unwrap();
-    assert_eq!(t.tbl8_groups_used(), 13);
+    table.add(a("::1"), 128, 3).unwrap();
+    assert_eq!(table.tbl8_groups_used(), 26);
+    assert_eq!(look(&table, a("::")), Some(1));
+    assert_eq!(look(&table, a("::1")), Some(3));
+    assert_eq!(look(&table, a("::2")), None);
+    assert_eq!(look(&table, max), Some(2));
+    assert_eq!(
+        look(&table, a("ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe")),
+        None
+    );
+    table.delete(a("::"), 128).unwrap();
+    assert_eq!(table.tbl8_groups_used(), 26, "::1 still needs the path");
+    table.delete(a("::1"), 128).unwrap();
+    assert_eq!(table.tbl8_groups_used(), 13);
 }
 
 #[test]
 fn groups_fold_back_and_are_reused_zeroed() {
-    let mut t = lpm(2);
-    t.add(a("2001:db8::"), 32, 1).unwrap();
-    t.add(a("2001:db8:100::"), 40, 2).unwrap();
-    t.add(a("2001:db8:200::"), 40, 3).unwrap();
-    assert_eq!(t.tbl8_groups_used(), 2);
+    let mut table = lpm(2);
+    table.add(a("2001:db8::"), 32, 1).unwrap();
+    table.add(a("2001:db8:100::"), 40, 2).unwrap();
+    table.add(a("2001:db8:200::"), 40, 3).unwrap();
+    assert_eq!(table.tbl8_groups_used(), 2);
     // Both groups taken: a /32 under another /24 cannot get one.
-    let err = t.add(a("2002:db9::"), 32, 4).unwrap_err();
+    let err = table.add(a("2002:db9::"), 32, 4).unwrap_err();
     assert_eq!(
         err,
         LpmError::NoTbl8 {
@@ -166,48 +173,52 @@ fn groups_fold_back_and_are_reused_zeroed() {
         err.to_string(),
         "no free tbl8 group for 2002:db9::/32: all 2 in use"
     );
-    assert_eq!(look(&t, a("2002:db9::1")), None);
-    assert_eq!(t.len(), 3);
+    assert_eq!(look(&table, a("2002:db9::1")), None);
+    assert_eq!(table.len(), 3);
     // Under the same /24 no group is needed.
-    t.add(a("2001:db9::"), 32, 5).unwrap();
-    assert_eq!(t.tbl8_groups_used(), 2);
-    t.delete(a("2001:db8:100::"), 40).unwrap();
-    assert_eq!(t.tbl8_groups_used(), 2, "the other /40 still needs level 2");
-    assert_eq!(look(&t, a("2001:db8:100::1")), Some(1));
-    assert_eq!(look(&t, a("2001:db8:200::1")), Some(3));
-    t.delete(a("2001:db8:200::"), 40).unwrap();
+    table.add(a("2001:db9::"), 32, 5).unwrap();
+    assert_eq!(table.tbl8_groups_used(), 2);
+    table.delete(a("2001:db8:100::"), 40).unwrap();
+    assert_eq!(
+        table.tbl8_groups_used(),
+        2,
+        "the other /40 still needs level 2"
+    );
+    assert_eq!(look(&table, a("2001:db8:100::1")), Some(1));
+    assert_eq!(look(&table, a("2001:db8:200::1")), Some(3));
+    table.delete(a("2001:db8:200::"), 40).unwrap();
     // The /32s live in the level-1 group, so that one stays.
-    assert_eq!(t.tbl8_groups_used(), 1);
-    t.delete(a("2001:db8::"), 32).unwrap();
-    t.delete(a("2001:db9::"), 32).unwrap();
-    assert_eq!(t.tbl8_groups_used(), 0);
+    assert_eq!(table.tbl8_groups_used(), 1);
+    table.delete(a("2001:db8::"), 32).unwrap();
+    table.delete(a("2001:db9::"), 32).unwrap();
+    assert_eq!(table.tbl8_groups_used(), 0);
     // Reused groups come back zeroed.
-    t.add(a("2002:db9::"), 40, 4).unwrap();
-    assert_eq!(t.tbl8_groups_used(), 2);
-    assert_eq!(look(&t, a("2002:db9::1")), Some(4));
-    assert_eq!(look(&t, a("2002:db9:100::1")), None);
-    assert_eq!(look(&t, a("2001:db8::1")), None);
-    assert_eq!(look(&t, a("2001:db8:200::1")), None);
+    table.add(a("2002:db9::"), 40, 4).unwrap();
+    assert_eq!(table.tbl8_groups_used(), 2);
+    assert_eq!(look(&table, a("2002:db9::1")), Some(4));
+    assert_eq!(look(&table, a("2002:db9:100::1")), None);
+    assert_eq!(look(&table, a("2001:db8::1")), None);
+    assert_eq!(look(&table, a("2001:db8:200::1")), None);
 }
 
 #[test]
 fn group_exhaustion_midway_leaves_the_table_unchanged() {
     // A /48 needs 3 groups; with 2 free it must fail without taking any.
-    let mut t = lpm(3);
-    t.add(a("2001:db8:1::"), 40, 1).unwrap(); // 2 groups
-    let err = t.add(a("2002:db8:1::"), 48, 2).unwrap_err();
+    let mut table = lpm(3);
+    table.add(a("2001:db8:1::"), 40, 1).unwrap(); // 2 groups
+    let err = table.add(a("2002:db8:1::"), 48, 2).unwrap_err();
     assert_eq!(
         err.to_string(),
         "2002:db8:1::/48 needs 3 new tbl8 groups, only 1 of 3 are free"
     );
-    assert_eq!(t.tbl8_groups_used(), 2);
-    assert_eq!(t.len(), 1);
-    assert_eq!(look(&t, a("2002:db8:1::1")), None);
+    assert_eq!(table.tbl8_groups_used(), 2);
+    assert_eq!(table.len(), 1);
+    assert_eq!(look(&table, a("2002:db8:1::1")), None);
     // Under the existing path only one more group is needed.
-    t.add(a("2001:db8:1:100::"), 48, 3).unwrap();
-    assert_eq!(t.tbl8_groups_used(), 3);
-    assert_eq!(look(&t, a("2001:db8:1:100::1")), Some(3));
-    assert_eq!(look(&t, a("2001:db8:2::1")), Some(1));
+    table.add(a("2001:db8:1:100::"), 48, 3).unwrap();
+    assert_eq!(table.tbl8_groups_used(), 3);
+    assert_eq!(look(&table, a("2001:db8:1:100::1")), Some(3));
+    assert_eq!(look(&table, a("2001:db8:2::1")), Some(1));
     // Zero groups: only routes up to /24.
     let mut z = lpm(0);
     z.add(a("2001:db8::"), 24, 1).unwrap();
@@ -221,12 +232,12 @@ fn group_exhaustion_midway_leaves_the_table_unchanged() {
 
 #[test]
 fn errors_and_messages() {
-    let mut t = Lpm6::new(LpmConfig {
+    let mut table = Lpm6::new(LpmConfig {
         max_routes: 2,
         number_tbl8s: 1,
     })
     .unwrap();
-    let e = t.add(a("::"), 129, 1).unwrap_err();
+    let e = table.add(a("::"), 129, 1).unwrap_err();
     assert_eq!(
         e,
         LpmError::InvalidDepth {
@@ -236,10 +247,10 @@ fn errors_and_messages() {
     );
     assert_eq!(e.to_string(), "invalid prefix depth 129: must be 0..=128");
     assert_eq!(
-        t.delete(a("::"), 200).unwrap_err().to_string(),
+        table.delete(a("::"), 200).unwrap_err().to_string(),
         "invalid prefix depth 200: must be 0..=128"
     );
-    let e = t.add(a("::"), 8, 1 << 22).unwrap_err();
+    let e = table.add(a("::"), 8, 1 << 22).unwrap_err();
     assert_eq!(
         e,
         LpmError::NextHopTooLarge {
@@ -251,18 +262,18 @@ fn errors_and_messages() {
         e.to_string(),
         "next hop 4194304 is too large: must be below 2^22 (4194304)"
     );
-    t.add(a("::"), 8, (1 << 22) - 1).unwrap();
-    assert_eq!(look(&t, a("::5")), Some((1 << 22) - 1));
-    let e = t.delete(a("2001:db8::1"), 32).unwrap_err();
+    table.add(a("::"), 8, (1 << 22) - 1).unwrap();
+    assert_eq!(look(&table, a("::5")), Some((1 << 22) - 1));
+    let e = table.delete(a("2001:db8::1"), 32).unwrap_err();
     assert_eq!(e.to_string(), "route 2001:db8::/32 not found");
-    t.add(a("2001:db8::"), 32, 2).unwrap();
-    let e = t.add(a("2002::"), 16, 3).unwrap_err();
+    table.add(a("2001:db8::"), 32, 2).unwrap();
+    let e = table.add(a("2002::"), 16, 3).unwrap_err();
     assert_eq!(e.to_string(), "route table full: max_routes 2 reached");
     // Replacing an existing route is allowed when full.
-    t.add(a("2001:db8::"), 32, 4).unwrap();
-    assert_eq!(t.get(a("2001:db8:ffff::"), 32), Some(4));
-    assert_eq!(t.get(a("::"), 129), None);
-    let mut routes: Vec<_> = t.routes().collect();
+    table.add(a("2001:db8::"), 32, 4).unwrap();
+    assert_eq!(table.get(a("2001:db8:ffff::"), 32), Some(4));
+    assert_eq!(table.get(a("::"), 129), None);
+    let mut routes: Vec<_> = table.routes().collect();
     routes.sort();
     assert_eq!(
         routes,
@@ -288,23 +299,23 @@ fn errors_and_messages() {
 
 #[test]
 fn clear_empties_and_table_is_reusable() {
-    let mut t = lpm(13);
-    t.add(a("2001::"), 16, 1).unwrap();
-    t.add(a("2001::1"), 128, 2).unwrap();
-    t.clear();
-    assert!(t.is_empty());
-    assert_eq!(t.tbl8_groups_used(), 0);
-    assert_eq!(look(&t, a("2001::1")), None);
-    t.add(a("2001::1"), 128, 3).unwrap();
-    assert_eq!(look(&t, a("2001::1")), Some(3));
+    let mut table = lpm(13);
+    table.add(a("2001::"), 16, 1).unwrap();
+    table.add(a("2001::1"), 128, 2).unwrap();
+    table.clear();
+    assert!(table.is_empty());
+    assert_eq!(table.tbl8_groups_used(), 0);
+    assert_eq!(look(&table, a("2001::1")), None);
+    table.add(a("2001::1"), 128, 3).unwrap();
+    assert_eq!(look(&table, a("2001::1")), Some(3));
 }
 
 #[test]
 fn bulk_handles_odd_lengths_and_mixed_walks() {
-    let mut t = lpm(20);
-    t.add(a("2001:db8::"), 32, 1).unwrap();
-    t.add(a("2001:db8::9"), 128, 2).unwrap();
-    t.add(a("3000::"), 8, 3).unwrap();
+    let mut table = lpm(20);
+    table.add(a("2001:db8::"), 32, 1).unwrap();
+    table.add(a("2001:db8::9"), 128, 2).unwrap();
+    table.add(a("3000::"), 8, 3).unwrap();
     // Lanes ending at different levels in one block.
     let addrs: Vec<[u8; 16]> = (0..11u8)
         .map(|i| {
@@ -318,48 +329,28 @@ fn bulk_handles_odd_lengths_and_mixed_walks() {
         .chain([a("::"), a("ffff::")])
         .collect();
     let mut out = vec![Some(99); 13];
-    t.lookup_bulk(&addrs, &mut out);
+    table.lookup_bulk(&addrs, &mut out);
     for (x, o) in addrs.iter().zip(&out) {
-        assert_eq!(*o, t.lookup(*x));
+        assert_eq!(*o, table.lookup(*x));
     }
     assert_eq!(out[9], Some(3));
     assert_eq!(out[10], Some(1));
     assert_eq!(out[11], None);
     let mut x = a("2001:db8::");
     x[15] = 9;
-    assert_eq!(t.lookup(x), Some(2));
+    assert_eq!(table.lookup(x), Some(2));
     // Mismatched lengths: only the common prefix is written.
     let mut short = [Some(99); 2];
-    t.lookup_bulk(&addrs[10..], &mut short);
+    table.lookup_bulk(&addrs[10..], &mut short);
     assert_eq!(short, [Some(1), None]);
     let mut long = [Some(99); 3];
-    t.lookup_bulk(&addrs[..1], &mut long);
+    table.lookup_bulk(&addrs[..1], &mut long);
     assert_eq!(long, [Some(3), Some(99), Some(99)]);
 }
 
-fn mask(depth: u8) -> u128 {
-    if depth == 0 {
-        0
-    } else {
-        u128::MAX << (128 - u32::from(depth))
-    }
-}
-
-/// The naive reference: a linear scan for the longest matching route.
-#[derive(Default)]
-struct Reference {
-    routes: BTreeMap<(u8, u128), u32>,
-}
+type Reference = test_support::Reference<u128>;
 
 impl Reference {
-    fn lookup(&self, addr: u128) -> Option<u32> {
-        self.routes
-            .iter()
-            .filter(|((d, p), _)| addr & mask(*d) == *p)
-            .max_by_key(|((d, _), _)| *d)
-            .map(|(_, nh)| *nh)
-    }
-
     /// The groups the routes need: one per (level, leading bits) on each
     /// route's path.
     fn groups(&self) -> usize {
@@ -379,28 +370,15 @@ impl Reference {
 
     /// Groups a new route would add.
     fn groups_with(&self, depth: u8, prefix: u128) -> usize {
-        let mut r = Reference {
+        let mut with_route = Reference {
             routes: self.routes.clone(),
         };
-        r.routes.insert((depth, prefix), 0);
-        r.groups()
+        with_route.routes.insert((depth, prefix), 0);
+        with_route.groups()
     }
 }
 
-#[derive(Debug, Clone)]
-enum Op {
-    Add {
-        prefix: u128,
-        depth: u8,
-        nh: u32,
-    },
-    /// Delete the `n % len`-th existing route.
-    DeleteExisting(usize),
-    DeleteRandom {
-        prefix: u128,
-        depth: u8,
-    },
-}
+type Op = test_support::Op<u128>;
 
 /// Addresses sharing leading bytes often, so routes overlap at every level.
 fn addr() -> impl Strategy<Value = u128> {
@@ -434,42 +412,38 @@ fn depth() -> impl Strategy<Value = u8> {
 }
 
 fn op() -> impl Strategy<Value = Op> {
-    prop_oneof![
-        6 => (addr(), depth(), 0u32..1000).prop_map(|(prefix, depth, nh)| Op::Add { prefix, depth, nh }),
-        3 => any::<usize>().prop_map(Op::DeleteExisting),
-        1 => (addr(), depth()).prop_map(|(prefix, depth)| Op::DeleteRandom { prefix, depth }),
-    ]
+    test_support::op(addr, depth)
 }
 
-fn check(t: &Lpm6, r: &Reference, probes: &[u128]) {
-    let mut addrs: Vec<u128> = probes.to_vec();
-    for &(d, p) in r.routes.keys() {
-        let last = p | !mask(d);
-        addrs.extend([p, p.wrapping_sub(1), last, last.wrapping_add(1)]);
-    }
-    addrs.extend([0, u128::MAX]);
-    let expect: Vec<Option<u32>> = addrs.iter().map(|&x| r.lookup(x)).collect();
+fn check(table: &Lpm6, reference: &Reference, probes: &[u128]) {
+    let addrs = reference.probe_addrs(probes);
+    let expect: Vec<Option<u32>> = addrs.iter().map(|&x| reference.lookup(x)).collect();
     let bytes: Vec<[u8; 16]> = addrs.iter().map(|x| x.to_be_bytes()).collect();
-    let single: Vec<Option<u32>> = bytes.iter().map(|&x| t.lookup(x)).collect();
+    let single: Vec<Option<u32>> = bytes.iter().map(|&x| table.lookup(x)).collect();
     assert_eq!(single, expect, "lookup");
     let mut bulk = vec![Some(u32::MAX); addrs.len()];
-    t.lookup_bulk(&bytes, &mut bulk);
+    table.lookup_bulk(&bytes, &mut bulk);
     assert_eq!(bulk, expect, "lookup_bulk");
     let mut raw = vec![7u32; addrs.len()];
-    t.lookup_bulk_or(&bytes, &mut raw, u32::MAX);
+    table.lookup_bulk_or(&bytes, &mut raw, u32::MAX);
     let expect_raw: Vec<u32> = expect.iter().map(|e| e.unwrap_or(u32::MAX)).collect();
     assert_eq!(raw, expect_raw, "lookup_bulk_or");
     for (a, e) in bytes.chunks_exact(4).zip(expect.chunks_exact(4)) {
         assert_eq!(
-            t.lookup_x4([a[0], a[1], a[2], a[3]]),
+            table.lookup_x4([a[0], a[1], a[2], a[3]]),
             [e[0], e[1], e[2], e[3]],
             "lookup_x4"
         );
     }
-    assert_eq!(t.len(), r.routes.len());
-    assert_eq!(t.tbl8_groups_used(), r.groups(), "groups in use");
-    let needed = Lpm6::tbl8_groups_needed(r.routes.keys().map(|&(d, p)| (p.to_be_bytes(), d)));
-    assert_eq!(needed as usize, r.groups(), "tbl8_groups_needed");
+    assert_eq!(table.len(), reference.routes.len());
+    assert_eq!(
+        table.tbl8_groups_used(),
+        reference.groups(),
+        "groups in use"
+    );
+    let needed =
+        Lpm6::tbl8_groups_needed(reference.routes.keys().map(|&(d, p)| (p.to_be_bytes(), d)));
+    assert_eq!(needed as usize, reference.groups(), "tbl8_groups_needed");
 }
 
 proptest! {
@@ -481,39 +455,16 @@ proptest! {
         probes in prop::collection::vec(addr(), 32),
         number_tbl8s in 0u32..40,
     ) {
-        let mut t = lpm(number_tbl8s);
-        let mut r = Reference::default();
+        let mut table = lpm(number_tbl8s);
+        let mut reference = Reference::default();
         for op in ops {
-            match op {
-                Op::Add { prefix, depth, nh } => {
-                    let prefix = prefix & mask(depth);
-                    match t.add(prefix.to_be_bytes(), depth, nh) {
-                        Ok(()) => {
-                            r.routes.insert((depth, prefix), nh);
-                        }
-                        Err(LpmError::NoTbl8 { .. }) => {
-                            // Only when the route needs more groups than remain.
-                            prop_assert!(depth > 24);
-                            prop_assert!(r.groups_with(depth, prefix) > number_tbl8s as usize);
-                        }
-                        Err(e) => prop_assert!(false, "unexpected {e}"),
-                    }
-                }
-                Op::DeleteExisting(n) => {
-                    if r.routes.is_empty() {
-                        continue;
-                    }
-                    let &(depth, prefix) = r.routes.keys().nth(n % r.routes.len()).unwrap();
-                    t.delete(prefix.to_be_bytes(), depth).unwrap();
-                    r.routes.remove(&(depth, prefix));
-                }
-                Op::DeleteRandom { prefix, depth } => {
-                    let prefix = prefix & mask(depth);
-                    let res = t.delete(prefix.to_be_bytes(), depth);
-                    prop_assert_eq!(res.is_ok(), r.routes.remove(&(depth, prefix)).is_some());
-                }
-            }
-            check(&t, &r, &probes);
+            test_support::apply(&mut table, &mut reference, op, |reference, prefix, depth| {
+                // Only when the route needs more groups than remain.
+                prop_assert!(depth > 24);
+                prop_assert!(reference.groups_with(depth, prefix) > number_tbl8s as usize);
+                Ok(())
+            })?;
+            check(&table, &reference, &probes);
         }
     }
 }

@@ -64,6 +64,8 @@ mod ipv4_tests;
 mod ipv6_tests;
 #[cfg(all(test, not(loom)))]
 mod routegen_tests;
+#[cfg(all(test, not(loom)))]
+mod test_support;
 
 pub use ipv4::Lpm4;
 pub use ipv6::Lpm6;
