@@ -6,7 +6,8 @@
 //!
 //! - A module that is a folder keeps its tests in `<folder>/tests.rs`, and
 //!   its loom models in `<folder>/loom_tests.rs`, both declared in its
-//!   `mod.rs`.
+//!   `mod.rs`; where the tests are many files, they are a `<folder>/tests/`
+//!   folder instead (the soft driver's port tests).
 //! - A module that is one file keeps a few short tests inline, in a
 //!   `#[cfg(test)] mod tests` at its end; once they grow, they move to
 //!   `<name>_tests.rs` beside `<name>.rs`, declared in the parent's `mod.rs`

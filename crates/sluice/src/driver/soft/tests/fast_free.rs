@@ -10,8 +10,9 @@ use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::{ext_copy, port, send_all, tester_of};
-use crate::mbuf::{Burst, ExtSharedInfo, Mbuf, MbufPool, MbufPoolConfig};
+use crate::mbuf::{Burst, ExtSharedInfo, Mbuf, MbufPool};
 use crate::port::{Offloads, PortConfig};
+use crate::test_support::TestPool;
 
 static EXT_FREED: AtomicU64 = AtomicU64::new(0);
 
@@ -21,15 +22,12 @@ fn ext_freed(_: NonNull<u8>, _: *mut ()) {
 }
 
 fn pool(name: &str, size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        name: name.into(),
-        size,
-        // A cache, so that `tx_free=zc` has slots to put into.
-        cache_size: 64,
-        data_room: 512,
-        ..Default::default()
-    })
-    .unwrap()
+    // A cache, so that `tx_free=zc` has slots to put into.
+    TestPool::new(size)
+        .name(name)
+        .cache_size(64)
+        .data_room(512)
+        .build()
 }
 
 #[test]

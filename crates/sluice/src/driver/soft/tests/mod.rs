@@ -7,19 +7,14 @@ use super::tester::{self, Tester};
 use crate::driver::open;
 use crate::mbuf::{Burst, BurstSlice, ExtSharedInfo, Mbuf, MbufPool, MbufPoolConfig, ol};
 use crate::port::{Offloads, Port, PortConfig, PortError, RxQueue, TxQueue};
+use crate::test_support::TestPool;
 
 mod fast_free;
 mod recycle;
 mod wqe;
 
 fn pool(size: u32, data_room: u16) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        size,
-        cache_size: 0,
-        data_room,
-        ..Default::default()
-    })
-    .unwrap()
+    TestPool::new(size).data_room(data_room).build()
 }
 
 pub(super) fn port(spec: &str, config: PortConfig) -> Port {

@@ -15,22 +15,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::ext_copy;
 use crate::driver::open;
-use crate::mbuf::{Burst, BurstSlice, ExtSharedInfo, Mbuf, MbufPool, MbufPoolConfig};
+use crate::mbuf::{Burst, BurstSlice, ExtSharedInfo, Mbuf, MbufPool};
 use crate::mempool::Elem;
 use crate::port::{
     Offloads, Port, PortConfig, PortError, RecycleRxInfo, RxQueue, TxQueue, recycle_mbufs,
 };
+use crate::test_support::TestPool;
 use crate::tester::{self, Tester, TesterReport};
 
 fn pool(name: &str, size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        name: name.into(),
-        size,
-        cache_size: 0,
-        data_room: 512,
-        ..Default::default()
-    })
-    .unwrap()
+    TestPool::new(size).name(name).data_room(512).build()
 }
 
 fn port(spec: &str, config: PortConfig) -> Port {

@@ -22,18 +22,13 @@ use crate::driver::soft::wqe::{
     self, CE, CQE_ERR, CqeInfo, Cseg, Eseg, INLINE, OP_MPW, OP_SEND, OP_TSO, OPMOD_EMPW,
     SEGS_PER_BB, TUN_VXLAN, blocks, cs, cseg, dseg, seg_bytes, syndrome, write_words,
 };
-use crate::mbuf::{Burst, BurstSlice, Mbuf, MbufPool, MbufPoolConfig, TxOffload, ol};
+use crate::mbuf::{Burst, BurstSlice, Mbuf, MbufPool, TxOffload, ol};
 use crate::port::{Offloads, Port, PortConfig, PortCounters, TxQueue};
+use crate::test_support::TestPool;
 use crate::tester;
 
 fn pool(size: u32) -> MbufPool {
-    MbufPool::new(MbufPoolConfig {
-        size,
-        cache_size: 0,
-        data_room: 2048,
-        ..Default::default()
-    })
-    .unwrap()
+    TestPool::new(size).data_room(2048).build()
 }
 
 /// Every Tx offload flag the soft port can honour.
