@@ -33,6 +33,7 @@
 //! on stdout (notes and skipped cases then go to stderr); [`BenchResult`]
 //! holds the fields every result has.
 
+pub mod baseline;
 pub mod contention;
 pub mod cut;
 pub mod lcores;

@@ -17,8 +17,8 @@
 //!
 //! Where pages come from and go back to is the carver's user's business: the
 //! page pool's fragment allocator ([`PageFragAlloc`](super::PageFragAlloc))
-//! or the page_frag_cache-style one over the provider
-//! ([`PageFragCache`](super::PageFragCache)). The page's metadata says where
+//! or the page_frag_cache-style one over the provider (`PageFragCache`, a
+//! benchmark baseline). The page's metadata says where
 //! its last fragment sends it.
 
 use std::ptr::NonNull;

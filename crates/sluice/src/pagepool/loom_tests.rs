@@ -89,6 +89,7 @@ fn loom_last_reference_sends_the_page_home_exactly_once() {
 
 /// Fragments of a page_frag_cache block, freed on two threads; the last
 /// one gives the block back to the provider (under its lock), once.
+#[cfg(feature = "bench-baselines")]
 #[test]
 fn loom_frag_cache_block_goes_back_to_the_provider_once() {
     builder().check(|| {

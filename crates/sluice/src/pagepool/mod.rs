@@ -19,9 +19,10 @@
 //!   one increment of the page's count, and the page goes home exactly once,
 //!   on the last free, from any thread.
 //! - [`PageFragAlloc`] (`frag_alloc.rs`): fragments from page-pool pages.
-//! - [`PageFragCache`] (`frag_cache.rs`): fragments from provider blocks
-//!   (Linux's page_frag_cache): the baseline `sluice bench pagepool`
-//!   compares the page pool's fragments with, not a path the drivers use.
+//! - `PageFragCache` (`frag_cache.rs`, with the `bench-baselines` feature
+//!   only): fragments from provider blocks (Linux's page_frag_cache), the
+//!   baseline `sluice bench pagepool` compares the page pool's fragments
+//!   with; no driver uses it.
 //! - [`BulkFree`] (`bulk.rs`): frees fragments and pages in bulk — one
 //!   count update per run of a page's fragments, pages home in stashes of
 //!   [`PAGE_BULK`] (Linux's `xdp_frame_bulk`).
@@ -57,6 +58,7 @@ mod bulk;
 mod cache;
 mod frag;
 mod frag_alloc;
+#[cfg(feature = "bench-baselines")]
 mod frag_cache;
 mod mbuf;
 mod meta;
@@ -73,6 +75,7 @@ pub use buddy::TOP_ORDER;
 pub use bulk::{BulkFree, PAGE_BULK};
 pub use frag::Frag;
 pub use frag_alloc::PageFragAlloc;
+#[cfg(feature = "bench-baselines")]
 pub use frag_cache::PageFragCache;
 pub use mbuf::{FragLayout, attach_frag};
 pub(crate) use mbuf::{attach_frag_fresh, prefetch};

@@ -250,6 +250,9 @@ impl BlockProvider {
         unsafe { self.inner.as_ref() }
     }
 
+    /// The shared state's address, which tags a provider block's page
+    /// metadata as the provider's (the page_frag_cache baseline).
+    #[cfg(feature = "bench-baselines")]
     pub(crate) fn inner_ptr(&self) -> NonNull<ProviderInner> {
         self.inner
     }

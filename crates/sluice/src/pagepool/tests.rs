@@ -452,6 +452,7 @@ fn page_pool_fragments_are_aligned_in_bounds_and_disjoint() {
     assert!(provider.is_full());
 }
 
+#[cfg(feature = "bench-baselines")]
 #[test]
 fn frag_cache_fragments_are_aligned_in_bounds_and_disjoint() {
     let provider = test_provider(8 << 20);
@@ -461,6 +462,7 @@ fn frag_cache_fragments_are_aligned_in_bounds_and_disjoint() {
     assert!(provider.is_full());
 }
 
+#[cfg(feature = "bench-baselines")]
 #[test]
 fn bad_fragment_sizes_are_errors() {
     let provider = test_provider(1 << 20);
@@ -525,6 +527,7 @@ fn fifteen_fragments_per_page_at_mtu_1500_and_three_at_8000() {
     assert!(provider.is_full());
 }
 
+#[cfg(feature = "bench-baselines")]
 #[test]
 fn a_page_whose_fragments_are_all_free_is_carved_again_in_place() {
     let provider = test_provider(1 << 20);
@@ -669,6 +672,7 @@ fn bulk_free_of_pages_fills_the_cache_then_the_ring_then_releases() {
     assert!(provider.is_full());
 }
 
+#[cfg(feature = "bench-baselines")]
 #[test]
 fn bulk_free_mixes_pools_and_frag_cache_blocks() {
     let provider = test_provider(4 << 20);

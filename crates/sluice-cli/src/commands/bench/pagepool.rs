@@ -83,10 +83,11 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::Serialize;
 use sluice::pagepool::{
     BlockProvider, BulkFree, DEFAULT_CACHE_SIZE, DEFAULT_RING_BATCH, DEFAULT_RING_SIZE, Frag, Page,
-    PageFragAlloc, PageFragCache, PagePool, PagePoolConfig, PagePoolError, ProviderConfig,
+    PageFragAlloc, PagePool, PagePoolConfig, PagePoolError, ProviderConfig,
 };
 use sluice::ring::Ring;
 use sluice::tsc::{rdtsc, rdtsc_completed, rdtsc_drained};
+use sluice_bench::baseline::PageFragCache;
 
 use sluice_bench::cut::CutPolicy;
 use sluice_bench::rounds::{interleave, rounds};
