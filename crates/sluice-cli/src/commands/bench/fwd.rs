@@ -243,20 +243,9 @@ pub(super) fn crossed_streams(ports: &mut [Port]) -> Result<[Stream<'_>; 2], Str
     let (arx, atx) = a.queues_mut().map_err(err)?;
     let (brx, btx) = b.queues_mut().map_err(err)?;
     let mac = sluice::net::MacAddr([2, 0, 0, 0, 0, 1]);
-    let stream = |id, tx_port, rx, tx| Stream {
-        id,
-        tx_port,
-        rx,
-        tx,
-        src_mac: mac,
-        dst_mac: mac,
-        frame: None,
-        recycle_errors: 0,
-        alloc_failures: 0,
-    };
     Ok([
-        stream(0, 1, arx[0].as_mut(), btx[0].as_mut()),
-        stream(1, 0, brx[0].as_mut(), atx[0].as_mut()),
+        Stream::new(0, 1, arx[0].as_mut(), btx[0].as_mut(), mac, mac),
+        Stream::new(1, 0, brx[0].as_mut(), atx[0].as_mut(), mac, mac),
     ])
 }
 
