@@ -351,26 +351,29 @@ pub fn port_receive(
     let mut port = sluice::driver::open(spec, config(PortConfig::new(Some(pool.clone()))))
         .map_err(|e| e.to_string())?;
     port.start().map_err(|e| e.to_string())?;
-    let received = port.queues_mut().map_err(|e| e.to_string()).and_then(|(rxq, txq)| {
-        let (rx, tx) = (rxq[0].as_mut(), txq[0].as_mut());
-        let mut b: Burst<64> = Burst::new();
-        await_first_frame(|| rx.rx_burst(b.capped(BURST)))?;
-        b.clear();
-        let receive = || {
-            if how.recycle {
-                let _ = recycle_mbufs(&mut *rx, &mut *tx);
-            }
-            let n = rx.rx_burst(b.capped(BURST));
-            if n != 0 {
-                if how.send_back {
-                    tx.tx_burst(&mut b);
+    let received = port
+        .queues_mut()
+        .map_err(|e| e.to_string())
+        .and_then(|(rxq, txq)| {
+            let (rx, tx) = (rxq[0].as_mut(), txq[0].as_mut());
+            let mut b: Burst<64> = Burst::new();
+            await_first_frame(|| rx.rx_burst(b.capped(BURST)))?;
+            b.clear();
+            let receive = || {
+                if how.recycle {
+                    let _ = recycle_mbufs(&mut *rx, &mut *tx);
                 }
-                b.clear();
-            }
-            n
-        };
-        Ok(timed_receive(ops, receive, busy))
-    });
+                let n = rx.rx_burst(b.capped(BURST));
+                if n != 0 {
+                    if how.send_back {
+                        tx.tx_burst(&mut b);
+                    }
+                    b.clear();
+                }
+                n
+            };
+            Ok(timed_receive(ops, receive, busy))
+        });
     port.stop();
     let xstats = port.xstats();
     drop(port);
