@@ -210,16 +210,16 @@ pub fn measure(cpu: usize, case: &Case, ops: u64) -> Result<BenchResult, String>
     let pool = bench_pool()?;
     let mut ports = open_two(&pool, &case.specs)?;
     let (engine, preload) = (case.engine, case.preload);
-    let p = pool.clone();
+    let lcore_pool = pool.clone();
     let (sample, device) = on_lcore(cpu, move || {
         let r = match engine {
-            Engine::Mac => timed(Mac, &mut ports, &p, preload, ops),
-            _ => timed(Io, &mut ports, &p, preload, ops),
+            Engine::Mac => timed(Mac, &mut ports, &lcore_pool, preload, ops),
+            _ => timed(Io, &mut ports, &lcore_pool, preload, ops),
         };
         ports.iter_mut().for_each(Port::stop);
         drop(ports);
         // Hand the cached buffers back before the lcore goes away.
-        p.flush_local_cache();
+        lcore_pool.flush_local_cache();
         r
     })?;
     finish(&pool, case.name, sample, device, case.dpdk)
