@@ -28,11 +28,11 @@
 
 use sluice_bench::median;
 
+use super::Ctx;
 use super::veth::{
-    BURST, GenPort, MAX_TIME, PortReceive, RawSocket, Received, VethBench, await_first_frame,
-    port_receive, timed_receive,
+    BURST, CaseFigures, GenPort, MAX_TIME, PortReceive, RawSocket, Received, VethBench,
+    await_first_frame, port_receive, timed_receive,
 };
-use super::{BenchResult, Ctx, on_lcore};
 
 /// Packets per case by default (about 4 s at 0.5 Mpps).
 const DEFAULT_OPS: u64 = 1 << 21;
@@ -144,40 +144,32 @@ pub fn run(ctx: &mut Ctx) {
     ) else {
         return;
     };
-    let cpu = bench.cpu;
-    let mut lines = Vec::new();
-    for r in RECEIVERS {
-        let iface = bench.setup.a.clone();
-        let m = on_lcore(cpu, move || match r {
-            Receiver::AfPacketRx => afpacket(&iface, false, ops),
-            Receiver::AfPacketIo => afpacket(&iface, true, ops),
-            Receiver::RawSocket => raw_socket(&iface, ops),
-        });
-        let result = m.map(|m| {
-            lines.push(format!(
-                "{}: {} packets, {:.1} per call that returned any, kernel drops {}",
-                r.name(),
-                m.received.packets,
-                m.received.packets as f64 / m.received.calls.max(1) as f64,
-                m.kernel_drops
-            ));
-            let mut res = BenchResult::new(
-                "fwd",
-                r.name().to_owned(),
-                1,
-                median(
-                    &m.per_packet
-                        .iter()
-                        .map(|&c| f64::from(c))
-                        .collect::<Vec<_>>(),
-                ),
-                super::mops(m.received.packets, m.received.cycles),
-            );
-            res.ops = m.received.packets;
-            res.bulk = (r != Receiver::RawSocket).then_some(BURST);
-            res
-        });
-        ctx.report(r.name(), result);
-    }
-    bench.finish(ctx, lines);
+    bench.run_cases(
+        ctx,
+        &RECEIVERS,
+        Receiver::name,
+        |r| (r != Receiver::RawSocket).then_some(BURST),
+        move |r, iface| measure(r, iface, ops),
+    );
+}
+
+/// Runs receiver `r` on `iface`: its figures.
+fn measure(r: Receiver, iface: &str, ops: u64) -> Result<CaseFigures, String> {
+    let m = match r {
+        Receiver::AfPacketRx => afpacket(iface, false, ops),
+        Receiver::AfPacketIo => afpacket(iface, true, ops),
+        Receiver::RawSocket => raw_socket(iface, ops),
+    }?;
+    let per_packet: Vec<f64> = m.per_packet.iter().map(|&c| f64::from(c)).collect();
+    Ok(CaseFigures {
+        received: m.received,
+        cycles_per_op: median(&per_packet),
+        line: format!(
+            "{}: {} packets, {:.1} per call that returned any, kernel drops {}",
+            r.name(),
+            m.received.packets,
+            m.received.packets as f64 / m.received.calls.max(1) as f64,
+            m.kernel_drops
+        ),
+    })
 }

@@ -24,11 +24,11 @@
 //! than one sender through the kernel's veth path, which decides the rate
 //! on two CPUs. The kernel's drop counters follow the rows.
 
+use super::Ctx;
 use super::veth::{
-    BURST, GenPort, MAX_TIME, PortReceive, RawSocket, Received, VethBench, await_first_frame,
-    port_receive, timed_receive,
+    BURST, CaseFigures, GenPort, MAX_TIME, PortReceive, RawSocket, Received, VethBench,
+    await_first_frame, port_receive, timed_receive,
 };
-use super::{BenchResult, Ctx, on_lcore};
 
 /// Packets per case by default (a few seconds at the veth's rate).
 const DEFAULT_OPS: u64 = 1 << 21;
@@ -154,35 +154,31 @@ pub fn run(ctx: &mut Ctx) {
     ) else {
         return;
     };
-    let cpu = bench.cpu;
-    let mut lines = Vec::new();
-    for r in RECEIVERS {
-        let iface = bench.setup.a.clone();
-        let m = on_lcore(cpu, move || match r {
-            Receiver::RawSocket => raw_socket(&iface, ops),
-            how => afxdp(&iface, how, ops),
-        });
-        let result = m.map(|m| {
-            lines.push(format!(
-                "{}: {} packets in {} calls ({:.1} per call); {}",
-                r.name(),
-                m.received.packets,
-                m.received.calls,
-                m.received.packets as f64 / m.received.calls.max(1) as f64,
-                m.drops
-            ));
-            let mut res = BenchResult::new(
-                "fwd",
-                r.name().to_owned(),
-                1,
-                m.busy as f64 / m.received.packets.max(1) as f64,
-                super::mops(m.received.packets, m.received.cycles),
-            );
-            res.ops = m.received.packets;
-            res.bulk = (r != Receiver::RawSocket).then_some(BURST);
-            res
-        });
-        ctx.report(r.name(), result);
-    }
-    bench.finish(ctx, lines);
+    bench.run_cases(
+        ctx,
+        &RECEIVERS,
+        Receiver::name,
+        |r| (r != Receiver::RawSocket).then_some(BURST),
+        move |r, iface| measure(r, iface, ops),
+    );
+}
+
+/// Runs receiver `r` on `iface`: its figures.
+fn measure(r: Receiver, iface: &str, ops: u64) -> Result<CaseFigures, String> {
+    let m = match r {
+        Receiver::RawSocket => raw_socket(iface, ops),
+        how => afxdp(iface, how, ops),
+    }?;
+    Ok(CaseFigures {
+        received: m.received,
+        cycles_per_op: m.busy as f64 / m.received.packets.max(1) as f64,
+        line: format!(
+            "{}: {} packets in {} calls ({:.1} per call); {}",
+            r.name(),
+            m.received.packets,
+            m.received.calls,
+            m.received.packets as f64 / m.received.calls.max(1) as f64,
+            m.drops
+        ),
+    })
 }

@@ -18,7 +18,7 @@ use sluice::net::MacAddr;
 use sluice::port::{PortConfig, recycle_mbufs};
 use sluice::tsc::rdtsc_ordered;
 
-use super::Ctx;
+use super::{BenchResult, Ctx, mops, on_lcore};
 use crate::app::io::engine::udp_frame;
 
 /// Longest wait for the generator's first frame.
@@ -241,15 +241,63 @@ impl VethBench {
         }
     }
 
+    /// Runs each case of `cases` on the receiver CPU: `measure(case, end
+    /// a)`; reports its row (`fwd`, one core, `bulk(case)` frames asked per
+    /// call) under `name(case)`, or its error; then [`finish`](Self::finish)
+    /// with the cases' lines.
+    pub fn run_cases<C, M>(
+        self,
+        ctx: &mut Ctx,
+        cases: &[C],
+        name: fn(C) -> &'static str,
+        bulk: fn(C) -> Option<usize>,
+        measure: M,
+    ) where
+        C: Copy + Send + 'static,
+        M: Fn(C, &str) -> Result<CaseFigures, String> + Copy + Send + 'static,
+    {
+        let mut lines = Vec::new();
+        for &case in cases {
+            let iface = self.setup.a.clone();
+            let figures = on_lcore(self.cpu, move || measure(case, &iface));
+            let result = figures.map(|f| {
+                lines.push(f.line);
+                let mut row = BenchResult::new(
+                    "fwd",
+                    name(case).to_owned(),
+                    1,
+                    f.cycles_per_op,
+                    mops(f.received.packets, f.received.cycles),
+                );
+                row.ops = f.received.packets;
+                row.bulk = bulk(case);
+                row
+            });
+            ctx.report(name(case), result);
+        }
+        self.finish(ctx, lines);
+    }
+
     /// Stops the generator, prints `lines` and the generator's line as
     /// notes, and removes the namespace and veth pair.
-    pub fn finish(self, ctx: &Ctx, mut lines: Vec<String>) {
+    fn finish(self, ctx: &Ctx, mut lines: Vec<String>) {
         lines.push(self.generator.finish());
         for l in lines {
             ctx.note(&l);
         }
         drop(self.setup);
     }
+}
+
+/// What one receiver case measured: its row's figures and the line
+/// printed after the rows.
+pub struct CaseFigures {
+    /// Frames, calls and ticks of the timed region.
+    pub received: Received,
+    /// The row's cycles per packet.
+    pub cycles_per_op: f64,
+    /// What else it saw (calls, drops), one line.
+    pub line: String,
 }
 
 /// Calls `receive` (how many frames one call took) until it takes any, for
