@@ -147,7 +147,7 @@ pub fn measure(cpus: (usize, usize), iters: u64) -> Result<CoreContention, Strin
 
 /// One cache line, 128-byte aligned so nothing else shares it.
 #[repr(align(128))]
-struct Line(AtomicU64);
+struct CacheLine(AtomicU64);
 
 /// Bounces one cache line `trips` times between a lcore on `cpus.0` (writes
 /// an odd value, waits for the next even one) and one on `cpus.1` (answers);
@@ -155,7 +155,7 @@ struct Line(AtomicU64);
 /// with what this costs: on a shared virtual machine, from about a hundred
 /// to thousands of cycles between runs.
 pub fn line_round_trip(cpus: (usize, usize), trips: u64) -> Result<Sample, String> {
-    let line = Arc::new(Line(AtomicU64::new(0)));
+    let line = Arc::new(CacheLine(AtomicU64::new(0)));
     let barrier = Arc::new(SpinBarrier::new(2));
     let (l1, b1) = (Arc::clone(&line), Arc::clone(&barrier));
     let ping: Worker<Sample> = Box::new(move || {

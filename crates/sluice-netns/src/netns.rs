@@ -39,9 +39,9 @@ impl std::str::FromStr for Mac {
         let bad = || Error::new(format!("'{s}' is not a MAC address"));
         let mut out = [0u8; 6];
         let mut parts = s.split(':');
-        for b in &mut out {
-            let p = parts.next().ok_or_else(bad)?;
-            *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+        for byte in &mut out {
+            let hex = parts.next().ok_or_else(bad)?;
+            *byte = u8::from_str_radix(hex, 16).map_err(|_| bad())?;
         }
         if parts.next().is_some() {
             return Err(bad());

@@ -284,12 +284,12 @@ pub fn parse_mac(s: &str) -> Result<MacAddr, String> {
     let bad = || format!("'{s}' is not a MAC address (expected aa:bb:cc:dd:ee:ff)");
     let mut out = [0u8; 6];
     let mut parts = s.split([':', '-']);
-    for b in out.iter_mut() {
-        let p = parts.next().ok_or_else(bad)?;
-        if p.is_empty() || p.len() > 2 {
+    for byte in out.iter_mut() {
+        let hex = parts.next().ok_or_else(bad)?;
+        if hex.is_empty() || hex.len() > 2 {
             return Err(bad());
         }
-        *b = u8::from_str_radix(p, 16).map_err(|_| bad())?;
+        *byte = u8::from_str_radix(hex, 16).map_err(|_| bad())?;
     }
     if parts.next().is_some() {
         return Err(bad());

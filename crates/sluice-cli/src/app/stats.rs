@@ -9,7 +9,7 @@ use serde::Serialize;
 use sluice::port::PortCounters;
 
 use super::io::lcore::StreamCounters;
-use super::output::emit;
+use super::output::{emit, emit_json};
 
 /// What the stats thread reads: each port's counters and, per stream, the
 /// port its drops are counted on (its Tx port).
@@ -169,10 +169,7 @@ impl Live {
                 time_s: t,
                 ports,
             };
-            match serde_json::to_string(&line) {
-                Ok(s) => emit(&s),
-                Err(e) => eprintln!("sluice fwd: cannot encode stats: {e}"),
-            }
+            emit_json(&line, "sluice fwd", "stats");
         } else {
             let parts: Vec<String> = ports
                 .iter()

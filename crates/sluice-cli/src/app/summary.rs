@@ -12,7 +12,7 @@ use sluice::port::{BurstHistogram, Offloads, PortCounters};
 use sluice::tester::Tester;
 
 use super::io::lcore::LcoreCycles;
-use super::output::emit;
+use super::output::{emit, emit_json};
 
 /// One queue's burst-size histogram.
 #[derive(Serialize, Debug, Clone)]
@@ -308,6 +308,39 @@ pub fn pool_ran_dry(failures: u64) -> String {
     format!("pool ran dry: {failures} allocation failures — raise --pool-size")
 }
 
+/// The warning of a drain that ended with frames unaccounted for.
+pub const DRAIN_UNACCOUNTED: &str =
+    "the drain ended with frames neither received nor counted as a drop";
+
+/// Prints what the drain found, when it could tell (`accounted`): every
+/// frame received or counted as a drop (`drops` names the drops, in
+/// parentheses), or the warning that some were not.
+pub fn print_drain(accounted: Option<bool>, drops: &str) {
+    match accounted {
+        Some(true) => emit(&format!(
+            "drain: every frame the testers sent was received or counted as a drop ({drops})"
+        )),
+        Some(false) => emit(&format!("warning: {DRAIN_UNACCOUNTED}")),
+        None => {}
+    }
+}
+
+/// Prints each tester's line, then the warning that the pool ran dry when
+/// it did (`alloc_failures` not 0).
+pub fn print_testers(testers: &[TesterSummary], alloc_failures: u64) {
+    for t in testers {
+        emit(&format!(
+            "tester {}: {} — {}",
+            t.name,
+            t.report,
+            tester_verdict(t.clean, alloc_failures != 0)
+        ));
+    }
+    if alloc_failures != 0 {
+        emit(&format!("warning: {}", pool_ran_dry(alloc_failures)));
+    }
+}
+
 /// The verdict word of a tester line: a clean report in a run whose pool
 /// ran dry says so instead of "clean".
 pub fn tester_verdict(clean: bool, pool_dry: bool) -> &'static str {
@@ -347,10 +380,7 @@ impl Summary {
     /// Prints the summary: one JSON line, or text.
     pub fn print(&self, json: bool) {
         if json {
-            match serde_json::to_string(self) {
-                Ok(s) => emit(&s),
-                Err(e) => eprintln!("sluice fwd: cannot encode the summary: {e}"),
-            }
+            emit_json(self, "sluice fwd", "the summary");
             return;
         }
         emit(&format!(
@@ -441,27 +471,11 @@ impl Summary {
             )),
             None => emit("forwarding lcores: no packet moved"),
         }
-        match self.drain_accounted {
-            Some(true) => emit(
-                "drain: every frame the testers sent was received or counted as a drop \
-                 (refused, missed, Rx or Tx error, or dropped by the application)",
-            ),
-            Some(false) => {
-                emit("warning: the drain ended with frames neither received nor counted as a drop")
-            }
-            None => {}
-        }
-        for t in &self.testers {
-            emit(&format!(
-                "tester {}: {} — {}",
-                t.name,
-                t.report,
-                tester_verdict(t.clean, self.alloc_failures != 0)
-            ));
-        }
-        if self.alloc_failures != 0 {
-            emit(&format!("warning: {}", pool_ran_dry(self.alloc_failures)));
-        }
+        print_drain(
+            self.drain_accounted,
+            "refused, missed, Rx or Tx error, or dropped by the application",
+        );
+        print_testers(&self.testers, self.alloc_failures);
         if self.recycle_errors != 0 {
             emit(&format!(
                 "warning: {} recycle steps failed (a queue was stopped under them)",

@@ -19,7 +19,7 @@ use sluice::tester::{
 };
 use sluice::tsc::rdtsc;
 
-use crate::app::output::emit;
+use crate::app::output::{emit, emit_json};
 
 /// Arguments of `sluice gen`.
 #[derive(Args, Debug, Clone)]
@@ -300,10 +300,7 @@ fn print_report(
             tx_errors: stats.tx_errors,
             clean,
         };
-        match serde_json::to_string(&j) {
-            Ok(s) => emit(&s),
-            Err(e) => eprintln!("sluice gen: cannot encode the report: {e}"),
-        }
+        emit_json(&j, "sluice gen", "the report");
         return;
     }
     emit(&format!(

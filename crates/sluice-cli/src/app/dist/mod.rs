@@ -132,7 +132,7 @@ pub(crate) fn open_ports(
 }
 
 /// What the pipeline gives back.
-pub(crate) struct Ran {
+pub(crate) struct PipelineOutput {
     pub secs: f64,
     pub workers: Vec<WorkerOut>,
     pub stats: sluice::distributor::DistStats,
@@ -156,9 +156,9 @@ pub(crate) struct Pipeline<'a> {
 }
 
 impl WithDist for Pipeline<'_> {
-    type Out = Result<Ran, String>;
+    type Out = Result<PipelineOutput, String>;
 
-    fn run<D: DistSide>(self, d: D) -> Result<Ran, String> {
+    fn run<D: DistSide>(self, d: D) -> Result<PipelineOutput, String> {
         let args = self.args;
         let n = self.ports.len();
         let nworkers = args.workers as usize;
@@ -278,7 +278,7 @@ impl WithDist for Pipeline<'_> {
             if let Some(fault) = src.fault() {
                 return Err(fault);
             }
-            Ok(Ran {
+            Ok(PipelineOutput {
                 secs,
                 workers: outs,
                 stats,

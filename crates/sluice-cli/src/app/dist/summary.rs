@@ -7,8 +7,10 @@ use sluice::distributor::DistStats;
 
 use super::api::Api;
 use super::worker::WorkerOut;
-use crate::app::output::emit;
-use crate::app::summary::{PortSummary, TesterSummary, pool_ran_dry, tester_verdict};
+use crate::app::output::{emit, emit_json};
+use crate::app::summary::{
+    DRAIN_UNACCOUNTED, PortSummary, TesterSummary, pool_ran_dry, print_drain, print_testers,
+};
 
 /// One worker.
 #[derive(Serialize, Debug, Clone, PartialEq)]
@@ -180,10 +182,6 @@ pub fn is_clean(testers: &[TesterSummary], alloc_failures: u64, drain: Option<bo
     testers.iter().all(|t| t.clean) && alloc_failures == 0 && drain != Some(false)
 }
 
-/// The warning of a drain that ended with frames unaccounted for.
-const DRAIN_UNACCOUNTED: &str =
-    "the drain ended with frames neither received nor counted as a drop";
-
 /// The workers' rows.
 pub fn worker_rows(workers: &[WorkerOut], handed: &[u64]) -> Vec<WorkerSummary> {
     let total: u64 = workers.iter().map(|w| w.packets).sum();
@@ -245,10 +243,7 @@ impl DistSummary {
     /// Prints the summary: one JSON line, or text.
     pub fn print(&self, json: bool) {
         if json {
-            match serde_json::to_string(self) {
-                Ok(s) => emit(&s),
-                Err(e) => eprintln!("sluice dist: cannot encode the summary: {e}"),
-            }
+            emit_json(self, "sluice dist", "the summary");
             return;
         }
         emit(&format!(
@@ -331,25 +326,8 @@ impl DistSummary {
              refused: {}",
             if self.counts_match { "yes" } else { "NO" }
         ));
-        match self.drain_accounted {
-            Some(true) => emit(
-                "drain: every frame the testers sent was received or counted as a drop \
-                 (refused, missed, Rx or Tx error)",
-            ),
-            Some(false) => emit(&format!("warning: {DRAIN_UNACCOUNTED}")),
-            None => {}
-        }
-        for t in &self.testers {
-            emit(&format!(
-                "tester {}: {} — {}",
-                t.name,
-                t.report,
-                tester_verdict(t.clean, self.alloc_failures != 0)
-            ));
-        }
-        if self.alloc_failures != 0 {
-            emit(&format!("warning: {}", pool_ran_dry(self.alloc_failures)));
-        }
+        print_drain(self.drain_accounted, "refused, missed, Rx or Tx error");
+        print_testers(&self.testers, self.alloc_failures);
         emit(if self.pool_full {
             "pool: every mbuf back"
         } else {

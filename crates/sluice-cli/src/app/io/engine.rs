@@ -45,6 +45,36 @@ pub struct Stream<'a> {
     pub alloc_failures: u64,
 }
 
+impl<'a> Stream<'a> {
+    /// Stream `id` from `rx` to `tx` (on port `tx_port`), with the MACs
+    /// `mac` writes; no `txonly` frame, its counters 0.
+    pub fn new(
+        id: usize,
+        tx_port: usize,
+        rx: &'a mut dyn RxQueue,
+        tx: &'a mut dyn TxQueue,
+        src_mac: MacAddr,
+        dst_mac: MacAddr,
+    ) -> Stream<'a> {
+        Stream {
+            id,
+            tx_port,
+            rx,
+            tx,
+            src_mac,
+            dst_mac,
+            frame: None,
+            recycle_errors: 0,
+            alloc_failures: 0,
+        }
+    }
+
+    /// The same stream generating `frame` from `pool` (`txonly`).
+    pub fn with_frame(self, frame: Option<(Box<[u8]>, MbufPool)>) -> Stream<'a> {
+        Stream { frame, ..self }
+    }
+}
+
 /// What one poll moved.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Moved {
@@ -252,17 +282,15 @@ mod tests {
         p1.start().unwrap();
         let src = MacAddr([2, 0, 0, 0, 0, 0x11]);
         let dst = MacAddr([2, 0, 0, 0, 0, 0x22]);
-        let mut s = Stream {
-            id: 0,
-            tx_port: 1,
-            rx: p0.rx_queue(0).unwrap(),
-            tx: p1.tx_queue(0).unwrap(),
-            src_mac: src,
-            dst_mac: dst,
-            frame: make.then(|| (udp_frame(60, src, dst), pool.clone())),
-            recycle_errors: 0,
-            alloc_failures: 0,
-        };
+        let mut s = Stream::new(
+            0,
+            1,
+            p0.rx_queue(0).unwrap(),
+            p1.tx_queue(0).unwrap(),
+            src,
+            dst,
+        )
+        .with_frame(make.then(|| (udp_frame(60, src, dst), pool.clone())));
         let mut burst: Burst<64> = Burst::new();
         let moved = poll(e, &mut s, burst.capped(burst_size), 0);
         assert!(burst.is_empty());
@@ -368,17 +396,14 @@ mod tests {
         p1: &'a mut sluice::port::Port,
     ) -> Stream<'a> {
         let mac = MacAddr([2, 0, 0, 0, 0, 1]);
-        Stream {
-            id: 0,
-            tx_port: 1,
-            rx: p0.rx_queue(0).unwrap(),
-            tx: p1.tx_queue(0).unwrap(),
-            src_mac: mac,
-            dst_mac: mac,
-            frame: None,
-            recycle_errors: 0,
-            alloc_failures: 0,
-        }
+        Stream::new(
+            0,
+            1,
+            p0.rx_queue(0).unwrap(),
+            p1.tx_queue(0).unwrap(),
+            mac,
+            mac,
+        )
     }
 
     #[test]

@@ -146,18 +146,9 @@ fn forward_window(
             };
             let src_mac = macs[t];
             let dst_mac = args.peer_mac(t);
-            streams.push(Stream {
-                id: streams.len(),
-                tx_port: t,
-                rx,
-                tx,
-                src_mac,
-                dst_mac,
-                frame: (args.engine == Engine::Txonly)
-                    .then(|| (udp_frame(args.txpkts, src_mac, dst_mac), pool.clone())),
-                recycle_errors: 0,
-                alloc_failures: 0,
-            });
+            let frame = (args.engine == Engine::Txonly)
+                .then(|| (udp_frame(args.txpkts, src_mac, dst_mac), pool.clone()));
+            streams.push(Stream::new(streams.len(), t, rx, tx, src_mac, dst_mac).with_frame(frame));
         }
     }
     if args.tx_first {

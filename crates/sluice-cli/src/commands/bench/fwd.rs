@@ -210,16 +210,16 @@ pub fn measure(cpu: usize, case: &Case, ops: u64) -> Result<BenchResult, String>
     let pool = bench_pool()?;
     let mut ports = open_two(&pool, &case.specs)?;
     let (engine, preload) = (case.engine, case.preload);
-    let p = pool.clone();
+    let lcore_pool = pool.clone();
     let (sample, device) = on_lcore(cpu, move || {
         let r = match engine {
-            Engine::Mac => timed(Mac, &mut ports, &p, preload, ops),
-            _ => timed(Io, &mut ports, &p, preload, ops),
+            Engine::Mac => timed(Mac, &mut ports, &lcore_pool, preload, ops),
+            _ => timed(Io, &mut ports, &lcore_pool, preload, ops),
         };
         ports.iter_mut().for_each(Port::stop);
         drop(ports);
         // Hand the cached buffers back before the lcore goes away.
-        p.flush_local_cache();
+        lcore_pool.flush_local_cache();
         r
     })?;
     finish(&pool, case.name, sample, device, case.dpdk)
@@ -243,20 +243,9 @@ pub(super) fn crossed_streams(ports: &mut [Port]) -> Result<[Stream<'_>; 2], Str
     let (arx, atx) = a.queues_mut().map_err(err)?;
     let (brx, btx) = b.queues_mut().map_err(err)?;
     let mac = sluice::net::MacAddr([2, 0, 0, 0, 0, 1]);
-    let stream = |id, tx_port, rx, tx| Stream {
-        id,
-        tx_port,
-        rx,
-        tx,
-        src_mac: mac,
-        dst_mac: mac,
-        frame: None,
-        recycle_errors: 0,
-        alloc_failures: 0,
-    };
     Ok([
-        stream(0, 1, arx[0].as_mut(), btx[0].as_mut()),
-        stream(1, 0, brx[0].as_mut(), atx[0].as_mut()),
+        Stream::new(0, 1, arx[0].as_mut(), btx[0].as_mut(), mac, mac),
+        Stream::new(1, 0, brx[0].as_mut(), atx[0].as_mut(), mac, mac),
     ])
 }
 

@@ -24,21 +24,14 @@
 //! than one sender through the kernel's veth path, which decides the rate
 //! on two CPUs. The kernel's drop counters follow the rows.
 
-use std::time::{Duration, Instant};
-
-use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
-use sluice::port::{PortConfig, recycle_mbufs};
-use sluice::tsc::rdtsc_ordered;
-
-use super::veth::{GenPort, Generator, RawSocket, VethPair, is_root};
-use super::{BenchResult, Ctx, on_lcore};
+use super::Ctx;
+use super::veth::{
+    BURST, CaseFigures, GenPort, MAX_TIME, PortReceive, RawSocket, Received, VethBench,
+    await_first_frame, port_receive, timed_receive,
+};
 
 /// Packets per case by default (a few seconds at the veth's rate).
 const DEFAULT_OPS: u64 = 1 << 21;
-/// Longest timed region of one case.
-const MAX_TIME: Duration = Duration::from_secs(10);
-/// Packets asked per Rx call.
-const BURST: usize = 32;
 
 /// The receivers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,80 +62,29 @@ impl Receiver {
 
 /// What one receiver measured.
 struct Measured {
-    packets: u64,
-    /// TSC ticks of the timed region.
-    cycles: u64,
+    /// Packets, calls and ticks of the timed region.
+    received: Received,
     /// TSC ticks inside calls that returned packets.
     busy: u64,
-    /// Calls that returned packets.
-    calls: u64,
     /// The kernel's drop counters, as `name value` pairs.
     drops: String,
 }
 
 /// Receives through an afxdp port on `iface` (`how`: rx, io, recycle).
 fn afxdp(iface: &str, how: Receiver, ops: u64) -> Result<Measured, String> {
-    let pool = MbufPool::new(MbufPoolConfig {
-        name: "bench-xdp-rx".into(),
-        size: 8191,
-        cache_size: 256,
-        ..Default::default()
-    })
-    .map_err(|e| e.to_string())?;
-    let cfg = PortConfig::new(Some(pool.clone()))
-        .nb_rxd(2048)
-        .nb_txd(2048);
-    let mut port =
-        sluice::driver::open(&format!("afxdp:iface={iface}"), cfg).map_err(|e| e.to_string())?;
-    port.start().map_err(|e| e.to_string())?;
-    let r = {
-        let (rxq, txq) = port.queues_mut().map_err(|e| e.to_string())?;
-        let (rx, tx) = (rxq[0].as_mut(), txq[0].as_mut());
-        let mut b: Burst<64> = Burst::new();
-        let t = Instant::now();
-        let mut first = Ok(());
-        while rx.rx_burst(b.capped(BURST)) == 0 {
-            if t.elapsed() > Duration::from_secs(10) {
-                first = Err("nothing arrived from the generator within 10 s".to_owned());
-                break;
-            }
-        }
-        b.clear();
-        first.map(|()| {
-            let (mut packets, mut busy, mut calls) = (0u64, 0u64, 0u64);
-            let mut empty = 0u32;
-            let deadline = Instant::now() + MAX_TIME;
-            let start = rdtsc_ordered();
-            while packets < ops {
-                let t0 = rdtsc_ordered();
-                if how == Receiver::Recycle {
-                    let _ = recycle_mbufs(&mut *rx, &mut *tx);
-                }
-                let n = rx.rx_burst(b.capped(BURST));
-                if n == 0 {
-                    // The clock only now and then: empty polls are many.
-                    empty = empty.wrapping_add(1);
-                    if empty.is_multiple_of(1024) && Instant::now() > deadline {
-                        break;
-                    }
-                    continue;
-                }
-                if how != Receiver::Rx {
-                    tx.tx_burst(&mut b);
-                }
-                b.clear();
-                busy += rdtsc_ordered() - t0;
-                packets += n as u64;
-                calls += 1;
-                if packets & 0xfff < n as u64 && Instant::now() > deadline {
-                    break;
-                }
-            }
-            (packets, rdtsc_ordered() - start, busy, calls)
-        })
+    let mut busy = 0u64;
+    let receive = PortReceive {
+        recycle: how == Receiver::Recycle,
+        send_back: how != Receiver::Rx,
     };
-    port.stop();
-    let x = port.xstats();
+    let (received, xstats) = port_receive(
+        &format!("afxdp:iface={iface}"),
+        "bench-xdp-rx",
+        |config| config.nb_rxd(2048).nb_txd(2048),
+        receive,
+        ops,
+        |ticks, _| busy += ticks,
+    )?;
     let drops = [
         "rx_dropped",
         "rx_ring_full",
@@ -152,21 +94,13 @@ fn afxdp(iface: &str, how: Receiver, ops: u64) -> Result<Measured, String> {
         "tx_wakeups",
     ]
     .iter()
-    .filter_map(|n| x.iter().find(|(k, _)| k == n))
+    .filter_map(|n| xstats.iter().find(|(k, _)| k == n))
     .map(|(k, v)| format!("{k} {v}"))
     .collect::<Vec<_>>()
     .join(", ");
-    drop(port);
-    pool.flush_local_cache();
-    if !pool.is_full() {
-        return Err("the mbuf pool is not full after the run".into());
-    }
-    let (packets, cycles, busy, calls) = r?;
     Ok(Measured {
-        packets,
-        cycles,
+        received,
         busy,
-        calls,
         drops,
     })
 }
@@ -175,117 +109,76 @@ fn afxdp(iface: &str, how: Receiver, ops: u64) -> Result<Measured, String> {
 fn raw_socket(iface: &str, ops: u64) -> Result<Measured, String> {
     let sock = RawSocket::bind(iface)?;
     let mut buf = [0u8; 2048];
-    let t = Instant::now();
-    while sock.recv(&mut buf) <= 0 {
-        if t.elapsed() > Duration::from_secs(10) {
-            return Err("nothing arrived from the generator within 10 s".into());
-        }
-    }
-    let (mut packets, mut busy, mut empty) = (0u64, 0u64, 0u32);
-    let deadline = Instant::now() + MAX_TIME;
-    let start = rdtsc_ordered();
-    while packets < ops {
-        let t0 = rdtsc_ordered();
-        if sock.recv(&mut buf) > 0 {
-            busy += rdtsc_ordered() - t0;
-            packets += 1;
-            if packets & 0xfff == 0 && Instant::now() > deadline {
-                break;
-            }
-        } else {
-            empty = empty.wrapping_add(1);
-            if empty.is_multiple_of(1024) && Instant::now() > deadline {
-                break;
-            }
-        }
-    }
-    let cycles = rdtsc_ordered() - start;
+    await_first_frame(|| usize::from(sock.recv(&mut buf) > 0))?;
+    let mut busy = 0u64;
+    let received = timed_receive(
+        ops,
+        || usize::from(sock.recv(&mut buf) > 0),
+        |ticks, _| busy += ticks,
+    );
     let drops = sock
         .drops()
         .map_or_else(String::new, |d| format!("socket drops {d}"));
     Ok(Measured {
-        packets,
-        cycles,
+        received,
         busy,
-        calls: packets,
         drops,
     })
 }
 
 /// Runs the afxdp cases after the other fwd cases.
 pub fn run(ctx: &mut Ctx) {
-    let skip = |ctx: &Ctx, why: &str| {
-        for r in RECEIVERS {
-            ctx.skip(r.name(), why);
-        }
-    };
-    if !is_root() {
-        skip(ctx, "needs root (a network namespace, a veth pair, XDP)");
-        return;
-    }
-    let setup = match VethPair::new("sluice-bxdp", "slx") {
-        Ok(s) => s,
-        Err(e) => {
-            skip(ctx, &format!("no namespace and veth pair here: {e}"));
-            return;
-        }
-    };
     let ops = ctx.ops(DEFAULT_OPS);
-    let cpu = ctx.main_cpu();
-    let gen_cpu = ctx.cpu_pair().map_or(cpu, |(_, b)| b);
-    ctx.note(&format!(
-        "afxdp on a veth pair: a generator on CPU {gen_cpu} in a namespace sends 64-byte \
-         frames through an afxdp Tx ring; the receiver polls the root-side end on CPU {cpu} \
-         (native XDP, copy mode), up to {ops} packets or {} s per case. Cycles/op: the \
-         receiver's ticks in calls that returned packets, per packet; Mops: packets received \
-         per second.",
-        MAX_TIME.as_secs()
-    ));
-    // Tx only: no program on end b.
-    let port = GenPort {
-        spec: format!("afxdp:iface={}", setup.b),
-        pool: ("bench-xdp-gen", 4095),
-        nb_txd: 2048,
+    let cases = RECEIVERS.map(Receiver::name);
+    let Some(bench) = VethBench::start(
+        ctx,
+        &cases,
+        "a network namespace, a veth pair, XDP",
+        ("sluice-bxdp", "slx"),
+        |gen_cpu, cpu| {
+            format!(
+                "afxdp on a veth pair: a generator on CPU {gen_cpu} in a namespace sends \
+                 64-byte frames through an afxdp Tx ring; the receiver polls the root-side end \
+                 on CPU {cpu} (native XDP, copy mode), up to {ops} packets or {} s per case. \
+                 Cycles/op: the receiver's ticks in calls that returned packets, per packet; \
+                 Mops: packets received per second.",
+                MAX_TIME.as_secs()
+            )
+        },
+        // Tx only: no program on end b.
+        |setup| GenPort {
+            spec: format!("afxdp:iface={}", setup.b),
+            pool: ("bench-xdp-gen", 4095),
+            nb_txd: 2048,
+        },
+    ) else {
+        return;
     };
-    let generator = match Generator::launch(gen_cpu, &setup, port) {
-        Ok(g) => g,
-        Err(e) => {
-            skip(ctx, &format!("the generator did not start: {e}"));
-            return;
-        }
-    };
-    let mut lines = Vec::new();
-    for r in RECEIVERS {
-        let iface = setup.a.clone();
-        let m = on_lcore(cpu, move || match r {
-            Receiver::RawSocket => raw_socket(&iface, ops),
-            how => afxdp(&iface, how, ops),
-        });
-        let result = m.map(|m| {
-            lines.push(format!(
-                "{}: {} packets in {} calls ({:.1} per call); {}",
-                r.name(),
-                m.packets,
-                m.calls,
-                m.packets as f64 / m.calls.max(1) as f64,
-                m.drops
-            ));
-            let mut res = BenchResult::new(
-                "fwd",
-                r.name().to_owned(),
-                1,
-                m.busy as f64 / m.packets.max(1) as f64,
-                super::mops(m.packets, m.cycles),
-            );
-            res.ops = m.packets;
-            res.bulk = (r != Receiver::RawSocket).then_some(BURST);
-            res
-        });
-        ctx.report(r.name(), result);
-    }
-    lines.push(generator.finish());
-    for l in lines {
-        ctx.note(&l);
-    }
-    drop(setup);
+    bench.run_cases(
+        ctx,
+        &RECEIVERS,
+        Receiver::name,
+        |r| (r != Receiver::RawSocket).then_some(BURST),
+        move |r, iface| measure(r, iface, ops),
+    );
+}
+
+/// Runs receiver `r` on `iface`: its figures.
+fn measure(r: Receiver, iface: &str, ops: u64) -> Result<CaseFigures, String> {
+    let m = match r {
+        Receiver::RawSocket => raw_socket(iface, ops),
+        how => afxdp(iface, how, ops),
+    }?;
+    Ok(CaseFigures {
+        received: m.received,
+        cycles_per_op: m.busy as f64 / m.received.packets.max(1) as f64,
+        line: format!(
+            "{}: {} packets in {} calls ({:.1} per call); {}",
+            r.name(),
+            m.received.packets,
+            m.received.calls,
+            m.received.packets as f64 / m.received.calls.max(1) as f64,
+            m.drops
+        ),
+    })
 }

@@ -127,12 +127,12 @@ pub fn measure(cpu: usize, ops: u64) -> Result<L3Pair, String> {
         ports.push(port);
     }
     let slice = (ops / ROUNDS as u64).max(1024);
-    let p = pool.clone();
+    let lcore_pool = pool.clone();
     let (io, l3) = on_lcore(cpu, move || {
         let r = measure_rounds(&router, &mut ports, slice);
         ports.iter_mut().for_each(Port::stop);
         drop(ports);
-        p.flush_local_cache();
+        lcore_pool.flush_local_cache();
         r
     })?;
     Ok(L3Pair {

@@ -130,6 +130,119 @@ struct Api<'a, A> {
     body: Body<'a, A>,
 }
 
+/// What the two families' tables share, for the code that measures both.
+trait Table {
+    /// An address.
+    type Addr: Copy;
+    /// A generated route.
+    type Route: std::fmt::Display;
+    /// Adds `r`.
+    fn add_route(&mut self, r: &Self::Route) -> Result<(), String>;
+    /// Deletes `r`.
+    fn delete_route(&mut self, r: &Self::Route) -> Result<(), String>;
+    /// The next hop of `addr`.
+    fn lookup_one(&self, addr: Self::Addr) -> Option<u32>;
+    /// The next hops of four addresses at once.
+    fn lookup_four(&self, addrs: [Self::Addr; 4]) -> [Option<u32>; 4];
+    /// Routes in the table.
+    fn routes(&self) -> usize;
+    /// Second-level groups in use.
+    fn groups_used(&self) -> usize;
+}
+
+/// Implements [`Table`] for a table type whose inherent methods have the
+/// same names for its own address and route types.
+macro_rules! impl_table {
+    ($table:ty, $addr:ty, $route:ty) => {
+        impl Table for $table {
+            type Addr = $addr;
+            type Route = $route;
+            fn add_route(&mut self, r: &$route) -> Result<(), String> {
+                self.add(r.prefix, r.depth, r.next_hop)
+                    .map_err(|e| format!("add {r}: {e}"))
+            }
+            fn delete_route(&mut self, r: &$route) -> Result<(), String> {
+                self.delete(r.prefix, r.depth)
+                    .map_err(|e| format!("delete {r}: {e}"))
+            }
+            #[inline(always)]
+            fn lookup_one(&self, addr: $addr) -> Option<u32> {
+                self.lookup(addr)
+            }
+            #[inline(always)]
+            fn lookup_four(&self, addrs: [$addr; 4]) -> [Option<u32>; 4] {
+                self.lookup_x4(addrs)
+            }
+            fn routes(&self) -> usize {
+                self.len()
+            }
+            fn groups_used(&self) -> usize {
+                self.tbl8_groups_used()
+            }
+        }
+    };
+}
+
+impl_table!(Lpm4, u32, Route4);
+impl_table!(Lpm6, [u8; 16], Route6);
+
+/// Adds every route of `routes` to `t`; the TSC ticks it took.
+fn add_all<T: Table>(t: &mut T, routes: &[T::Route]) -> Result<u64, String> {
+    let start = rdtsc_ordered();
+    for r in routes {
+        t.add_route(r)?;
+    }
+    Ok(rdtsc_ordered() - start)
+}
+
+/// Deletes every route of `routes` from `t`, which must be empty then; the
+/// TSC ticks it took.
+fn delete_all<T: Table>(t: &mut T, routes: &[T::Route]) -> Result<u64, String> {
+    let start = rdtsc_ordered();
+    for r in routes {
+        t.delete_route(r)?;
+    }
+    let ticks = rdtsc_ordered() - start;
+    if t.routes() != 0 || t.groups_used() != 0 {
+        return Err(format!(
+            "after deleting every route: {} routes, {} groups left",
+            t.routes(),
+            t.groups_used()
+        ));
+    }
+    Ok(ticks)
+}
+
+/// The `single` and `x4` APIs of `t`: one lookup per call, and four.
+fn single_and_x4<T: Table>(t: &T) -> [Api<'_, T::Addr>; 2] {
+    [
+        Api {
+            name: "single",
+            bulk: None,
+            body: Box::new(move |a: &[T::Addr]| {
+                let mut m = 0;
+                for &x in a {
+                    m += u64::from(t.lookup_one(x).is_none());
+                }
+                m
+            }),
+        },
+        Api {
+            name: "x4",
+            bulk: Some(4),
+            body: Box::new(move |a: &[T::Addr]| {
+                let mut m = 0;
+                for c in a.chunks_exact(4) {
+                    for r in t.lookup_four([c[0], c[1], c[2], c[3]]) {
+                        m += u64::from(r.is_none());
+                    }
+                }
+                m
+            }),
+        },
+    ]
+}
+
 /// What one API measured over all rounds.
 struct ApiRounds {
     /// Cycles per lookup, per round: the median of the round's batches.
@@ -321,12 +434,7 @@ fn run_v4(case: V4Case, ops: u64) -> Result<Vec<LpmResult>, String> {
     let mut t = Lpm4::with_memory(cfg, case.mem).map_err(|e| e.to_string())?;
     let backing = t.backing().to_string();
     let mut rows = Vec::new();
-    let start = rdtsc_ordered();
-    for r in &routes {
-        t.add(r.prefix, r.depth, r.next_hop)
-            .map_err(|e| format!("add {r}: {e}"))?;
-    }
-    let add = rdtsc_ordered() - start;
+    let add = add_all(&mut t, &routes)?;
     if case.dpdk_set {
         rows.push(change_row(
             "v4",
@@ -349,31 +457,10 @@ fn run_v4(case: V4Case, ops: u64) -> Result<Vec<LpmResult>, String> {
             &pool[at..at + BATCH]
         };
         let t = &t;
+        let [single, x4] = single_and_x4(t);
         let mut apis: Vec<Api<u32>> = vec![
-            Api {
-                name: "single",
-                bulk: None,
-                body: Box::new(move |a: &[u32]| {
-                    let mut m = 0;
-                    for &x in a {
-                        m += u64::from(t.lookup(x).is_none());
-                    }
-                    m
-                }),
-            },
-            Api {
-                name: "x4",
-                bulk: Some(4),
-                body: Box::new(move |a: &[u32]| {
-                    let mut m = 0;
-                    for c in a.chunks_exact(4) {
-                        for r in t.lookup_x4([c[0], c[1], c[2], c[3]]) {
-                            m += u64::from(r.is_none());
-                        }
-                    }
-                    m
-                }),
-            },
+            single,
+            x4,
             Api {
                 name: "bulk32",
                 bulk: Some(BULK),
@@ -426,19 +513,7 @@ fn run_v4(case: V4Case, ops: u64) -> Result<Vec<LpmResult>, String> {
         ));
     }
     if case.dpdk_set {
-        let start = rdtsc_ordered();
-        for r in &routes {
-            t.delete(r.prefix, r.depth)
-                .map_err(|e| format!("delete {r}: {e}"))?;
-        }
-        let del = rdtsc_ordered() - start;
-        if !t.is_empty() || t.tbl8_groups_used() != 0 {
-            return Err(format!(
-                "after deleting every route: {} routes, {} groups left",
-                t.len(),
-                t.tbl8_groups_used()
-            ));
-        }
+        let del = delete_all(&mut t, &routes)?;
         rows.push(change_row(
             "v4",
             case.routes,
@@ -478,19 +553,8 @@ fn run_v6(case: V6Case, ops: u64) -> Result<Vec<LpmResult>, String> {
         "v6"
     };
     let mut rows = Vec::new();
-    let start = rdtsc_ordered();
-    for r in &routes {
-        t.add(r.prefix, r.depth, r.next_hop)
-            .map_err(|e| format!("add {r}: {e}"))?;
-    }
-    rows.push(change_row(
-        fam,
-        case.routes,
-        "add",
-        rdtsc_ordered() - start,
-        &backing,
-        None,
-    ));
+    let add = add_all(&mut t, &routes)?;
+    rows.push(change_row(fam, case.routes, "add", add, &backing, None));
     // One pass over the addresses per batch.
     let passes = (ops as usize / V6_ADDRS).max(ROUNDS);
     let per_round = passes / ROUNDS;
@@ -499,31 +563,10 @@ fn run_v6(case: V6Case, ops: u64) -> Result<Vec<LpmResult>, String> {
         let pool = routegen::ipv6_addrs(&routes, V6_ADDRS, run, 2);
         let batch = |_: usize| &pool[..];
         let t = &t;
+        let [single, x4] = single_and_x4(t);
         let mut apis: Vec<Api<[u8; 16]>> = vec![
-            Api {
-                name: "single",
-                bulk: None,
-                body: Box::new(move |a: &[[u8; 16]]| {
-                    let mut m = 0;
-                    for &x in a {
-                        m += u64::from(t.lookup(x).is_none());
-                    }
-                    m
-                }),
-            },
-            Api {
-                name: "x4",
-                bulk: Some(4),
-                body: Box::new(move |a: &[[u8; 16]]| {
-                    let mut m = 0;
-                    for c in a.chunks_exact(4) {
-                        for r in t.lookup_x4([c[0], c[1], c[2], c[3]]) {
-                            m += u64::from(r.is_none());
-                        }
-                    }
-                    m
-                }),
-            },
+            single,
+            x4,
             Api {
                 name: "bulk",
                 bulk: Some(V6_ADDRS),
@@ -564,30 +607,14 @@ fn run_v6(case: V6Case, ops: u64) -> Result<Vec<LpmResult>, String> {
             &dpdk_of,
         ));
     }
-    let start = rdtsc_ordered();
-    for r in &routes {
-        t.delete(r.prefix, r.depth)
-            .map_err(|e| format!("delete {r}: {e}"))?;
-    }
-    let del = rdtsc_ordered() - start;
-    if !t.is_empty() || t.tbl8_groups_used() != 0 {
-        return Err(format!(
-            "after deleting every route: {} routes, {} groups left",
-            t.len(),
-            t.tbl8_groups_used()
-        ));
-    }
+    let del = delete_all(&mut t, &routes)?;
     rows.push(change_row(fam, case.routes, "delete", del, &backing, None));
     Ok(rows)
 }
 
 /// Prints one row.
 fn print_row(ctx: &Ctx, r: &LpmResult) {
-    if ctx.json {
-        match serde_json::to_string(r) {
-            Ok(line) => emit(&line),
-            Err(e) => eprintln!("{}: cannot encode result: {e}", r.base.case),
-        }
+    if ctx.json_row(&r.base.case, r) {
         return;
     }
     let dpdk = r

@@ -64,8 +64,8 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         };
         for bulk in [1, BULK] {
             let case = case_name(cache, bulk);
-            let p = pool.clone();
-            let r = on_lcore(ctx.main_cpu(), move || worker(&p, bulk, ops)).map(|s| {
+            let lcore_pool = pool.clone();
+            let r = on_lcore(ctx.main_cpu(), move || worker(&lcore_pool, bulk, ops)).map(|s| {
                 let mut r = BenchResult::new("mbuf", case.clone(), 1, s.cycles_per_op(), s.mops());
                 r.bulk = Some(bulk);
                 r.cache = Some(cache);
@@ -152,8 +152,8 @@ mod tests {
         for cache in CACHES {
             let pool = MbufPool::new(config(cache)).unwrap();
             for bulk in [1, BULK] {
-                let p = pool.clone();
-                let s = on_lcore(cpu, move || worker(&p, bulk, 100)).unwrap();
+                let lcore_pool = pool.clone();
+                let s = on_lcore(cpu, move || worker(&lcore_pool, bulk, 100)).unwrap();
                 assert_eq!(s.ops, 100u64.div_ceil(bulk as u64) * bulk as u64);
             }
             assert!(pool.is_full());

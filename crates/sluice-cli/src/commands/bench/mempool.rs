@@ -274,8 +274,8 @@ mod tests {
         for cache in [0, 32] {
             let pool = Mempool::new(config(cache)).unwrap();
             for bulk in BULKS {
-                let p = pool.clone();
-                let s = on_lcore(cpu, move || worker(&p, bulk, 100, None)).unwrap();
+                let lcore_pool = pool.clone();
+                let s = on_lcore(cpu, move || worker(&lcore_pool, bulk, 100, None)).unwrap();
                 assert_eq!(s.ops, 128);
             }
             assert!(pool.is_full());

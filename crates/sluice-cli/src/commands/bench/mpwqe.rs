@@ -257,27 +257,35 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         ),
     ];
     ctx.title("mpwqe (multi-packet Tx WQEs vs one WQE per packet)", &notes);
+    let groups = groups(sel);
+    // The case column fits the longest case name ("txonly 1500B 1 flow,
+    // mpwqe inline").
+    let width = groups
+        .iter()
+        .flat_map(|g| MODES.iter().map(|&mode| case_name(*g, mode).len()))
+        .fold("case".len(), usize::max);
     if !ctx.json {
         emit(&format!(
-            "{:<28} {:>10} {:>6} {:>7} {:>7} {:>6} {:>11} {:>7}  detail",
+            "{:<width$} {:>10} {:>6} {:>7} {:>7} {:>6} {:>11} {:>7}  detail",
             "case", "cycles/pkt", "x wqe", "desc B", "bus B", "x wqe", "util@Mpps", "blk/pkt"
         ));
     }
-    for g in groups(sel) {
+    for g in groups {
         let cpu = ctx.main_cpu();
         match on_lcore(cpu, move || measure_group(g, rounds as usize, slice)) {
-            Ok(rows) => rows.iter().for_each(|r| print_row(ctx, r)),
+            Ok(rows) => rows.iter().for_each(|r| print_row(ctx, r, width)),
             Err(e) => ctx.report(&g.name(), Err(e)),
         }
     }
 }
 
-fn print_row(ctx: &Ctx, r: &MpwqeResult) {
+/// Prints one row, the case name padded to `width`.
+fn print_row(ctx: &Ctx, r: &MpwqeResult, width: usize) {
     if ctx.json_row(&r.base.case, r) {
         return;
     }
     emit(&format!(
-        "{:<28} {:>10.1} {:>6.3} {:>7.1} {:>7.1} {:>6.3} {:>5.1}%@{:<5.1} {:>7.2}  min-max {:.1}-{:.1}, \
+        "{:<width$} {:>10.1} {:>6.3} {:>7.1} {:>7.1} {:>6.3} {:>5.1}%@{:<5.1} {:>7.2}  min-max {:.1}-{:.1}, \
          {:.0}% in MPWQEs",
         r.base.case,
         r.base.cycles_per_op,
@@ -596,6 +604,11 @@ fn measure_group(g: Group, rounds: usize, slice: u64) -> Result<Vec<MpwqeResult>
     Ok(results(g, &slices_of))
 }
 
+/// The case name of one mode in one group: "txonly 64B mixed, mpwqe".
+fn case_name(g: Group, mode: Mode) -> String {
+    format!("{}, {}", g.name(), mode.name)
+}
+
 /// The rows of a group.
 fn results(g: Group, slices_of: &[ModeSlices]) -> Vec<MpwqeResult> {
     let link = Link::parse(DEFAULT_LINK).expect("a known link");
@@ -607,7 +620,7 @@ fn results(g: Group, slices_of: &[ModeSlices]) -> Vec<MpwqeResult> {
         .zip(slices_of)
         .map(|(mode, t)| {
             let spread = Spread::of(&t.cycles);
-            let case = format!("{}, {}", g.name(), mode.name);
+            let case = case_name(g, *mode);
             let mut base = BenchResult::new("mpwqe", case, 1, spread.median, median(&t.mpps));
             base.bulk = Some(BURST);
             base.cache = Some(CACHE);

@@ -668,15 +668,16 @@ fn fwd_rx_modes(ctx: &mut Ctx, sel: Selection) {
 
 /// Something that hands out packet buffers.
 trait Source: Send + 'static {
-    type H: Send + 'static;
+    /// A buffer handle of this source.
+    type Buffer: Send + 'static;
     /// One buffer. (The library's error type, unconverted: a handle moved
     /// from one `Result` into another goes through memory.)
-    fn get(&mut self) -> Result<Self::H, PagePoolError>;
+    fn get(&mut self) -> Result<Self::Buffer, PagePoolError>;
     /// Makes the calling lcore the owner of the pool behind, if any.
     fn bind(&self) -> Result<(), String>;
     /// Frees one buffer through `bulk` (or on its own, for blocks).
     #[inline(always)]
-    fn free_bulk(bulk: &mut BulkFree, h: Self::H) {
+    fn free_bulk(bulk: &mut BulkFree, h: Self::Buffer) {
         let _ = bulk;
         drop(h);
     }
@@ -685,7 +686,7 @@ trait Source: Send + 'static {
 struct PoolPages(PagePool);
 
 impl Source for PoolPages {
-    type H = Page;
+    type Buffer = Page;
     #[inline(always)]
     fn free_bulk(bulk: &mut BulkFree, h: Page) {
         bulk.free_page(h);
@@ -703,7 +704,7 @@ impl Source for PoolPages {
 struct PoolFrags(PageFragAlloc, usize);
 
 impl Source for PoolFrags {
-    type H = Frag;
+    type Buffer = Frag;
     #[inline(always)]
     fn free_bulk(bulk: &mut BulkFree, h: Frag) {
         bulk.free_frag(h);
@@ -723,7 +724,7 @@ impl Source for PoolFrags {
 struct CacheFrags(PageFragCache, usize);
 
 impl Source for CacheFrags {
-    type H = Frag;
+    type Buffer = Frag;
     #[inline(always)]
     fn free_bulk(bulk: &mut BulkFree, h: Frag) {
         bulk.free_frag(h);
@@ -740,9 +741,9 @@ impl Source for CacheFrags {
 struct ProviderBlocks(BlockProvider);
 
 impl Source for ProviderBlocks {
-    type H = sluice::pagepool::Block;
+    type Buffer = sluice::pagepool::Block;
     #[inline(always)]
-    fn get(&mut self) -> Result<Self::H, PagePoolError> {
+    fn get(&mut self) -> Result<Self::Buffer, PagePoolError> {
         self.0.alloc(FRAG_ORDER)
     }
     fn bind(&self) -> Result<(), String> {
@@ -864,7 +865,7 @@ fn single<S: Source>(
     free: Free,
 ) -> Result<Split, String> {
     let mut bulk = BulkFree::new();
-    let mut held: Held<S::H> = Held::new(out + BATCH);
+    let mut held: Held<S::Buffer> = Held::new(out + BATCH);
     for _ in 0..out {
         held.push(src.get().map_err(|e| e.to_string())?);
     }
@@ -895,7 +896,11 @@ fn single<S: Source>(
 /// Frees a batch of [`BATCH`] buffers taken from `next`: each dropped, or
 /// through `bulk`, flushed at the end.
 #[inline(always)]
-fn free_batch<S: Source>(bulk: &mut BulkFree, free: Free, mut next: impl FnMut() -> Option<S::H>) {
+fn free_batch<S: Source>(
+    bulk: &mut BulkFree,
+    free: Free,
+    mut next: impl FnMut() -> Option<S::Buffer>,
+) {
     match free {
         Free::Each => {
             for _ in 0..BATCH {
@@ -928,7 +933,7 @@ fn cross<S: Source>(
     let warm = warm.div_ceil(BATCH as u64) * BATCH as u64;
     let (mut tx, mut rx) =
         // Room for a batch at least: batches move whole.
-        Ring::<S::H>::spsc(out.max(BATCH).next_power_of_two()).map_err(|e| e.to_string())?;
+        Ring::<S::Buffer>::spsc(out.max(BATCH).next_power_of_two()).map_err(|e| e.to_string())?;
     let barrier = Arc::new(SpinBarrier::new(2));
     let b2 = Arc::clone(&barrier);
     // Set by the freeing lcore when it has freed everything: only then may
@@ -940,7 +945,7 @@ fn cross<S: Source>(
         let mut src = src;
         src.bind()?;
         let mut stall = Stall::new("allocating lcore");
-        let mut batch: Held<S::H> = Held::new(BATCH);
+        let mut batch: Held<S::Buffer> = Held::new(BATCH);
         let mut split = Split::default();
         barrier.wait()?;
         let mut sent = 0u64;
@@ -979,7 +984,7 @@ fn cross<S: Source>(
     let free: Worker<Split> = Box::new(move || {
         let mut stall = Stall::new("freeing lcore");
         let mut bulk = BulkFree::new();
-        let mut batch: Held<S::H> = Held::new(BATCH);
+        let mut batch: Held<S::Buffer> = Held::new(BATCH);
         let mut split = Split::default();
         b2.wait()?;
         let mut freed = 0u64;

@@ -496,17 +496,7 @@ impl PathPorts {
             let (Some(rx), Some(tx)) = (slot.take(), txq[tx_port].take()) else {
                 return Err(format!("port {rx_port} or {tx_port} has no queue 0"));
             };
-            streams.push(Stream {
-                id: rx_port,
-                tx_port,
-                rx,
-                tx,
-                src_mac: mac,
-                dst_mac: mac,
-                frame: None,
-                recycle_errors: 0,
-                alloc_failures: 0,
-            });
+            streams.push(Stream::new(rx_port, tx_port, rx, tx, mac, mac));
         }
         Ok(streams)
     }

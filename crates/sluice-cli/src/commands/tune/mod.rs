@@ -366,25 +366,25 @@ fn sweep(
 /// The axis values that no point in `measured` has, e.g. `burst 8`.
 fn never_measured(g: &Grid, measured: &[Config]) -> Vec<String> {
     let mut out = Vec::new();
-    for &v in &g.rxd {
-        if !measured.iter().any(|c| c.rxd == v) {
-            out.push(format!("rxd {v}"));
-        }
-    }
-    for &v in &g.txd {
-        if !measured.iter().any(|c| c.txd == v) {
-            out.push(format!("txd {v}"));
-        }
-    }
-    for &v in &g.cache {
-        if !measured.iter().any(|c| c.cache == v) {
-            out.push(format!("cache {v}"));
-        }
-    }
-    for &v in &g.burst {
-        if !measured.iter().any(|c| c.burst == v) {
-            out.push(format!("burst {v}"));
-        }
-    }
+    missing_values(&mut out, "rxd", &g.rxd, measured, |c| c.rxd);
+    missing_values(&mut out, "txd", &g.txd, measured, |c| c.txd);
+    missing_values(&mut out, "cache", &g.cache, measured, |c| c.cache);
+    missing_values(&mut out, "burst", &g.burst, measured, |c| c.burst);
     out
+}
+
+/// Adds `{axis} {v}` to `out` for each value `v` of the axis (`values`)
+/// that no point in `measured` has (`of` reads it from a point).
+fn missing_values<T: Copy + PartialEq + std::fmt::Display>(
+    out: &mut Vec<String>,
+    axis: &str,
+    values: &[T],
+    measured: &[Config],
+    of: fn(&Config) -> T,
+) {
+    for &v in values {
+        if !measured.iter().any(|c| of(c) == v) {
+            out.push(format!("{axis} {v}"));
+        }
+    }
 }

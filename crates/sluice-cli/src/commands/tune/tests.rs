@@ -152,60 +152,64 @@ fn bad_grid_input_is_a_clear_error() {
         f(&mut a);
         run(&a).unwrap_err()
     };
-    assert_eq!(
-        err(&|a| a.rxd = "".into()),
-        "--rxd: the list is empty (give values separated by commas, e.g. 128,256)"
-    );
-    assert_eq!(
-        err(&|a| a.burst = " ".into()),
-        "--burst: the list is empty (give values separated by commas, e.g. 128,256)"
-    );
-    assert_eq!(
-        err(&|a| a.txd = "0".into()),
-        "--txd 0: descriptors per queue are 1 to 65535 (and what the port takes)"
-    );
-    assert_eq!(
-        err(&|a| a.rxd = "128,100".into()),
-        format!(
-            "--rxd 100: port 0 ({}) takes only powers of two Rx descriptors",
-            soft[0]
-        )
-    );
-    assert_eq!(
-        err(&|a| a.txd = "8192".into()),
-        format!(
-            "--txd 8192: port 0 ({}) takes 64 to 4096 Tx descriptors",
-            soft[0]
-        )
-    );
-    assert_eq!(
-        err(&|a| a.rxd = "32".into()),
-        format!(
-            "--rxd 32: port 0 ({}) takes 64 to 4096 Rx descriptors",
-            soft[0]
-        )
-    );
-    assert_eq!(
-        err(&|a| a.cache = "0,1024".into()),
-        "--cache 1024: a mempool cache holds 0 to 512 buffers"
-    );
-    assert_eq!(
-        err(&|a| a.burst = "0".into()),
-        "--burst 0: a burst is 1 to 64 packets"
-    );
-    assert_eq!(
-        err(&|a| a.burst = "65".into()),
-        "--burst 65: a burst is 1 to 64 packets"
-    );
-    assert_eq!(
-        err(&|a| a.burst = "8,,16".into()),
-        "--burst '8,,16': an empty item in the list"
-    );
-    assert_eq!(
-        err(&|a| a.cache = "x".into()),
-        "--cache: 'x' is not a number"
-    );
-    assert_eq!(err(&|a| a.rxd = "-1".into()), "--rxd: '-1' is not a number");
+    let empty = "the list is empty (give values separated by commas, e.g. 128,256)";
+    let port0 = &soft[0];
+    // (option, its value, the error).
+    let cases = [
+        ("rxd", "", format!("--rxd: {empty}")),
+        ("burst", " ", format!("--burst: {empty}")),
+        (
+            "txd",
+            "0",
+            "--txd 0: descriptors per queue are 1 to 65535 (and what the port takes)".into(),
+        ),
+        (
+            "rxd",
+            "128,100",
+            format!("--rxd 100: port 0 ({port0}) takes only powers of two Rx descriptors"),
+        ),
+        (
+            "txd",
+            "8192",
+            format!("--txd 8192: port 0 ({port0}) takes 64 to 4096 Tx descriptors"),
+        ),
+        (
+            "rxd",
+            "32",
+            format!("--rxd 32: port 0 ({port0}) takes 64 to 4096 Rx descriptors"),
+        ),
+        (
+            "cache",
+            "0,1024",
+            "--cache 1024: a mempool cache holds 0 to 512 buffers".into(),
+        ),
+        ("burst", "0", "--burst 0: a burst is 1 to 64 packets".into()),
+        (
+            "burst",
+            "65",
+            "--burst 65: a burst is 1 to 64 packets".into(),
+        ),
+        (
+            "burst",
+            "8,,16",
+            "--burst '8,,16': an empty item in the list".into(),
+        ),
+        ("cache", "x", "--cache: 'x' is not a number".into()),
+        ("rxd", "-1", "--rxd: '-1' is not a number".into()),
+    ];
+    for (option, value, want) in cases {
+        let set = |a: &mut TuneArgs| {
+            let list = match option {
+                "rxd" => &mut a.rxd,
+                "txd" => &mut a.txd,
+                "burst" => &mut a.burst,
+                "cache" => &mut a.cache,
+                _ => unreachable!("an option of the table above"),
+            };
+            *list = value.into();
+        };
+        assert_eq!(err(&set), want, "--{option} '{value}'");
+    }
     // A bad spec: the driver's own error (its key list is the driver's).
     let e = err(&|a| a.port_specs.specs = vec!["soft:nonsense=1".into()]);
     assert!(
