@@ -125,7 +125,8 @@ use crate::tester;
 use device::tx_engine::{self, TxEngine};
 use device::wire::{Lane, RxSide, WireEnd};
 use device::{
-    Bus, EngineCell, PortEngines, QueueEngine, RxEngine, RxParams, RxSource, TxSink, runner,
+    Bus, EngineCell, PortEngines, QueueEngine, RxEngine, RxEngineParts, RxParams, RxSource, TxSink,
+    runner,
 };
 use driver::tx::TxMode;
 use driver::{rx, rx_frags, tx};
@@ -493,10 +494,10 @@ impl PortDriver for SoftDriver {
         let mut rx_engines = Vec::with_capacity(nrx);
         for (q, source) in sources.into_iter().enumerate() {
             let pool = config.rx_pool_of(q).expect("checked by Port::new");
-            let mut engine = RxEngine::new(
-                Arc::clone(&rx_regs[q]),
+            let mut engine = RxEngine::new(RxEngineParts {
+                regs: Arc::clone(&rx_regs[q]),
                 source,
-                RxParams {
+                params: RxParams {
                     buf_size: match frag_layout {
                         Some(l) => l.data_room as usize,
                         None => pool.data_room() as usize,
@@ -507,11 +508,11 @@ impl PortDriver for SoftDriver {
                         || rxo.contains(Offloads::TCP_CKSUM),
                     fc: self.settings.fc,
                 },
-                Arc::clone(&hasher),
-                Bus::new(x, self.settings.bus_overhead),
-                Arc::clone(counters),
-                q,
-            );
+                hasher: Arc::clone(&hasher),
+                bus: Bus::new(x, self.settings.bus_overhead),
+                counters: Arc::clone(counters),
+                queue: q,
+            });
             if let (0, Some(n)) = (q, self.settings.panic_at) {
                 engine.panic_at(n);
             }

@@ -321,17 +321,36 @@ pub struct RxEngine {
     panic_in: Option<u64>,
 }
 
+/// What an Rx engine is made of.
+pub struct RxEngineParts {
+    /// The descriptor ring and tail register it shares with the driver.
+    pub regs: Arc<RxRegs>,
+    /// Where its frames come from.
+    pub source: RxSource,
+    /// How it is configured.
+    pub params: RxParams,
+    /// The port's RSS hash function.
+    pub hasher: Arc<RssHasher>,
+    /// The bus its descriptor and buffer writes cross.
+    pub bus: Bus,
+    /// Its port's counters.
+    pub counters: Arc<PortCounters>,
+    /// The queue's index.
+    pub queue: usize,
+}
+
 impl RxEngine {
-    /// An engine for queue `queue`.
-    pub fn new(
-        regs: Arc<RxRegs>,
-        source: RxSource,
-        params: RxParams,
-        hasher: Arc<RssHasher>,
-        bus: Bus,
-        counters: Arc<PortCounters>,
-        queue: usize,
-    ) -> RxEngine {
+    /// An engine for queue `parts.queue`.
+    pub fn new(parts: RxEngineParts) -> RxEngine {
+        let RxEngineParts {
+            regs,
+            source,
+            params,
+            hasher,
+            bus,
+            counters,
+            queue,
+        } = parts;
         RxEngine {
             regs,
             head: 0,
