@@ -686,6 +686,17 @@ impl<E: Engine> QueueEngine<E> {
             r
         })
     }
+
+    /// The queue stop: runs `f` (the driver resets the registers and takes
+    /// its buffers back) with the engine held, as [`reset`](Self::reset)
+    /// does. If the engine panicked in an earlier step it never runs again,
+    /// so no device touches the queue's buffers any more and `f` runs all
+    /// the same: they go home as on a normal stop.
+    pub fn stop(&self, mut f: impl FnMut()) {
+        if self.reset(&mut f).is_err() {
+            f();
+        }
+    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -452,17 +452,10 @@ impl RxQueue for SoftRx {
         // a step on this queue, and once the tail register is 0 and its head
         // reset it arms nothing more.
         let engine = self.engine.clone();
-        let stopped = engine.reset(|| {
+        engine.stop(|| {
             self.regs.reset();
             self.release_all();
         });
-        if stopped.is_err() {
-            // The engine panicked in a step and never runs again: no
-            // device touches this queue's buffers any more, so they go
-            // home as on a normal stop.
-            self.regs.reset();
-            self.release_all();
-        }
     }
 
     fn recycle_rx_capable(&self) -> bool {

@@ -1083,17 +1083,10 @@ impl TxQueue for SoftTx {
         // of this queue, and with the tail register and its head at 0 it
         // reads nothing more.
         let engine = self.engine.clone();
-        let stopped = engine.reset(|| {
+        engine.stop(|| {
             self.regs.reset();
             self.release_all();
         });
-        if stopped.is_err() {
-            // The engine panicked in a step and never runs again: no
-            // device touches this queue's buffers any more, so they go
-            // home as on a normal stop.
-            self.regs.reset();
-            self.release_all();
-        }
     }
 
     fn recycle_tx_capable(&self) -> bool {
