@@ -236,18 +236,7 @@ impl PortDriver for AfPacketDriver {
         let rss = config.rx_offloads.contains(Offloads::RSS_HASH);
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::new();
         for (q, qc) in config.rxq.iter().enumerate() {
-            let pool = config
-                .rx_pool_of(q)
-                .expect("Port::new checked that every Rx queue has a pool")
-                .clone();
-            if max_frame > u32::from(pool.data_room()) {
-                return Err(PortError::config(format!(
-                    "afpacket: {name}: MTU {} makes frames of up to {max_frame} bytes, more \
-                     than the data room of Rx queue {q}'s pool ({})",
-                    config.mtu,
-                    pool.data_room()
-                )));
-            }
+            let pool = config.rx_pool_holding(q, max_frame, &format!("afpacket: {name}"))?;
             let geometry = RxGeometry {
                 block_size: self.block_size,
                 block_nr: blocks_for(qc.nb_rxd, frame, self.block_size),
