@@ -81,10 +81,15 @@ pub struct DistStats {
 /// both distributors keep them.
 #[derive(Debug, Default)]
 pub(super) struct DistCounters {
+    /// [`DistStats::distributed`].
     pub(super) distributed: Counter,
+    /// [`DistStats::returned`].
     pub(super) returned: Counter,
+    /// [`DistStats::returns_full`].
     pub(super) returns_full: Counter,
+    /// [`DistStats::shutdowns`].
     pub(super) shutdowns: Counter,
+    /// [`DistStats::redistributed`].
     pub(super) redistributed: Counter,
 }
 
