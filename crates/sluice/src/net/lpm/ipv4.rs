@@ -33,7 +33,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 
 use super::mem::{LpmMemory, TableBacking};
-use super::tables::{GROUP_LEN, Tables, check_depth};
+use super::tables::{EntryFormat, GROUP_LEN, Tables, check_depth};
 use super::{LpmConfig, LpmError};
 
 /// Bit fields of a table entry (`u32`).
@@ -54,30 +54,14 @@ pub mod field {
 /// Widest IPv4 prefix.
 const MAX_DEPTH: u8 = 32;
 
-/// The entry of a route of `depth` to `next_hop`.
-#[inline]
-fn route_entry(depth: u8, next_hop: u32) -> u32 {
-    field::VALID | (u32::from(depth) << field::DEPTH_SHIFT) | (next_hop & field::DATA)
-}
-
-/// Depth recorded in an entry.
-#[inline]
-fn entry_depth(e: u32) -> u8 {
-    ((e >> field::DEPTH_SHIFT) & field::DEPTH_MASK) as u8
-}
-
-/// Whether a route of `depth` may write entry `e` (free, or written by a
-/// route no longer than it).
-#[inline]
-fn may_overwrite(e: u32, depth: u8) -> bool {
-    e & field::VALID == 0 || entry_depth(e) <= depth
-}
-
-/// Whether entry `e` was written by a route of exactly `depth`.
-#[inline]
-fn owned_by(e: u32, depth: u8) -> bool {
-    e & field::VALID != 0 && entry_depth(e) == depth
-}
+/// This family's entry format, the one [`field`] describes.
+type Format = EntryFormat<{ field::DEPTH_SHIFT }>;
+const _: () = assert!(
+    Format::VALID == field::VALID
+        && Format::EXTENDED == field::EXTENDED
+        && Format::DEPTH_MASK == field::DEPTH_MASK
+        && Format::DATA == field::DATA
+);
 
 /// The network mask of `depth` (0..=32).
 #[inline]
@@ -86,16 +70,6 @@ fn mask(depth: u8) -> u32 {
         0
     } else {
         u32::MAX << (32 - u32::from(depth))
-    }
-}
-
-/// Next hop of a final (non-extended) entry.
-#[inline(always)]
-fn hop(e: u32) -> Option<u32> {
-    if e & field::VALID != 0 {
-        Some(e & field::DATA)
-    } else {
-        None
     }
 }
 
@@ -213,11 +187,11 @@ impl Lpm4 {
                 max_routes: self.tables.config.max_routes,
             });
         }
-        let entry = route_entry(depth, next_hop);
+        let entry = Format::route(depth, next_hop);
         if depth <= 24 {
             let start = (prefix >> 8) as usize;
             let count = 1usize << (24 - depth);
-            self.rewrite_tbl24(start..start + count, depth, entry, may_overwrite);
+            self.rewrite_tbl24(start..start + count, depth, entry, Format::may_overwrite);
         } else {
             let i = (prefix >> 8) as usize;
             let mut e = self.tables.tbl24.as_slice()[i];
@@ -239,7 +213,12 @@ impl Lpm4 {
             let lo = (prefix & 0xff) as usize;
             let count = 1usize << (32 - depth);
             let group = &mut self.tables.tbl8.as_mut_slice()[Self::group_range(e)];
-            rewrite(&mut group[lo..lo + count], depth, entry, may_overwrite);
+            rewrite(
+                &mut group[lo..lo + count],
+                depth,
+                entry,
+                Format::may_overwrite,
+            );
         }
         self.tables.rules.insert(prefix, depth, next_hop);
         Ok(())
@@ -265,12 +244,12 @@ impl Lpm4 {
             .tables
             .rules
             .covering(prefix, depth, |p, d| p & mask(d))
-            .map_or(0, |(d, nh)| route_entry(d, nh));
+            .map_or(0, |(d, nh)| Format::route(d, nh));
         if depth <= 24 {
             let start = (prefix >> 8) as usize;
             let count = 1usize << (24 - depth);
             // Groups met keep a longer route, so are not folded.
-            self.rewrite_tbl24(start..start + count, depth, replacement, owned_by);
+            self.rewrite_tbl24(start..start + count, depth, replacement, Format::owned_by);
         } else {
             let i = (prefix >> 8) as usize;
             let e = self.tables.tbl24.as_slice()[i];
@@ -280,13 +259,15 @@ impl Lpm4 {
                 let lo = (prefix & 0xff) as usize;
                 let count = 1usize << (32 - depth);
                 let group = &mut self.tables.tbl8.as_mut_slice()[Self::group_range(e)];
-                rewrite(&mut group[lo..lo + count], depth, replacement, owned_by);
+                rewrite(
+                    &mut group[lo..lo + count],
+                    depth,
+                    replacement,
+                    Format::owned_by,
+                );
                 // Fold back when no entry is from a route longer than /24:
                 // the rest all come from the same covering route (or none).
-                if !group
-                    .iter()
-                    .any(|&x| x & field::VALID != 0 && entry_depth(x) > 24)
-                {
+                if !group.iter().any(|&x| Format::longer_than(x, 24)) {
                     let first = group[0];
                     group.fill(0);
                     self.tables.tbl24.as_mut_slice()[i] = first;
@@ -365,7 +346,7 @@ impl Lpm4 {
     /// The next hop of the longest route covering `addr`, if any.
     #[inline]
     pub fn lookup(&self, addr: u32) -> Option<u32> {
-        hop(self.entry(addr))
+        Format::hop(self.entry(addr))
     }
 
     /// The entry that decides `addr`'s route, its extension group followed:
@@ -386,7 +367,7 @@ impl Lpm4 {
         let e = addrs.map(|a| self.tbl24_entry(a));
         let mut r = [None; 4];
         for k in 0..4 {
-            r[k] = hop(self.resolve(e[k], addrs[k]));
+            r[k] = Format::hop(self.resolve(e[k], addrs[k]));
         }
         r
     }
@@ -398,7 +379,7 @@ impl Lpm4 {
     /// 1M routes): its loop stores a plain `u32` per address.
     pub fn lookup_bulk(&self, addrs: &[u32], out: &mut [Option<u32>]) {
         for (o, &a) in out.iter_mut().zip(addrs) {
-            *o = hop(self.entry(a));
+            *o = Format::hop(self.entry(a));
         }
     }
 
@@ -441,7 +422,7 @@ impl Lpm4 {
 }
 
 /// Writes `entry` (a route of `depth`) over the entries of `entries` that
-/// `selects` picks: [`may_overwrite`] when adding, [`owned_by`] when
+/// `selects` picks: `Format::may_overwrite` when adding, `Format::owned_by` when
 /// deleting.
 fn rewrite(entries: &mut [u32], depth: u8, entry: u32, selects: fn(u32, u8) -> bool) {
     for x in entries {

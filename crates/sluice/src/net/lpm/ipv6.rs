@@ -35,7 +35,7 @@ use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
 use super::mem::{LpmMemory, TableBacking, prefetch};
-use super::tables::{GROUP_LEN, TBL24_LEN, Tables, check_depth};
+use super::tables::{EntryFormat, GROUP_LEN, TBL24_LEN, Tables, check_depth};
 use super::{LpmConfig, LpmError};
 
 /// Bit fields of a table entry (`u32`).
@@ -55,37 +55,17 @@ pub mod field {
 
 /// Widest IPv6 prefix.
 const MAX_DEPTH: u8 = 128;
+
+/// This family's entry format, the one [`field`] describes.
+type Format = EntryFormat<{ field::DEPTH_SHIFT }>;
+const _: () = assert!(
+    Format::VALID == field::VALID
+        && Format::EXTENDED == field::EXTENDED
+        && Format::DEPTH_MASK == field::DEPTH_MASK
+        && Format::DATA == field::DATA
+);
 /// Addresses a bulk lookup walks together.
 const BLOCK: usize = 8;
-
-#[inline]
-fn route_entry(depth: u8, next_hop: u32) -> u32 {
-    field::VALID | (u32::from(depth) << field::DEPTH_SHIFT) | (next_hop & field::DATA)
-}
-
-#[inline]
-fn entry_depth(e: u32) -> u8 {
-    ((e >> field::DEPTH_SHIFT) & field::DEPTH_MASK) as u8
-}
-
-#[inline]
-fn may_overwrite(e: u32, depth: u8) -> bool {
-    e & field::VALID == 0 || entry_depth(e) <= depth
-}
-
-#[inline]
-fn owned_by(e: u32, depth: u8) -> bool {
-    e & field::VALID != 0 && entry_depth(e) == depth
-}
-
-#[inline(always)]
-fn hop(e: u32) -> Option<u32> {
-    if e & field::VALID != 0 {
-        Some(e & field::DATA)
-    } else {
-        None
-    }
-}
 
 /// The 128-bit mask of `depth` (0..=128).
 #[inline]
@@ -301,11 +281,11 @@ impl Lpm6 {
             };
             slot = group_range(g).start + level_index(p, level);
         }
-        let new = route_entry(depth, next_hop);
+        let new = Format::route(depth, next_hop);
         let count = 1usize << (level_end(last) - u32::from(depth));
         // A route's entries never cross its group: `count` ≤ 256 there and
         // `slot` is aligned to it.
-        self.rewrite_level(last, slot..slot + count, depth, new, may_overwrite);
+        self.rewrite_level(last, slot..slot + count, depth, new, Format::may_overwrite);
         self.tables.rules.insert(p, depth, next_hop);
         Ok(())
     }
@@ -329,7 +309,7 @@ impl Lpm6 {
             .tables
             .rules
             .covering(p, depth, |x, d| x & mask(d))
-            .map_or(0, |(d, nh)| route_entry(d, nh));
+            .map_or(0, |(d, nh)| Format::route(d, nh));
         let last = level_of(depth);
         // The path: `slots[l]` is the index of the path's entry at level
         // `l` (in tbl24 for 0, in tbl8 otherwise).
@@ -347,16 +327,23 @@ impl Lpm6 {
         }
         let slot = slots[last];
         let count = 1usize << (level_end(last) - u32::from(depth));
-        self.rewrite_level(last, slot..slot + count, depth, replacement, owned_by);
+        self.rewrite_level(
+            last,
+            slot..slot + count,
+            depth,
+            replacement,
+            Format::owned_by,
+        );
         // Fold the path's groups, deepest first, while they hold nothing
         // longer than the bit they start at.
         for level in (1..=last).rev() {
             let start = slots[level] - slots[level] % GROUP_LEN;
             let group = &mut self.tables.tbl8.as_mut_slice()[start..start + GROUP_LEN];
             let begins = (level_end(level) - 8) as u8;
-            if group.iter().any(|&x| {
-                x & field::EXTENDED != 0 || (x & field::VALID != 0 && entry_depth(x) > begins)
-            }) {
+            if group
+                .iter()
+                .any(|&x| x & field::EXTENDED != 0 || Format::longer_than(x, begins))
+            {
                 break;
             }
             let first = group[0];
@@ -458,20 +445,20 @@ impl Lpm6 {
     /// The next hop of the longest route covering `addr`, if any.
     #[inline]
     pub fn lookup(&self, addr: [u8; 16]) -> Option<u32> {
-        hop(self.walk(&addr))
+        Format::hop(self.walk(&addr))
     }
 
     /// Looks up four addresses, walked level by level together so their
     /// loads overlap.
     #[inline]
     pub fn lookup_x4(&self, addrs: [[u8; 16]; 4]) -> [Option<u32>; 4] {
-        self.walk_lanes(&addrs).map(hop)
+        self.walk_lanes(&addrs).map(Format::hop)
     }
 
     /// Looks up `addrs` into `out` (`out[i]` for `addrs[i]`). Only the
     /// first `min(addrs.len(), out.len())` are done.
     pub fn lookup_bulk(&self, addrs: &[[u8; 16]], out: &mut [Option<u32>]) {
-        self.bulk(addrs, out, hop);
+        self.bulk(addrs, out, Format::hop);
     }
 
     /// Looks up `addrs` into `out` as [`lookup_bulk`](Self::lookup_bulk)
@@ -538,7 +525,7 @@ impl Lpm6 {
 
 /// Writes `entry` (a route of `depth`) over every entry of the group named
 /// by `g`, and of the groups below it, that `selects` picks:
-/// [`may_overwrite`] when adding, [`owned_by`] when deleting.
+/// `Format::may_overwrite` when adding, `Format::owned_by` when deleting.
 fn rewrite_below(tbl8: &mut [u32], g: u32, depth: u8, entry: u32, selects: fn(u32, u8) -> bool) {
     for i in group_range(g) {
         let x = tbl8[i];

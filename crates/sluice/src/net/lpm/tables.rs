@@ -141,3 +141,62 @@ pub(super) fn check_depth(depth: u8, max_depth: u8) -> Result<(), LpmError> {
         Ok(())
     }
 }
+
+/// A table entry (`u32`) of a family whose depth field starts at bit
+/// `DEPTH_SHIFT`: bit 31 is set when the entry holds a route, bit 30 when
+/// it names a group instead (the data field is then the group index), bits
+/// `DEPTH_SHIFT..30` hold the depth of the route that wrote it and bits
+/// `0..DEPTH_SHIFT` the data (next hop or group index).
+pub(super) struct EntryFormat<const DEPTH_SHIFT: u32>;
+
+impl<const DEPTH_SHIFT: u32> EntryFormat<DEPTH_SHIFT> {
+    /// Set when the entry holds a route.
+    pub(super) const VALID: u32 = 1 << 31;
+    /// Set when the entry names a group.
+    pub(super) const EXTENDED: u32 = 1 << 30;
+    /// Mask of the depth after shifting.
+    pub(super) const DEPTH_MASK: u32 = (1 << (30 - DEPTH_SHIFT)) - 1;
+    /// Data: next-hop id, or group index when `EXTENDED`.
+    pub(super) const DATA: u32 = (1 << DEPTH_SHIFT) - 1;
+
+    /// The entry of a route of `depth` to `next_hop`.
+    #[inline(always)]
+    pub(super) fn route(depth: u8, next_hop: u32) -> u32 {
+        Self::VALID | (u32::from(depth) << DEPTH_SHIFT) | (next_hop & Self::DATA)
+    }
+
+    /// Depth recorded in entry `e`.
+    #[inline(always)]
+    pub(super) fn depth(e: u32) -> u8 {
+        ((e >> DEPTH_SHIFT) & Self::DEPTH_MASK) as u8
+    }
+
+    /// Whether a route of `depth` may write entry `e` (free, or written by
+    /// a route no longer than it).
+    #[inline(always)]
+    pub(super) fn may_overwrite(e: u32, depth: u8) -> bool {
+        e & Self::VALID == 0 || Self::depth(e) <= depth
+    }
+
+    /// Whether entry `e` was written by a route of exactly `depth`.
+    #[inline(always)]
+    pub(super) fn owned_by(e: u32, depth: u8) -> bool {
+        e & Self::VALID != 0 && Self::depth(e) == depth
+    }
+
+    /// Whether entry `e` holds a route longer than `depth`.
+    #[inline(always)]
+    pub(super) fn longer_than(e: u32, depth: u8) -> bool {
+        e & Self::VALID != 0 && Self::depth(e) > depth
+    }
+
+    /// Next hop of a final (non-extended) entry.
+    #[inline(always)]
+    pub(super) fn hop(e: u32) -> Option<u32> {
+        if e & Self::VALID != 0 {
+            Some(e & Self::DATA)
+        } else {
+            None
+        }
+    }
+}
