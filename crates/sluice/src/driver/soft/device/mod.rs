@@ -69,7 +69,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::counter::Counter;
-use crate::port::{MIN_FRAME, PortCounters, Xstats};
+use crate::port::{MIN_FRAME, PortCounters, PortError, Xstats};
 use crate::tsc::rdtsc;
 
 use super::hw::desc::rx;
@@ -576,6 +576,8 @@ impl PortEngines {
 /// A per-queue engine of the device: what [`QueueEngine`] needs to find,
 /// step and reset it.
 pub trait Engine: Sized {
+    /// The direction of its queues, `Rx` or `Tx`, for messages.
+    const DIRECTION: &'static str;
     /// The engines of this kind in `engines`, by queue.
     fn cells(engines: &PortEngines) -> &[EngineCell<Self>];
     /// One step; returns the frames handled.
@@ -585,6 +587,7 @@ pub trait Engine: Sized {
 }
 
 impl Engine for RxEngine {
+    const DIRECTION: &'static str = "Rx";
     #[inline(always)]
     fn cells(engines: &PortEngines) -> &[EngineCell<RxEngine>] {
         &engines.rx
@@ -599,6 +602,7 @@ impl Engine for RxEngine {
 }
 
 impl Engine for tx_engine::TxEngine {
+    const DIRECTION: &'static str = "Tx";
     #[inline(always)]
     fn cells(engines: &PortEngines) -> &[EngineCell<tx_engine::TxEngine>] {
         &engines.tx
@@ -684,6 +688,20 @@ impl<E: Engine> QueueEngine<E> {
             let r = f();
             e.reset();
             r
+        })
+    }
+
+    /// The queue start: [`reset`](Self::reset), `f` resetting the
+    /// registers. An engine that panicked in an earlier step never runs
+    /// again: that is the queue's error.
+    pub fn start(&self, f: impl FnOnce()) -> Result<(), PortError> {
+        self.reset(f).map_err(|Poisoned| {
+            PortError::Driver(format!(
+                "soft: the device's {} engine of queue {} panicked in a step and cannot run \
+                 again",
+                E::DIRECTION,
+                self.queue
+            ))
         })
     }
 

@@ -431,9 +431,7 @@ impl RxQueue for SoftRx {
         if self.started {
             return Ok(());
         }
-        self.engine
-            .reset(|| self.regs.reset())
-            .map_err(|_| self.poisoned())?;
+        self.engine.start(|| self.regs.reset())?;
         self.next = 0;
         self.tail = 0;
         self.committed = 0;
@@ -520,15 +518,6 @@ impl SoftRx {
                 &mut self.committed,
             )
         }
-    }
-
-    /// The error of a queue whose engine panicked in a step.
-    #[cold]
-    fn poisoned(&self) -> PortError {
-        PortError::Driver(format!(
-            "soft: the device's Rx engine of queue {} panicked in a step and cannot run again",
-            self.engine.queue()
-        ))
     }
 
     /// Why this queue refuses a recycle step (stopped, or armed with

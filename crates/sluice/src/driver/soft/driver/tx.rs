@@ -1067,9 +1067,7 @@ impl TxQueue for SoftTx {
         if self.started {
             return Ok(());
         }
-        self.engine
-            .reset(|| self.regs.reset())
-            .map_err(|_| self.poisoned())?;
+        self.engine.start(|| self.regs.reset())?;
         self.started = true;
         Ok(())
     }
@@ -1257,16 +1255,7 @@ unsafe fn zc_put(pool: *const PoolInner, batch: &[Elem]) -> bool {
     true
 }
 
-impl SoftTx {
-    /// The error of a queue whose engine panicked in a step.
-    #[cold]
-    fn poisoned(&self) -> PortError {
-        PortError::Driver(format!(
-            "soft: the device's Tx engine of queue {} panicked in a step and cannot run again",
-            self.engine.queue()
-        ))
-    }
-}
+impl SoftTx {}
 
 impl Drop for SoftTx {
     fn drop(&mut self) {
