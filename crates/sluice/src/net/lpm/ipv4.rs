@@ -73,6 +73,20 @@ fn mask(depth: u8) -> u32 {
     }
 }
 
+/// The tbl24 entries a route of `depth` ≤ 24 covers.
+#[inline]
+fn tbl24_span(prefix: u32, depth: u8) -> std::ops::Range<usize> {
+    let start = (prefix >> 8) as usize;
+    start..start + (1 << (24 - depth))
+}
+
+/// The entries of its group a route of `depth` > 24 covers.
+#[inline]
+fn group_span(prefix: u32, depth: u8) -> std::ops::Range<usize> {
+    let start = (prefix & 0xff) as usize;
+    start..start + (1 << (32 - depth))
+}
+
 /// An IPv4 longest-prefix-match table (DIR-24-8); see the [module
 /// docs](self).
 ///
@@ -189,9 +203,12 @@ impl Lpm4 {
         }
         let entry = Format::route(depth, next_hop);
         if depth <= 24 {
-            let start = (prefix >> 8) as usize;
-            let count = 1usize << (24 - depth);
-            self.rewrite_tbl24(start..start + count, depth, entry, Format::may_overwrite);
+            self.rewrite_tbl24(
+                tbl24_span(prefix, depth),
+                depth,
+                entry,
+                Format::may_overwrite,
+            );
         } else {
             let i = (prefix >> 8) as usize;
             let mut e = self.tables.tbl24.as_slice()[i];
@@ -210,11 +227,9 @@ impl Lpm4 {
                 e = field::EXTENDED | g;
                 self.tables.tbl24.as_mut_slice()[i] = e;
             }
-            let lo = (prefix & 0xff) as usize;
-            let count = 1usize << (32 - depth);
             let group = &mut self.tables.tbl8.as_mut_slice()[Self::group_range(e)];
             rewrite(
-                &mut group[lo..lo + count],
+                &mut group[group_span(prefix, depth)],
                 depth,
                 entry,
                 Format::may_overwrite,
@@ -246,21 +261,22 @@ impl Lpm4 {
             .covering(prefix, depth, |p, d| p & mask(d))
             .map_or(0, |(d, nh)| Format::route(d, nh));
         if depth <= 24 {
-            let start = (prefix >> 8) as usize;
-            let count = 1usize << (24 - depth);
             // Groups met keep a longer route, so are not folded.
-            self.rewrite_tbl24(start..start + count, depth, replacement, Format::owned_by);
+            self.rewrite_tbl24(
+                tbl24_span(prefix, depth),
+                depth,
+                replacement,
+                Format::owned_by,
+            );
         } else {
             let i = (prefix >> 8) as usize;
             let e = self.tables.tbl24.as_slice()[i];
             // A route longer than /24 always has its group.
             debug_assert!(e & field::EXTENDED != 0);
             if e & field::EXTENDED != 0 {
-                let lo = (prefix & 0xff) as usize;
-                let count = 1usize << (32 - depth);
                 let group = &mut self.tables.tbl8.as_mut_slice()[Self::group_range(e)];
                 rewrite(
-                    &mut group[lo..lo + count],
+                    &mut group[group_span(prefix, depth)],
                     depth,
                     replacement,
                     Format::owned_by,
