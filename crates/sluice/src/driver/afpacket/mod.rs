@@ -56,7 +56,7 @@ use crate::port::{
     RxQueue, SpecArgs, SpecError, TxQueue,
 };
 
-use rx::{AfPacketRx, FanoutGroup, RxGeometry};
+use rx::{AfPacketRx, FanoutGroup, RxGeometry, RxQueueParts};
 use tx::{AfPacketTx, TxGeometry};
 
 /// Spec keys.
@@ -243,18 +243,18 @@ impl PortDriver for AfPacketDriver {
                 frame_size: frame,
                 timeout_ms: self.block_timeout,
             };
-            rx.push(Box::new(AfPacketRx::new(
-                Arc::clone(&self.iface),
+            rx.push(Box::new(AfPacketRx::new(RxQueueParts {
+                iface: Arc::clone(&self.iface),
                 geometry,
-                fanout.clone(),
-                config.promiscuous,
+                fanout: fanout.clone(),
+                promisc: config.promiscuous,
                 rss,
                 pool,
-                config.port_id,
-                config.mtu,
-                Arc::clone(counters),
+                port_id: config.port_id,
+                mtu: config.mtu,
+                counters: Arc::clone(counters),
                 q,
-            )));
+            })));
         }
         let mut tx: Vec<Box<dyn TxQueue>> = Vec::new();
         for (q, qc) in config.txq.iter().enumerate() {
