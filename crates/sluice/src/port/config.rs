@@ -238,6 +238,14 @@ impl PortConfig {
             .or(self.rx_pool.as_ref())
     }
 
+    /// The pool of Rx queue `q` for a driver that needs one
+    /// ([`DeviceInfo::needs_rx_pool`]): `Port::new` has checked every Rx
+    /// queue has one.
+    pub(crate) fn needed_rx_pool(&self, q: usize) -> &MbufPool {
+        self.rx_pool_of(q)
+            .expect("Port::new checked that every Rx queue has a pool")
+    }
+
     /// The pool of Rx queue `q` for a driver that needs one (`Port::new`
     /// has checked every Rx queue has one), checked to hold a frame of
     /// `max_frame` bytes in one buffer; the error names the port as `port`
@@ -248,9 +256,7 @@ impl PortConfig {
         max_frame: u32,
         port: &str,
     ) -> Result<MbufPool, PortError> {
-        let pool = self
-            .rx_pool_of(q)
-            .expect("Port::new checked that every Rx queue has a pool");
+        let pool = self.needed_rx_pool(q);
         if max_frame > u32::from(pool.data_room()) {
             return Err(PortError::config(format!(
                 "{port}: MTU {} makes frames of up to {max_frame} bytes, more than the data \

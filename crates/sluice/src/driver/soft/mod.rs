@@ -493,7 +493,7 @@ impl PortDriver for SoftDriver {
         let rxo = config.rx_offloads;
         let mut rx_engines = Vec::with_capacity(nrx);
         for (q, source) in sources.into_iter().enumerate() {
-            let pool = config.rx_pool_of(q).expect("checked by Port::new");
+            let pool = config.needed_rx_pool(q);
             let mut engine = RxEngine::new(RxEngineParts {
                 regs: Arc::clone(&rx_regs[q]),
                 source,
@@ -543,7 +543,7 @@ impl PortDriver for SoftDriver {
         let inline = self.settings.mode == DeviceMode::Inline;
 
         let rss_hash = rxo.contains(Offloads::RSS_HASH);
-        let pool0 = config.rx_pool_of(0).expect("checked by Port::new");
+        let pool0 = config.needed_rx_pool(0);
         let per_desc = match frag_layout {
             Some(l) => rx_frags::frag_bytes_per_desc(l, pool0.mempool().stride()),
             None => pool0.mempool().stride(),
@@ -551,7 +551,7 @@ impl PortDriver for SoftDriver {
         x.register("rx_buf_bytes_per_desc").add(per_desc as u64);
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::with_capacity(nrx);
         for (q, regs) in rx_regs.into_iter().enumerate() {
-            let pool = config.rx_pool_of(q).expect("checked by Port::new").clone();
+            let pool = config.needed_rx_pool(q).clone();
             let frags = match (&provider, frag_layout) {
                 (Some(p), Some(l)) => Some(rx_frags::RxFrags::new(p, &self.spec, q, l)?),
                 _ => None,
