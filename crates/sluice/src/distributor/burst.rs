@@ -77,6 +77,55 @@ pub struct DistStats {
     pub handed: Vec<u64>,
 }
 
+/// The counters behind [`DistStats`], written by the distributor's thread;
+/// both distributors keep them.
+#[derive(Debug, Default)]
+pub(super) struct DistCounters {
+    /// [`DistStats::distributed`].
+    pub(super) distributed: Counter,
+    /// [`DistStats::returned`].
+    pub(super) returned: Counter,
+    /// [`DistStats::returns_full`].
+    pub(super) returns_full: Counter,
+    /// [`DistStats::shutdowns`].
+    pub(super) shutdowns: Counter,
+    /// [`DistStats::redistributed`].
+    pub(super) redistributed: Counter,
+}
+
+impl DistCounters {
+    /// Their values, with `handed` (per worker, packets handed to it).
+    pub(super) fn stats(&self, handed: Vec<u64>) -> DistStats {
+        DistStats {
+            distributed: self.distributed.get(),
+            returned: self.returned.get(),
+            returns_full: self.returns_full.get(),
+            shutdowns: self.shutdowns.get(),
+            redistributed: self.redistributed.get(),
+            handed,
+        }
+    }
+}
+
+/// The active worker with the smallest load (the lowest id among equals),
+/// from each worker's (active, load) in id order. There is one.
+#[inline(always)]
+pub(super) fn least_loaded(workers: impl Iterator<Item = (bool, usize)>) -> usize {
+    let mut best = usize::MAX;
+    let mut least = usize::MAX;
+    for (w, (active, load)) in workers.enumerate() {
+        if active && load < least {
+            best = w;
+            least = load;
+            if load == 0 {
+                break;
+            }
+        }
+    }
+    debug_assert!(best != usize::MAX, "no active worker");
+    best
+}
+
 /// The distributor's private view of one worker.
 struct WorkerState {
     /// The parity of the distributor's last answer (bit 0 of `bufs[0]`).
@@ -125,11 +174,7 @@ pub struct Distributor {
     /// Returns read into `scratch` by a request taken with `defer`, not yet
     /// in `returns` (only between `take_request` and `push_deferred`).
     deferred: usize,
-    distributed: Counter,
-    returned: Counter,
-    returns_full: Counter,
-    shutdowns: Counter,
-    redistributed: Counter,
+    counters: DistCounters,
 }
 
 // SAFETY: the packet addresses the distributor holds are packets it owns;
@@ -175,11 +220,7 @@ impl Distributor {
             pending: Fifo::new((2 * BURST_SIZE * n).next_power_of_two()),
             scratch: [Elem::DANGLING; BURST_SIZE],
             deferred: 0,
-            distributed: Counter::new(),
-            returned: Counter::new(),
-            returns_full: Counter::new(),
-            shutdowns: Counter::new(),
-            redistributed: Counter::new(),
+            counters: DistCounters::default(),
         })
     }
 
@@ -229,14 +270,8 @@ impl Distributor {
 
     /// The counters.
     pub fn stats(&self) -> DistStats {
-        DistStats {
-            distributed: self.distributed.get(),
-            returned: self.returned.get(),
-            returns_full: self.returns_full.get(),
-            shutdowns: self.shutdowns.get(),
-            redistributed: self.redistributed.get(),
-            handed: self.workers.iter().map(|w| w.handed.get()).collect(),
-        }
+        self.counters
+            .stats(self.workers.iter().map(|w| w.handed.get()).collect())
     }
 
     /// Packets held by the distributor or its workers: in flight at
@@ -305,7 +340,7 @@ impl Distributor {
         // SAFETY: the first `taken` packets are ours now (in backlogs, or
         // already handed to workers).
         unsafe { burst.forget_front(taken) };
-        self.distributed.add(taken as u64);
+        self.counters.distributed.add(taken as u64);
         self.release_ready();
         taken
     }
@@ -386,7 +421,7 @@ impl Distributor {
         if n > self.returns.room() {
             if !ws.refused {
                 ws.refused = true;
-                self.returns_full.inc();
+                self.counters.returns_full.inc();
             }
             return Request::Refused;
         }
@@ -399,7 +434,7 @@ impl Distributor {
         // the returns line.)
         if first & SHUTDOWN != 0 {
             self.returns.push_all(&self.scratch[..n]);
-            self.returned.add(n as u64);
+            self.counters.returned.add(n as u64);
             self.shut_down(w, first & UNREAD != 0);
             return Request::ShutDown;
         }
@@ -409,7 +444,7 @@ impl Distributor {
             self.deferred = n;
         } else {
             self.returns.push_all(&self.scratch[..n]);
-            self.returned.add(n as u64);
+            self.counters.returned.add(n as u64);
         }
         if !ws.active {
             ws.active = true;
@@ -424,7 +459,7 @@ impl Distributor {
     fn push_deferred(&mut self) {
         let n = std::mem::take(&mut self.deferred);
         self.returns.push_all(&self.scratch[..n]);
-        self.returned.add(n as u64);
+        self.counters.returned.add(n as u64);
     }
 
     /// Worker `w` shuts down: its unread batch (if `unread`) and backlog go
@@ -437,12 +472,12 @@ impl Distributor {
         // worker by the drain now under way.
         let ws = &mut self.workers[w];
         self.pending.push_front_all(&ws.backlog[..ws.backlog_len]);
-        self.redistributed.add(ws.backlog_len as u64);
+        self.counters.redistributed.add(ws.backlog_len as u64);
         if unread {
             // Handed before the backlog: first in line.
             let n = lines.unread_batch(&mut self.scratch);
             self.pending.push_front_all(&self.scratch[..n]);
-            self.redistributed.add(n as u64);
+            self.counters.redistributed.add(n as u64);
         }
         ws.backlog_len = 0;
         ws.in_flight = 0;
@@ -454,7 +489,7 @@ impl Distributor {
         ws.ready = false;
         ws.parity ^= PARITY;
         lines.answer(ws.parity, &[]);
-        self.shutdowns.inc();
+        self.counters.shutdowns.inc();
     }
 
     /// Hands worker `w` (ready) its backlog.
@@ -477,20 +512,11 @@ impl Distributor {
     /// lowest id among equals). There is one.
     #[inline]
     fn least_loaded(&self) -> usize {
-        let mut best = usize::MAX;
-        let mut load = usize::MAX;
-        for (w, ws) in self.workers.iter().enumerate() {
-            let l = ws.in_flight + ws.backlog_len;
-            if ws.active && l < load {
-                best = w;
-                load = l;
-                if l == 0 {
-                    break;
-                }
-            }
-        }
-        debug_assert!(best != usize::MAX, "no active worker");
-        best
+        least_loaded(
+            self.workers
+                .iter()
+                .map(|ws| (ws.active, ws.in_flight + ws.backlog_len)),
+        )
     }
 
     /// Queues packet `e` (flow `flow`) for worker `w`, first handing `w`

@@ -50,8 +50,9 @@ pub(crate) const PARITY: u64 = 1;
 pub(crate) const SHUTDOWN: u64 = 2;
 /// `rets[0]`, with [`SHUTDOWN`]: the last answer's batch was never taken.
 pub(crate) const UNREAD: u64 = 4;
-/// The low bits a slot may use for flags (mbuf headers are 64-byte aligned).
-const FLAGS: u64 = 63;
+/// The low bits a slot or word may use for flags (mbuf headers are 64-byte
+/// aligned).
+pub(crate) const FLAGS: u64 = 63;
 
 /// Eight slots in a 128-byte block of their own.
 #[repr(C, align(128))]
@@ -110,18 +111,20 @@ impl Line {
     }
 }
 
+/// A packet's address, as a slot or word holds it.
 #[inline(always)]
-fn addr(e: Elem) -> u64 {
+pub(crate) fn addr(e: Elem) -> u64 {
     let a = e.as_ptr() as u64;
     debug_assert!(a & FLAGS == 0, "packet address {a:#x} not 64-byte aligned");
     a
 }
 
+/// The packet at address `a`.
 #[inline(always)]
-fn elem(a: u64) -> Elem {
-    // The line only ever holds addresses of packets (non-zero: checked by
-    // the callers), written by `publish`.
-    Elem::from_ptr(std::ptr::NonNull::new(a as *mut u8).expect("non-zero slot"))
+pub(crate) fn elem(a: u64) -> Elem {
+    // Only called on an address part that holds a packet, written by
+    // `addr` (non-zero: checked by the callers).
+    Elem::from_ptr(std::ptr::NonNull::new(a as *mut u8).expect("a packet address"))
 }
 
 /// One worker's two lines.

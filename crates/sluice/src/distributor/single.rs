@@ -50,7 +50,8 @@ use crate::mbuf::{BurstSlice, Mbuf, MbufHeader};
 use crate::mempool::Elem;
 use crate::sync::{Arc, AtomicU32, AtomicU64, Ordering};
 
-use super::burst::backoff_paused as backoff;
+use super::burst::{DistCounters, backoff_paused as backoff, least_loaded};
+use super::lines::{FLAGS, addr, elem};
 use super::matching::WorkerTags;
 use super::returns::{Fifo, free_pkts};
 use super::{DistError, DistStats, MAX_WORKERS, flow_tag};
@@ -71,8 +72,6 @@ const UNREAD: u64 = 8;
 const QUIT: u64 = 16;
 /// Distributor, as a whole answer: it is gone.
 const CLOSED: u64 = 32;
-/// The low bits flags may use (mbuf headers are 64-byte aligned).
-const FLAGS: u64 = 63;
 
 /// The tag table index of the held packet's tag (`0..8` is the backlog
 /// ring, by ring position).
@@ -149,20 +148,6 @@ impl Drop for Shared {
             }
         }
     }
-}
-
-#[inline(always)]
-fn addr(e: Elem) -> u64 {
-    let a = e.as_ptr() as u64;
-    debug_assert!(a & FLAGS == 0, "packet address {a:#x} not 64-byte aligned");
-    a
-}
-
-#[inline(always)]
-fn elem(a: u64) -> Elem {
-    // Only called on a word's address part where a flag or the protocol
-    // says it holds a packet (so it is not 0).
-    Elem::from_ptr(std::ptr::NonNull::new(a as *mut u8).expect("a packet address"))
 }
 
 /// Frees a packet.
@@ -258,11 +243,7 @@ pub struct SingleDistributor {
     /// before any newer packet; per flow in arrival order. Its capacity
     /// (every packet the workers can hold) is reserved up front.
     pending: VecDeque<Elem>,
-    distributed: Counter,
-    returned: Counter,
-    returns_full: Counter,
-    shutdowns: Counter,
-    redistributed: Counter,
+    counters: DistCounters,
 }
 
 impl SingleDistributor {
@@ -303,11 +284,7 @@ impl SingleDistributor {
             // queued for one (at most 1 + SINGLE_BACKLOG per worker), and a
             // packet enters `pending` only by leaving those places.
             pending: VecDeque::with_capacity((1 + SINGLE_BACKLOG) * workers),
-            distributed: Counter::new(),
-            returned: Counter::new(),
-            returns_full: Counter::new(),
-            shutdowns: Counter::new(),
-            redistributed: Counter::new(),
+            counters: DistCounters::default(),
         })
     }
 
@@ -352,14 +329,8 @@ impl SingleDistributor {
 
     /// The counters.
     pub fn stats(&self) -> DistStats {
-        DistStats {
-            distributed: self.distributed.get(),
-            returned: self.returned.get(),
-            returns_full: self.returns_full.get(),
-            shutdowns: self.shutdowns.get(),
-            redistributed: self.redistributed.get(),
-            handed: self.workers.iter().map(|w| w.handed.get()).collect(),
-        }
+        self.counters
+            .stats(self.workers.iter().map(|w| w.handed.get()).collect())
     }
 
     /// Packets held by the distributor or its workers: in flight at
@@ -406,7 +377,7 @@ impl SingleDistributor {
         // SAFETY: the first `taken` packets are ours now (in backlogs, or
         // already handed to workers).
         unsafe { burst.forget_front(taken) };
-        self.distributed.add(taken as u64);
+        self.counters.distributed.add(taken as u64);
         self.poll_all();
         taken
     }
@@ -457,20 +428,7 @@ impl SingleDistributor {
     /// lowest id among equals). There is one.
     #[inline]
     fn least_loaded(&self) -> usize {
-        let mut best = usize::MAX;
-        let mut load = usize::MAX;
-        for (w, ws) in self.workers.iter().enumerate() {
-            let l = ws.load();
-            if ws.active && l < load {
-                best = w;
-                load = l;
-                if l == 0 {
-                    break;
-                }
-            }
-        }
-        debug_assert!(best != usize::MAX, "no active worker");
-        best
+        least_loaded(self.workers.iter().map(|ws| (ws.active, ws.load())))
     }
 
     /// Handles every worker's open request or quit and answers ready
@@ -524,12 +482,12 @@ impl SingleDistributor {
             if self.returns.room() == 0 {
                 if !ws.refused {
                     ws.refused = true;
-                    self.returns_full.inc();
+                    self.counters.returns_full.inc();
                 }
                 return Request::Refused;
             }
             self.returns.push_all(&[elem(v & !FLAGS)]);
-            self.returned.inc();
+            self.counters.returned.inc();
         }
         ws.refused = false;
         // The packet it held is done (or, flagged UNREAD, ours again).
@@ -563,7 +521,7 @@ impl SingleDistributor {
             self.pending.push_front(e);
             n += 1;
         }
-        self.redistributed.add(n as u64);
+        self.counters.redistributed.add(n as u64);
         ws.backlog_len = 0;
         ws.head = 0;
         ws.held = None;
@@ -575,7 +533,7 @@ impl SingleDistributor {
         ws.ready = false;
         // Release: pairs with the worker's Acquire load of its word.
         self.word(w).store(0, Ordering::Release);
-        self.shutdowns.inc();
+        self.counters.shutdowns.inc();
     }
 
     /// Answers worker `w` (ready) with packet `e` of flow `tag`.

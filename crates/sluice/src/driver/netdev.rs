@@ -2,10 +2,11 @@
 //! (`afpacket`, `tap`): name checks, index, MAC address, and setting a
 //! device up — `if_nametoindex` and the `SIOCGIF*` / `SIOCSIFFLAGS` ioctls
 //! on a throwaway datagram socket (or any socket the caller has). Names are looked up in the network
-//! namespace of the calling thread.
+//! namespace of the calling thread. Also the Tx wake-up both packet-socket
+//! drivers (`afpacket`, `afxdp`) send.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 /// Longest interface name (IFNAMSIZ − 1).
 pub(crate) const IFNAME_MAX: usize = 15;
@@ -130,6 +131,28 @@ pub(crate) fn set_up(name: &str) -> io::Result<()> {
     let flags = i16::from_ne_bytes([ifr.data[0], ifr.data[1]]) | libc::IFF_UP as i16;
     ifr.data[..2].copy_from_slice(&flags.to_ne_bytes());
     ioctl(SIOCSIFFLAGS, &mut ifr)
+}
+
+/// Asks the kernel to send what is pending on socket `fd`'s Tx ring,
+/// without waiting: a `sendto` with no data and no address.
+#[inline]
+pub(crate) fn wake_tx(fd: RawFd) -> io::Result<()> {
+    // SAFETY: sendto(2) with no buffer and no address reads no memory.
+    let r = unsafe {
+        libc::sendto(
+            fd,
+            std::ptr::null(),
+            0,
+            libc::MSG_DONTWAIT,
+            std::ptr::null(),
+            0,
+        )
+    };
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
 }
 
 #[cfg(all(test, not(loom)))]

@@ -293,49 +293,70 @@ impl Parser {
     }
 
     fn add_route(&mut self, no: usize, r: Route) -> Result<(), String> {
-        match self.routes.entry((r.prefix, r.len)) {
-            Entry::Vacant(v) => {
-                v.insert((no, r.port));
-                self.file.routes.push(r);
-                Ok(())
-            }
-            Entry::Occupied(o) => {
-                let (line, port) = *o.get();
-                if port == r.port {
-                    return Ok(());
-                }
+        add_once(
+            &mut self.routes,
+            &mut self.file.routes,
+            (r.prefix, r.len),
+            (no, r.port),
+            r,
+            |line, port| {
                 let first = Route { port, ..r };
-                Err(format!(
+                format!(
                     "{}/{} already goes to port {port} on line {line} ('{first}')",
                     r.prefix, r.len
-                ))
-            }
-        }
+                )
+            },
+        )
     }
 
     fn add_flow(&mut self, no: usize, f: FlowRule) -> Result<(), String> {
-        match self.flows.entry(f.key()) {
-            Entry::Vacant(v) => {
-                v.insert((no, f.port));
-                self.file.flows.push(f);
-                Ok(())
-            }
-            Entry::Occupied(o) => {
-                let (line, port) = *o.get();
-                if port == f.port {
-                    return Ok(());
-                }
+        add_once(
+            &mut self.flows,
+            &mut self.file.flows,
+            f.key(),
+            (no, f.port),
+            f,
+            |line, port| {
                 let first = FlowRule { port, ..f };
-                Err(format!(
+                format!(
                     "flow {} {} {} {} {} already goes to port {port} on line {line} ('{first}')",
                     f.src, f.dst, f.sport, f.dport, f.proto
-                ))
-            }
-        }
+                )
+            },
+        )
     }
 
     fn finish(self) -> RoutesFile {
         self.file
+    }
+}
+
+/// Files `item`, first seen on line `line_port.0` and sending to port
+/// `line_port.1`, under `key` in `seen` and at the end of `list`. A repeat
+/// to the same port is dropped; one to another port is an error, which
+/// `conflict(first line, first port)` words.
+fn add_once<K: Eq + std::hash::Hash, T>(
+    seen: &mut HashMap<K, (usize, u16)>,
+    list: &mut Vec<T>,
+    key: K,
+    line_port: (usize, u16),
+    item: T,
+    conflict: impl FnOnce(usize, u16) -> String,
+) -> Result<(), String> {
+    match seen.entry(key) {
+        Entry::Vacant(v) => {
+            v.insert(line_port);
+            list.push(item);
+            Ok(())
+        }
+        Entry::Occupied(o) => {
+            let (line, port) = *o.get();
+            if port == line_port.1 {
+                Ok(())
+            } else {
+                Err(conflict(line, port))
+            }
+        }
     }
 }
 

@@ -4,6 +4,7 @@
 
 use crate::mbuf::MbufPool;
 use crate::net::MacAddr;
+use crate::port::PortError;
 
 /// Offload bits, one set for Rx and one for Tx (named after DPDK's
 /// `RTE_ETH_{RX,TX}_OFFLOAD_*`).
@@ -235,6 +236,36 @@ impl PortConfig {
             .get(q)
             .and_then(|c| c.pool.as_ref())
             .or(self.rx_pool.as_ref())
+    }
+
+    /// The pool of Rx queue `q` for a driver that needs one
+    /// ([`DeviceInfo::needs_rx_pool`]): `Port::new` has checked every Rx
+    /// queue has one.
+    pub(crate) fn needed_rx_pool(&self, q: usize) -> &MbufPool {
+        self.rx_pool_of(q)
+            .expect("Port::new checked that every Rx queue has a pool")
+    }
+
+    /// The pool of Rx queue `q` for a driver that needs one (`Port::new`
+    /// has checked every Rx queue has one), checked to hold a frame of
+    /// `max_frame` bytes in one buffer; the error names the port as `port`
+    /// (e.g. `tap: tap0`).
+    pub(crate) fn rx_pool_holding(
+        &self,
+        q: usize,
+        max_frame: u32,
+        port: &str,
+    ) -> Result<MbufPool, PortError> {
+        let pool = self.needed_rx_pool(q);
+        if max_frame > u32::from(pool.data_room()) {
+            return Err(PortError::config(format!(
+                "{port}: MTU {} makes frames of up to {max_frame} bytes, more than the data \
+                 room of Rx queue {q}'s pool ({})",
+                self.mtu,
+                pool.data_room()
+            )));
+        }
+        Ok(pool.clone())
     }
 }
 

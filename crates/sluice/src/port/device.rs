@@ -253,15 +253,7 @@ impl Port {
         if !self.started {
             return Err(PortError::Stopped);
         }
-        let count = self.rx.len();
-        match self.rx.get_mut(q) {
-            Some(b) => Ok(b.as_mut()),
-            None => Err(PortError::NoQueue {
-                dir: "Rx",
-                queue: q,
-                count,
-            }),
-        }
+        Ok(queue_mut(&mut self.rx, "Rx", q)?.as_mut())
     }
 
     /// Tx queue `q`, to send on. The port must be started.
@@ -269,15 +261,7 @@ impl Port {
         if !self.started {
             return Err(PortError::Stopped);
         }
-        let count = self.tx.len();
-        match self.tx.get_mut(q) {
-            Some(b) => Ok(b.as_mut()),
-            None => Err(PortError::NoQueue {
-                dir: "Tx",
-                queue: q,
-                count,
-            }),
-        }
+        Ok(queue_mut(&mut self.tx, "Tx", q)?.as_mut())
     }
 
     /// Every queue at once, to hand them to different threads. The port must
@@ -295,27 +279,13 @@ impl Port {
     /// Whether Rx queue `q` can be refilled by a Tx queue
     /// ([`recycle_mbufs`](super::recycle_mbufs)). Any time, started or not.
     pub fn rx_queue_recycles(&self, q: usize) -> Result<bool, PortError> {
-        match self.rx.get(q) {
-            Some(b) => Ok(b.recycle_rx_capable()),
-            None => Err(PortError::NoQueue {
-                dir: "Rx",
-                queue: q,
-                count: self.rx.len(),
-            }),
-        }
+        Ok(queue(&self.rx, "Rx", q)?.recycle_rx_capable())
     }
 
     /// Whether Tx queue `q` can feed an Rx queue's ring
     /// ([`recycle_mbufs`](super::recycle_mbufs)). Any time, started or not.
     pub fn tx_queue_recycles(&self, q: usize) -> Result<bool, PortError> {
-        match self.tx.get(q) {
-            Some(b) => Ok(b.recycle_tx_capable()),
-            None => Err(PortError::NoQueue {
-                dir: "Tx",
-                queue: q,
-                count: self.tx.len(),
-            }),
-        }
+        Ok(queue(&self.tx, "Tx", q)?.recycle_tx_capable())
     }
 
     /// The counters, shared: hold this to read statistics from another
@@ -402,4 +372,27 @@ fn check(name: &str, info: &DeviceInfo, c: &PortConfig) -> Result<(), PortError>
         return err(format!("driver {d} has no Tx offload {tx_extra}"));
     }
     Ok(())
+}
+
+/// Queue `q` of a port's `dir` queues, or [`PortError::NoQueue`].
+fn queue<'a, Q>(queues: &'a [Q], dir: &'static str, q: usize) -> Result<&'a Q, PortError> {
+    queues.get(q).ok_or(PortError::NoQueue {
+        dir,
+        queue: q,
+        count: queues.len(),
+    })
+}
+
+/// [`queue`], borrowed mutably to poll it.
+fn queue_mut<'a, Q>(
+    queues: &'a mut [Q],
+    dir: &'static str,
+    q: usize,
+) -> Result<&'a mut Q, PortError> {
+    let count = queues.len();
+    queues.get_mut(q).ok_or(PortError::NoQueue {
+        dir,
+        queue: q,
+        count,
+    })
 }

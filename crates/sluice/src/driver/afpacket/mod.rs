@@ -56,7 +56,7 @@ use crate::port::{
     RxQueue, SpecArgs, SpecError, TxQueue,
 };
 
-use rx::{AfPacketRx, FanoutGroup, RxGeometry};
+use rx::{AfPacketRx, FanoutGroup, RxGeometry, RxQueueParts};
 use tx::{AfPacketTx, TxGeometry};
 
 /// Spec keys.
@@ -236,36 +236,25 @@ impl PortDriver for AfPacketDriver {
         let rss = config.rx_offloads.contains(Offloads::RSS_HASH);
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::new();
         for (q, qc) in config.rxq.iter().enumerate() {
-            let pool = config
-                .rx_pool_of(q)
-                .expect("Port::new checked that every Rx queue has a pool")
-                .clone();
-            if max_frame > u32::from(pool.data_room()) {
-                return Err(PortError::config(format!(
-                    "afpacket: {name}: MTU {} makes frames of up to {max_frame} bytes, more \
-                     than the data room of Rx queue {q}'s pool ({})",
-                    config.mtu,
-                    pool.data_room()
-                )));
-            }
+            let pool = config.rx_pool_holding(q, max_frame, &format!("afpacket: {name}"))?;
             let geometry = RxGeometry {
                 block_size: self.block_size,
                 block_nr: blocks_for(qc.nb_rxd, frame, self.block_size),
                 frame_size: frame,
                 timeout_ms: self.block_timeout,
             };
-            rx.push(Box::new(AfPacketRx::new(
-                Arc::clone(&self.iface),
+            rx.push(Box::new(AfPacketRx::new(RxQueueParts {
+                iface: Arc::clone(&self.iface),
                 geometry,
-                fanout.clone(),
-                config.promiscuous,
+                fanout: fanout.clone(),
+                promisc: config.promiscuous,
                 rss,
                 pool,
-                config.port_id,
-                config.mtu,
-                Arc::clone(counters),
+                port_id: config.port_id,
+                mtu: config.mtu,
+                counters: Arc::clone(counters),
                 q,
-            )));
+            })));
         }
         let mut tx: Vec<Box<dyn TxQueue>> = Vec::new();
         for (q, qc) in config.txq.iter().enumerate() {

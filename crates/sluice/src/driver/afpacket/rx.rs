@@ -175,20 +175,46 @@ pub(super) struct AfPacketRx {
 /// Polls between two reads of the kernel's counts.
 const STATS_EVERY: u32 = 1024;
 
+/// What an [`AfPacketRx`] is made of.
+pub(super) struct RxQueueParts {
+    /// The interface it receives from.
+    pub(super) iface: Arc<IfaceRef>,
+    /// Its ring's blocks and frames.
+    pub(super) geometry: RxGeometry,
+    /// The fanout group its socket joins, when the port has several Rx
+    /// queues.
+    pub(super) fanout: Option<Arc<FanoutGroup>>,
+    /// Join the interface's promiscuous membership.
+    pub(super) promisc: bool,
+    /// Deliver the RSS hash.
+    pub(super) rss: bool,
+    /// Where its buffers come from.
+    pub(super) pool: MbufPool,
+    /// The port id written into each mbuf.
+    pub(super) port_id: u16,
+    /// The port's MTU: longer frames are counted and skipped.
+    pub(super) mtu: u16,
+    /// Its port's counters.
+    pub(super) counters: Arc<PortCounters>,
+    /// The queue's index.
+    pub(super) q: usize,
+}
+
 impl AfPacketRx {
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn new(
-        iface: Arc<IfaceRef>,
-        geometry: RxGeometry,
-        fanout: Option<Arc<FanoutGroup>>,
-        promisc: bool,
-        rss: bool,
-        pool: MbufPool,
-        port_id: u16,
-        mtu: u16,
-        counters: Arc<PortCounters>,
-        q: usize,
-    ) -> AfPacketRx {
+    /// Rx queue `parts.q`; its socket is opened when it starts.
+    pub(super) fn new(parts: RxQueueParts) -> AfPacketRx {
+        let RxQueueParts {
+            iface,
+            geometry,
+            fanout,
+            promisc,
+            rss,
+            pool,
+            port_id,
+            mtu,
+            counters,
+            q,
+        } = parts;
         let x = &counters.xstats;
         AfPacketRx {
             check: RxFrameCheck::new(x, mtu),

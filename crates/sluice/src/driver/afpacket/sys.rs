@@ -5,7 +5,7 @@
 //! whose packet-ring types vary between versions.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
 /// `SOL_PACKET` socket options.
@@ -252,25 +252,5 @@ pub(super) fn bind(fd: &OwnedFd, ifindex: u32, protocol: u16) -> io::Result<()> 
         Ok(())
     } else {
         Err(io::Error::last_os_error())
-    }
-}
-
-/// Asks the kernel to send the Tx ring's pending frames, without waiting.
-pub(super) fn kick(fd: RawFd) -> io::Result<()> {
-    // SAFETY: a zero-length send with no buffer and no address.
-    let r = unsafe {
-        libc::sendto(
-            fd,
-            std::ptr::null(),
-            0,
-            libc::MSG_DONTWAIT,
-            std::ptr::null(),
-            0,
-        )
-    };
-    if r < 0 {
-        Err(io::Error::last_os_error())
-    } else {
-        Ok(())
     }
 }

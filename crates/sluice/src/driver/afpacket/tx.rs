@@ -98,7 +98,7 @@ impl Ring {
     /// Kicks; returns how many frames it dropped because the device kept
     /// refusing them (0 or 1).
     fn kick(&mut self) -> u64 {
-        let r = sys::kick(self.fd.as_raw_fd());
+        let r = netdev::wake_tx(self.fd.as_raw_fd());
         self.unkicked = r.is_err();
         let refused = matches!(&r, Err(e) if e.raw_os_error() == Some(libc::ENOBUFS));
         let head = if refused { self.kernel_head() } else { None };
@@ -121,7 +121,7 @@ impl Ring {
         unsafe { self.frame(i).add(hdr2::LEN).cast::<u32>().write(0) };
         self.refused = None;
         // The kernel skips it now, and sends what follows.
-        self.unkicked = sys::kick(self.fd.as_raw_fd()).is_err();
+        self.unkicked = netdev::wake_tx(self.fd.as_raw_fd()).is_err();
         1
     }
 

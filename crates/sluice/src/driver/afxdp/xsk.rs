@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use super::ring::{ConsRing, ProdRing, RingPtrs};
 use super::umem::{Ledger, Umem};
+use crate::driver::netdev::wake_tx;
 use crate::sync::{AtomicU32, UnsafeCell};
 
 /// How long a bind keeps retrying while the queue is busy.
@@ -627,24 +628,7 @@ fn probe(ifindex: u32, queue_id: u32) -> Probe {
 /// of a failed wake-up.
 #[inline]
 pub(crate) fn kick_tx(fd: RawFd) -> Result<(), i32> {
-    // SAFETY: sendto(2) with no data and no address: AF_XDP's wake-up.
-    let r = unsafe {
-        libc::sendto(
-            fd,
-            std::ptr::null(),
-            0,
-            libc::MSG_DONTWAIT,
-            std::ptr::null(),
-            0,
-        )
-    };
-    if r >= 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error()
-            .raw_os_error()
-            .unwrap_or(libc::EIO))
-    }
+    wake_tx(fd).map_err(|e| e.raw_os_error().unwrap_or(libc::EIO))
 }
 
 /// Wakes the kernel to look at the fill ring (`recvfrom`).

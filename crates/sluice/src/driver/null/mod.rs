@@ -75,10 +75,7 @@ impl PortDriver for NullDriver {
         let frame = self.copy.then(|| template_frame(self.size));
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::new();
         for q in 0..config.rxq.len() {
-            let pool = config
-                .rx_pool_of(q)
-                .expect("Port::new checked that every Rx queue has a pool")
-                .clone();
+            let pool = config.needed_rx_pool(q).clone();
             if self.size > pool.data_room() {
                 return Err(PortError::config(format!(
                     "null: packets of {} bytes do not fit the pool's data room of {}",

@@ -125,7 +125,8 @@ use crate::tester;
 use device::tx_engine::{self, TxEngine};
 use device::wire::{Lane, RxSide, WireEnd};
 use device::{
-    Bus, EngineCell, PortEngines, QueueEngine, RxEngine, RxParams, RxSource, TxSink, runner,
+    Bus, EngineCell, PortEngines, QueueEngine, RxEngine, RxEngineParts, RxParams, RxSource, TxSink,
+    runner,
 };
 use driver::tx::TxMode;
 use driver::{rx, rx_frags, tx};
@@ -492,11 +493,11 @@ impl PortDriver for SoftDriver {
         let rxo = config.rx_offloads;
         let mut rx_engines = Vec::with_capacity(nrx);
         for (q, source) in sources.into_iter().enumerate() {
-            let pool = config.rx_pool_of(q).expect("checked by Port::new");
-            let mut engine = RxEngine::new(
-                Arc::clone(&rx_regs[q]),
+            let pool = config.needed_rx_pool(q);
+            let mut engine = RxEngine::new(RxEngineParts {
+                regs: Arc::clone(&rx_regs[q]),
                 source,
-                RxParams {
+                params: RxParams {
                     buf_size: match frag_layout {
                         Some(l) => l.data_room as usize,
                         None => pool.data_room() as usize,
@@ -507,11 +508,11 @@ impl PortDriver for SoftDriver {
                         || rxo.contains(Offloads::TCP_CKSUM),
                     fc: self.settings.fc,
                 },
-                Arc::clone(&hasher),
-                Bus::new(x, self.settings.bus_overhead),
-                Arc::clone(counters),
-                q,
-            );
+                hasher: Arc::clone(&hasher),
+                bus: Bus::new(x, self.settings.bus_overhead),
+                counters: Arc::clone(counters),
+                queue: q,
+            });
             if let (0, Some(n)) = (q, self.settings.panic_at) {
                 engine.panic_at(n);
             }
@@ -542,7 +543,7 @@ impl PortDriver for SoftDriver {
         let inline = self.settings.mode == DeviceMode::Inline;
 
         let rss_hash = rxo.contains(Offloads::RSS_HASH);
-        let pool0 = config.rx_pool_of(0).expect("checked by Port::new");
+        let pool0 = config.needed_rx_pool(0);
         let per_desc = match frag_layout {
             Some(l) => rx_frags::frag_bytes_per_desc(l, pool0.mempool().stride()),
             None => pool0.mempool().stride(),
@@ -550,7 +551,7 @@ impl PortDriver for SoftDriver {
         x.register("rx_buf_bytes_per_desc").add(per_desc as u64);
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::with_capacity(nrx);
         for (q, regs) in rx_regs.into_iter().enumerate() {
-            let pool = config.rx_pool_of(q).expect("checked by Port::new").clone();
+            let pool = config.needed_rx_pool(q).clone();
             let frags = match (&provider, frag_layout) {
                 (Some(p), Some(l)) => Some(rx_frags::RxFrags::new(p, &self.spec, q, l)?),
                 _ => None,

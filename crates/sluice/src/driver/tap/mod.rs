@@ -184,18 +184,7 @@ impl PortDriver for TapDriver {
         let max_frame = u32::from(config.mtu) + 18;
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::new();
         for q in 0..nrx {
-            let pool = config
-                .rx_pool_of(q)
-                .expect("Port::new checked that every Rx queue has a pool")
-                .clone();
-            if max_frame > u32::from(pool.data_room()) {
-                return Err(PortError::config(format!(
-                    "tap: {name}: MTU {} makes frames of up to {max_frame} bytes, more than \
-                     the data room of Rx queue {q}'s pool ({})",
-                    config.mtu,
-                    pool.data_room()
-                )));
-            }
+            let pool = config.rx_pool_holding(q, max_frame, &format!("tap: {name}"))?;
             rx.push(Box::new(TapRx::new(
                 Arc::clone(&self.fds[q]),
                 pool,

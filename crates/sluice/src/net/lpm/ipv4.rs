@@ -32,8 +32,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr};
 
-use super::mem::{EntryTable, LpmMemory, TableBacking};
-use super::rules::RuleStore;
+use super::mem::{LpmMemory, TableBacking};
+use super::tables::{EntryFormat, GROUP_LEN, Tables, check_depth};
 use super::{LpmConfig, LpmError};
 
 /// Bit fields of a table entry (`u32`).
@@ -51,37 +51,17 @@ pub mod field {
     pub const DATA: u32 = (1 << 24) - 1;
 }
 
-/// Number of tbl24 entries.
-const TBL24_LEN: usize = 1 << 24;
-/// Entries per tbl8 group.
-const GROUP_LEN: usize = 256;
 /// Widest IPv4 prefix.
 const MAX_DEPTH: u8 = 32;
 
-/// The entry of a route of `depth` to `next_hop`.
-#[inline]
-fn route_entry(depth: u8, next_hop: u32) -> u32 {
-    field::VALID | (u32::from(depth) << field::DEPTH_SHIFT) | (next_hop & field::DATA)
-}
-
-/// Depth recorded in an entry.
-#[inline]
-fn entry_depth(e: u32) -> u8 {
-    ((e >> field::DEPTH_SHIFT) & field::DEPTH_MASK) as u8
-}
-
-/// Whether a route of `depth` may write entry `e` (free, or written by a
-/// route no longer than it).
-#[inline]
-fn may_overwrite(e: u32, depth: u8) -> bool {
-    e & field::VALID == 0 || entry_depth(e) <= depth
-}
-
-/// Whether entry `e` was written by a route of exactly `depth`.
-#[inline]
-fn owned_by(e: u32, depth: u8) -> bool {
-    e & field::VALID != 0 && entry_depth(e) == depth
-}
+/// This family's entry format, the one [`field`] describes.
+type Format = EntryFormat<{ field::DEPTH_SHIFT }>;
+const _: () = assert!(
+    Format::VALID == field::VALID
+        && Format::EXTENDED == field::EXTENDED
+        && Format::DEPTH_MASK == field::DEPTH_MASK
+        && Format::DATA == field::DATA
+);
 
 /// The network mask of `depth` (0..=32).
 #[inline]
@@ -93,14 +73,18 @@ fn mask(depth: u8) -> u32 {
     }
 }
 
-/// Next hop of a final (non-extended) entry.
-#[inline(always)]
-fn hop(e: u32) -> Option<u32> {
-    if e & field::VALID != 0 {
-        Some(e & field::DATA)
-    } else {
-        None
-    }
+/// The tbl24 entries a route of `depth` ≤ 24 covers.
+#[inline]
+fn tbl24_span(prefix: u32, depth: u8) -> std::ops::Range<usize> {
+    let start = (prefix >> 8) as usize;
+    start..start + (1 << (24 - depth))
+}
+
+/// The entries of its group a route of `depth` > 24 covers.
+#[inline]
+fn group_span(prefix: u32, depth: u8) -> std::ops::Range<usize> {
+    let start = (prefix & 0xff) as usize;
+    start..start + (1 << (32 - depth))
 }
 
 /// An IPv4 longest-prefix-match table (DIR-24-8); see the [module
@@ -110,30 +94,12 @@ fn hop(e: u32) -> Option<u32> {
 /// Lookups take `&self` and may run on any number of threads at once;
 /// changes take `&mut self`.
 pub struct Lpm4 {
-    /// First level: exactly [`TBL24_LEN`] entries, one per /24.
-    tbl24: EntryTable,
-    /// `number_tbl8s` groups of [`GROUP_LEN`] entries (exactly
-    /// `number_tbl8s * GROUP_LEN`). A group not in use is all zero. Every
-    /// extended tbl24 entry names a group `< tbl8_next` not in `tbl8_free`.
-    tbl8: EntryTable,
-    /// Groups never handed out are `tbl8_next..number_tbl8s`.
-    tbl8_next: u32,
-    /// Groups handed out and returned (zeroed).
-    tbl8_free: Vec<u32>,
-    /// The routes (prefixes masked to their depth).
-    rules: RuleStore<u32>,
-    /// Sizes.
-    config: LpmConfig,
+    tables: Tables<u32>,
 }
 
 impl fmt::Debug for Lpm4 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lpm4")
-            .field("config", &self.config)
-            .field("routes", &self.len())
-            .field("tbl8_groups_used", &self.tbl8_groups_used())
-            .field("backing", &self.backing())
-            .finish_non_exhaustive()
+        self.tables.debug("Lpm4", f)
     }
 }
 
@@ -154,49 +120,29 @@ impl Lpm4 {
 
     /// Makes an empty table on the memory `mem` asks for.
     pub fn with_memory(config: LpmConfig, mem: LpmMemory) -> Result<Lpm4, LpmError> {
-        if config.max_routes == 0 {
-            return Err(LpmError::ZeroMaxRoutes);
-        }
-        if config.number_tbl8s > Self::MAX_TBL8S {
-            return Err(LpmError::TooManyTbl8s {
-                number_tbl8s: config.number_tbl8s,
-                max: Self::MAX_TBL8S,
-            });
-        }
-        let map = |len: usize| {
-            EntryTable::new(len, mem).map_err(|e| LpmError::NoMemory {
-                bytes: len * 4,
-                errno: e.raw_os_error().unwrap_or(0),
-            })
-        };
         Ok(Lpm4 {
-            tbl24: map(TBL24_LEN)?,
-            tbl8: map(config.number_tbl8s as usize * GROUP_LEN)?,
-            tbl8_next: 0,
-            tbl8_free: Vec::new(),
-            rules: RuleStore::new(MAX_DEPTH),
-            config,
+            tables: Tables::new(config, mem, Self::MAX_TBL8S, MAX_DEPTH)?,
         })
     }
 
     /// The sizes the table was made with.
     pub fn config(&self) -> LpmConfig {
-        self.config
+        self.tables.config
     }
 
     /// What tbl24 sits on.
     pub fn backing(&self) -> TableBacking {
-        self.tbl24.backing()
+        self.tables.backing()
     }
 
     /// Number of routes.
     pub fn len(&self) -> usize {
-        self.rules.len()
+        self.tables.rules.len()
     }
 
     /// Whether the table holds no route.
     pub fn is_empty(&self) -> bool {
-        self.rules.len() == 0
+        self.tables.rules.len() == 0
     }
 
     /// The tbl8 groups a table holding exactly `routes` (prefix, depth)
@@ -216,19 +162,7 @@ impl Lpm4 {
     /// Number of tbl8 groups in use (one per /24 holding a route longer
     /// than /24).
     pub fn tbl8_groups_used(&self) -> usize {
-        self.tbl8_next as usize - self.tbl8_free.len()
-    }
-
-    /// Checks a depth.
-    fn check_depth(depth: u8) -> Result<(), LpmError> {
-        if depth > MAX_DEPTH {
-            Err(LpmError::InvalidDepth {
-                depth,
-                max: MAX_DEPTH,
-            })
-        } else {
-            Ok(())
-        }
+        self.tables.groups_used()
     }
 
     /// The next hop of the route `prefix/depth` (prefix masked to its
@@ -237,12 +171,12 @@ impl Lpm4 {
         if depth > MAX_DEPTH {
             return None;
         }
-        self.rules.get(prefix & mask(depth), depth)
+        self.tables.rules.get(prefix & mask(depth), depth)
     }
 
     /// Every route as (prefix, depth, next hop), in no particular order.
     pub fn routes(&self) -> impl Iterator<Item = (u32, u8, u32)> + '_ {
-        self.rules.iter()
+        self.tables.rules.iter()
     }
 
     /// Adds the route `prefix/depth` → `next_hop`, or changes its next hop
@@ -252,7 +186,7 @@ impl Lpm4 {
     /// 2^24, the table holds `max_routes` routes already, or the route is
     /// longer than /24 and needs a tbl8 group when none is free.
     pub fn add(&mut self, prefix: u32, depth: u8, next_hop: u32) -> Result<(), LpmError> {
-        Self::check_depth(depth)?;
+        check_depth(depth, MAX_DEPTH)?;
         if next_hop >= Self::MAX_NEXT_HOP {
             return Err(LpmError::NextHopTooLarge {
                 next_hop,
@@ -260,34 +194,28 @@ impl Lpm4 {
             });
         }
         let prefix = prefix & mask(depth);
-        if !self.rules.contains(prefix, depth) && self.len() >= self.config.max_routes as usize {
+        if !self.tables.rules.contains(prefix, depth)
+            && self.len() >= self.tables.config.max_routes as usize
+        {
             return Err(LpmError::TooManyRoutes {
-                max_routes: self.config.max_routes,
+                max_routes: self.tables.config.max_routes,
             });
         }
-        let entry = route_entry(depth, next_hop);
+        let entry = Format::route(depth, next_hop);
         if depth <= 24 {
-            let start = (prefix >> 8) as usize;
-            let count = 1usize << (24 - depth);
-            let (tbl24, tbl8) = (self.tbl24.as_mut_slice(), self.tbl8.as_mut_slice());
-            for e in &mut tbl24[start..start + count] {
-                if *e & field::EXTENDED != 0 {
-                    for x in &mut tbl8[Self::group_range(*e)] {
-                        if may_overwrite(*x, depth) {
-                            *x = entry;
-                        }
-                    }
-                } else if may_overwrite(*e, depth) {
-                    *e = entry;
-                }
-            }
+            self.rewrite_tbl24(
+                tbl24_span(prefix, depth),
+                depth,
+                entry,
+                Format::may_overwrite,
+            );
         } else {
             let i = (prefix >> 8) as usize;
-            let mut e = self.tbl24.as_slice()[i];
+            let mut e = self.tables.tbl24.as_slice()[i];
             if e & field::EXTENDED == 0 {
-                let Some(g) = self.alloc_group() else {
+                let Some(g) = self.tables.alloc_group() else {
                     return Err(LpmError::NoTbl8 {
-                        number_tbl8s: self.config.number_tbl8s,
+                        number_tbl8s: self.tables.config.number_tbl8s,
                         prefix: IpAddr::V4(Ipv4Addr::from(prefix)),
                         depth,
                         needed: 1,
@@ -295,20 +223,19 @@ impl Lpm4 {
                     });
                 };
                 // The group starts as a copy of the /24's entry.
-                self.tbl8.as_mut_slice()[Self::group_range(g)].fill(e);
+                self.tables.tbl8.as_mut_slice()[Self::group_range(g)].fill(e);
                 e = field::EXTENDED | g;
-                self.tbl24.as_mut_slice()[i] = e;
+                self.tables.tbl24.as_mut_slice()[i] = e;
             }
-            let lo = (prefix & 0xff) as usize;
-            let count = 1usize << (32 - depth);
-            let group = &mut self.tbl8.as_mut_slice()[Self::group_range(e)];
-            for x in &mut group[lo..lo + count] {
-                if may_overwrite(*x, depth) {
-                    *x = entry;
-                }
-            }
+            let group = &mut self.tables.tbl8.as_mut_slice()[Self::group_range(e)];
+            rewrite(
+                &mut group[group_span(prefix, depth)],
+                depth,
+                entry,
+                Format::may_overwrite,
+            );
         }
-        self.rules.insert(prefix, depth, next_hop);
+        self.tables.rules.insert(prefix, depth, next_hop);
         Ok(())
     }
 
@@ -319,9 +246,9 @@ impl Lpm4 {
     /// Fails, leaving the table unchanged, if `depth` > 32 or there is no
     /// such route.
     pub fn delete(&mut self, prefix: u32, depth: u8) -> Result<(), LpmError> {
-        Self::check_depth(depth)?;
+        check_depth(depth, MAX_DEPTH)?;
         let prefix = prefix & mask(depth);
-        if self.rules.remove(prefix, depth).is_none() {
+        if self.tables.rules.remove(prefix, depth).is_none() {
             return Err(LpmError::NotFound {
                 prefix: IpAddr::V4(Ipv4Addr::from(prefix)),
                 depth,
@@ -329,49 +256,38 @@ impl Lpm4 {
         }
         // The entry of the longest remaining route covering this one.
         let replacement = self
+            .tables
             .rules
             .covering(prefix, depth, |p, d| p & mask(d))
-            .map_or(0, |(d, nh)| route_entry(d, nh));
+            .map_or(0, |(d, nh)| Format::route(d, nh));
         if depth <= 24 {
-            let start = (prefix >> 8) as usize;
-            let count = 1usize << (24 - depth);
-            let (tbl24, tbl8) = (self.tbl24.as_mut_slice(), self.tbl8.as_mut_slice());
-            for e in &mut tbl24[start..start + count] {
-                if *e & field::EXTENDED != 0 {
-                    // The group keeps a longer route, so is not folded.
-                    for x in &mut tbl8[Self::group_range(*e)] {
-                        if owned_by(*x, depth) {
-                            *x = replacement;
-                        }
-                    }
-                } else if owned_by(*e, depth) {
-                    *e = replacement;
-                }
-            }
+            // Groups met keep a longer route, so are not folded.
+            self.rewrite_tbl24(
+                tbl24_span(prefix, depth),
+                depth,
+                replacement,
+                Format::owned_by,
+            );
         } else {
             let i = (prefix >> 8) as usize;
-            let e = self.tbl24.as_slice()[i];
+            let e = self.tables.tbl24.as_slice()[i];
             // A route longer than /24 always has its group.
             debug_assert!(e & field::EXTENDED != 0);
             if e & field::EXTENDED != 0 {
-                let lo = (prefix & 0xff) as usize;
-                let count = 1usize << (32 - depth);
-                let group = &mut self.tbl8.as_mut_slice()[Self::group_range(e)];
-                for x in &mut group[lo..lo + count] {
-                    if owned_by(*x, depth) {
-                        *x = replacement;
-                    }
-                }
+                let group = &mut self.tables.tbl8.as_mut_slice()[Self::group_range(e)];
+                rewrite(
+                    &mut group[group_span(prefix, depth)],
+                    depth,
+                    replacement,
+                    Format::owned_by,
+                );
                 // Fold back when no entry is from a route longer than /24:
                 // the rest all come from the same covering route (or none).
-                if !group
-                    .iter()
-                    .any(|&x| x & field::VALID != 0 && entry_depth(x) > 24)
-                {
+                if !group.iter().any(|&x| Format::longer_than(x, 24)) {
                     let first = group[0];
                     group.fill(0);
-                    self.tbl24.as_mut_slice()[i] = first;
-                    self.tbl8_free.push(e & field::DATA);
+                    self.tables.tbl24.as_mut_slice()[i] = first;
+                    self.tables.free_group(e & field::DATA);
                 }
             }
         }
@@ -382,31 +298,30 @@ impl Lpm4 {
     /// zeroed memory of the same kind; if that cannot be mapped, they are
     /// zeroed in place instead.
     pub fn clear(&mut self) {
-        let mem = match self.tbl24.backing() {
-            TableBacking::Hugetlb => LpmMemory::Auto,
-            TableBacking::Transparent => LpmMemory::Transparent,
-            TableBacking::Small => LpmMemory::Small,
-        };
-        match EntryTable::new(TBL24_LEN, mem) {
-            Ok(t) => self.tbl24 = t,
-            Err(_) => self.tbl24.as_mut_slice().fill(0),
-        }
-        self.tbl8.as_mut_slice().fill(0);
-        self.tbl8_next = 0;
-        self.tbl8_free.clear();
-        self.rules.clear();
+        self.tables.clear();
     }
 
-    /// Takes a free tbl8 group (its entries are zero).
-    fn alloc_group(&mut self) -> Option<u32> {
-        if let Some(g) = self.tbl8_free.pop() {
-            return Some(g);
+    /// Writes `entry` (a route of `depth`) over the tbl24 entries in
+    /// `range` that `selects` picks, and over those it picks in the groups
+    /// the extended ones name.
+    fn rewrite_tbl24(
+        &mut self,
+        range: std::ops::Range<usize>,
+        depth: u8,
+        entry: u32,
+        selects: fn(u32, u8) -> bool,
+    ) {
+        let (tbl24, tbl8) = (
+            self.tables.tbl24.as_mut_slice(),
+            self.tables.tbl8.as_mut_slice(),
+        );
+        for e in &mut tbl24[range] {
+            if *e & field::EXTENDED != 0 {
+                rewrite(&mut tbl8[Self::group_range(*e)], depth, entry, selects);
+            } else if selects(*e, depth) {
+                *e = entry;
+            }
         }
-        if self.tbl8_next < self.config.number_tbl8s {
-            self.tbl8_next += 1;
-            return Some(self.tbl8_next - 1);
-        }
-        None
     }
 
     /// The `tbl8` index range of the group in the data field of `e`.
@@ -421,7 +336,7 @@ impl Lpm4 {
     fn tbl24_entry(&self, addr: u32) -> u32 {
         // SAFETY: tbl24 has exactly 2^24 entries (struct invariant) and
         // `addr >> 8` < 2^24.
-        unsafe { *self.tbl24.as_ptr().add((addr >> 8) as usize) }
+        unsafe { *self.tables.tbl24.as_ptr().add((addr >> 8) as usize) }
     }
 
     /// The entry for `addr` in the group named by extended entry `e`.
@@ -431,7 +346,7 @@ impl Lpm4 {
         // SAFETY: an extended entry names an allocated group, below
         // `number_tbl8s` (struct invariant), and tbl8 has `number_tbl8s *
         // GROUP_LEN` entries, so `i` is in bounds.
-        unsafe { *self.tbl8.as_ptr().add(i) }
+        unsafe { *self.tables.tbl8.as_ptr().add(i) }
     }
 
     /// The final entry for `addr` given its tbl24 entry `e`.
@@ -447,7 +362,7 @@ impl Lpm4 {
     /// The next hop of the longest route covering `addr`, if any.
     #[inline]
     pub fn lookup(&self, addr: u32) -> Option<u32> {
-        hop(self.entry(addr))
+        Format::hop(self.entry(addr))
     }
 
     /// The entry that decides `addr`'s route, its extension group followed:
@@ -468,7 +383,7 @@ impl Lpm4 {
         let e = addrs.map(|a| self.tbl24_entry(a));
         let mut r = [None; 4];
         for k in 0..4 {
-            r[k] = hop(self.resolve(e[k], addrs[k]));
+            r[k] = Format::hop(self.resolve(e[k], addrs[k]));
         }
         r
     }
@@ -480,7 +395,7 @@ impl Lpm4 {
     /// 1M routes): its loop stores a plain `u32` per address.
     pub fn lookup_bulk(&self, addrs: &[u32], out: &mut [Option<u32>]) {
         for (o, &a) in out.iter_mut().zip(addrs) {
-            *o = hop(self.entry(a));
+            *o = Format::hop(self.entry(a));
         }
     }
 
@@ -519,5 +434,16 @@ impl Lpm4 {
     #[inline(always)]
     fn entry(&self, addr: u32) -> u32 {
         self.resolve(self.tbl24_entry(addr), addr)
+    }
+}
+
+/// Writes `entry` (a route of `depth`) over the entries of `entries` that
+/// `selects` picks: `Format::may_overwrite` when adding, `Format::owned_by` when
+/// deleting.
+fn rewrite(entries: &mut [u32], depth: u8, entry: u32, selects: fn(u32, u8) -> bool) {
+    for x in entries {
+        if selects(*x, depth) {
+            *x = entry;
+        }
     }
 }

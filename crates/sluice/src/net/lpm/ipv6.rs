@@ -34,8 +34,8 @@
 use std::fmt;
 use std::net::{IpAddr, Ipv6Addr};
 
-use super::mem::{EntryTable, LpmMemory, TableBacking, prefetch};
-use super::rules::RuleStore;
+use super::mem::{LpmMemory, TableBacking, prefetch};
+use super::tables::{EntryFormat, GROUP_LEN, TBL24_LEN, Tables, check_depth};
 use super::{LpmConfig, LpmError};
 
 /// Bit fields of a table entry (`u32`).
@@ -53,43 +53,19 @@ pub mod field {
     pub const DATA: u32 = (1 << 22) - 1;
 }
 
-/// Number of tbl24 entries.
-const TBL24_LEN: usize = 1 << 24;
-/// Entries per group.
-const GROUP_LEN: usize = 256;
 /// Widest IPv6 prefix.
 const MAX_DEPTH: u8 = 128;
+
+/// This family's entry format, the one [`field`] describes.
+type Format = EntryFormat<{ field::DEPTH_SHIFT }>;
+const _: () = assert!(
+    Format::VALID == field::VALID
+        && Format::EXTENDED == field::EXTENDED
+        && Format::DEPTH_MASK == field::DEPTH_MASK
+        && Format::DATA == field::DATA
+);
 /// Addresses a bulk lookup walks together.
 const BLOCK: usize = 8;
-
-#[inline]
-fn route_entry(depth: u8, next_hop: u32) -> u32 {
-    field::VALID | (u32::from(depth) << field::DEPTH_SHIFT) | (next_hop & field::DATA)
-}
-
-#[inline]
-fn entry_depth(e: u32) -> u8 {
-    ((e >> field::DEPTH_SHIFT) & field::DEPTH_MASK) as u8
-}
-
-#[inline]
-fn may_overwrite(e: u32, depth: u8) -> bool {
-    e & field::VALID == 0 || entry_depth(e) <= depth
-}
-
-#[inline]
-fn owned_by(e: u32, depth: u8) -> bool {
-    e & field::VALID != 0 && entry_depth(e) == depth
-}
-
-#[inline(always)]
-fn hop(e: u32) -> Option<u32> {
-    if e & field::VALID != 0 {
-        Some(e & field::DATA)
-    } else {
-        None
-    }
-}
 
 /// The 128-bit mask of `depth` (0..=128).
 #[inline]
@@ -142,31 +118,12 @@ fn group_range(e: u32) -> std::ops::Range<usize> {
 /// (`Ipv6Addr::octets`). Lookups take `&self` and may run on any number of
 /// threads at once; changes take `&mut self`.
 pub struct Lpm6 {
-    /// Level 0: exactly [`TBL24_LEN`] entries.
-    tbl24: EntryTable,
-    /// `number_tbl8s` groups of [`GROUP_LEN`] entries (exactly
-    /// `number_tbl8s * GROUP_LEN`; at least one entry). A group not in use
-    /// is all zero. Every extended entry names a group `< tbl8_next` not in
-    /// `tbl8_free`, and each group in use is named by exactly one entry.
-    tbl8: EntryTable,
-    /// Groups never handed out are `tbl8_next..number_tbl8s`.
-    tbl8_next: u32,
-    /// Groups handed out and returned (zeroed).
-    tbl8_free: Vec<u32>,
-    /// The routes (prefixes as big-endian `u128`, masked to their depth).
-    rules: RuleStore<u128>,
-    /// Sizes.
-    config: LpmConfig,
+    tables: Tables<u128>,
 }
 
 impl fmt::Debug for Lpm6 {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Lpm6")
-            .field("config", &self.config)
-            .field("routes", &self.len())
-            .field("tbl8_groups_used", &self.tbl8_groups_used())
-            .field("backing", &self.backing())
-            .finish_non_exhaustive()
+        self.tables.debug("Lpm6", f)
     }
 }
 
@@ -193,49 +150,29 @@ impl Lpm6 {
 
     /// Makes an empty table on the memory `mem` asks for.
     pub fn with_memory(config: LpmConfig, mem: LpmMemory) -> Result<Lpm6, LpmError> {
-        if config.max_routes == 0 {
-            return Err(LpmError::ZeroMaxRoutes);
-        }
-        if config.number_tbl8s > Self::MAX_TBL8S {
-            return Err(LpmError::TooManyTbl8s {
-                number_tbl8s: config.number_tbl8s,
-                max: Self::MAX_TBL8S,
-            });
-        }
-        let map = |len: usize| {
-            EntryTable::new(len, mem).map_err(|e| LpmError::NoMemory {
-                bytes: len * 4,
-                errno: e.raw_os_error().unwrap_or(0),
-            })
-        };
         Ok(Lpm6 {
-            tbl24: map(TBL24_LEN)?,
-            tbl8: map(config.number_tbl8s as usize * GROUP_LEN)?,
-            tbl8_next: 0,
-            tbl8_free: Vec::new(),
-            rules: RuleStore::new(MAX_DEPTH),
-            config,
+            tables: Tables::new(config, mem, Self::MAX_TBL8S, MAX_DEPTH)?,
         })
     }
 
     /// The sizes the table was made with.
     pub fn config(&self) -> LpmConfig {
-        self.config
+        self.tables.config
     }
 
     /// What tbl24 sits on.
     pub fn backing(&self) -> TableBacking {
-        self.tbl24.backing()
+        self.tables.backing()
     }
 
     /// Number of routes.
     pub fn len(&self) -> usize {
-        self.rules.len()
+        self.tables.rules.len()
     }
 
     /// Whether the table holds no route.
     pub fn is_empty(&self) -> bool {
-        self.rules.len() == 0
+        self.tables.rules.len() == 0
     }
 
     /// The groups a table holding exactly `routes` (prefix, depth) needs:
@@ -261,18 +198,7 @@ impl Lpm6 {
 
     /// Number of groups in use.
     pub fn tbl8_groups_used(&self) -> usize {
-        self.tbl8_next as usize - self.tbl8_free.len()
-    }
-
-    fn check_depth(depth: u8) -> Result<(), LpmError> {
-        if depth > MAX_DEPTH {
-            Err(LpmError::InvalidDepth {
-                depth,
-                max: MAX_DEPTH,
-            })
-        } else {
-            Ok(())
-        }
+        self.tables.groups_used()
     }
 
     /// The next hop of the route `prefix/depth` (prefix masked to its
@@ -281,13 +207,17 @@ impl Lpm6 {
         if depth > MAX_DEPTH {
             return None;
         }
-        self.rules
+        self.tables
+            .rules
             .get(u128::from_be_bytes(prefix) & mask(depth), depth)
     }
 
     /// Every route as (prefix, depth, next hop), in no particular order.
     pub fn routes(&self) -> impl Iterator<Item = ([u8; 16], u8, u32)> + '_ {
-        self.rules.iter().map(|(p, d, nh)| (p.to_be_bytes(), d, nh))
+        self.tables
+            .rules
+            .iter()
+            .map(|(p, d, nh)| (p.to_be_bytes(), d, nh))
     }
 
     /// Adds the route `prefix/depth` → `next_hop`, or changes its next hop
@@ -297,7 +227,7 @@ impl Lpm6 {
     /// 2^22, the table holds `max_routes` routes already, or the route
     /// needs more new groups than are free.
     pub fn add(&mut self, prefix: [u8; 16], depth: u8, next_hop: u32) -> Result<(), LpmError> {
-        Self::check_depth(depth)?;
+        check_depth(depth, MAX_DEPTH)?;
         if next_hop >= Self::MAX_NEXT_HOP {
             return Err(LpmError::NextHopTooLarge {
                 next_hop,
@@ -305,24 +235,26 @@ impl Lpm6 {
             });
         }
         let p = u128::from_be_bytes(prefix) & mask(depth);
-        if !self.rules.contains(p, depth) && self.len() >= self.config.max_routes as usize {
+        if !self.tables.rules.contains(p, depth)
+            && self.len() >= self.tables.config.max_routes as usize
+        {
             return Err(LpmError::TooManyRoutes {
-                max_routes: self.config.max_routes,
+                max_routes: self.tables.config.max_routes,
             });
         }
         let last = level_of(depth);
         // Groups this route needs that do not exist yet: from the first
         // non-extended entry on its path down to its level.
-        let mut e = self.tbl24.as_slice()[level_index(p, 0)];
+        let mut e = self.tables.tbl24.as_slice()[level_index(p, 0)];
         let mut have = 0;
         while have < last && e & field::EXTENDED != 0 {
             have += 1;
-            e = self.tbl8.as_slice()[group_range(e).start + level_index(p, have)];
+            e = self.tables.tbl8.as_slice()[group_range(e).start + level_index(p, have)];
         }
-        let (needed, free) = (last - have, self.free_groups());
+        let (needed, free) = (last - have, self.tables.free_groups());
         if needed > free {
             return Err(LpmError::NoTbl8 {
-                number_tbl8s: self.config.number_tbl8s,
+                number_tbl8s: self.tables.config.number_tbl8s,
                 prefix: ip(p),
                 depth,
                 // At most 13 and 2^22.
@@ -338,35 +270,23 @@ impl Lpm6 {
             let g = if e & field::EXTENDED != 0 {
                 e
             } else {
-                let Some(g) = self.alloc_group() else {
+                let Some(g) = self.tables.alloc_group() else {
                     unreachable!("free groups were counted");
                 };
                 // The new group starts as copies of the entry it replaces.
                 let g = field::EXTENDED | g;
-                self.tbl8.as_mut_slice()[group_range(g)].fill(e);
+                self.tables.tbl8.as_mut_slice()[group_range(g)].fill(e);
                 self.set_entry(level - 1, slot, g);
                 g
             };
             slot = group_range(g).start + level_index(p, level);
         }
-        let new = route_entry(depth, next_hop);
+        let new = Format::route(depth, next_hop);
         let count = 1usize << (level_end(last) - u32::from(depth));
         // A route's entries never cross its group: `count` ≤ 256 there and
         // `slot` is aligned to it.
-        let (tbl24, tbl8) = (self.tbl24.as_mut_slice(), self.tbl8.as_mut_slice());
-        for i in slot..slot + count {
-            let x = if last == 0 { tbl24[i] } else { tbl8[i] };
-            if x & field::EXTENDED != 0 {
-                spread(tbl8, x, depth, new);
-            } else if may_overwrite(x, depth) {
-                if last == 0 {
-                    tbl24[i] = new;
-                } else {
-                    tbl8[i] = new;
-                }
-            }
-        }
-        self.rules.insert(p, depth, next_hop);
+        self.rewrite_level(last, slot..slot + count, depth, new, Format::may_overwrite);
+        self.tables.rules.insert(p, depth, next_hop);
         Ok(())
     }
 
@@ -377,18 +297,19 @@ impl Lpm6 {
     /// Fails, leaving the table unchanged, if `depth` > 128 or there is no
     /// such route.
     pub fn delete(&mut self, prefix: [u8; 16], depth: u8) -> Result<(), LpmError> {
-        Self::check_depth(depth)?;
+        check_depth(depth, MAX_DEPTH)?;
         let p = u128::from_be_bytes(prefix) & mask(depth);
-        if self.rules.remove(p, depth).is_none() {
+        if self.tables.rules.remove(p, depth).is_none() {
             return Err(LpmError::NotFound {
                 prefix: ip(p),
                 depth,
             });
         }
         let replacement = self
+            .tables
             .rules
             .covering(p, depth, |x, d| x & mask(d))
-            .map_or(0, |(d, nh)| route_entry(d, nh));
+            .map_or(0, |(d, nh)| Format::route(d, nh));
         let last = level_of(depth);
         // The path: `slots[l]` is the index of the path's entry at level
         // `l` (in tbl24 for 0, in tbl8 otherwise).
@@ -406,34 +327,29 @@ impl Lpm6 {
         }
         let slot = slots[last];
         let count = 1usize << (level_end(last) - u32::from(depth));
-        let (tbl24, tbl8) = (self.tbl24.as_mut_slice(), self.tbl8.as_mut_slice());
-        for i in slot..slot + count {
-            let x = if last == 0 { tbl24[i] } else { tbl8[i] };
-            if x & field::EXTENDED != 0 {
-                unspread(tbl8, x, depth, replacement);
-            } else if owned_by(x, depth) {
-                if last == 0 {
-                    tbl24[i] = replacement;
-                } else {
-                    tbl8[i] = replacement;
-                }
-            }
-        }
+        self.rewrite_level(
+            last,
+            slot..slot + count,
+            depth,
+            replacement,
+            Format::owned_by,
+        );
         // Fold the path's groups, deepest first, while they hold nothing
         // longer than the bit they start at.
         for level in (1..=last).rev() {
             let start = slots[level] - slots[level] % GROUP_LEN;
-            let group = &mut self.tbl8.as_mut_slice()[start..start + GROUP_LEN];
+            let group = &mut self.tables.tbl8.as_mut_slice()[start..start + GROUP_LEN];
             let begins = (level_end(level) - 8) as u8;
-            if group.iter().any(|&x| {
-                x & field::EXTENDED != 0 || (x & field::VALID != 0 && entry_depth(x) > begins)
-            }) {
+            if group
+                .iter()
+                .any(|&x| x & field::EXTENDED != 0 || Format::longer_than(x, begins))
+            {
                 break;
             }
             let first = group[0];
             group.fill(0);
             self.set_entry(level - 1, slots[level - 1], first);
-            self.tbl8_free.push((start / GROUP_LEN) as u32);
+            self.tables.free_group((start / GROUP_LEN) as u32);
         }
         Ok(())
     }
@@ -442,53 +358,53 @@ impl Lpm6 {
     /// same kind (zeroed in place if that cannot be mapped); groups are
     /// zeroed.
     pub fn clear(&mut self) {
-        let mem = match self.tbl24.backing() {
-            TableBacking::Hugetlb => LpmMemory::Auto,
-            TableBacking::Transparent => LpmMemory::Transparent,
-            TableBacking::Small => LpmMemory::Small,
-        };
-        match EntryTable::new(TBL24_LEN, mem) {
-            Ok(t) => self.tbl24 = t,
-            Err(_) => self.tbl24.as_mut_slice().fill(0),
+        self.tables.clear();
+    }
+
+    /// Writes `entry` (a route of `depth`) over the entries in `slots` of
+    /// level `level`'s table that `selects` picks, and over those it picks
+    /// in the groups below the extended ones.
+    fn rewrite_level(
+        &mut self,
+        level: usize,
+        slots: std::ops::Range<usize>,
+        depth: u8,
+        entry: u32,
+        selects: fn(u32, u8) -> bool,
+    ) {
+        let (tbl24, tbl8) = (
+            self.tables.tbl24.as_mut_slice(),
+            self.tables.tbl8.as_mut_slice(),
+        );
+        for i in slots {
+            let x = if level == 0 { tbl24[i] } else { tbl8[i] };
+            if x & field::EXTENDED != 0 {
+                rewrite_below(tbl8, x, depth, entry, selects);
+            } else if selects(x, depth) {
+                if level == 0 {
+                    tbl24[i] = entry;
+                } else {
+                    tbl8[i] = entry;
+                }
+            }
         }
-        self.tbl8.as_mut_slice().fill(0);
-        self.tbl8_next = 0;
-        self.tbl8_free.clear();
-        self.rules.clear();
     }
 
     /// The entry at `slot` of level `level`'s table.
     fn entry(&self, level: usize, slot: usize) -> u32 {
         if level == 0 {
-            self.tbl24.as_slice()[slot]
+            self.tables.tbl24.as_slice()[slot]
         } else {
-            self.tbl8.as_slice()[slot]
+            self.tables.tbl8.as_slice()[slot]
         }
     }
 
     fn set_entry(&mut self, level: usize, slot: usize, e: u32) {
         if level == 0 {
-            self.tbl24.as_mut_slice()[slot] = e;
+            self.tables.tbl24.as_mut_slice()[slot] = e;
         } else {
-            self.tbl8.as_mut_slice()[slot] = e;
+            self.tables.tbl8.as_mut_slice()[slot] = e;
         }
-    }
-
-    /// Groups that can still be handed out.
-    fn free_groups(&self) -> usize {
-        (self.config.number_tbl8s - self.tbl8_next) as usize + self.tbl8_free.len()
-    }
-
-    /// Takes a free group (its entries are zero).
-    fn alloc_group(&mut self) -> Option<u32> {
-        if let Some(g) = self.tbl8_free.pop() {
-            return Some(g);
-        }
-        if self.tbl8_next < self.config.number_tbl8s {
-            self.tbl8_next += 1;
-            return Some(self.tbl8_next - 1);
-        }
-        None
     }
 
     /// The tbl24 entry of `addr`.
@@ -497,7 +413,7 @@ impl Lpm6 {
         let i = (usize::from(addr[0]) << 16) | (usize::from(addr[1]) << 8) | usize::from(addr[2]);
         // SAFETY: tbl24 has exactly 2^24 entries (struct invariant) and
         // `i` < 2^24.
-        unsafe { *self.tbl24.as_ptr().add(i) }
+        unsafe { *self.tables.tbl24.as_ptr().add(i) }
     }
 
     /// The entry at byte `b` of the group named by extended entry `e`.
@@ -508,7 +424,7 @@ impl Lpm6 {
         // (struct invariant) and tbl8 has `number_tbl8s * GROUP_LEN`
         // entries; the bulk loop's dummy read of group 0, byte 0 reads
         // entry 0, and tbl8 always has at least one.
-        unsafe { *self.tbl8.as_ptr().add(i) }
+        unsafe { *self.tables.tbl8.as_ptr().add(i) }
     }
 
     /// The final entry of `addr`.
@@ -529,20 +445,20 @@ impl Lpm6 {
     /// The next hop of the longest route covering `addr`, if any.
     #[inline]
     pub fn lookup(&self, addr: [u8; 16]) -> Option<u32> {
-        hop(self.walk(&addr))
+        Format::hop(self.walk(&addr))
     }
 
     /// Looks up four addresses, walked level by level together so their
     /// loads overlap.
     #[inline]
     pub fn lookup_x4(&self, addrs: [[u8; 16]; 4]) -> [Option<u32>; 4] {
-        self.walk_lanes(&addrs).map(hop)
+        self.walk_lanes(&addrs).map(Format::hop)
     }
 
     /// Looks up `addrs` into `out` (`out[i]` for `addrs[i]`). Only the
     /// first `min(addrs.len(), out.len())` are done.
     pub fn lookup_bulk(&self, addrs: &[[u8; 16]], out: &mut [Option<u32>]) {
-        self.bulk(addrs, out, hop);
+        self.bulk(addrs, out, Format::hop);
     }
 
     /// Looks up `addrs` into `out` as [`lookup_bulk`](Self::lookup_bulk)
@@ -571,7 +487,7 @@ impl Lpm6 {
             for x in blocks.get(i + 1).into_iter().flatten() {
                 let i24 = (usize::from(x[0]) << 16) | (usize::from(x[1]) << 8) | usize::from(x[2]);
                 // Inside tbl24 (`i24` < 2^24); a prefetch never faults anyway.
-                prefetch(self.tbl24.as_ptr().wrapping_add(i24));
+                prefetch(self.tables.tbl24.as_ptr().wrapping_add(i24));
             }
             let e = self.walk_lanes(a);
             for (o, e) in o.iter_mut().zip(e) {
@@ -607,28 +523,16 @@ impl Lpm6 {
     }
 }
 
-/// Writes `new` (a route of `depth`) into every entry of the group named by
-/// `g` and the groups below it that a route no longer than `depth` wrote.
-fn spread(tbl8: &mut [u32], g: u32, depth: u8, new: u32) {
+/// Writes `entry` (a route of `depth`) over every entry of the group named
+/// by `g`, and of the groups below it, that `selects` picks:
+/// `Format::may_overwrite` when adding, `Format::owned_by` when deleting.
+fn rewrite_below(tbl8: &mut [u32], g: u32, depth: u8, entry: u32, selects: fn(u32, u8) -> bool) {
     for i in group_range(g) {
         let x = tbl8[i];
         if x & field::EXTENDED != 0 {
-            spread(tbl8, x, depth, new);
-        } else if may_overwrite(x, depth) {
-            tbl8[i] = new;
-        }
-    }
-}
-
-/// Writes `replacement` into every entry of the group named by `g` and the
-/// groups below it that the route of `depth` wrote.
-fn unspread(tbl8: &mut [u32], g: u32, depth: u8, replacement: u32) {
-    for i in group_range(g) {
-        let x = tbl8[i];
-        if x & field::EXTENDED != 0 {
-            unspread(tbl8, x, depth, replacement);
-        } else if owned_by(x, depth) {
-            tbl8[i] = replacement;
+            rewrite_below(tbl8, x, depth, entry, selects);
+        } else if selects(x, depth) {
+            tbl8[i] = entry;
         }
     }
 }

@@ -57,6 +57,7 @@ pub mod ipv6;
 mod mem;
 pub mod routegen;
 mod rules;
+mod tables;
 
 #[cfg(all(test, not(loom)))]
 mod ipv4_tests;

@@ -69,7 +69,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, Ordering};
 
 use crate::counter::Counter;
-use crate::port::{MIN_FRAME, PortCounters, Xstats};
+use crate::port::{MIN_FRAME, PortCounters, PortError, Xstats};
 use crate::tsc::rdtsc;
 
 use super::hw::desc::rx;
@@ -321,17 +321,36 @@ pub struct RxEngine {
     panic_in: Option<u64>,
 }
 
+/// What an Rx engine is made of.
+pub struct RxEngineParts {
+    /// The descriptor ring and tail register it shares with the driver.
+    pub regs: Arc<RxRegs>,
+    /// Where its frames come from.
+    pub source: RxSource,
+    /// How it is configured.
+    pub params: RxParams,
+    /// The port's RSS hash function.
+    pub hasher: Arc<RssHasher>,
+    /// The bus its descriptor and buffer writes cross.
+    pub bus: Bus,
+    /// Its port's counters.
+    pub counters: Arc<PortCounters>,
+    /// The queue's index.
+    pub queue: usize,
+}
+
 impl RxEngine {
-    /// An engine for queue `queue`.
-    pub fn new(
-        regs: Arc<RxRegs>,
-        source: RxSource,
-        params: RxParams,
-        hasher: Arc<RssHasher>,
-        bus: Bus,
-        counters: Arc<PortCounters>,
-        queue: usize,
-    ) -> RxEngine {
+    /// An engine for queue `parts.queue`.
+    pub fn new(parts: RxEngineParts) -> RxEngine {
+        let RxEngineParts {
+            regs,
+            source,
+            params,
+            hasher,
+            bus,
+            counters,
+            queue,
+        } = parts;
         RxEngine {
             regs,
             head: 0,
@@ -557,6 +576,8 @@ impl PortEngines {
 /// A per-queue engine of the device: what [`QueueEngine`] needs to find,
 /// step and reset it.
 pub trait Engine: Sized {
+    /// The direction of its queues, `Rx` or `Tx`, for messages.
+    const DIRECTION: &'static str;
     /// The engines of this kind in `engines`, by queue.
     fn cells(engines: &PortEngines) -> &[EngineCell<Self>];
     /// One step; returns the frames handled.
@@ -566,6 +587,7 @@ pub trait Engine: Sized {
 }
 
 impl Engine for RxEngine {
+    const DIRECTION: &'static str = "Rx";
     #[inline(always)]
     fn cells(engines: &PortEngines) -> &[EngineCell<RxEngine>] {
         &engines.rx
@@ -580,6 +602,7 @@ impl Engine for RxEngine {
 }
 
 impl Engine for tx_engine::TxEngine {
+    const DIRECTION: &'static str = "Tx";
     #[inline(always)]
     fn cells(engines: &PortEngines) -> &[EngineCell<tx_engine::TxEngine>] {
         &engines.tx
@@ -666,6 +689,31 @@ impl<E: Engine> QueueEngine<E> {
             e.reset();
             r
         })
+    }
+
+    /// The queue start: [`reset`](Self::reset), `f` resetting the
+    /// registers. An engine that panicked in an earlier step never runs
+    /// again: that is the queue's error.
+    pub fn start(&self, f: impl FnOnce()) -> Result<(), PortError> {
+        self.reset(f).map_err(|Poisoned| {
+            PortError::Driver(format!(
+                "soft: the device's {} engine of queue {} panicked in a step and cannot run \
+                 again",
+                E::DIRECTION,
+                self.queue
+            ))
+        })
+    }
+
+    /// The queue stop: runs `f` (the driver resets the registers and takes
+    /// its buffers back) with the engine held, as [`reset`](Self::reset)
+    /// does. If the engine panicked in an earlier step it never runs again,
+    /// so no device touches the queue's buffers any more and `f` runs all
+    /// the same: they go home as on a normal stop.
+    pub fn stop(&self, mut f: impl FnMut()) {
+        if self.reset(&mut f).is_err() {
+            f();
+        }
     }
 }
 

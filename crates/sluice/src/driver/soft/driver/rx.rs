@@ -431,9 +431,7 @@ impl RxQueue for SoftRx {
         if self.started {
             return Ok(());
         }
-        self.engine
-            .reset(|| self.regs.reset())
-            .map_err(|_| self.poisoned())?;
+        self.engine.start(|| self.regs.reset())?;
         self.next = 0;
         self.tail = 0;
         self.committed = 0;
@@ -452,17 +450,10 @@ impl RxQueue for SoftRx {
         // a step on this queue, and once the tail register is 0 and its head
         // reset it arms nothing more.
         let engine = self.engine.clone();
-        let stopped = engine.reset(|| {
+        engine.stop(|| {
             self.regs.reset();
             self.release_all();
         });
-        if stopped.is_err() {
-            // The engine panicked in a step and never runs again: no
-            // device touches this queue's buffers any more, so they go
-            // home as on a normal stop.
-            self.regs.reset();
-            self.release_all();
-        }
     }
 
     fn recycle_rx_capable(&self) -> bool {
@@ -527,15 +518,6 @@ impl SoftRx {
                 &mut self.committed,
             )
         }
-    }
-
-    /// The error of a queue whose engine panicked in a step.
-    #[cold]
-    fn poisoned(&self) -> PortError {
-        PortError::Driver(format!(
-            "soft: the device's Rx engine of queue {} panicked in a step and cannot run again",
-            self.engine.queue()
-        ))
     }
 
     /// Why this queue refuses a recycle step (stopped, or armed with

@@ -1067,9 +1067,7 @@ impl TxQueue for SoftTx {
         if self.started {
             return Ok(());
         }
-        self.engine
-            .reset(|| self.regs.reset())
-            .map_err(|_| self.poisoned())?;
+        self.engine.start(|| self.regs.reset())?;
         self.started = true;
         Ok(())
     }
@@ -1083,17 +1081,10 @@ impl TxQueue for SoftTx {
         // of this queue, and with the tail register and its head at 0 it
         // reads nothing more.
         let engine = self.engine.clone();
-        let stopped = engine.reset(|| {
+        engine.stop(|| {
             self.regs.reset();
             self.release_all();
         });
-        if stopped.is_err() {
-            // The engine panicked in a step and never runs again: no
-            // device touches this queue's buffers any more, so they go
-            // home as on a normal stop.
-            self.regs.reset();
-            self.release_all();
-        }
     }
 
     fn recycle_tx_capable(&self) -> bool {
@@ -1264,16 +1255,7 @@ unsafe fn zc_put(pool: *const PoolInner, batch: &[Elem]) -> bool {
     true
 }
 
-impl SoftTx {
-    /// The error of a queue whose engine panicked in a step.
-    #[cold]
-    fn poisoned(&self) -> PortError {
-        PortError::Driver(format!(
-            "soft: the device's Tx engine of queue {} panicked in a step and cannot run again",
-            self.engine.queue()
-        ))
-    }
-}
+impl SoftTx {}
 
 impl Drop for SoftTx {
     fn drop(&mut self) {
