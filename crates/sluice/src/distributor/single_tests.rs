@@ -11,6 +11,7 @@ use std::thread;
 
 use super::test_support::{
     ReturnOrder, assert_handed_once_returned_at_most_once, count_returned, hashed_burst, seqs,
+    take_returns,
 };
 use super::*;
 use crate::mbuf::{Burst, Mbuf};
@@ -69,6 +70,13 @@ fn serve(
         }
     }
     panic!("the workers took {taken} of {n} packets");
+}
+
+/// Flushes `distributor`, which must have nothing left to hand out, and
+/// takes its returns: their sequence numbers, in the order they came back.
+fn flush_and_take_returns(distributor: &mut SingleDistributor) -> Vec<u64> {
+    assert_eq!(distributor.flush(), 0, "packets still in the distributor");
+    take_returns(|back| distributor.returned_pkts(back))
 }
 
 #[test]
@@ -157,13 +165,10 @@ fn distinct_flows_spread_over_every_worker() {
     serve(&mut distributor, &mut ws, &mut got, 8);
     assert_eq!(got, vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]);
     assert_eq!(distributor.stats().handed, vec![2; 4]);
-    assert_eq!(distributor.flush(), 0);
-    let mut back = Burst::<8>::new();
-    assert_eq!(distributor.returned_pkts(&mut back), 8);
-    let mut s = seqs(&back);
-    s.sort_unstable();
-    assert_eq!(s, (0..8).collect::<Vec<_>>());
-    drop((back, distributor, ws));
+    let mut returned = flush_and_take_returns(&mut distributor);
+    returned.sort_unstable();
+    assert_eq!(returned, (0..8).collect::<Vec<_>>());
+    drop((distributor, ws));
     assert_pool_full(&pool);
 }
 
@@ -191,11 +196,11 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
     serve(&mut distributor, &mut ws, &mut got, 8);
     assert_eq!(got[1], (1..9).collect::<Vec<_>>());
     assert!(got[0].is_empty());
-    assert_eq!(distributor.flush(), 0);
-    let mut back = Burst::<16>::new();
-    assert_eq!(distributor.returned_pkts(&mut back), 9);
-    assert_eq!(seqs(&back), (0..9).collect::<Vec<_>>());
-    drop((back, distributor, ws));
+    assert_eq!(
+        flush_and_take_returns(&mut distributor),
+        (0..9).collect::<Vec<_>>()
+    );
+    drop((distributor, ws));
     assert_pool_full(&pool);
 }
 
@@ -212,11 +217,8 @@ fn an_unread_packet_of_a_worker_shutting_down_goes_first_to_another() {
     let mut got = vec![Vec::new(); 2];
     serve(&mut distributor, &mut ws, &mut got, 3);
     assert_eq!(got, vec![vec![], vec![0, 1, 2]]);
-    assert_eq!(distributor.flush(), 0);
-    let mut back = Burst::<4>::new();
-    assert_eq!(distributor.returned_pkts(&mut back), 3);
-    assert_eq!(seqs(&back), vec![0, 1, 2]);
-    drop((back, distributor, ws));
+    assert_eq!(flush_and_take_returns(&mut distributor), vec![0, 1, 2]);
+    drop((distributor, ws));
     assert_pool_full(&pool);
 }
 

@@ -10,7 +10,7 @@ use std::thread;
 
 use super::test_support::{
     ReturnOrder, assert_handed_once_returned_at_most_once, burst_of, count_returned,
-    hashed_packets, seqs,
+    hashed_packets, seqs, take_returns,
 };
 use super::*;
 use crate::mbuf::Burst;
@@ -55,6 +55,13 @@ fn activate(distributor: &mut Distributor, ws: &mut [Worker]) {
     }
     assert_eq!(distributor.process(&mut none), 0);
     assert_eq!(distributor.active_workers(), ws.len());
+}
+
+/// Flushes `distributor`, which must have nothing left to hand out, and
+/// takes its returns: their sequence numbers, in the order they came back.
+fn flush_and_take_returns(distributor: &mut Distributor) -> Vec<u64> {
+    assert_eq!(distributor.flush(), 0, "packets still in the distributor");
+    take_returns(|back| distributor.returned_pkts(back))
 }
 
 #[test]
@@ -204,11 +211,11 @@ fn a_flow_waits_for_its_worker_and_keeps_its_order() {
     assert_eq!(ws[0].poll_pkt(&mut out).unwrap(), Some(8));
     assert_eq!(seqs(&out), (8..16).collect::<Vec<_>>());
     ws[0].request_pkt(&mut out).unwrap();
-    assert_eq!(distributor.flush(), 0);
-    let mut back = Burst::<32>::new();
-    assert_eq!(distributor.returned_pkts(&mut back), 16);
-    assert_eq!(seqs(&back), (0..16).collect::<Vec<_>>());
-    drop((back, distributor, ws));
+    assert_eq!(
+        flush_and_take_returns(&mut distributor),
+        (0..16).collect::<Vec<_>>()
+    );
+    drop((distributor, ws));
     assert_pool_full(&pool);
 }
 
@@ -233,11 +240,11 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
     assert_eq!(ws[1].poll_pkt(&mut out).unwrap(), Some(8));
     assert_eq!(seqs(&out), (8..16).collect::<Vec<_>>());
     ws[1].request_pkt(&mut out).unwrap();
-    assert_eq!(distributor.flush(), 0);
-    let mut back = Burst::<32>::new();
-    assert_eq!(distributor.returned_pkts(&mut back), 16);
-    assert_eq!(seqs(&back), (0..16).collect::<Vec<_>>());
-    drop((back, distributor, ws));
+    assert_eq!(
+        flush_and_take_returns(&mut distributor),
+        (0..16).collect::<Vec<_>>()
+    );
+    drop((distributor, ws));
     assert_pool_full(&pool);
 }
 
