@@ -222,16 +222,23 @@ fn ext_free(buf: NonNull<u8>, opaque: *mut ()) {
     EXT_FREED.fetch_add(1, Ordering::SeqCst);
 }
 
-#[test]
-fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
-    let pool = test_pool(4);
+/// An external buffer of 256 bytes on the heap and its shared info, leaked
+/// (it lives for ever); [`ext_free`] frees the buffer when the last mbuf
+/// attached to it lets go.
+fn leaked_ext_buffer() -> (NonNull<u8>, &'static ExtSharedInfo) {
     let mem: *mut [u8; 256] = Box::into_raw(Box::new([0u8; 256]));
     // SAFETY: `ext_free` frees exactly that box, once.
     let info = Box::leak(Box::new(unsafe {
         ExtSharedInfo::new(ext_free, mem.cast())
     }));
-    let info_ptr = NonNull::from(&*info);
-    let buf = NonNull::new(mem.cast::<u8>()).unwrap();
+    (NonNull::new(mem.cast::<u8>()).unwrap(), info)
+}
+
+#[test]
+fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
+    let pool = test_pool(4);
+    let (buf, info) = leaked_ext_buffer();
+    let info_ptr = NonNull::from(info);
     let mut a = pool.alloc().unwrap();
     let mut b = pool.alloc().unwrap();
     let own = a.header().buf_addr;
@@ -272,13 +279,8 @@ fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
 fn the_external_flag_follows_the_attachment_and_nothing_else() {
     use super::layout::ol;
     let pool = test_pool(4);
-    let mem: *mut [u8; 256] = Box::into_raw(Box::new([0u8; 256]));
-    // SAFETY: `ext_free` frees exactly that box, once.
-    let info = Box::leak(Box::new(unsafe {
-        ExtSharedInfo::new(ext_free, mem.cast())
-    }));
-    let info_ptr = NonNull::from(&*info);
-    let buf = NonNull::new(mem.cast::<u8>()).unwrap();
+    let (buf, info) = leaked_ext_buffer();
+    let info_ptr = NonNull::from(info);
     let mut a = pool.alloc().unwrap();
     a.append(4).unwrap();
     // A caller cannot set it on a plain mbuf ...
