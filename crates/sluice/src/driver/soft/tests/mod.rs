@@ -37,7 +37,7 @@ pub(super) fn tester_of(name: &str) -> Arc<Tester> {
     tester::attach(name, None).unwrap()
 }
 
-fn xstat(p: &Port, name: &str) -> u64 {
+pub(super) fn xstat(p: &Port, name: &str) -> u64 {
     p.counters().xstats.get(name).unwrap()
 }
 

@@ -13,7 +13,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::ext_copy;
+use super::{ext_copy, port, send_all, tester_of, xstat};
 use crate::driver::open;
 use crate::mbuf::{Burst, BurstSlice, ExtSharedInfo, Mbuf, MbufPool};
 use crate::mempool::Elem;
@@ -21,16 +21,10 @@ use crate::port::{
     Offloads, Port, PortConfig, PortError, RecycleRxInfo, RxQueue, TxQueue, recycle_mbufs,
 };
 use crate::test_support::TestPool;
-use crate::tester::{self, Tester, TesterReport};
+use crate::tester::{Tester, TesterReport};
 
 fn pool(name: &str, size: u32) -> MbufPool {
     TestPool::new(size).name(name).data_room(512).build()
-}
-
-fn port(spec: &str, config: PortConfig) -> Port {
-    let mut p = open(spec, config).unwrap();
-    p.start().unwrap();
-    p
 }
 
 /// A port of `pool`, 128 descriptors each way, with the fast-free offload
@@ -43,12 +37,18 @@ fn port_config(pool: &MbufPool, fast_free: bool) -> PortConfig {
     c
 }
 
-fn tester_of(name: &str) -> Arc<Tester> {
-    tester::attach(name, None).unwrap()
-}
-
-fn xstat(p: &Port, name: &str) -> u64 {
-    p.counters().xstats.get(name).unwrap()
+/// The pool named `name` (1023 buffers), a started loopback port on it
+/// (see [`port_config`]) whose device's tester, also named `name`, runs with
+/// `options` (`count=3200,flows=16`), and that tester.
+fn tester_loopback(
+    name: &str,
+    fast_free: bool,
+    options: &str,
+) -> (MbufPool, Guarded<Port>, Arc<Tester>) {
+    let pool = pool(name, 1023);
+    let config = port_config(&pool, fast_free);
+    let port = guard(port(&format!("soft:tester={name},{options}"), config));
+    (pool, port, tester_of(name))
 }
 
 /// `rx_recycled`, `tx_recycled`, `recycle_fallbacks` of a port.
@@ -100,17 +100,19 @@ fn assert_clean(r: &TesterReport) {
     assert!(r.is_clean() && r.foreign == 0, "{r}");
 }
 
-/// Sends all of `burst` on `tx`, retrying while the ring is full.
-fn send_all(tx: &mut dyn TxQueue, burst: &mut BurstSlice) {
-    for _ in 0..1_000_000 {
-        if burst.is_empty() {
-            return;
-        }
-        if tx.tx_burst(burst) == 0 {
-            std::thread::yield_now();
-        }
-    }
-    panic!("the Tx queue stopped taking packets");
+/// Asserts that the tester got back exactly `count` frames, all clean
+/// ([`assert_clean`]).
+fn assert_received_clean(tester: &Tester, count: u64) {
+    let report = tester.report();
+    assert_eq!(report.received, count, "{report}");
+    assert_clean(&report);
+}
+
+/// Asserts that the tester got frames back, all clean ([`assert_clean`]).
+fn assert_some_received_clean(tester: &Tester) {
+    let report = tester.report();
+    assert!(report.received > 0, "{report}");
+    assert_clean(&report);
 }
 
 /// Queue 0 of a port, both directions at once (a loopback).
@@ -214,13 +216,11 @@ fn recycling_moves_every_completed_batch_without_touching_the_mempool() {
         (true, "wqe"),
     ] {
         let name = format!("t-rc-basic-{fast_free}-{txmode}");
-        let pool = pool(&name, 1023);
-        let config = port_config(&pool, fast_free);
-        let mut p = guard(port(
-            &format!("soft:tester={name},count=3200,flows=16,txmode={txmode}"),
-            config,
-        ));
-        let t = tester_of(&name);
+        let (pool, mut p, t) = tester_loopback(
+            &name,
+            fast_free,
+            &format!("count=3200,flows=16,txmode={txmode}"),
+        );
         let mut burst: Burst<32> = Burst::new();
         let mut moved = Vec::new();
         for _ in 0..1000 {
@@ -254,13 +254,7 @@ fn recycling_moves_every_completed_batch_without_touching_the_mempool() {
 fn a_batch_holding_a_buffer_with_a_live_clone_falls_back_and_the_clone_keeps_its_bytes() {
     for fast_free in [false, true] {
         let name = &format!("t-rc-clone-{fast_free}");
-        let pool = pool(name, 1023);
-        let config = port_config(&pool, fast_free);
-        let mut p = guard(port(
-            &format!("soft:tester={name},count=3200,flows=16"),
-            config,
-        ));
-        let t = tester_of(name);
+        let (pool, mut p, t) = tester_loopback(name, fast_free, "count=3200,flows=16");
         let mut burst: Burst<32> = Burst::new();
         // (clone, its bytes when cloned, the step after which it is dropped)
         let mut held: Guarded<Vec<(Mbuf, Vec<u8>, usize)>> = guard(Vec::new());
@@ -310,9 +304,7 @@ fn a_batch_holding_a_buffer_with_a_live_clone_falls_back_and_the_clone_keeps_its
         for (c, bytes, _) in held.iter() {
             assert_eq!(c.data(), &bytes[..], "a clone's bytes changed");
         }
-        let r = t.report();
-        assert_eq!(r.received, 3200, "{r}");
-        assert_clean(&r);
+        assert_received_clean(&t, 3200);
         p.stop();
         assert_eq!(pool.available() as usize, 1023 - held.len());
         held.clear();
@@ -324,13 +316,7 @@ fn a_batch_holding_a_buffer_with_a_live_clone_falls_back_and_the_clone_keeps_its
 fn a_batch_carrying_one_buffer_twice_falls_back_and_frees_each_reference() {
     for fast_free in [false, true] {
         let name = &format!("t-rc-twice-{fast_free}");
-        let pool = pool(name, 1023);
-        let config = port_config(&pool, fast_free);
-        let mut p = guard(port(
-            &format!("soft:tester={name},count=3200,flows=16"),
-            config,
-        ));
-        let t = tester_of(name);
+        let (pool, mut p, t) = tester_loopback(name, fast_free, "count=3200,flows=16");
         let twice = spoiled_batches_fall_back(&mut p, |k, burst| {
             if k % 7 != 3 {
                 return false;
@@ -416,9 +402,7 @@ fn buffers_of_another_pool_are_never_recycled_with_or_without_fast_free() {
         };
         assert_eq!((sum(0), sum(1)), (moved[1] as u64, moved[1] as u64));
         assert_eq!(sum(2), 59 + 60, "no fallback with the right pairing");
-        let r = t.report();
-        assert_eq!(r.received, 6400, "{r}");
-        assert_clean(&r);
+        assert_received_clean(&t, 6400);
         drop(ports);
         assert!(
             pool_a.is_full() && pool_b.is_full(),
@@ -453,9 +437,7 @@ fn a_batch_mixing_pools_falls_back_wherever_the_foreign_buffer_sits() {
             burst[i] = pool_b.alloc_from_slice(burst[i].data()).unwrap();
             true
         });
-        let r = t.report();
-        assert_eq!(r.received, 3200, "{r}");
-        assert_clean(&r);
+        assert_received_clean(&t, 3200);
         p.stop();
         assert!(pool_a.is_full() && pool_b.is_full());
     }
@@ -481,13 +463,7 @@ fn a_batch_holding_a_buffer_with_an_external_buffer_attached_falls_back() {
             .map(|_| unsafe { ExtSharedInfo::new(ext_freed, std::ptr::null_mut()) })
             .collect();
         let name = &format!("t-rc-ext-{fast_free}");
-        let pool = pool(name, 1023);
-        let config = port_config(&pool, fast_free);
-        let mut p = guard(port(
-            &format!("soft:tester={name},count=3200,flows=16"),
-            config,
-        ));
-        let t = tester_of(name);
+        let (pool, mut p, t) = tester_loopback(name, fast_free, "count=3200,flows=16");
         let base = region.as_mut_ptr();
         let freed_before = EXT_FREED.load(Ordering::SeqCst);
         // The batch the step before sent moves, unless it holds an mbuf
@@ -507,9 +483,7 @@ fn a_batch_holding_a_buffer_with_an_external_buffer_attached_falls_back() {
             used += 1;
             true
         });
-        let r = t.report();
-        assert_eq!(r.received, 3200, "{r}");
-        assert_clean(&r);
+        assert_received_clean(&t, 3200);
         p.stop();
         assert!(pool.is_full());
         // Every external buffer was let go once, by the normal free path.
@@ -602,9 +576,7 @@ fn forward_through_the_wrap(
         rx.rx_burst(burst.capped(cap));
         send_all(tx, &mut burst);
     }
-    let r = t.report();
-    assert_eq!(r.received, count, "{r}");
-    assert_clean(&r);
+    assert_received_clean(&t, count);
     let (rxr, txr, fb) = recycle_counts(&p);
     assert_eq!((rxr, txr, fb), (seen.moved, seen.moved, 0), "{name}");
     p.stop();
@@ -672,14 +644,11 @@ fn a_step_falling_back_batch_by_batch_fills_up_to_the_rx_wrap_and_on_from_its_st
     // and one step fills up to the wrap, then from slot 0. The Rx queue
     // rearms both runs.
     let name = "t-rc-wrap-fallback";
-    let pool = pool(name, 1023);
-    let config = port_config(&pool, false);
-    let spec = format!(
-        "soft:tester={name},count=6400,flows=16,rx_free_thresh=16,tx_rs_thresh=16,\
-         tx_free_thresh=32"
+    let (pool, mut p, t) = tester_loopback(
+        name,
+        false,
+        "count=6400,flows=16,rx_free_thresh=16,tx_rs_thresh=16,tx_free_thresh=32",
     );
-    let mut p = guard(port(&spec, config));
-    let t = tester_of(name);
     let mut burst: Burst<64> = Burst::new();
     let mut held: Guarded<Vec<Mbuf>> = guard(Vec::new());
     let mut crossed = 0;
@@ -731,10 +700,7 @@ fn run_loopback(p: &mut Port, steps: usize) -> usize {
 #[test]
 fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after_a_restart() {
     let name = "t-rc-stopped";
-    let pool = pool(name, 1023);
-    let config = port_config(&pool, false);
-    let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
-    let t = tester_of(name);
+    let (pool, mut p, t) = tester_loopback(name, false, "flows=16");
     assert!(run_loopback(&mut p, 20) > 0);
 
     for stop_rx in [true, false] {
@@ -818,9 +784,7 @@ fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after
     assert!(matches!(p.rx_queue(0), Err(PortError::Stopped)));
     assert!(p.rx_queue_recycles(0).unwrap() && p.tx_queue_recycles(0).unwrap());
     assert!(pool.is_full());
-    let r = t.report();
-    assert!(r.received > 0);
-    assert_clean(&r);
+    assert_some_received_clean(&t);
 }
 
 // ---- a stop in the middle of a step ---------------------------------------
@@ -828,10 +792,7 @@ fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after
 #[test]
 fn a_queue_stopped_between_the_commit_and_the_refill_leaks_nothing() {
     let name = "t-rc-middle";
-    let pool = pool(name, 1023);
-    let config = port_config(&pool, false);
-    let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
-    let t = tester_of(name);
+    let (pool, mut p, t) = tester_loopback(name, false, "flows=16");
     let mut lost_commits = 0;
     // First the Rx queue alone stops, then the whole port.
     for whole_port in [false, true] {
@@ -869,18 +830,13 @@ fn a_queue_stopped_between_the_commit_and_the_refill_leaks_nothing() {
     drain_loopback(&mut p, &t);
     p.stop();
     assert!(pool.is_full());
-    let r = t.report();
-    assert!(r.received > 0);
-    assert_clean(&r);
+    assert_some_received_clean(&t);
 }
 
 #[test]
 fn a_tx_queue_stopped_between_two_recycle_steps_gives_its_batches_back() {
     let name = "t-rc-txstop";
-    let pool = pool(name, 1023);
-    let config = port_config(&pool, false);
-    let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
-    let t = tester_of(name);
+    let (pool, mut p, t) = tester_loopback(name, false, "flows=16");
     let mut burst: Burst<32> = Burst::new();
     for round in 0..5 {
         assert!(run_loopback(&mut p, 10 + round) > 0);
@@ -907,9 +863,7 @@ fn a_tx_queue_stopped_between_two_recycle_steps_gives_its_batches_back() {
     drain_loopback(&mut p, &t);
     p.stop();
     assert!(pool.is_full());
-    let r = t.report();
-    assert!(r.received > 0);
-    assert_clean(&r);
+    assert_some_received_clean(&t);
 }
 
 // ---- whatever safe code does with the steps ---------------------------------
@@ -1113,9 +1067,7 @@ fn whatever_safe_code_does_with_the_recycle_steps_every_buffer_comes_back() {
         "each buffer moved was rearmed or freed"
     );
     for t in &testers {
-        let r = t.report();
-        assert!(r.received > 0);
-        assert_clean(&r);
+        assert_some_received_clean(&t);
     }
 }
 
@@ -1249,9 +1201,7 @@ fn any_tx_queue_feeds_any_rx_queue_across_ports_with_the_pairing_changed_every_s
     let rxr: u64 = ports.iter().map(|p| recycle_counts(p).0).sum();
     let txr: u64 = ports.iter().map(|p| recycle_counts(p).1).sum();
     assert_eq!((rxr, txr), (total as u64, total as u64));
-    let r = t.report();
-    assert_eq!(r.received, 16_000, "{r}");
-    assert_clean(&r);
+    assert_received_clean(&t, 16_000);
     drop(ports);
     assert!(pool.is_full());
 }

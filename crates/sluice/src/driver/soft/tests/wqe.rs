@@ -168,6 +168,15 @@ fn udp4(len: usize, seed: u8) -> Vec<u8> {
     f
 }
 
+/// `udp4` frame `frame` with its IPv4 and UDP checksums zeroed, for the
+/// device to fill from the eseg's flags.
+fn zeroed_checksums(frame: &[u8]) -> Vec<u8> {
+    let mut zeroed = frame.to_vec();
+    zeroed[24..26].fill(0);
+    zeroed[40..42].fill(0);
+    zeroed
+}
+
 /// Ethernet / IPv4 / TCP (PSH, ACK, FIN), 54 bytes of header, then
 /// `payload` bytes.
 fn tcp4(payload: usize) -> Vec<u8> {
@@ -222,10 +231,7 @@ fn a_regular_wqe_is_one_block_with_the_header_inlined_byte_for_byte() {
     let pool = pool(63);
     let mut r = Rig::new(params(TxMode::Wqe));
     let f = udp4(64, 1);
-    // Zeroed checksums, which the device fills from the eseg's flags.
-    let mut z = f.clone();
-    z[24..26].fill(0);
-    z[40..42].fill(0);
+    let z = zeroed_checksums(&f);
     let mut burst: Burst<4> = Burst::new();
     let flags = ol::TX_IPV4 | ol::TX_IP_CKSUM | ol::TX_UDP_CKSUM;
     burst.push(mbuf(&pool, &z, flags)).unwrap();
@@ -443,9 +449,7 @@ fn a_session_breaks_on_an_offload_change_and_resumes_after_tso_and_chains() {
     let pool = pool(127);
     let mut r = Rig::new(params(TxMode::Mpwqe));
     let f = udp4(64, 0);
-    let mut z = f.clone();
-    z[24..26].fill(0);
-    z[40..42].fill(0);
+    let z = zeroed_checksums(&f);
     let ck = ol::TX_IPV4 | ol::TX_IP_CKSUM | ol::TX_UDP_CKSUM;
     let t = tcp4(1500);
     let mut burst: Burst<16> = Burst::new();
