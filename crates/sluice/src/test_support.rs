@@ -203,6 +203,37 @@ pub(crate) mod frames {
         frame
     }
 
+    /// `n` test frames to `dst` from `src`, carrying `seq0` onwards, their
+    /// lengths spread over 60..1515 bytes by `stride` bytes a frame.
+    pub(crate) fn test_frames(
+        dst: [u8; 6],
+        src: u8,
+        seq0: u32,
+        n: u32,
+        stride: usize,
+    ) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| test_frame(dst, src, seq0 + i, 60 + (i as usize * stride) % 1455))
+            .collect()
+    }
+
+    /// Asserts that the peer got (`got`) exactly the frames `port` sent
+    /// (`sent`), in order and byte for byte, and that `port` counted every
+    /// one of them, packets and bytes, as sent without an error.
+    #[track_caller]
+    pub(crate) fn assert_sent_intact(port: &Port, sent: &[Vec<u8>], got: &[Vec<u8>]) {
+        assert_eq!(got.len(), sent.len(), "frames that arrived");
+        assert_eq!(got, sent, "every frame, in order, byte for byte");
+        let stats = port.stats();
+        assert_eq!(stats.tx_packets, sent.len() as u64, "{stats:?}");
+        assert_eq!(
+            stats.tx_bytes,
+            sent.iter().map(|f| f.len() as u64).sum::<u64>(),
+            "{stats:?}"
+        );
+        assert_eq!(stats.tx_errors, 0, "{stats:?}");
+    }
+
     /// Whether `frame` is a test frame (others are the kernel's own).
     pub(crate) fn is_test_frame(frame: &[u8]) -> bool {
         frame.len() >= 18 && frame[12..14] == [0x88, 0xb5]

@@ -11,7 +11,8 @@ use crate::driver::open;
 use crate::mbuf::{Burst, Mbuf};
 use crate::port::{Offloads, Port, PortConfig};
 use crate::test_support::frames::{
-    is_test_frame, receive_test_frames, send_all, seq_of, test_frame,
+    assert_sent_intact, is_test_frame, receive_test_frames, send_all, seq_of, test_frame,
+    test_frames,
 };
 use crate::test_support::{assert_pool_full, test_pool};
 
@@ -185,24 +186,14 @@ fn frames_sent_arrive_intact_at_the_peer() {
     let dst = w.ns.mac(w.veth.b()).unwrap().0;
     // 600 frames, more than the 256-frame ring: the queue pushes back and
     // the rest is sent again, nothing is lost.
-    let want: Vec<Vec<u8>> = (0..600u32)
-        .map(|i| test_frame(dst, 1, i, 60 + (i as usize * 53) % 1455))
-        .collect();
+    let want = test_frames(dst, 1, 0, 600, 53);
     send_all(&mut port, &pool, &want);
     // Every mbuf was freed once its bytes were in the ring.
     assert_pool_full(&pool);
     let got = peer
         .recv_frames(600, Duration::from_secs(10), is_test_frame)
         .unwrap();
-    assert_eq!(got.len(), 600);
-    assert_eq!(got, want, "every frame, in order, byte for byte");
-    let st = port.stats();
-    assert_eq!(st.tx_packets, 600);
-    assert_eq!(
-        st.tx_bytes,
-        want.iter().map(|f| f.len() as u64).sum::<u64>()
-    );
-    assert_eq!(st.tx_errors, 0);
+    assert_sent_intact(&port, &want, &got);
     // A packet too long for a ring frame is counted and freed.
     let mut long: Burst<4> = Burst::new();
     let mut m: Mbuf = pool.alloc().unwrap();
