@@ -316,9 +316,9 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     let got = receive_test_frames(&mut port, 3, Duration::from_secs(10));
     let got: Vec<usize> = got.iter().map(|(_, f)| f.len()).collect();
     assert_eq!(got, [60, 1018, 60]);
-    let x = &port.counters().xstats;
-    assert_eq!(x.get("rx_oversize_errors"), Some(2));
-    assert_eq!(x.get("rx_runt_errors"), Some(0));
+    let xstats = &port.counters().xstats;
+    assert_eq!(xstats.get("rx_oversize_errors"), Some(2));
+    assert_eq!(xstats.get("rx_runt_errors"), Some(0));
     assert_eq!(port.stats().rx_errors, 2);
     drop(port);
     assert_pool_full(&pool);
