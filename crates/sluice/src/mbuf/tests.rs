@@ -156,21 +156,21 @@ fn alloc_resets_what_the_last_user_left() {
 fn clones_share_the_buffer_and_block_writes() {
     let pool = test_pool(3);
     let mut m = pool.alloc_from_slice(b"hello").unwrap();
-    let c = m.clone();
-    assert_eq!((m.refcnt(), c.refcnt()), (2, 2));
+    let clone = m.clone();
+    assert_eq!((m.refcnt(), clone.refcnt()), (2, 2));
     assert!(m.is_shared());
     assert!(matches!(m.data_mut(), Err(MbufError::Shared)));
     assert!(matches!(m.append(1), Err(MbufError::Shared)));
     assert!(matches!(m.set_port(1), Err(MbufError::Shared)));
-    assert_eq!(c.data(), b"hello");
+    assert_eq!(clone.data(), b"hello");
     // Dropping one reference does not free the buffer.
-    drop(c);
+    drop(clone);
     assert_eq!(pool.available(), 2);
     assert_eq!(m.refcnt(), 1);
     m.data_mut().unwrap()[0] = b'j';
     // A clone sent to another thread and dropped there.
-    let c = m.clone();
-    std::thread::spawn(move || assert_eq!(c.data(), b"jello"))
+    let clone = m.clone();
+    std::thread::spawn(move || assert_eq!(clone.data(), b"jello"))
         .join()
         .unwrap();
     assert_eq!(m.refcnt(), 1);
@@ -198,17 +198,17 @@ fn chains_carry_length_and_free_every_segment() {
     assert_eq!(head.to_vec(), b"one-two-thre");
     assert_eq!(pool.available(), 5);
     // A shared tail is refused and given back.
-    let t = pool.alloc().unwrap();
-    let t2 = t.clone();
-    let (err, t) = head.chain(t).unwrap_err();
+    let shared_tail = pool.alloc().unwrap();
+    let tail_clone = shared_tail.clone();
+    let (err, shared_tail) = head.chain(shared_tail).unwrap_err();
     assert!(matches!(err, MbufError::Shared));
-    drop((t, t2));
+    drop((shared_tail, tail_clone));
     // A clone of the chain keeps every segment alive.
-    let c = head.clone();
+    let clone = head.clone();
     drop(head);
     assert_eq!(pool.available(), 5);
-    assert_eq!(c.to_vec(), b"one-two-thre");
-    drop(c);
+    assert_eq!(clone.to_vec(), b"one-two-thre");
+    drop(clone);
     assert_pool_full(&pool);
 }
 
@@ -507,8 +507,8 @@ proptest! {
                 Op::Clone(i) => {
                     if let Some(i) = pick(i, held.len()) {
                         let (m, v) = &held[i];
-                        let c = (m.clone(), v.clone());
-                        held.push(c);
+                        let cloned = (m.clone(), v.clone());
+                        held.push(cloned);
                     }
                 }
                 Op::Append(i, n) => {
