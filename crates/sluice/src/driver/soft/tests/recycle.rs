@@ -1074,8 +1074,8 @@ fn whatever_safe_code_does_with_the_recycle_steps_every_buffer_comes_back() {
         txr,
         "each buffer moved was rearmed or freed"
     );
-    for t in &testers {
-        assert_some_received_clean(&t);
+    for tester in &testers {
+        assert_some_received_clean(tester);
     }
 }
 
