@@ -1,6 +1,7 @@
 //! Support shared by the library's unit tests: one way to build a pool of
 //! mbufs (or a bare mempool) for a test, one check that every buffer of a
-//! pool came home, and the test frames of the drivers that meet the kernel.
+//! pool came home, one way to run a loom model, and the test frames of the
+//! drivers that meet the kernel.
 //!
 //! # Where unit tests live
 //!
@@ -178,6 +179,25 @@ pub(crate) fn assert_pool_full(pool: &impl CountedPool) {
 #[track_caller]
 pub(crate) fn assert_pool_full_with(pool: &impl CountedPool, context: impl std::fmt::Display) {
     assert!(pool.is_full(), "{context}: {}", pool.missing());
+}
+
+/// Explores `f` under loom with a preemption bound of 3 unless
+/// `LOOM_MAX_PREEMPTIONS` says otherwise, and a budget of 20,000 branches
+/// unless `LOOM_MAX_BRANCHES` says otherwise.
+///
+/// Every retry loop and spin-wait yields, and every yield and atomic access
+/// is a branch: an execution in which one thread polls many times before
+/// the other runs goes past loom's default budget of 1,000 branches.
+#[cfg(loom)]
+pub(crate) fn loom_model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(3);
+    }
+    if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
+        builder.max_branches = 20_000;
+    }
+    builder.check(f);
 }
 
 /// Test frames for the drivers that meet the kernel (afpacket, tap):
