@@ -396,32 +396,36 @@ fn spec_and_config_errors_name_the_fault() {
     let pool = test_pool(15);
     let msg = |spec: &str, c: PortConfig| open(spec, c).unwrap_err().to_string();
     let c = || PortConfig::new(Some(pool.clone()));
-    assert_eq!(
-        msg("pcap", c()),
-        "port spec 'pcap': driver 'pcap' needs key 'rx or tx'"
-    );
-    assert_eq!(
-        msg("pcap:loop=true", c()),
-        "port spec 'pcap:loop=true': driver 'pcap' needs key 'rx or tx'"
-    );
-    assert_eq!(
-        msg("pcap:tx=/tmp/x,snaplen=0", c()),
-        "port spec 'pcap:tx=/tmp/x,snaplen=0': key 'snaplen' = '0' is not a number in 1..=262144"
-    );
-    assert_eq!(
-        msg("pcap:tx=/tmp/x,loop=maybe", c()),
-        "port spec 'pcap:tx=/tmp/x,loop=maybe': key 'loop' = 'maybe' is not a boolean \
-         (1/0, true/false, yes/no, on/off)"
-    );
-    assert_eq!(
-        msg("pcap:tx=/tmp/x,speed=1", c()),
-        "port spec 'pcap:tx=/tmp/x,speed=1': driver 'pcap' has no key 'speed' (keys: rx, tx, \
-         loop, timing, snaplen, stream)"
-    );
-    assert_eq!(
-        msg("pcap:tx=/nonexistent-dir/x.pcap", c()),
-        "pcap: tx file '/nonexistent-dir/x.pcap': No such file or directory (os error 2)"
-    );
+    for (spec, want) in [
+        (
+            "pcap",
+            "port spec 'pcap': driver 'pcap' needs key 'rx or tx'",
+        ),
+        (
+            "pcap:loop=true",
+            "port spec 'pcap:loop=true': driver 'pcap' needs key 'rx or tx'",
+        ),
+        (
+            "pcap:tx=/tmp/x,snaplen=0",
+            "port spec 'pcap:tx=/tmp/x,snaplen=0': key 'snaplen' = '0' is not a number in 1..=262144",
+        ),
+        (
+            "pcap:tx=/tmp/x,loop=maybe",
+            "port spec 'pcap:tx=/tmp/x,loop=maybe': key 'loop' = 'maybe' is not a boolean \
+             (1/0, true/false, yes/no, on/off)",
+        ),
+        (
+            "pcap:tx=/tmp/x,speed=1",
+            "port spec 'pcap:tx=/tmp/x,speed=1': driver 'pcap' has no key 'speed' (keys: rx, tx, \
+             loop, timing, snaplen, stream)",
+        ),
+        (
+            "pcap:tx=/nonexistent-dir/x.pcap",
+            "pcap: tx file '/nonexistent-dir/x.pcap': No such file or directory (os error 2)",
+        ),
+    ] {
+        assert_eq!(msg(spec, c()), want, "{spec}");
+    }
     let out = TmpFile::new("config");
     assert_eq!(
         msg(&format!("pcap:tx={}", out.0), c().queues(1, 2)).replace(&out.0, "F"),
