@@ -1,6 +1,7 @@
 //! Support shared by the library's unit tests: one way to build a pool of
 //! mbufs (or a bare mempool) for a test, one check that every buffer of a
-//! pool came home, and the test frames of the drivers that meet the kernel.
+//! pool came home, one way to run a loom model, and the test frames of the
+//! drivers that meet the kernel.
 //!
 //! # Where unit tests live
 //!
@@ -180,6 +181,25 @@ pub(crate) fn assert_pool_full_with(pool: &impl CountedPool, context: impl std::
     assert!(pool.is_full(), "{context}: {}", pool.missing());
 }
 
+/// Explores `f` under loom with a preemption bound of 3 unless
+/// `LOOM_MAX_PREEMPTIONS` says otherwise, and a budget of 20,000 branches
+/// unless `LOOM_MAX_BRANCHES` says otherwise.
+///
+/// Every retry loop and spin-wait yields, and every yield and atomic access
+/// is a branch: an execution in which one thread polls many times before
+/// the other runs goes past loom's default budget of 1,000 branches.
+#[cfg(loom)]
+pub(crate) fn loom_model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(3);
+    }
+    if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
+        builder.max_branches = 20_000;
+    }
+    builder.check(f);
+}
+
 /// Test frames for the drivers that meet the kernel (afpacket, tap):
 /// EtherType 0x88b5 (IEEE local experimental), then a sequence number and
 /// bytes derived from it.
@@ -201,6 +221,37 @@ pub(crate) mod frames {
             frame.push((frame.len() as u32 ^ seq.wrapping_mul(31)) as u8);
         }
         frame
+    }
+
+    /// `n` test frames to `dst` from `src`, carrying `seq0` onwards, their
+    /// lengths spread over 60..1515 bytes by `stride` bytes a frame.
+    pub(crate) fn test_frames(
+        dst: [u8; 6],
+        src: u8,
+        seq0: u32,
+        n: u32,
+        stride: usize,
+    ) -> Vec<Vec<u8>> {
+        (0..n)
+            .map(|i| test_frame(dst, src, seq0 + i, 60 + (i as usize * stride) % 1455))
+            .collect()
+    }
+
+    /// Asserts that the peer got (`got`) exactly the frames `port` sent
+    /// (`sent`), in order and byte for byte, and that `port` counted every
+    /// one of them, packets and bytes, as sent without an error.
+    #[track_caller]
+    pub(crate) fn assert_sent_intact(port: &Port, sent: &[Vec<u8>], got: &[Vec<u8>]) {
+        assert_eq!(got.len(), sent.len(), "frames that arrived");
+        assert_eq!(got, sent, "every frame, in order, byte for byte");
+        let stats = port.stats();
+        assert_eq!(stats.tx_packets, sent.len() as u64, "{stats:?}");
+        assert_eq!(
+            stats.tx_bytes,
+            sent.iter().map(|f| f.len() as u64).sum::<u64>(),
+            "{stats:?}"
+        );
+        assert_eq!(stats.tx_errors, 0, "{stats:?}");
     }
 
     /// Whether `frame` is a test frame (others are the kernel's own).

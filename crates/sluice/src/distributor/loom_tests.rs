@@ -16,19 +16,7 @@ use loom::thread;
 use super::lines::{PARITY, SHUTDOWN, Shared, UNREAD};
 use crate::mempool::Elem;
 use crate::sync::{Arc, Ordering, UnsafeCell, spin_loop};
-
-/// Explores `f` with a preemption bound of 3 unless `LOOM_MAX_PREEMPTIONS`
-/// says otherwise, and a branch budget for the spin-waits.
-fn model<F: Fn() + Sync + Send + 'static>(f: F) {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(3);
-    }
-    if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
-        builder.max_branches = 20_000;
-    }
-    builder.check(f);
-}
+use crate::test_support::loom_model;
 
 /// Stand-in packets: fake addresses and their payloads.
 struct FakePackets {
@@ -64,7 +52,7 @@ impl FakePackets {
 
 #[test]
 fn two_exchanges_hand_packets_over_and_back() {
-    model(|| {
+    loom_model(|| {
         let shared = Arc::new(Shared::new(1));
         let pkts = Arc::new(FakePackets::new(3));
         let (s, p) = (Arc::clone(&shared), Arc::clone(&pkts));
@@ -131,7 +119,7 @@ fn two_exchanges_hand_packets_over_and_back() {
 
 #[test]
 fn a_worker_quitting_while_waiting_gets_an_empty_answer_or_hands_the_batch_back() {
-    model(|| {
+    loom_model(|| {
         let shared = Arc::new(Shared::new(1));
         let pkts = Arc::new(FakePackets::new(1));
         let (s, p) = (Arc::clone(&shared), Arc::clone(&pkts));
@@ -191,7 +179,7 @@ fn a_worker_quitting_while_waiting_gets_an_empty_answer_or_hands_the_batch_back(
 
 #[test]
 fn a_request_is_answered_by_the_dropping_distributor_or_reclaimed_by_the_worker() {
-    model(|| {
+    loom_model(|| {
         let shared = Arc::new(Shared::new(1));
         let pkts = Arc::new(FakePackets::new(1));
         // Who ended up with the returned packet: 1 = distributor, 2 = worker.

@@ -2,6 +2,7 @@
 //! runs against an independent definition, and a proptest of the same.
 
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 
 use super::matching::*;
 use super::{BURST_SIZE, DistError, MAX_WORKERS};
@@ -230,6 +231,26 @@ fn tag_table() -> impl Strategy<Value = Vec<WorkerTags>> {
     )
 }
 
+/// The scalar matcher gives the oracle's answer for `flows` against
+/// `tags`, and every available implementation the scalar one's, each
+/// writing every byte of its output.
+fn check_every_matcher(
+    tags: &[WorkerTags],
+    flows: &[u16; BURST_SIZE],
+) -> Result<(), TestCaseError> {
+    let mut want = [0xa5u8; BURST_SIZE];
+    Matcher::new(MatchImpl::Scalar)
+        .unwrap()
+        .find_matches(tags, flows, &mut want);
+    prop_assert_eq!(want, oracle(tags, flows));
+    for matcher in matchers() {
+        let mut got = [0x5au8; BURST_SIZE];
+        matcher.find_matches(tags, flows, &mut got);
+        prop_assert_eq!(got, want, "{}", matcher.imp().name());
+    }
+    Ok(())
+}
+
 proptest! {
     /// Every available implementation gives exactly the scalar answer (and
     /// the scalar one the oracle's).
@@ -238,14 +259,7 @@ proptest! {
         tags in tag_table(),
         flows in proptest::array::uniform8(0u16..=14),
     ) {
-        let mut want = [0xa5u8; BURST_SIZE];
-        Matcher::new(MatchImpl::Scalar).unwrap().find_matches(&tags, &flows, &mut want);
-        prop_assert_eq!(want, oracle(&tags, &flows));
-        for m in matchers() {
-            let mut got = [0x5au8; BURST_SIZE];
-            m.find_matches(&tags, &flows, &mut got);
-            prop_assert_eq!(got, want, "{}", m.imp().name());
-        }
+        check_every_matcher(&tags, &flows)?;
     }
 
     /// The same over the whole tag range, where matches are rare and the
@@ -261,13 +275,6 @@ proptest! {
         for (f, &(from_table, at, v)) in flows.iter_mut().zip(&picks) {
             *f = if from_table && !tags.is_empty() { tags[at % tags.len()].0[at % 16] } else { v };
         }
-        let mut want = [0u8; BURST_SIZE];
-        Matcher::new(MatchImpl::Scalar).unwrap().find_matches(&tags, &flows, &mut want);
-        prop_assert_eq!(want, oracle(&tags, &flows));
-        for m in matchers() {
-            let mut got = [0x5au8; BURST_SIZE];
-            m.find_matches(&tags, &flows, &mut got);
-            prop_assert_eq!(got, want, "{}", m.imp().name());
-        }
+        check_every_matcher(&tags, &flows)?;
     }
 }

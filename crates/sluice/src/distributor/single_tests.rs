@@ -11,6 +11,7 @@ use std::thread;
 
 use super::test_support::{
     ReturnOrder, assert_handed_once_returned_at_most_once, count_returned, hashed_burst, seqs,
+    take_returns,
 };
 use super::*;
 use crate::mbuf::{Burst, Mbuf};
@@ -32,8 +33,8 @@ fn active_workers(workers: usize) -> (SingleDistributor, Vec<SingleWorker>) {
 
 /// Every worker requests once and the distributor sees it.
 fn activate(distributor: &mut SingleDistributor, ws: &mut [SingleWorker]) {
-    for w in ws.iter_mut() {
-        w.request_pkt(None).unwrap();
+    for worker in ws.iter_mut() {
+        worker.request_pkt(None).unwrap();
     }
     assert_eq!(distributor.process(&mut none()), 0);
     assert_eq!(distributor.active_workers(), ws.len());
@@ -51,12 +52,12 @@ fn serve(
 ) {
     let mut taken = 0;
     for _ in 0..1000 {
-        for (i, w) in ws.iter_mut().enumerate() {
-            match w.poll_pkt() {
+        for (i, worker) in ws.iter_mut().enumerate() {
+            match worker.poll_pkt() {
                 Ok(Some(m)) => {
                     got[i].push(m.udata64());
                     taken += 1;
-                    w.request_pkt(Some(m)).unwrap();
+                    worker.request_pkt(Some(m)).unwrap();
                 }
                 // Not serving (shut down).
                 Ok(None) | Err(DistError::NotRequested { .. }) => {}
@@ -69,6 +70,13 @@ fn serve(
         }
     }
     panic!("the workers took {taken} of {n} packets");
+}
+
+/// Flushes `distributor`, which must have nothing left to hand out, and
+/// takes its returns: their sequence numbers, in the order they came back.
+fn flush_and_take_returns(distributor: &mut SingleDistributor) -> Vec<u64> {
+    assert_eq!(distributor.flush(), 0, "packets still in the distributor");
+    take_returns(|back| distributor.returned_pkts(back))
 }
 
 #[test]
@@ -87,7 +95,7 @@ fn bad_input_is_an_error_with_a_clear_message() {
         distributor.worker(4).unwrap_err().to_string(),
         "worker id 4 out of range: the distributor has 4 worker(s), ids 0..4"
     );
-    let mut w = distributor.worker(1).unwrap();
+    let mut worker = distributor.worker(1).unwrap();
     assert_eq!(
         distributor.worker(1).unwrap_err(),
         DistError::WorkerClaimed { id: 1 }
@@ -97,18 +105,18 @@ fn bad_input_is_an_error_with_a_clear_message() {
         "worker id 1 already has a live handle"
     );
     assert_eq!(
-        w.poll_pkt().unwrap_err().to_string(),
+        worker.poll_pkt().unwrap_err().to_string(),
         "worker 1 polled without a request (request_pkt)"
     );
-    w.request_pkt(None).unwrap();
+    worker.request_pkt(None).unwrap();
     assert_eq!(
-        w.request_pkt(None).unwrap_err().to_string(),
+        worker.request_pkt(None).unwrap_err().to_string(),
         "worker 1 asked for packets again before taking the last answer (poll_pkt)"
     );
     // A packet to hand back while a request is open: refused (and freed).
     let m = pool.alloc().unwrap();
     assert_eq!(
-        w.get_pkt(Some(m)).unwrap_err(),
+        worker.get_pkt(Some(m)).unwrap_err(),
         DistError::RequestPending { id: 1 }
     );
     // A dropped handle frees the id.
@@ -116,8 +124,8 @@ fn bad_input_is_an_error_with_a_clear_message() {
     assert_eq!(distributor.worker(2).unwrap().id(), 2);
     // (Worker 1's request is open: the distributor goes first.)
     drop(distributor);
-    assert_eq!(w.poll_pkt().unwrap_err(), DistError::Closed);
-    drop(w);
+    assert_eq!(worker.poll_pkt().unwrap_err(), DistError::Closed);
+    drop(worker);
     assert_pool_full(&pool);
 }
 
@@ -128,8 +136,8 @@ fn all_packets_of_one_flow_go_to_one_worker() {
     for round in 0..8u64 {
         // Eight packets of one flow with every worker idle: one is handed
         // at once, seven queue behind it for the same worker.
-        let mut b: Burst<8> = hashed_burst(&pool, 8, round * 8, |_| 0x1234);
-        assert_eq!(distributor.process(&mut b), 8);
+        let mut burst: Burst<8> = hashed_burst(&pool, 8, round * 8, |_| 0x1234);
+        assert_eq!(distributor.process(&mut burst), 8);
         let mut got = vec![Vec::new(); 4];
         serve(&mut distributor, &mut ws, &mut got, 8);
         let busy: Vec<_> = got.iter().filter(|g| !g.is_empty()).collect();
@@ -150,20 +158,17 @@ fn distinct_flows_spread_over_every_worker() {
     let (mut distributor, mut ws) = active_workers(4);
     // Eight flows: one to each idle worker, then one more to each of the
     // least loaded, lowest id first.
-    let mut b: Burst<8> = hashed_burst(&pool, 8, 0, |i| i as u32 + 100);
-    assert_eq!(distributor.process(&mut b), 8);
+    let mut burst: Burst<8> = hashed_burst(&pool, 8, 0, |i| i as u32 + 100);
+    assert_eq!(distributor.process(&mut burst), 8);
     assert_eq!(distributor.outstanding(), 8);
     let mut got = vec![Vec::new(); 4];
     serve(&mut distributor, &mut ws, &mut got, 8);
     assert_eq!(got, vec![vec![0, 4], vec![1, 5], vec![2, 6], vec![3, 7]]);
     assert_eq!(distributor.stats().handed, vec![2; 4]);
-    assert_eq!(distributor.flush(), 0);
-    let mut back = Burst::<8>::new();
-    assert_eq!(distributor.returned_pkts(&mut back), 8);
-    let mut s = seqs(&back);
-    s.sort_unstable();
-    assert_eq!(s, (0..8).collect::<Vec<_>>());
-    drop((back, distributor, ws));
+    let mut returned = flush_and_take_returns(&mut distributor);
+    returned.sort_unstable();
+    assert_eq!(returned, (0..8).collect::<Vec<_>>());
+    drop((distributor, ws));
     assert_pool_full(&pool);
 }
 
@@ -172,8 +177,8 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
     let pool = test_pool(127);
     let (mut distributor, mut ws) = active_workers(2);
     // Nine packets of one flow: one handed to worker 0, eight queued.
-    let mut b: Burst<16> = hashed_burst(&pool, 9, 0, |_| 9);
-    assert_eq!(distributor.process(&mut b), 9);
+    let mut burst: Burst<16> = hashed_burst(&pool, 9, 0, |_| 9);
+    assert_eq!(distributor.process(&mut burst), 9);
     assert_eq!(distributor.outstanding(), 9);
     // A tenth must wait for worker 0: nothing taken while it does not ask
     // is impossible to show single-threaded, so worker 0 quits instead,
@@ -183,19 +188,22 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
     assert_eq!(ws[1].poll_pkt().unwrap().map(|m| m.udata64()), None);
     ws[0].return_pkt(Some(m)).unwrap();
     distributor.process(&mut none());
-    let st = distributor.stats();
-    assert_eq!((st.shutdowns, st.redistributed, st.returned), (1, 8, 1));
+    let stats = distributor.stats();
+    assert_eq!(
+        (stats.shutdowns, stats.redistributed, stats.returned),
+        (1, 8, 1)
+    );
     assert_eq!(distributor.active_workers(), 1);
     // Its backlog goes to worker 1, in order.
     let mut got = vec![Vec::new(); 2];
     serve(&mut distributor, &mut ws, &mut got, 8);
     assert_eq!(got[1], (1..9).collect::<Vec<_>>());
     assert!(got[0].is_empty());
-    assert_eq!(distributor.flush(), 0);
-    let mut back = Burst::<16>::new();
-    assert_eq!(distributor.returned_pkts(&mut back), 9);
-    assert_eq!(seqs(&back), (0..9).collect::<Vec<_>>());
-    drop((back, distributor, ws));
+    assert_eq!(
+        flush_and_take_returns(&mut distributor),
+        (0..9).collect::<Vec<_>>()
+    );
+    drop((distributor, ws));
     assert_pool_full(&pool);
 }
 
@@ -203,8 +211,8 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
 fn an_unread_packet_of_a_worker_shutting_down_goes_first_to_another() {
     let pool = test_pool(127);
     let (mut distributor, mut ws) = active_workers(2);
-    let mut b: Burst<4> = hashed_burst(&pool, 3, 0, |_| 3);
-    assert_eq!(distributor.process(&mut b), 3);
+    let mut burst: Burst<4> = hashed_burst(&pool, 3, 0, |_| 3);
+    assert_eq!(distributor.process(&mut burst), 3);
     // Worker 0 was answered but quits without taking its packet.
     ws[0].return_pkt(None).unwrap();
     distributor.process(&mut none());
@@ -212,11 +220,8 @@ fn an_unread_packet_of_a_worker_shutting_down_goes_first_to_another() {
     let mut got = vec![Vec::new(); 2];
     serve(&mut distributor, &mut ws, &mut got, 3);
     assert_eq!(got, vec![vec![], vec![0, 1, 2]]);
-    assert_eq!(distributor.flush(), 0);
-    let mut back = Burst::<4>::new();
-    assert_eq!(distributor.returned_pkts(&mut back), 3);
-    assert_eq!(seqs(&back), vec![0, 1, 2]);
-    drop((back, distributor, ws));
+    assert_eq!(flush_and_take_returns(&mut distributor), vec![0, 1, 2]);
+    drop((distributor, ws));
     assert_pool_full(&pool);
 }
 
@@ -244,12 +249,12 @@ fn a_worker_waiting_for_a_packet_can_quit_and_come_back() {
     assert_eq!(distributor.active_workers(), 0);
     assert_eq!(distributor.stats().shutdowns, 1);
     // No active worker: packets stay with the caller.
-    let mut b: Burst<2> = hashed_burst(&pool, 2, 0, |_| 5);
-    assert_eq!(distributor.process(&mut b), 0);
-    assert_eq!(b.len(), 2);
+    let mut burst: Burst<2> = hashed_burst(&pool, 2, 0, |_| 5);
+    assert_eq!(distributor.process(&mut burst), 0);
+    assert_eq!(burst.len(), 2);
     // Back again, it receives.
     w0.request_pkt(None).unwrap();
-    assert_eq!(distributor.process(&mut b), 2);
+    assert_eq!(distributor.process(&mut burst), 2);
     let mut got = vec![Vec::new()];
     serve(&mut distributor, std::slice::from_mut(&mut w0), &mut got, 2);
     assert_eq!(got[0], vec![0, 1]);
@@ -263,23 +268,23 @@ fn a_worker_waiting_for_a_packet_can_quit_and_come_back() {
 fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
     let pool = test_pool(127);
     let mut distributor = SingleDistributor::with_returns(1, 8).unwrap();
-    let mut w = distributor.worker(0).unwrap();
-    w.request_pkt(None).unwrap();
+    let mut worker = distributor.worker(0).unwrap();
+    worker.request_pkt(None).unwrap();
     // Nine exchanges: the FIFO takes the first eight returns.
     for i in 0..9u64 {
-        let mut b: Burst<1> = hashed_burst(&pool, 1, i, |_| 1);
-        assert_eq!(distributor.process(&mut b), 1);
-        let m = w.poll_pkt().unwrap().expect("answered");
+        let mut burst: Burst<1> = hashed_burst(&pool, 1, i, |_| 1);
+        assert_eq!(distributor.process(&mut burst), 1);
+        let m = worker.poll_pkt().unwrap().expect("answered");
         assert_eq!(m.udata64(), i);
-        w.request_pkt(Some(m)).unwrap();
+        worker.request_pkt(Some(m)).unwrap();
     }
     assert_eq!(distributor.returns_waiting(), 8);
     assert_eq!(distributor.stats().returns_full, 0);
     // The ninth return does not fit: the worker waits; packet 9 queues.
-    let mut b: Burst<1> = hashed_burst(&pool, 1, 9, |_| 1);
-    assert_eq!(distributor.process(&mut b), 1);
+    let mut burst: Burst<1> = hashed_burst(&pool, 1, 9, |_| 1);
+    assert_eq!(distributor.process(&mut burst), 1);
     assert_eq!(distributor.stats().returns_full, 1);
-    assert_eq!(w.poll_pkt().unwrap().map(|m| m.udata64()), None);
+    assert_eq!(worker.poll_pkt().unwrap().map(|m| m.udata64()), None);
     assert_eq!(distributor.process(&mut none()), 0);
     assert_eq!(
         distributor.stats().returns_full,
@@ -288,9 +293,9 @@ fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
     );
     // Eight more of the flow: seven fit the backlog, the eighth must wait
     // for the worker, which waits for room: process leaves it.
-    let mut b: Burst<8> = hashed_burst(&pool, 8, 10, |_| 1);
-    assert_eq!(distributor.process(&mut b), 7);
-    assert_eq!(seqs(&b), vec![17]);
+    let mut burst: Burst<8> = hashed_burst(&pool, 8, 10, |_| 1);
+    assert_eq!(distributor.process(&mut burst), 7);
+    assert_eq!(seqs(&burst), vec![17]);
     assert_eq!(distributor.flush(), 9, "flush cannot go on either");
     assert_eq!(distributor.stats().returns_full, 1);
     let mut back = Burst::<8>::new();
@@ -298,13 +303,13 @@ fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
     assert_eq!(seqs(&back), (0..8).collect::<Vec<_>>());
     back.clear();
     // Room again: the return goes in, the worker gets packet 9.
-    assert_eq!(distributor.process(&mut b), 1);
-    assert_eq!(w.poll_pkt().unwrap().map(|m| m.udata64()), Some(9));
-    let st = distributor.stats();
-    assert_eq!((st.returned, st.distributed), (9, 18));
+    assert_eq!(distributor.process(&mut burst), 1);
+    assert_eq!(worker.poll_pkt().unwrap().map(|m| m.udata64()), Some(9));
+    let stats = distributor.stats();
+    assert_eq!((stats.returned, stats.distributed), (9, 18));
     // The worker shuts down idle; the distributor, dropped, frees its
     // backlog and the shutdown request's packets.
-    drop((b, w));
+    drop((burst, worker));
     drop(distributor);
     assert_pool_full(&pool);
 }
@@ -317,8 +322,8 @@ fn dropping_the_distributor_under_open_requests_frees_everything() {
     let mut w1 = distributor.worker(1).unwrap();
     w0.request_pkt(None).unwrap();
     w1.request_pkt(None).unwrap();
-    let mut b: Burst<8> = hashed_burst(&pool, 6, 0, |i| (i % 2) as u32 + 2);
-    assert_eq!(distributor.process(&mut b), 6);
+    let mut burst: Burst<8> = hashed_burst(&pool, 6, 0, |i| (i % 2) as u32 + 2);
+    assert_eq!(distributor.process(&mut burst), 6);
     // Worker 0 hands its packet back with a new request; worker 1 never
     // takes its answer.
     let m = w0.poll_pkt().unwrap().expect("answered");
@@ -340,8 +345,8 @@ fn a_handle_dropped_by_a_panic_leaves_its_answer_to_the_next() {
     let mut w1 = distributor.worker(1).unwrap();
     w0.request_pkt(None).unwrap();
     w1.request_pkt(None).unwrap();
-    let mut b: Burst<8> = hashed_burst(&pool, 3, 0, |_| 6);
-    assert_eq!(distributor.process(&mut b), 3);
+    let mut burst: Burst<8> = hashed_burst(&pool, 3, 0, |_| 6);
+    assert_eq!(distributor.process(&mut burst), 3);
     // Worker 0 has an answer (packet 0, with 1 and 2 queued) and its
     // thread panics before taking it.
     let r = catch_unwind(AssertUnwindSafe(move || {
@@ -378,8 +383,8 @@ fn a_handle_dropped_by_a_panic_leaves_its_answer_to_the_next() {
     assert_eq!(distributor.active_workers(), 2);
 
     // A panic with an answer and no next handle: the last owner frees it.
-    let mut b: Burst<8> = hashed_burst(&pool, 1, 3, |_| 6);
-    assert_eq!(distributor.process(&mut b), 1);
+    let mut burst: Burst<8> = hashed_burst(&pool, 1, 3, |_| 6);
+    assert_eq!(distributor.process(&mut burst), 1);
     let r = catch_unwind(AssertUnwindSafe(move || {
         let _w = w0;
         panic!("worker 0 fails for good");
@@ -401,7 +406,7 @@ fn flows_leave_the_workers_in_arrival_order() {
     let last: Arc<Mutex<HashMap<u32, u64>>> = Arc::default();
     let handles: Vec<_> = (0..WORKERS)
         .map(|i| {
-            let mut w = distributor.worker(i).unwrap();
+            let mut worker = distributor.worker(i).unwrap();
             let last = Arc::clone(&last);
             thread::spawn(move || {
                 let mut done = 0u64;
@@ -415,10 +420,10 @@ fn flows_leave_the_workers_in_arrival_order() {
                 let mut ret = None;
                 loop {
                     if done >= quota {
-                        let _ = w.return_pkt(ret);
+                        let _ = worker.return_pkt(ret);
                         return done;
                     }
-                    let m = match w.get_pkt(ret.take()) {
+                    let m = match worker.get_pkt(ret.take()) {
                         Ok(m) => m,
                         Err(DistError::Closed) => return done,
                         Err(e) => panic!("{e}"),
@@ -447,18 +452,18 @@ fn flows_leave_the_workers_in_arrival_order() {
     wait_active(&mut distributor, WORKERS);
     let mut seq = 0u64;
     while seq < TOTAL {
-        let mut b: Burst<32> = hashed_burst(&pool, 32, seq, |s| (s % FLOWS) as u32);
+        let mut burst: Burst<32> = hashed_burst(&pool, 32, seq, |s| (s % FLOWS) as u32);
         seq += 32;
         // Bounded: every call takes at least one packet unless the
         // returns FIFO is full, which the check empties.
         for _ in 0..64 {
-            if b.is_empty() {
+            if burst.is_empty() {
                 break;
             }
-            distributor.process(&mut b);
+            distributor.process(&mut burst);
             check_returns(&mut distributor, &mut back);
         }
-        assert!(b.is_empty());
+        assert!(burst.is_empty());
     }
     for _ in 0..64 {
         let left = distributor.flush();
@@ -487,11 +492,11 @@ fn two_hundred_thousand_packets_allocated_and_freed_by_workers_leave_the_pool_fu
     let freed = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..2)
         .map(|i| {
-            let mut w = distributor.worker(i).unwrap();
+            let mut worker = distributor.worker(i).unwrap();
             let freed = Arc::clone(&freed);
             thread::spawn(move || {
                 loop {
-                    match w.get_pkt(None) {
+                    match worker.get_pkt(None) {
                         Ok(m) => {
                             drop(m);
                             freed.fetch_add(1, Ordering::Relaxed);
@@ -505,27 +510,27 @@ fn two_hundred_thousand_packets_allocated_and_freed_by_workers_leave_the_pool_fu
         .collect();
     wait_active(&mut distributor, 2);
     let mut sent = 0u64;
-    let mut b = Burst::<32>::new();
+    let mut burst = Burst::<32>::new();
     let mut rounds = 0u64;
     while sent < TOTAL {
         rounds += 1;
         assert!(rounds < 100_000_000, "stuck at {sent} packets");
-        let n = (TOTAL - sent).min(32) as usize - b.len();
-        if pool.alloc_bulk(&mut b, n).is_err() {
+        let n = (TOTAL - sent).min(32) as usize - burst.len();
+        if pool.alloc_bulk(&mut burst, n).is_err() {
             // Every buffer is in flight: wait for the workers.
             distributor.process(&mut none());
             continue;
         }
-        for (k, m) in b.iter_mut().enumerate() {
+        for (k, m) in burst.iter_mut().enumerate() {
             m.set_rss_hash((sent + k as u64) as u32).unwrap();
         }
-        sent += distributor.process(&mut b) as u64;
+        sent += distributor.process(&mut burst) as u64;
     }
     assert_eq!(distributor.flush(), 0);
-    let st = distributor.stats();
-    assert_eq!(st.distributed, TOTAL);
-    assert_eq!(st.handed.iter().sum::<u64>(), TOTAL);
-    assert_eq!(st.returned, 0);
+    let stats = distributor.stats();
+    assert_eq!(stats.distributed, TOTAL);
+    assert_eq!(stats.handed.iter().sum::<u64>(), TOTAL);
+    assert_eq!(stats.returned, 0);
     drop(distributor);
     for h in handles {
         h.join().unwrap();
@@ -538,12 +543,12 @@ fn two_hundred_thousand_packets_allocated_and_freed_by_workers_leave_the_pool_fu
 fn a_worker_thread_echoes_a_1024_packet_burst_packet_for_packet() {
     let pool = test_pool(2047);
     let mut distributor = SingleDistributor::new(1).unwrap();
-    let mut w = distributor.worker(0).unwrap();
+    let mut worker = distributor.worker(0).unwrap();
     let h = thread::spawn(move || {
         let mut ret: Option<Mbuf> = None;
         let mut got = 0u64;
         loop {
-            match w.get_pkt(ret.take()) {
+            match worker.get_pkt(ret.take()) {
                 Ok(m) => {
                     got += 1;
                     ret = Some(m);
@@ -554,8 +559,8 @@ fn a_worker_thread_echoes_a_1024_packet_burst_packet_for_packet() {
         }
     });
     wait_active(&mut distributor, 1);
-    let mut b: Burst<1024> = hashed_burst(&pool, 1024, 0, |i| (i % 97) as u32);
-    assert_eq!(distributor.process(&mut b), 1024);
+    let mut burst: Burst<1024> = hashed_burst(&pool, 1024, 0, |i| (i % 97) as u32);
+    assert_eq!(distributor.process(&mut burst), 1024);
     // The worker hands back its last packet with its next request.
     assert_eq!(distributor.flush(), 0);
     let mut back = Burst::<1024>::new();
@@ -600,8 +605,8 @@ fn check_forgotten_idle_worker(k: usize) {
     let mut held: Option<Mbuf> = None;
     for i in 0..k as u64 {
         w0.request_pkt(held.take()).unwrap();
-        let mut b: Burst<1> = hashed_burst(&pool, 1, i, |_| 5);
-        assert_eq!(distributor.process(&mut b), 1);
+        let mut burst: Burst<1> = hashed_burst(&pool, 1, i, |_| 5);
+        assert_eq!(distributor.process(&mut burst), 1);
         let m = w0.poll_pkt().unwrap().expect("answered");
         *handed.entry(m.udata64()).or_default() += 1;
         held = Some(m);
@@ -612,8 +617,8 @@ fn check_forgotten_idle_worker(k: usize) {
         distributor.worker(0),
         Err(DistError::WorkerClaimed { id: 0 })
     ));
-    let mut b: Burst<1> = hashed_burst(&pool, 1, 1000, |_| 6);
-    assert_eq!(distributor.process(&mut b), 1);
+    let mut burst: Burst<1> = hashed_burst(&pool, 1, 1000, |_| 6);
+    assert_eq!(distributor.process(&mut burst), 1);
     let m = w1.poll_pkt().unwrap().expect("answered");
     *handed.entry(m.udata64()).or_default() += 1;
     w1.request_pkt(Some(m)).unwrap();

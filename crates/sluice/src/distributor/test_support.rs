@@ -62,6 +62,24 @@ pub(super) fn count_returned(
     returned
 }
 
+/// Takes every returned packet with `returned_pkts` (called until it gives
+/// none, at most 1000 times) and frees it: the sequence numbers, in the
+/// order they came back.
+pub(super) fn take_returns(mut returned_pkts: impl FnMut(&mut BurstSlice) -> usize) -> Vec<u64> {
+    let mut taken = Vec::new();
+    let mut back = Burst::<32>::new();
+    for _ in 0..1000 {
+        let n = returned_pkts(&mut back);
+        assert_eq!(n, back.len(), "returned_pkts counts what it gives");
+        if n == 0 {
+            return taken;
+        }
+        taken.extend(seqs(&back));
+        back.clear();
+    }
+    panic!("returns still coming after {} packets", taken.len());
+}
+
 /// Each of `n` packets reached a worker exactly once (`handed`), and came
 /// back at most once (`returned`), none that was not handed out.
 pub(super) fn assert_handed_once_returned_at_most_once(

@@ -10,7 +10,7 @@ use std::thread;
 
 use super::test_support::{
     ReturnOrder, assert_handed_once_returned_at_most_once, burst_of, count_returned,
-    hashed_packets, seqs,
+    hashed_packets, seqs, take_returns,
 };
 use super::*;
 use crate::mbuf::Burst;
@@ -50,11 +50,18 @@ fn active_workers(workers: usize) -> (Distributor, Vec<Worker>) {
 /// Makes every worker active: each requests once, the distributor sees it.
 fn activate(distributor: &mut Distributor, ws: &mut [Worker]) {
     let mut none = Burst::<8>::new();
-    for w in ws.iter_mut() {
-        w.request_pkt(&mut none).unwrap();
+    for worker in ws.iter_mut() {
+        worker.request_pkt(&mut none).unwrap();
     }
     assert_eq!(distributor.process(&mut none), 0);
     assert_eq!(distributor.active_workers(), ws.len());
+}
+
+/// Flushes `distributor`, which must have nothing left to hand out, and
+/// takes its returns: their sequence numbers, in the order they came back.
+fn flush_and_take_returns(distributor: &mut Distributor) -> Vec<u64> {
+    assert_eq!(distributor.flush(), 0, "packets still in the distributor");
+    take_returns(|back| distributor.returned_pkts(back))
 }
 
 #[test]
@@ -98,7 +105,7 @@ fn bad_input_is_an_error_with_a_clear_message() {
         e.to_string(),
         "worker id 4 out of range: the distributor has 4 worker(s), ids 0..4"
     );
-    let mut w = distributor.worker(1).unwrap();
+    let mut worker = distributor.worker(1).unwrap();
     assert_eq!(
         distributor.worker(1).unwrap_err(),
         DistError::WorkerClaimed { id: 1 }
@@ -111,16 +118,19 @@ fn bad_input_is_an_error_with_a_clear_message() {
     let mut small = Burst::<4>::new();
     let mut none = Burst::<8>::new();
     assert_eq!(
-        w.get_pkt(&mut none, &mut small).unwrap_err().to_string(),
+        worker
+            .get_pkt(&mut none, &mut small)
+            .unwrap_err()
+            .to_string(),
         "a worker's burst needs room for 8 packets: it has 4"
     );
     assert_eq!(
-        w.poll_pkt(&mut none).unwrap_err().to_string(),
+        worker.poll_pkt(&mut none).unwrap_err().to_string(),
         "worker 1 polled without a request (request_pkt)"
     );
-    w.request_pkt(&mut none).unwrap();
+    worker.request_pkt(&mut none).unwrap();
     assert_eq!(
-        w.request_pkt(&mut none).unwrap_err().to_string(),
+        worker.request_pkt(&mut none).unwrap_err().to_string(),
         "worker 1 asked for packets again before taking the last answer (poll_pkt)"
     );
     // A dropped handle frees the id.
@@ -129,7 +139,7 @@ fn bad_input_is_an_error_with_a_clear_message() {
     assert_eq!(distributor.worker(2).unwrap().id(), 2);
     // (Worker 1's request is open: the distributor goes first.)
     drop(distributor);
-    drop(w);
+    drop(worker);
 }
 
 #[test]
@@ -140,12 +150,12 @@ fn all_packets_of_one_flow_go_to_one_worker() {
     let mut out = Burst::<8>::new();
     let mut back = Burst::<64>::new();
     for round in 0..32 {
-        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 0x1234));
-        assert_eq!(distributor.process(&mut b), 8);
-        for (i, w) in ws.iter_mut().enumerate() {
-            if let Some(n) = w.poll_pkt(&mut out).unwrap() {
+        let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 0x1234));
+        assert_eq!(distributor.process(&mut burst), 8);
+        for (i, worker) in ws.iter_mut().enumerate() {
+            if let Some(n) = worker.poll_pkt(&mut out).unwrap() {
                 got[i] += n;
-                w.request_pkt(&mut out).unwrap();
+                worker.request_pkt(&mut out).unwrap();
             }
         }
         distributor.returned_pkts(&mut back);
@@ -164,13 +174,13 @@ fn distinct_flows_spread_over_every_worker() {
     let pool = test_pool(1023);
     let (mut distributor, mut ws) = active_workers(4);
     // 32 packets of 32 flows: with every worker idle, each gets its share.
-    let mut b: Burst<32> = burst_of(hashed_packets(&pool, 32, 0, |i| i as u32 + 100));
-    assert_eq!(distributor.process(&mut b), 32);
+    let mut burst: Burst<32> = burst_of(hashed_packets(&pool, 32, 0, |i| i as u32 + 100));
+    assert_eq!(distributor.process(&mut burst), 32);
     let mut out = Burst::<8>::new();
-    for w in ws.iter_mut() {
-        assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(8));
+    for worker in ws.iter_mut() {
+        assert_eq!(worker.poll_pkt(&mut out).unwrap(), Some(8));
         // The packets' flows: none shared with another worker.
-        w.request_pkt(&mut out).unwrap();
+        worker.request_pkt(&mut out).unwrap();
     }
     assert_eq!(distributor.flush(), 0);
     assert_eq!(distributor.stats().handed, vec![8; 4]);
@@ -186,8 +196,8 @@ fn a_flow_waits_for_its_worker_and_keeps_its_order() {
     // backlog even though the other is idle.
     let pool = test_pool(127);
     let (mut distributor, mut ws) = active_workers(2);
-    let mut b: Burst<16> = burst_of(hashed_packets(&pool, 16, 0, |_| 7));
-    assert_eq!(distributor.process(&mut b), 16);
+    let mut burst: Burst<16> = burst_of(hashed_packets(&pool, 16, 0, |_| 7));
+    assert_eq!(distributor.process(&mut burst), 16);
     let mut out = Burst::<8>::new();
     assert_eq!(ws[0].poll_pkt(&mut out).unwrap(), Some(8));
     assert_eq!(seqs(&out), (0..8).collect::<Vec<_>>());
@@ -204,11 +214,11 @@ fn a_flow_waits_for_its_worker_and_keeps_its_order() {
     assert_eq!(ws[0].poll_pkt(&mut out).unwrap(), Some(8));
     assert_eq!(seqs(&out), (8..16).collect::<Vec<_>>());
     ws[0].request_pkt(&mut out).unwrap();
-    assert_eq!(distributor.flush(), 0);
-    let mut back = Burst::<32>::new();
-    assert_eq!(distributor.returned_pkts(&mut back), 16);
-    assert_eq!(seqs(&back), (0..16).collect::<Vec<_>>());
-    drop((back, distributor, ws));
+    assert_eq!(
+        flush_and_take_returns(&mut distributor),
+        (0..16).collect::<Vec<_>>()
+    );
+    drop((distributor, ws));
     assert_pool_full(&pool);
 }
 
@@ -217,8 +227,8 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
     let pool = test_pool(127);
     let (mut distributor, mut ws) = active_workers(2);
     // 16 packets of one flow: eight handed to worker 0, eight in its backlog.
-    let mut b: Burst<16> = burst_of(hashed_packets(&pool, 16, 0, |_| 9));
-    assert_eq!(distributor.process(&mut b), 16);
+    let mut burst: Burst<16> = burst_of(hashed_packets(&pool, 16, 0, |_| 9));
+    assert_eq!(distributor.process(&mut burst), 16);
     assert_eq!(distributor.outstanding(), 16);
     let mut out = Burst::<8>::new();
     assert_eq!(ws[0].poll_pkt(&mut out).unwrap(), Some(8));
@@ -226,18 +236,18 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
     assert_eq!(ws[0].return_pkt(&mut out).unwrap(), 8);
     let mut none = Burst::<8>::new();
     distributor.process(&mut none);
-    let st = distributor.stats();
-    assert_eq!((st.shutdowns, st.redistributed), (1, 8));
+    let stats = distributor.stats();
+    assert_eq!((stats.shutdowns, stats.redistributed), (1, 8));
     assert_eq!(distributor.active_workers(), 1);
     // Its backlog went to worker 1, in order.
     assert_eq!(ws[1].poll_pkt(&mut out).unwrap(), Some(8));
     assert_eq!(seqs(&out), (8..16).collect::<Vec<_>>());
     ws[1].request_pkt(&mut out).unwrap();
-    assert_eq!(distributor.flush(), 0);
-    let mut back = Burst::<32>::new();
-    assert_eq!(distributor.returned_pkts(&mut back), 16);
-    assert_eq!(seqs(&back), (0..16).collect::<Vec<_>>());
-    drop((back, distributor, ws));
+    assert_eq!(
+        flush_and_take_returns(&mut distributor),
+        (0..16).collect::<Vec<_>>()
+    );
+    drop((distributor, ws));
     assert_pool_full(&pool);
 }
 
@@ -245,8 +255,8 @@ fn a_worker_shutting_down_with_a_full_backlog_loses_nothing() {
 fn an_unread_batch_of_a_worker_shutting_down_goes_to_another() {
     let pool = test_pool(127);
     let (mut distributor, mut ws) = active_workers(2);
-    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, 0, |_| 3));
-    assert_eq!(distributor.process(&mut b), 8);
+    let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 8, 0, |_| 3));
+    assert_eq!(distributor.process(&mut burst), 8);
     // Worker 0 was answered but quits without taking the batch.
     let mut none = Burst::<8>::new();
     assert_eq!(ws[0].return_pkt(&mut none).unwrap(), 0);
@@ -266,25 +276,25 @@ fn an_unread_batch_of_a_worker_shutting_down_goes_to_another() {
 fn a_worker_can_come_back_after_shutting_down() {
     let pool = test_pool(127);
     let mut distributor = new_distributor(1);
-    let mut w = distributor.worker(0).unwrap();
+    let mut worker = distributor.worker(0).unwrap();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
-    w.request_pkt(&mut none).unwrap();
-    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 4, 0, |i| i as u32));
-    assert_eq!(distributor.process(&mut b), 4);
-    assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(4));
-    assert_eq!(w.return_pkt(&mut out).unwrap(), 4);
+    worker.request_pkt(&mut none).unwrap();
+    let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 4, 0, |i| i as u32));
+    assert_eq!(distributor.process(&mut burst), 4);
+    assert_eq!(worker.poll_pkt(&mut out).unwrap(), Some(4));
+    assert_eq!(worker.return_pkt(&mut out).unwrap(), 4);
     distributor.process(&mut none);
     assert_eq!(distributor.active_workers(), 0);
     // No active worker: the packets stay with the caller.
-    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 4, 4, |i| i as u32));
-    assert_eq!(distributor.process(&mut b), 0);
-    assert_eq!(b.len(), 4);
-    w.request_pkt(&mut none).unwrap();
-    assert_eq!(distributor.process(&mut b), 4);
-    assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(4));
+    let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 4, 4, |i| i as u32));
+    assert_eq!(distributor.process(&mut burst), 0);
+    assert_eq!(burst.len(), 4);
+    worker.request_pkt(&mut none).unwrap();
+    assert_eq!(distributor.process(&mut burst), 4);
+    assert_eq!(worker.poll_pkt(&mut out).unwrap(), Some(4));
     assert_eq!(seqs(&out), (4..8).collect::<Vec<_>>());
-    drop(w);
+    drop(worker);
     assert_eq!(distributor.flush(), 0);
     assert_eq!(distributor.returns_waiting(), 4);
     distributor.clear_returns();
@@ -316,8 +326,8 @@ fn a_worker_waiting_for_packets_can_quit() {
     assert_eq!(distributor.stats().shutdowns, 1);
     // Back again, it receives.
     w0.request_pkt(&mut none).unwrap();
-    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 2, 0, |_| 5));
-    assert_eq!(distributor.process(&mut b), 2);
+    let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 2, 0, |_| 5));
+    assert_eq!(distributor.process(&mut burst), 2);
     assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(2));
     drop((w0, out));
     assert_eq!(distributor.flush(), 0);
@@ -334,22 +344,22 @@ fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
         ..Default::default()
     })
     .unwrap();
-    let mut w = distributor.worker(0).unwrap();
+    let mut worker = distributor.worker(0).unwrap();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
-    w.request_pkt(&mut none).unwrap();
+    worker.request_pkt(&mut none).unwrap();
     for round in 0..2u64 {
-        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 1));
-        assert_eq!(distributor.process(&mut b), 8);
-        assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(8));
-        w.request_pkt(&mut out).unwrap();
+        let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 1));
+        assert_eq!(distributor.process(&mut burst), 8);
+        assert_eq!(worker.poll_pkt(&mut out).unwrap(), Some(8));
+        worker.request_pkt(&mut out).unwrap();
     }
     // The first eight returns filled the FIFO; the second request waits.
-    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, 16, |_| 1));
+    let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 8, 16, |_| 1));
     // The worker's backlog takes eight; nothing more is needed.
-    assert_eq!(distributor.process(&mut b), 8);
+    assert_eq!(distributor.process(&mut burst), 8);
     assert_eq!(distributor.stats().returns_full, 1);
-    assert_eq!(w.poll_pkt(&mut out).unwrap(), None);
+    assert_eq!(worker.poll_pkt(&mut out).unwrap(), None);
     assert_eq!(distributor.process(&mut none), 0);
     assert_eq!(
         distributor.stats().returns_full,
@@ -358,20 +368,20 @@ fn a_full_returns_fifo_holds_the_worker_and_counts_once() {
     );
     // A ninth packet for the same flow must wait for the worker, which
     // waits for room: process stops and leaves it with the caller.
-    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 1, 24, |_| 1));
-    assert_eq!(distributor.process(&mut b), 0);
-    assert_eq!(b.len(), 1);
+    let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 1, 24, |_| 1));
+    assert_eq!(distributor.process(&mut burst), 0);
+    assert_eq!(burst.len(), 1);
     assert_eq!(distributor.flush(), 16, "flush cannot go on either");
     let mut back = Burst::<8>::new();
     assert_eq!(distributor.returned_pkts(&mut back), 8);
     assert_eq!(seqs(&back), (0..8).collect::<Vec<_>>());
     back.clear();
-    assert_eq!(distributor.process(&mut b), 1);
-    assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(8));
+    assert_eq!(distributor.process(&mut burst), 1);
+    assert_eq!(worker.poll_pkt(&mut out).unwrap(), Some(8));
     assert_eq!(seqs(&out), (16..24).collect::<Vec<_>>());
-    let st = distributor.stats();
-    assert_eq!((st.returned, st.distributed), (16, 25));
-    drop((b, out, w));
+    let stats = distributor.stats();
+    assert_eq!((stats.returned, stats.distributed), (16, 25));
+    drop((burst, out, worker));
     distributor.clear_returns();
     drop(distributor);
     assert_pool_full(&pool);
@@ -383,8 +393,8 @@ fn dropping_the_distributor_under_an_open_request_frees_everything() {
     let (mut distributor, mut w0, w1) = two_requesting_workers();
     let mut none = Burst::<8>::new();
     let mut out = Burst::<8>::new();
-    let mut b: Burst<16> = burst_of(hashed_packets(&pool, 12, 0, |i| (i % 2) as u32 + 2));
-    assert_eq!(distributor.process(&mut b), 12);
+    let mut burst: Burst<16> = burst_of(hashed_packets(&pool, 12, 0, |i| (i % 2) as u32 + 2));
+    assert_eq!(distributor.process(&mut burst), 12);
     assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(6));
     // Worker 0 hands its packets back with a new request; worker 1 never
     // takes its batch.
@@ -404,14 +414,14 @@ fn a_1024_packet_burst_comes_back_packet_for_packet() {
     let handles: Vec<_> = (0..2)
         .map(|i| spawn_echo(distributor.worker(i).unwrap(), &stop))
         .collect();
-    let mut b: Burst<1024> = burst_of(hashed_packets(&pool, 1024, 0, |i| (i % 97) as u32));
+    let mut burst: Burst<1024> = burst_of(hashed_packets(&pool, 1024, 0, |i| (i % 97) as u32));
     let mut back = Burst::<1024>::new();
     let mut returned = Vec::new();
     while distributor.active_workers() < 2 {
         distributor.process(&mut Burst::<0>::new());
         thread::yield_now();
     }
-    assert_eq!(distributor.process(&mut b), 1024);
+    assert_eq!(distributor.process(&mut burst), 1024);
     assert_eq!(distributor.flush(), 0);
     distributor.returned_pkts(&mut back);
     returned.extend(seqs(&back));
@@ -427,17 +437,17 @@ fn a_1024_packet_burst_comes_back_packet_for_packet() {
 }
 
 /// A worker thread that hands back every packet it gets, until `stop`.
-fn spawn_echo(mut w: Worker, stop: &Arc<AtomicBool>) -> thread::JoinHandle<u64> {
+fn spawn_echo(mut worker: Worker, stop: &Arc<AtomicBool>) -> thread::JoinHandle<u64> {
     let stop = Arc::clone(stop);
     thread::spawn(move || {
         let mut pkts = Burst::<8>::new();
         let mut got = 0;
         while !stop.load(Ordering::Relaxed) {
-            if w.request_pkt(&mut pkts).is_err() {
+            if worker.request_pkt(&mut pkts).is_err() {
                 return got;
             }
             loop {
-                if let Some(n) = w.poll_pkt(&mut pkts).unwrap_or(Some(0)) {
+                if let Some(n) = worker.poll_pkt(&mut pkts).unwrap_or(Some(0)) {
                     got += n as u64;
                     break;
                 }
@@ -448,7 +458,7 @@ fn spawn_echo(mut w: Worker, stop: &Arc<AtomicBool>) -> thread::JoinHandle<u64> 
                 thread::yield_now();
             }
         }
-        let _ = w.return_pkt(&mut pkts);
+        let _ = worker.return_pkt(&mut pkts);
         got
     })
 }
@@ -464,26 +474,26 @@ fn a_million_packets_allocated_and_freed_by_workers_leave_the_pool_full() {
     let freed = Arc::new(AtomicU64::new(0));
     let handles: Vec<_> = (0..2)
         .map(|i| {
-            let mut w = distributor.worker(i).unwrap();
+            let mut worker = distributor.worker(i).unwrap();
             let (stop, freed) = (Arc::clone(&stop), Arc::clone(&freed));
             thread::spawn(move || {
                 let mut none = Burst::<8>::new();
                 let mut pkts = Burst::<8>::new();
                 loop {
-                    match w.request_pkt(&mut none) {
+                    match worker.request_pkt(&mut none) {
                         Ok(_) => {}
                         Err(DistError::Closed) => return,
                         Err(e) => panic!("{e}"),
                     }
                     loop {
-                        match w.poll_pkt(&mut pkts) {
+                        match worker.poll_pkt(&mut pkts) {
                             Ok(Some(n)) => {
                                 freed.fetch_add(n as u64, Ordering::Relaxed);
                                 pkts.clear();
                                 break;
                             }
                             Ok(None) if stop.load(Ordering::Relaxed) => {
-                                let _ = w.return_pkt(&mut none);
+                                let _ = worker.return_pkt(&mut none);
                                 return;
                             }
                             Ok(None) => std::hint::spin_loop(),
@@ -496,18 +506,18 @@ fn a_million_packets_allocated_and_freed_by_workers_leave_the_pool_full() {
         })
         .collect();
     let mut sent = 0u64;
-    let mut b = Burst::<32>::new();
+    let mut burst = Burst::<32>::new();
     while sent < TOTAL {
-        let n = (TOTAL - sent).min(32) as usize - b.len();
-        if pool.alloc_bulk(&mut b, n).is_err() {
+        let n = (TOTAL - sent).min(32) as usize - burst.len();
+        if pool.alloc_bulk(&mut burst, n).is_err() {
             // Every buffer is in flight: wait for the workers.
             distributor.process(&mut Burst::<0>::new());
             continue;
         }
-        for (k, m) in b.iter_mut().enumerate() {
+        for (k, m) in burst.iter_mut().enumerate() {
             m.set_rss_hash((sent + k as u64) as u32).unwrap();
         }
-        sent += distributor.process(&mut b) as u64;
+        sent += distributor.process(&mut burst) as u64;
     }
     assert_eq!(distributor.flush(), 0);
     stop.store(true, Ordering::Relaxed);
@@ -531,7 +541,7 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
     let stop = Arc::new(AtomicBool::new(false));
     let handles: Vec<_> = (0..WORKERS)
         .map(|i| {
-            let mut w = distributor.worker(i).unwrap();
+            let mut worker = distributor.worker(i).unwrap();
             let (stop, last) = (Arc::clone(&stop), Arc::clone(&last));
             thread::spawn(move || {
                 let mut pkts = Burst::<8>::new();
@@ -545,15 +555,15 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
                 };
                 loop {
                     if done >= quota || stop.load(Ordering::Relaxed) {
-                        let _ = w.return_pkt(&mut pkts);
+                        let _ = worker.return_pkt(&mut pkts);
                         return;
                     }
-                    w.request_pkt(&mut pkts).unwrap();
+                    worker.request_pkt(&mut pkts).unwrap();
                     loop {
-                        match w.poll_pkt(&mut pkts).unwrap() {
+                        match worker.poll_pkt(&mut pkts).unwrap() {
                             Some(_) => break,
                             None if stop.load(Ordering::Relaxed) => {
-                                let _ = w.return_pkt(&mut pkts);
+                                let _ = worker.return_pkt(&mut pkts);
                                 return;
                             }
                             None => thread::yield_now(),
@@ -584,10 +594,10 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
         order.check_and_clear(back);
     };
     while seq < TOTAL {
-        let mut b: Burst<32> = burst_of(hashed_packets(&pool, 32, seq, |s| (s % FLOWS) as u32));
+        let mut burst: Burst<32> = burst_of(hashed_packets(&pool, 32, seq, |s| (s % FLOWS) as u32));
         seq += 32;
-        while !b.is_empty() {
-            distributor.process(&mut b);
+        while !burst.is_empty() {
+            distributor.process(&mut burst);
             check_returns(&mut distributor, &mut back);
         }
     }
@@ -609,10 +619,10 @@ fn flows_leave_the_workers_in_arrival_order_and_flush_survives_a_shutdown() {
     assert_pool_full(&pool);
 }
 
-/// Drops `w` while a panic unwinds (as a worker thread that panicked would).
-fn drop_in_panic(w: Worker) {
+/// Drops `worker` while a panic unwinds (as a worker thread that panicked would).
+fn drop_in_panic(worker: Worker) {
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || {
-        let _w = w;
+        let _w = worker;
         panic!("worker job failed (expected by the test)");
     }));
     assert!(r.is_err());
@@ -623,24 +633,24 @@ fn the_answer_to_a_panic_dropped_handle_goes_to_the_next_one_or_is_freed() {
     let pool = test_pool(127);
     for next_handle in [true, false] {
         let mut distributor = new_distributor(1);
-        let mut w = distributor.worker(0).unwrap();
+        let mut worker = distributor.worker(0).unwrap();
         let mut none = Burst::<8>::new();
-        w.request_pkt(&mut none).unwrap();
-        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 3, 0, |_| 4));
-        assert_eq!(distributor.process(&mut b), 3);
+        worker.request_pkt(&mut none).unwrap();
+        let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 3, 0, |_| 4));
+        assert_eq!(distributor.process(&mut burst), 3);
         // Answered, not taken, and the handle goes down with a panic: it
         // does not wait (nor hand the batch back).
-        drop_in_panic(w);
+        drop_in_panic(worker);
         if next_handle {
-            let mut w = distributor.worker(0).unwrap();
+            let mut worker = distributor.worker(0).unwrap();
             let mut out = Burst::<8>::new();
-            assert_eq!(w.poll_pkt(&mut out).unwrap(), Some(3));
+            assert_eq!(worker.poll_pkt(&mut out).unwrap(), Some(3));
             assert_eq!(seqs(&out), vec![0, 1, 2]);
-            w.request_pkt(&mut out).unwrap();
+            worker.request_pkt(&mut out).unwrap();
             assert_eq!(distributor.flush(), 0);
             assert_eq!(distributor.returns_waiting(), 3);
             drop(distributor);
-            drop(w);
+            drop(worker);
         } else {
             // No one takes it: freed with the shared lines.
             drop(distributor);
@@ -667,8 +677,8 @@ fn check_forgotten_idle_worker(k: usize) {
     w1.request_pkt(&mut none).unwrap();
     for round in 0..k as u64 {
         w0.request_pkt(&mut out).unwrap();
-        let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 5));
-        assert_eq!(distributor.process(&mut b), 8);
+        let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 8, round * 8, |_| 5));
+        assert_eq!(distributor.process(&mut burst), 8);
         assert_eq!(w0.poll_pkt(&mut out).unwrap(), Some(8));
         for s in seqs(&out) {
             *seen.entry(s).or_default() += 1;
@@ -681,8 +691,8 @@ fn check_forgotten_idle_worker(k: usize) {
         distributor.worker(0),
         Err(DistError::WorkerClaimed { id: 0 })
     ));
-    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 8, 1000, |_| 6));
-    assert_eq!(distributor.process(&mut b), 8);
+    let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 8, 1000, |_| 6));
+    assert_eq!(distributor.process(&mut burst), 8);
     assert_eq!(w1.poll_pkt(&mut out).unwrap(), Some(8));
     for s in seqs(&out) {
         *seen.entry(s).or_default() += 1;
@@ -710,8 +720,8 @@ fn a_forgotten_idle_worker_loses_nothing_and_blocks_nothing() {
 fn a_worker_forgotten_with_an_untaken_batch_leaks_only_that_batch() {
     let pool = test_pool(127);
     let (mut distributor, w0, w1) = two_requesting_workers();
-    let mut b: Burst<8> = burst_of(hashed_packets(&pool, 6, 0, |_| 5));
-    assert_eq!(distributor.process(&mut b), 6);
+    let mut burst: Burst<8> = burst_of(hashed_packets(&pool, 6, 0, |_| 5));
+    assert_eq!(distributor.process(&mut burst), 6);
     std::mem::forget(w0);
     drop((distributor, w1));
     assert_eq!(pool.available(), 127 - 6);

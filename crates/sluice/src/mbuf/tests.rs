@@ -156,21 +156,21 @@ fn alloc_resets_what_the_last_user_left() {
 fn clones_share_the_buffer_and_block_writes() {
     let pool = test_pool(3);
     let mut m = pool.alloc_from_slice(b"hello").unwrap();
-    let c = m.clone();
-    assert_eq!((m.refcnt(), c.refcnt()), (2, 2));
+    let clone = m.clone();
+    assert_eq!((m.refcnt(), clone.refcnt()), (2, 2));
     assert!(m.is_shared());
     assert!(matches!(m.data_mut(), Err(MbufError::Shared)));
     assert!(matches!(m.append(1), Err(MbufError::Shared)));
     assert!(matches!(m.set_port(1), Err(MbufError::Shared)));
-    assert_eq!(c.data(), b"hello");
+    assert_eq!(clone.data(), b"hello");
     // Dropping one reference does not free the buffer.
-    drop(c);
+    drop(clone);
     assert_eq!(pool.available(), 2);
     assert_eq!(m.refcnt(), 1);
     m.data_mut().unwrap()[0] = b'j';
     // A clone sent to another thread and dropped there.
-    let c = m.clone();
-    std::thread::spawn(move || assert_eq!(c.data(), b"jello"))
+    let clone = m.clone();
+    std::thread::spawn(move || assert_eq!(clone.data(), b"jello"))
         .join()
         .unwrap();
     assert_eq!(m.refcnt(), 1);
@@ -198,17 +198,17 @@ fn chains_carry_length_and_free_every_segment() {
     assert_eq!(head.to_vec(), b"one-two-thre");
     assert_eq!(pool.available(), 5);
     // A shared tail is refused and given back.
-    let t = pool.alloc().unwrap();
-    let t2 = t.clone();
-    let (err, t) = head.chain(t).unwrap_err();
+    let shared_tail = pool.alloc().unwrap();
+    let tail_clone = shared_tail.clone();
+    let (err, shared_tail) = head.chain(shared_tail).unwrap_err();
     assert!(matches!(err, MbufError::Shared));
-    drop((t, t2));
+    drop((shared_tail, tail_clone));
     // A clone of the chain keeps every segment alive.
-    let c = head.clone();
+    let clone = head.clone();
     drop(head);
     assert_eq!(pool.available(), 5);
-    assert_eq!(c.to_vec(), b"one-two-thre");
-    drop(c);
+    assert_eq!(clone.to_vec(), b"one-two-thre");
+    drop(clone);
     assert_pool_full(&pool);
 }
 
@@ -222,16 +222,23 @@ fn ext_free(buf: NonNull<u8>, opaque: *mut ()) {
     EXT_FREED.fetch_add(1, Ordering::SeqCst);
 }
 
-#[test]
-fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
-    let pool = test_pool(4);
+/// An external buffer of 256 bytes on the heap and its shared info, leaked
+/// (it lives for ever); [`ext_free`] frees the buffer when the last mbuf
+/// attached to it lets go.
+fn leaked_ext_buffer() -> (NonNull<u8>, &'static ExtSharedInfo) {
     let mem: *mut [u8; 256] = Box::into_raw(Box::new([0u8; 256]));
     // SAFETY: `ext_free` frees exactly that box, once.
     let info = Box::leak(Box::new(unsafe {
         ExtSharedInfo::new(ext_free, mem.cast())
     }));
-    let info_ptr = NonNull::from(&*info);
-    let buf = NonNull::new(mem.cast::<u8>()).unwrap();
+    (NonNull::new(mem.cast::<u8>()).unwrap(), info)
+}
+
+#[test]
+fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
+    let pool = test_pool(4);
+    let (buf, info) = leaked_ext_buffer();
+    let info_ptr = NonNull::from(info);
     let mut a = pool.alloc().unwrap();
     let mut b = pool.alloc().unwrap();
     let own = a.header().buf_addr;
@@ -272,13 +279,8 @@ fn external_buffer_is_freed_by_the_last_mbuf_and_own_buffer_restored() {
 fn the_external_flag_follows_the_attachment_and_nothing_else() {
     use super::layout::ol;
     let pool = test_pool(4);
-    let mem: *mut [u8; 256] = Box::into_raw(Box::new([0u8; 256]));
-    // SAFETY: `ext_free` frees exactly that box, once.
-    let info = Box::leak(Box::new(unsafe {
-        ExtSharedInfo::new(ext_free, mem.cast())
-    }));
-    let info_ptr = NonNull::from(&*info);
-    let buf = NonNull::new(mem.cast::<u8>()).unwrap();
+    let (buf, info) = leaked_ext_buffer();
+    let info_ptr = NonNull::from(info);
     let mut a = pool.alloc().unwrap();
     a.append(4).unwrap();
     // A caller cannot set it on a plain mbuf ...
@@ -505,8 +507,8 @@ proptest! {
                 Op::Clone(i) => {
                     if let Some(i) = pick(i, held.len()) {
                         let (m, v) = &held[i];
-                        let c = (m.clone(), v.clone());
-                        held.push(c);
+                        let cloned = (m.clone(), v.clone());
+                        held.push(cloned);
                     }
                 }
                 Op::Append(i, n) => {

@@ -10,11 +10,12 @@
 //! out at the end.
 
 use super::*;
-use crate::lcore;
+use crate::lcore::{self, LcoreGuard};
 use crate::mempool::HugepagePolicy;
+use crate::test_support::assert_pool_full;
 
 /// 16 pages of 4 KiB: two blocks of 32 KiB.
-fn provider() -> BlockProvider {
+fn test_provider() -> BlockProvider {
     BlockProvider::new(ProviderConfig {
         name: "loom".into(),
         size: 64 << 10,
@@ -23,11 +24,14 @@ fn provider() -> BlockProvider {
     .unwrap()
 }
 
-/// A pool of 32 KiB pages on `p`, owned by the calling lcore, with a ring
-/// of 2 and the given direct cache size and ring batch.
-fn order3_pool(p: &BlockProvider, cache_size: u32, ring_batch: u32) -> PagePool {
-    PagePool::new(
-        p,
+/// A fresh provider, the calling thread registered as an lcore, and a pool
+/// of 32 KiB pages on the provider owned by that lcore, with a ring of 2 and
+/// the given direct cache size and ring batch.
+fn owned_order3_pool(cache_size: u32, ring_batch: u32) -> (BlockProvider, LcoreGuard, PagePool) {
+    let provider = test_provider();
+    let lcore = lcore::register().unwrap();
+    let pool = PagePool::new(
+        &provider,
         PagePoolConfig {
             name: "loom".into(),
             order: 3,
@@ -37,14 +41,16 @@ fn order3_pool(p: &BlockProvider, cache_size: u32, ring_batch: u32) -> PagePool 
             owner: lcore::current(),
         },
     )
-    .unwrap()
+    .unwrap();
+    (provider, lcore, pool)
 }
 
-fn builder() -> loom::model::Builder {
-    let mut b = loom::model::Builder::new();
-    b.preemption_bound = Some(3);
-    b.max_branches = 50_000;
-    b
+/// Preemption bound 3, and a branch budget for the retry loops.
+fn loom_builder() -> loom::model::Builder {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(3);
+    builder.max_branches = 50_000;
+    builder
 }
 
 /// The page's fragments are freed on three threads while the allocator, on
@@ -53,15 +59,13 @@ fn builder() -> loom::model::Builder {
 /// goes to its direct cache) and two not (the ring).
 #[test]
 fn loom_last_reference_sends_the_page_home_exactly_once() {
-    builder().check(|| {
-        let p = provider();
-        let _l = lcore::register().unwrap();
-        let pool = order3_pool(&p, 2, 1);
-        let mut fa = PageFragAlloc::new(pool.clone());
+    loom_builder().check(|| {
+        let (provider, _lcore, pool) = owned_order3_pool(2, 1);
+        let mut frag_alloc = PageFragAlloc::new(pool.clone());
         // 8000-byte fragments: target 4 per 32 KiB page; three are cut.
-        let a = fa.alloc_frag(8000).unwrap();
-        let mut b = fa.alloc_frag(8000).unwrap();
-        let mut c = fa.alloc_frag(8000).unwrap();
+        let a = frag_alloc.alloc_frag(8000).unwrap();
+        let mut b = frag_alloc.alloc_frag(8000).unwrap();
+        let mut c = frag_alloc.alloc_frag(8000).unwrap();
         assert_eq!(a.page_target(), 4);
         let tb = loom::thread::spawn(move || {
             b.as_mut_slice()[0] = 1;
@@ -72,18 +76,18 @@ fn loom_last_reference_sends_the_page_home_exactly_once() {
             drop(c);
         });
         drop(a);
-        drop(fa); // gives back the fragment never cut
+        drop(frag_alloc); // gives back the fragment never cut
         tb.join().unwrap();
         tc.join().unwrap();
-        let s = pool.stats();
-        assert_eq!(s.alloc_slow, 1);
+        let stats = pool.stats();
+        assert_eq!(stats.alloc_slow, 1);
         assert_eq!(
-            s.cached + s.in_ring + s.released,
+            stats.cached + stats.in_ring + stats.released,
             1,
-            "home exactly once: {s:?}"
+            "home exactly once: {stats:?}"
         );
         drop(pool);
-        assert!(p.is_full());
+        assert_pool_full(&provider);
     });
 }
 
@@ -92,20 +96,20 @@ fn loom_last_reference_sends_the_page_home_exactly_once() {
 #[cfg(feature = "bench-baselines")]
 #[test]
 fn loom_frag_cache_block_goes_back_to_the_provider_once() {
-    builder().check(|| {
-        let p = provider();
-        let mut fc = PageFragCache::new(&p, 3).unwrap();
+    loom_builder().check(|| {
+        let provider = test_provider();
+        let mut frag_cache = PageFragCache::new(&provider, 3).unwrap();
         // 16384-byte fragments: target 2, both cut, so the cache holds no
         // reference and the last fragment alone decides.
-        let a = fc.alloc_frag(16_384).unwrap();
-        let b = fc.alloc_frag(16_384).unwrap();
-        drop(fc);
+        let a = frag_cache.alloc_frag(16_384).unwrap();
+        let b = frag_cache.alloc_frag(16_384).unwrap();
+        drop(frag_cache);
         let t = loom::thread::spawn(move || drop(b));
         drop(a);
         t.join().unwrap();
-        let s = p.stats();
-        assert_eq!((s.allocs[3], s.frees[3]), (1, 1), "{s:?}");
-        assert!(p.is_full());
+        let stats = provider.stats();
+        assert_eq!((stats.allocs[3], stats.frees[3]), (1, 1), "{stats:?}");
+        assert_pool_full(&provider);
     });
 }
 
@@ -113,10 +117,8 @@ fn loom_frag_cache_block_goes_back_to_the_provider_once() {
 /// thread returns a page through the ring; the owner then gets both back.
 #[test]
 fn loom_direct_cache_and_ring_hand_pages_back() {
-    builder().check(|| {
-        let p = provider();
-        let _l = lcore::register().unwrap();
-        let pool = order3_pool(&p, 1, 1);
+    loom_builder().check(|| {
+        let (provider, _lcore, pool) = owned_order3_pool(1, 1);
         let x = pool.alloc_page().unwrap();
         let mut y = pool.alloc_page().unwrap();
         let (xa, ya) = (x.as_ptr(), y.as_ptr());
@@ -129,15 +131,15 @@ fn loom_direct_cache_and_ring_hand_pages_back() {
         let a = pool.alloc_page().unwrap(); // the cache
         let b = pool.alloc_page().unwrap(); // the ring
         assert_eq!((a.as_ptr(), b.as_ptr()), (xa, ya));
-        let s = pool.stats();
+        let stats = pool.stats();
         assert_eq!(
-            (s.alloc_slow, s.alloc_fast, s.alloc_ring),
+            (stats.alloc_slow, stats.alloc_fast, stats.alloc_ring),
             (2, 1, 1),
-            "{s:?}"
+            "{stats:?}"
         );
         drop((a, b));
         drop(pool);
-        assert!(p.is_full());
+        assert_pool_full(&provider);
     });
 }
 
@@ -148,10 +150,8 @@ fn loom_direct_cache_and_ring_hand_pages_back() {
 /// waited for); never lost, never handed out twice.
 #[test]
 fn loom_owner_takes_fewer_than_a_batch_when_the_provider_is_empty() {
-    builder().check(|| {
-        let p = provider();
-        let _l = lcore::register().unwrap();
-        let pool = order3_pool(&p, 2, 2);
+    loom_builder().check(|| {
+        let (provider, _lcore, pool) = owned_order3_pool(2, 2);
         // Both 32 KiB blocks of the provider.
         let x = pool.alloc_page().unwrap();
         let mut y = pool.alloc_page().unwrap();
@@ -174,15 +174,15 @@ fn loom_owner_takes_fewer_than_a_batch_when_the_provider_is_empty() {
             }
         };
         assert_eq!((z.as_ptr(), z.as_mut_slice()[0]), (ya, 9));
-        let s = pool.stats();
+        let stats = pool.stats();
         assert_eq!(
-            (s.alloc_slow, s.alloc_ring, s.in_flight),
+            (stats.alloc_slow, stats.alloc_ring, stats.in_flight),
             (2, 1, 2),
-            "{s:?}"
+            "{stats:?}"
         );
         drop((x, z));
         drop(pool);
-        assert!(p.is_full());
+        assert_pool_full(&provider);
     });
 }
 
@@ -194,14 +194,12 @@ fn loom_owner_takes_fewer_than_a_batch_when_the_provider_is_empty() {
 /// direct cache — exactly once, and the whole page reaches the ring.
 #[test]
 fn loom_bulk_free_run_and_stash_send_each_page_home_once() {
-    builder().check(|| {
-        let p = provider();
-        let _l = lcore::register().unwrap();
-        let pool = order3_pool(&p, 2, 1);
-        let mut fa = PageFragAlloc::new(pool.clone());
-        let a = fa.alloc_frag(8000).unwrap();
-        let b = fa.alloc_frag(8000).unwrap();
-        let c = fa.alloc_frag(8000).unwrap();
+    loom_builder().check(|| {
+        let (provider, _lcore, pool) = owned_order3_pool(2, 1);
+        let mut frag_alloc = PageFragAlloc::new(pool.clone());
+        let a = frag_alloc.alloc_frag(8000).unwrap();
+        let b = frag_alloc.alloc_frag(8000).unwrap();
+        let c = frag_alloc.alloc_frag(8000).unwrap();
         let y = pool.alloc_page().unwrap();
         let t = loom::thread::spawn(move || {
             let mut bulk = BulkFree::new();
@@ -211,16 +209,16 @@ fn loom_bulk_free_run_and_stash_send_each_page_home_once() {
             bulk.flush();
         });
         drop(a);
-        drop(fa); // gives back the fragment never cut
+        drop(frag_alloc); // gives back the fragment never cut
         t.join().unwrap();
-        let s = pool.stats();
-        assert_eq!(s.alloc_slow, 2);
+        let stats = pool.stats();
+        assert_eq!(stats.alloc_slow, 2);
         assert_eq!(
-            s.cached + s.in_ring + s.released,
+            stats.cached + stats.in_ring + stats.released,
             2,
-            "each page home exactly once: {s:?}"
+            "each page home exactly once: {stats:?}"
         );
         drop(pool);
-        assert!(p.is_full());
+        assert_pool_full(&provider);
     });
 }

@@ -31,28 +31,11 @@ use loom::thread;
 
 use super::*;
 use crate::sync::Arc;
+use crate::test_support::loom_model;
 
-/// Explores `f` with a preemption bound of 3 unless `LOOM_MAX_PREEMPTIONS`
-/// says otherwise.
-///
-/// Every retry loop yields, and every yield and atomic access is a branch:
-/// an execution in which a consumer polls an empty ring many times before the
-/// producer runs goes past loom's default budget of 1,000 branches, so the
-/// budget is 20,000 unless `LOOM_MAX_BRANCHES` says otherwise.
-fn model<F: Fn() + Sync + Send + 'static>(f: F) {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(3);
-    }
-    if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
-        builder.max_branches = 20_000;
-    }
-    builder.check(f);
-}
-
-/// The values producer `p` sends.
-fn tagged(p: u32, n: u32) -> Vec<u32> {
-    (0..n).map(|s| p * 100 + s).collect()
+/// The values producer number `producer` sends.
+fn tagged(producer: u32, n: u32) -> Vec<u32> {
+    (0..n).map(|seq| producer * 100 + seq).collect()
 }
 
 /// Every value of `sent` (one list per producer) is in exactly one of
@@ -65,11 +48,15 @@ fn check_arrivals(sent: &[Vec<u32>], received: &[Vec<u32>]) {
     want.sort_unstable();
     assert_eq!(all, want, "every value exactly once: got {received:?}");
     for got in received {
-        for p in 0..sent.len() as u32 {
-            let seq: Vec<u32> = got.iter().copied().filter(|v| v / 100 == p).collect();
+        for producer in 0..sent.len() as u32 {
+            let seq: Vec<u32> = got
+                .iter()
+                .copied()
+                .filter(|v| v / 100 == producer)
+                .collect();
             assert!(
                 seq.windows(2).all(|w| w[0] < w[1]),
-                "producer {p}'s values out of order: {got:?}"
+                "producer {producer}'s values out of order: {got:?}"
             );
         }
     }
@@ -142,7 +129,7 @@ fn drain<M: SyncMode>(rx: &mut Consumer<u32, M>) -> Vec<u32> {
 fn loom_spsc_bulk_across_the_wrap() {
     // Two threads: a thread that yields always lets the other one run, so
     // both sides can retry until done.
-    model(|| {
+    loom_model(|| {
         let (mut tx, mut rx) = Ring::<u32>::spsc(2).unwrap();
         let sent = tagged(0, 5);
         let values = sent.clone();
@@ -181,7 +168,7 @@ fn loom_spsc_bulk_across_the_wrap() {
 
 #[test]
 fn loom_spsc_bursts_across_the_wrap_capacity_4() {
-    model(|| {
+    loom_model(|| {
         let (mut tx, mut rx) = Ring::<u32>::spsc(4).unwrap();
         let sent = tagged(0, 6);
         let values = sent.clone();
@@ -207,16 +194,16 @@ fn loom_spsc_bursts_across_the_wrap_capacity_4() {
 /// Two producers (one enqueuing bulks of two, one value at a time) and the
 /// main thread consuming, on a ring of 2.
 fn two_producers_one_consumer<C: SyncMode>() {
-    model(|| {
+    loom_model(|| {
         let (tx, mut rx) = Ring::<u32>::new::<Multi, C>(2).unwrap();
         let values = [tagged(0, 3), tagged(1, 3)];
         let producers: Vec<_> = values
             .iter()
             .enumerate()
-            .map(|(p, v)| {
+            .map(|(producer, v)| {
                 let mut tx = tx.clone();
                 let v = v.clone();
-                thread::spawn(move || produce(&mut tx, &v, 2 - p, p == 0, 2))
+                thread::spawn(move || produce(&mut tx, &v, 2 - producer, producer == 0, 2))
             })
             .collect();
         drop(tx);
@@ -234,7 +221,7 @@ fn two_producers_one_consumer<C: SyncMode>() {
 /// The main thread producing (bursts of two) and two consumers (bursts of
 /// two and single values), on a ring of 2.
 fn one_producer_two_consumers<P: SyncMode>() {
-    model(|| {
+    loom_model(|| {
         let (mut tx, mut rx) = Ring::<u32>::new::<P, Multi>(2).unwrap();
         let values = tagged(0, 4);
         let consumers: Vec<_> = (1..=2)
@@ -277,7 +264,7 @@ fn loom_shared_ring_get_put() {
     // give back to through `&self`. Three threads at once: one takes one
     // element, one takes two (all or nothing), one takes up to two; each
     // gives back what it took.
-    model(|| {
+    loom_model(|| {
         let ring = Arc::new(SharedRing::<u32>::new(4).unwrap());
         assert_eq!(ring.enqueue(&[0, 1, 2], true), Moved { n: 3, left: 1 });
         let get_put = |ring: &SharedRing<u32>, want: usize, bulk: bool| {
@@ -311,17 +298,17 @@ fn loom_shared_ring_get_put() {
 fn loom_shared_ring_two_producers_one_consumer() {
     // Two threads enqueue (one in bulks of two, one value at a time) while
     // the main thread dequeues, all through `&self` on a ring of 2.
-    model(|| {
+    loom_model(|| {
         let ring = Arc::new(SharedRing::<u32>::new(2).unwrap());
         let values = [tagged(0, 2), tagged(1, 2)];
         let producers: Vec<_> = values
             .iter()
             .enumerate()
-            .map(|(p, v)| {
+            .map(|(producer, v)| {
                 let ring = ring.clone();
                 let v = v.clone();
                 thread::spawn(move || {
-                    let (batch, bulk) = (2 - p, p == 0);
+                    let (batch, bulk) = (2 - producer, producer == 0);
                     let (mut sent, mut attempts) = (0, 2);
                     while sent < v.len() {
                         let want = (v.len() - sent).min(batch);

@@ -3,7 +3,7 @@
 use super::*;
 
 fn roundtrip<P: SyncMode, C: SyncMode>() {
-    let (mut p, mut c) = Ring::<u32>::new::<P, C>(8).unwrap();
+    let (mut producer, mut consumer) = Ring::<u32>::new::<P, C>(8).unwrap();
     // Walk the indices around the ring several times with odd-sized batches
     // so every batch position straddles the wrap at some point.
     let mut next_in = 0u32;
@@ -11,11 +11,11 @@ fn roundtrip<P: SyncMode, C: SyncMode>() {
     for round in 0..50 {
         let k = (round % 7) + 1;
         let src: Vec<u32> = (next_in..next_in + k).collect();
-        let moved = p.enqueue_bulk(&src);
+        let moved = producer.enqueue_bulk(&src);
         assert_eq!(moved.n, k as usize);
         next_in += k;
         let mut dst = vec![0u32; k as usize];
-        let moved = c.dequeue_bulk(&mut dst);
+        let moved = consumer.dequeue_bulk(&mut dst);
         assert_eq!(moved.n, k as usize);
         assert_eq!(moved.left, 0);
         for v in dst {
@@ -23,7 +23,7 @@ fn roundtrip<P: SyncMode, C: SyncMode>() {
             next_out += 1;
         }
     }
-    assert!(c.is_empty());
+    assert!(consumer.is_empty());
 }
 
 #[test]
@@ -35,16 +35,20 @@ fn every_mode_round_trips_across_the_wrap() {
 }
 
 fn bulk_is_all_or_nothing<P: SyncMode, C: SyncMode>() {
-    let (mut p, mut c) = Ring::<u8>::new::<P, C>(4).unwrap();
-    assert_eq!(p.enqueue_bulk(&[1, 2, 3]), Moved { n: 3, left: 1 });
-    assert_eq!(p.enqueue_bulk(&[4, 5]).n, 0);
-    assert_eq!(p.enqueue_burst(&[4, 5]), Moved { n: 1, left: 0 });
-    assert_eq!(p.push(9), Err(9));
+    let (mut producer, mut consumer) = Ring::<u8>::new::<P, C>(4).unwrap();
+    assert_eq!(producer.enqueue_bulk(&[1, 2, 3]), Moved { n: 3, left: 1 });
+    assert_eq!(producer.enqueue_bulk(&[4, 5]).n, 0);
+    assert_eq!(producer.enqueue_burst(&[4, 5]), Moved { n: 1, left: 0 });
+    assert_eq!(producer.push(9), Err(9));
     let mut dst = [0u8; 5];
-    assert_eq!(c.dequeue_bulk(&mut dst).n, 0, "bulk must not take 4 of 5");
-    assert_eq!(c.dequeue_burst(&mut dst), Moved { n: 4, left: 0 });
+    assert_eq!(
+        consumer.dequeue_bulk(&mut dst).n,
+        0,
+        "bulk must not take 4 of 5"
+    );
+    assert_eq!(consumer.dequeue_burst(&mut dst), Moved { n: 4, left: 0 });
     assert_eq!(&dst[..4], &[1, 2, 3, 4]);
-    assert_eq!(c.pop(), None);
+    assert_eq!(consumer.pop(), None);
 }
 
 #[test]
@@ -70,11 +74,11 @@ fn bad_capacities_are_errors_naming_the_value() {
 
 #[test]
 fn capacity_one_works() {
-    let (mut p, mut c) = Ring::<u8>::mpmc(1).unwrap();
+    let (mut producer, mut consumer) = Ring::<u8>::mpmc(1).unwrap();
     for i in 0..10 {
-        assert!(p.push(i).is_ok());
-        assert_eq!(p.push(i), Err(i));
-        assert_eq!(c.pop(), Some(i));
+        assert!(producer.push(i).is_ok());
+        assert_eq!(producer.push(i), Err(i));
+        assert_eq!(consumer.pop(), Some(i));
     }
 }
 
@@ -82,12 +86,12 @@ fn capacity_one_works() {
 fn non_copy_values_are_moved_and_dropped_exactly_once() {
     let token = std::sync::Arc::new(());
     {
-        let (mut p, mut c) = Ring::<std::sync::Arc<()>>::spsc(4).unwrap();
+        let (mut producer, mut consumer) = Ring::<std::sync::Arc<()>>::spsc(4).unwrap();
         for _ in 0..4 {
-            p.push(token.clone()).unwrap();
+            producer.push(token.clone()).unwrap();
         }
         assert_eq!(std::sync::Arc::strong_count(&token), 5);
-        drop(c.pop());
+        drop(consumer.pop());
         assert_eq!(std::sync::Arc::strong_count(&token), 4);
         // Three left in the ring: dropping both ends drops them.
     }
@@ -96,48 +100,48 @@ fn non_copy_values_are_moved_and_dropped_exactly_once() {
 
 #[test]
 fn zero_copy_chunks_split_at_the_wrap() {
-    let (mut p, mut c) = Ring::<u32>::spsc(8).unwrap();
+    let (mut producer, mut consumer) = Ring::<u32>::spsc(8).unwrap();
     // Move the indices to 6 so a 5-slot reservation wraps: 2 + 3.
-    assert_eq!(p.enqueue_bulk(&[0; 6]).n, 6);
-    assert_eq!(c.dequeue_bulk(&mut [0; 6]).n, 6);
-    let mut chunk = p.reserve(5).unwrap();
+    assert_eq!(producer.enqueue_bulk(&[0; 6]).n, 6);
+    assert_eq!(consumer.dequeue_bulk(&mut [0; 6]).n, 6);
+    let mut chunk = producer.reserve(5).unwrap();
     let (a, b) = chunk.as_mut_slices();
     assert_eq!((a.len(), b.len()), (2, 3));
     assert_eq!(chunk.fill_from_iter(100..), 5);
-    assert!(p.reserve(4).is_none(), "only 3 free");
-    let chunk = c.peek(5).unwrap();
+    assert!(producer.reserve(4).is_none(), "only 3 free");
+    let chunk = consumer.peek(5).unwrap();
     let (a, b) = chunk.as_slices();
     assert_eq!(a, &[100, 101]);
     assert_eq!(b, &[102, 103, 104]);
     chunk.commit(2);
-    assert_eq!(c.len(), 3);
-    let got: Vec<u32> = c.peek_burst(10).drain().collect();
+    assert_eq!(consumer.len(), 3);
+    let got: Vec<u32> = consumer.peek_burst(10).drain().collect();
     assert_eq!(got, vec![102, 103, 104]);
-    assert!(c.is_empty());
+    assert!(consumer.is_empty());
 }
 
 #[test]
 fn zero_copy_partial_commit_and_drop_commit_nothing() {
-    let (mut p, mut c) = Ring::<u32>::spsc(4).unwrap();
+    let (mut producer, mut consumer) = Ring::<u32>::spsc(4).unwrap();
     {
-        let chunk = p.reserve_burst(10);
+        let chunk = producer.reserve_burst(10);
         assert_eq!(chunk.len(), 4);
         // Dropped without commit: nothing published.
     }
-    assert!(c.is_empty());
-    let chunk = p.reserve(4).unwrap();
+    assert!(consumer.is_empty());
+    let chunk = producer.reserve(4).unwrap();
     assert_eq!(chunk.copy_from_slice(&[7, 8]), 2);
-    assert_eq!(c.len(), 2);
-    let mut d = c.peek_burst(4).drain();
+    assert_eq!(consumer.len(), 2);
+    let mut d = consumer.peek_burst(4).drain();
     assert_eq!(d.next(), Some(7));
     drop(d); // only 7 consumed
-    assert_eq!(c.pop(), Some(8));
+    assert_eq!(consumer.pop(), Some(8));
 }
 #[test]
 #[should_panic(expected = "commit of 3 slots, 2 reserved")]
 fn write_commit_beyond_the_reservation_panics() {
-    let (mut p, _c) = Ring::<u32>::spsc(2).unwrap();
-    let mut chunk = p.reserve(2).unwrap();
+    let (mut producer, _consumer) = Ring::<u32>::spsc(2).unwrap();
+    let mut chunk = producer.reserve(2).unwrap();
     let (a, b) = chunk.as_mut_slices();
     for slot in a.iter_mut().chain(b.iter_mut()) {
         slot.write(1);
@@ -149,11 +153,11 @@ fn write_commit_beyond_the_reservation_panics() {
 
 #[test]
 fn read_commit_beyond_the_borrow_releases_only_what_was_borrowed() {
-    let (mut p, mut c) = Ring::<u32>::spsc(4).unwrap();
-    assert_eq!(p.enqueue_bulk(&[1, 2, 3]).n, 3);
-    c.peek(2).unwrap().commit(10);
-    assert_eq!(c.len(), 1);
-    assert_eq!(c.pop(), Some(3));
+    let (mut producer, mut consumer) = Ring::<u32>::spsc(4).unwrap();
+    assert_eq!(producer.enqueue_bulk(&[1, 2, 3]).n, 3);
+    consumer.peek(2).unwrap().commit(10);
+    assert_eq!(consumer.len(), 1);
+    assert_eq!(consumer.pop(), Some(3));
 }
 
 #[test]
@@ -192,21 +196,25 @@ impl Drop for CountedDrop {
 /// been dropped exactly once.
 fn check_panicking_drop(consume: impl FnOnce(&mut Consumer<CountedDrop, Single>)) {
     let drops = std::sync::Arc::new((0..4).map(|_| Default::default()).collect::<Vec<_>>());
-    let (mut p, mut c) = Ring::<CountedDrop>::spsc(4).unwrap();
+    let (mut producer, mut consumer) = Ring::<CountedDrop>::spsc(4).unwrap();
     for id in 0..4 {
         let value = CountedDrop {
             id,
             drops: drops.clone(),
             explode: id == 1,
         };
-        assert!(p.push(value).is_ok());
+        assert!(producer.push(value).is_ok());
     }
-    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| consume(&mut c)));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| consume(&mut consumer)));
     assert!(result.is_err(), "the drop of value 1 panics");
     // Values 0 and 1 were released (1's drop ran, then panicked); 2 and 3
     // are still in the ring.
-    assert_eq!(c.len(), 2, "what was dropped is no longer in the ring");
-    drop((p, c));
+    assert_eq!(
+        consumer.len(),
+        2,
+        "what was dropped is no longer in the ring"
+    );
+    drop((producer, consumer));
     let counts: Vec<usize> = drops
         .iter()
         .map(|d| d.load(std::sync::atomic::Ordering::Relaxed))
@@ -216,12 +224,12 @@ fn check_panicking_drop(consume: impl FnOnce(&mut Consumer<CountedDrop, Single>)
 
 #[test]
 fn read_commit_is_panic_safe() {
-    check_panicking_drop(|c| c.peek(3).unwrap().commit(3));
+    check_panicking_drop(|consumer| consumer.peek(3).unwrap().commit(3));
 }
 
 #[test]
 fn drain_is_panic_safe() {
-    check_panicking_drop(|c| c.peek(3).unwrap().drain().take(3).for_each(drop));
+    check_panicking_drop(|consumer| consumer.peek(3).unwrap().drain().take(3).for_each(drop));
 }
 
 // ---------------------------------------------------------------------------
@@ -339,18 +347,32 @@ fn start_strategy() -> impl Strategy<Value = u32> {
     prop_oneof![Just(0u32), Just(u32::MAX - 39), any::<u32>()]
 }
 
+/// A capacity, a start index and up to `max_ops` operations: one case of a
+/// check against the model.
+fn model_case(max_ops: usize) -> impl Strategy<Value = (usize, u32, Vec<Op>)> {
+    (
+        capacity_strategy(),
+        start_strategy(),
+        prop::collection::vec(op_strategy(), 0..max_ops),
+    )
+}
+
 /// Moves the indices of a fresh, empty ring to `idx`, as if `idx` elements
 /// had already passed through it.
-fn start_at<T, P: SyncMode, C: SyncMode>(p: &mut Producer<T, P>, c: &mut Consumer<T, C>, idx: u32) {
-    let ring = p.ring.clone();
+fn start_at<T, P: SyncMode, C: SyncMode>(
+    producer: &mut Producer<T, P>,
+    consumer: &mut Consumer<T, C>,
+    idx: u32,
+) {
+    let ring = producer.ring.clone();
     for side in [ring.prod(), ring.cons()] {
         side.head.store(idx, crate::sync::Ordering::Relaxed);
         side.tail.store(idx, crate::sync::Ordering::Relaxed);
     }
-    p.head = idx;
-    p.cached_cons_tail = idx;
-    c.head = idx;
-    c.cached_prod_tail = idx;
+    producer.head = idx;
+    producer.cached_cons_tail = idx;
+    consumer.head = idx;
+    consumer.cached_prod_tail = idx;
 }
 
 /// The reference: a `VecDeque`, plus the cached tails of single-threaded ends.
@@ -643,99 +665,99 @@ where
     Producer<u32, P>: ZeroCopyProducer,
     Consumer<u32, C>: ZeroCopyConsumer,
 {
-    let (mut p, mut c) = Ring::<u32>::new::<P, C>(cap).unwrap();
-    start_at(&mut p, &mut c, start);
-    let mut m = Model::new(cap, P::MULTI, C::MULTI);
+    let (mut producer, mut consumer) = Ring::<u32>::new::<P, C>(cap).unwrap();
+    start_at(&mut producer, &mut consumer, start);
+    let mut model = Model::new(cap, P::MULTI, C::MULTI);
     // Slot position of the next index to produce / consume.
     let pos = |done: usize| (start as usize).wrapping_add(done) & (cap - 1);
     for (i, op) in ops.iter().enumerate() {
         match *op {
             Op::Push => {
-                let v = m.next;
-                let (take, _) = m.prod_claim(1, true);
-                let got = p.push(v);
+                let v = model.next;
+                let (take, _) = model.prod_claim(1, true);
+                let got = producer.push(v);
                 if take == 1 {
                     prop_assert_eq!(got, Ok(()), "op {}: push into a ring with room", i);
-                    m.enqueue(1);
+                    model.enqueue(1);
                 } else {
                     prop_assert_eq!(got, Err(v), "op {}: push into a full ring", i);
                 }
             }
             Op::Pop => {
-                let (take, _) = m.cons_claim(1, true);
-                let want = m.dequeue(take).pop();
-                m.cons_published(take);
-                prop_assert_eq!(c.pop(), want, "op {}: pop", i);
+                let (take, _) = model.cons_claim(1, true);
+                let want = model.dequeue(take).pop();
+                model.cons_published(take);
+                prop_assert_eq!(consumer.pop(), want, "op {}: pop", i);
             }
             Op::Enqueue { n, bulk } => {
-                let src = m.values(n);
-                let (take, left) = m.prod_claim(n, bulk);
-                let free_before = m.free();
+                let src = model.values(n);
+                let (take, left) = model.prod_claim(n, bulk);
+                let free_before = model.free();
                 let moved = if bulk {
-                    p.enqueue_bulk(&src)
+                    producer.enqueue_bulk(&src)
                 } else {
-                    p.enqueue_burst(&src)
+                    producer.enqueue_burst(&src)
                 };
                 prop_assert_eq!(moved, Moved { n: take, left }, "op {}: {:?}", i, op);
-                m.enqueue(take);
+                model.enqueue(take);
                 prop_assert!(moved.left <= free_before - take, "left is a lower bound");
                 if P::MULTI {
-                    prop_assert_eq!(moved.left, m.free(), "multi-producer left is exact");
+                    prop_assert_eq!(moved.left, model.free(), "multi-producer left is exact");
                 }
             }
             Op::Dequeue { n, bulk } => {
-                let (take, left) = m.cons_claim(n, bulk);
+                let (take, left) = model.cons_claim(n, bulk);
                 // Poison the buffer so stale contents cannot pass for values.
                 let mut dst = vec![u32::MAX; n];
                 let moved = if bulk {
-                    c.dequeue_bulk(&mut dst)
+                    consumer.dequeue_bulk(&mut dst)
                 } else {
-                    c.dequeue_burst(&mut dst)
+                    consumer.dequeue_burst(&mut dst)
                 };
                 prop_assert_eq!(moved, Moved { n: take, left }, "op {}: {:?}", i, op);
-                let want = m.dequeue(take);
-                m.cons_published(take);
+                let want = model.dequeue(take);
+                model.cons_published(take);
                 prop_assert_eq!(&dst[..take], &want[..], "op {}: values", i);
                 prop_assert!(dst[take..].iter().all(|&v| v == u32::MAX), "wrote past n");
-                prop_assert!(moved.left <= m.q.len(), "left is a lower bound");
+                prop_assert!(moved.left <= model.q.len(), "left is a lower bound");
                 if C::MULTI {
-                    prop_assert_eq!(moved.left, m.q.len(), "multi-consumer left is exact");
+                    prop_assert_eq!(moved.left, model.q.len(), "multi-consumer left is exact");
                 }
             }
             Op::Reserve { n, burst, k, how } => {
-                let at = pos(m.pushed);
-                let first_value = m.next;
-                let Some(res) = p.reserve_op(n, burst, k, how, first_value) else {
+                let at = pos(model.pushed);
+                let first_value = model.next;
+                let Some(res) = producer.reserve_op(n, burst, k, how, first_value) else {
                     continue;
                 };
-                let (take, _) = m.prod_claim(n, !burst);
+                let (take, _) = model.prod_claim(n, !burst);
                 match res {
                     None => prop_assert!(!burst && take == 0, "op {}: reserve({}) refused", i, n),
                     Some(r) => {
                         prop_assert_eq!(r.len, take, "op {}: reserved", i);
                         prop_assert_eq!(r.first, take.min(cap - at), "op {}: wrap split", i);
                         prop_assert_eq!(r.first + r.second, take);
-                        m.enqueue(r.committed);
+                        model.enqueue(r.committed);
                     }
                 }
             }
             Op::Peek { n, burst, k, how } => {
-                let at = pos(m.popped);
-                let Some(res) = c.peek_op(n, burst, k, how) else {
+                let at = pos(model.popped);
+                let Some(res) = consumer.peek_op(n, burst, k, how) else {
                     continue;
                 };
-                let (take, _) = m.cons_claim(n, !burst);
+                let (take, _) = model.cons_claim(n, !burst);
                 match res {
                     None => prop_assert!(!burst && take == 0, "op {}: peek({}) refused", i, n),
                     Some(r) => {
-                        let want: Vec<u32> = m.q.iter().take(take).copied().collect();
+                        let want: Vec<u32> = model.q.iter().take(take).copied().collect();
                         prop_assert_eq!(&r.seen, &want, "op {}: peeked values", i);
                         prop_assert_eq!(r.first, take.min(cap - at), "op {}: wrap split", i);
-                        let released = m.dequeue(r.released);
+                        let released = model.dequeue(r.released);
                         if matches!(how, ReadHow::DrainForget) {
-                            m.unpublished += r.released;
+                            model.unpublished += r.released;
                         } else {
-                            m.cons_published(r.released);
+                            model.cons_published(r.released);
                         }
                         if matches!(how, ReadHow::Drain | ReadHow::DrainForget) {
                             prop_assert_eq!(&r.drained, &released, "op {}: drained", i);
@@ -745,30 +767,30 @@ where
             }
         }
         prop_assert_eq!(
-            p.ring().len(),
-            m.q.len() + m.unpublished,
+            producer.ring().len(),
+            model.q.len() + model.unpublished,
             "op {}: len after {:?}",
             i,
             op
         );
-        prop_assert_eq!(c.len(), m.q.len());
-        prop_assert_eq!(c.is_empty(), m.q.is_empty());
-        prop_assert_eq!(p.free(), m.free());
-        prop_assert_eq!(p.capacity(), cap);
+        prop_assert_eq!(consumer.len(), model.q.len());
+        prop_assert_eq!(consumer.is_empty(), model.q.is_empty());
+        prop_assert_eq!(producer.free(), model.free());
+        prop_assert_eq!(producer.capacity(), cap);
     }
     // Whatever is left comes out in order.
     let mut rest = vec![0u32; cap + 1];
-    let moved = c.dequeue_burst(&mut rest);
+    let moved = consumer.dequeue_burst(&mut rest);
     prop_assert_eq!(
         moved,
         Moved {
-            n: m.q.len(),
+            n: model.q.len(),
             left: 0
         }
     );
-    let want: Vec<u32> = m.q.iter().copied().collect();
+    let want: Vec<u32> = model.q.iter().copied().collect();
     prop_assert_eq!(&rest[..moved.n], &want[..]);
-    prop_assert!(c.is_empty());
+    prop_assert!(consumer.is_empty());
     Ok(())
 }
 
@@ -776,38 +798,22 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
     #[test]
-    fn prop_spsc_matches_model(
-        cap in capacity_strategy(),
-        start in start_strategy(),
-        ops in prop::collection::vec(op_strategy(), 0..200),
-    ) {
+    fn prop_spsc_matches_model((cap, start, ops) in model_case(200)) {
         check_against_model::<Single, Single>(cap, start, &ops)?;
     }
 
     #[test]
-    fn prop_spmc_matches_model(
-        cap in capacity_strategy(),
-        start in start_strategy(),
-        ops in prop::collection::vec(op_strategy(), 0..200),
-    ) {
+    fn prop_spmc_matches_model((cap, start, ops) in model_case(200)) {
         check_against_model::<Single, Multi>(cap, start, &ops)?;
     }
 
     #[test]
-    fn prop_mpsc_matches_model(
-        cap in capacity_strategy(),
-        start in start_strategy(),
-        ops in prop::collection::vec(op_strategy(), 0..200),
-    ) {
+    fn prop_mpsc_matches_model((cap, start, ops) in model_case(200)) {
         check_against_model::<Multi, Single>(cap, start, &ops)?;
     }
 
     #[test]
-    fn prop_mpmc_matches_model(
-        cap in capacity_strategy(),
-        start in start_strategy(),
-        ops in prop::collection::vec(op_strategy(), 0..200),
-    ) {
+    fn prop_mpmc_matches_model((cap, start, ops) in model_case(200)) {
         check_against_model::<Multi, Multi>(cap, start, &ops)?;
     }
 }
@@ -824,11 +830,11 @@ fn check_shared_ring(
         side.head.store(start, crate::sync::Ordering::Relaxed);
         side.tail.store(start, crate::sync::Ordering::Relaxed);
     }
-    let mut m = Model::new(cap, true, true);
+    let mut model = Model::new(cap, true, true);
     for (i, &(enqueue, n, bulk)) in ops.iter().enumerate() {
         if enqueue {
-            let src = m.values(n);
-            let (take, left) = m.prod_claim(n, bulk);
+            let src = model.values(n);
+            let (take, left) = model.prod_claim(n, bulk);
             let moved = shared.enqueue(&src, bulk);
             prop_assert_eq!(
                 moved,
@@ -838,10 +844,10 @@ fn check_shared_ring(
                 n,
                 bulk
             );
-            m.enqueue(take);
-            prop_assert_eq!(moved.left, m.free());
+            model.enqueue(take);
+            prop_assert_eq!(moved.left, model.free());
         } else {
-            let (take, left) = m.cons_claim(n, bulk);
+            let (take, left) = model.cons_claim(n, bulk);
             let mut dst = vec![u32::MAX; n];
             let moved = shared.dequeue(&mut dst, bulk);
             prop_assert_eq!(
@@ -852,13 +858,13 @@ fn check_shared_ring(
                 n,
                 bulk
             );
-            let want = m.dequeue(take);
+            let want = model.dequeue(take);
             prop_assert_eq!(&dst[..take], &want[..], "op {}: values", i);
             prop_assert!(dst[take..].iter().all(|&v| v == u32::MAX), "wrote past n");
-            prop_assert_eq!(moved.left, m.q.len());
+            prop_assert_eq!(moved.left, model.q.len());
         }
-        prop_assert_eq!(shared.ring().len(), m.q.len(), "op {}: len", i);
-        prop_assert_eq!(shared.ring().free(), m.free());
+        prop_assert_eq!(shared.ring().len(), model.q.len(), "op {}: len", i);
+        prop_assert_eq!(shared.ring().free(), model.free());
         prop_assert_eq!(shared.ring().capacity(), cap);
     }
     Ok(())
@@ -894,9 +900,9 @@ impl Drop for Tracked {
 fn check_drops(cap: usize, start: u32, ops: &[Op]) -> Result<(), TestCaseError> {
     let live = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let count = || live.load(std::sync::atomic::Ordering::Relaxed);
-    let (mut p, mut c) = Ring::<Tracked>::spsc(cap).unwrap();
-    start_at(&mut p, &mut c, start);
-    let mut m = Model::new(cap, false, false);
+    let (mut producer, mut consumer) = Ring::<Tracked>::spsc(cap).unwrap();
+    start_at(&mut producer, &mut consumer, start);
+    let mut model = Model::new(cap, false, false);
     for (i, op) in ops.iter().enumerate() {
         match *op {
             Op::Push | Op::Enqueue { .. } => {
@@ -906,10 +912,10 @@ fn check_drops(cap: usize, start: u32, ops: &[Op]) -> Result<(), TestCaseError> 
                     1
                 };
                 for _ in 0..n {
-                    let (take, _) = m.prod_claim(1, true);
-                    let got = p.push(Tracked::new(m.next, &live));
+                    let (take, _) = model.prod_claim(1, true);
+                    let got = producer.push(Tracked::new(model.next, &live));
                     prop_assert_eq!(got.is_ok(), take == 1, "op {}: push", i);
-                    m.enqueue(take);
+                    model.enqueue(take);
                     // A refused value comes back and is dropped here.
                 }
             }
@@ -920,44 +926,44 @@ fn check_drops(cap: usize, start: u32, ops: &[Op]) -> Result<(), TestCaseError> 
                     1
                 };
                 for _ in 0..n {
-                    let (take, _) = m.cons_claim(1, true);
-                    let want = m.dequeue(take).pop();
-                    m.cons_published(take);
-                    prop_assert_eq!(c.pop().map(|t| t.v), want, "op {}: pop", i);
+                    let (take, _) = model.cons_claim(1, true);
+                    let want = model.dequeue(take).pop();
+                    model.cons_published(take);
+                    prop_assert_eq!(consumer.pop().map(|t| t.v), want, "op {}: pop", i);
                 }
             }
             Op::Reserve { n, burst, k, .. } => {
-                let (take, _) = m.prod_claim(n, !burst);
+                let (take, _) = model.prod_claim(n, !burst);
                 let chunk = if burst {
-                    Some(p.reserve_burst(n))
+                    Some(producer.reserve_burst(n))
                 } else {
-                    p.reserve(n)
+                    producer.reserve(n)
                 };
                 prop_assert_eq!(chunk.is_some(), burst || take == n);
                 if let Some(chunk) = chunk {
                     prop_assert_eq!(chunk.len(), take);
                     let k = k % (take + 4);
                     let values: Vec<Tracked> = (0..k as u32)
-                        .map(|j| Tracked::new(m.next.wrapping_add(j), &live))
+                        .map(|j| Tracked::new(model.next.wrapping_add(j), &live))
                         .collect();
                     // Values the chunk had no room for are dropped by the iterator.
                     let done = chunk.fill_from_iter(values);
                     prop_assert_eq!(done, k.min(take));
-                    m.enqueue(done);
+                    model.enqueue(done);
                 }
             }
             Op::Peek { n, burst, k, how } => {
-                let (take, _) = m.cons_claim(n, !burst);
+                let (take, _) = model.cons_claim(n, !burst);
                 let chunk = if burst {
-                    Some(c.peek_burst(n))
+                    Some(consumer.peek_burst(n))
                 } else {
-                    c.peek(n)
+                    consumer.peek(n)
                 };
                 prop_assert_eq!(chunk.is_some(), burst || take == n);
                 if let Some(chunk) = chunk {
                     let (a, b) = chunk.as_slices();
                     let seen: Vec<u32> = a.iter().chain(b).map(|t| t.v).collect();
-                    let want: Vec<u32> = m.q.iter().take(take).copied().collect();
+                    let want: Vec<u32> = model.q.iter().take(take).copied().collect();
                     prop_assert_eq!(seen, want, "op {}: peeked", i);
                     match how {
                         // Out of scope uncommitted.
@@ -965,36 +971,42 @@ fn check_drops(cap: usize, start: u32, ops: &[Op]) -> Result<(), TestCaseError> 
                         ReadHow::Commit => {
                             let k = k % (take + 1);
                             chunk.commit(k);
-                            m.dequeue(k);
-                            m.cons_published(k);
+                            model.dequeue(k);
+                            model.cons_published(k);
                         }
                         ReadHow::CommitAll => {
                             chunk.commit_all();
-                            m.dequeue(take);
-                            m.cons_published(take);
+                            model.dequeue(take);
+                            model.cons_published(take);
                         }
                         ReadHow::Drain => {
                             let k = k % (take + 1);
                             let got: Vec<u32> = chunk.drain().take(k).map(|t| t.v).collect();
-                            prop_assert_eq!(got, m.dequeue(k), "op {}: drained", i);
-                            m.cons_published(k);
+                            prop_assert_eq!(got, model.dequeue(k), "op {}: drained", i);
+                            model.cons_published(k);
                         }
                         ReadHow::DrainForget => {
                             let k = k % (take + 1);
                             let mut it = chunk.drain();
                             let got: Vec<u32> = it.by_ref().take(k).map(|t| t.v).collect();
                             std::mem::forget(it);
-                            prop_assert_eq!(got, m.dequeue(k), "op {}: drained", i);
-                            m.unpublished += k;
+                            prop_assert_eq!(got, model.dequeue(k), "op {}: drained", i);
+                            model.unpublished += k;
                         }
                     }
                 }
             }
         }
-        prop_assert_eq!(count(), m.q.len(), "op {}: live values after {:?}", i, op);
-        prop_assert_eq!(c.len(), m.q.len());
+        prop_assert_eq!(
+            count(),
+            model.q.len(),
+            "op {}: live values after {:?}",
+            i,
+            op
+        );
+        prop_assert_eq!(consumer.len(), model.q.len());
     }
-    drop((p, c));
+    drop((producer, consumer));
     prop_assert_eq!(count(), 0, "values left in the ring are dropped with it");
     Ok(())
 }
@@ -1012,11 +1024,7 @@ proptest! {
     }
 
     #[test]
-    fn prop_non_copy_values_are_dropped_exactly_once(
-        cap in capacity_strategy(),
-        start in start_strategy(),
-        ops in prop::collection::vec(op_strategy(), 0..100),
-    ) {
+    fn prop_non_copy_values_are_dropped_exactly_once((cap, start, ops) in model_case(100)) {
         check_drops(cap, start, &ops)?;
     }
 }
@@ -1025,11 +1033,15 @@ proptest! {
 fn slot_array_is_aligned_to_two_cache_lines() {
     // A bulk of 8 pointers must fill exactly one cache line, never straddle two.
     for cap in [1usize, 8, 64, 4096] {
-        let (p, _c) = Ring::<usize>::spsc(cap).unwrap();
-        assert_eq!(p.ring().slot_ptr(0) as usize % 128, 0, "capacity {cap}");
+        let (producer, _consumer) = Ring::<usize>::spsc(cap).unwrap();
+        assert_eq!(
+            producer.ring().slot_ptr(0) as usize % 128,
+            0,
+            "capacity {cap}"
+        );
     }
-    let (p, _c) = Ring::<[u8; 3]>::mpmc(16).unwrap();
-    assert_eq!(p.ring().slot_ptr(0) as usize % 128, 0);
+    let (producer, _consumer) = Ring::<[u8; 3]>::mpmc(16).unwrap();
+    assert_eq!(producer.ring().slot_ptr(0) as usize % 128, 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -1067,26 +1079,26 @@ fn drop_counts(drops: &[std::sync::atomic::AtomicUsize]) -> Vec<usize> {
 fn check_forgotten_drain(k: usize, keep_using: bool) {
     let drops = tracked(10);
     let make = |id| Counted { id, drops };
-    let (mut p, mut c) = Ring::<Counted>::spsc(8).unwrap();
+    let (mut producer, mut consumer) = Ring::<Counted>::spsc(8).unwrap();
     for id in 0..6 {
-        assert!(p.push(make(id)).is_ok());
+        assert!(producer.push(make(id)).is_ok());
     }
     let mut seen = [0usize; 10];
-    let mut d = c.peek(4).unwrap().drain();
+    let mut d = consumer.peek(4).unwrap().drain();
     for v in d.by_ref().take(k) {
         seen[v.id] += 1;
     }
     std::mem::forget(d);
     if keep_using {
-        assert_eq!(c.len(), 6 - k, "what was taken is no longer waiting");
+        assert_eq!(consumer.len(), 6 - k, "what was taken is no longer waiting");
         for _ in 0..8 {
-            let Some(v) = c.pop() else { break };
+            let Some(v) = consumer.pop() else { break };
             seen[v.id] += 1;
         }
         for id in 6..10 {
-            assert!(p.push(make(id)).is_ok(), "room for value {id}");
+            assert!(producer.push(make(id)).is_ok(), "room for value {id}");
         }
-        let got: Vec<usize> = c.peek_burst(8).drain().map(|v| v.id).collect();
+        let got: Vec<usize> = consumer.peek_burst(8).drain().map(|v| v.id).collect();
         assert_eq!(got, [6, 7, 8, 9]);
         for id in got {
             seen[id] += 1;
@@ -1095,7 +1107,7 @@ fn check_forgotten_drain(k: usize, keep_using: bool) {
     } else {
         assert!(seen.iter().all(|&s| s <= 1), "values out: {seen:?}");
     }
-    drop((p, c));
+    drop((producer, consumer));
     let expected: Vec<usize> = (0..10)
         .map(|id| usize::from(id < 6 || keep_using))
         .collect();
@@ -1117,13 +1129,13 @@ fn a_forgotten_drain_yields_no_value_twice() {
 fn a_forgotten_chunk_publishes_nothing() {
     let drops = tracked(4);
     let make = |id| Counted { id, drops };
-    let (mut p, mut c) = Ring::<Counted>::spsc(4).unwrap();
-    std::mem::forget(p.reserve(4).unwrap());
-    assert!(p.push(make(0)).is_ok());
-    assert!(p.push(make(1)).is_ok());
-    std::mem::forget(c.peek(2).unwrap());
-    assert_eq!(c.pop().map(|v| v.id), Some(0));
-    drop((p, c));
+    let (mut producer, mut consumer) = Ring::<Counted>::spsc(4).unwrap();
+    std::mem::forget(producer.reserve(4).unwrap());
+    assert!(producer.push(make(0)).is_ok());
+    assert!(producer.push(make(1)).is_ok());
+    std::mem::forget(consumer.peek(2).unwrap());
+    assert_eq!(consumer.pop().map(|v| v.id), Some(0));
+    drop((producer, consumer));
     assert_eq!(drop_counts(drops), [1, 1, 0, 0]);
 }
 
@@ -1133,24 +1145,24 @@ fn a_forgotten_chunk_publishes_nothing() {
 fn check_panicking_fill(k: usize) {
     let drops = tracked(8);
     let make = |id| Counted { id, drops };
-    let (mut p, mut c) = Ring::<Counted>::spsc(8).unwrap();
+    let (mut producer, mut consumer) = Ring::<Counted>::spsc(8).unwrap();
     let values = (0..).map(|id| {
         assert!(id < k, "the iterator panics at value {id}");
         make(id)
     });
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        p.reserve(4).unwrap().fill_from_iter(values)
+        producer.reserve(4).unwrap().fill_from_iter(values)
     }));
     assert!(result.is_err());
-    let got: Vec<usize> = c.peek_burst(8).drain().map(|v| v.id).collect();
+    let got: Vec<usize> = consumer.peek_burst(8).drain().map(|v| v.id).collect();
     assert_eq!(
         got,
         (0..k).collect::<Vec<_>>(),
         "published before the panic"
     );
-    assert!(p.push(make(k)).is_ok());
-    assert_eq!(c.pop().map(|v| v.id), Some(k));
-    drop((p, c));
+    assert!(producer.push(make(k)).is_ok());
+    assert_eq!(consumer.pop().map(|v| v.id), Some(k));
+    drop((producer, consumer));
     let expected: Vec<usize> = (0..8).map(|id| usize::from(id <= k)).collect();
     assert_eq!(drop_counts(drops), expected, "drops per value, k = {k}");
 }

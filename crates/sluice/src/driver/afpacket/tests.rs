@@ -11,7 +11,8 @@ use crate::driver::open;
 use crate::mbuf::{Burst, Mbuf};
 use crate::port::{Offloads, Port, PortConfig};
 use crate::test_support::frames::{
-    is_test_frame, receive_test_frames, send_all, seq_of, test_frame,
+    assert_sent_intact, is_test_frame, receive_test_frames, send_all, seq_of, test_frame,
+    test_frames,
 };
 use crate::test_support::{assert_pool_full, test_pool};
 
@@ -114,12 +115,12 @@ fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let w = wire("afrx");
+    let wire = wire("afrx");
     let pool = test_pool(1023);
     let cfg = PortConfig::new(Some(pool.clone())).nb_rxd(4096);
-    let mut port = w.port("", cfg);
+    let mut port = wire.port("", cfg);
     let mac = port.mac().0;
-    let peer = w.peer();
+    let peer = wire.peer();
     // 300 frames of 60 to 1514 bytes; every tenth carries a VLAN tag, which
     // the kernel strips before a packet socket sees it and the driver puts
     // back.
@@ -159,16 +160,22 @@ fn frames_from_the_peer_arrive_intact_in_mbufs_vlan_tags_included() {
     });
     assert_eq!(got.len(), 300);
     assert_eq!(got, sent, "every frame, in order, byte for byte");
-    let st = port.stats();
-    assert!(st.rx_packets >= 300, "{st:?}");
+    let stats = port.stats();
+    assert!(stats.rx_packets >= 300, "{stats:?}");
     let bytes: u64 = sent.iter().map(|f| f.len() as u64).sum();
-    assert!(st.rx_bytes >= bytes, "{st:?}");
-    assert_eq!(st.rx_errors, 0);
+    assert!(stats.rx_bytes >= bytes, "{stats:?}");
+    assert_eq!(stats.rx_errors, 0);
     port.stop();
-    let x = port.xstats();
-    let get = |n: &str| x.iter().find(|(k, _)| k == n).map(|(_, v)| *v).unwrap();
-    assert!(get("rx_kernel_packets") >= 300, "{x:?}");
-    assert_eq!(get("rx_kernel_drops"), 0, "{x:?}");
+    let xstats = port.xstats();
+    let get = |n: &str| {
+        xstats
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| *v)
+            .unwrap()
+    };
+    assert!(get("rx_kernel_packets") >= 300, "{xstats:?}");
+    assert_eq!(get("rx_kernel_drops"), 0, "{xstats:?}");
     drop(port);
     assert_pool_full(&pool);
 }
@@ -178,31 +185,21 @@ fn frames_sent_arrive_intact_at_the_peer() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let w = wire("aftx");
+    let wire = wire("aftx");
     let pool = test_pool(1023);
-    let mut port = w.port("", PortConfig::new(Some(pool.clone())).nb_txd(256));
-    let peer = w.peer();
-    let dst = w.ns.mac(w.veth.b()).unwrap().0;
+    let mut port = wire.port("", PortConfig::new(Some(pool.clone())).nb_txd(256));
+    let peer = wire.peer();
+    let dst = wire.ns.mac(wire.veth.b()).unwrap().0;
     // 600 frames, more than the 256-frame ring: the queue pushes back and
     // the rest is sent again, nothing is lost.
-    let want: Vec<Vec<u8>> = (0..600u32)
-        .map(|i| test_frame(dst, 1, i, 60 + (i as usize * 53) % 1455))
-        .collect();
+    let want = test_frames(dst, 1, 0, 600, 53);
     send_all(&mut port, &pool, &want);
     // Every mbuf was freed once its bytes were in the ring.
     assert_pool_full(&pool);
     let got = peer
         .recv_frames(600, Duration::from_secs(10), is_test_frame)
         .unwrap();
-    assert_eq!(got.len(), 600);
-    assert_eq!(got, want, "every frame, in order, byte for byte");
-    let st = port.stats();
-    assert_eq!(st.tx_packets, 600);
-    assert_eq!(
-        st.tx_bytes,
-        want.iter().map(|f| f.len() as u64).sum::<u64>()
-    );
-    assert_eq!(st.tx_errors, 0);
+    assert_sent_intact(&port, &want, &got);
     // A packet too long for a ring frame is counted and freed.
     let mut long: Burst<4> = Burst::new();
     let mut m: Mbuf = pool.alloc().unwrap();
@@ -223,14 +220,14 @@ fn fanout_spreads_flows_over_queues_and_keeps_each_flow_on_one() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let w = wire("affan");
+    let wire = wire("affan");
     let pool = test_pool(4095);
     let mut cfg = PortConfig::new(Some(pool.clone()))
         .queues(4, 4)
         .nb_rxd(4096);
     cfg.rx_offloads |= Offloads::RSS_HASH;
-    let mut port = w.port("", cfg);
-    let peer = w.peer();
+    let mut port = wire.port("", cfg);
+    let peer = wire.peer();
     let mac = port.mac().0;
     // IPv4/UDP frames of 64 flows (source ports), 8 each: the fanout hash
     // is the kernel's flow hash over addresses and ports. The sequence
@@ -302,20 +299,20 @@ fn a_full_ring_counts_kernel_drops_as_xstats_and_rx_missed() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let w = wire("afdrop");
+    let wire = wire("afdrop");
     let pool = test_pool(1023);
     // 64 frames of 2048 bytes: two 64 KiB blocks, about 120 frames of 1000
     // bytes.
-    let mut port = w.port(
+    let mut port = wire.port(
         ",block_size=65536",
         PortConfig::new(Some(pool.clone())).nb_rxd(64),
     );
-    let peer = w.peer();
+    let peer = wire.peer();
     // A second packet socket on the port's interface: the kernel hands
     // each frame to every packet socket there in one pass, so once this
     // one has all 600, the port's ring has kept or dropped them (the last
     // perhaps a moment later, which changes none of the checks below).
-    let observer = RawSocket::open(&Netns::root(), w.veth.a()).unwrap();
+    let observer = RawSocket::open(&Netns::root(), wire.veth.a()).unwrap();
     let mac = port.mac().0;
     // Nobody polls while 600 frames arrive: the ring fills, the kernel
     // drops the rest.
@@ -328,18 +325,24 @@ fn a_full_ring_counts_kernel_drops_as_xstats_and_rx_missed() {
     assert_eq!(seen.len(), 600, "the interface did not receive every frame");
     let got = receive_test_frames(&mut port, 600, Duration::from_secs(2));
     port.stop();
-    let st = port.stats();
-    let x = port.xstats();
-    let get = |n: &str| x.iter().find(|(k, _)| k == n).map(|(_, v)| *v).unwrap();
+    let stats = port.stats();
+    let xstats = port.xstats();
+    let get = |n: &str| {
+        xstats
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| *v)
+            .unwrap()
+    };
     let drops = get("rx_kernel_drops");
-    assert!(drops > 0, "{x:?}");
+    assert!(drops > 0, "{xstats:?}");
     assert!(got.len() < 600);
-    assert_eq!(st.rx_missed, drops);
+    assert_eq!(stats.rx_missed, drops);
     // Everything the socket saw was delivered or dropped.
     assert_eq!(
         get("rx_kernel_packets"),
-        st.rx_packets + st.rx_errors + drops,
-        "{st:?} {x:?}"
+        stats.rx_packets + stats.rx_errors + drops,
+        "{stats:?} {xstats:?}"
     );
     // What was delivered is intact and in order.
     let seqs: Vec<u32> = got.iter().map(|(_, f)| seq_of(f)).collect();

@@ -12,6 +12,7 @@ use loom::sync::Arc;
 use loom::thread;
 
 use super::*;
+use crate::test_support::loom_model;
 
 struct RingMemory {
     producer: AtomicU32,
@@ -47,22 +48,12 @@ impl RingMemory {
     }
 }
 
-/// Explores `f` with a preemption bound of 3 unless `LOOM_MAX_PREEMPTIONS`
-/// says otherwise.
-fn model<F: Fn() + Sync + Send + 'static>(f: F) {
-    let mut builder = loom::model::Builder::new();
-    if builder.preemption_bound.is_none() {
-        builder.preemption_bound = Some(3);
-    }
-    builder.check(f);
-}
-
 /// User space produces 3 values through a 2-entry ring (fill, Tx); the
 /// kernel consumes them (Acquire producer, read, Release consumer). They
 /// arrive in order, and no entry is overwritten before it was read.
 #[test]
 fn user_producer_kernel_consumer() {
-    model(|| {
+    loom_model(|| {
         let mem = RingMemory::new(2);
         let k = Arc::clone(&mem);
         let kernel = thread::spawn(move || {
@@ -109,7 +100,7 @@ fn user_producer_kernel_consumer() {
 /// user space consumes them. In order, no entry read before it is written.
 #[test]
 fn kernel_producer_user_consumer() {
-    model(|| {
+    loom_model(|| {
         let mem = RingMemory::new(2);
         let k = Arc::clone(&mem);
         let kernel = thread::spawn(move || {
@@ -157,7 +148,7 @@ fn kernel_producer_user_consumer() {
 /// it — a wake-up is never lost.
 #[test]
 fn need_wakeup_is_never_lost() {
-    model(|| {
+    loom_model(|| {
         let mem = RingMemory::new(2);
         let k = Arc::clone(&mem);
         let kernel = thread::spawn(move || {

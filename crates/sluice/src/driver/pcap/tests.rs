@@ -28,6 +28,13 @@ impl Drop for TmpFile {
     }
 }
 
+/// The port `spec` opens with `config`, started.
+fn started(spec: &str, config: PortConfig) -> Port {
+    let mut port = open(spec, config).unwrap();
+    port.start().unwrap();
+    port
+}
+
 /// A packet of `len` bytes whose content depends on `seed`.
 fn frame(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
@@ -45,8 +52,7 @@ fn chained(pool: &MbufPool, data: &[u8], seg: usize) -> Mbuf {
 
 /// Writes `frames` through a pcap port with spec `tx=<path><extra>`.
 fn write_through_port(path: &str, extra: &str, pool: &MbufPool, frames: &[Vec<u8>]) -> Port {
-    let mut port = open(&format!("pcap:tx={path}{extra}"), PortConfig::new(None)).unwrap();
-    port.start().unwrap();
+    let mut port = started(&format!("pcap:tx={path}{extra}"), PortConfig::new(None));
     let mut burst: Burst = Burst::new();
     for f in frames {
         burst.push(chained(pool, f, 2048)).unwrap();
@@ -103,8 +109,7 @@ fn write_then_read_back_bit_identical() {
     let mut c = PortConfig::new(Some(small.clone())).port_id(7);
     c.rx_offloads |= Offloads::MULTI_SEG;
     c.mtu = 9000;
-    let mut rx = open(&format!("pcap:rx={}", file.0), c).unwrap();
-    rx.start().unwrap();
+    let mut rx = started(&format!("pcap:rx={}", file.0), c);
     let got = receive_all(&mut rx);
     assert_eq!(got.len(), 6);
     for (f, m) in frames.iter().zip(&got) {
@@ -125,8 +130,7 @@ fn write_then_read_back_bit_identical() {
     let big = TestPool::new(15).data_room(9216).build();
     let mut c = PortConfig::new(Some(big.clone()));
     c.mtu = 9000;
-    let mut rx = open(&format!("pcap:rx={}", file.0), c).unwrap();
-    rx.start().unwrap();
+    let mut rx = started(&format!("pcap:rx={}", file.0), c);
     let got = receive_all(&mut rx);
     assert!(got.iter().all(|m| m.nb_segs() == 1));
     assert_eq!(got.iter().map(|m| m.to_vec()).collect::<Vec<_>>(), frames);
@@ -137,8 +141,7 @@ fn write_then_read_back_bit_identical() {
     // errors (oversize for the data room), skipped.
     let mut c = PortConfig::new(Some(small.clone()));
     c.mtu = 9000;
-    let mut rx = open(&format!("pcap:rx={}", file.0), c).unwrap();
-    rx.start().unwrap();
+    let mut rx = started(&format!("pcap:rx={}", file.0), c);
     let got = receive_all(&mut rx);
     assert_eq!(
         got.iter().map(|m| m.to_vec()).collect::<Vec<_>>(),
@@ -183,12 +186,10 @@ fn runts_and_frames_over_the_mtu_are_dropped_with_their_reason() {
     }
     std::fs::write(&file.0, w.finish().unwrap()).unwrap();
     let pool = test_pool(63);
-    let mut rx = open(
+    let mut rx = started(
         &format!("pcap:rx={}", file.0),
         PortConfig::new(Some(pool.clone())),
-    )
-    .unwrap();
-    rx.start().unwrap();
+    );
     let got = receive_all(&mut rx);
     assert_eq!(
         got.iter().map(|m| m.pkt_len()).collect::<Vec<_>>(),
@@ -228,8 +229,7 @@ fn loop_wraps_and_without_it_the_file_ends() {
     let pool = test_pool(31);
     let mut burst: Burst<8> = Burst::new();
     let spec = format!("pcap:rx={},loop=true", file.0);
-    let mut port = open(&spec, PortConfig::new(Some(pool.clone()))).unwrap();
-    port.start().unwrap();
+    let mut port = started(&spec, PortConfig::new(Some(pool.clone())));
     assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 8);
     assert_eq!(tags(&burst), [0, 1, 2, 0, 1, 2, 0, 1]);
     burst.clear();
@@ -239,8 +239,7 @@ fn loop_wraps_and_without_it_the_file_ends() {
     drop(port);
 
     let spec = format!("pcap:rx={},loop=false", file.0);
-    let mut port = open(&spec, PortConfig::new(Some(pool.clone()))).unwrap();
-    port.start().unwrap();
+    let mut port = started(&spec, PortConfig::new(Some(pool.clone())));
     assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 3);
     assert_eq!(tags(&burst), [0, 1, 2]);
     assert_eq!(
@@ -397,32 +396,36 @@ fn spec_and_config_errors_name_the_fault() {
     let pool = test_pool(15);
     let msg = |spec: &str, c: PortConfig| open(spec, c).unwrap_err().to_string();
     let c = || PortConfig::new(Some(pool.clone()));
-    assert_eq!(
-        msg("pcap", c()),
-        "port spec 'pcap': driver 'pcap' needs key 'rx or tx'"
-    );
-    assert_eq!(
-        msg("pcap:loop=true", c()),
-        "port spec 'pcap:loop=true': driver 'pcap' needs key 'rx or tx'"
-    );
-    assert_eq!(
-        msg("pcap:tx=/tmp/x,snaplen=0", c()),
-        "port spec 'pcap:tx=/tmp/x,snaplen=0': key 'snaplen' = '0' is not a number in 1..=262144"
-    );
-    assert_eq!(
-        msg("pcap:tx=/tmp/x,loop=maybe", c()),
-        "port spec 'pcap:tx=/tmp/x,loop=maybe': key 'loop' = 'maybe' is not a boolean \
-         (1/0, true/false, yes/no, on/off)"
-    );
-    assert_eq!(
-        msg("pcap:tx=/tmp/x,speed=1", c()),
-        "port spec 'pcap:tx=/tmp/x,speed=1': driver 'pcap' has no key 'speed' (keys: rx, tx, \
-         loop, timing, snaplen, stream)"
-    );
-    assert_eq!(
-        msg("pcap:tx=/nonexistent-dir/x.pcap", c()),
-        "pcap: tx file '/nonexistent-dir/x.pcap': No such file or directory (os error 2)"
-    );
+    for (spec, want) in [
+        (
+            "pcap",
+            "port spec 'pcap': driver 'pcap' needs key 'rx or tx'",
+        ),
+        (
+            "pcap:loop=true",
+            "port spec 'pcap:loop=true': driver 'pcap' needs key 'rx or tx'",
+        ),
+        (
+            "pcap:tx=/tmp/x,snaplen=0",
+            "port spec 'pcap:tx=/tmp/x,snaplen=0': key 'snaplen' = '0' is not a number in 1..=262144",
+        ),
+        (
+            "pcap:tx=/tmp/x,loop=maybe",
+            "port spec 'pcap:tx=/tmp/x,loop=maybe': key 'loop' = 'maybe' is not a boolean \
+             (1/0, true/false, yes/no, on/off)",
+        ),
+        (
+            "pcap:tx=/tmp/x,speed=1",
+            "port spec 'pcap:tx=/tmp/x,speed=1': driver 'pcap' has no key 'speed' (keys: rx, tx, \
+             loop, timing, snaplen, stream)",
+        ),
+        (
+            "pcap:tx=/nonexistent-dir/x.pcap",
+            "pcap: tx file '/nonexistent-dir/x.pcap': No such file or directory (os error 2)",
+        ),
+    ] {
+        assert_eq!(msg(spec, c()), want, "{spec}");
+    }
     let out = TmpFile::new("config");
     assert_eq!(
         msg(&format!("pcap:tx={}", out.0), c().queues(1, 2)).replace(&out.0, "F"),
@@ -436,18 +439,15 @@ fn without_rx_nothing_arrives_and_without_tx_packets_are_freed() {
     let out = TmpFile::new("half");
     let pool = test_pool(15);
     // No pool needed when there is no rx file.
-    let mut port = open(&format!("pcap:tx={}", out.0), PortConfig::new(None)).unwrap();
-    port.start().unwrap();
+    let mut port = started(&format!("pcap:tx={}", out.0), PortConfig::new(None));
     let mut burst: Burst = Burst::new();
     assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 0);
     drop(port);
     let input = sample_file("half_in", &[1, 2]);
-    let mut port = open(
+    let mut port = started(
         &format!("pcap:rx={}", input.0),
         PortConfig::new(Some(pool.clone())),
-    )
-    .unwrap();
-    port.start().unwrap();
+    );
     assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 2);
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 2);
     assert_eq!((port.stats().tx_packets, port.stats().tx_bytes), (2, 120));
@@ -460,8 +460,7 @@ fn without_rx_nothing_arrives_and_without_tx_packets_are_freed() {
 #[test]
 fn write_errors_count_tx_errors_and_free_the_packets() {
     let pool = test_pool(63);
-    let mut port = open("pcap:tx=/dev/full", PortConfig::new(None)).unwrap();
-    port.start().unwrap();
+    let mut port = started("pcap:tx=/dev/full", PortConfig::new(None));
     let mut burst: Burst = Burst::new();
     for _ in 0..10 {
         for i in 0..32 {
@@ -713,12 +712,10 @@ fn dev_zero_is_refused_or_streamed_and_counted_as_an_error() {
         "rx file '/dev/zero': a character device, not a regular file (stream=1 reads one as a \
          stream)"
     );
-    let mut port = open(
+    let mut port = started(
         "pcap:rx=/dev/zero,stream=1",
         PortConfig::new(Some(pool.clone())),
-    )
-    .unwrap();
-    port.start().unwrap();
+    );
     let mut burst: Burst = Burst::new();
     for _ in 0..3 {
         assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 0);
@@ -734,12 +731,10 @@ fn dev_zero_is_refused_or_streamed_and_counted_as_an_error() {
 fn a_fifo_streams_with_stream_set() {
     let pool = test_pool(31);
     let f = fifo("fifo-stream");
-    let mut port = open(
+    let mut port = started(
         &format!("pcap:rx={},stream=1", f.0),
         PortConfig::new(Some(pool.clone())),
-    )
-    .unwrap();
-    port.start().unwrap();
+    );
     let mut burst: Burst<8> = Burst::new();
     assert_eq!(
         port.rx_queue(0).unwrap().rx_burst(&mut burst),
@@ -785,12 +780,10 @@ fn a_fifo_streams_with_stream_set() {
 fn a_file_cut_after_open_ends_the_replay_with_one_error() {
     let pool = test_pool(31);
     let file = sample_file("cut-later", &[1, 2, 3, 4]);
-    let mut port = open(
+    let mut port = started(
         &format!("pcap:rx={},loop=1", file.0),
         PortConfig::new(Some(pool.clone())),
-    )
-    .unwrap();
-    port.start().unwrap();
+    );
     let mut burst: Burst<8> = Burst::new();
     assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 8);
     assert_eq!(tags(&burst), [0, 1, 2, 3, 0, 1, 2, 3]);

@@ -11,7 +11,9 @@ use sluice_netns::{Netns, RawSocket};
 use crate::driver::open;
 use crate::mbuf::{Burst, MbufPool};
 use crate::port::{Port, PortConfig};
-use crate::test_support::frames::{is_test_frame, receive_test_frames, send_all, test_frame};
+use crate::test_support::frames::{
+    assert_sent_intact, is_test_frame, receive_test_frames, send_all, test_frame, test_frames,
+};
 use crate::test_support::{assert_pool_full, test_pool};
 
 fn err(spec: &str, config: PortConfig) -> String {
@@ -148,9 +150,7 @@ fn frames_cross_a_tap_both_ways_intact() {
     let peer = RawSocket::open(&ns, &name).unwrap();
     let kernel_mac = ns.mac(&name).unwrap().0;
     // Kernel side → port: 300 frames the raw socket sends out of the TAP.
-    let sent: Vec<Vec<u8>> = (0..300u32)
-        .map(|i| test_frame(port.mac().0, 2, i, 60 + (i as usize * 97) % 1455))
-        .collect();
+    let sent = test_frames(port.mac().0, 2, 0, 300, 97);
     for f in &sent {
         peer.send(f).unwrap();
     }
@@ -159,23 +159,15 @@ fn frames_cross_a_tap_both_ways_intact() {
     assert_eq!(got.len(), 300);
     assert_eq!(got, sent, "every frame, in order, byte for byte");
     // Port → kernel side: 300 frames arrive at the raw socket.
-    let want: Vec<Vec<u8>> = (0..300u32)
-        .map(|i| test_frame(kernel_mac, 2, 1000 + i, 60 + (i as usize * 53) % 1455))
-        .collect();
+    let want = test_frames(kernel_mac, 2, 1000, 300, 53);
     send_all(&mut port, &pool, &want);
     let back = peer
         .recv_frames(300, Duration::from_secs(10), is_test_frame)
         .unwrap();
-    assert_eq!(back.len(), 300);
-    assert_eq!(back, want, "every frame, in order, byte for byte");
-    let st = port.stats();
-    assert_eq!(st.tx_packets, 300);
-    assert_eq!(
-        st.tx_bytes,
-        want.iter().map(|f| f.len() as u64).sum::<u64>()
-    );
-    assert!(st.rx_packets >= 300);
-    assert_eq!((st.rx_errors, st.tx_errors), (0, 0));
+    assert_sent_intact(&port, &want, &back);
+    let stats = port.stats();
+    assert!(stats.rx_packets >= 300);
+    assert_eq!((stats.rx_errors, stats.tx_errors), (0, 0));
     // Stop and start: the device stays (its descriptors stay open).
     port.stop();
     assert_pool_full(&pool);
@@ -324,9 +316,9 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     let got = receive_test_frames(&mut port, 3, Duration::from_secs(10));
     let got: Vec<usize> = got.iter().map(|(_, f)| f.len()).collect();
     assert_eq!(got, [60, 1018, 60]);
-    let x = &port.counters().xstats;
-    assert_eq!(x.get("rx_oversize_errors"), Some(2));
-    assert_eq!(x.get("rx_runt_errors"), Some(0));
+    let xstats = &port.counters().xstats;
+    assert_eq!(xstats.get("rx_oversize_errors"), Some(2));
+    assert_eq!(xstats.get("rx_runt_errors"), Some(0));
     assert_eq!(port.stats().rx_errors, 2);
     drop(port);
     assert_pool_full(&pool);

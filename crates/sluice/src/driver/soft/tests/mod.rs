@@ -37,7 +37,7 @@ pub(super) fn tester_of(name: &str) -> Arc<Tester> {
     tester::attach(name, None).unwrap()
 }
 
-fn xstat(p: &Port, name: &str) -> u64 {
+pub(super) fn xstat(p: &Port, name: &str) -> u64 {
     p.counters().xstats.get(name).unwrap()
 }
 
@@ -652,68 +652,88 @@ fn spec_and_config_errors_name_the_fault() {
         r.unwrap_err().to_string()
     };
     let c = || PortConfig::new(Some(pool.clone())).nb_rxd(64).nb_txd(64);
-    assert_eq!(
-        msg("soft:wire=x,gen=udp", c()),
-        "port spec 'soft:wire=x,gen=udp': wire= and the tester keys exclude each other"
-    );
-    assert_eq!(
-        msg("soft:device=fast", c()),
-        "port spec 'soft:device=fast': key 'device' = 'fast' is not one of inline, threaded"
-    );
-    assert_eq!(
-        msg("soft:fc=maybe", c()),
-        "port spec 'soft:fc=maybe': key 'fc' = 'maybe' is not one of on, off"
-    );
-    assert_eq!(
-        msg("soft:rx_free_thresh=24", c()),
-        "port spec 'soft:rx_free_thresh=24': rx_free_thresh 24 is not a power of two"
-    );
-    assert_eq!(
-        msg("soft:bus_overhead=300", c()),
-        "port spec 'soft:bus_overhead=300': key 'bus_overhead' = '300' is not a number in 0..=256"
-    );
-    assert_eq!(
-        msg("soft:tester=t-err,tx_rs_thresh=64,tx_free_thresh=32", c()),
-        "port 'soft:tester=t-err,tx_rs_thresh=64,tx_free_thresh=32': Tx queue 0: needs \
-         tx_rs_thresh 64 <= tx_free_thresh 32 <= 64 descriptors"
-    );
-    assert_eq!(
-        msg("soft:tester=t-err,rx_free_thresh=128", c()),
-        "port 'soft:tester=t-err,rx_free_thresh=128': Rx queue 0: rx_free_thresh 128 exceeds \
-         its 64 descriptors"
-    );
-    assert_eq!(
-        msg("soft:tester=t-err", c().nb_rxd(100)),
-        "port 'soft:tester=t-err': Rx queue 0: 100 Rx descriptors: driver soft takes only \
-         powers of two"
-    );
-    assert_eq!(
-        msg("soft:tester=t-err", c().nb_txd(8192)),
-        "port 'soft:tester=t-err': Tx queue 0: 8192 Tx descriptors: driver soft takes 64 to 4096"
-    );
-    assert_eq!(
-        msg("soft:tester=t-err", c().queues(17, 1)),
-        "port 'soft:tester=t-err': 17 Rx queues asked, driver soft has at most 16"
-    );
-    let mut rss = c();
-    rss.tx_offloads |= Offloads::RSS_HASH;
-    assert_eq!(
-        msg("soft:tester=t-err", rss),
-        "port 'soft:tester=t-err': driver soft has no Tx offload rss_hash"
-    );
-    assert_eq!(
-        msg("soft:txmode=mpw", c()),
-        "port spec 'soft:txmode=mpw': key 'txmode' = 'mpw' is not one of wqe, mpwqe"
-    );
-    assert_eq!(
-        msg("soft:mpw_segs=63", c()),
-        "port spec 'soft:mpw_segs=63': key 'mpw_segs' = '63' is not a number in 1..=62"
-    );
-    assert_eq!(
-        msg("soft:mpw_segs=8,inline_mpw=200", c()),
-        "port spec 'soft:mpw_segs=8,inline_mpw=200': inline_mpw 200 takes 13 segments, more \
-         than mpw_segs 8"
-    );
+    for (spec, config, want) in [
+        (
+            "soft:wire=x,gen=udp",
+            c(),
+            "port spec 'soft:wire=x,gen=udp': wire= and the tester keys exclude each other",
+        ),
+        (
+            "soft:device=fast",
+            c(),
+            "port spec 'soft:device=fast': key 'device' = 'fast' is not one of inline, threaded",
+        ),
+        (
+            "soft:fc=maybe",
+            c(),
+            "port spec 'soft:fc=maybe': key 'fc' = 'maybe' is not one of on, off",
+        ),
+        (
+            "soft:rx_free_thresh=24",
+            c(),
+            "port spec 'soft:rx_free_thresh=24': rx_free_thresh 24 is not a power of two",
+        ),
+        (
+            "soft:bus_overhead=300",
+            c(),
+            "port spec 'soft:bus_overhead=300': key 'bus_overhead' = '300' is not a number in 0..=256",
+        ),
+        (
+            "soft:tester=t-err,tx_rs_thresh=64,tx_free_thresh=32",
+            c(),
+            "port 'soft:tester=t-err,tx_rs_thresh=64,tx_free_thresh=32': Tx queue 0: needs \
+             tx_rs_thresh 64 <= tx_free_thresh 32 <= 64 descriptors",
+        ),
+        (
+            "soft:tester=t-err,rx_free_thresh=128",
+            c(),
+            "port 'soft:tester=t-err,rx_free_thresh=128': Rx queue 0: rx_free_thresh 128 exceeds \
+             its 64 descriptors",
+        ),
+        (
+            "soft:tester=t-err",
+            c().nb_rxd(100),
+            "port 'soft:tester=t-err': Rx queue 0: 100 Rx descriptors: driver soft takes only \
+             powers of two",
+        ),
+        (
+            "soft:tester=t-err",
+            c().nb_txd(8192),
+            "port 'soft:tester=t-err': Tx queue 0: 8192 Tx descriptors: driver soft takes 64 to 4096",
+        ),
+        (
+            "soft:tester=t-err",
+            c().queues(17, 1),
+            "port 'soft:tester=t-err': 17 Rx queues asked, driver soft has at most 16",
+        ),
+        (
+            "soft:tester=t-err",
+            {
+                let mut rss = c();
+                rss.tx_offloads |= Offloads::RSS_HASH;
+                rss
+            },
+            "port 'soft:tester=t-err': driver soft has no Tx offload rss_hash",
+        ),
+        (
+            "soft:txmode=mpw",
+            c(),
+            "port spec 'soft:txmode=mpw': key 'txmode' = 'mpw' is not one of wqe, mpwqe",
+        ),
+        (
+            "soft:mpw_segs=63",
+            c(),
+            "port spec 'soft:mpw_segs=63': key 'mpw_segs' = '63' is not a number in 1..=62",
+        ),
+        (
+            "soft:mpw_segs=8,inline_mpw=200",
+            c(),
+            "port spec 'soft:mpw_segs=8,inline_mpw=200': inline_mpw 200 takes 13 segments, more \
+             than mpw_segs 8",
+        ),
+    ] {
+        assert_eq!(msg(spec, config), want, "{spec}");
+    }
     assert!(msg("soft:link=gen2x1", c()).starts_with(
         "port spec 'soft:link=gen2x1': key 'link' = 'gen2x1' is not one of gen3x4, gen3x8"
     ));

@@ -13,7 +13,7 @@ use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::ext_copy;
+use super::{ext_copy, port, send_all, tester_of, xstat};
 use crate::driver::open;
 use crate::mbuf::{Burst, BurstSlice, ExtSharedInfo, Mbuf, MbufPool};
 use crate::mempool::Elem;
@@ -21,16 +21,10 @@ use crate::port::{
     Offloads, Port, PortConfig, PortError, RecycleRxInfo, RxQueue, TxQueue, recycle_mbufs,
 };
 use crate::test_support::TestPool;
-use crate::tester::{self, Tester, TesterReport};
+use crate::tester::{Tester, TesterReport};
 
 fn pool(name: &str, size: u32) -> MbufPool {
     TestPool::new(size).name(name).data_room(512).build()
-}
-
-fn port(spec: &str, config: PortConfig) -> Port {
-    let mut p = open(spec, config).unwrap();
-    p.start().unwrap();
-    p
 }
 
 /// A port of `pool`, 128 descriptors each way, with the fast-free offload
@@ -43,20 +37,26 @@ fn port_config(pool: &MbufPool, fast_free: bool) -> PortConfig {
     c
 }
 
-fn tester_of(name: &str) -> Arc<Tester> {
-    tester::attach(name, None).unwrap()
-}
-
-fn xstat(p: &Port, name: &str) -> u64 {
-    p.counters().xstats.get(name).unwrap()
+/// The pool named `name` (1023 buffers), a started loopback port on it
+/// (see [`port_config`]) whose device's tester, also named `name`, runs with
+/// `options` (`count=3200,flows=16`), and that tester.
+fn tester_loopback(
+    name: &str,
+    fast_free: bool,
+    options: &str,
+) -> (MbufPool, Guarded<Port>, Arc<Tester>) {
+    let pool = pool(name, 1023);
+    let config = port_config(&pool, fast_free);
+    let port = guard(port(&format!("soft:tester={name},{options}"), config));
+    (pool, port, tester_of(name))
 }
 
 /// `rx_recycled`, `tx_recycled`, `recycle_fallbacks` of a port.
-fn recycle_counts(p: &Port) -> (u64, u64, u64) {
+fn recycle_counts(port: &Port) -> (u64, u64, u64) {
     (
-        xstat(p, "rx_recycled"),
-        xstat(p, "tx_recycled"),
-        xstat(p, "recycle_fallbacks"),
+        xstat(port, "rx_recycled"),
+        xstat(port, "tx_recycled"),
+        xstat(port, "recycle_fallbacks"),
     )
 }
 
@@ -96,26 +96,28 @@ impl<T> Drop for Guarded<T> {
 }
 
 /// Asserts nothing was lost, reordered, duplicated, corrupted or foreign.
-fn assert_clean(r: &TesterReport) {
-    assert!(r.is_clean() && r.foreign == 0, "{r}");
+fn assert_clean(report: &TesterReport) {
+    assert!(report.is_clean() && report.foreign == 0, "{report}");
 }
 
-/// Sends all of `burst` on `tx`, retrying while the ring is full.
-fn send_all(tx: &mut dyn TxQueue, burst: &mut BurstSlice) {
-    for _ in 0..1_000_000 {
-        if burst.is_empty() {
-            return;
-        }
-        if tx.tx_burst(burst) == 0 {
-            std::thread::yield_now();
-        }
-    }
-    panic!("the Tx queue stopped taking packets");
+/// Asserts that the tester got back exactly `count` frames, all clean
+/// ([`assert_clean`]).
+fn assert_received_clean(tester: &Tester, count: u64) {
+    let report = tester.report();
+    assert_eq!(report.received, count, "{report}");
+    assert_clean(&report);
+}
+
+/// Asserts that the tester got frames back, all clean ([`assert_clean`]).
+fn assert_some_received_clean(tester: &Tester) {
+    let report = tester.report();
+    assert!(report.received > 0, "{report}");
+    assert_clean(&report);
 }
 
 /// Queue 0 of a port, both directions at once (a loopback).
-fn loopback(p: &mut Port) -> (&mut dyn RxQueue, &mut dyn TxQueue) {
-    let (rx, tx) = p.queues_mut().unwrap();
+fn loopback(port: &mut Port) -> (&mut dyn RxQueue, &mut dyn TxQueue) {
+    let (rx, tx) = port.queues_mut().unwrap();
     (rx[0].as_mut(), tx[0].as_mut())
 }
 
@@ -152,37 +154,37 @@ fn recycle_step(
     (moved, n)
 }
 
-/// Pauses `t` and forwards a loopback port (recycling) until every frame
+/// Pauses `tester` and forwards a loopback port (recycling) until every frame
 /// the tester sent has been received by the port: its Rx ring then holds
 /// no frame, so a stop discards none. No extra `rx_burst` runs after the
 /// last frame, so the slots it delivered stay due.
-fn drain_loopback(p: &mut Port, t: &Tester) {
-    t.pause(true);
+fn drain_loopback(port: &mut Port, tester: &Tester) {
+    tester.pause(true);
     let mut burst: Burst<32> = Burst::new();
     for _ in 0..10_000 {
-        if p.stats().rx_packets >= t.report().sent {
+        if port.stats().rx_packets >= tester.report().sent {
             return;
         }
-        let (rx, tx) = loopback(p);
+        let (rx, tx) = loopback(port);
         recycle_step(rx, tx, &mut burst);
     }
-    panic!("the port did not drain: {}", t.report());
+    panic!("the port did not drain: {}", tester.report());
 }
 
-/// 100 loopback steps on queue 0 of `p`, each: the recycle step, 32
+/// 100 loopback steps on queue 0 of `port`, each: the recycle step, 32
 /// frames received, `spoil(k, burst)` on them, the burst sent. `spoil` says
 /// whether it put a buffer in the burst that must not be recycled; the
 /// batch of such a step falls back at the next one, every other batch moves
 /// whole, which is checked step by step and in the port's recycle counters
 /// (batch 99 is never tried). Returns the spoiled steps.
 fn spoiled_batches_fall_back(
-    p: &mut Port,
+    port: &mut Port,
     mut spoil: impl FnMut(usize, &mut Burst<32>) -> bool,
 ) -> Vec<usize> {
     let mut burst: Burst<32> = Burst::new();
     let mut spoiled = Vec::new();
     for k in 0..100usize {
-        let (rx, tx) = loopback(p);
+        let (rx, tx) = loopback(port);
         let m = recycle_mbufs(rx, tx).unwrap();
         assert_eq!(rx.rx_burst(&mut burst), 32);
         let want = match k {
@@ -198,7 +200,7 @@ fn spoiled_batches_fall_back(
     }
     let fallbacks = spoiled.iter().filter(|&&k| k < 99).count() as u64;
     let recycled = (99 - fallbacks) * 32;
-    assert_eq!(recycle_counts(p), (recycled, recycled, fallbacks));
+    assert_eq!(recycle_counts(port), (recycled, recycled, fallbacks));
     spoiled
 }
 
@@ -214,20 +216,18 @@ fn recycling_moves_every_completed_batch_without_touching_the_mempool() {
         (true, "wqe"),
     ] {
         let name = format!("t-rc-basic-{fast_free}-{txmode}");
-        let pool = pool(&name, 1023);
-        let config = port_config(&pool, fast_free);
-        let mut p = guard(port(
-            &format!("soft:tester={name},count=3200,flows=16,txmode={txmode}"),
-            config,
-        ));
-        let t = tester_of(&name);
+        let (pool, mut port, tester) = tester_loopback(
+            &name,
+            fast_free,
+            &format!("count=3200,flows=16,txmode={txmode}"),
+        );
         let mut burst: Burst<32> = Burst::new();
         let mut moved = Vec::new();
         for _ in 0..1000 {
-            if t.report().received >= 3200 {
+            if tester.report().received >= 3200 {
                 break;
             }
-            let (rx, tx) = loopback(&mut p);
+            let (rx, tx) = loopback(&mut port);
             let (m, n) = recycle_step(rx, tx, &mut burst);
             assert_eq!(n, 32, "the generator fills every burst");
             moved.push(m);
@@ -240,10 +240,10 @@ fn recycling_moves_every_completed_batch_without_touching_the_mempool() {
         assert_eq!(moved.len(), 100);
         assert_eq!(moved[0], 0);
         assert!(moved[1..].iter().all(|&m| m == 32), "{moved:?}");
-        assert_clean(&t.report());
-        assert_eq!(t.report().received, 3200);
-        assert_eq!(recycle_counts(&p), (99 * 32, 99 * 32, 0));
-        p.stop();
+        assert_clean(&tester.report());
+        assert_eq!(tester.report().received, 3200);
+        assert_eq!(recycle_counts(&port), (99 * 32, 99 * 32, 0));
+        port.stop();
         assert!(pool.is_full(), "fast free {fast_free}, {txmode}");
     }
 }
@@ -254,20 +254,14 @@ fn recycling_moves_every_completed_batch_without_touching_the_mempool() {
 fn a_batch_holding_a_buffer_with_a_live_clone_falls_back_and_the_clone_keeps_its_bytes() {
     for fast_free in [false, true] {
         let name = &format!("t-rc-clone-{fast_free}");
-        let pool = pool(name, 1023);
-        let config = port_config(&pool, fast_free);
-        let mut p = guard(port(
-            &format!("soft:tester={name},count=3200,flows=16"),
-            config,
-        ));
-        let t = tester_of(name);
+        let (pool, mut port, tester) = tester_loopback(name, fast_free, "count=3200,flows=16");
         let mut burst: Burst<32> = Burst::new();
         // (clone, its bytes when cloned, the step after which it is dropped)
         let mut held: Guarded<Vec<(Mbuf, Vec<u8>, usize)>> = guard(Vec::new());
         let mut cloned_bursts = Vec::new();
         let mut moved = Vec::new();
         for k in 0..100 {
-            let (rx, tx) = loopback(&mut p);
+            let (rx, tx) = loopback(&mut port);
             moved.push(recycle_mbufs(rx, tx).unwrap());
             assert_eq!(rx.rx_burst(&mut burst), 32);
             // A buffer a clone still holds is never handed out again.
@@ -305,15 +299,13 @@ fn a_batch_holding_a_buffer_with_a_live_clone_falls_back_and_the_clone_keeps_its
         }
         let fallbacks = cloned_bursts.iter().filter(|&&k| k < 99).count() as u64;
         let recycled = (99 - fallbacks) * 32;
-        assert_eq!(recycle_counts(&p), (recycled, recycled, fallbacks));
+        assert_eq!(recycle_counts(&port), (recycled, recycled, fallbacks));
         assert!(fallbacks > 0);
         for (c, bytes, _) in held.iter() {
             assert_eq!(c.data(), &bytes[..], "a clone's bytes changed");
         }
-        let r = t.report();
-        assert_eq!(r.received, 3200, "{r}");
-        assert_clean(&r);
-        p.stop();
+        assert_received_clean(&tester, 3200);
+        port.stop();
         assert_eq!(pool.available() as usize, 1023 - held.len());
         held.clear();
         assert!(pool.is_full());
@@ -324,14 +316,8 @@ fn a_batch_holding_a_buffer_with_a_live_clone_falls_back_and_the_clone_keeps_its
 fn a_batch_carrying_one_buffer_twice_falls_back_and_frees_each_reference() {
     for fast_free in [false, true] {
         let name = &format!("t-rc-twice-{fast_free}");
-        let pool = pool(name, 1023);
-        let config = port_config(&pool, fast_free);
-        let mut p = guard(port(
-            &format!("soft:tester={name},count=3200,flows=16"),
-            config,
-        ));
-        let t = tester_of(name);
-        let twice = spoiled_batches_fall_back(&mut p, |k, burst| {
+        let (pool, mut port, tester) = tester_loopback(name, fast_free, "count=3200,flows=16");
+        let twice = spoiled_batches_fall_back(&mut port, |k, burst| {
             if k % 7 != 3 {
                 return false;
             }
@@ -342,11 +328,19 @@ fn a_batch_carrying_one_buffer_twice_falls_back_and_frees_each_reference() {
             burst[i + 1] = burst[i].try_clone().unwrap();
             true
         });
-        let r = t.report();
+        let report = tester.report();
         let n = twice.len() as u64;
-        assert_eq!((r.received, r.duplicates, r.lost), (3200 - n, n, n), "{r}");
-        assert_eq!((r.corrupt, r.reordered, r.foreign), (0, 0, 0), "{r}");
-        p.stop();
+        assert_eq!(
+            (report.received, report.duplicates, report.lost),
+            (3200 - n, n, n),
+            "{report}"
+        );
+        assert_eq!(
+            (report.corrupt, report.reordered, report.foreign),
+            (0, 0, 0),
+            "{report}"
+        );
+        port.stop();
         assert!(pool.is_full());
     }
 }
@@ -367,7 +361,7 @@ fn buffers_of_another_pool_are_never_recycled_with_or_without_fast_free() {
             port(&spec, port_config(&pool_b, fast_free)),
         ]);
         let pools = [&pool_a, &pool_b];
-        let t = tester_of(&name);
+        let tester = tester_of(&name);
         let mut burst: Burst<32> = Burst::new();
         let mut moved = [0usize; 2];
         for k in 0..100 {
@@ -408,17 +402,15 @@ fn buffers_of_another_pool_are_never_recycled_with_or_without_fast_free() {
         let sum = |i: usize| -> u64 {
             ports
                 .iter()
-                .map(|p| {
-                    let c = recycle_counts(p);
+                .map(|port| {
+                    let c = recycle_counts(port);
                     [c.0, c.1, c.2][i]
                 })
                 .sum()
         };
         assert_eq!((sum(0), sum(1)), (moved[1] as u64, moved[1] as u64));
         assert_eq!(sum(2), 59 + 60, "no fallback with the right pairing");
-        let r = t.report();
-        assert_eq!(r.received, 6400, "{r}");
-        assert_clean(&r);
+        assert_received_clean(&tester, 6400);
         drop(ports);
         assert!(
             pool_a.is_full() && pool_b.is_full(),
@@ -436,14 +428,14 @@ fn a_batch_mixing_pools_falls_back_wherever_the_foreign_buffer_sits() {
         // With fast free the queue learns pool B, the first packet's: every
         // batch then takes the checks, and still only pool A's move.
         let config = port_config(&pool_a, fast_free);
-        let mut p = guard(port(
+        let mut port = guard(port(
             &format!("soft:tester={name},count=3200,flows=16"),
             config,
         ));
-        let t = tester_of(name);
+        let tester = tester_of(name);
         // The batch the step before sent moves, unless it holds a buffer of
         // pool B.
-        spoiled_batches_fall_back(&mut p, |k, burst| {
+        spoiled_batches_fall_back(&mut port, |k, burst| {
             assert!(burst.iter().all(|b| pool_a.owns(b)), "step {k}");
             // One packet in three of four bursts moves to a copy in pool B:
             // first, in the middle, last.
@@ -453,10 +445,8 @@ fn a_batch_mixing_pools_falls_back_wherever_the_foreign_buffer_sits() {
             burst[i] = pool_b.alloc_from_slice(burst[i].data()).unwrap();
             true
         });
-        let r = t.report();
-        assert_eq!(r.received, 3200, "{r}");
-        assert_clean(&r);
-        p.stop();
+        assert_received_clean(&tester, 3200);
+        port.stop();
         assert!(pool_a.is_full() && pool_b.is_full());
     }
 }
@@ -481,19 +471,13 @@ fn a_batch_holding_a_buffer_with_an_external_buffer_attached_falls_back() {
             .map(|_| unsafe { ExtSharedInfo::new(ext_freed, std::ptr::null_mut()) })
             .collect();
         let name = &format!("t-rc-ext-{fast_free}");
-        let pool = pool(name, 1023);
-        let config = port_config(&pool, fast_free);
-        let mut p = guard(port(
-            &format!("soft:tester={name},count=3200,flows=16"),
-            config,
-        ));
-        let t = tester_of(name);
+        let (pool, mut port, tester) = tester_loopback(name, fast_free, "count=3200,flows=16");
         let base = region.as_mut_ptr();
         let freed_before = EXT_FREED.load(Ordering::SeqCst);
         // The batch the step before sent moves, unless it holds an mbuf
         // whose data is an external buffer.
         let mut used = 0;
-        let ext = spoiled_batches_fall_back(&mut p, |k, burst| {
+        let ext = spoiled_batches_fall_back(&mut port, |k, burst| {
             if k % 3 != 1 || used == N {
                 return false;
             }
@@ -507,10 +491,8 @@ fn a_batch_holding_a_buffer_with_an_external_buffer_attached_falls_back() {
             used += 1;
             true
         });
-        let r = t.report();
-        assert_eq!(r.received, 3200, "{r}");
-        assert_clean(&r);
-        p.stop();
+        assert_received_clean(&tester, 3200);
+        port.stop();
         assert!(pool.is_full());
         // Every external buffer was let go once, by the normal free path.
         assert_eq!(
@@ -557,16 +539,16 @@ fn forward_through_the_wrap(
          tx_rs_thresh={tx_rs_thresh},tx_free_thresh={}",
         tx_rs_thresh.max(32)
     );
-    let mut p = guard(port(&spec, config));
-    let t = tester_of(name);
+    let mut port = guard(port(&spec, config));
+    let tester = tester_of(name);
     let mut burst: Burst<64> = Burst::new();
     let mut seen = WrapSeen::default();
     let ring = nb_rxd as u32;
     for k in 0..10_000 {
-        if t.report().received >= count {
+        if tester.report().received >= count {
             break;
         }
-        let (rx, tx) = loopback(&mut p);
+        let (rx, tx) = loopback(&mut port);
         let (head, due, room, moved) = {
             let mut info = rx.recycle_rx_info().unwrap();
             assert_eq!(info.ring_size(), ring);
@@ -602,12 +584,10 @@ fn forward_through_the_wrap(
         rx.rx_burst(burst.capped(cap));
         send_all(tx, &mut burst);
     }
-    let r = t.report();
-    assert_eq!(r.received, count, "{r}");
-    assert_clean(&r);
-    let (rxr, txr, fb) = recycle_counts(&p);
+    assert_received_clean(&tester, count);
+    let (rxr, txr, fb) = recycle_counts(&port);
     assert_eq!((rxr, txr, fb), (seen.moved, seen.moved, 0), "{name}");
-    p.stop();
+    port.stop();
     assert!(pool.is_full(), "{name}");
     seen
 }
@@ -672,19 +652,16 @@ fn a_step_falling_back_batch_by_batch_fills_up_to_the_rx_wrap_and_on_from_its_st
     // and one step fills up to the wrap, then from slot 0. The Rx queue
     // rearms both runs.
     let name = "t-rc-wrap-fallback";
-    let pool = pool(name, 1023);
-    let config = port_config(&pool, false);
-    let spec = format!(
-        "soft:tester={name},count=6400,flows=16,rx_free_thresh=16,tx_rs_thresh=16,\
-         tx_free_thresh=32"
+    let (pool, mut port, tester) = tester_loopback(
+        name,
+        false,
+        "count=6400,flows=16,rx_free_thresh=16,tx_rs_thresh=16,tx_free_thresh=32",
     );
-    let mut p = guard(port(&spec, config));
-    let t = tester_of(name);
     let mut burst: Burst<64> = Burst::new();
     let mut held: Guarded<Vec<Mbuf>> = guard(Vec::new());
     let mut crossed = 0;
     for k in 0..100 {
-        let (rx, tx) = loopback(&mut p);
+        let (rx, tx) = loopback(&mut port);
         let (head, room) = {
             let info = rx.recycle_rx_info().unwrap();
             (info.refill_head() & 127, info.due().min(128))
@@ -704,13 +681,13 @@ fn a_step_falling_back_batch_by_batch_fills_up_to_the_rx_wrap_and_on_from_its_st
     }
     assert!(crossed > 0, "no step filled across the Rx ring's wrap");
     held.clear();
-    drain_loopback(&mut p, &t);
-    let (rxr, txr, fb) = recycle_counts(&p);
+    drain_loopback(&mut port, &tester);
+    let (rxr, txr, fb) = recycle_counts(&port);
     assert_eq!(rxr, txr);
     assert!(rxr > 0 && fb > 0, "{rxr} {fb}");
-    let r = t.report();
-    assert_clean(&r);
-    p.stop();
+    let report = tester.report();
+    assert_clean(&report);
+    port.stop();
     assert!(pool.is_full());
 }
 
@@ -718,11 +695,11 @@ fn a_step_falling_back_batch_by_batch_fills_up_to_the_rx_wrap_and_on_from_its_st
 
 /// Forwards a loopback port with recycling for `steps` steps; returns the
 /// buffers moved.
-fn run_loopback(p: &mut Port, steps: usize) -> usize {
+fn run_loopback(port: &mut Port, steps: usize) -> usize {
     let mut burst: Burst<32> = Burst::new();
     let mut moved = 0;
     for _ in 0..steps {
-        let (rx, tx) = loopback(p);
+        let (rx, tx) = loopback(port);
         moved += recycle_step(rx, tx, &mut burst).0;
     }
     moved
@@ -731,29 +708,26 @@ fn run_loopback(p: &mut Port, steps: usize) -> usize {
 #[test]
 fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after_a_restart() {
     let name = "t-rc-stopped";
-    let pool = pool(name, 1023);
-    let config = port_config(&pool, false);
-    let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
-    let t = tester_of(name);
-    assert!(run_loopback(&mut p, 20) > 0);
+    let (pool, mut port, tester) = tester_loopback(name, false, "flows=16");
+    assert!(run_loopback(&mut port, 20) > 0);
 
     for stop_rx in [true, false] {
         // No frame in flight, so the stop discards none.
-        drain_loopback(&mut p, &t);
+        drain_loopback(&mut port, &tester);
         // A step now would move a batch: 32 slots are due, and the Tx
         // queue holds whole batches, sent and not retired (one, or two
         // after the Rx queue's restart refilled its whole ring from the
         // pool and skipped a step).
         {
-            let (rx, _) = loopback(&mut p);
+            let (rx, _) = loopback(&mut port);
             assert_eq!(rx.recycle_rx_info().unwrap().room(), 32);
         }
-        let (_, txr, _) = recycle_counts(&p);
-        let unretired = p.stats().tx_packets - txr;
+        let (_, txr, _) = recycle_counts(&port);
+        let unretired = port.stats().tx_packets - txr;
         assert_eq!(unretired, if stop_rx { 32 } else { 64 });
         let available = pool.available();
         {
-            let (rx, tx) = loopback(&mut p);
+            let (rx, tx) = loopback(&mut port);
             if stop_rx {
                 rx.stop();
                 rx.stop(); // idempotent
@@ -766,9 +740,9 @@ fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after
         // the Tx queue's unretired batches.
         let back = if stop_rx { 128 - 32 } else { unretired };
         assert_eq!(pool.available() as u64, available as u64 + back);
-        let before = (recycle_counts(&p), pool.available());
+        let before = (recycle_counts(&port), pool.available());
         {
-            let (rx, tx) = loopback(&mut p);
+            let (rx, tx) = loopback(&mut port);
             assert!(matches!(recycle_mbufs(rx, tx), Err(PortError::Stopped)));
             if stop_rx {
                 assert!(matches!(rx.recycle_rx_info(), Err(PortError::Stopped)));
@@ -790,12 +764,12 @@ fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after
             }
         }
         assert_eq!(
-            (recycle_counts(&p), pool.available()),
+            (recycle_counts(&port), pool.available()),
             before,
             "nothing moved"
         );
         {
-            let (rx, tx) = loopback(&mut p);
+            let (rx, tx) = loopback(&mut port);
             if stop_rx {
                 rx.start().unwrap();
                 rx.start().unwrap(); // idempotent
@@ -805,22 +779,20 @@ fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after
                 assert_eq!(recycle_mbufs(rx, tx).unwrap(), 0);
             }
         }
-        t.pause(false);
-        let (rx0, tx0, _) = recycle_counts(&p);
-        assert!(run_loopback(&mut p, 20) > 0, "stop rx {stop_rx}");
-        let (rx1, tx1, fb) = recycle_counts(&p);
+        tester.pause(false);
+        let (rx0, tx0, _) = recycle_counts(&port);
+        assert!(run_loopback(&mut port, 20) > 0, "stop rx {stop_rx}");
+        let (rx1, tx1, fb) = recycle_counts(&port);
         assert!(rx1 > rx0 && tx1 > tx0);
         assert_eq!((rx1, fb), (tx1, 0));
     }
     // A stopped port lends no queue at all, and still says what they can do.
-    drain_loopback(&mut p, &t);
-    p.stop();
-    assert!(matches!(p.rx_queue(0), Err(PortError::Stopped)));
-    assert!(p.rx_queue_recycles(0).unwrap() && p.tx_queue_recycles(0).unwrap());
+    drain_loopback(&mut port, &tester);
+    port.stop();
+    assert!(matches!(port.rx_queue(0), Err(PortError::Stopped)));
+    assert!(port.rx_queue_recycles(0).unwrap() && port.tx_queue_recycles(0).unwrap());
     assert!(pool.is_full());
-    let r = t.report();
-    assert!(r.received > 0);
-    assert_clean(&r);
+    assert_some_received_clean(&tester);
 }
 
 // ---- a stop in the middle of a step ---------------------------------------
@@ -828,16 +800,13 @@ fn nothing_is_recycled_while_either_queue_is_stopped_and_recycling_resumes_after
 #[test]
 fn a_queue_stopped_between_the_commit_and_the_refill_leaks_nothing() {
     let name = "t-rc-middle";
-    let pool = pool(name, 1023);
-    let config = port_config(&pool, false);
-    let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
-    let t = tester_of(name);
+    let (pool, mut port, tester) = tester_loopback(name, false, "flows=16");
     let mut lost_commits = 0;
     // First the Rx queue alone stops, then the whole port.
     for whole_port in [false, true] {
-        assert!(run_loopback(&mut p, 20) > 0);
-        drain_loopback(&mut p, &t);
-        let (rx, tx) = loopback(&mut p);
+        assert!(run_loopback(&mut port, 20) > 0);
+        drain_loopback(&mut port, &tester);
+        let (rx, tx) = loopback(&mut port);
         let moved = {
             let mut info = rx.recycle_rx_info().unwrap();
             tx.recycle_tx_mbufs(&mut info).unwrap()
@@ -846,51 +815,46 @@ fn a_queue_stopped_between_the_commit_and_the_refill_leaks_nothing() {
         lost_commits += moved as u64;
         // No recycle_rx_refill: the Rx queue owns the buffers unarmed.
         if whole_port {
-            p.stop();
+            port.stop();
             assert!(pool.is_full());
         } else {
             let available = pool.available();
             rx.stop();
             // 96 armed and the 32 committed.
             assert_eq!(pool.available(), available + 128);
-            let (rx, _) = loopback(&mut p);
+            let (rx, _) = loopback(&mut port);
             rx.start().unwrap();
         }
-        let (rxr, txr, _) = recycle_counts(&p);
+        let (rxr, txr, _) = recycle_counts(&port);
         assert_eq!(txr, rxr + lost_commits, "committed, never rearmed");
-        t.pause(false);
+        tester.pause(false);
     }
     assert!(pool.is_full(), "the port stopped");
-    p.start().unwrap();
+    port.start().unwrap();
     assert!(
-        run_loopback(&mut p, 20) > 0,
+        run_loopback(&mut port, 20) > 0,
         "recycling works after the restart"
     );
-    drain_loopback(&mut p, &t);
-    p.stop();
+    drain_loopback(&mut port, &tester);
+    port.stop();
     assert!(pool.is_full());
-    let r = t.report();
-    assert!(r.received > 0);
-    assert_clean(&r);
+    assert_some_received_clean(&tester);
 }
 
 #[test]
 fn a_tx_queue_stopped_between_two_recycle_steps_gives_its_batches_back() {
     let name = "t-rc-txstop";
-    let pool = pool(name, 1023);
-    let config = port_config(&pool, false);
-    let mut p = guard(port(&format!("soft:tester={name},flows=16"), config));
-    let t = tester_of(name);
+    let (pool, mut port, tester) = tester_loopback(name, false, "flows=16");
     let mut burst: Burst<32> = Burst::new();
     for round in 0..5 {
-        assert!(run_loopback(&mut p, 10 + round) > 0);
+        assert!(run_loopback(&mut port, 10 + round) > 0);
         // A step that moves, then sends another batch.
         {
-            let (rx, tx) = loopback(&mut p);
+            let (rx, tx) = loopback(&mut port);
             assert_eq!(recycle_step(rx, tx, &mut burst), (32, 32));
         }
         let held = pool.available();
-        let (rx, tx) = loopback(&mut p);
+        let (rx, tx) = loopback(&mut port);
         tx.stop();
         // The completed batch went back to the pool.
         assert_eq!(pool.available(), held + 32);
@@ -902,14 +866,12 @@ fn a_tx_queue_stopped_between_two_recycle_steps_gives_its_batches_back() {
         send_all(tx, &mut burst);
         assert_eq!(recycle_mbufs(rx, tx).unwrap(), 32, "recycling resumes");
     }
-    let (rxr, txr, fb) = recycle_counts(&p);
+    let (rxr, txr, fb) = recycle_counts(&port);
     assert_eq!((rxr, fb), (txr, 0));
-    drain_loopback(&mut p, &t);
-    p.stop();
+    drain_loopback(&mut port, &tester);
+    port.stop();
     assert!(pool.is_full());
-    let r = t.report();
-    assert!(r.received > 0);
-    assert_clean(&r);
+    assert_some_received_clean(&tester);
 }
 
 // ---- whatever safe code does with the steps ---------------------------------
@@ -1112,10 +1074,8 @@ fn whatever_safe_code_does_with_the_recycle_steps_every_buffer_comes_back() {
         txr,
         "each buffer moved was rearmed or freed"
     );
-    for t in &testers {
-        let r = t.report();
-        assert!(r.received > 0);
-        assert_clean(&r);
+    for tester in &testers {
+        assert_some_received_clean(tester);
     }
 }
 
@@ -1249,9 +1209,7 @@ fn any_tx_queue_feeds_any_rx_queue_across_ports_with_the_pairing_changed_every_s
     let rxr: u64 = ports.iter().map(|p| recycle_counts(p).0).sum();
     let txr: u64 = ports.iter().map(|p| recycle_counts(p).1).sum();
     assert_eq!((rxr, txr), (total as u64, total as u64));
-    let r = t.report();
-    assert_eq!(r.received, 16_000, "{r}");
-    assert_clean(&r);
+    assert_received_clean(&t, 16_000);
     drop(ports);
     assert!(pool.is_full());
 }

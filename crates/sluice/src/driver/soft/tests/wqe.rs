@@ -168,6 +168,15 @@ fn udp4(len: usize, seed: u8) -> Vec<u8> {
     f
 }
 
+/// `udp4` frame `frame` with its IPv4 and UDP checksums zeroed, for the
+/// device to fill from the eseg's flags.
+fn zeroed_checksums(frame: &[u8]) -> Vec<u8> {
+    let mut zeroed = frame.to_vec();
+    zeroed[24..26].fill(0);
+    zeroed[40..42].fill(0);
+    zeroed
+}
+
 /// Ethernet / IPv4 / TCP (PSH, ACK, FIN), 54 bytes of header, then
 /// `payload` bytes.
 fn tcp4(payload: usize) -> Vec<u8> {
@@ -220,12 +229,9 @@ fn chain(pool: &MbufPool, f: &[u8], at: usize) -> Mbuf {
 #[test]
 fn a_regular_wqe_is_one_block_with_the_header_inlined_byte_for_byte() {
     let pool = pool(63);
-    let mut r = Rig::new(params(TxMode::Wqe));
+    let mut rig = Rig::new(params(TxMode::Wqe));
     let f = udp4(64, 1);
-    // Zeroed checksums, which the device fills from the eseg's flags.
-    let mut z = f.clone();
-    z[24..26].fill(0);
-    z[40..42].fill(0);
+    let z = zeroed_checksums(&f);
     let mut burst: Burst<4> = Burst::new();
     let flags = ol::TX_IPV4 | ol::TX_IP_CKSUM | ol::TX_UDP_CKSUM;
     burst.push(mbuf(&pool, &z, flags)).unwrap();
@@ -233,7 +239,7 @@ fn a_regular_wqe_is_one_block_with_the_header_inlined_byte_for_byte() {
     for _ in 0..3 {
         burst.push(mbuf(&pool, &f, 0)).unwrap();
     }
-    assert_eq!(r.tx.tx_burst(&mut burst), 4);
+    assert_eq!(rig.tx.tx_burst(&mut burst), 4);
     let mut want = vec![
         // cseg: opmod 0, WQE index 0, SEND; queue 0, ds 4; no completion
         0x00, 0x00, 0x00, 0x0a, 0x00, 0x00, 0x00, 0x04, 0, 0, 0, 0x00, 0, 0, 0, 0,
@@ -246,10 +252,10 @@ fn a_regular_wqe_is_one_block_with_the_header_inlined_byte_for_byte() {
     // dseg: 46 bytes, key 0, from byte 18 of the buffer.
     want.extend_from_slice(&[0, 0, 0, 46, 0, 0, 0, 0]);
     want.extend_from_slice(&(addr + 18).to_be_bytes());
-    assert_eq!(r.block(0), want);
+    assert_eq!(rig.block(0), want);
     // Blocks 1..3: plain packets; the 4th asks the completion (every 4th
     // packet, tx_rs_thresh 4).
-    let b1 = r.block(1);
+    let b1 = rig.block(1);
     assert_eq!(
         b1[..16],
         [0, 0, 1, 0x0a, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0]
@@ -258,35 +264,35 @@ fn a_regular_wqe_is_one_block_with_the_header_inlined_byte_for_byte() {
         b1[16..32],
         [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 18, f[0], f[1]]
     );
-    assert_eq!(r.block(2)[11], 0);
-    assert_eq!(r.block(3)[..12], [0, 0, 3, 0x0a, 0, 0, 0, 4, 0, 0, 0, CE]);
+    assert_eq!(rig.block(2)[11], 0);
+    assert_eq!(rig.block(3)[..12], [0, 0, 3, 0x0a, 0, 0, 0, 4, 0, 0, 0, CE]);
     assert_eq!(
-        r.regs.tail.load(Ordering::Relaxed),
+        rig.regs.tail.load(Ordering::Relaxed),
         4,
         "one doorbell: 4 blocks"
     );
-    assert_eq!(r.step(), 4);
-    let frames = r.captured();
+    assert_eq!(rig.step(), 4);
+    let frames = rig.captured();
     assert_eq!(frames, vec![f.clone(), f.clone(), f.clone(), f.clone()]);
     // CQE 0: syndrome 0, queue 0, WQE counter 3, opcode 0, owner 0.
-    assert_eq!(r.cqe(0), [0, 0, 0, 0, 0, 3, 0, 0x00]);
+    assert_eq!(rig.cqe(0), [0, 0, 0, 0, 0, 3, 0, 0x00]);
     assert_eq!(
-        (r.xstat("tx_wqe_pkts"), r.xstat("tx_inline_bytes")),
+        (rig.xstat("tx_wqe_pkts"), rig.xstat("tx_inline_bytes")),
         (4, 72)
     );
-    assert_eq!(r.xstat("tx_mpwqe_pkts"), 0);
-    assert_eq!(r.tx.tx_done_cleanup(usize::MAX), 4);
-    drop(r);
+    assert_eq!(rig.xstat("tx_mpwqe_pkts"), 0);
+    assert_eq!(rig.tx.tx_done_cleanup(usize::MAX), 4);
+    drop(rig);
     assert!(pool.is_full());
 }
 
 #[test]
 fn an_mpwqe_shares_its_eseg_and_inlines_small_packets_byte_for_byte() {
     let pool = pool(63);
-    let mut p = params(TxMode::Mpwqe);
-    p.inline_mpw = 32;
-    p.comp_wqes = 1;
-    let mut r = Rig::new(p);
+    let mut tx_params = params(TxMode::Mpwqe);
+    tx_params.inline_mpw = 32;
+    tx_params.comp_wqes = 1;
+    let mut rig = Rig::new(tx_params);
     let a = udp4(60, 10);
     let b: Vec<u8> = (100..130).collect();
     let c = udp4(70, 20);
@@ -300,7 +306,7 @@ fn an_mpwqe_shares_its_eseg_and_inlines_small_packets_byte_for_byte() {
         burst[0].data().as_ptr() as u64,
         burst[2].data().as_ptr() as u64,
     );
-    assert_eq!(r.tx.tx_burst(&mut burst), 3);
+    assert_eq!(rig.tx.tx_burst(&mut burst), 3);
     let mut want = vec![
         // cseg: enhanced MPW, index 0, queue 0, ds 7, completion asked
         0x02, 0x00, 0x00, 0x29, 0x00, 0x00, 0x00, 0x07, 0, 0, 0, 0x08, 0, 0, 0, 0,
@@ -319,41 +325,41 @@ fn an_mpwqe_shares_its_eseg_and_inlines_small_packets_byte_for_byte() {
     want.extend_from_slice(&pc.to_be_bytes());
     // The rest of the second block is not part of the WQE (ds 7).
     want.extend_from_slice(&[0; 16]);
-    let mut got = r.block(0);
-    got.extend(r.block(1));
+    let mut got = rig.block(0);
+    got.extend(rig.block(1));
     assert_eq!(got, want);
-    assert_eq!(r.regs.tail.load(Ordering::Relaxed), 2);
-    assert_eq!(r.step(), 3);
+    assert_eq!(rig.regs.tail.load(Ordering::Relaxed), 2);
+    assert_eq!(rig.step(), 3);
     assert_eq!(
-        r.captured(),
+        rig.captured(),
         vec![tagged(&a, 0x0123), tagged(&b, 0x0123), tagged(&c, 0x0123)]
     );
-    assert_eq!(r.cqe(0), [0, 0, 0, 0, 0, 0, 0, 0x00]);
+    assert_eq!(rig.cqe(0), [0, 0, 0, 0, 0, 0, 0, 0x00]);
     assert_eq!(
         (
-            r.xstat("tx_mpwqe_blks"),
-            r.xstat("tx_mpwqe_pkts"),
-            r.xstat("tx_inline_bytes")
+            rig.xstat("tx_mpwqe_blks"),
+            rig.xstat("tx_mpwqe_pkts"),
+            rig.xstat("tx_inline_bytes")
         ),
         (2, 3, 30)
     );
     // The next burst's WQE starts at block 2.
     burst.push(mbuf(&pool, &a, 0)).unwrap();
-    assert_eq!(r.tx.tx_burst(&mut burst), 1);
-    assert_eq!(r.block(2)[..8], [0x02, 0, 2, 0x29, 0, 0, 0, 3]);
-    assert_eq!(r.step(), 1);
-    assert_eq!(r.captured(), vec![a.clone()]);
-    assert_eq!(r.cqe(1), [0, 0, 0, 0, 0, 2, 0, 0x00]);
+    assert_eq!(rig.tx.tx_burst(&mut burst), 1);
+    assert_eq!(rig.block(2)[..8], [0x02, 0, 2, 0x29, 0, 0, 0, 3]);
+    assert_eq!(rig.step(), 1);
+    assert_eq!(rig.captured(), vec![a.clone()]);
+    assert_eq!(rig.cqe(1), [0, 0, 0, 0, 0, 2, 0, 0x00]);
     // Four packets were sent: one batch of tx_rs_thresh 4 is freed.
-    assert_eq!(r.tx.tx_done_cleanup(usize::MAX), 4);
-    drop(r);
+    assert_eq!(rig.tx.tx_done_cleanup(usize::MAX), 4);
+    drop(rig);
     assert!(pool.is_full());
 }
 
 #[test]
 fn tso_and_chained_packets_get_regular_wqes_byte_for_byte_and_tso_is_segmented() {
     let pool = pool(63);
-    let mut r = Rig::new(params(TxMode::Mpwqe));
+    let mut rig = Rig::new(params(TxMode::Mpwqe));
     let t = tcp4(2446);
     let mut tso = chain(&pool, &t, 1000);
     tso.set_ol_flags(ol::TX_TCP_SEG | ol::TX_IPV4 | ol::TX_IP_CKSUM | ol::TX_TCP_CKSUM)
@@ -373,7 +379,7 @@ fn tso_and_chained_packets_get_regular_wqes_byte_for_byte_and_tso_is_segmented()
     let mut burst: Burst<4> = Burst::new();
     burst.push(tso).unwrap();
     burst.push(c).unwrap();
-    assert_eq!(r.tx.tx_burst(&mut burst), 2);
+    assert_eq!(rig.tx.tx_burst(&mut burst), 2);
     let mut want = vec![
         // cseg: TSO, index 0, ds 8 (cseg, eseg, 4 header segments, 2 dsegs)
         0x00, 0x00, 0x00, 0x0e, 0x00, 0x00, 0x00, 0x08, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -387,8 +393,8 @@ fn tso_and_chained_packets_get_regular_wqes_byte_for_byte_and_tso_is_segmented()
     want.extend_from_slice(&(ta[0] + 54).to_be_bytes());
     want.extend_from_slice(&[0, 0, 0x05, 0xdc, 0, 0, 0, 0]);
     want.extend_from_slice(&ta[1].to_be_bytes());
-    let mut got = r.block(0);
-    got.extend(r.block(1));
+    let mut got = rig.block(0);
+    got.extend(rig.block(1));
     assert_eq!(got, want);
     // The chain: SEND at block 2, ds 5: 18 bytes inlined, a dseg for the
     // head's last 2 bytes, one for the second buffer's 40.
@@ -401,14 +407,14 @@ fn tso_and_chained_packets_get_regular_wqes_byte_for_byte_and_tso_is_segmented()
     want.extend_from_slice(&(ca[0] + 18).to_be_bytes());
     want.extend_from_slice(&[0, 0, 0, 40, 0, 0, 0, 0]);
     want.extend_from_slice(&ca[1].to_be_bytes());
-    let mut got = r.block(2);
-    got.extend_from_slice(&r.block(3)[..16]);
+    let mut got = rig.block(2);
+    got.extend_from_slice(&rig.block(3)[..16]);
     assert_eq!(got, want);
-    assert_eq!(r.xstat("tx_wqe_pkts"), 2);
-    assert_eq!(r.xstat("tx_inline_bytes"), 54 + 18);
+    assert_eq!(rig.xstat("tx_wqe_pkts"), 2);
+    assert_eq!(rig.xstat("tx_inline_bytes"), 54 + 18);
     // The device cuts 2446 bytes into 1000 + 1000 + 446.
-    assert_eq!(r.step(), 4);
-    let frames = r.captured();
+    assert_eq!(rig.step(), 4);
+    let frames = rig.captured();
     assert_eq!(frames.len(), 4);
     let mut payload = Vec::new();
     for (k, f) in frames[..3].iter().enumerate() {
@@ -434,18 +440,16 @@ fn tso_and_chained_packets_get_regular_wqes_byte_for_byte_and_tso_is_segmented()
     }
     assert_eq!(payload, t[54..]);
     assert_eq!(frames[3], u);
-    drop(r);
+    drop(rig);
     assert!(pool.is_full());
 }
 
 #[test]
 fn a_session_breaks_on_an_offload_change_and_resumes_after_tso_and_chains() {
     let pool = pool(127);
-    let mut r = Rig::new(params(TxMode::Mpwqe));
+    let mut rig = Rig::new(params(TxMode::Mpwqe));
     let f = udp4(64, 0);
-    let mut z = f.clone();
-    z[24..26].fill(0);
-    z[40..42].fill(0);
+    let z = zeroed_checksums(&f);
     let ck = ol::TX_IPV4 | ol::TX_IP_CKSUM | ol::TX_UDP_CKSUM;
     let t = tcp4(1500);
     let mut burst: Burst<16> = Burst::new();
@@ -475,9 +479,9 @@ fn a_session_breaks_on_an_offload_change_and_resumes_after_tso_and_chains() {
     burst.push(chain(&pool, &f, 30)).unwrap(); // 8: chain, regular WQE
     burst.push(mbuf(&pool, &f, 0)).unwrap(); // 9: session 6
     burst.push(mbuf(&pool, &f, 0)).unwrap(); // 10
-    assert_eq!(r.tx.tx_burst(&mut burst), 11);
+    assert_eq!(rig.tx.tx_burst(&mut burst), 11);
     assert_eq!(
-        r.wqes()
+        rig.wqes()
             .iter()
             .map(|&(op, ds, _)| (op, ds))
             .collect::<Vec<_>>(),
@@ -493,14 +497,14 @@ fn a_session_breaks_on_an_offload_change_and_resumes_after_tso_and_chains() {
         ]
     );
     // tx_rs_thresh 4: the WQEs holding packets 3 and 7 ask completions.
-    let flags: Vec<u8> = r.wqes().iter().map(|w| w.2).collect();
+    let flags: Vec<u8> = rig.wqes().iter().map(|w| w.2).collect();
     assert_eq!(flags, [0, CE, 0, 0, 0, CE, 0, 0]);
-    assert_eq!(r.xstat("tx_mpwqe_pkts"), 9);
-    assert_eq!(r.xstat("tx_mpwqe_blks"), 6);
-    assert_eq!(r.xstat("tx_wqe_pkts"), 2);
-    assert_eq!(r.xstat("bus_doorbells"), 1);
-    assert_eq!(r.step(), 13, "11 packets, TSO in 3 frames");
-    let got = r.captured();
+    assert_eq!(rig.xstat("tx_mpwqe_pkts"), 9);
+    assert_eq!(rig.xstat("tx_mpwqe_blks"), 6);
+    assert_eq!(rig.xstat("tx_wqe_pkts"), 2);
+    assert_eq!(rig.xstat("bus_doorbells"), 1);
+    assert_eq!(rig.step(), 13, "11 packets, TSO in 3 frames");
+    let got = rig.captured();
     let mut want = vec![f.clone(); 4];
     want.push(tagged(&f, 5));
     want.push(tagged(&f, 6));
@@ -509,20 +513,20 @@ fn a_session_breaks_on_an_offload_change_and_resumes_after_tso_and_chains() {
     assert_eq!(tso_payload, t[54..]);
     assert_eq!(got[9..], vec![f.clone(); 4][..]);
     // Both completions came: 8 buffers back; 3 wait for the next batch.
-    assert_eq!(r.tx.tx_done_cleanup(usize::MAX), 8);
+    assert_eq!(rig.tx.tx_done_cleanup(usize::MAX), 8);
     assert_eq!(
         pool.available(),
         127 - 4,
         "packets 8 (a chain of two), 9 and 10 wait"
     );
-    drop(r);
+    drop(rig);
     assert!(pool.is_full());
 }
 
 #[test]
 fn tunnel_checksums_are_filled_at_the_eseg_offsets_and_break_the_session() {
     let pool = pool(63);
-    let mut r = Rig::new(params(TxMode::Mpwqe));
+    let mut rig = Rig::new(params(TxMode::Mpwqe));
     // Outer Ethernet, IPv4, UDP (VXLAN port), VXLAN, inner Ethernet, IPv4,
     // UDP, 20 bytes of payload.
     let inner = udp4(62, 50);
@@ -562,24 +566,24 @@ fn tunnel_checksums_are_filled_at_the_eseg_offsets_and_break_the_session() {
     let mut burst: Burst<4> = Burst::new();
     burst.push(mbuf(&pool, &good, 0)).unwrap();
     burst.push(m).unwrap();
-    assert_eq!(r.tx.tx_burst(&mut burst), 2);
-    assert_eq!(r.wqes().len(), 2, "another eseg, another session");
-    let e = Eseg::parse(&seg_bytes(r.regs.segs.get(SEGS_PER_BB + 1)));
+    assert_eq!(rig.tx.tx_burst(&mut burst), 2);
+    assert_eq!(rig.wqes().len(), 2, "another eseg, another session");
+    let e = Eseg::parse(&seg_bytes(rig.regs.segs.get(SEGS_PER_BB + 1)));
     assert_eq!(e.swp, [7, 17, 32, 42]);
     assert_eq!(
         (e.tun, e.cs),
         (TUN_VXLAN, cs::L3 | cs::INNER_L3 | cs::INNER_L4_UDP)
     );
-    assert_eq!(r.step(), 2);
-    assert_eq!(r.captured(), vec![good.clone(), good]);
-    drop(r);
+    assert_eq!(rig.step(), 2);
+    assert_eq!(rig.captured(), vec![good.clone(), good]);
+    drop(rig);
     assert!(pool.is_full());
 }
 
 #[test]
 fn packets_the_queue_cannot_send_are_counted_and_freed() {
     let pool = pool(63);
-    let mut r = Rig::new(params(TxMode::Mpwqe));
+    let mut rig = Rig::new(params(TxMode::Mpwqe));
     let t = tcp4(100);
     let mut burst: Burst<8> = Burst::new();
     // No MSS; a header longer than the first buffer; an empty packet.
@@ -607,12 +611,12 @@ fn packets_the_queue_cannot_send_are_counted_and_freed() {
     .unwrap();
     burst.push(m).unwrap();
     burst.push(mbuf(&pool, &t, 0)).unwrap();
-    assert_eq!(r.tx.tx_burst(&mut burst), 5);
-    assert_eq!(r.counters.stats().tx_errors, 4);
-    assert_eq!(r.counters.stats().tx_packets, 1);
-    assert_eq!(r.step(), 1);
-    assert_eq!(r.captured(), vec![t]);
-    drop(r);
+    assert_eq!(rig.tx.tx_burst(&mut burst), 5);
+    assert_eq!(rig.counters.stats().tx_errors, 4);
+    assert_eq!(rig.counters.stats().tx_packets, 1);
+    assert_eq!(rig.step(), 1);
+    assert_eq!(rig.captured(), vec![t]);
+    drop(rig);
     assert!(pool.is_full());
 }
 
@@ -780,29 +784,29 @@ fn the_device_rejects_malformed_wqes_with_a_counted_error_and_goes_on() {
 #[test]
 fn a_wqe_the_device_rejects_still_gives_its_buffers_back_by_completion() {
     let pool = pool(63);
-    let mut r = Rig::new(params(TxMode::Mpwqe));
+    let mut rig = Rig::new(params(TxMode::Mpwqe));
     let f = udp4(60, 4);
     let mut burst: Burst<4> = Burst::new();
     for _ in 0..4 {
         burst.push(mbuf(&pool, &f, 0)).unwrap();
     }
-    assert_eq!(r.tx.tx_burst(&mut burst), 4);
-    assert_eq!(r.wqes(), vec![(OP_MPW, 6, CE)]);
+    assert_eq!(rig.tx.tx_burst(&mut burst), 4);
+    assert_eq!(rig.wqes(), vec![(OP_MPW, 6, CE)]);
     // Corrupt the third dseg's memory key before the device reads it.
-    let d = r.regs.segs.get(4);
+    let d = rig.regs.segs.get(4);
     d.q0.store(d.q0.load(Ordering::Relaxed) | 0xff << 56, Ordering::Relaxed);
-    assert_eq!(r.step(), 0);
-    assert!(r.captured().is_empty());
-    assert_eq!(r.xstat("device_wqe_errors"), 1);
-    assert_eq!(r.tx.tx_done_cleanup(usize::MAX), 4);
-    assert_eq!(r.xstat("tx_cqe_errors"), 1);
+    assert_eq!(rig.step(), 0);
+    assert!(rig.captured().is_empty());
+    assert_eq!(rig.xstat("device_wqe_errors"), 1);
+    assert_eq!(rig.tx.tx_done_cleanup(usize::MAX), 4);
+    assert_eq!(rig.xstat("tx_cqe_errors"), 1);
     assert!(pool.is_full());
     // The queue goes on.
     burst.push(mbuf(&pool, &f, 0)).unwrap();
-    assert_eq!(r.tx.tx_burst(&mut burst), 1);
-    assert_eq!(r.step(), 1);
-    assert_eq!(r.captured(), vec![f]);
-    drop(r);
+    assert_eq!(rig.tx.tx_burst(&mut burst), 1);
+    assert_eq!(rig.step(), 1);
+    assert_eq!(rig.captured(), vec![f]);
+    drop(rig);
     assert!(pool.is_full());
 }
 
@@ -818,17 +822,17 @@ fn forward_mixed(a: &mut Port, b: &mut Port, t: &tester::Tester, want: u64) {
     // Bounded in time, not in rounds: with a threaded device under load, a
     // million rounds can pass while the device thread waits for a core.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    for r in 0u64.. {
+    for rig in 0u64.. {
         if t.report().received >= want {
             return;
         }
-        if r % 1024 == 0 && std::time::Instant::now() > deadline {
+        if rig % 1024 == 0 && std::time::Instant::now() > deadline {
             break;
         }
-        if r % 64 == 63 {
+        if rig % 64 == 63 {
             std::thread::yield_now();
         }
-        let burst: &mut BurstSlice = match r % 3 {
+        let burst: &mut BurstSlice = match rig % 3 {
             0 => &mut b7,
             1 => &mut b13,
             _ => &mut b32,
