@@ -44,6 +44,10 @@ pub(crate) struct Control<'a> {
     pub accountable: bool,
     /// A measured window after a warm-up.
     pub warmup: Option<Warmup<'a>>,
+    /// Ends the run before its duration once true (with a warm-up, looked
+    /// at only once the window is open): runs that must reach a packet
+    /// count however slow the machine is.
+    pub enough: Option<&'a dyn Fn() -> bool>,
 }
 
 /// The counters at a measured window's open and close.
@@ -74,6 +78,7 @@ pub(crate) fn run_lcores<T: Send>(
         stop,
         accountable,
         warmup: None,
+        enough: None,
     };
     let (lcores, secs, _, drain_accounted) =
         run_lcores_with(per_lcore, threaded, src, args, testers, control, body)?;
@@ -138,7 +143,10 @@ pub(crate) fn run_lcores_with<T: Send>(
                 testers,
                 control,
                 &lcore_ended,
-                Extra::default(),
+                Extra {
+                    enough: control.enough,
+                    after_line: None,
+                },
             );
         }
         stop.store(true, Ordering::Relaxed);
@@ -226,7 +234,8 @@ pub(crate) fn main_loop(
             open = Some(o);
             flag.store(Window::OPEN, Ordering::Relaxed);
         }
-        let enough = extra.enough.is_some_and(|f| f());
+        // With a warm-up, enough packets end the window, not the warm-up.
+        let enough = (warmup.is_none() || open.is_some()) && extra.enough.is_some_and(|f| f());
         if end.is_some_and(|e| now >= e) || enough || interrupted() {
             if let (Some((_, flag, inline)), Some(open)) = (warmup, open.take()) {
                 flag.store(Window::CLOSED, Ordering::Relaxed);

@@ -149,18 +149,35 @@ mod tests {
 
     #[test]
     fn a_warm_up_gives_a_window_inside_the_run_and_every_buffer_comes_home() {
-        use crate::app::io::measure;
+        use std::cell::Cell;
+
+        use crate::app::io::tests::SAFETY_NET_SECS;
+        use crate::app::io::{measure, measure_until};
         use crate::app::options::{Engine, FwdArgs};
         let spec = "soft:tester=fwd_window_unit,gen=udp,flows=64,size=64,device=inline";
         let mut args = FwdArgs::with_specs(vec![spec.into(), spec.into()]);
         args.engine = Engine::Mac;
-        args.run.duration = 0.1;
+        args.run.duration = SAFETY_NET_SECS;
         args.run.stats_period = 100.0;
         args.queues.rxd = 128;
         args.queues.txd = 256;
         args.queues.cache = 64;
-        let m = measure(&args, Some(0.05)).unwrap();
+        // The window closes once it lasted 0.1 s and received 1024 packets,
+        // however slow the machine is: `enough` is first asked when the
+        // window opens, and takes its start then.
+        let start = Cell::new(None);
+        let enough = |ports: &[std::sync::Arc<sluice::port::PortCounters>]| {
+            let rx: u64 = ports.iter().map(|c| c.stats().rx_packets).sum();
+            let (at, rx_at_open) = start.get().unwrap_or((Instant::now(), rx));
+            start.set(Some((at, rx_at_open)));
+            at.elapsed() >= Duration::from_millis(100) && rx - rx_at_open >= 1024
+        };
+        let m = measure_until(&args, Some(0.05), Some(&enough)).unwrap();
         let w = m.window.expect("a warm-up gives a window");
+        assert!(
+            w.secs < SAFETY_NET_SECS,
+            "1024 packets not received in the window"
+        );
         let s = &m.summary;
         assert!(s.pool_full && s.clean, "{s:?}");
         assert!(
@@ -180,6 +197,7 @@ mod tests {
         // The tester saw every packet: the drain ran after the window.
         assert_eq!(s.testers.len(), 1);
         assert_eq!(s.testers[0].received, s.testers[0].sent);
+        args.run.duration = 0.1;
         assert!(measure(&args, None).unwrap().window.is_none());
     }
 }

@@ -248,6 +248,7 @@ impl WithDist for Pipeline<'_> {
                     stop: &stop,
                     accountable: args.accountable,
                     warmup: None,
+                    enough: None,
                 };
                 let enough = || args.packets.is_some_and(|n| lc.received.get() >= n);
                 let mut rates = worker_rates(&wcounters, started);

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8};
 
 use sluice::mbuf::{Burst, MbufPool};
-use sluice::port::Port;
+use sluice::port::{Port, PortCounters};
 use sluice::tester::Tester;
 
 use super::lcores::{Control, run_lcores_with};
@@ -70,9 +70,24 @@ pub struct Measured {
 /// runs that long first and [`Measured::window`] holds the figures of the
 /// `args.run.duration` seconds after it.
 pub fn measure(args: &FwdArgs, warmup: Option<f64>) -> Result<Measured, String> {
+    measure_until(args, warmup, None)
+}
+
+/// Ends a run (with a warm-up, its window) before its duration once true of
+/// the ports' counters.
+pub(crate) type Enough<'a> = &'a dyn Fn(&[Arc<PortCounters>]) -> bool;
+
+/// [`measure`], ended (with a warm-up, the window) by `enough` when it comes
+/// before the duration: runs that must reach a packet count however slow
+/// the machine is.
+pub(crate) fn measure_until(
+    args: &FwdArgs,
+    warmup: Option<f64>,
+    enough: Option<Enough<'_>>,
+) -> Result<Measured, String> {
     let mut window = None;
     let mut summary = measure_with(args, args.engine.name(), |ports, pool, testers| {
-        let (f, w) = forward_window(ports, pool, args, testers, warmup)?;
+        let (f, w) = forward_window(ports, pool, args, testers, warmup, enough)?;
         window = w;
         Ok(f)
     })?;
@@ -92,16 +107,18 @@ fn forward(
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
 ) -> Result<Forwarded, String> {
-    forward_window(ports, pool, args, testers, None).map(|(f, _)| f)
+    forward_window(ports, pool, args, testers, None, None).map(|(f, _)| f)
 }
 
-/// [`forward`], with a measured window after `warmup` seconds.
+/// [`forward`], with a measured window after `warmup` seconds; `enough`
+/// ends the run (with a warm-up, the window) before its duration.
 fn forward_window(
     ports: &mut [Port],
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
     warmup: Option<f64>,
+    enough: Option<Enough<'_>>,
 ) -> Result<(Forwarded, Option<WindowFigures>), String> {
     if args.engine == Engine::Recycle {
         check_recycle(ports)?;
@@ -180,10 +197,13 @@ fn forward_window(
         stop: &stop,
         window: &window,
     };
+    let ports_counters = &src.ports;
+    let enough = enough.map(|f| move || f(ports_counters));
     let control = Control {
         stop: &stop,
         accountable,
         warmup: warmup.map(|secs| (secs, &window, inline.as_slice())),
+        enough: enough.as_ref().map(|f| f as &dyn Fn() -> bool),
     };
     let (lcores, secs, snapshots, drain_accounted) = run_lcores_with(
         per_lcore,
@@ -261,6 +281,41 @@ pub(crate) mod tests {
         (pool, ports)
     }
 
+    /// Longest a run that ends at a packet count may take: only a lost
+    /// packet or a hang reaches it, however loaded the machine is.
+    pub(crate) const SAFETY_NET_SECS: f64 = 60.0;
+
+    /// Forwards as [`forward`] does until `enough` is true of the ports'
+    /// counters, so the run's outcome does not depend on the machine's
+    /// speed; the duration is only a safety net, and reaching it fails
+    /// naming what the run waited for.
+    fn forward_until(
+        ports: &mut [Port],
+        pool: &MbufPool,
+        args: &FwdArgs,
+        testers: &[(String, Arc<Tester>)],
+        awaited: &str,
+        enough: impl Fn(&[Arc<PortCounters>]) -> bool,
+    ) -> Forwarded {
+        let mut args = args.clone();
+        args.run.duration = SAFETY_NET_SECS;
+        let (f, _) = forward_window(ports, pool, &args, testers, None, Some(&enough)).unwrap();
+        assert!(
+            f.secs < SAFETY_NET_SECS,
+            "{awaited}: not reached in {SAFETY_NET_SECS} s"
+        );
+        f
+    }
+
+    /// Packets all `ports` received and sent.
+    fn moved(ports: &[Arc<PortCounters>]) -> u64 {
+        ports
+            .iter()
+            .map(|c| c.stats())
+            .map(|s| s.rx_packets + s.tx_packets)
+            .sum()
+    }
+
     /// The registered testers called `name`.
     fn testers_named(name: &str) -> Vec<(String, Arc<Tester>)> {
         sluice::tester::registered()
@@ -285,7 +340,9 @@ pub(crate) mod tests {
                 secs,
                 drops,
                 ..
-            } = forward(&mut ports, &pool, &args, &[]).unwrap();
+            } = forward_until(&mut ports, &pool, &args, &[], "1024 packets moved", |c| {
+                moved(c) >= 1024
+            });
             assert_eq!(lcores.len(), 2);
             assert!(secs > 0.0);
             assert_eq!(drops, [0, 0, 0], "null Tx takes everything");
@@ -313,7 +370,11 @@ pub(crate) mod tests {
         let mut args = quick(&["pair:name=fwd_test", "pair:name=fwd_test"], Engine::Io, 1);
         args.tx_first = true;
         let (pool, mut ports) = started_ports(&args, 1);
-        let Forwarded { lcores, drops, .. } = forward(&mut ports, &pool, &args, &[]).unwrap();
+        let awaited = "1024 packets received on port 0";
+        let Forwarded { lcores, drops, .. } =
+            forward_until(&mut ports, &pool, &args, &[], awaited, |c| {
+                c[0].stats().rx_packets >= 1024
+            });
         assert_eq!(drops, [0, 0]);
         let s: Vec<_> = ports.iter().map(Port::stats).collect();
         // Each stream sent one burst first, then forwarded all it received
@@ -330,12 +391,14 @@ pub(crate) mod tests {
     fn recycle_engine_over_soft_ports_recycles_and_loses_nothing() {
         let name = "fwd_recycle_unit";
         let spec = format!("soft:tester={name},gen=udp,flows=64,size=64,device=inline");
-        let mut args = quick(&[&spec, &spec], Engine::Recycle, 1);
-        args.run.duration = 0.1;
+        let args = quick(&[&spec, &spec], Engine::Recycle, 1);
         let (pool, mut ports) = started_ports(&args, 1);
         let testers = testers_named(name);
         assert_eq!(testers.len(), 1);
-        let f = forward(&mut ports, &pool, &args, &testers).unwrap();
+        let awaited = "1024 packets received on each port";
+        let f = forward_until(&mut ports, &pool, &args, &testers, awaited, |c| {
+            c.iter().all(|c| c.stats().rx_packets >= 1024)
+        });
         assert_eq!(f.recycle_errors, 0);
         assert_eq!(f.drops, [0, 0]);
         let r: Vec<_> = ports
@@ -370,7 +433,10 @@ pub(crate) mod tests {
         let args = quick(&[&spec, &spec], Engine::Io, 1);
         let (pool, mut ports) = started_ports(&args, 1);
         let testers = testers_named(name);
-        let f = forward(&mut ports, &pool, &args, &testers).unwrap();
+        let awaited = "64 frames dropped as Rx errors";
+        let f = forward_until(&mut ports, &pool, &args, &testers, awaited, |c| {
+            c.iter().map(|c| c.stats().rx_errors).sum::<u64>() >= 64
+        });
         assert_eq!(f.drain_accounted, Some(true));
         let errors: u64 = ports.iter().map(|p| p.stats().rx_errors).sum();
         let oversize: u64 = ports
@@ -407,7 +473,11 @@ pub(crate) mod tests {
         for engine in [Engine::Io, Engine::Mac, Engine::Macswap] {
             let args = quick(&[&rx, "null"], engine, 1);
             let (pool, mut ports) = started_ports(&args, 1);
-            let f = forward(&mut ports, &pool, &args, &[]).unwrap();
+            // Ends once port 0 has read the whole file.
+            let f = forward_until(&mut ports, &pool, &args, &[], "the 5 frames read", |c| {
+                let s = c[0].stats();
+                s.rx_packets + s.rx_errors >= 5
+            });
             assert_eq!(f.drops, [0, 0]);
             let x = ports[0].counters().xstats.snapshot();
             let get = |n: &str| x.iter().find(|(k, _)| k == n).map(|&(_, v)| v);

@@ -36,11 +36,19 @@ fn defaults_are_two_soft_ports_on_the_tester() {
     assert!(size as usize >= 2 * 2048 + 384 + api::RETURNS);
 }
 
+/// Longest a run that ends at a packet count may take: only a lost packet
+/// or a hang reaches it, however loaded the machine is.
+const SAFETY_NET_SECS: f64 = 60.0;
+
+/// A run that ends once 2048 packets were received (every flow of both
+/// tester streams seen, however slow the machine is), the duration only a
+/// safety net.
 fn quick(specs: &[&str], api: Api, workers: u16) -> DistArgs {
     let mut a = DistArgs::with_specs(specs.iter().map(|s| s.to_string()).collect());
     a.api = api;
     a.workers = workers;
-    a.run.duration = 0.2;
+    a.run.duration = SAFETY_NET_SECS;
+    a.packets = Some(2048);
     a.run.stats_period = 10.0;
     a.queues.rxd = 256;
     a.queues.txd = 256;
@@ -56,6 +64,7 @@ fn assert_right(s: &DistSummary, tester: &str, workers: usize) {
     let t = &s.testers[0];
     assert_eq!(t.name, tester);
     assert!(t.sent > 0, "{t:?}");
+    assert!(s.duration_s < SAFETY_NET_SECS, "2048 packets not received");
     assert_eq!(t.received, t.sent, "{s:#?}");
     assert!(t.clean, "{t:?}");
     assert_eq!(t.foreign, 0, "{t:?}");
@@ -171,7 +180,10 @@ fn a_starved_pool_is_not_clean_and_says_the_pool_ran_dry() {
 fn a_runt_and_an_oversize_frame_are_dropped_with_their_reason_when_distributing() {
     let file = crate::app::io::tests::pcap_of("dist_runts", &[5, 60, 2000, 13, 60]);
     let rx = format!("pcap:rx={}", file.display());
-    let s = run(&quick(&[&rx, "null"], Api::Burst, 1)).unwrap();
+    // Ends once port 0 received the file's two good frames (its last).
+    let mut a = quick(&[&rx, "null"], Api::Burst, 1);
+    a.packets = Some(2);
+    let s = run(&a).unwrap();
     std::fs::remove_file(&file).unwrap();
     let p = &s.ports[0];
     let get = |n: &str| p.xstats.iter().find(|(k, _)| k == n).map(|&(_, v)| v);
