@@ -433,10 +433,10 @@ impl Socket {
             },
         };
 
-        // SAFETY: for the four ring ends: each mapping holds one ring
-        // laid out as `off` says with the size set above; the mappings live
-        // in the `Socket`, which the slot keeps until both halves are back;
-        // each ring gets exactly one user-space end.
+        // Each mapping holds one ring laid out as `off` says with the size
+        // set above; the mappings live in the `Socket`, which the slot keeps
+        // until both halves are back.
+        // SAFETY: valid, live ring memory (above); one user-space end each.
         let (fill, rx, tx, comp) = unsafe {
             (
                 ProdRing::new(ring_ptrs::<u64>(&maps[0], &off.fr, cfg.fill_size)),

@@ -420,10 +420,10 @@ impl Lpm6 {
     #[inline(always)]
     fn group_entry(&self, e: u32, b: u8) -> u32 {
         let i = (e & field::DATA) as usize * GROUP_LEN + usize::from(b);
-        // SAFETY: an extended entry names a group below `number_tbl8s`
-        // (struct invariant) and tbl8 has `number_tbl8s * GROUP_LEN`
-        // entries; the bulk loop's dummy read of group 0, byte 0 reads
-        // entry 0, and tbl8 always has at least one.
+        // An extended entry names a group below `number_tbl8s` (struct
+        // invariant) and tbl8 has `number_tbl8s * GROUP_LEN` entries; the
+        // bulk loop's dummy read of group 0, byte 0 reads entry 0.
+        // SAFETY: `i` is in bounds (above); tbl8 always has an entry 0.
         unsafe { *self.tables.tbl8.as_ptr().add(i) }
     }
 

@@ -1,6 +1,6 @@
 //! The Tx WQE formats end to end: byte-exact rings against hand-written
-//! bytes, MPWQE sessions (broken by an offload change, TSO and chains
-//! falling back and the session resuming), the device's checks of
+//! bytes, open MPWQEs (broken by an offload change, TSO and chains
+//! falling back and the MPWQE resuming), the device's checks of
 //! malformed WQEs, and tester traffic through both Tx modes.
 //!
 //! Most tests drive a Tx queue and its engine by hand (a [`Rig`]: the
@@ -445,7 +445,7 @@ fn tso_and_chained_packets_get_regular_wqes_byte_for_byte_and_tso_is_segmented()
 }
 
 #[test]
-fn a_session_breaks_on_an_offload_change_and_resumes_after_tso_and_chains() {
+fn an_mpwqe_breaks_on_an_offload_change_and_resumes_after_tso_and_chains() {
     let pool = pool(127);
     let mut rig = Rig::new(params(TxMode::Mpwqe));
     let f = udp4(64, 0);
@@ -453,12 +453,12 @@ fn a_session_breaks_on_an_offload_change_and_resumes_after_tso_and_chains() {
     let ck = ol::TX_IPV4 | ol::TX_IP_CKSUM | ol::TX_UDP_CKSUM;
     let t = tcp4(1500);
     let mut burst: Burst<16> = Burst::new();
-    burst.push(mbuf(&pool, &f, 0)).unwrap(); // 0: session 1
+    burst.push(mbuf(&pool, &f, 0)).unwrap(); // 0: MPWQE 1
     burst.push(mbuf(&pool, &f, 0)).unwrap(); // 1
-    burst.push(mbuf(&pool, &z, ck)).unwrap(); // 2: checksums: session 2
+    burst.push(mbuf(&pool, &z, ck)).unwrap(); // 2: checksums: MPWQE 2
     burst.push(mbuf(&pool, &z, ck)).unwrap(); // 3
     for tci in [5u16, 6] {
-        // 4, 5: a VLAN tag each: sessions 3 and 4
+        // 4, 5: a VLAN tag each: MPWQEs 3 and 4
         let mut m = mbuf(&pool, &f, ol::TX_VLAN);
         m.set_vlan_tci(tci).unwrap();
         burst.push(m).unwrap();
@@ -475,9 +475,9 @@ fn a_session_breaks_on_an_offload_change_and_resumes_after_tso_and_chains() {
     })
     .unwrap();
     burst.push(tso).unwrap();
-    burst.push(mbuf(&pool, &f, 0)).unwrap(); // 7: session 5
+    burst.push(mbuf(&pool, &f, 0)).unwrap(); // 7: MPWQE 5
     burst.push(chain(&pool, &f, 30)).unwrap(); // 8: chain, regular WQE
-    burst.push(mbuf(&pool, &f, 0)).unwrap(); // 9: session 6
+    burst.push(mbuf(&pool, &f, 0)).unwrap(); // 9: MPWQE 6
     burst.push(mbuf(&pool, &f, 0)).unwrap(); // 10
     assert_eq!(rig.tx.tx_burst(&mut burst), 11);
     assert_eq!(
@@ -524,7 +524,7 @@ fn a_session_breaks_on_an_offload_change_and_resumes_after_tso_and_chains() {
 }
 
 #[test]
-fn tunnel_checksums_are_filled_at_the_eseg_offsets_and_break_the_session() {
+fn tunnel_checksums_are_filled_at_the_eseg_offsets_and_break_the_mpwqe() {
     let pool = pool(63);
     let mut rig = Rig::new(params(TxMode::Mpwqe));
     // Outer Ethernet, IPv4, UDP (VXLAN port), VXLAN, inner Ethernet, IPv4,
@@ -567,7 +567,7 @@ fn tunnel_checksums_are_filled_at_the_eseg_offsets_and_break_the_session() {
     burst.push(mbuf(&pool, &good, 0)).unwrap();
     burst.push(m).unwrap();
     assert_eq!(rig.tx.tx_burst(&mut burst), 2);
-    assert_eq!(rig.wqes().len(), 2, "another eseg, another session");
+    assert_eq!(rig.wqes().len(), 2, "another eseg, another MPWQE");
     let e = Eseg::parse(&seg_bytes(rig.regs.segs.get(SEGS_PER_BB + 1)));
     assert_eq!(e.swp, [7, 17, 32, 42]);
     assert_eq!(
@@ -918,7 +918,7 @@ fn tester_traffic_through_both_tx_modes_with_mixed_offloads_arrives_whole_and_in
             assert_eq!((mpw, reg, blks), (0, 6000, 0));
         } else {
             assert_eq!((mpw, reg), (6000, 0), "{mode}");
-            // Runs of 5 of one class: a session rarely holds more.
+            // Runs of 5 of one class: an MPWQE rarely holds more.
             assert!(blks >= 6000 / 5, "{mode}: {blks} blocks");
         }
         assert_eq!(x(&a, "device_wqe_errors") + x(&a, "tx_cqe_errors"), 0);
