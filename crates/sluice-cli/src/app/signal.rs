@@ -12,9 +12,7 @@ static NOTES: InterruptNotes = InterruptNotes {
 };
 
 /// Whether SIGINT or SIGTERM was seen since [`catch_signals`].
-pub(crate) fn interrupted() -> bool {
-    sluice::signal::interrupted()
-}
+pub(crate) use sluice::signal::interrupted;
 
 /// From now on SIGINT and SIGTERM end the run early (see [`interrupted`]):
 /// the pipeline drains, ports stop and the summary is printed. A system

@@ -108,6 +108,12 @@ impl Wire {
     fn peer(&self) -> RawSocket {
         RawSocket::open(&self.ns, self.veth.b()).unwrap()
     }
+
+    /// The MAC address of the veth's end in the namespace: the destination
+    /// of frames the port sends to the peer.
+    fn peer_mac(&self) -> [u8; 6] {
+        self.ns.mac(self.veth.b()).unwrap().0
+    }
 }
 
 #[test]
@@ -189,7 +195,7 @@ fn frames_sent_arrive_intact_at_the_peer() {
     let pool = test_pool(1023);
     let mut port = wire.port("", PortConfig::new(Some(pool.clone())).nb_txd(256));
     let peer = wire.peer();
-    let dst = wire.ns.mac(wire.veth.b()).unwrap().0;
+    let dst = wire.peer_mac();
     // 600 frames, more than the 256-frame ring: the queue pushes back and
     // the rest is sent again, nothing is lost.
     let want = test_frames(dst, 1, 0, 600, 53);
@@ -359,11 +365,11 @@ fn a_port_stops_and_starts_again() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let w = wire("afrestart");
+    let wire = wire("afrestart");
     let pool = test_pool(1023);
-    let spec = format!("afpacket:iface={}", w.veth.a());
+    let spec = format!("afpacket:iface={}", wire.veth.a());
     let mut port = open(&spec, PortConfig::new(Some(pool.clone())).queues(2, 2)).unwrap();
-    let peer = w.peer();
+    let peer = wire.peer();
     let mac = port.mac().0;
     for round in 0..3u32 {
         port.start().unwrap();
@@ -387,8 +393,8 @@ fn a_fanout_group_is_forgotten_when_its_last_member_leaves() {
     }
     use super::rx::FanoutGroup;
     use super::sys;
-    let w = wire("affanout");
-    let name = std::ffi::CString::new(w.veth.a()).unwrap();
+    let wire = wire("affanout");
+    let name = std::ffi::CString::new(wire.veth.a()).unwrap();
     // SAFETY: a NUL-terminated name that lives across the call.
     let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
     assert_ne!(index, 0);
@@ -433,14 +439,14 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let w = wire("afbig");
+    let wire = wire("afbig");
     let pool = test_pool(1023);
     let mut cfg = PortConfig::new(Some(pool.clone())).nb_rxd(4096);
     // The veth takes 1500-byte frames; the port only up to 1000 + 18.
     cfg.mtu = 1000;
-    let mut port = w.port("", cfg);
+    let mut port = wire.port("", cfg);
     let mac = port.mac().0;
-    let peer = w.peer();
+    let peer = wire.peer();
     let lens = [60usize, 1018, 1019, 1400, 60];
     for (i, &len) in lens.iter().enumerate() {
         peer.send(&test_frame(mac, 1, i as u32, len)).unwrap();
@@ -469,11 +475,11 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let w = wire("afmtu");
+    let wire = wire("afmtu");
     let pool = test_pool(1023);
-    let mut port = w.port("", PortConfig::new(Some(pool.clone())).nb_txd(256));
-    let peer = w.peer();
-    let dst = w.ns.mac(w.veth.b()).unwrap().0;
+    let mut port = wire.port("", PortConfig::new(Some(pool.clone())).nb_txd(256));
+    let peer = wire.peer();
+    let dst = wire.peer_mac();
     // (frame, whether the interface takes it): up to MTU + 14 bytes, or
     // MTU + 18 with a VLAN tag. Then the interface's MTU drops to 1000
     // while the port runs.
@@ -508,7 +514,7 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
         assert_eq!(n, frames.len(), "the ring has room for all");
     };
     send(&mut port, &first);
-    Netns::root().set_mtu(w.veth.a(), 1000).unwrap();
+    Netns::root().set_mtu(wire.veth.a(), 1000).unwrap();
     send(&mut port, &second);
     assert_pool_full(&pool);
     let all: Vec<&(Vec<u8>, bool)> = first.iter().chain(&second).collect();
@@ -544,11 +550,11 @@ fn frames_the_interface_cannot_send_are_counted_tx_errors() {
     let cfg = PortConfig::new(Some(pool.clone()));
     assert_eq!(cfg.mtu, 1500);
     assert_eq!(
-        err(&format!("afpacket:iface={}", w.veth.a()), cfg),
+        err(&format!("afpacket:iface={}", wire.veth.a()), cfg),
         format!(
             "afpacket: {a}: port MTU 1500 is more than the interface's MTU 1000: raise the \
              interface's (ip link set {a} mtu 1500) or lower the port's",
-            a = w.veth.a()
+            a = wire.veth.a()
         )
     );
     assert_pool_full(&pool);
@@ -559,15 +565,15 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
     if sluice_netns::skip_unless_root() {
         return;
     }
-    let w = wire("afwedge");
+    let wire = wire("afwedge");
     let pool = test_pool(1023);
-    let mut port = w.port("", PortConfig::new(Some(pool.clone())).nb_txd(64));
+    let mut port = wire.port("", PortConfig::new(Some(pool.clone())).nb_txd(64));
     // The peer takes no frame over 1000 + 18 bytes: the veth drops a
     // longer one each time the kernel offers it, and the kernel puts it
     // back in the ring to be offered again.
-    w.ns.set_mtu(w.veth.b(), 1000).unwrap();
-    let peer = w.peer();
-    let dst = w.ns.mac(w.veth.b()).unwrap().0;
+    wire.ns.set_mtu(wire.veth.b(), 1000).unwrap();
+    let peer = wire.peer();
+    let dst = wire.peer_mac();
     let mut burst: Burst<32> = Burst::new();
     burst
         .push(pool.alloc_from_slice(&test_frame(dst, 1, 0, 1400)).unwrap())
@@ -596,7 +602,7 @@ fn frames_the_device_keeps_refusing_are_dropped_and_counted_not_wedging_the_ring
     // The peer goes down: every frame is refused. What is still in the
     // ring at stop is never sent, and counted so, each frame once (whether
     // dropped as refused for too long before the stop or at it).
-    w.ns.ip(&["link", "set", w.veth.b(), "down"]).unwrap();
+    wire.ns.ip(&["link", "set", wire.veth.b(), "down"]).unwrap();
     for i in 21..26 {
         burst
             .push(pool.alloc_from_slice(&test_frame(dst, 1, i, 60)).unwrap())
