@@ -192,11 +192,11 @@ impl QueueSlot {
             l.drain(|idx| {
                 batch.push(umem.elem_at(umem.offset_of_index(idx)));
                 if batch.len() == batch.capacity() {
-                    // SAFETY: frames the ledger says the kernel held, now
-                    // released (the queue is free again): plain, free
-                    // buffers of this pool (fill frames came from it
-                    // untouched; Tx frames were plain buffers of it whose
-                    // only reference the Tx queue gave up), each once.
+                    // Frames the ledger says the kernel held, now released
+                    // (the queue is free again): fill frames came from this
+                    // pool untouched; Tx frames were plain buffers of it
+                    // whose only reference the Tx queue gave up.
+                    // SAFETY: plain, free buffers of this pool, each once.
                     unsafe { self.pool.mempool().put_bulk(&batch) };
                     batch.clear();
                 }
