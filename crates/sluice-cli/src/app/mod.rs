@@ -16,12 +16,15 @@
 //! - [`io`]: the io/mac/macswap/rxonly/txonly/recycle forwarding engines.
 //! - [`l3`]: the IPv4/IPv6 router of `sluice l3fwd`.
 //! - [`dist`]: the distributor pipeline of `sluice dist`.
+//! - [`observe`]: what a running command shows to telemetry, metrics and
+//!   `sluice stats`.
 
 pub mod dist;
 pub mod drain;
 pub mod io;
 pub mod l3;
 pub mod lcores;
+pub mod observe;
 pub mod options;
 pub mod output;
 pub mod ports;

@@ -1,0 +1,10 @@
+//! Watching a running command from outside: what it shows to telemetry,
+//! Prometheus and `sluice stats`.
+//!
+//! - [`snapshot`]: the whole view of a running instance in one object
+//!   (`/sluice/snapshot`), as `sluice stats` reads it.
+
+// Filled by the telemetry handlers and read by `sluice stats`, both being
+// built on this model.
+#[allow(dead_code)]
+pub mod snapshot;
