@@ -76,6 +76,11 @@ impl MetricsServer {
     /// [`local_addr`](Self::local_addr)) and answers scrapes with
     /// `render()`.
     pub fn serve(addr: SocketAddr, render: Render) -> io::Result<MetricsServer> {
+        MetricsServer::serve_with(addr, render, Limits::DEFAULT)
+    }
+
+    /// [`serve`](Self::serve) with other limits.
+    fn serve_with(addr: SocketAddr, render: Render, limits: Limits) -> io::Result<MetricsServer> {
         let listener = TcpListener::bind(addr)?;
         let local_addr = listener.local_addr()?;
         // Non-blocking: a connection gone between poll and accept must not
@@ -87,7 +92,7 @@ impl MetricsServer {
             let stop = Arc::clone(&stop);
             thread::Builder::new()
                 .name("sluice-metrics".into())
-                .spawn(move || accept_loop(listener, woken, &stop, render))?
+                .spawn(move || accept_loop(listener, woken, &stop, render, limits))?
         };
         Ok(MetricsServer {
             local_addr,
@@ -110,11 +115,25 @@ impl Drop for MetricsServer {
         // readable (end of stream).
         let _ = self.wake.shutdown(Shutdown::Both);
         if let Some(thread) = self.thread.take() {
-            // The thread catches nothing that could panic; a panic would
-            // already have been reported on stderr.
+            // A panic on the accepting thread was reported on stderr when
+            // it happened; the server is gone either way.
             let _ = thread.join();
         }
     }
+}
+
+/// How long a client may take and how many are served at once.
+#[derive(Debug, Clone, Copy)]
+struct Limits {
+    request_timeout: Duration,
+    max_connections: usize,
+}
+
+impl Limits {
+    const DEFAULT: Limits = Limits {
+        request_timeout: REQUEST_TIMEOUT,
+        max_connections: MAX_CONNECTIONS,
+    };
 }
 
 /// A connection being served: its thread, and a handle on its socket to
@@ -124,7 +143,13 @@ struct Connection {
     socket: TcpStream,
 }
 
-fn accept_loop(listener: TcpListener, woken: UnixStream, stop: &AtomicBool, render: Render) {
+fn accept_loop(
+    listener: TcpListener,
+    woken: UnixStream,
+    stop: &AtomicBool,
+    render: Render,
+    limits: Limits,
+) {
     let mut connections: Vec<Connection> = Vec::new();
     while !stop.load(Ordering::Acquire) {
         match wait_readable(&listener, &woken, None) {
@@ -154,7 +179,7 @@ fn accept_loop(listener: TcpListener, woken: UnixStream, stop: &AtomicBool, rend
             }
         };
         connections.retain(|c| !c.thread.is_finished());
-        if connections.len() >= MAX_CONNECTIONS {
+        if connections.len() >= limits.max_connections {
             refuse(stream);
             continue;
         }
@@ -164,7 +189,7 @@ fn accept_loop(listener: TcpListener, woken: UnixStream, stop: &AtomicBool, rend
         let render = Arc::clone(&render);
         let spawned = thread::Builder::new()
             .name("sluice-metrics-conn".into())
-            .spawn(move || serve_connection(stream, &render));
+            .spawn(move || serve_connection(stream, &render, limits.request_timeout));
         if let Ok(thread) = spawned {
             connections.push(Connection { thread, socket });
         }
@@ -254,9 +279,9 @@ struct Request {
     path: String,
 }
 
-fn serve_connection(mut stream: TcpStream, render: &Render) {
+fn serve_connection(mut stream: TcpStream, render: &Render, request_timeout: Duration) {
     let _ = stream.set_nonblocking(false);
-    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    let deadline = Instant::now() + request_timeout;
     let (reply, head_only) = match read_head(&mut stream, deadline) {
         Ok(request) => (route(&request, render), request.method == "HEAD"),
         Err(HeadError::Closed | HeadError::Failed) => return,
@@ -541,14 +566,19 @@ mod tests {
     }
 
     fn server(text: &'static str) -> (MetricsServer, Arc<AtomicUsize>) {
+        server_with(text, Limits::DEFAULT)
+    }
+
+    fn server_with(text: &'static str, limits: Limits) -> (MetricsServer, Arc<AtomicUsize>) {
         let renders = Arc::new(AtomicUsize::new(0));
         let counted = Arc::clone(&renders);
-        let server = MetricsServer::serve(
+        let server = MetricsServer::serve_with(
             "127.0.0.1:0".parse().unwrap(),
             Arc::new(move || {
                 counted.fetch_add(1, Ordering::Relaxed);
                 text.to_string()
             }),
+            limits,
         )
         .unwrap();
         (server, renders)
@@ -659,13 +689,20 @@ mod tests {
 
     #[test]
     fn a_silent_client_stalls_no_one_and_times_out() {
-        let (server, _) = server(TEXT);
+        let (server, _) = server_with(
+            TEXT,
+            Limits {
+                request_timeout: Duration::from_millis(200),
+                ..Limits::DEFAULT
+            },
+        );
         let addr = server.local_addr();
         let mut silent = TcpStream::connect(addr).unwrap();
         let mut half = TcpStream::connect(addr).unwrap();
         half.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
             .unwrap();
-        // Both hold a connection thread; scrapes are served meanwhile.
+        // Both hold a connection thread (for a while); scrapes are served
+        // meanwhile, whether the two have timed out yet or not.
         for _ in 0..3 {
             assert_eq!(get(addr, "/metrics").status, 200);
         }
@@ -694,32 +731,27 @@ mod tests {
 
     #[test]
     fn connections_over_the_limit_get_503() {
-        let (server, _) = server(TEXT);
+        // Clients have all the time they want: the two held connections
+        // stay until the test ends them.
+        let (server, _) = server_with(
+            TEXT,
+            Limits {
+                request_timeout: Duration::from_secs(3600),
+                max_connections: 2,
+            },
+        );
         let addr = server.local_addr();
-        let held: Vec<TcpStream> = (0..MAX_CONNECTIONS)
-            .map(|_| TcpStream::connect(addr).unwrap())
-            .collect();
-        // Served in order of arrival: once the last held connection is
-        // accepted (its thread answers this byte's request line), the
-        // next one is over the limit.
-        let mut last = held.last().unwrap().try_clone().unwrap();
-        last.write_all(b"nonsense\r\n").unwrap();
-        assert_eq!(read_answer(&mut last).status, 400);
-        // The answered connection's thread may still be lingering, so
-        // the limit may not be reached yet; a bounded number of tries
-        // meets it.
-        let mut refused = false;
-        for _ in 0..MAX_CONNECTIONS {
-            let mut extra = TcpStream::connect(addr).unwrap();
-            extra.write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
-            let a = read_answer(&mut extra);
-            if a.status == 503 {
-                refused = true;
-                break;
-            }
-            assert_eq!(a.status, 200);
-        }
-        assert!(refused);
+        let mut held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(addr).unwrap()).collect();
+        // Accepted in order of arrival, after the two held ones: refused
+        // at once, without a request read.
+        let mut extra = TcpStream::connect(addr).unwrap();
+        let a = read_answer(&mut extra);
+        assert_eq!(a.status, 503);
+        assert_eq!(a.body, b"too many connections\n");
+        // A held connection is still served.
+        held[1].write_all(b"GET /metrics HTTP/1.1\r\n\r\n").unwrap();
+        let a = read_answer(&mut held[1]);
+        assert_eq!((a.status, &a.body[..]), (200, TEXT.as_bytes()));
         drop(held);
     }
 

@@ -10,6 +10,19 @@
 //! rate(sluice_port_rx_packets_total[1m]) * on (port) group_left (name) sluice_port_info
 //! ```
 //!
+//! | family | type | labels |
+//! |--------|------|--------|
+//! | `sluice_port_info` (1) | gauge | `port`, `name`, `driver`, `mac` |
+//! | `sluice_port_rx_queues`, `sluice_port_tx_queues`, `sluice_port_mtu_bytes` | gauge | `port` |
+//! | `sluice_port_{rx,tx}_{packets,bytes,errors}_total` | counter | `port` |
+//! | `sluice_port_rx_missed_packets_total`, `sluice_port_rx_nombuf_total` | counter | `port` |
+//! | `sluice_port_{rx,tx}_queue_{packets,bytes,errors}_total` | counter | `port`, `queue` |
+//! | `sluice_port_rx_queue_missed_packets_total`, `sluice_port_rx_queue_nombuf_total` | counter | `port`, `queue` |
+//! | `sluice_port_xstat_total` | counter | `port`, `name` |
+//! | `sluice_pool_buffers`, `sluice_pool_{ring,cache}_free_buffers`, `sluice_pool_in_use_buffers` | gauge | `pool` |
+//! | `sluice_pool_data_room_bytes` | gauge | `pool` |
+//! | `sluice_pool_cache_{hits,misses,refills,flushes}_total`, `sluice_pool_get_failures_total` | counter | `pool` |
+//!
 //! A port's counters appear twice: per port (`sluice_port_rx_packets_total`)
 //! and per queue (`sluice_port_rx_queue_packets_total`), two families, so
 //! neither double counts when summed. The driver's named counters
