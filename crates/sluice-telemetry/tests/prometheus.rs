@@ -75,9 +75,10 @@ fn promtool_check(text: &str) -> Option<Result<(), String>> {
     })
 }
 
-fn null_port(pool: &MbufPool, id: u16) -> Port {
+fn null_port(pool: &MbufPool, id: u16, burst_stats: bool) -> Port {
     let mut config = PortConfig::new(Some(pool.clone()));
     config.port_id = id;
+    config.burst_stats = burst_stats;
     let mut port = sluice::driver::open("null:size=64", config).unwrap();
     port.start().unwrap();
     port
@@ -91,8 +92,8 @@ fn a_registry_is_scraped_and_promtool_finds_it_clean() {
         ..Default::default()
     })
     .unwrap();
-    let mut rx_port = null_port(&pool, 0);
-    let mut tx_port = null_port(&pool, 1);
+    let mut rx_port = null_port(&pool, 0, true);
+    let mut tx_port = null_port(&pool, 1, false);
     let registry = Arc::new(Registry::new());
     registry.add_port(&rx_port);
     registry.add_port(&tx_port);
@@ -184,6 +185,15 @@ fn a_registry_is_scraped_and_promtool_finds_it_clean() {
             + value(&format!("sluice_pool_cache_free_buffers{pool_label}")),
         (1023 - held_n) as f64
     );
+    assert_eq!(
+        value("sluice_port_rx_queue_burst_packets_count{port=\"0\",queue=\"0\"}"),
+        2.0
+    );
+    assert_eq!(
+        value("sluice_port_rx_queue_burst_packets_sum{port=\"0\",queue=\"0\"}"),
+        rx as f64
+    );
+    assert!(!body.contains("sluice_port_tx_queue_burst_packets_count{port=\"1\""));
     assert_eq!(
         value("sluice_tester_latency_seconds_bucket{port=\"0\",le=\"+Inf\"}"),
         5.0

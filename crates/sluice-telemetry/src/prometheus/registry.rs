@@ -19,9 +19,13 @@
 //! | `sluice_port_{rx,tx}_queue_{packets,bytes,errors}_total` | counter | `port`, `queue` |
 //! | `sluice_port_rx_queue_missed_packets_total`, `sluice_port_rx_queue_nombuf_total` | counter | `port`, `queue` |
 //! | `sluice_port_xstat_total` | counter | `port`, `name` |
+//! | `sluice_port_{rx,tx}_queue_burst_packets` (2) | histogram | `port`, `queue` |
 //! | `sluice_pool_buffers`, `sluice_pool_{ring,cache}_free_buffers`, `sluice_pool_in_use_buffers` | gauge | `pool` |
 //! | `sluice_pool_data_room_bytes` | gauge | `pool` |
 //! | `sluice_pool_cache_{hits,misses,refills,flushes}_total`, `sluice_pool_get_failures_total` | counter | `pool` |
+//!
+//! (1) The value is 1. (2) Only for ports that keep burst statistics
+//! ([`PortConfig::burst_stats`](sluice::port::PortConfig::burst_stats)).
 //!
 //! A port's counters appear twice: per port (`sluice_port_rx_packets_total`)
 //! and per queue (`sluice_port_rx_queue_packets_total`), two families, so
@@ -117,6 +121,18 @@ fn write_ports(registry: &Registry, w: &mut MetricsWriter) {
         }
         write_queues(w, &id, &rx, &RX_QUEUE);
         write_queues(w, &id, &tx, &TX_QUEUE);
+        let rx_bursts = port.counters.rx.iter().map(|q| q.bursts.as_ref());
+        let tx_bursts = port.counters.tx.iter().map(|q| q.bursts.as_ref());
+        for (q, bursts) in rx_bursts.enumerate() {
+            if let Some(histogram) = bursts {
+                write_bursts(w, RX_BURSTS, &id, q, &histogram.counts());
+            }
+        }
+        for (q, bursts) in tx_bursts.enumerate() {
+            if let Some(histogram) = bursts {
+                write_bursts(w, TX_BURSTS, &id, q, &histogram.counts());
+            }
+        }
 
         for (name, value) in port.counters.xstats.snapshot() {
             w.counter(
@@ -217,6 +233,65 @@ fn write_queues<const N: usize>(
     }
 }
 
+/// The Rx burst-size histogram (name, help).
+const RX_BURSTS: (&str, &str) = (
+    "sluice_port_rx_queue_burst_packets",
+    "Packets per rx_burst call on an Rx queue (bursts of the histogram's \
+     capacity or more count as that capacity).",
+);
+
+/// The Tx burst-size histogram (name, help).
+const TX_BURSTS: (&str, &str) = (
+    "sluice_port_tx_queue_burst_packets",
+    "Packets accepted per tx_burst call on a Tx queue (bursts of the \
+     histogram's capacity or more count as that capacity).",
+);
+
+/// Writes a queue's burst sizes (`counts[n]`: bursts of `n` packets, the
+/// last entry those of its index or more) as a histogram. Its buckets are
+/// 0, the powers of two below the capacity and one less than the
+/// capacity, so `+Inf` less the last bucket is the bursts that filled the
+/// capacity (full bursts).
+fn write_bursts(
+    w: &mut MetricsWriter,
+    (name, help): (&str, &str),
+    port: &str,
+    queue: usize,
+    counts: &[u64],
+) {
+    let Some(capacity) = counts.len().checked_sub(1) else {
+        return;
+    };
+    let mut bounds = vec![0];
+    bounds.extend(
+        (0..usize::BITS)
+            .map(|b| 1usize << b)
+            .take_while(|&b| b < capacity),
+    );
+    if capacity > 1 && bounds.last() != Some(&(capacity - 1)) {
+        bounds.push(capacity - 1);
+    }
+    let mut buckets = Vec::with_capacity(bounds.len());
+    let mut below = 0u64;
+    let mut next = 0;
+    for bound in bounds {
+        below += counts[next..=bound].iter().sum::<u64>();
+        next = bound + 1;
+        buckets.push((bound as f64, below));
+    }
+    let count = counts.iter().sum();
+    let sum: u64 = counts.iter().enumerate().map(|(n, c)| n as u64 * c).sum();
+    let queue = queue.to_string();
+    w.histogram(
+        name,
+        help,
+        &[("port", port), ("queue", &queue)],
+        &buckets,
+        sum as f64,
+        count,
+    );
+}
+
 /// The queues' values added up, counter by counter.
 fn sum<const N: usize>(queues: &[[u64; N]]) -> [u64; N] {
     let mut total = [0u64; N];
@@ -287,6 +362,63 @@ fn write_pools(registry: &Registry, w: &mut MetricsWriter) {
         ];
         for (name, help, value) in counters {
             w.counter(name, help, &at, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn burst_sizes_become_cumulative_buckets() {
+        let mut counts = vec![0u64; 33];
+        counts[0] = 5; // empty polls
+        counts[1] = 1;
+        counts[3] = 2;
+        counts[31] = 1;
+        counts[32] = 4; // full bursts (or larger)
+        let mut w = MetricsWriter::new();
+        write_bursts(&mut w, RX_BURSTS, "0", 1, &counts);
+        let text = w.render();
+        let buckets: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("sluice_port_rx_queue_burst_packets_bucket"))
+            .map(|l| l.split_once("le=").unwrap().1)
+            .collect();
+        assert_eq!(
+            buckets,
+            [
+                "\"0\"} 5",
+                "\"1\"} 6",
+                "\"2\"} 6",
+                "\"4\"} 8",
+                "\"8\"} 8",
+                "\"16\"} 8",
+                "\"31\"} 9",
+                "\"+Inf\"} 13",
+            ]
+        );
+        assert!(
+            text.contains("sluice_port_rx_queue_burst_packets_sum{port=\"0\",queue=\"1\"} 166\n")
+        );
+        assert!(
+            text.contains("sluice_port_rx_queue_burst_packets_count{port=\"0\",queue=\"1\"} 13\n")
+        );
+    }
+
+    #[test]
+    fn tiny_histograms_keep_their_buckets_rising() {
+        for capacity in 0..=5 {
+            let counts = vec![1u64; capacity + 1];
+            let mut w = MetricsWriter::new();
+            // Would stop a debug build on buckets out of order.
+            write_bursts(&mut w, TX_BURSTS, "0", 0, &counts);
+            let text = w.render();
+            assert!(
+                text.contains(&format!("le=\"+Inf\"}} {}\n", capacity + 1)),
+                "{text}"
+            );
         }
     }
 }
