@@ -232,6 +232,20 @@ fn l3fwd_rewrites_routed_frames_and_counts_each_drop_by_reason() {
     assert_eq!(d["bad_checksum"], 1, "{d}");
     assert_eq!(d["bad_header"], 2, "{d}");
     assert_eq!(d["unwritable"], 0, "{d}");
+    // The same drops in the table of every drop, the router's with no port,
+    // and nothing else dropped.
+    let table = &s["drops_by_reason"];
+    let row = |reason: &str, packets: u64| serde_json::json!({"reason": reason, "port": null, "packets": packets});
+    assert_eq!(
+        table,
+        &serde_json::json!([
+            row("no_route", 3),
+            row("ttl_expired", 3),
+            row("bad_header", 2),
+            row("bad_checksum", 1),
+        ]),
+        "{s}"
+    );
     assert_eq!(s["ports"][0]["rx_packets"], frames.len());
     for (got, want, port, dst_mac) in [
         (&got1, &want1, 1u8, [2, 0, 0, 0, 0, 1]),
