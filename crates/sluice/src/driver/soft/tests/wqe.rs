@@ -613,6 +613,11 @@ fn packets_the_queue_cannot_send_are_counted_and_freed() {
     burst.push(mbuf(&pool, &t, 0)).unwrap();
     assert_eq!(rig.tx.tx_burst(&mut burst), 5);
     assert_eq!(rig.counters.stats().tx_errors, 4);
+    let x = &rig.counters.xstats;
+    assert_eq!(x.get("tx_tso_errors"), Some(2));
+    assert_eq!(x.get("tx_empty_errors"), Some(1));
+    assert_eq!(x.get("tx_offload_errors"), Some(1));
+    assert_eq!(x.get("tx_chain_errors"), Some(0));
     assert_eq!(rig.counters.stats().tx_packets, 1);
     assert_eq!(rig.step(), 1);
     assert_eq!(rig.captured(), vec![t]);
