@@ -186,7 +186,7 @@ impl WithDist for Pipeline<'_> {
         let wcounters: Vec<WorkerCounter> =
             (0..nworkers).map(|_| WorkerCounter::default()).collect();
         let lc = LcoreCounters::new(n);
-        let mut drop_sources = DropSources::new(port_counters.clone());
+        let drop_sources = DropSources::new(port_counters.clone());
         let tx_ports: Vec<usize> = (0..n).collect();
         drop_sources.add_stream_drops(Arc::clone(&lc.tx), &tx_ports);
         let stop = AtomicBool::new(false);

@@ -177,7 +177,7 @@ fn forward_window(
     let stream_counters: Arc<[StreamCounters]> =
         streams.iter().map(|_| StreamCounters::default()).collect();
     let stream_tx_port: Vec<usize> = streams.iter().map(|s| s.tx_port).collect();
-    let mut drop_sources = DropSources::new(counters.clone());
+    let drop_sources = DropSources::new(counters.clone());
     drop_sources.add_stream_drops(Arc::clone(&stream_counters), &stream_tx_port);
     let nb_lcores = (args.cores as usize).min(streams.len()).max(1);
     let mut per_lcore: Vec<Vec<Stream<'_>>> = (0..nb_lcores).map(|_| Vec::new()).collect();

@@ -80,7 +80,7 @@ pub(crate) fn route_phase<R: Router>(
         .map(|_| StreamCounters::default())
         .collect();
     let stream_tx_port: Vec<usize> = (0..nb_lcores * nports).map(|i| i % nports).collect();
-    let mut drop_sources = DropSources::new(counters.clone());
+    let drop_sources = DropSources::new(counters.clone());
     drop_sources.add_stream_drops(Arc::clone(&stream_counters), &stream_tx_port);
     for reason in RouteDrops::REASONS {
         let lcores = Arc::clone(&drop_counters);

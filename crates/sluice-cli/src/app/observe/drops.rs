@@ -22,7 +22,7 @@
 //! drops (`no_route`, `ttl_expired`, ...), `txonly`'s `alloc_failures`.
 //! Rows at zero are left out.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use sluice::port::PortCounters;
 
@@ -40,13 +40,17 @@ struct AppDrop {
 }
 
 /// Everything a run's drop table is read from: each port's counters and the
-/// application's drop counters. Holding only `Arc`s and closures over
-/// single-writer counters, it can be kept by another thread (telemetry)
-/// and read there at any time; reading takes no lock an lcore takes (the
-/// xstats' list lock is taken by drivers only while a port is being made).
+/// application's drop counters. A shared handle (clones read the same
+/// sources): holding only `Arc`s and closures over single-writer counters,
+/// it can be kept by another thread (telemetry) and read there at any
+/// time, while the application adds its counters as it makes them.
+/// Reading takes no lock an lcore takes: the list of application counters
+/// is locked only by whoever adds or reads, and the xstats' list lock is
+/// taken by drivers only while a port is being made.
+#[derive(Clone)]
 pub struct DropSources {
-    ports: Vec<Arc<PortCounters>>,
-    app: Vec<AppDrop>,
+    ports: Arc<[Arc<PortCounters>]>,
+    app: Arc<Mutex<Vec<AppDrop>>>,
 }
 
 impl std::fmt::Debug for DropSources {
@@ -62,20 +66,20 @@ impl DropSources {
     /// The drops of `ports` (port id = index).
     pub fn new(ports: Vec<Arc<PortCounters>>) -> DropSources {
         DropSources {
-            ports,
-            app: Vec::new(),
+            ports: ports.into(),
+            app: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
     /// Adds an application drop counter: `read` returns the packets dropped
     /// for `reason` so far, on `port` (`None`: not a port's).
     pub fn add(
-        &mut self,
+        &self,
         reason: &str,
         port: Option<u16>,
         read: impl Fn() -> u64 + Send + Sync + 'static,
     ) {
-        self.app.push(AppDrop {
+        self.app().push(AppDrop {
             reason: reason.to_owned(),
             port,
             read: Box::new(read),
@@ -85,7 +89,7 @@ impl DropSources {
     /// Adds the forwarding streams' drops, `tx_full` on each stream's Tx
     /// port (`tx_port[i]` for `streams[i]`), and `txonly`'s
     /// `alloc_failures` (bursts not generated for want of buffers).
-    pub fn add_stream_drops(&mut self, streams: Arc<[StreamCounters]>, tx_port: &[usize]) {
+    pub fn add_stream_drops(&self, streams: Arc<[StreamCounters]>, tx_port: &[usize]) {
         let mut ports: Vec<usize> = tx_port.to_vec();
         ports.sort_unstable();
         ports.dedup();
@@ -110,10 +114,16 @@ impl DropSources {
         for (i, c) in self.ports.iter().enumerate() {
             port_drops(port_id(i), c, &mut out);
         }
-        for a in &self.app {
+        for a in self.app().iter() {
             push(&mut out, &a.reason, a.port, (a.read)());
         }
         out
+    }
+
+    fn app(&self) -> MutexGuard<'_, Vec<AppDrop>> {
+        // Pushing is the only change made under the lock: a panic while it
+        // was held (in a reader) cannot have left the list half-written.
+        self.app.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -260,7 +270,7 @@ mod tests {
         streams[0].drops.add(5);
         streams[1].drops.add(2);
         streams[2].drops.add(4);
-        let mut sources = DropSources::new(ports);
+        let sources = DropSources::new(ports);
         sources.add_stream_drops(Arc::clone(&streams), &[1, 0, 1]);
         let no_route = Arc::new(sluice::counter::Counter::new());
         let read = Arc::clone(&no_route);
@@ -287,9 +297,13 @@ mod tests {
         fn shared<T: Send + Sync + 'static>(_: &T) {}
         let sources = DropSources::new(vec![Arc::new(PortCounters::new(1, 1, false))]);
         shared(&sources);
-        let sources = Arc::new(sources);
-        let reader = Arc::clone(&sources);
+        let reader = sources.clone();
         let table = std::thread::spawn(move || reader.table()).join().unwrap();
         assert!(table.is_empty());
+        // A counter added after the clone is read by the clone too.
+        let reader = sources.clone();
+        sources.add("no_route", None, || 4);
+        let table = std::thread::spawn(move || reader.table()).join().unwrap();
+        assert_eq!(table, vec![row("no_route", None, 4)]);
     }
 }
