@@ -16,11 +16,16 @@
 //!   `ierrors`, `oerrors` and `imissed` once their named shares are taken
 //!   out (drops the driver gives no finer reason for).
 //!
-//! So the rows of a port never count a packet twice: their sum is every
-//! packet it dropped. The application adds its own rows ([`DropSources::add`]):
-//! `tx_full` per Tx port (a Tx queue did not take them), l3fwd's router
-//! drops (`no_route`, `ttl_expired`, ...), `txonly`'s `alloc_failures`.
-//! Rows at zero are left out.
+//! The application adds its own rows ([`DropSources::add`]): `tx_full` per
+//! Tx port (a Tx queue did not take them), l3fwd's router drops
+//! (`no_route`, `ttl_expired`, ...), `txonly`'s `alloc_failures`. Rows at
+//! zero are left out.
+//!
+//! No packet is counted under two reasons, so the rows add up to every
+//! packet dropped — but for three rows that count events rather than
+//! packets: `rx_mbuf_allocation_errors` (failed refills),
+//! `alloc_failures` (bursts not generated) and `device_wqe_errors` (work
+//! requests the device rejected).
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
