@@ -786,6 +786,39 @@ fn the_device_rejects_malformed_wqes_with_a_counted_error_and_goes_on() {
     }
 }
 
+/// A chain of more segments than a WQE holds cannot be sent: counted in
+/// `tx_errors` and `tx_segs_errors`, every segment freed; the packet after
+/// it goes.
+#[test]
+fn a_chain_longer_than_a_wqe_holds_is_dropped_with_its_reason() {
+    let pool = pool(255);
+    let mut rig = Rig::new(params(TxMode::Wqe));
+    let f = udp4(150, 5);
+    let mut pieces = f.chunks(2);
+    let mut long = pool.alloc_from_slice(pieces.next().unwrap()).unwrap();
+    for piece in pieces {
+        long.chain(pool.alloc_from_slice(piece).unwrap())
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    assert!(
+        u32::from(long.nb_segs()) > wqe::MAX_DS,
+        "{}",
+        long.nb_segs()
+    );
+    let mut burst: Burst<4> = Burst::new();
+    burst.push(long).unwrap();
+    burst.push(mbuf(&pool, &f, 0)).unwrap();
+    assert_eq!(rig.tx.tx_burst(&mut burst), 2);
+    let s = rig.counters.stats();
+    assert_eq!((s.tx_packets, s.tx_errors), (1, 1));
+    assert_eq!(rig.counters.xstats.get("tx_segs_errors"), Some(1));
+    assert_eq!(rig.step(), 1);
+    assert_eq!(rig.captured(), vec![f]);
+    drop(rig);
+    assert!(pool.is_full());
+}
+
 #[test]
 fn a_wqe_the_device_rejects_still_gives_its_buffers_back_by_completion() {
     let pool = pool(63);
