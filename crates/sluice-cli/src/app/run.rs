@@ -10,6 +10,7 @@ use sluice::tester::Tester;
 
 use super::io::lcore::LcoreCycles;
 use super::lcores::pin_main_thread;
+use super::observe::drops::DropSources;
 use super::options::{Engine, FwdArgs};
 use super::ports::{cabled_testers, open_ports, start_all, stop_all};
 use super::signal::catch_signals;
@@ -88,9 +89,11 @@ pub(crate) fn measure_with(
         route_drops,
         drain_accounted,
         alloc_failures: gen_failures,
+        drop_sources,
     } = phase(&mut ports, &pool, &testers)?;
 
     let (counters, device_cycles) = stop_all(&mut ports);
+    let drops_by_reason = drop_sources.table();
     let port_rows: Vec<PortSummary> = counters
         .iter()
         .enumerate()
@@ -128,6 +131,7 @@ pub(crate) fn measure_with(
         tsc_hz: sluice::tsc::tsc_hz(),
         recycle_errors,
         route_drops,
+        drops_by_reason,
         pool_full: pool.is_full(),
         alloc_failures,
         drain_accounted,
@@ -154,6 +158,8 @@ pub(crate) struct Forwarded {
     pub drain_accounted: Option<bool>,
     /// `txonly`: bursts not generated because the pool was empty.
     pub alloc_failures: u64,
+    /// Every drop counter of the run, by reason and port.
+    pub drop_sources: DropSources,
 }
 
 #[cfg(test)]

@@ -19,7 +19,10 @@ use sluice::tester::{
 };
 use sluice::tsc::rdtsc;
 
+use crate::app::observe::drops::DropSources;
+use crate::app::observe::snapshot::DropCount;
 use crate::app::output::{emit, emit_json};
+use crate::app::summary::print_drops_by_reason;
 
 /// Arguments of `sluice gen`.
 #[derive(Args, Debug, Clone)]
@@ -109,6 +112,8 @@ struct GenReport {
     /// Frames the port took but could not send (the interface refused
     /// them: longer than its MTU, say).
     tx_errors: u64,
+    /// Every packet the port dropped, by reason.
+    drops_by_reason: Vec<DropCount>,
     clean: Option<bool>,
 }
 
@@ -245,11 +250,12 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         return Err(format!("port {}: {fault}", args.port));
     }
     let stats = port.stats();
+    let drops = DropSources::new(vec![counters]).table();
     drop(port);
     drop(checker);
     let r = tester.report();
     let clean = args.check.then(|| r.is_clean());
-    print_report(args, &r, &stats, secs, clean);
+    print_report(args, &r, &stats, drops, secs, clean);
     pool.flush_local_cache();
     if !pool.is_full() {
         return Err("the mbuf pool is not full after the port stopped".into());
@@ -279,6 +285,7 @@ fn print_report(
     args: &GenArgs,
     r: &TesterReport,
     stats: &sluice::port::PortStats,
+    drops_by_reason: Vec<DropCount>,
     secs: f64,
     clean: Option<bool>,
 ) {
@@ -298,6 +305,7 @@ fn print_report(
             bytes_sent: r.bytes_sent,
             tx_mpps: tx_packets as f64 / secs / 1e6,
             tx_errors: stats.tx_errors,
+            drops_by_reason,
             clean,
         };
         emit_json(&j, "sluice gen", "the report");
@@ -316,6 +324,7 @@ fn print_report(
             stats.tx_errors
         ));
     }
+    print_drops_by_reason(&drops_by_reason);
     emit(&format!("tester: {r}"));
     match clean {
         Some(true) => emit("clean: nothing lost, reordered, duplicated or corrupted"),

@@ -32,6 +32,7 @@ use sluice::port::{Offloads, Port, PortConfig, PortError};
 use sluice::tester::Tester;
 
 use super::lcores::{Control, Extra, StopOnDrop, main_loop, panic_message};
+use super::observe::drops::DropSources;
 use super::options::RunOptions;
 use super::output::emit;
 use super::ports::peer;
@@ -143,6 +144,8 @@ pub(crate) struct PipelineOutput {
     /// When every port is on a tester: whether the drain ended with every
     /// frame sent received or counted as a drop.
     pub drain_accounted: Option<bool>,
+    /// Every drop counter of the run, by reason and port.
+    pub drop_sources: DropSources,
 }
 
 /// The run itself, with a distributor of any API.
@@ -183,6 +186,9 @@ impl WithDist for Pipeline<'_> {
         let wcounters: Vec<WorkerCounter> =
             (0..nworkers).map(|_| WorkerCounter::default()).collect();
         let lc = LcoreCounters::new(n);
+        let drop_sources = DropSources::new(port_counters.clone());
+        let tx_ports: Vec<usize> = (0..n).collect();
+        drop_sources.add_stream_drops(Arc::clone(&lc.tx), &tx_ports);
         let stop = AtomicBool::new(false);
         let cfg = LcoreConfig {
             burst: args.burst as usize,
@@ -193,7 +199,7 @@ impl WithDist for Pipeline<'_> {
         };
         let src = Sources {
             ports: port_counters,
-            stream_tx_port: (0..n).collect(),
+            stream_tx_port: tx_ports,
             streams: &lc.tx,
             app_drops: None,
         };
@@ -287,6 +293,7 @@ impl WithDist for Pipeline<'_> {
                 cycles,
                 drops: lc.tx.iter().map(|c| c.drops.get()).collect(),
                 drain_accounted,
+                drop_sources,
             })
         })
     }

@@ -38,6 +38,7 @@ use sluice::port::{Port, PortCounters};
 use sluice::tester::Tester;
 
 use super::lcores::{Control, run_lcores_with};
+use super::observe::drops::DropSources;
 use super::options::{Engine, FwdArgs};
 use super::ports::{check_recycle, has_threaded_device, peer, tester_names};
 use super::run::{Forwarded, measure_with, run_with};
@@ -173,9 +174,11 @@ fn forward_window(
             send_first_burst(s, pool, args);
         }
     }
-    let stream_counters: Vec<StreamCounters> =
+    let stream_counters: Arc<[StreamCounters]> =
         streams.iter().map(|_| StreamCounters::default()).collect();
     let stream_tx_port: Vec<usize> = streams.iter().map(|s| s.tx_port).collect();
+    let drop_sources = DropSources::new(counters.clone());
+    drop_sources.add_stream_drops(Arc::clone(&stream_counters), &stream_tx_port);
     let nb_lcores = (args.cores as usize).min(streams.len()).max(1);
     let mut per_lcore: Vec<Vec<Stream<'_>>> = (0..nb_lcores).map(|_| Vec::new()).collect();
     for (i, s) in streams.into_iter().enumerate() {
@@ -226,6 +229,7 @@ fn forward_window(
         route_drops: None,
         drain_accounted,
         alloc_failures,
+        drop_sources,
     };
     Ok((f, window))
 }

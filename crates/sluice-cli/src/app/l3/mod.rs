@@ -19,10 +19,12 @@ use sluice::tester::Tester;
 
 use super::io::lcore::StreamCounters;
 use super::lcores::run_lcores;
+use super::observe::drops::DropSources;
 use super::options::FwdArgs;
 use super::ports::has_threaded_device;
 use super::run::Forwarded;
 use super::stats::Sources;
+use super::summary::RouteDrops;
 use classify::{PortMacs, Router};
 use lcore::{L3Config, L3Lcore, RouteDropCounters, l3_main, sum_drops};
 
@@ -50,7 +52,7 @@ pub(crate) fn route_phase<R: Router>(
         .min()
         .unwrap_or(1);
     let nb_lcores = (args.cores as usize).min(queues).max(1);
-    let drop_counters: Vec<RouteDropCounters> = (0..nb_lcores)
+    let drop_counters: Arc<[RouteDropCounters]> = (0..nb_lcores)
         .map(|_| RouteDropCounters::default())
         .collect();
     let mut lcores: Vec<L3Lcore<'_>> = drop_counters
@@ -74,9 +76,16 @@ pub(crate) fn route_phase<R: Router>(
             next += 1;
         }
     }
-    let stream_counters: Vec<StreamCounters> = (0..nb_lcores * nports)
+    let stream_counters: Arc<[StreamCounters]> = (0..nb_lcores * nports)
         .map(|_| StreamCounters::default())
         .collect();
+    let stream_tx_port: Vec<usize> = (0..nb_lcores * nports).map(|i| i % nports).collect();
+    let drop_sources = DropSources::new(counters.clone());
+    drop_sources.add_stream_drops(Arc::clone(&stream_counters), &stream_tx_port);
+    for reason in RouteDrops::REASONS {
+        let lcores = Arc::clone(&drop_counters);
+        drop_sources.add(reason, None, move || sum_drops(&lcores).get(reason));
+    }
     let stop = AtomicBool::new(false);
     let app_drops = || {
         let d = sum_drops(&drop_counters);
@@ -84,7 +93,7 @@ pub(crate) fn route_phase<R: Router>(
     };
     let src = Sources {
         ports: counters,
-        stream_tx_port: (0..nb_lcores * nports).map(|i| i % nports).collect(),
+        stream_tx_port,
         streams: &stream_counters,
         app_drops: Some(&app_drops),
     };
@@ -112,5 +121,6 @@ pub(crate) fn route_phase<R: Router>(
         route_drops: Some(sum_drops(&drop_counters)),
         drain_accounted,
         alloc_failures: 0,
+        drop_sources,
     })
 }

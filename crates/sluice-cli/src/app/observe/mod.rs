@@ -3,6 +3,10 @@
 //!
 //! - [`snapshot`]: the whole view of a running instance in one object
 //!   (`/sluice/snapshot`), as `sluice stats` reads it.
+//! - [`drops`]: every drop counter of a run by reason and port, the
+//!   snapshot's `drops` and the summaries' `drops_by_reason`.
+
+pub mod drops;
 
 // Filled by the telemetry handlers and read by `sluice stats`, both being
 // built on this model.

@@ -163,6 +163,7 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
     )??;
 
     let (counters, device_cycles) = stop_all(&mut ports);
+    let drops_by_reason = ran.drop_sources.table();
     let secs = ran.secs;
     let port_rows: Vec<PortSummary> = counters
         .iter()
@@ -201,6 +202,7 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
         tsc_hz: sluice::tsc::tsc_hz(),
         pool_full: pool.is_full(),
         alloc_failures,
+        drops_by_reason,
         clean: is_clean(&testers, alloc_failures, ran.drain_accounted),
         drain_accounted: ran.drain_accounted,
         testers,
