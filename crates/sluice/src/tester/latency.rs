@@ -3,7 +3,7 @@
 //! an HdrHistogram of its checker's port.
 //!
 //! **No lock per frame.** A checker records into a histogram of its own
-//! ([`Recorder`]) and adds it into a shared one (a `Mutex` per checker) at
+//! (`Recorder`) and adds it into a shared one (a `Mutex` per checker) at
 //! most every [`PUBLISH_MS`] of TSC time, with `try_lock`: when a reader
 //! holds the lock the checker keeps its samples and tries again on a later
 //! frame, so it never waits. Readers ([`Tester::latency`](super::Tester::latency))
