@@ -191,6 +191,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         Some(path) => Some(HistOut::create(path, "gen")?),
         None => None,
     };
+    let mut hist_error = None;
     let period = Duration::from_secs_f64(LATENCY_PERIOD_S);
     let mut last_latency = Vec::new();
 
@@ -214,13 +215,20 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
                     break;
                 }
                 if measure && now >= next_period {
-                    next_period += period;
+                    while next_period <= now {
+                        next_period += period;
+                    }
                     if let Some(c) = &mut checker {
                         c.publish_latency();
                     }
                     let cumulative = tester.latency();
-                    if let Some(h) = &mut hist_out {
-                        h.interval(&cumulative)?;
+                    // A log that cannot be written is the run's error, once
+                    // the port is stopped and the buffers are back.
+                    if let Some(h) = &mut hist_out
+                        && let Err(e) = h.interval(&cumulative)
+                    {
+                        hist_error = Some(e);
+                        hist_out = None;
                     }
                     if !args.json {
                         print_live_latency(start, &cumulative, &last_latency);
@@ -293,26 +301,31 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     let r = tester.report();
     let clean = check.then(|| r.is_clean());
     let port_latency = tester.latency();
-    let plot = match hist_out {
-        Some(h) => Some(h.finish(&port_latency)?),
-        None => None,
+    let plot = match (hist_out, &args.latency.hist_out) {
+        (Some(h), Some(log)) => match h.finish(&port_latency) {
+            Ok(svg) => Some((log, svg)),
+            Err(e) => {
+                hist_error.get_or_insert(e);
+                None
+            }
+        },
+        _ => None,
     };
     let summaries = measure.then(|| port_latency.iter().map(latency::summary_of).collect());
     print_report(args, &r, &stats, secs, clean, summaries);
-    if let (Some(plot), false) = (plot, args.json) {
+    if let (Some((log, svg)), false) = (plot, args.json) {
         emit(&format!(
             "latency histograms: {} (HdrHistogram interval log), {} (plot)",
-            args.latency
-                .hist_out
-                .as_deref()
-                .unwrap_or(plot.as_path())
-                .display(),
-            plot.display()
+            log.display(),
+            svg.display()
         ));
     }
     pool.flush_local_cache();
     if !pool.is_full() {
         return Err("the mbuf pool is not full after the port stopped".into());
+    }
+    if let Some(e) = hist_error {
+        return Err(e);
     }
     Ok(clean.unwrap_or(true))
 }
