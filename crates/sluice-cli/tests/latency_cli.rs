@@ -27,13 +27,16 @@ fn gen_report(extra: &[&str]) -> serde_json::Value {
     serde_json::from_str(last).unwrap_or_else(|e| panic!("{e}: {last}"))
 }
 
-/// Checks one latency object and returns its sample count.
+/// Checks one latency object (figures in order; all 0 without samples)
+/// and returns its sample count.
 fn assert_ordered(l: &serde_json::Value) -> u64 {
     let get = |k: &str| l[k].as_u64().unwrap_or_else(|| panic!("{k}: {l}"));
     let samples = get("samples");
-    assert!(samples > 0, "{l}");
     let figures = ["min_ns", "p50_ns", "p90_ns", "p99_ns", "p999_ns", "max_ns"].map(get);
     assert!(figures.windows(2).all(|w| w[0] <= w[1]), "{l}");
+    if samples == 0 {
+        assert_eq!(figures, [0; 6], "{l}");
+    }
     samples
 }
 
@@ -49,6 +52,7 @@ fn gen_latency_reports_ordered_percentiles_for_every_frame_received() {
     assert_eq!(latency[0]["port"], 0);
     // 64-byte frames carry their send time: every frame received is measured.
     assert_eq!(assert_ordered(&latency[0]), received);
+    assert!(received > 0);
     // Without --latency the report has none.
     assert!(gen_report(&[]).get("latency").is_none());
 }
@@ -76,6 +80,29 @@ fn base64_decode(s: &str) -> Vec<u8> {
     out
 }
 
+/// Every interval of the interval log `text`, by tag, summed.
+fn read_log(text: &[u8]) -> Vec<(String, Histogram<u64>)> {
+    let mut out: Vec<(String, Histogram<u64>)> = Vec::new();
+    for entry in IntervalLogIterator::new(text) {
+        if let LogEntry::Interval(i) = entry.expect("the log parses") {
+            let tag = i.tag().expect("a tag").as_str().to_owned();
+            let bytes = base64_decode(i.encoded_histogram());
+            let h: Histogram<u64> = Deserializer::new()
+                .deserialize(&mut bytes.as_slice())
+                .expect("an interval's histogram decodes");
+            match out.iter_mut().find(|(t, _)| *t == tag) {
+                Some((_, total)) => total.add(&h).unwrap(),
+                None => {
+                    let mut total = Histogram::<u64>::new(3).unwrap();
+                    total.add(&h).unwrap();
+                    out.push((tag, total));
+                }
+            }
+        }
+    }
+    out
+}
+
 #[test]
 fn hist_out_writes_an_interval_log_that_reads_back_and_a_plot() {
     let dir = std::env::temp_dir().join(format!("sluice-latency-cli-{}", std::process::id()));
@@ -83,22 +110,12 @@ fn hist_out_writes_an_interval_log_that_reads_back_and_a_plot() {
     let log = dir.join("gen.hlog");
     let r = gen_report(&["--hist-out", log.to_str().unwrap()]);
     let samples = assert_ordered(&r["latency"][0]);
+    assert!(samples > 0, "{r}");
 
-    let text = std::fs::read(&log).unwrap();
-    let mut total = Histogram::<u64>::new(3).unwrap();
-    let mut intervals = 0;
-    for entry in IntervalLogIterator::new(&text) {
-        if let LogEntry::Interval(i) = entry.expect("the log parses") {
-            assert_eq!(i.tag().map(|t| t.as_str().to_owned()), Some("port0".into()));
-            let bytes = base64_decode(i.encoded_histogram());
-            let h: Histogram<u64> = Deserializer::new()
-                .deserialize(&mut bytes.as_slice())
-                .expect("an interval's histogram decodes");
-            total.add(&h).unwrap();
-            intervals += 1;
-        }
-    }
-    assert!(intervals >= 1);
+    let logged = read_log(&std::fs::read(&log).unwrap());
+    assert_eq!(logged.len(), 1);
+    let (tag, total) = &logged[0];
+    assert_eq!(tag, "port0");
     assert_eq!(total.len(), samples);
     let max = r["latency"][0]["max_ns"].as_u64().unwrap();
     assert!(total.equivalent(total.max(), max), "{} {max}", total.max());
@@ -129,6 +146,43 @@ fn a_hist_out_that_cannot_be_created_is_an_error_naming_it() {
 }
 
 #[test]
+fn fwd_hist_out_logs_every_sample_of_the_summary() {
+    let dir = std::env::temp_dir().join(format!("sluice-latency-fwd-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log = dir.join("fwd.hlog");
+    let spec = "soft:tester=cli_latency_log,gen=udp,flows=64,size=64,device=inline";
+    let s = summary(&run(&[
+        "fwd",
+        "--port",
+        spec,
+        "--port",
+        spec,
+        "--duration",
+        "0.3",
+        "--stats-period",
+        "0.1",
+        "--json",
+        "--hist-out",
+        log.to_str().unwrap(),
+    ]));
+    assert_eq!(s["pool_full"], true);
+    let sent = s["testers"][0]["sent"].as_u64().unwrap();
+    let latency = s["testers"][0]["latency"].as_array().expect("latency");
+    let logged = read_log(&std::fs::read(&log).unwrap());
+    let tags: Vec<&str> = logged.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(tags, ["port0", "port1"]);
+    for (l, (_, h)) in latency.iter().zip(&logged) {
+        assert_eq!(h.len(), assert_ordered(l), "{l}");
+    }
+    let logged_samples: u64 = logged.iter().map(|(_, h)| h.len()).sum();
+    assert!(sent > 0);
+    assert_eq!(logged_samples, sent);
+    let svg = std::fs::read_to_string(dir.join("fwd.svg")).unwrap();
+    assert!(svg.starts_with("<svg"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn fwd_summary_shows_each_tester_ports_latency() {
     let spec = "soft:tester=cli_latency,gen=udp,flows=64,size=64,device=inline";
     let s = summary(&run(&[
@@ -153,7 +207,12 @@ fn fwd_summary_shows_each_tester_ports_latency() {
         .map(|l| l["port"].as_u64().unwrap())
         .collect();
     assert_eq!(ports, [0, 1]);
-    // Every frame came back, each carrying its send time.
+    // Every frame came back, each carrying its send time, and was measured
+    // for the port it left (a port that sent nothing in a short run on a
+    // busy machine has no sample).
     let samples: u64 = latency.iter().map(assert_ordered).sum();
     assert_eq!(samples, sent);
+    for (i, l) in latency.iter().enumerate() {
+        assert_eq!(l["samples"], s["ports"][i]["tx_packets"], "{l}");
+    }
 }

@@ -7,7 +7,10 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
-use std::time::{Instant, SystemTime};
+use std::sync::Arc;
+use std::sync::mpsc::{self, RecvTimeoutError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime};
 
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::V2DeflateSerializer;
@@ -157,6 +160,80 @@ fn plot_unit(max_ns: u64) -> (&'static str, f64) {
         10_000..10_000_000 => ("us", 1e3),
         10_000_000..10_000_000_000 => ("ms", 1e6),
         _ => ("s", 1e9),
+    }
+}
+
+/// The latency of every port of `testers`, by port (a port is on one
+/// tester; should two testers report one, their histograms are merged).
+pub fn all_ports(testers: &[Arc<Tester>]) -> Vec<PortLatency> {
+    let mut out: Vec<PortLatency> = Vec::new();
+    for l in testers.iter().flat_map(|t| t.latency()) {
+        match out.iter_mut().find(|o| o.port == l.port) {
+            Some(o) => {
+                // Same bounds on both sides: cannot fail.
+                let _ = o.histogram.add(&l.histogram);
+            }
+            None => out.push(l),
+        }
+    }
+    out.sort_by_key(|l| l.port);
+    out
+}
+
+/// `--hist-out` of a forwarding command: a thread that writes an interval
+/// of the testers' latency every period until [`finish`](Self::finish)
+/// (or drop) stops it.
+pub struct HistOutThread {
+    stop: Option<mpsc::Sender<()>>,
+    handle: Option<JoinHandle<Result<HistOut, String>>>,
+}
+
+impl HistOutThread {
+    /// Starts writing `out` every `period` from `testers`.
+    pub fn spawn(
+        out: HistOut,
+        testers: Vec<Arc<Tester>>,
+        period: Duration,
+    ) -> Result<HistOutThread, String> {
+        let (stop, stopped) = mpsc::channel::<()>();
+        let handle = std::thread::Builder::new()
+            .name("hist-out".into())
+            .spawn(move || {
+                let mut out = out;
+                // Until told to stop (the sender dropped): one interval per
+                // period.
+                while let Err(RecvTimeoutError::Timeout) = stopped.recv_timeout(period) {
+                    out.interval(&all_ports(&testers))?;
+                }
+                Ok(out)
+            })
+            .map_err(|e| format!("--hist-out: cannot start its thread: {e}"))?;
+        Ok(HistOutThread {
+            stop: Some(stop),
+            handle: Some(handle),
+        })
+    }
+
+    /// Stops the thread, writes the last interval from `testers` (their
+    /// checkers gone, so every sample is in) and the plot; the plot's
+    /// path.
+    pub fn finish(mut self, testers: &[Arc<Tester>]) -> Result<PathBuf, String> {
+        self.stop.take();
+        let handle = self.handle.take().expect("taken only here and in drop");
+        let out = handle
+            .join()
+            .map_err(|_| "--hist-out: its thread panicked".to_string())??;
+        out.finish(&all_ports(testers))
+    }
+}
+
+impl Drop for HistOutThread {
+    /// Stops the thread (a run that ended with an error).
+    fn drop(&mut self) {
+        self.stop.take();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
     }
 }
 
