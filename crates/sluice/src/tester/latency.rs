@@ -159,21 +159,26 @@ impl SharedLatency {
 #[derive(Debug)]
 pub(crate) struct Recorder {
     local: Histogram<u64>,
-    /// Nanoseconds per TSC tick, times 2^32; 0 until the first sample.
+    /// Nanoseconds per TSC tick, times 2^32.
     ns_per_tick_q32: u64,
-    /// TSC ticks between publications; set with `ns_per_tick_q32`.
+    /// TSC ticks between publications.
     publish_ticks: u64,
-    /// TSC reading of the last publication (or of the first sample).
-    published_at: u64,
+    /// TSC reading of the last publication (or of the first sample); `None`
+    /// before the first sample.
+    published_at: Option<u64>,
 }
 
 impl Recorder {
+    /// A recorder; reads the TSC frequency (measured on the process's first
+    /// call, so here, where a port is set up, rather than on the first
+    /// frame checked).
     pub(crate) fn new() -> Recorder {
+        let hz = crate::tsc::tsc_hz().max(1);
         Recorder {
             local: latency_histogram(),
-            ns_per_tick_q32: 0,
-            publish_ticks: 0,
-            published_at: 0,
+            ns_per_tick_q32: ((1_000_000_000u128 << 32) / u128::from(hz)).max(1) as u64,
+            publish_ticks: hz / 1000 * PUBLISH_MS,
+            published_at: None,
         }
     }
 
@@ -182,23 +187,18 @@ impl Recorder {
     /// lock is free.
     #[inline]
     pub(crate) fn record(&mut self, sent: u64, now: u64, shared: &SharedLatency) {
-        if self.ns_per_tick_q32 == 0 {
-            let hz = crate::tsc::tsc_hz().max(1);
-            self.ns_per_tick_q32 = ((1_000_000_000u128 << 32) / u128::from(hz)).max(1) as u64;
-            self.publish_ticks = hz / 1000 * PUBLISH_MS;
-            self.published_at = now;
-        }
         let ticks = now.wrapping_sub(sent) & TSC_MASK;
         let ns = (u128::from(ticks) * u128::from(self.ns_per_tick_q32)) >> 32;
         self.local
             .saturating_record(u64::try_from(ns).unwrap_or(u64::MAX));
+        let since = *self.published_at.get_or_insert(now);
         // Signed: a reading behind the last publication (another core's
         // TSC, a little behind) is not a long time after it.
-        if now.wrapping_sub(self.published_at) as i64 >= self.publish_ticks as i64
+        if now.wrapping_sub(since) as i64 >= self.publish_ticks as i64
             && let Ok(mut h) = shared.histogram.try_lock()
         {
             Self::move_into(&mut self.local, &mut h);
-            self.published_at = now;
+            self.published_at = Some(now);
         }
     }
 

@@ -201,7 +201,9 @@ impl Tester {
     }
 
     /// A checker of the frames port `port` sends: its latency samples count
-    /// for that port in [`latency`](Self::latency).
+    /// for that port in [`latency`](Self::latency). The process's first
+    /// checker measures the TSC frequency ([`tsc_hz`](crate::tsc::tsc_hz),
+    /// about 150 ms), so no frame waits for it.
     pub fn checker_for(self: &Arc<Self>, port: u16) -> Checker {
         let stats = Arc::new(CheckStats::new(port));
         self.checkers
