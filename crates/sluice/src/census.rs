@@ -45,7 +45,7 @@
 //! let pool = MbufPool::new(MbufPoolConfig { size: 1023, ..Default::default() })?;
 //! let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
 //! let mut a = sluice::driver::open("soft:tester=census-doc,flows=8", config.clone())?;
-//! let mut b = sluice::driver::open("soft:tester=census-doc", config)?;
+//! let mut b = sluice::driver::open("soft:tester=census-doc", config.port_id(1))?;
 //! a.start()?;
 //! b.start()?;
 //! let census = Census::new().pool("rx", &pool).port(&a).port(&b);
@@ -61,7 +61,8 @@
 //! // Every buffer is somewhere: the packets in `burst` are the
 //! // application's.
 //! assert_eq!(mid_run.held_by_app, burst.len() as u64);
-//! assert_eq!(mid_run.rx_posted.iter().map(|r| r.2).sum::<u64>(), 2 * 128);
+//! let out: u64 = mid_run.out_of_pool().iter().map(|place| place.1).sum();
+//! assert_eq!(mid_run.free() + out, 1023);
 //! println!("{mid_run}");
 //!
 //! burst.clear();

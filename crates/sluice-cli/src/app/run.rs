@@ -10,6 +10,7 @@ use sluice::tester::Tester;
 
 use super::io::lcore::LcoreCycles;
 use super::lcores::pin_main_thread;
+use super::observe::census::{self, CensusReport};
 use super::options::{Engine, FwdArgs};
 use super::ports::{cabled_testers, open_ports, start_all, stop_all};
 use super::signal::catch_signals;
@@ -88,9 +89,11 @@ pub(crate) fn measure_with(
         route_drops,
         drain_accounted,
         alloc_failures: gen_failures,
+        last_census,
     } = phase(&mut ports, &pool, &testers)?;
 
     let (counters, device_cycles) = stop_all(&mut ports);
+    let census = CensusReport::new(&census::of_run(&ports, &pool, None).take(), &last_census);
     let port_rows: Vec<PortSummary> = counters
         .iter()
         .enumerate()
@@ -129,6 +132,7 @@ pub(crate) fn measure_with(
         recycle_errors,
         route_drops,
         pool_full: pool.is_full(),
+        census,
         alloc_failures,
         drain_accounted,
         testers,
@@ -154,6 +158,8 @@ pub(crate) struct Forwarded {
     pub drain_accounted: Option<bool>,
     /// `txonly`: bursts not generated because the pool was empty.
     pub alloc_failures: u64,
+    /// The last buffer census taken while the ports ran.
+    pub last_census: Vec<sluice::census::PoolCensus>,
 }
 
 #[cfg(test)]

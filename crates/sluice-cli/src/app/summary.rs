@@ -12,6 +12,7 @@ use sluice::port::{BurstHistogram, Offloads, PortCounters};
 use sluice::tester::Tester;
 
 use super::io::lcore::LcoreCycles;
+use super::observe::census::CensusReport;
 use super::output::{emit, emit_json};
 
 /// One queue's burst-size histogram.
@@ -289,6 +290,9 @@ pub struct Summary {
     pub route_drops: Option<RouteDrops>,
     /// Whether every buffer was back in the pool after the ports stopped.
     pub pool_full: bool,
+    /// Where the pool's buffers were after the ports stopped, and those
+    /// that did not come back.
+    pub census: CensusReport,
     /// Times the pool was found empty (every port's `rx_nombuf`, and the
     /// bursts `txonly` could not generate): the pool ran dry.
     pub alloc_failures: u64,
@@ -482,6 +486,7 @@ impl Summary {
                 self.recycle_errors
             ));
         }
+        self.census.print();
         if !self.pool_full {
             emit("warning: the mbuf pool is not full after the ports stopped");
         }

@@ -19,6 +19,7 @@ use sluice::tester::{
 };
 use sluice::tsc::rdtsc;
 
+use crate::app::observe::census::{self, CensusReport};
 use crate::app::output::{emit, emit_json};
 
 /// Arguments of `sluice gen`.
@@ -110,6 +111,8 @@ struct GenReport {
     /// them: longer than its MTU, say).
     tx_errors: u64,
     clean: Option<bool>,
+    /// Where the pool's buffers were after the port stopped.
+    census: CensusReport,
 }
 
 /// Runs `sluice gen`; an unclean report (with `--check`) is an error.
@@ -176,6 +179,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     let end = start + Duration::from_secs_f64(args.duration);
     let mut polls = 0u64;
     let counters = port.counters();
+    let census = census::of_run(std::slice::from_ref(&port), &pool, None);
     {
         let (rxq, txq) = port.queues_mut().map_err(|e| e.to_string())?;
         let (rxq, txq) = (&mut rxq[0], &mut txq[0]);
@@ -240,6 +244,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     }
     let secs = start.elapsed().as_secs_f64();
     tx.clear();
+    let last_census = census.take();
     port.stop();
     if let Some(fault) = counters.fault() {
         return Err(format!("port {}: {fault}", args.port));
@@ -249,7 +254,8 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     drop(checker);
     let r = tester.report();
     let clean = args.check.then(|| r.is_clean());
-    print_report(args, &r, &stats, secs, clean);
+    let census = CensusReport::new(&census.take(), &last_census);
+    print_report(args, &r, &stats, secs, clean, census);
     pool.flush_local_cache();
     if !pool.is_full() {
         return Err("the mbuf pool is not full after the port stopped".into());
@@ -281,6 +287,7 @@ fn print_report(
     stats: &sluice::port::PortStats,
     secs: f64,
     clean: Option<bool>,
+    census: CensusReport,
 ) {
     let tx_packets = stats.tx_packets;
     if args.json {
@@ -299,6 +306,7 @@ fn print_report(
             tx_mpps: tx_packets as f64 / secs / 1e6,
             tx_errors: stats.tx_errors,
             clean,
+            census,
         };
         emit_json(&j, "sluice gen", "the report");
         return;
@@ -322,6 +330,7 @@ fn print_report(
         Some(false) => emit("NOT CLEAN"),
         None => {}
     }
+    census.print();
 }
 
 #[cfg(test)]

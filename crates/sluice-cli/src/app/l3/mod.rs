@@ -19,6 +19,7 @@ use sluice::tester::Tester;
 
 use super::io::lcore::StreamCounters;
 use super::lcores::run_lcores;
+use super::observe::{self, census::CensusWatch};
 use super::options::FwdArgs;
 use super::ports::has_threaded_device;
 use super::run::Forwarded;
@@ -42,6 +43,7 @@ pub(crate) fn route_phase<R: Router>(
         .collect();
     let threaded = ports.iter().any(|p| has_threaded_device(p.name()));
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
+    let census = CensusWatch::new(observe::census::of_run(ports, pool, None));
     // Every port has the same queue count (ports::open_ports falls back to
     // one for all), so lcore i can own Tx queue i of each.
     let queues = ports
@@ -87,6 +89,7 @@ pub(crate) fn route_phase<R: Router>(
         stream_tx_port: (0..nb_lcores * nports).map(|i| i % nports).collect(),
         streams: &stream_counters,
         app_drops: Some(&app_drops),
+        census: Some(&census),
     };
     let cfg = L3Config {
         burst: args.queues.burst as usize,
@@ -112,5 +115,6 @@ pub(crate) fn route_phase<R: Router>(
         route_drops: Some(sum_drops(&drop_counters)),
         drain_accounted,
         alloc_failures: 0,
+        last_census: census.last(),
     })
 }

@@ -3,6 +3,10 @@
 //!
 //! - [`snapshot`]: the whole view of a running instance in one object
 //!   (`/sluice/snapshot`), as `sluice stats` reads it.
+//! - [`census`]: where every buffer of the run's pool is, each stats period
+//!   and in the summary.
+
+pub mod census;
 
 // Filled by the telemetry handlers and read by `sluice stats`, both being
 // built on this model.
