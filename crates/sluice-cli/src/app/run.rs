@@ -12,6 +12,7 @@ use sluice::tester::Tester;
 use super::io::lcore::LcoreCycles;
 use super::latency;
 use super::lcores::pin_main_thread;
+use super::observe::census::{self, CensusReport};
 use super::observe::drops::DropSources;
 use super::options::{Engine, FwdArgs};
 use super::ports::{cabled_testers, open_ports, start_all, stop_all};
@@ -100,10 +101,12 @@ pub(crate) fn measure_with(
         drain_accounted,
         alloc_failures: gen_failures,
         drop_sources,
+        last_census,
     } = phase(&mut ports, &pool, &testers)?;
 
     let (counters, device_cycles) = stop_all(&mut ports);
     let drops_by_reason = drop_sources.table();
+    let census = CensusReport::new(&census::of_run(&ports, &pool, None).take(), &last_census);
     let port_rows: Vec<PortSummary> = counters
         .iter()
         .enumerate()
@@ -147,6 +150,7 @@ pub(crate) fn measure_with(
         route_drops,
         drops_by_reason,
         pool_full: pool.is_full(),
+        census,
         alloc_failures,
         drain_accounted,
         testers,
@@ -174,6 +178,8 @@ pub(crate) struct Forwarded {
     pub alloc_failures: u64,
     /// Every drop counter of the run, by reason and port.
     pub drop_sources: DropSources,
+    /// The last buffer census taken while the ports ran.
+    pub last_census: Vec<sluice::census::PoolCensus>,
 }
 
 #[cfg(test)]

@@ -25,6 +25,7 @@ use sluice::tester::{
 use sluice::tsc::rdtsc;
 
 use crate::app::latency::{self, HistOut};
+use crate::app::observe::census::{self, CensusReport};
 use crate::app::observe::drops::DropSources;
 use crate::app::observe::snapshot::DropCount;
 use crate::app::observe::snapshot::LatencySummary;
@@ -132,6 +133,8 @@ struct GenReport {
     /// One-way latency (with `--latency`).
     #[serde(skip_serializing_if = "Option::is_none")]
     latency: Option<Vec<LatencySummary>>,
+    /// Where the pool's buffers were after the port stopped.
+    census: CensusReport,
 }
 
 /// Runs `sluice gen`; an unclean report (with `--check`) is an error.
@@ -208,6 +211,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     let mut next_period = start + period;
     let mut polls = 0u64;
     let counters = port.counters();
+    let census = census::of_run(std::slice::from_ref(&port), &pool, None);
     {
         let (rxq, txq) = port.queues_mut().map_err(|e| e.to_string())?;
         let (rxq, txq) = (&mut rxq[0], &mut txq[0]);
@@ -296,6 +300,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     }
     let secs = start.elapsed().as_secs_f64();
     tx.clear();
+    let last_census = census.take();
     port.stop();
     if let Some(fault) = counters.fault() {
         return Err(format!("port {}: {fault}", args.port));
@@ -318,7 +323,19 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         _ => None,
     };
     let summaries = measure.then(|| port_latency.iter().map(latency::summary_of).collect());
-    print_report(args, &r, &stats, drops, secs, clean, summaries);
+    let census = CensusReport::new(&census.take(), &last_census);
+    print_report(
+        args,
+        &r,
+        &stats,
+        secs,
+        clean,
+        Findings {
+            drops_by_reason: drops,
+            latency: summaries,
+            census,
+        },
+    );
     if let (Some((log, svg)), false) = (plot, args.json) {
         emit(&format!(
             "latency histograms: {} (HdrHistogram interval log), {} (plot)",
@@ -378,15 +395,29 @@ fn print_live_latency(
     }
 }
 
+/// What a run found beyond the tester's report and the port's counters.
+struct Findings {
+    /// Every packet the port dropped, by reason.
+    drops_by_reason: Vec<DropCount>,
+    /// One-way latency per port (with `--latency`).
+    latency: Option<Vec<LatencySummary>>,
+    /// Where the pool's buffers were after the port stopped.
+    census: CensusReport,
+}
+
 fn print_report(
     args: &GenArgs,
     r: &TesterReport,
     stats: &sluice::port::PortStats,
-    drops_by_reason: Vec<DropCount>,
     secs: f64,
     clean: Option<bool>,
-    latency: Option<Vec<LatencySummary>>,
+    findings: Findings,
 ) {
+    let Findings {
+        drops_by_reason,
+        latency,
+        census,
+    } = findings;
     let tx_packets = stats.tx_packets;
     if args.json {
         let j = GenReport {
@@ -406,6 +437,7 @@ fn print_report(
             drops_by_reason,
             clean,
             latency,
+            census,
         };
         emit_json(&j, "sluice gen", "the report");
         return;
@@ -433,6 +465,7 @@ fn print_report(
         Some(false) => emit("NOT CLEAN"),
         None => {}
     }
+    census.print();
 }
 
 #[cfg(test)]

@@ -726,3 +726,39 @@ fn a_worker_forgotten_with_an_untaken_batch_leaks_only_that_batch() {
     drop((distributor, w1));
     assert_eq!(pool.available(), 127 - 6);
 }
+
+#[test]
+fn the_held_gauge_follows_what_the_distributor_holds() {
+    let pool = test_pool(2047);
+    let mut distributor = new_distributor(2);
+    let held = distributor.held_gauge();
+    let stop = Arc::new(AtomicBool::new(false));
+    let handles: Vec<_> = (0..2)
+        .map(|i| spawn_echo(distributor.worker(i).unwrap(), &stop))
+        .collect();
+    let mut burst: Burst<1024> = burst_of(hashed_packets(&pool, 1024, 0, |i| i as u32));
+    let mut back = Burst::<1024>::new();
+    while distributor.active_workers() < 2 {
+        distributor.process(&mut Burst::<0>::new());
+        thread::yield_now();
+    }
+    assert_eq!(distributor.process(&mut burst), 1024);
+    let after_process = held.get();
+    assert_eq!(
+        after_process,
+        (distributor.outstanding() + distributor.returns_waiting()) as u64
+    );
+    assert!(after_process > 0);
+    // Every packet back from the workers, waiting to be collected.
+    assert_eq!(distributor.flush(), 0);
+    assert_eq!(held.get(), 1024);
+    assert_eq!(distributor.returned_pkts(&mut back), 1024);
+    assert_eq!(held.get(), 0);
+    stop.store(true, Ordering::Relaxed);
+    drop(distributor);
+    for h in handles {
+        h.join().unwrap();
+    }
+    drop(back);
+    assert_pool_full(&pool);
+}
