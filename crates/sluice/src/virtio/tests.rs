@@ -431,3 +431,623 @@ fn chains_go_round_in_order_across_two_threads() {
         assert_eq!(driver.stats().reclaimed, total);
     }
 }
+
+/// A descriptor, briefly.
+fn desc(addr: u64, len: u32, flags: u16, next: u16) -> Descriptor {
+    Descriptor {
+        addr,
+        len,
+        flags,
+        next,
+    }
+}
+
+const NEXT: u16 = VIRTQ_DESC_F_NEXT;
+const WRITE: u16 = VIRTQ_DESC_F_WRITE;
+const INDIRECT: u16 = VIRTQ_DESC_F_INDIRECT;
+
+/// A driver that writes whatever it is told: descriptors straight into a
+/// table, heads straight into the available ring.
+struct RawDriver {
+    mem: Arc<GuestMemory>,
+    layout: QueueLayout,
+    avail_idx: u16,
+}
+
+impl RawDriver {
+    fn put(&self, table: u64, i: u16, d: Descriptor) {
+        self.mem
+            .write_from(table + DESC_SIZE * u64::from(i), &d.to_bytes())
+            .unwrap();
+    }
+
+    fn put_direct(&self, i: u16, d: Descriptor) {
+        self.put(self.layout.desc_table(), i, d);
+    }
+
+    fn offer(&mut self, head: u16) {
+        self.mem
+            .write_from(self.layout.avail_entry(self.avail_idx), &head.to_le_bytes())
+            .unwrap();
+        self.avail_idx = self.avail_idx.wrapping_add(1);
+        self.mem
+            .store_u16(self.layout.avail_idx(), self.avail_idx, Ordering::Release)
+            .unwrap();
+    }
+
+    /// The used entry at free-running index `idx`: (id, len).
+    fn used(&self, idx: u16) -> (u32, u32) {
+        let e = bytes(&self.mem, self.layout.used_entry(idx), 8);
+        (
+            u32::from_le_bytes(e[..4].try_into().unwrap()),
+            u32::from_le_bytes(e[4..].try_into().unwrap()),
+        )
+    }
+}
+
+fn raw_device(size: u32, features: u64) -> (RawDriver, DeviceQueue) {
+    let mem = memory();
+    let layout = QueueLayout::contiguous(RINGS, size).unwrap();
+    let device = DeviceQueue::new(Arc::clone(&mem), layout, features).unwrap();
+    (
+        RawDriver {
+            mem,
+            layout,
+            avail_idx: 0,
+        },
+        device,
+    )
+}
+
+/// A malformed chain: a name, what to write (returning the head), the reason.
+type Case = (&'static str, fn(&RawDriver) -> u16, ChainErrorReason);
+
+#[test]
+fn malformed_chains_are_refused_returned_and_counted_and_the_queue_goes_on() {
+    use ChainErrorReason::*;
+    let cases: [Case; 18] = [
+        (
+            "two-descriptor loop",
+            |d| {
+                d.put_direct(0, desc(DATA, 8, NEXT, 1));
+                d.put_direct(1, desc(DATA, 8, NEXT, 0));
+                0
+            },
+            Loop,
+        ),
+        (
+            "self loop",
+            |d| {
+                d.put_direct(2, desc(DATA, 8, NEXT, 2));
+                2
+            },
+            Loop,
+        ),
+        (
+            "next out of range",
+            |d| {
+                d.put_direct(0, desc(DATA, 8, NEXT, 4));
+                0
+            },
+            NextOutOfRange,
+        ),
+        ("head out of range", |_| 7, HeadOutOfRange),
+        (
+            "buffer below memory",
+            |d| {
+                d.put_direct(1, desc(0x1000, 8, 0, 0));
+                1
+            },
+            OutsideMemory,
+        ),
+        (
+            "buffer crossing the end",
+            |d| {
+                d.put_direct(1, desc(BASE + MEM_LEN as u64 - 4, 8, 0, 0));
+                1
+            },
+            OutsideMemory,
+        ),
+        (
+            "buffer wrapping the address space",
+            |d| {
+                d.put_direct(1, desc(u64::MAX - 2, 8, 0, 0));
+                1
+            },
+            OutsideMemory,
+        ),
+        (
+            "indirect table of 24 bytes",
+            |d| {
+                d.put_direct(0, desc(TABLES, 24, INDIRECT, 0));
+                0
+            },
+            IndirectBadLength,
+        ),
+        (
+            "empty indirect table",
+            |d| {
+                d.put_direct(0, desc(TABLES, 0, INDIRECT, 0));
+                0
+            },
+            IndirectBadLength,
+        ),
+        (
+            "indirect with next",
+            |d| {
+                d.put_direct(0, desc(TABLES, 16, INDIRECT | NEXT, 1));
+                0
+            },
+            IndirectWithNext,
+        ),
+        (
+            "nested indirect",
+            |d| {
+                d.put(TABLES, 0, desc(TABLES + 0x100, 16, INDIRECT, 0));
+                d.put_direct(0, desc(TABLES, 16, INDIRECT, 0));
+                0
+            },
+            NestedIndirect,
+        ),
+        (
+            "indirect table outside memory",
+            |d| {
+                d.put_direct(0, desc(0x10, 16, INDIRECT, 0));
+                0
+            },
+            OutsideMemory,
+        ),
+        (
+            "indirect table longer than the queue",
+            |d| {
+                for i in 0..5 {
+                    d.put(TABLES, i, desc(DATA, 8, NEXT, i + 1));
+                }
+                d.put(TABLES, 4, desc(DATA, 8, 0, 0));
+                d.put_direct(0, desc(TABLES, 80, INDIRECT, 0));
+                0
+            },
+            TooLong,
+        ),
+        (
+            "direct then indirect, longer than the queue",
+            |d| {
+                for i in 0..4 {
+                    d.put(TABLES, i, desc(DATA, 8, 0, 0));
+                }
+                d.put_direct(0, desc(DATA, 8, NEXT, 1));
+                d.put_direct(1, desc(TABLES, 64, INDIRECT, 0));
+                0
+            },
+            TooLong,
+        ),
+        (
+            "loop in an indirect table",
+            |d| {
+                d.put(TABLES, 0, desc(DATA, 8, NEXT, 1));
+                d.put(TABLES, 1, desc(DATA, 8, NEXT, 0));
+                d.put_direct(0, desc(TABLES, 32, INDIRECT, 0));
+                0
+            },
+            Loop,
+        ),
+        (
+            "next past an indirect table",
+            |d| {
+                d.put(TABLES, 0, desc(DATA, 8, NEXT, 2));
+                d.put(TABLES, 1, desc(DATA, 8, 0, 0));
+                d.put_direct(0, desc(TABLES, 32, INDIRECT, 0));
+                0
+            },
+            NextOutOfRange,
+        ),
+        (
+            "readable after writable",
+            |d| {
+                d.put_direct(0, desc(DATA, 8, WRITE | NEXT, 1));
+                d.put_direct(1, desc(DATA, 8, 0, 0));
+                0
+            },
+            ReadableAfterWritable,
+        ),
+        (
+            "readable after writable in an indirect table",
+            |d| {
+                d.put(TABLES, 0, desc(DATA, 8, WRITE | NEXT, 1));
+                d.put(TABLES, 1, desc(DATA, 8, 0, 0));
+                d.put_direct(0, desc(TABLES, 32, INDIRECT, 0));
+                0
+            },
+            ReadableAfterWritable,
+        ),
+    ];
+    let (mut driver, mut device) = raw_device(4, feature(VIRTIO_F_INDIRECT_DESC));
+    let mut used_idx = 0u16;
+    for (n, (name, write, reason)) in cases.iter().enumerate() {
+        driver
+            .mem
+            .write_from(driver.layout.desc_table(), &[0; 64])
+            .unwrap();
+        let head = write(&driver);
+        driver.offer(head);
+        assert_eq!(
+            device.pop_avail(),
+            Err(VirtioError::Chain(ChainError {
+                head,
+                reason: *reason
+            })),
+            "{name}"
+        );
+        assert_eq!(
+            device.stats().bad(*reason) as usize,
+            cases[..=n].iter().filter(|c| c.2 == *reason).count()
+        );
+        device.publish_used().unwrap();
+        assert_eq!(
+            driver.used(used_idx),
+            (u32::from(head), 0),
+            "{name}: returned with length 0"
+        );
+        used_idx += 1;
+
+        // The queue goes on: a good chain after it is taken.
+        driver.put_direct(3, desc(DATA, 8, 0, 0));
+        driver.offer(3);
+        let chain = device.pop_avail().unwrap().expect("the good chain");
+        assert_eq!(chain.segments(), [readable(DATA, 8)], "{name}");
+        device.push_used(3, 0).unwrap();
+        device.publish_used().unwrap();
+        assert_eq!(driver.used(used_idx), (3, 0));
+        used_idx += 1;
+        assert_eq!(device.pop_avail(), Ok(None));
+    }
+    assert_eq!(device.stats().bad_total(), cases.len() as u64);
+    assert_eq!(device.stats().chains, cases.len() as u64);
+    assert_eq!(device.in_flight(), 0);
+
+    // Indirect descriptors without the feature.
+    let (mut driver, mut device) = raw_device(4, 0);
+    driver.put(TABLES, 0, desc(DATA, 8, 0, 0));
+    driver.put_direct(0, desc(TABLES, 16, INDIRECT, 0));
+    driver.offer(0);
+    assert_eq!(
+        device.pop_avail(),
+        Err(VirtioError::Chain(ChainError {
+            head: 0,
+            reason: IndirectNotNegotiated
+        }))
+    );
+}
+
+#[test]
+fn an_impossible_available_index_takes_nothing() {
+    let (driver, mut device) = raw_device(4, 0);
+    let idx = driver.layout.avail_idx();
+    driver.mem.store_u16(idx, 5, Ordering::Release).unwrap();
+    for _ in 0..2 {
+        assert_eq!(
+            device.pop_avail(),
+            Err(VirtioError::AvailIndexJump { last: 0, idx: 5 })
+        );
+    }
+    assert_eq!(device.stats().index_errors, 2);
+    assert_eq!(device.last_avail_idx(), 0);
+    driver.mem.store_u16(idx, 0, Ordering::Release).unwrap();
+    assert_eq!(device.pop_avail(), Ok(None));
+    assert_eq!(device.push_used(0, 0), Err(VirtioError::NothingInFlight));
+}
+
+#[test]
+fn bad_used_entries_are_errors_counted_and_never_reclaim_twice() {
+    let (mem, mut driver, _device) = queues(4, 0);
+    let layout = *driver.layout();
+    let head = driver
+        .add_chain(&[readable(DATA, 8), writable(DATA + 64, 16)])
+        .unwrap();
+    driver.publish_avail().unwrap();
+    let mut used_idx = 0u16;
+    let mut post = |id: u32, len: u32| {
+        let mut e = [0u8; 8];
+        e[..4].copy_from_slice(&id.to_le_bytes());
+        e[4..].copy_from_slice(&len.to_le_bytes());
+        mem.write_from(layout.used_entry(used_idx), &e).unwrap();
+        used_idx += 1;
+        mem.store_u16(layout.used_idx(), used_idx, Ordering::Release)
+            .unwrap();
+    };
+    // An id past the table, then one not in flight: skipped.
+    post(9, 0);
+    assert_eq!(driver.pop_used(), Err(VirtioError::BadUsedId { id: 9 }));
+    post(u32::from(head) + 1, 0);
+    assert_eq!(driver.pop_used(), Err(VirtioError::BadUsedId { id: 1 }));
+    assert_eq!(driver.pop_used(), Ok(None));
+    assert_eq!(driver.num_free(), 2, "the chain is still in flight");
+    // A length past the writable bytes: reclaimed, reported.
+    post(u32::from(head), 17);
+    assert_eq!(
+        driver.pop_used(),
+        Err(VirtioError::BadUsedLen {
+            head,
+            len: 17,
+            writable: 16
+        })
+    );
+    assert_eq!((driver.num_free(), driver.in_flight()), (4, 0));
+    // The same head again, with nothing in flight: the index moved past
+    // more entries than chains in flight, so nothing is taken.
+    post(u32::from(head), 0);
+    assert_eq!(
+        driver.pop_used(),
+        Err(VirtioError::UsedIndexJump { last: 3, idx: 4 })
+    );
+    assert_eq!(driver.num_free(), 4, "never reclaimed twice");
+    let stats = driver.stats();
+    assert_eq!(
+        (stats.bad_used_ids, stats.bad_used_lens, stats.index_errors),
+        (2, 1, 1)
+    );
+    // The driver goes on with good chains.
+    assert!(driver.add_chain(&[readable(DATA, 8)]).is_ok());
+}
+
+#[test]
+fn need_event_follows_the_specification() {
+    // (event index, new index, old index, notify?)
+    let cases: [(u16, u16, u16, bool); 12] = [
+        (0, 1, 0, true),   // the first entry is the event
+        (0, 0, 0, false),  // nothing moved
+        (4, 5, 4, true),   // moved just past the event
+        (5, 5, 4, false),  // the event is the next entry
+        (3, 5, 4, false),  // the event was passed before
+        (0, 20, 0, true),  // a batch passing the event at its start
+        (19, 20, 0, true), // ... at its end
+        (20, 20, 0, false),
+        (0xffff, 0, 0xfffe, true), // across the 16-bit wrap
+        (0xfffe, 0, 0xffff, false),
+        (0, 2, 0xfffe, true),
+        (2, 2, 0xfffe, false),
+    ];
+    for (event, new, old, want) in cases {
+        assert_eq!(
+            need_event(event, new, old),
+            want,
+            "event {event}, {old} -> {new}"
+        );
+    }
+}
+
+#[test]
+fn with_event_idx_kicks_happen_exactly_when_avail_event_is_passed() {
+    let features = feature(VIRTIO_F_VERSION_1) | feature(VIRTIO_F_EVENT_IDX);
+    let (_mem, mut driver, mut device) = queues(16, features);
+    // The device asks for a kick when entry 2 is made available.
+    device.set_avail_event(2).unwrap();
+    // (chains published in one batch, kick?)
+    for (batch, want) in [(1, false), (1, false), (1, true), (1, false), (0, false)] {
+        for _ in 0..batch {
+            driver.add_chain(&[readable(DATA, 8)]).unwrap();
+        }
+        driver.publish_avail().unwrap();
+        assert_eq!(driver.needs_kick().unwrap(), want);
+    }
+    // The device takes all four and waits: it asks for the next one.
+    let mut taken = 0;
+    while let Some(chain) = device.pop_avail().unwrap() {
+        device.push_used(chain.head(), 0).unwrap();
+        taken += 1;
+    }
+    assert_eq!(taken, 4);
+    assert!(!device.enable_notify().unwrap(), "nothing pending");
+    // A batch of three passes avail_event 4 at its start.
+    for _ in 0..3 {
+        driver.add_chain(&[readable(DATA, 8)]).unwrap();
+    }
+    driver.publish_avail().unwrap();
+    assert!(driver.needs_kick().unwrap());
+    assert!(device.enable_notify().unwrap(), "three pending");
+}
+
+#[test]
+fn with_event_idx_notifications_happen_exactly_when_used_event_is_passed() {
+    let features = feature(VIRTIO_F_VERSION_1) | feature(VIRTIO_F_EVENT_IDX);
+    let (_mem, mut driver, mut device) = queues(16, features);
+    for _ in 0..6 {
+        driver.add_chain(&[readable(DATA, 8)]).unwrap();
+    }
+    driver.publish_avail().unwrap();
+    // The driver asks for a notification when used entry 1 is written.
+    driver.set_used_event(1).unwrap();
+    for (batch, want) in [(1, false), (1, true), (1, false), (0, false)] {
+        for _ in 0..batch {
+            let chain = device.pop_avail().unwrap().unwrap();
+            device.push_used(chain.head(), 0).unwrap();
+        }
+        device.publish_used().unwrap();
+        assert_eq!(device.needs_notify().unwrap(), want);
+    }
+    // The driver reclaims the three and waits for more: notified at the next.
+    while driver.pop_used().unwrap().is_some() {}
+    assert!(!driver.enable_interrupts().unwrap());
+    let chain = device.pop_avail().unwrap().unwrap();
+    device.push_used(chain.head(), 0).unwrap();
+    device.publish_used().unwrap();
+    assert!(device.needs_notify().unwrap());
+    assert!(driver.enable_interrupts().unwrap(), "one pending");
+}
+
+#[test]
+fn without_event_idx_the_ring_flags_suppress_notifications() {
+    let (_mem, mut driver, mut device) = queues(8, feature(VIRTIO_F_VERSION_1));
+    driver.add_chain(&[readable(DATA, 8)]).unwrap();
+    driver.publish_avail().unwrap();
+    assert!(driver.needs_kick().unwrap());
+    assert!(!driver.needs_kick().unwrap(), "nothing new published");
+    device.disable_notify().unwrap();
+    driver.add_chain(&[readable(DATA, 8)]).unwrap();
+    driver.publish_avail().unwrap();
+    assert!(!driver.needs_kick().unwrap(), "the device polls");
+    assert!(device.enable_notify().unwrap(), "two pending");
+    driver.add_chain(&[readable(DATA, 8)]).unwrap();
+    driver.publish_avail().unwrap();
+    assert!(driver.needs_kick().unwrap());
+
+    driver.disable_interrupts().unwrap();
+    let chain = device.pop_avail().unwrap().unwrap();
+    device.push_used(chain.head(), 0).unwrap();
+    device.publish_used().unwrap();
+    assert!(!device.needs_notify().unwrap(), "the driver polls");
+    assert!(driver.enable_interrupts().unwrap(), "one pending");
+    let chain = device.pop_avail().unwrap().unwrap();
+    device.push_used(chain.head(), 0).unwrap();
+    device.publish_used().unwrap();
+    assert!(device.needs_notify().unwrap());
+    assert!(!device.needs_notify().unwrap(), "nothing new published");
+}
+
+/// One step of a random exchange.
+#[derive(Debug, Clone)]
+enum Op {
+    /// The driver adds a chain of this many readable and writable buffers.
+    Add { readable: u8, writable: u8 },
+    /// The driver publishes.
+    Publish,
+    /// The device takes a chain.
+    Take,
+    /// The device returns the chain it holds at this position (modulo).
+    Return(usize),
+    /// The device publishes.
+    PublishUsed,
+    /// The driver reclaims one chain.
+    Reclaim,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        3 => (0u8..3, 0u8..3).prop_map(|(readable, writable)| Op::Add { readable, writable }),
+        1 => Just(Op::Publish),
+        2 => Just(Op::Take),
+        2 => any::<usize>().prop_map(Op::Return),
+        1 => Just(Op::PublishUsed),
+        2 => Just(Op::Reclaim),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random add, publish, take, return (in any order) and reclaim
+    /// sequences against a model of the two rings: every chain arrives
+    /// with its buffers, comes back once with its length, and every
+    /// descriptor is free at the end.
+    #[test]
+    fn random_exchanges_match_the_model(
+        size_log in 0u32..5,
+        indirect in any::<bool>(),
+        ops in proptest::collection::vec(op(), 1..200),
+    ) {
+        let size = 1u32 << size_log;
+        let features = if indirect { feature(VIRTIO_F_INDIRECT_DESC) } else { 0 };
+        let (_mem, mut driver, mut device) = queues(size, features);
+        // The model: chains added and not published, published and not
+        // taken, taken and held by the device, returned and not published,
+        // published and not reclaimed.
+        let mut added: Vec<(u16, Vec<Segment>)> = Vec::new();
+        let mut avail: VecDeque<(u16, Vec<Segment>)> = VecDeque::new();
+        let mut held: Vec<Chain> = Vec::new();
+        let mut returned: Vec<Used> = Vec::new();
+        let mut used: VecDeque<Used> = VecDeque::new();
+        // Descriptors in flight per head, and the tables in use.
+        let mut descs_in_flight = 0u32;
+        let mut descs_of: Vec<u32> = vec![0; size as usize];
+        let mut next_addr = DATA;
+        let mut tables_used = 0u64;
+        for op in ops {
+            match op {
+                Op::Add { readable: r, writable: w } => {
+                    let mut segments = Vec::new();
+                    for i in 0..(r + w) {
+                        segments.push(Segment { addr: next_addr, len: 8 + u32::from(i), writable: i >= r });
+                        next_addr = DATA + (next_addr + 64 - DATA) % 0x4_0000;
+                    }
+                    let use_table = indirect && segments.len() > 1;
+                    let need = if use_table { 1 } else { segments.len() as u32 };
+                    let free = size - descs_in_flight;
+                    let result = if use_table {
+                        // A table slot per chain, in rotation: far more
+                        // slots than chains can be in flight.
+                        tables_used += 1;
+                        driver.add_indirect(TABLES + 0x100 * (tables_used % 256), &segments)
+                    } else {
+                        driver.add_chain(&segments)
+                    };
+                    if segments.is_empty() {
+                        prop_assert_eq!(result, Err(VirtioError::EmptyChain));
+                    } else if (use_table && segments.len() > size as usize) || need > free {
+                        prop_assert!(matches!(result, Err(VirtioError::NoFreeDescriptors { .. })), "{:?}", result);
+                    } else {
+                        let head = result.unwrap();
+                        prop_assert_eq!(descs_of[usize::from(head)], 0, "head in use");
+                        descs_of[usize::from(head)] = need;
+                        descs_in_flight += need;
+                        added.push((head, segments));
+                    }
+                }
+                Op::Publish => {
+                    driver.publish_avail().unwrap();
+                    avail.extend(added.drain(..));
+                }
+                Op::Take => match device.pop_avail().unwrap() {
+                    Some(chain) => {
+                        let (head, segments) = avail.pop_front().expect("the model has one");
+                        prop_assert_eq!(chain.head(), head);
+                        prop_assert_eq!(chain.segments(), &segments[..]);
+                        held.push(chain);
+                    }
+                    None => prop_assert!(avail.is_empty()),
+                },
+                Op::Return(at) => {
+                    if !held.is_empty() {
+                        let chain = held.remove(at % held.len());
+                        let len = chain.writable_len().min(5) as u32;
+                        device.push_used(chain.head(), len).unwrap();
+                        returned.push(Used { head: chain.head(), len });
+                    } else {
+                        prop_assert_eq!(device.push_used(0, 0), Err(VirtioError::NothingInFlight));
+                    }
+                }
+                Op::PublishUsed => {
+                    device.publish_used().unwrap();
+                    used.extend(returned.drain(..));
+                }
+                Op::Reclaim => {
+                    let got = driver.pop_used().unwrap();
+                    prop_assert_eq!(got, used.pop_front());
+                    if let Some(u) = got {
+                        descs_in_flight -= std::mem::take(&mut descs_of[usize::from(u.head)]);
+                    }
+                }
+            }
+            prop_assert_eq!(u32::from(driver.num_free()), size - descs_in_flight);
+        }
+        // Drain: everything comes back, every descriptor is free.
+        driver.publish_avail().unwrap();
+        avail.extend(added.drain(..));
+        while let Some(chain) = device.pop_avail().unwrap() {
+            prop_assert_eq!(chain.head(), avail.pop_front().unwrap().0);
+            held.push(chain);
+        }
+        for chain in held.drain(..) {
+            device.push_used(chain.head(), 0).unwrap();
+            returned.push(Used { head: chain.head(), len: 0 });
+        }
+        device.publish_used().unwrap();
+        used.extend(returned.drain(..));
+        while let Some(u) = driver.pop_used().unwrap() {
+            prop_assert_eq!(Some(u), used.pop_front());
+        }
+        prop_assert!(used.is_empty());
+        prop_assert_eq!(u32::from(driver.num_free()), size);
+        prop_assert_eq!(driver.in_flight(), 0);
+        prop_assert_eq!(device.stats().bad_total(), 0);
+    }
+}
