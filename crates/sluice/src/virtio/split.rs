@@ -56,6 +56,17 @@
 //! notifies, or the waiter sees the new entries and does not wait. The
 //! event fields and flags themselves are relaxed atomic words.
 //!
+//! Field by field:
+//!
+//! | field | writer | how it is written | how it is read |
+//! |---|---|---|---|
+//! | descriptors, `avail.ring[]` | driver | plain copies, before the `avail.idx` store | plain copies, after the `avail.idx` load |
+//! | `avail.idx` | driver | Release store ([`DriverQueue::publish_avail`]) | Acquire load ([`DeviceQueue::pop_avail_into`], [`DeviceQueue::enable_notify`]) |
+//! | `used.ring[]`, buffer contents | device | plain copies, before the `used.idx` store | plain copies, after the `used.idx` load |
+//! | `used.idx` | device | Release store ([`DeviceQueue::publish_used`]) | Acquire load ([`DriverQueue::pop_used`], [`DriverQueue::enable_interrupts`]) |
+//! | `avail.flags`, `used_event` | driver | relaxed store, then SeqCst fence | SeqCst fence, then relaxed load ([`DeviceQueue::needs_notify`]) |
+//! | `used.flags`, `avail_event` | device | relaxed store, then SeqCst fence | SeqCst fence, then relaxed load ([`DriverQueue::needs_kick`]) |
+//!
 //! With `VIRTIO_F_EVENT_IDX`, a side notifies when the index it published
 //! moved from `old` past the other side's event index `event`:
 //! [`need_event`]`(event, new, old)` is `new - event - 1 < new - old` in
