@@ -23,6 +23,7 @@ use crate::net::routes::RoutesError;
 use crate::pagepool::PagePoolError;
 use crate::port::{PortError, SpecError};
 use crate::ring::RingError;
+use crate::virtio::VirtioError;
 
 /// Any error of the library: one variant per module error, wrapping it.
 ///
@@ -92,6 +93,8 @@ pub enum Error {
     Routes(RoutesError),
     /// A generated route set could not be made.
     RouteGen(RouteGenError),
+    /// Guest memory or a virtqueue refused an operation.
+    Virtio(VirtioError),
     /// A system call failed.
     Io(io::Error),
 }
@@ -115,6 +118,7 @@ impl Error {
             Error::Em(e) => e,
             Error::Routes(e) => e,
             Error::RouteGen(e) => e,
+            Error::Virtio(e) => e,
             Error::Io(e) => e,
         }
     }
@@ -162,6 +166,7 @@ from_module_error! {
     EmError => Em,
     RoutesError => Routes,
     RouteGenError => RouteGen,
+    VirtioError => Virtio,
     io::Error => Io,
 }
 
@@ -243,6 +248,9 @@ mod tests {
         });
         converts(RouteGenError::NoNextHops, |e| {
             matches!(e, Error::RouteGen(RouteGenError::NoNextHops))
+        });
+        converts(VirtioError::BadQueueSize(3), |e| {
+            matches!(e, Error::Virtio(VirtioError::BadQueueSize(3)))
         });
         converts(
             io::Error::from_raw_os_error(libc::EPERM),

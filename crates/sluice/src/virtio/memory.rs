@@ -1,0 +1,604 @@
+//! Guest memory: the address space the driver's descriptors point into.
+//!
+//! A virtqueue and the buffers it carries live in memory that both sides
+//! map: a virtual machine's RAM for a vhost-user backend, a shared file for
+//! virtio-user or memif. Addresses in descriptors are guest physical
+//! addresses (GPAs); [`GuestMemory`] is a table of regions, each a run of
+//! GPAs backed by a [`Mapping`] in this process, and translates a GPA range
+//! to the bytes behind it.
+//!
+//! # Every access is checked
+//!
+//! The addresses come from the other side and are trusted for nothing. Each
+//! access names a GPA range, and the range must lie inside one region: a
+//! range outside every region, or crossing a region's end, is
+//! [`VirtioError::OutsideMemory`] and touches nothing. A buffer that spans
+//! two regions adjacent in GPA space is refused the same way.
+//!
+//! # No references into shared memory
+//!
+//! The other side writes the memory while this side reads it, so the table
+//! never hands out `&[u8]` or `&mut [u8]` into a mapping: the compiler may
+//! assume such memory does not change under a reference. Bytes are copied
+//! in and out instead, with [`read_into`](GuestMemory::read_into),
+//! [`write_from`](GuestMemory::write_from), [`read_obj`](GuestMemory::read_obj)
+//! and [`write_obj`](GuestMemory::write_obj), and the ring indices are
+//! loaded and stored as atomic 16-bit words
+//! ([`load_u16`](GuestMemory::load_u16), [`store_u16`](GuestMemory::store_u16))
+//! with the ordering the queue protocol needs.
+//!
+//! The copies are relaxed atomic accesses — 8 bytes at a time where the
+//! address is 8-aligned, single bytes at the unaligned ends — so a copy
+//! racing a write of the other side reads some mix of old and new bytes, as
+//! the hardware does, instead of being undefined behaviour. (The other side
+//! may access the same bytes with another width; the Rust memory model does
+//! not describe such mixed-size races, but on the targets the library runs
+//! on each access is one plain load or store of its width.) The queue
+//! protocol never lets the two sides touch the same bytes without an index
+//! store and load ordering them, so a well-behaved peer never races at all.
+//!
+//! # Backings
+//!
+//! A [`Mapping`] is the host side of a region: [`Mapping::anonymous`]
+//! allocates zeroed memory the mapping owns (for tests and for a
+//! driver that allocates its own rings), [`Mapping::from_raw`] borrows
+//! memory mapped by someone else (a vhost-user backend's mmap of the
+//! guest's memory file), which must outlive the mapping.
+//!
+//! Under `--cfg loom` a mapping is a row of loom cells, one per byte, and one
+//! loom atomic per 2-byte word for the index accesses, so that a model
+//! checks that every byte read was written before it (in happens-before
+//! order) rather than merely racing; the two are separate storage there, and
+//! the queues never access the same bytes both ways.
+//!
+//! ```
+//! use sluice::virtio::memory::{GuestMemory, Mapping};
+//!
+//! let mem = GuestMemory::new(vec![(0x1000, Mapping::anonymous(4096)?)])?;
+//! mem.write_from(0x1010, b"frame")?;
+//! let mut back = [0u8; 5];
+//! mem.read_into(0x1010, &mut back)?;
+//! assert_eq!(&back, b"frame");
+//! assert_eq!(mem.read_obj::<u32>(0x1010)?, u32::from_ne_bytes(*b"fram"));
+//! // Past the end of the only region: refused, nothing read.
+//! assert!(mem.read_into(0x1ffe, &mut back).is_err());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::io;
+use std::mem::{MaybeUninit, size_of};
+
+use super::VirtioError;
+use crate::sync::Ordering;
+
+/// A type that may be read from and written to guest memory as raw bytes.
+///
+/// # Safety
+///
+/// Every bit pattern of `size_of::<T>()` bytes is a valid `T`, and `T` has
+/// no padding bytes (so writing one out reads no uninitialised memory).
+pub unsafe trait Pod: Copy + Send + Sync + 'static {}
+
+// SAFETY: integers have no padding and every bit pattern is valid.
+unsafe impl Pod for u8 {}
+// SAFETY: as above.
+unsafe impl Pod for u16 {}
+// SAFETY: as above.
+unsafe impl Pod for u32 {}
+// SAFETY: as above.
+unsafe impl Pod for u64 {}
+// SAFETY: as above.
+unsafe impl Pod for i8 {}
+// SAFETY: as above.
+unsafe impl Pod for i16 {}
+// SAFETY: as above.
+unsafe impl Pod for i32 {}
+// SAFETY: as above.
+unsafe impl Pod for i64 {}
+// SAFETY: an array of `Pod` elements has no padding between them and every
+// bit pattern of each element is valid.
+unsafe impl<T: Pod, const N: usize> Pod for [T; N] {}
+
+/// The host side of one region of guest memory (see the module docs).
+pub struct Mapping {
+    storage: Storage,
+}
+
+impl std::fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mapping").field("len", &self.len()).finish()
+    }
+}
+
+impl Mapping {
+    /// `len` bytes of zeroed memory that the mapping owns (an anonymous
+    /// private mmap, page-aligned). A length of 0 is an
+    /// [`io::ErrorKind::InvalidInput`] error.
+    pub fn anonymous(len: usize) -> io::Result<Mapping> {
+        if len == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a guest memory mapping of 0 bytes",
+            ));
+        }
+        Storage::anonymous(len).map(|storage| Mapping { storage })
+    }
+
+    /// Borrows `len` bytes at `ptr`, mapped by someone else.
+    ///
+    /// # Safety
+    ///
+    /// `ptr..ptr + len` is mapped readable and writable for as long as the
+    /// returned mapping (and any [`GuestMemory`] holding it) lives, and
+    /// nothing in this process accesses it other than through this mapping
+    /// or with atomic operations (another process may write it freely).
+    #[cfg(not(loom))]
+    pub unsafe fn from_raw(ptr: *mut u8, len: usize) -> Mapping {
+        Mapping {
+            storage: Storage {
+                ptr,
+                len,
+                owned: false,
+            },
+        }
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.storage.len()
+    }
+
+    /// Always false: a mapping has at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// A mapping's bytes outside loom: a pointer and a length.
+#[cfg(not(loom))]
+struct Storage {
+    ptr: *mut u8,
+    len: usize,
+    /// Whether `ptr` is an mmap of `len` bytes this storage unmaps.
+    owned: bool,
+}
+
+// SAFETY: the storage is a pointer to memory that is only accessed with
+// atomic operations (see `read`, `write`, `atomic_u16`), which any thread may
+// perform; an owned mapping is unmapped once, by the drop of its one owner.
+#[cfg(not(loom))]
+unsafe impl Send for Storage {}
+// SAFETY: as above: every access through `&Storage` is atomic.
+#[cfg(not(loom))]
+unsafe impl Sync for Storage {}
+
+#[cfg(not(loom))]
+impl Drop for Storage {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: `ptr` is the start of an mmap of `len` bytes made by
+            // `anonymous`, unmapped only here, and the storage is being
+            // dropped, so no access through it follows.
+            unsafe {
+                libc::munmap(self.ptr.cast(), self.len);
+            }
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl Storage {
+    fn anonymous(len: usize) -> io::Result<Storage> {
+        // SAFETY: an anonymous private mapping at an address the kernel
+        // chooses; nothing existing is replaced.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(Storage {
+            ptr: ptr.cast(),
+            len,
+            owned: true,
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Copies `dst.len()` bytes at `offset` into `dst`.
+    /// The caller has checked `offset + dst.len() <= self.len`.
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        use std::sync::atomic::{AtomicU8, AtomicU64};
+        debug_assert!(offset + dst.len() <= self.len);
+        // SAFETY: in bounds (checked by the caller), so the pointer stays
+        // inside the mapping.
+        let base = unsafe { self.ptr.add(offset) };
+        let n = dst.len();
+        let mut i = 0;
+        while i < n && !(base as usize + i).is_multiple_of(8) {
+            // SAFETY: `base + i` is inside the mapping, valid for the
+            // mapping's life, and accessed in this process only atomically.
+            dst[i] = unsafe { AtomicU8::from_ptr(base.add(i)) }.load(Ordering::Relaxed);
+            i += 1;
+        }
+        while n - i >= 8 {
+            // SAFETY: 8-aligned (by the loop above) and 8 bytes in bounds;
+            // accessed only atomically, as above.
+            let word = unsafe { AtomicU64::from_ptr(base.add(i).cast()) }.load(Ordering::Relaxed);
+            dst[i..i + 8].copy_from_slice(&word.to_ne_bytes());
+            i += 8;
+        }
+        while i < n {
+            // SAFETY: in bounds, accessed only atomically, as above.
+            dst[i] = unsafe { AtomicU8::from_ptr(base.add(i)) }.load(Ordering::Relaxed);
+            i += 1;
+        }
+    }
+
+    /// Copies `src` to `offset`. The caller has checked the bounds.
+    fn write(&self, offset: usize, src: &[u8]) {
+        use std::sync::atomic::{AtomicU8, AtomicU64};
+        debug_assert!(offset + src.len() <= self.len);
+        // SAFETY: in bounds (checked by the caller).
+        let base = unsafe { self.ptr.add(offset) };
+        let n = src.len();
+        let mut i = 0;
+        while i < n && !(base as usize + i).is_multiple_of(8) {
+            // SAFETY: in bounds, accessed only atomically (see `read`).
+            unsafe { AtomicU8::from_ptr(base.add(i)) }.store(src[i], Ordering::Relaxed);
+            i += 1;
+        }
+        while n - i >= 8 {
+            let word = u64::from_ne_bytes(src[i..i + 8].try_into().expect("8 bytes"));
+            // SAFETY: 8-aligned and in bounds, accessed only atomically.
+            unsafe { AtomicU64::from_ptr(base.add(i).cast()) }.store(word, Ordering::Relaxed);
+            i += 8;
+        }
+        while i < n {
+            // SAFETY: in bounds, accessed only atomically.
+            unsafe { AtomicU8::from_ptr(base.add(i)) }.store(src[i], Ordering::Relaxed);
+            i += 1;
+        }
+    }
+
+    /// Loads the 2-byte word at `offset` (2-aligned in GPA terms; the
+    /// caller has checked bounds, and region starts are 2-aligned in the
+    /// host too, see `GuestMemory::new`).
+    fn load_u16(&self, offset: usize, order: Ordering) -> u16 {
+        // SAFETY: in bounds and 2-aligned (checked by the caller); the word
+        // is accessed in this process only atomically.
+        unsafe { std::sync::atomic::AtomicU16::from_ptr(self.ptr.add(offset).cast()) }.load(order)
+    }
+
+    /// Stores the 2-byte word at `offset` (see `load_u16`).
+    fn store_u16(&self, offset: usize, value: u16, order: Ordering) {
+        // SAFETY: as in `load_u16`.
+        unsafe { std::sync::atomic::AtomicU16::from_ptr(self.ptr.add(offset).cast()) }
+            .store(value, order);
+    }
+
+    fn is_host_aligned(&self) -> bool {
+        (self.ptr as usize).is_multiple_of(8)
+    }
+}
+
+/// A mapping's bytes under loom: a cell per byte, an atomic per 2-byte word.
+#[cfg(loom)]
+struct Storage {
+    bytes: Box<[crate::sync::UnsafeCell<u8>]>,
+    words: Box<[loom::sync::atomic::AtomicU16]>,
+}
+
+#[cfg(loom)]
+impl Storage {
+    fn anonymous(len: usize) -> io::Result<Storage> {
+        Ok(Storage {
+            bytes: (0..len).map(|_| crate::sync::UnsafeCell::new(0)).collect(),
+            words: (0..len.div_ceil(2))
+                .map(|_| loom::sync::atomic::AtomicU16::new(0))
+                .collect(),
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    fn read(&self, offset: usize, dst: &mut [u8]) {
+        for (i, b) in dst.iter_mut().enumerate() {
+            // SAFETY: loom checks that no write of this cell is concurrent
+            // with the read (it fails the model otherwise).
+            *b = self.bytes[offset + i].with(|p| unsafe { *p });
+        }
+    }
+
+    fn write(&self, offset: usize, src: &[u8]) {
+        for (i, b) in src.iter().enumerate() {
+            // SAFETY: loom checks that no other access of this cell is
+            // concurrent with the write.
+            self.bytes[offset + i].with_mut(|p| unsafe { *p = *b });
+        }
+    }
+
+    fn load_u16(&self, offset: usize, order: Ordering) -> u16 {
+        self.words[offset / 2].load(order)
+    }
+
+    fn store_u16(&self, offset: usize, value: u16, order: Ordering) {
+        self.words[offset / 2].store(value, order);
+    }
+
+    fn is_host_aligned(&self) -> bool {
+        true
+    }
+}
+
+/// One region: guest physical addresses `gpa..gpa + len` backed by a mapping.
+#[derive(Debug)]
+struct Region {
+    gpa: u64,
+    mapping: Mapping,
+}
+
+impl Region {
+    fn end(&self) -> u64 {
+        self.gpa + self.mapping.len() as u64
+    }
+}
+
+/// The guest's memory: a table of regions and checked access to them (see
+/// the module docs).
+#[derive(Debug)]
+pub struct GuestMemory {
+    regions: Vec<Region>,
+}
+
+impl GuestMemory {
+    /// A table of `(gpa, mapping)` regions.
+    ///
+    /// Refused ([`VirtioError::BadRegion`]): no region; a region whose end
+    /// overflows the 64-bit address space; two regions that overlap in GPA
+    /// space; a region whose GPA is not 8-aligned, or whose host memory is not
+    /// (so that a GPA's alignment is its host address's alignment).
+    pub fn new(regions: Vec<(u64, Mapping)>) -> Result<GuestMemory, VirtioError> {
+        if regions.is_empty() {
+            return Err(VirtioError::BadRegion {
+                gpa: 0,
+                reason: "no regions",
+            });
+        }
+        let mut regions: Vec<Region> = regions
+            .into_iter()
+            .map(|(gpa, mapping)| Region { gpa, mapping })
+            .collect();
+        regions.sort_by_key(|r| r.gpa);
+        for r in &regions {
+            if r.gpa.checked_add(r.mapping.len() as u64).is_none() {
+                return Err(VirtioError::BadRegion {
+                    gpa: r.gpa,
+                    reason: "ends past the 64-bit address space",
+                });
+            }
+            if !r.gpa.is_multiple_of(8) || !r.mapping.storage.is_host_aligned() {
+                return Err(VirtioError::BadRegion {
+                    gpa: r.gpa,
+                    reason: "not 8-aligned",
+                });
+            }
+        }
+        for pair in regions.windows(2) {
+            if pair[0].end() > pair[1].gpa {
+                return Err(VirtioError::BadRegion {
+                    gpa: pair[1].gpa,
+                    reason: "overlaps another region",
+                });
+            }
+        }
+        Ok(GuestMemory { regions })
+    }
+
+    /// The regions as `(gpa, len)`, in GPA order.
+    pub fn regions(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.regions.iter().map(|r| (r.gpa, r.mapping.len() as u64))
+    }
+
+    /// The region holding all of `gpa..gpa + len`, and the offset of `gpa`
+    /// in it.
+    fn locate(&self, gpa: u64, len: u64) -> Result<(&Region, usize), VirtioError> {
+        let outside = VirtioError::OutsideMemory { gpa, len };
+        let end = gpa.checked_add(len).ok_or(outside)?;
+        // The last region starting at or below `gpa`.
+        let i = self.regions.partition_point(|r| r.gpa <= gpa);
+        let region = i.checked_sub(1).map(|i| &self.regions[i]).ok_or(outside)?;
+        if end > region.end() {
+            return Err(outside);
+        }
+        Ok((region, (gpa - region.gpa) as usize))
+    }
+
+    /// Ok when `gpa..gpa + len` lies inside one region.
+    pub fn check_range(&self, gpa: u64, len: u64) -> Result<(), VirtioError> {
+        self.locate(gpa, len).map(|_| ())
+    }
+
+    /// Copies the `dst.len()` bytes at `gpa` into `dst`.
+    pub fn read_into(&self, gpa: u64, dst: &mut [u8]) -> Result<(), VirtioError> {
+        let (region, offset) = self.locate(gpa, dst.len() as u64)?;
+        region.mapping.storage.read(offset, dst);
+        Ok(())
+    }
+
+    /// Copies `src` to `gpa`.
+    pub fn write_from(&self, gpa: u64, src: &[u8]) -> Result<(), VirtioError> {
+        let (region, offset) = self.locate(gpa, src.len() as u64)?;
+        region.mapping.storage.write(offset, src);
+        Ok(())
+    }
+
+    /// Reads a `T` (in this machine's byte order) at `gpa`; any alignment.
+    pub fn read_obj<T: Pod>(&self, gpa: u64) -> Result<T, VirtioError> {
+        let mut value = MaybeUninit::<T>::zeroed();
+        // SAFETY: the bytes of `value` are initialised (zeroed) and `u8` has
+        // no alignment, so they may be viewed as a byte slice of its size.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(value.as_mut_ptr().cast::<u8>(), size_of::<T>())
+        };
+        self.read_into(gpa, bytes)?;
+        // SAFETY: every byte is initialised, and `T: Pod` makes any bit
+        // pattern a valid `T`.
+        Ok(unsafe { value.assume_init() })
+    }
+
+    /// Writes `value` (in this machine's byte order) at `gpa`; any alignment.
+    pub fn write_obj<T: Pod>(&self, gpa: u64, value: T) -> Result<(), VirtioError> {
+        // SAFETY: `T: Pod` has no padding, so all of its bytes are
+        // initialised; the slice lives no longer than `value`.
+        let bytes = unsafe {
+            std::slice::from_raw_parts((&value as *const T).cast::<u8>(), size_of::<T>())
+        };
+        self.write_from(gpa, bytes)
+    }
+
+    /// The 2-byte-aligned word at `gpa`, little-endian as virtio's are,
+    /// loaded atomically with `order`.
+    pub fn load_u16(&self, gpa: u64, order: Ordering) -> Result<u16, VirtioError> {
+        let (region, offset) = self.locate_u16(gpa)?;
+        Ok(u16::from_le(region.mapping.storage.load_u16(offset, order)))
+    }
+
+    /// Stores `value` little-endian at the 2-byte-aligned `gpa`, atomically
+    /// with `order`.
+    pub fn store_u16(&self, gpa: u64, value: u16, order: Ordering) -> Result<(), VirtioError> {
+        let (region, offset) = self.locate_u16(gpa)?;
+        region
+            .mapping
+            .storage
+            .store_u16(offset, value.to_le(), order);
+        Ok(())
+    }
+
+    fn locate_u16(&self, gpa: u64) -> Result<(&Region, usize), VirtioError> {
+        if !gpa.is_multiple_of(2) {
+            return Err(VirtioError::Misaligned { gpa, align: 2 });
+        }
+        self.locate(gpa, 2)
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    fn two_regions() -> GuestMemory {
+        GuestMemory::new(vec![
+            (0x2000, Mapping::anonymous(0x1000).unwrap()),
+            (0x1000, Mapping::anonymous(0x1000).unwrap()),
+        ])
+        .unwrap()
+    }
+
+    #[test]
+    fn translation_stays_inside_one_region() {
+        let mem = two_regions();
+        assert_eq!(
+            mem.regions().collect::<Vec<_>>(),
+            [(0x1000, 0x1000), (0x2000, 0x1000)]
+        );
+        mem.write_from(0x1ff0, &[7; 16]).unwrap();
+        mem.write_from(0x2000, &[9; 16]).unwrap();
+        // Adjacent regions, but one access may not cross from one to the other.
+        let mut buf = [0u8; 32];
+        assert_eq!(
+            mem.read_into(0x1ff0, &mut buf),
+            Err(VirtioError::OutsideMemory {
+                gpa: 0x1ff0,
+                len: 32
+            })
+        );
+        assert_eq!(buf, [0; 32], "nothing read on a refused access");
+        mem.read_into(0x1ff0, &mut buf[..16]).unwrap();
+        assert_eq!(buf[..16], [7; 16]);
+        // Below, between and above the regions, and a wrapping range.
+        for (gpa, len) in [(0, 1), (0xfff, 2), (0x3000, 1), (u64::MAX, 2)] {
+            assert!(mem.check_range(gpa, len).is_err(), "{gpa:#x}+{len}");
+        }
+        assert!(mem.check_range(0x2fff, 1).is_ok());
+    }
+
+    #[test]
+    fn copies_of_every_alignment_and_length_round_trip() {
+        let mem = two_regions();
+        let data: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(37) ^ 0x5a).collect();
+        for start in 0..9u64 {
+            for len in [0usize, 1, 7, 8, 9, 17, 64] {
+                let gpa = 0x1100 + start;
+                mem.write_from(gpa, &[0; 80]).unwrap();
+                mem.write_from(gpa, &data[..len]).unwrap();
+                let mut back = vec![0xffu8; len + 2];
+                mem.read_into(gpa, &mut back).unwrap();
+                assert_eq!(back[..len], data[..len], "at +{start}, {len} bytes");
+                assert_eq!(back[len..], [0, 0], "nothing written past the end");
+            }
+        }
+    }
+
+    #[test]
+    fn objects_and_index_words() {
+        let mem = two_regions();
+        mem.write_obj(0x1003, 0x1122_3344_5566_7788u64).unwrap();
+        assert_eq!(mem.read_obj::<u64>(0x1003).unwrap(), 0x1122_3344_5566_7788);
+        mem.store_u16(0x1100, 0xabcd, Ordering::Release).unwrap();
+        let mut raw = [0u8; 2];
+        mem.read_into(0x1100, &mut raw).unwrap();
+        assert_eq!(raw, [0xcd, 0xab], "little-endian in memory");
+        assert_eq!(mem.load_u16(0x1100, Ordering::Acquire).unwrap(), 0xabcd);
+        assert_eq!(
+            mem.load_u16(0x1101, Ordering::Acquire),
+            Err(VirtioError::Misaligned {
+                gpa: 0x1101,
+                align: 2
+            })
+        );
+        assert!(mem.store_u16(0x2fff + 1, 1, Ordering::Relaxed).is_err());
+    }
+
+    #[test]
+    fn bad_region_tables_are_refused() {
+        assert!(GuestMemory::new(vec![]).is_err());
+        let overlap = GuestMemory::new(vec![
+            (0x1000, Mapping::anonymous(0x1000).unwrap()),
+            (0x1800, Mapping::anonymous(0x1000).unwrap()),
+        ]);
+        assert!(matches!(
+            overlap,
+            Err(VirtioError::BadRegion { gpa: 0x1800, .. })
+        ));
+        let wraps = GuestMemory::new(vec![(u64::MAX - 7, Mapping::anonymous(16).unwrap())]);
+        assert!(matches!(wraps, Err(VirtioError::BadRegion { .. })));
+        let odd = GuestMemory::new(vec![(0x1001, Mapping::anonymous(16).unwrap())]);
+        assert!(matches!(odd, Err(VirtioError::BadRegion { .. })));
+        assert!(Mapping::anonymous(0).is_err());
+    }
+
+    #[test]
+    fn borrowed_memory_is_read_and_written_in_place() {
+        let mut backing = vec![0u64; 8];
+        // SAFETY: `backing` outlives `mem` (dropped at the end of the test,
+        // after it) and is not touched while `mem` lives.
+        let mapping = unsafe { Mapping::from_raw(backing.as_mut_ptr().cast(), 64) };
+        let mem = GuestMemory::new(vec![(0, mapping)]).unwrap();
+        mem.write_obj(8, 0x0102_0304_0506_0708u64).unwrap();
+        drop(mem);
+        assert_eq!(backing[1], 0x0102_0304_0506_0708);
+    }
+}

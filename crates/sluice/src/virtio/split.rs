@@ -1,0 +1,1175 @@
+//! The split virtqueue (VIRTIO 1.2, 2.7): layout, device side, driver side.
+//!
+//! # Layout
+//!
+//! A split virtqueue of `N` entries (a power of two, at most 32768) is three
+//! areas of guest memory, all little-endian ([`QueueLayout`]):
+//!
+//! | area | alignment | bytes | contents |
+//! |---|---|---|---|
+//! | descriptor table | 16 | `16 N` | `N` × [`Descriptor`]: `addr` u64, `len` u32, `flags` u16 (NEXT, WRITE, INDIRECT), `next` u16 |
+//! | available ring (driver area) | 2 | `6 + 2 N` | `flags` u16, `idx` u16, `ring[N]` u16 (chain heads), `used_event` u16 |
+//! | used ring (device area) | 4 | `6 + 8 N` | `flags` u16, `idx` u16, `ring[N]` of (`id` u32, `len` u32), `avail_event` u16 |
+//!
+//! The driver writes the descriptor table and the available ring; the
+//! device writes the used ring. The two `idx` fields are free-running 16-bit
+//! counters; entry `i` of a ring is at `i mod N`.
+//!
+//! # The algorithm, and its memory ordering
+//!
+//! Each ring is a single-producer single-consumer queue whose producer
+//! publishes with one index store per batch:
+//!
+//! - Driver to device. [`DriverQueue::add_chain`] writes the chain's
+//!   descriptors and then the head into `avail.ring[avail_idx mod N]`, with
+//!   plain (relaxed) copies; [`DriverQueue::publish_avail`] then stores
+//!   `avail.idx` with **Release**. [`DeviceQueue::pop_avail`] loads
+//!   `avail.idx` with **Acquire** — the Acquire that pairs with that Release
+//!   — and only then reads the ring entries and the descriptors below it, so
+//!   it sees them complete.
+//! - Device to driver. [`DeviceQueue::push_used`] writes the used entry
+//!   (plain copies), after the device has finished reading and writing the
+//!   chain's buffers; [`DeviceQueue::publish_used`] stores `used.idx` with
+//!   **Release**. [`DriverQueue::pop_used`] loads `used.idx` with
+//!   **Acquire**, pairing with it, and only then reads the entry, reclaims
+//!   the descriptors and lets the caller read what the device wrote into
+//!   the buffers.
+//! - Slot reuse needs nothing more: the driver reuses a descriptor only
+//!   after it came back through the used ring, and writes an available
+//!   ring slot again only after `N` further chains, which needed a
+//!   descriptor that came back from the device after it read that slot
+//!   (the device takes chains in ring order).
+//!
+//! Notification suppression (2.7.7, 2.7.10) is the other direction's
+//! handshake: after publishing, a side reads the other side's event field
+//! (`used_event` or `avail_event` with `VIRTIO_F_EVENT_IDX`, the flags
+//! otherwise) to decide whether to notify, while the other side, before it
+//! waits, writes that field and then re-reads the index. Each side does
+//! store-then-load on two different words, so a **SeqCst fence** sits
+//! between the store and the load on both sides (Linux's `virtio_mb`):
+//! [`DriverQueue::needs_kick`] fences between the `avail.idx` store and the
+//! `avail_event` load, [`DeviceQueue::enable_notify`] between the
+//! `avail_event` store and the `avail.idx` load, and likewise
+//! [`DeviceQueue::needs_notify`] and [`DriverQueue::enable_interrupts`] for
+//! `used.idx` and `used_event`. With both fences at least one side sees the
+//! other's store: either the notifier sees the new event index and
+//! notifies, or the waiter sees the new entries and does not wait. The
+//! event fields and flags themselves are relaxed atomic words.
+//!
+//! Field by field:
+//!
+//! | field | writer | how it is written | how it is read |
+//! |---|---|---|---|
+//! | descriptors, `avail.ring[]` | driver | plain copies, before the `avail.idx` store | plain copies, after the `avail.idx` load |
+//! | `avail.idx` | driver | Release store ([`DriverQueue::publish_avail`]) | Acquire load ([`DeviceQueue::pop_avail_into`], [`DeviceQueue::enable_notify`]) |
+//! | `used.ring[]`, buffer contents | device | plain copies, before the `used.idx` store | plain copies, after the `used.idx` load |
+//! | `used.idx` | device | Release store ([`DeviceQueue::publish_used`]) | Acquire load ([`DriverQueue::pop_used`], [`DriverQueue::enable_interrupts`]) |
+//! | `avail.flags`, `used_event` | driver | relaxed store, then SeqCst fence | SeqCst fence, then relaxed load ([`DeviceQueue::needs_notify`]) |
+//! | `used.flags`, `avail_event` | device | relaxed store, then SeqCst fence | SeqCst fence, then relaxed load ([`DriverQueue::needs_kick`]) |
+//!
+//! With `VIRTIO_F_EVENT_IDX`, a side notifies when the index it published
+//! moved from `old` past the other side's event index `event`:
+//! [`need_event`]`(event, new, old)` is `new - event - 1 < new - old` in
+//! 16-bit arithmetic, the specification's `vring_need_event`.
+//!
+//! # Trusting nothing
+//!
+//! The device walks a chain with a bound: at most `N` descriptors in the
+//! table (more means a loop), at most the table's length in an indirect
+//! table, at most `N` buffers in all; every `next` is checked against the
+//! table, every buffer and indirect table against guest memory. A chain
+//! that breaks a rule is a [`ChainError`] naming the rule, counted in
+//! [`DeviceQueueStats`] and returned to the driver as used with length 0.
+//! The driver keeps its own copy of the free list and of each chain's
+//! descriptors, so a device that overwrites the table cannot corrupt it, and
+//! checks each used entry: an id that is not the head of a chain in flight,
+//! or a length above the chain's writable bytes, is an error, counted in
+//! [`DriverQueueStats`]. An index that moves further than possible is an
+//! error on both sides, and that side then takes nothing from the ring.
+//!
+//! A buffer must lie inside one guest memory region (see
+//! [`memory`](super::memory)).
+
+use super::memory::GuestMemory;
+use super::{
+    ChainError, ChainErrorReason, VIRTIO_F_EVENT_IDX, VIRTIO_F_INDIRECT_DESC, VirtioError,
+    has_feature,
+};
+use crate::sync::{Arc, Ordering, fence};
+
+/// Descriptor flag: the chain goes on at `next`.
+pub const VIRTQ_DESC_F_NEXT: u16 = 1;
+/// Descriptor flag: the buffer is device-writable (else device-readable).
+pub const VIRTQ_DESC_F_WRITE: u16 = 2;
+/// Descriptor flag: the buffer is a table of descriptors (2.7.5.3).
+pub const VIRTQ_DESC_F_INDIRECT: u16 = 4;
+/// Available ring flag: the driver asks for no used buffer notifications
+/// (without `VIRTIO_F_EVENT_IDX`).
+pub const VIRTQ_AVAIL_F_NO_INTERRUPT: u16 = 1;
+/// Used ring flag: the device asks for no available buffer notifications
+/// (without `VIRTIO_F_EVENT_IDX`).
+pub const VIRTQ_USED_F_NO_NOTIFY: u16 = 1;
+
+/// The largest queue size of a split virtqueue.
+pub const MAX_QUEUE_SIZE: u32 = 32768;
+/// Bytes of a descriptor.
+pub const DESC_SIZE: u64 = 16;
+/// Bytes of a used ring entry.
+pub const USED_ELEM_SIZE: u64 = 8;
+/// Alignment of the descriptor table.
+pub const DESC_TABLE_ALIGN: u64 = 16;
+/// Alignment of the available ring.
+pub const AVAIL_RING_ALIGN: u64 = 2;
+/// Alignment of the used ring.
+pub const USED_RING_ALIGN: u64 = 4;
+
+/// `size` as a queue size: a power of two from 1 to 32768, else
+/// [`VirtioError::BadQueueSize`].
+pub fn check_queue_size(size: u32) -> Result<u16, VirtioError> {
+    if size == 0 || size > MAX_QUEUE_SIZE || !size.is_power_of_two() {
+        return Err(VirtioError::BadQueueSize(size));
+    }
+    Ok(size as u16)
+}
+
+/// The specification's `vring_need_event`: whether moving an index from
+/// `old` to `new` passed `event_idx` (`event_idx` in `old..new`, modulo
+/// 2^16), so that the other side asked to be notified.
+#[inline]
+pub fn need_event(event_idx: u16, new: u16, old: u16) -> bool {
+    new.wrapping_sub(event_idx).wrapping_sub(1) < new.wrapping_sub(old)
+}
+
+/// One entry of a descriptor table.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Descriptor {
+    /// Guest physical address of the buffer.
+    pub addr: u64,
+    /// Its length in bytes.
+    pub len: u32,
+    /// [`VIRTQ_DESC_F_NEXT`], [`VIRTQ_DESC_F_WRITE`], [`VIRTQ_DESC_F_INDIRECT`].
+    pub flags: u16,
+    /// The next descriptor, with [`VIRTQ_DESC_F_NEXT`].
+    pub next: u16,
+}
+
+impl Descriptor {
+    /// The 16 bytes in memory.
+    pub fn to_bytes(self) -> [u8; 16] {
+        let mut b = [0u8; 16];
+        b[0..8].copy_from_slice(&self.addr.to_le_bytes());
+        b[8..12].copy_from_slice(&self.len.to_le_bytes());
+        b[12..14].copy_from_slice(&self.flags.to_le_bytes());
+        b[14..16].copy_from_slice(&self.next.to_le_bytes());
+        b
+    }
+
+    /// The descriptor in these 16 bytes.
+    pub fn from_bytes(b: [u8; 16]) -> Descriptor {
+        Descriptor {
+            addr: u64::from_le_bytes(b[0..8].try_into().expect("8 bytes")),
+            len: u32::from_le_bytes(b[8..12].try_into().expect("4 bytes")),
+            flags: u16::from_le_bytes([b[12], b[13]]),
+            next: u16::from_le_bytes([b[14], b[15]]),
+        }
+    }
+}
+
+/// Where a split virtqueue's three areas are, and its size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLayout {
+    size: u16,
+    desc_table: u64,
+    avail_ring: u64,
+    used_ring: u64,
+}
+
+impl QueueLayout {
+    /// A queue of `size` entries with its areas at these guest physical
+    /// addresses. Refused: a bad size ([`check_queue_size`]), an area not
+    /// aligned as the specification asks ([`VirtioError::Misaligned`]), an
+    /// area whose end overflows the address space.
+    pub fn new(
+        size: u32,
+        desc_table: u64,
+        avail_ring: u64,
+        used_ring: u64,
+    ) -> Result<QueueLayout, VirtioError> {
+        let size = check_queue_size(size)?;
+        for (gpa, align, len) in [
+            (desc_table, DESC_TABLE_ALIGN, Self::desc_table_len(size)),
+            (avail_ring, AVAIL_RING_ALIGN, Self::avail_ring_len(size)),
+            (used_ring, USED_RING_ALIGN, Self::used_ring_len(size)),
+        ] {
+            if !gpa.is_multiple_of(align) {
+                return Err(VirtioError::Misaligned { gpa, align });
+            }
+            if gpa.checked_add(len).is_none() {
+                return Err(VirtioError::OutsideMemory { gpa, len });
+            }
+        }
+        Ok(QueueLayout {
+            size,
+            desc_table,
+            avail_ring,
+            used_ring,
+        })
+    }
+
+    /// The three areas packed one after the other from `base` (16-aligned):
+    /// the table, the available ring, then the used ring at the next
+    /// 4-aligned address. [`end`](Self::end) is where they stop.
+    pub fn contiguous(base: u64, size: u32) -> Result<QueueLayout, VirtioError> {
+        let n = check_queue_size(size)?;
+        let avail = base.saturating_add(Self::desc_table_len(n));
+        let used = avail
+            .saturating_add(Self::avail_ring_len(n))
+            .next_multiple_of(USED_RING_ALIGN);
+        QueueLayout::new(size, base, avail, used)
+    }
+
+    /// Bytes of the descriptor table of a queue of `size`.
+    pub const fn desc_table_len(size: u16) -> u64 {
+        DESC_SIZE * size as u64
+    }
+
+    /// Bytes of the available ring (with `used_event`).
+    pub const fn avail_ring_len(size: u16) -> u64 {
+        6 + 2 * size as u64
+    }
+
+    /// Bytes of the used ring (with `avail_event`).
+    pub const fn used_ring_len(size: u16) -> u64 {
+        6 + USED_ELEM_SIZE * size as u64
+    }
+
+    /// The queue size.
+    pub fn size(&self) -> u16 {
+        self.size
+    }
+
+    /// Address of the descriptor table.
+    pub fn desc_table(&self) -> u64 {
+        self.desc_table
+    }
+
+    /// Address of the available ring.
+    pub fn avail_ring(&self) -> u64 {
+        self.avail_ring
+    }
+
+    /// Address of the used ring.
+    pub fn used_ring(&self) -> u64 {
+        self.used_ring
+    }
+
+    /// The first address past the highest of the three areas.
+    pub fn end(&self) -> u64 {
+        let n = self.size;
+        (self.desc_table + Self::desc_table_len(n))
+            .max(self.avail_ring + Self::avail_ring_len(n))
+            .max(self.used_ring + Self::used_ring_len(n))
+    }
+
+    /// Ok when each area lies inside one region of `mem`.
+    pub fn check_memory(&self, mem: &GuestMemory) -> Result<(), VirtioError> {
+        let n = self.size;
+        mem.check_range(self.desc_table, Self::desc_table_len(n))?;
+        mem.check_range(self.avail_ring, Self::avail_ring_len(n))?;
+        mem.check_range(self.used_ring, Self::used_ring_len(n))
+    }
+
+    fn mask(&self) -> u16 {
+        self.size - 1
+    }
+
+    /// Address of descriptor `i` (below the size).
+    pub fn desc(&self, i: u16) -> u64 {
+        self.desc_table + DESC_SIZE * u64::from(i)
+    }
+
+    /// Address of `avail.flags`.
+    pub fn avail_flags(&self) -> u64 {
+        self.avail_ring
+    }
+
+    /// Address of `avail.idx`.
+    pub fn avail_idx(&self) -> u64 {
+        self.avail_ring + 2
+    }
+
+    /// Address of the available ring entry for free-running index `idx`.
+    pub fn avail_entry(&self, idx: u16) -> u64 {
+        self.avail_ring + 4 + 2 * u64::from(idx & self.mask())
+    }
+
+    /// Address of `used_event` (after the available ring's entries).
+    pub fn used_event(&self) -> u64 {
+        self.avail_ring + 4 + 2 * u64::from(self.size)
+    }
+
+    /// Address of `used.flags`.
+    pub fn used_flags(&self) -> u64 {
+        self.used_ring
+    }
+
+    /// Address of `used.idx`.
+    pub fn used_idx(&self) -> u64 {
+        self.used_ring + 2
+    }
+
+    /// Address of the used ring entry for free-running index `idx`.
+    pub fn used_entry(&self, idx: u16) -> u64 {
+        self.used_ring + 4 + USED_ELEM_SIZE * u64::from(idx & self.mask())
+    }
+
+    /// Address of `avail_event` (after the used ring's entries).
+    pub fn avail_event(&self) -> u64 {
+        self.used_ring + 4 + USED_ELEM_SIZE * u64::from(self.size)
+    }
+}
+
+/// One buffer of a chain: where, how long, and whether the device writes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Segment {
+    /// Guest physical address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u32,
+    /// Device-writable (else device-readable).
+    pub writable: bool,
+}
+
+/// A descriptor chain the device took from the available ring, checked:
+/// its head and its buffers, readable ones first.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Chain {
+    head: u16,
+    segments: Vec<Segment>,
+    readable_len: u64,
+    writable_len: u64,
+}
+
+impl Chain {
+    /// An empty chain, to pass to [`DeviceQueue::pop_avail_into`].
+    pub fn new() -> Chain {
+        Chain::default()
+    }
+
+    /// The head index: what [`DeviceQueue::push_used`] returns.
+    pub fn head(&self) -> u16 {
+        self.head
+    }
+
+    /// The buffers in chain order (indirect tables followed).
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// Bytes the device may read.
+    pub fn readable_len(&self) -> u64 {
+        self.readable_len
+    }
+
+    /// Bytes the device may write.
+    pub fn writable_len(&self) -> u64 {
+        self.writable_len
+    }
+
+    fn clear(&mut self, head: u16) {
+        self.head = head;
+        self.segments.clear();
+        self.readable_len = 0;
+        self.writable_len = 0;
+    }
+
+    /// Copies readable bytes, from `offset` in the readable part, into
+    /// `dst`; returns how many (fewer than `dst.len()` at the part's end).
+    pub fn read(
+        &self,
+        mem: &GuestMemory,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<usize, VirtioError> {
+        let mut skip = offset;
+        let mut done = 0;
+        for s in self.segments.iter().filter(|s| !s.writable) {
+            if done == dst.len() {
+                break;
+            }
+            let len = u64::from(s.len);
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let take = ((len - skip) as usize).min(dst.len() - done);
+            mem.read_into(s.addr + skip, &mut dst[done..done + take])?;
+            done += take;
+            skip = 0;
+        }
+        Ok(done)
+    }
+
+    /// Copies `src` into the writable part, from `offset` in it; returns how
+    /// many bytes (fewer than `src.len()` at the part's end).
+    pub fn write(&self, mem: &GuestMemory, offset: u64, src: &[u8]) -> Result<usize, VirtioError> {
+        let mut skip = offset;
+        let mut done = 0;
+        for s in self.segments.iter().filter(|s| s.writable) {
+            if done == src.len() {
+                break;
+            }
+            let len = u64::from(s.len);
+            if skip >= len {
+                skip -= len;
+                continue;
+            }
+            let take = ((len - skip) as usize).min(src.len() - done);
+            mem.write_from(s.addr + skip, &src[done..done + take])?;
+            done += take;
+            skip = 0;
+        }
+        Ok(done)
+    }
+}
+
+/// What a [`DeviceQueue`] counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeviceQueueStats {
+    /// Chains taken and found good.
+    pub chains: u64,
+    /// Chains refused, by reason (indexed by [`ChainErrorReason::index`]).
+    pub bad_chains: [u64; ChainErrorReason::ALL.len()],
+    /// Available index reads that moved further than the queue size.
+    pub index_errors: u64,
+}
+
+impl DeviceQueueStats {
+    /// Chains refused with `reason`.
+    pub fn bad(&self, reason: ChainErrorReason) -> u64 {
+        self.bad_chains[reason.index()]
+    }
+
+    /// Chains refused, all reasons.
+    pub fn bad_total(&self) -> u64 {
+        self.bad_chains.iter().sum()
+    }
+}
+
+/// The device side of a split virtqueue: takes chains from the available
+/// ring, returns them on the used ring (see the module docs).
+#[derive(Debug)]
+pub struct DeviceQueue {
+    mem: Arc<GuestMemory>,
+    layout: QueueLayout,
+    event_idx: bool,
+    indirect: bool,
+    /// The next available ring entry to take.
+    last_avail: u16,
+    /// The last `avail.idx` loaded.
+    avail_shadow: u16,
+    /// The next used ring entry to write.
+    next_used: u16,
+    /// The last `used.idx` stored.
+    published_used: u16,
+    /// `used.idx` at the last `needs_notify`.
+    signalled_used: u16,
+    /// Chains taken and not yet returned.
+    in_flight: u32,
+    stats: DeviceQueueStats,
+}
+
+impl DeviceQueue {
+    /// The device side of a fresh queue (both indices at 0) at `layout` in
+    /// `mem`, with the negotiated `features` (`VIRTIO_F_EVENT_IDX` and
+    /// `VIRTIO_F_INDIRECT_DESC` matter here). Refused when an area is
+    /// outside `mem`.
+    pub fn new(
+        mem: Arc<GuestMemory>,
+        layout: QueueLayout,
+        features: u64,
+    ) -> Result<DeviceQueue, VirtioError> {
+        layout.check_memory(&mem)?;
+        Ok(DeviceQueue {
+            mem,
+            layout,
+            event_idx: has_feature(features, VIRTIO_F_EVENT_IDX),
+            indirect: has_feature(features, VIRTIO_F_INDIRECT_DESC),
+            last_avail: 0,
+            avail_shadow: 0,
+            next_used: 0,
+            published_used: 0,
+            signalled_used: 0,
+            in_flight: 0,
+            stats: DeviceQueueStats::default(),
+        })
+    }
+
+    /// The guest memory.
+    pub fn memory(&self) -> &Arc<GuestMemory> {
+        &self.mem
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &QueueLayout {
+        &self.layout
+    }
+
+    /// What the queue counted.
+    pub fn stats(&self) -> &DeviceQueueStats {
+        &self.stats
+    }
+
+    /// The next available ring index the device takes.
+    pub fn last_avail_idx(&self) -> u16 {
+        self.last_avail
+    }
+
+    /// Chains taken and not yet returned with [`push_used`](Self::push_used).
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight
+    }
+
+    /// Takes the next chain into `chain` (reusing its allocation). Ok(true)
+    /// with a good chain, Ok(false) when the ring is empty,
+    /// [`VirtioError::Chain`] for a refused chain (already returned as used
+    /// with length 0 and counted; take the next one), and
+    /// [`VirtioError::AvailIndexJump`] when the driver's index is
+    /// impossible (nothing taken).
+    pub fn pop_avail_into(&mut self, chain: &mut Chain) -> Result<bool, VirtioError> {
+        if self.last_avail == self.avail_shadow {
+            // Acquire: pairs with the Release of `DriverQueue::publish_avail`,
+            // so the ring entries and descriptors below it are complete.
+            let idx = self
+                .mem
+                .load_u16(self.layout.avail_idx(), Ordering::Acquire)?;
+            if idx.wrapping_sub(self.last_avail) > self.layout.size {
+                self.stats.index_errors += 1;
+                return Err(VirtioError::AvailIndexJump {
+                    last: self.last_avail,
+                    idx,
+                });
+            }
+            self.avail_shadow = idx;
+            if idx == self.last_avail {
+                return Ok(false);
+            }
+        }
+        let mut raw = [0u8; 2];
+        self.mem
+            .read_into(self.layout.avail_entry(self.last_avail), &mut raw)?;
+        let head = u16::from_le_bytes(raw);
+        self.last_avail = self.last_avail.wrapping_add(1);
+        match self.walk(head, chain) {
+            Ok(()) => {
+                self.in_flight += 1;
+                self.stats.chains += 1;
+                Ok(true)
+            }
+            Err(reason) => {
+                self.stats.bad_chains[reason.index()] += 1;
+                chain.clear(head);
+                self.write_used(head, 0)?;
+                Err(VirtioError::Chain(ChainError { head, reason }))
+            }
+        }
+    }
+
+    /// Takes the next chain: `Ok(None)` when the ring is empty; errors as
+    /// [`pop_avail_into`](Self::pop_avail_into).
+    pub fn pop_avail(&mut self) -> Result<Option<Chain>, VirtioError> {
+        let mut chain = Chain::new();
+        Ok(self.pop_avail_into(&mut chain)?.then_some(chain))
+    }
+
+    /// Follows the chain at `head`, checking every rule (module docs).
+    fn walk(&self, head: u16, chain: &mut Chain) -> Result<(), ChainErrorReason> {
+        use ChainErrorReason::*;
+        chain.clear(head);
+        let size = u32::from(self.layout.size);
+        if u32::from(head) >= size {
+            return Err(HeadOutOfRange);
+        }
+        let mem = &*self.mem;
+        // The table being walked, its length in entries, and whether it is
+        // an indirect one.
+        let mut table = self.layout.desc_table;
+        let mut table_len = size;
+        let mut in_indirect = false;
+        let mut idx = head;
+        // Descriptors visited in this table; buffers in the whole chain.
+        let mut steps = 0u32;
+        let mut buffers = 0u32;
+        let mut seen_writable = false;
+        loop {
+            steps += 1;
+            if steps > table_len {
+                return Err(Loop);
+            }
+            let mut raw = [0u8; 16];
+            mem.read_into(table + DESC_SIZE * u64::from(idx), &mut raw)
+                .map_err(|_| OutsideMemory)?;
+            let desc = Descriptor::from_bytes(raw);
+            if desc.flags & VIRTQ_DESC_F_INDIRECT != 0 {
+                if in_indirect {
+                    return Err(NestedIndirect);
+                }
+                if !self.indirect {
+                    return Err(IndirectNotNegotiated);
+                }
+                if desc.flags & VIRTQ_DESC_F_NEXT != 0 {
+                    return Err(IndirectWithNext);
+                }
+                if desc.len == 0 || !u64::from(desc.len).is_multiple_of(DESC_SIZE) {
+                    return Err(IndirectBadLength);
+                }
+                let entries = desc.len / DESC_SIZE as u32;
+                if buffers + entries > size {
+                    return Err(TooLong);
+                }
+                mem.check_range(desc.addr, u64::from(desc.len))
+                    .map_err(|_| OutsideMemory)?;
+                table = desc.addr;
+                table_len = entries;
+                in_indirect = true;
+                idx = 0;
+                steps = 0;
+                continue;
+            }
+            buffers += 1;
+            if buffers > size {
+                return Err(TooLong);
+            }
+            mem.check_range(desc.addr, u64::from(desc.len))
+                .map_err(|_| OutsideMemory)?;
+            let writable = desc.flags & VIRTQ_DESC_F_WRITE != 0;
+            if writable {
+                seen_writable = true;
+                chain.writable_len += u64::from(desc.len);
+            } else if seen_writable {
+                return Err(ReadableAfterWritable);
+            } else {
+                chain.readable_len += u64::from(desc.len);
+            }
+            chain.segments.push(Segment {
+                addr: desc.addr,
+                len: desc.len,
+                writable,
+            });
+            if desc.flags & VIRTQ_DESC_F_NEXT == 0 {
+                return Ok(());
+            }
+            if u32::from(desc.next) >= table_len {
+                return Err(NextOutOfRange);
+            }
+            idx = desc.next;
+        }
+    }
+
+    /// Writes a used entry (not yet published).
+    fn write_used(&mut self, head: u16, len: u32) -> Result<(), VirtioError> {
+        let mut entry = [0u8; 8];
+        entry[..4].copy_from_slice(&u32::from(head).to_le_bytes());
+        entry[4..].copy_from_slice(&len.to_le_bytes());
+        self.mem
+            .write_from(self.layout.used_entry(self.next_used), &entry)?;
+        self.next_used = self.next_used.wrapping_add(1);
+        Ok(())
+    }
+
+    /// Returns the chain at `head` with `len` bytes written into it; seen by
+    /// the driver after [`publish_used`](Self::publish_used). Refused with
+    /// [`VirtioError::NothingInFlight`] when every chain taken has been
+    /// returned.
+    pub fn push_used(&mut self, head: u16, len: u32) -> Result<(), VirtioError> {
+        if self.in_flight == 0 {
+            return Err(VirtioError::NothingInFlight);
+        }
+        self.write_used(head, len)?;
+        self.in_flight -= 1;
+        Ok(())
+    }
+
+    /// Publishes the used entries written since the last call: one store of
+    /// `used.idx`.
+    pub fn publish_used(&mut self) -> Result<(), VirtioError> {
+        if self.next_used != self.published_used {
+            // Release: pairs with the Acquire of `DriverQueue::pop_used`; the
+            // entries and the buffers' contents are written before it.
+            self.mem
+                .store_u16(self.layout.used_idx(), self.next_used, Ordering::Release)?;
+            self.published_used = self.next_used;
+        }
+        Ok(())
+    }
+
+    /// Whether the driver wants a used buffer notification for what was
+    /// published since the last call: with `VIRTIO_F_EVENT_IDX`, when
+    /// `used.idx` passed `used_event` ([`need_event`]); otherwise when
+    /// anything was published and the driver has not set
+    /// [`VIRTQ_AVAIL_F_NO_INTERRUPT`].
+    pub fn needs_notify(&mut self) -> Result<bool, VirtioError> {
+        // SeqCst fence: orders the `used.idx` store of `publish_used` before
+        // the event load below; pairs with the fence of
+        // `DriverQueue::enable_interrupts` (module docs).
+        fence(Ordering::SeqCst);
+        let old = self.signalled_used;
+        let new = self.published_used;
+        self.signalled_used = new;
+        if self.event_idx {
+            let event = self
+                .mem
+                .load_u16(self.layout.used_event(), Ordering::Relaxed)?;
+            Ok(need_event(event, new, old))
+        } else {
+            let flags = self
+                .mem
+                .load_u16(self.layout.avail_flags(), Ordering::Relaxed)?;
+            Ok(new != old && flags & VIRTQ_AVAIL_F_NO_INTERRUPT == 0)
+        }
+    }
+
+    /// Asks the driver not to send available buffer notifications (the
+    /// device polls): sets [`VIRTQ_USED_F_NO_NOTIFY`] without
+    /// `VIRTIO_F_EVENT_IDX`; with it, leaving `avail_event` behind has the
+    /// same effect, so nothing is written.
+    pub fn disable_notify(&mut self) -> Result<(), VirtioError> {
+        if !self.event_idx {
+            self.mem.store_u16(
+                self.layout.used_flags(),
+                VIRTQ_USED_F_NO_NOTIFY,
+                Ordering::Relaxed,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Asks the driver for a notification at its next available chain
+    /// (`avail_event` set to the device's position, or the flag cleared),
+    /// then re-reads `avail.idx`: true when chains arrived meanwhile, so the
+    /// caller polls again instead of waiting.
+    pub fn enable_notify(&mut self) -> Result<bool, VirtioError> {
+        if self.event_idx {
+            self.mem.store_u16(
+                self.layout.avail_event(),
+                self.last_avail,
+                Ordering::Relaxed,
+            )?;
+        } else {
+            self.mem
+                .store_u16(self.layout.used_flags(), 0, Ordering::Relaxed)?;
+        }
+        // SeqCst fence: the store above before the index load below; pairs
+        // with the fence of `DriverQueue::needs_kick`.
+        fence(Ordering::SeqCst);
+        let idx = self
+            .mem
+            .load_u16(self.layout.avail_idx(), Ordering::Acquire)?;
+        Ok(idx != self.last_avail)
+    }
+
+    /// Sets `avail_event` (with `VIRTIO_F_EVENT_IDX`): the driver notifies
+    /// when its `avail.idx` passes `idx`. A SeqCst fence follows the store,
+    /// as in [`enable_notify`](Self::enable_notify).
+    pub fn set_avail_event(&mut self, idx: u16) -> Result<(), VirtioError> {
+        self.mem
+            .store_u16(self.layout.avail_event(), idx, Ordering::Relaxed)?;
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+}
+
+/// A chain the device returned: its head and the bytes it wrote.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Used {
+    /// The head [`DriverQueue::add_chain`] returned.
+    pub head: u16,
+    /// Bytes the device wrote into the chain's writable buffers.
+    pub len: u32,
+}
+
+/// What a [`DriverQueue`] counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DriverQueueStats {
+    /// Chains added.
+    pub added: u64,
+    /// Chains reclaimed.
+    pub reclaimed: u64,
+    /// Used entries whose id is not the head of a chain in flight.
+    pub bad_used_ids: u64,
+    /// Used entries whose length exceeds the chain's writable bytes.
+    pub bad_used_lens: u64,
+    /// Used index reads that moved past more entries than chains in flight.
+    pub index_errors: u64,
+}
+
+/// The driver side of a split virtqueue: adds chains, reclaims them (see
+/// the module docs).
+#[derive(Debug)]
+pub struct DriverQueue {
+    mem: Arc<GuestMemory>,
+    layout: QueueLayout,
+    event_idx: bool,
+    indirect: bool,
+    /// The free list's links and, for a chain in flight, its own links (the
+    /// driver's copy; the table in guest memory is never read back).
+    next: Vec<u16>,
+    free_head: u16,
+    num_free: u16,
+    /// Per head: descriptors of the chain in flight there, 0 when none.
+    chain_descs: Vec<u16>,
+    /// Per head: writable bytes of the chain in flight there.
+    chain_writable: Vec<u64>,
+    in_flight: u16,
+    /// The next available ring entry to write.
+    avail_idx: u16,
+    /// The last `avail.idx` stored.
+    published_avail: u16,
+    /// `avail.idx` at the last `needs_kick`.
+    kicked_avail: u16,
+    /// The next used ring entry to read.
+    last_used: u16,
+    /// The last `used.idx` loaded.
+    used_shadow: u16,
+    stats: DriverQueueStats,
+}
+
+impl DriverQueue {
+    /// The driver side of a fresh queue at `layout` in `mem` (zeroed
+    /// memory, as the driver allocates it), with the negotiated `features`.
+    /// Writes the available ring's flags, index and `used_event` as 0.
+    /// Refused when an area is outside `mem`.
+    pub fn new(
+        mem: Arc<GuestMemory>,
+        layout: QueueLayout,
+        features: u64,
+    ) -> Result<DriverQueue, VirtioError> {
+        layout.check_memory(&mem)?;
+        let size = layout.size;
+        for gpa in [
+            layout.avail_flags(),
+            layout.avail_idx(),
+            layout.used_event(),
+        ] {
+            mem.store_u16(gpa, 0, Ordering::Relaxed)?;
+        }
+        Ok(DriverQueue {
+            mem,
+            layout,
+            event_idx: has_feature(features, VIRTIO_F_EVENT_IDX),
+            indirect: has_feature(features, VIRTIO_F_INDIRECT_DESC),
+            next: (1..=size).collect(),
+            free_head: 0,
+            num_free: size,
+            chain_descs: vec![0; usize::from(size)],
+            chain_writable: vec![0; usize::from(size)],
+            in_flight: 0,
+            avail_idx: 0,
+            published_avail: 0,
+            kicked_avail: 0,
+            last_used: 0,
+            used_shadow: 0,
+            stats: DriverQueueStats::default(),
+        })
+    }
+
+    /// The guest memory.
+    pub fn memory(&self) -> &Arc<GuestMemory> {
+        &self.mem
+    }
+
+    /// The layout.
+    pub fn layout(&self) -> &QueueLayout {
+        &self.layout
+    }
+
+    /// What the queue counted.
+    pub fn stats(&self) -> &DriverQueueStats {
+        &self.stats
+    }
+
+    /// Free descriptors.
+    pub fn num_free(&self) -> u16 {
+        self.num_free
+    }
+
+    /// Chains added and not yet reclaimed.
+    pub fn in_flight(&self) -> u16 {
+        self.in_flight
+    }
+
+    /// Checks a chain's buffers: not empty, readable ones first, all in
+    /// guest memory; returns the writable bytes.
+    fn check_segments(&self, segments: &[Segment]) -> Result<u64, VirtioError> {
+        if segments.is_empty() {
+            return Err(VirtioError::EmptyChain);
+        }
+        let mut writable = 0;
+        let mut seen_writable = false;
+        for s in segments {
+            if s.writable {
+                seen_writable = true;
+                writable += u64::from(s.len);
+            } else if seen_writable {
+                return Err(VirtioError::ReadableAfterWritable);
+            }
+            self.mem.check_range(s.addr, u64::from(s.len))?;
+        }
+        Ok(writable)
+    }
+
+    /// Adds a chain of `segments` (readable ones first) in descriptors of
+    /// the table; returns its head. The device sees it after
+    /// [`publish_avail`](Self::publish_avail). Refused, with nothing
+    /// written: no segments, a readable one after a writable one, one
+    /// outside guest memory, fewer free descriptors than segments.
+    pub fn add_chain(&mut self, segments: &[Segment]) -> Result<u16, VirtioError> {
+        let writable = self.check_segments(segments)?;
+        if segments.len() > usize::from(self.num_free) {
+            return Err(VirtioError::NoFreeDescriptors {
+                need: segments.len(),
+                free: usize::from(self.num_free),
+            });
+        }
+        let head = self.free_head;
+        let mut idx = head;
+        for (i, s) in segments.iter().enumerate() {
+            let last = i + 1 == segments.len();
+            let mut flags = if s.writable { VIRTQ_DESC_F_WRITE } else { 0 };
+            let next = self.next[usize::from(idx)];
+            if !last {
+                flags |= VIRTQ_DESC_F_NEXT;
+            }
+            let desc = Descriptor {
+                addr: s.addr,
+                len: s.len,
+                flags,
+                next: if last { 0 } else { next },
+            };
+            self.mem
+                .write_from(self.layout.desc(idx), &desc.to_bytes())?;
+            if !last {
+                idx = next;
+            }
+        }
+        self.free_head = self.next[usize::from(idx)];
+        self.num_free -= segments.len() as u16;
+        self.start_chain(head, segments.len() as u16, writable)
+    }
+
+    /// Adds a chain of `segments` as an indirect table written at `table`
+    /// (16 bytes per segment, memory the caller owns until the chain comes
+    /// back), using one descriptor of the queue; returns its head. Needs
+    /// `VIRTIO_F_INDIRECT_DESC`; at most the queue size segments.
+    pub fn add_indirect(&mut self, table: u64, segments: &[Segment]) -> Result<u16, VirtioError> {
+        if !self.indirect {
+            return Err(VirtioError::IndirectNotNegotiated);
+        }
+        let writable = self.check_segments(segments)?;
+        if segments.len() > usize::from(self.layout.size) {
+            return Err(VirtioError::NoFreeDescriptors {
+                need: segments.len(),
+                free: usize::from(self.layout.size),
+            });
+        }
+        if self.num_free == 0 {
+            return Err(VirtioError::NoFreeDescriptors { need: 1, free: 0 });
+        }
+        let table_len = DESC_SIZE * segments.len() as u64;
+        self.mem.check_range(table, table_len)?;
+        for (i, s) in segments.iter().enumerate() {
+            let last = i + 1 == segments.len();
+            let mut flags = if s.writable { VIRTQ_DESC_F_WRITE } else { 0 };
+            if !last {
+                flags |= VIRTQ_DESC_F_NEXT;
+            }
+            let desc = Descriptor {
+                addr: s.addr,
+                len: s.len,
+                flags,
+                next: if last { 0 } else { i as u16 + 1 },
+            };
+            self.mem
+                .write_from(table + DESC_SIZE * i as u64, &desc.to_bytes())?;
+        }
+        let head = self.free_head;
+        let desc = Descriptor {
+            addr: table,
+            len: table_len as u32,
+            flags: VIRTQ_DESC_F_INDIRECT,
+            next: 0,
+        };
+        self.mem
+            .write_from(self.layout.desc(head), &desc.to_bytes())?;
+        self.free_head = self.next[usize::from(head)];
+        self.num_free -= 1;
+        self.start_chain(head, 1, writable)
+    }
+
+    /// Records the chain at `head` as in flight and writes it into the
+    /// available ring (not yet published).
+    fn start_chain(&mut self, head: u16, descs: u16, writable: u64) -> Result<u16, VirtioError> {
+        self.chain_descs[usize::from(head)] = descs;
+        self.chain_writable[usize::from(head)] = writable;
+        self.in_flight += 1;
+        self.stats.added += 1;
+        self.mem
+            .write_from(self.layout.avail_entry(self.avail_idx), &head.to_le_bytes())?;
+        self.avail_idx = self.avail_idx.wrapping_add(1);
+        Ok(head)
+    }
+
+    /// Publishes the chains added since the last call: one store of
+    /// `avail.idx`.
+    pub fn publish_avail(&mut self) -> Result<(), VirtioError> {
+        if self.avail_idx != self.published_avail {
+            // Release: pairs with the Acquire of `DeviceQueue::pop_avail_into`;
+            // the descriptors and ring entries are written before it.
+            self.mem
+                .store_u16(self.layout.avail_idx(), self.avail_idx, Ordering::Release)?;
+            self.published_avail = self.avail_idx;
+        }
+        Ok(())
+    }
+
+    /// Whether the device wants an available buffer notification (a kick)
+    /// for what was published since the last call: with
+    /// `VIRTIO_F_EVENT_IDX`, when `avail.idx` passed `avail_event`
+    /// ([`need_event`]); otherwise when anything was published and the
+    /// device has not set [`VIRTQ_USED_F_NO_NOTIFY`].
+    pub fn needs_kick(&mut self) -> Result<bool, VirtioError> {
+        // SeqCst fence: the `avail.idx` store of `publish_avail` before the
+        // event load below; pairs with the fence of
+        // `DeviceQueue::enable_notify` (module docs).
+        fence(Ordering::SeqCst);
+        let old = self.kicked_avail;
+        let new = self.published_avail;
+        self.kicked_avail = new;
+        if self.event_idx {
+            let event = self
+                .mem
+                .load_u16(self.layout.avail_event(), Ordering::Relaxed)?;
+            Ok(need_event(event, new, old))
+        } else {
+            let flags = self
+                .mem
+                .load_u16(self.layout.used_flags(), Ordering::Relaxed)?;
+            Ok(new != old && flags & VIRTQ_USED_F_NO_NOTIFY == 0)
+        }
+    }
+
+    /// Reclaims the next chain the device returned: `Ok(None)` when there is
+    /// none. A used entry with a bad id ([`VirtioError::BadUsedId`], the
+    /// entry skipped) or a bad length ([`VirtioError::BadUsedLen`], the chain
+    /// reclaimed all the same) is an error, counted; the next call goes on
+    /// with the next entry. An impossible `used.idx` is
+    /// [`VirtioError::UsedIndexJump`] and nothing is taken.
+    pub fn pop_used(&mut self) -> Result<Option<Used>, VirtioError> {
+        if self.last_used == self.used_shadow {
+            // Acquire: pairs with the Release of `DeviceQueue::publish_used`,
+            // so the entries and the buffers' contents are complete.
+            let idx = self
+                .mem
+                .load_u16(self.layout.used_idx(), Ordering::Acquire)?;
+            if idx.wrapping_sub(self.last_used) > self.in_flight {
+                self.stats.index_errors += 1;
+                return Err(VirtioError::UsedIndexJump {
+                    last: self.last_used,
+                    idx,
+                });
+            }
+            self.used_shadow = idx;
+            if idx == self.last_used {
+                return Ok(None);
+            }
+        }
+        let mut entry = [0u8; 8];
+        self.mem
+            .read_into(self.layout.used_entry(self.last_used), &mut entry)?;
+        self.last_used = self.last_used.wrapping_add(1);
+        let id = u32::from_le_bytes(entry[..4].try_into().expect("4 bytes"));
+        let len = u32::from_le_bytes(entry[4..].try_into().expect("4 bytes"));
+        let descs = usize::try_from(id)
+            .ok()
+            .and_then(|i| self.chain_descs.get(i))
+            .copied()
+            .unwrap_or(0);
+        if descs == 0 {
+            self.stats.bad_used_ids += 1;
+            return Err(VirtioError::BadUsedId { id });
+        }
+        let head = id as u16;
+        let writable = self.chain_writable[usize::from(head)];
+        self.reclaim(head, descs);
+        if u64::from(len) > writable {
+            self.stats.bad_used_lens += 1;
+            return Err(VirtioError::BadUsedLen {
+                head,
+                len,
+                writable,
+            });
+        }
+        Ok(Some(Used { head, len }))
+    }
+
+    /// Puts the `descs` descriptors of the chain at `head` back on the free
+    /// list, following the driver's own links.
+    fn reclaim(&mut self, head: u16, descs: u16) {
+        let mut last = head;
+        for _ in 1..descs {
+            last = self.next[usize::from(last)];
+        }
+        self.next[usize::from(last)] = self.free_head;
+        self.free_head = head;
+        self.num_free += descs;
+        self.chain_descs[usize::from(head)] = 0;
+        self.chain_writable[usize::from(head)] = 0;
+        self.in_flight -= 1;
+        self.stats.reclaimed += 1;
+    }
+
+    /// Asks the device not to send used buffer notifications (the driver
+    /// polls): sets [`VIRTQ_AVAIL_F_NO_INTERRUPT`] without
+    /// `VIRTIO_F_EVENT_IDX`; with it, leaving `used_event` behind has the
+    /// same effect, so nothing is written.
+    pub fn disable_interrupts(&mut self) -> Result<(), VirtioError> {
+        if !self.event_idx {
+            self.mem.store_u16(
+                self.layout.avail_flags(),
+                VIRTQ_AVAIL_F_NO_INTERRUPT,
+                Ordering::Relaxed,
+            )?;
+        }
+        Ok(())
+    }
+
+    /// Asks the device for a notification at its next used chain
+    /// (`used_event` set to the driver's position, or the flag cleared),
+    /// then re-reads `used.idx`: true when chains came back meanwhile, so
+    /// the caller polls again instead of waiting.
+    pub fn enable_interrupts(&mut self) -> Result<bool, VirtioError> {
+        if self.event_idx {
+            self.mem
+                .store_u16(self.layout.used_event(), self.last_used, Ordering::Relaxed)?;
+        } else {
+            self.mem
+                .store_u16(self.layout.avail_flags(), 0, Ordering::Relaxed)?;
+        }
+        // SeqCst fence: the store above before the index load below; pairs
+        // with the fence of `DeviceQueue::needs_notify`.
+        fence(Ordering::SeqCst);
+        let idx = self
+            .mem
+            .load_u16(self.layout.used_idx(), Ordering::Acquire)?;
+        Ok(idx != self.last_used)
+    }
+
+    /// Sets `used_event` (with `VIRTIO_F_EVENT_IDX`): the device notifies
+    /// when its `used.idx` passes `idx`. A SeqCst fence follows the store.
+    pub fn set_used_event(&mut self, idx: u16) -> Result<(), VirtioError> {
+        self.mem
+            .store_u16(self.layout.used_event(), idx, Ordering::Relaxed)?;
+        fence(Ordering::SeqCst);
+        Ok(())
+    }
+}
