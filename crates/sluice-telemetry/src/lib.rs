@@ -10,3 +10,5 @@
 pub mod registry;
 
 pub use registry::{PoolEntry, PortEntry, Registry};
+
+pub mod prometheus;
