@@ -161,6 +161,16 @@ impl<'a> Publisher<'a> {
         }
     }
 
+    /// [`tick`](Self::tick) for a loop that counts in its own terms:
+    /// `counts` makes the [`LcoreCycles`] only when they go out.
+    #[inline(always)]
+    pub fn tick_with(&mut self, counts: impl FnOnce() -> LcoreCycles) {
+        self.loops = self.loops.wrapping_add(1);
+        if self.loops & (PUBLISH_EVERY - 1) == 0 {
+            self.publish(&counts());
+        }
+    }
+
     /// Adds what `c` counted since the last update.
     #[inline(never)]
     pub fn publish(&mut self, c: &LcoreCycles) {

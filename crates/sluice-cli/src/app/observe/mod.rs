@@ -11,9 +11,6 @@
 //!   [`Watched`] while the run lasts. Dropped before the ports stop, so no
 //!   reader sees torn-down ports.
 
-// Filled by the telemetry handlers and read by `sluice stats`, both being
-// built on this model.
-#[allow(dead_code)]
 pub mod snapshot;
 
 use std::sync::Arc;
@@ -23,15 +20,14 @@ use serde_json::{Value, json};
 use sluice::mbuf::MbufPool;
 use sluice::port::Port;
 use sluice::tester::Tester;
-use sluice_telemetry::Registry;
 use sluice_telemetry::prometheus::{MetricsServer, MetricsWriter, write_registry};
+use sluice_telemetry::{Commands, Registry, Telemetry};
 
 use super::io::lcore::LiveLcore;
 use super::options::ObserveOptions;
 use snapshot::{DropCount, LcoreSnapshot, PoolCensus, PortSnapshot, Snapshot};
 
 /// The live sources of one run, as its watchers read them.
-#[allow(dead_code)] // read by the telemetry handlers
 pub struct Watched {
     /// The command running (`fwd`, `l3fwd`, `gen`, `demo`, ...).
     pub command: &'static str,
@@ -48,7 +44,6 @@ pub struct Watched {
     pub testers: Vec<(String, Arc<Tester>)>,
 }
 
-#[allow(dead_code)] // read by the telemetry handlers
 impl Watched {
     /// The sources of a run of `command` on `ports` and `pools`.
     pub fn new(
@@ -286,16 +281,16 @@ impl Watched {
 }
 
 /// `a / b`, or `None` when `b` is 0.
-#[allow(dead_code)]
 fn ratio(a: u64, b: u64) -> Option<f64> {
     (b != 0).then(|| a as f64 / b as f64)
 }
 
 /// The telemetry socket and the metrics endpoint of a run, while it lasts
 /// (dropping it stops both and removes the socket).
-#[allow(dead_code)] // kept for its drop
 pub struct Observer {
-    metrics: Option<MetricsServer>,
+    telemetry: Option<Telemetry>,
+    /// Served until dropped.
+    _metrics: Option<MetricsServer>,
 }
 
 impl Observer {
@@ -304,6 +299,15 @@ impl Observer {
     /// forwarding).
     pub fn start(options: &ObserveOptions, watched: Watched) -> Result<Observer, String> {
         let watched = Arc::new(watched);
+        let telemetry = if options.no_telemetry {
+            None
+        } else {
+            let commands = commands(&watched);
+            Some(
+                Telemetry::serve(&options.file_prefix, commands)
+                    .map_err(|e| format!("telemetry: {e}"))?,
+            )
+        };
         let metrics = match options.metrics {
             None => None,
             Some(addr) => {
@@ -314,6 +318,63 @@ impl Observer {
                 Some(server)
             }
         };
-        Ok(Observer { metrics })
+        Ok(Observer {
+            telemetry,
+            _metrics: metrics,
+        })
     }
+
+    /// The telemetry socket's path, when one is served.
+    #[allow(dead_code)]
+    pub fn telemetry_path(&self) -> Option<&std::path::Path> {
+        self.telemetry.as_ref().map(Telemetry::path)
+    }
+}
+
+/// The telemetry commands of `watched`: DPDK's `/ethdev/*` and `/mempool/*`
+/// from its registry, and Sluice's own `/sluice/*`.
+fn commands(watched: &Arc<Watched>) -> Commands {
+    let mut commands = Commands::with_registry(Arc::clone(&watched.registry));
+    let mut add = |name: &str, help: &str, read: fn(&Watched) -> Value| {
+        let shown = Arc::clone(watched);
+        commands.register(name, help, move |_params| Ok(read(&shown)));
+    };
+    add(
+        "/sluice/snapshot",
+        "Returns everything at once: ports, lcores, drops, pool census, latency. Takes no \
+         parameters",
+        |w| to_value(&w.snapshot()),
+    );
+    add(
+        "/sluice/lcores",
+        "Returns each forwarding lcore's busy share, cycles per packet and counters. Takes no \
+         parameters",
+        Watched::lcore_shares,
+    );
+    add(
+        "/sluice/drops",
+        "Returns packets dropped by reason and port. Takes no parameters",
+        |w| to_value(&w.drops()),
+    );
+    add(
+        "/sluice/census",
+        "Returns where each mempool's buffers are. Takes no parameters",
+        |w| to_value(&w.census()),
+    );
+    add(
+        "/sluice/tester",
+        "Returns each built-in tester's running report. Takes no parameters",
+        Watched::tester_reports,
+    );
+    add(
+        "/sluice/latency",
+        "Returns one-way latency per tester port. Takes no parameters",
+        |w| to_value(&w.snapshot().latency),
+    );
+    commands
+}
+
+/// `value` as JSON (these types always serialize).
+fn to_value<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
 }
