@@ -191,3 +191,35 @@ fn a_tiny_tx_ring_drops_with_a_reason_and_the_reasons_add_up() {
     assert_eq!(sum, counted, "{table:?}");
     assert_eq!(summary["testers"][0]["lost"].as_u64(), Some(sum));
 }
+
+/// The sum of a JSON census list's counts: the last element of each entry.
+fn census_sum(list: &serde_json::Value) -> u64 {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e.as_array().unwrap().last().unwrap().as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn the_json_summary_has_a_buffer_census_adding_up_to_the_pool() {
+    let spec = "soft:tester=cli_census,gen=udp,flows=16,size=64,device=inline";
+    let summary = fwd_pair_summary(spec, &["--stats-period", "0.05", "--pool-size", "4095"]);
+    assert_eq!(summary["pool_full"], true);
+    let pools = summary["census"]["pools"].as_array().unwrap();
+    assert_eq!(pools.len(), 1, "{summary}");
+    let c = &pools[0];
+    assert_eq!(c["name"], "fwd");
+    assert_eq!(c["size"], 4095);
+    let parts = c["in_ring"].as_u64().unwrap()
+        + census_sum(&c["in_caches"])
+        + census_sum(&c["rx_posted"])
+        + census_sum(&c["tx_waiting"])
+        + census_sum(&c["in_flight"])
+        + c["held_by_app"].as_u64().unwrap();
+    assert_eq!(parts, 4095, "{c}");
+    // Stopped: every buffer is free, each Rx queue of both ports listed.
+    assert_eq!(census_sum(&c["rx_posted"]), 0, "{c}");
+    assert_eq!(c["rx_posted"].as_array().unwrap().len(), 2, "{c}");
+    assert!(summary["census"].get("not_back").is_none(), "{summary}");
+}

@@ -149,6 +149,12 @@ fn stats_watches_a_running_fwd_and_a_second_instance_cannot_take_its_prefix() {
         }
         assert_eq!(r["lcores"].as_array().unwrap().len(), 1, "{r}");
         assert_eq!(r["pools"][0]["name"], "fwd", "{r}");
+        // Both ports' Rx rings hold posted buffers while they run.
+        assert_eq!(
+            r["pools"][0]["rx_posted"].as_array().unwrap().len(),
+            2,
+            "{r}"
+        );
     }
 
     // --list finds it, with its pid and command.
@@ -286,6 +292,7 @@ fn metrics_are_served_while_fwd_runs_and_promtool_accepts_them() {
         "sluice_port_rx_packets_total{port=\"0\"}",
         "sluice_lcore_packets_total{lcore=\"0\"}",
         "sluice_pool_buffers{pool=\"fwd\"}",
+        "sluice_pool_census_buffers{pool=\"fwd\",place=\"rx_posted\"}",
     ] {
         assert!(body.contains(family), "{family} missing: {body}");
     }

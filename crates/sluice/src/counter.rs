@@ -9,7 +9,9 @@
 //!
 //! [`Counter`] is that counter. Port and queue statistics
 //! ([`crate::port::stats`]) and the counters of the mempool caches, the page
-//! pools, the distributor and the tester are made of it.
+//! pools, the distributor and the tester are made of it. [`Gauge`] is its
+//! sibling for a level rather than a total (buffers a queue holds now): its
+//! one writer stores the new value, readers load it.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -70,6 +72,41 @@ impl Counter {
     }
 }
 
+/// A `u64` level written by one thread at a time and read by any: the
+/// writer [`set`](Gauge::set)s it (one plain store), readers
+/// [`get`](Gauge::get) some recent value, never a torn one.
+///
+/// ```
+/// use sluice::counter::Gauge;
+///
+/// let posted = Gauge::new();
+/// posted.set(512);
+/// assert_eq!(posted.get(), 512);
+/// posted.set(0);
+/// assert_eq!(posted.get(), 0);
+/// ```
+#[derive(Debug, Default)]
+pub struct Gauge(AtomicU64);
+
+impl Gauge {
+    /// A gauge at zero.
+    pub fn new() -> Self {
+        Gauge(AtomicU64::new(0))
+    }
+
+    /// Sets the level (single writer).
+    #[inline(always)]
+    pub fn set(&self, v: u64) {
+        self.0.store(v, Ordering::Relaxed);
+    }
+
+    /// The current level (from any thread).
+    #[inline]
+    pub fn get(&self) -> u64 {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -96,5 +133,20 @@ mod tests {
         .join()
         .unwrap();
         assert_eq!(c.get(), 10_000);
+    }
+
+    #[test]
+    fn a_gauge_reads_the_last_level_set() {
+        let g = std::sync::Arc::new(Gauge::new());
+        let w = g.clone();
+        std::thread::spawn(move || {
+            for v in 0..100 {
+                w.set(v);
+            }
+            w.set(7);
+        })
+        .join()
+        .unwrap();
+        assert_eq!(g.get(), 7);
     }
 }

@@ -114,6 +114,7 @@
 // driver-facing helpers.
 #![cfg_attr(loom, allow(dead_code, unused_imports))]
 
+pub mod census;
 pub(crate) mod copy;
 pub mod counter;
 pub mod distributor;

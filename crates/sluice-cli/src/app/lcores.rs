@@ -274,7 +274,13 @@ pub(crate) fn main_loop(
             next += period;
         }
     }
-    (snapshots, drain(src, testers, control.accountable))
+    let drained = drain(src, testers, control.accountable);
+    // The last count before the ports stop: where buffers that do not come
+    // back were.
+    if let Some(census) = src.census {
+        census.sample();
+    }
+    (snapshots, drained)
 }
 
 /// Pins the calling (main) thread to the first of `cpus` when there are

@@ -10,6 +10,7 @@ use sluice::tester::Tester;
 
 use super::io::lcore::{LcoreCycles, LiveLcore};
 use super::lcores::pin_main_thread;
+use super::observe::census::{self, CensusReport};
 use super::observe::drops::DropSources;
 use super::observe::{Observer, Watched};
 use super::options::{Engine, FwdArgs};
@@ -126,12 +127,14 @@ pub(crate) fn measure_with(
         drain_accounted,
         alloc_failures: gen_failures,
         drop_sources,
+        last_census,
     } = phase(&mut ports, &pool, &testers, &shared)?;
     // Nothing reads the ports once they stop.
     drop(observer);
 
     let (counters, device_cycles) = stop_all(&mut ports);
     let drops_by_reason = drop_sources.table();
+    let census = CensusReport::new(&census::of_run(&ports, &pool, None).take(), &last_census);
     let port_rows: Vec<PortSummary> = counters
         .iter()
         .enumerate()
@@ -171,6 +174,7 @@ pub(crate) fn measure_with(
         route_drops,
         drops_by_reason,
         pool_full: pool.is_full(),
+        census,
         alloc_failures,
         drain_accounted,
         testers,
@@ -208,6 +212,8 @@ pub(crate) struct Forwarded {
     pub alloc_failures: u64,
     /// Every drop counter of the run, by reason and port.
     pub drop_sources: DropSources,
+    /// The last buffer census taken while the ports ran.
+    pub last_census: Vec<sluice::census::PoolCensus>,
 }
 
 #[cfg(test)]

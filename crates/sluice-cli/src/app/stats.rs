@@ -9,6 +9,7 @@ use serde::Serialize;
 use sluice::port::PortCounters;
 
 use super::io::lcore::StreamCounters;
+use super::observe::census::CensusWatch;
 use super::output::{emit, emit_json};
 
 /// What the stats thread reads: each port's counters and, per stream, the
@@ -23,6 +24,8 @@ pub struct Sources<'a> {
     /// Packets the application dropped before Tx (l3fwd's router drops),
     /// all ports: counted when the drain adds up the testers' frames.
     pub app_drops: Option<&'a (dyn Fn() -> u64 + Sync)>,
+    /// The run's buffer census, counted each stats period.
+    pub census: Option<&'a CensusWatch>,
 }
 
 /// One port's counters at one time.
@@ -143,6 +146,9 @@ impl Live {
     /// Prints one line: per port, Rx and Tx Mpps since the last line, and
     /// the drop, miss and no-buffer totals.
     pub fn line(&mut self, src: &Sources<'_>) {
+        if let Some(census) = src.census {
+            census.sample();
+        }
         let now = Instant::now();
         let cur = src.sample();
         let secs = now.duration_since(self.last_time).as_secs_f64().max(1e-9);
@@ -210,6 +216,7 @@ mod tests {
             stream_tx_port: vec![1, 0],
             streams: &streams,
             app_drops: None,
+            census: None,
         };
         let s = src.sample();
         assert_eq!(

@@ -12,6 +12,7 @@ use sluice::port::{BurstHistogram, Offloads, PortCounters};
 use sluice::tester::Tester;
 
 use super::io::lcore::LcoreCycles;
+use super::observe::census::CensusReport;
 use super::observe::drops::total;
 use super::observe::snapshot::DropCount;
 use super::output::{emit, emit_json};
@@ -294,6 +295,9 @@ pub struct Summary {
     pub drops_by_reason: Vec<DropCount>,
     /// Whether every buffer was back in the pool after the ports stopped.
     pub pool_full: bool,
+    /// Where the pool's buffers were after the ports stopped, and those
+    /// that did not come back.
+    pub census: CensusReport,
     /// Times the pool was found empty (every port's `rx_nombuf`, and the
     /// bursts `txonly` could not generate): the pool ran dry.
     pub alloc_failures: u64,
@@ -514,6 +518,7 @@ impl Summary {
                 self.recycle_errors
             ));
         }
+        self.census.print();
         if !self.pool_full {
             emit("warning: the mbuf pool is not full after the ports stopped");
         }

@@ -21,6 +21,7 @@ use sluice::tester::{
 use sluice::tsc::rdtsc;
 
 use crate::app::io::lcore::{LcoreCycles, LiveLcore, Publisher};
+use crate::app::observe::census::{self, CensusReport};
 use crate::app::observe::drops::DropSources;
 use crate::app::observe::snapshot::DropCount;
 use crate::app::observe::{Observer, Watched};
@@ -122,6 +123,8 @@ struct GenReport {
     /// Every packet the port dropped, by reason.
     drops_by_reason: Vec<DropCount>,
     clean: Option<bool>,
+    /// Where the pool's buffers were after the port stopped.
+    census: CensusReport,
 }
 
 /// Runs `sluice gen`; an unclean report (with `--check`) is an error.
@@ -208,6 +211,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     let end = start + Duration::from_secs_f64(args.duration);
     let mut polls = 0u64;
     let counters = port.counters();
+    let census = census::of_run(std::slice::from_ref(&port), &pool, None);
     {
         let (rxq, txq) = port.queues_mut().map_err(|e| e.to_string())?;
         let (rxq, txq) = (&mut rxq[0], &mut txq[0]);
@@ -285,6 +289,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     tx.clear();
     // Nothing reads the port once it stops.
     drop(observer);
+    let last_census = census.take();
     port.stop();
     if let Some(fault) = counters.fault() {
         return Err(format!("port {}: {fault}", args.port));
@@ -295,7 +300,8 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     drop(checker);
     let r = tester.report();
     let clean = args.check.then(|| r.is_clean());
-    print_report(args, &r, &stats, drops, secs, clean);
+    let census = CensusReport::new(&census.take(), &last_census);
+    print_report(args, &r, &stats, drops, secs, clean, census);
     pool.flush_local_cache();
     if !pool.is_full() {
         return Err("the mbuf pool is not full after the port stopped".into());
@@ -328,6 +334,7 @@ fn print_report(
     drops_by_reason: Vec<DropCount>,
     secs: f64,
     clean: Option<bool>,
+    census: CensusReport,
 ) {
     let tx_packets = stats.tx_packets;
     if args.json {
@@ -347,6 +354,7 @@ fn print_report(
             tx_errors: stats.tx_errors,
             drops_by_reason,
             clean,
+            census,
         };
         emit_json(&j, "sluice gen", "the report");
         return;
@@ -371,6 +379,7 @@ fn print_report(
         Some(false) => emit("NOT CLEAN"),
         None => {}
     }
+    census.print();
 }
 
 #[cfg(test)]

@@ -379,18 +379,37 @@ impl SingleDistributor {
         unsafe { burst.forget_front(taken) };
         self.counters.distributed.add(taken as u64);
         self.poll_all();
+        self.note_held();
         taken
     }
 
     /// Moves up to `out.free()` returned packets into `out`, oldest first;
     /// returns how many.
     pub fn returned_pkts(&mut self, out: &mut BurstSlice) -> usize {
-        self.returns.pop_into(out)
+        let n = self.returns.pop_into(out);
+        self.note_held();
+        n
     }
 
     /// Frees every returned packet not yet collected.
     pub fn clear_returns(&mut self) {
         self.returns.clear();
+        self.note_held();
+    }
+
+    /// Packets the distributor holds — [`outstanding`](Self::outstanding)
+    /// and [`returns_waiting`](Self::returns_waiting) — as of its last
+    /// `process`, `returned_pkts`, `clear_returns` or `flush`, readable from
+    /// any thread (a buffer census counts them as in flight).
+    pub fn held_gauge(&self) -> std::sync::Arc<crate::counter::Gauge> {
+        std::sync::Arc::clone(&self.counters.held)
+    }
+
+    /// Publishes what the distributor holds (one store).
+    fn note_held(&self) {
+        self.counters
+            .held
+            .set((self.outstanding() + self.returns.len()) as u64);
     }
 
     /// Hands out everything queued and waits until every worker has
@@ -403,6 +422,7 @@ impl SingleDistributor {
             let progress = self.poll_all();
             let drained = self.pending.is_empty() || self.drain_pending();
             let left = self.outstanding();
+            self.note_held();
             if left == 0 {
                 return 0;
             }

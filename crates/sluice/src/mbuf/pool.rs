@@ -242,6 +242,11 @@ impl MbufPool {
         self.pool.stats()
     }
 
+    /// Free mbufs in each lcore's cache: see [`Mempool::cache_counts`].
+    pub fn cache_counts(&self) -> Vec<(usize, u32)> {
+        self.pool.cache_counts()
+    }
+
     /// True when every mbuf is free.
     pub fn is_full(&self) -> bool {
         self.pool.is_full()

@@ -73,7 +73,7 @@ mod loom_tests;
 
 pub use cache::{MAX_CACHE_SIZE, flush_threshold};
 pub use memory::{Backing, HUGEPAGE_SIZE, HugepagePolicy, Region};
-pub use pool::{Mempool, ZcPut};
+pub use pool::{FreeCounts, Mempool, ZcPut};
 pub(crate) use pool::{PoolInner, release_lcore};
 
 use std::ptr::NonNull;

@@ -449,6 +449,22 @@ impl Mempool {
         self.inner().stats()
     }
 
+    /// Free elements in each lcore's cache, `(lcore id, elements)`, caches
+    /// holding none left out, in lcore id order. Counted as
+    /// [`stats`](Self::stats) counts them, from any thread, while the
+    /// lcores go on: a snapshot, in which a cache being flushed counts as
+    /// empty (its elements are on their way to the ring).
+    pub fn cache_counts(&self) -> Vec<(usize, u32)> {
+        self.inner().free_counts().caches
+    }
+
+    /// Free elements in the ring and in each lcore's cache, counted
+    /// together (as [`cache_counts`](Self::cache_counts) counts the caches),
+    /// so that an element moving from a cache to the ring is counted once.
+    pub fn free_counts(&self) -> FreeCounts {
+        self.inner().free_counts()
+    }
+
     /// True when every element is free (in the ring or a cache).
     ///
     /// A free element in a cache is allocatable by that cache's lcore (and
@@ -883,7 +899,15 @@ impl PoolInner {
     /// count is exact. While handles live, elements also leave, and a
     /// count is a snapshot.
     pub(crate) fn count_free(&self, tries: u32) -> FreeCount {
+        self.count_free_with(tries, |_, _| {})
+    }
+
+    /// [`count_free`](Self::count_free), also telling `each_cache(lcore id,
+    /// elements)` what the count it returns found in each cache holding
+    /// some (a flushing cache counts as empty).
+    fn count_free_with(&self, tries: u32, mut each_cache: impl FnMut(usize, u32)) -> FreeCount {
         let mut before = [0u64; NB_CACHES];
+        let mut after = [0u64; NB_CACHES];
         let mut attempt = 1;
         loop {
             for (b, c) in before.iter_mut().zip(self.caches.iter()) {
@@ -897,14 +921,20 @@ impl PoolInner {
                 cached: 0,
                 settled: true,
             };
-            for (b, c) in before.iter().zip(self.caches.iter()) {
+            for ((b, a), c) in before.iter().zip(after.iter_mut()).zip(self.caches.iter()) {
                 let st = c.state.load(Ordering::Acquire);
+                *a = st;
                 count.settled &= st == *b && st & FLUSHING == 0;
                 if st & FLUSHING == 0 {
                     count.cached += state_len(st) as u32;
                 }
             }
             if count.settled || attempt >= tries {
+                for (id, &st) in after.iter().take(self.caches.len()).enumerate() {
+                    if st & FLUSHING == 0 && state_len(st) != 0 {
+                        each_cache(id, state_len(st) as u32);
+                    }
+                }
                 return count;
             }
             // Past a snapshot's tries (a teardown's wait for a flush to
@@ -939,10 +969,29 @@ impl PoolInner {
         s
     }
 
+    pub(crate) fn free_counts(&self) -> FreeCounts {
+        let mut caches = Vec::new();
+        let free = self.count_free_with(STATS_COUNTS, |id, n| caches.push((id, n)));
+        FreeCounts {
+            in_ring: free.in_ring,
+            caches,
+        }
+    }
+
     fn all_home(&self) -> bool {
         let free = self.count_free(STATS_COUNTS);
         free.in_ring + free.cached == self.size
     }
+}
+
+/// Where a pool's free elements are ([`Mempool::free_counts`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FreeCounts {
+    /// Free in the ring.
+    pub in_ring: u32,
+    /// Free in each lcore's cache: `(lcore id, elements)`, caches holding
+    /// none left out.
+    pub caches: Vec<(usize, u32)>,
 }
 
 /// Free elements as [`PoolInner::count_free`] counted them.

@@ -611,3 +611,54 @@ fn a_thread_that_forgets_its_lcore_guard_returns_the_cache_when_it_ends() {
     .unwrap();
     allocate_all(&pool);
 }
+
+#[test]
+fn cache_counts_name_each_lcores_cache_read_from_another_thread() {
+    use std::sync::{Arc, Barrier};
+    let pool = test_mempool(1023, 32);
+    // Both lcores have filled their caches; the main thread counts; then
+    // they end (their caches go back to the ring).
+    let filled = Arc::new(Barrier::new(3));
+    let counted = Arc::new(Barrier::new(3));
+    let workers: Vec<_> = [5usize, 9]
+        .into_iter()
+        .map(|keep| {
+            let (pool, filled, counted) = (pool.clone(), filled.clone(), counted.clone());
+            std::thread::spawn(move || {
+                let guard = lcore::register().unwrap();
+                // The first get refills the cache to 32 after serving one;
+                // the next `keep` come from the cache.
+                let mut out = vec![Elem::DANGLING; keep + 1];
+                pool.get_bulk(&mut out[..1]).unwrap();
+                pool.get_bulk(&mut out[1..]).unwrap();
+                let id = guard.id();
+                let cached = pool.local_cache_len();
+                assert_eq!(cached, 32 - keep);
+                filled.wait();
+                counted.wait();
+                // SAFETY: from `pool`, each put once.
+                unsafe { pool.put_bulk(&out) };
+                (id, cached)
+            })
+        })
+        .collect();
+    filled.wait();
+    let counts = pool.cache_counts();
+    let free = pool.free_counts();
+    counted.wait();
+    let mut seen: Vec<(usize, u32)> = workers
+        .into_iter()
+        .map(|w| {
+            let (id, cached) = w.join().unwrap();
+            (id, cached as u32)
+        })
+        .collect();
+    seen.sort();
+    assert_eq!(counts, seen);
+    assert_eq!(free.caches, seen);
+    let cached: u32 = seen.iter().map(|&(_, n)| n).sum();
+    // The lcores hold 6 and 10 elements out.
+    assert_eq!(free.in_ring + cached, 1023 - 16);
+    assert!(pool.cache_counts().is_empty());
+    assert_pool_full(&pool);
+}

@@ -40,7 +40,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use crate::counter::Counter;
+use crate::counter::{Counter, Gauge};
 
 /// Counters of one Rx queue.
 #[derive(Debug, Default)]
@@ -55,6 +55,11 @@ pub struct RxQueueStats {
     pub nombuf: Counter,
     /// Packets received with errors (and dropped).
     pub errors: Counter,
+    /// Buffers the queue holds for the device or kernel to receive into
+    /// (armed descriptors, frames on a fill ring, packets waiting on a
+    /// `pair` link), as of the queue's last burst; 0 once it is stopped.
+    /// The census of a pool ([`crate::census`]) reads it.
+    pub posted: Gauge,
     /// Packets per `rx_burst` call, when the port keeps burst statistics.
     pub bursts: Option<BurstHistogram>,
 }
@@ -86,6 +91,10 @@ pub struct TxQueueStats {
     pub bytes: Counter,
     /// Packets that could not be sent (and were dropped).
     pub errors: Counter,
+    /// Packets handed to the queue and not yet completed and freed (their
+    /// first buffers), as of the queue's last burst; 0 once it is stopped.
+    /// The census of a pool ([`crate::census`]) reads it.
+    pub waiting: Gauge,
     /// Packets per `tx_burst` call (those accepted), when the port keeps
     /// burst statistics.
     pub bursts: Option<BurstHistogram>,

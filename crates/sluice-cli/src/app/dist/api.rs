@@ -9,8 +9,11 @@
 //! generic over the pair. An API is one arm in [`Api::open`] and two trait
 //! impls here.
 
+use std::sync::Arc;
+
 use clap::ValueEnum;
 use serde::Serialize;
+use sluice::counter::Gauge;
 use sluice::distributor::{
     DistError, DistStats, Distributor, DistributorConfig, MatchImpl, SingleDistributor,
     SingleWorker, Worker,
@@ -107,6 +110,9 @@ pub trait DistSide: Send + 'static {
     /// The tag matching in use (`avx2`, `sse2`, `scalar`), or `-` where
     /// there is none.
     fn matching(&self) -> &'static str;
+    /// Packets it holds (outstanding and returns waiting) as of its last
+    /// call, readable from any thread.
+    fn held_gauge(&self) -> Arc<Gauge>;
 }
 
 /// A worker handle, held by the thread doing that worker's job.
@@ -152,6 +158,10 @@ impl DistSide for Distributor {
     fn matching(&self) -> &'static str {
         Distributor::matching(self).name()
     }
+
+    fn held_gauge(&self) -> Arc<Gauge> {
+        Distributor::held_gauge(self)
+    }
 }
 
 impl DistSide for SingleDistributor {
@@ -186,6 +196,10 @@ impl DistSide for SingleDistributor {
     fn matching(&self) -> &'static str {
         // One packet's tag against each worker's, in a loop.
         MatchImpl::Scalar.name()
+    }
+
+    fn held_gauge(&self) -> Arc<Gauge> {
+        SingleDistributor::held_gauge(self)
     }
 }
 

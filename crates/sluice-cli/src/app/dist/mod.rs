@@ -33,6 +33,7 @@ use sluice::tester::Tester;
 
 use super::io::lcore::LiveLcore;
 use super::lcores::{Control, Extra, StopOnDrop, main_loop, panic_message};
+use super::observe::census::{self, CensusWatch};
 use super::observe::drops::DropSources;
 use super::options::RunOptions;
 use super::output::emit;
@@ -147,6 +148,8 @@ pub(crate) struct PipelineOutput {
     pub drain_accounted: Option<bool>,
     /// Every drop counter of the run, by reason and port.
     pub drop_sources: DropSources,
+    /// The last buffer census taken while the ports ran.
+    pub last_census: Vec<sluice::census::PoolCensus>,
 }
 
 /// The run itself, with a distributor of any API.
@@ -175,6 +178,7 @@ impl WithDist for Pipeline<'_> {
             .map(|i| d.worker(i))
             .collect::<Result<Vec<_>, _>>()?;
         let port_counters: Vec<_> = self.ports.iter().map(Port::counters).collect();
+        let census = CensusWatch::new(census::of_run(self.ports, self.pool, Some(d.held_gauge())));
         let mut queues: Vec<PortQueues<'_>> = Vec::with_capacity(n);
         for (i, p) in self.ports.iter_mut().enumerate() {
             let (rx, tx) = p.queues_mut().map_err(|e| e.to_string())?;
@@ -209,6 +213,7 @@ impl WithDist for Pipeline<'_> {
             stream_tx_port: tx_ports,
             streams: &lc.tx,
             app_drops: None,
+            census: Some(&census),
         };
         let (pool, place) = (self.pool, self.place);
         std::thread::scope(|scope| {
@@ -302,6 +307,7 @@ impl WithDist for Pipeline<'_> {
                 drops: lc.tx.iter().map(|c| c.drops.get()).collect(),
                 drain_accounted,
                 drop_sources,
+                last_census: census.last(),
             })
         })
     }

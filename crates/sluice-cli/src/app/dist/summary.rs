@@ -7,6 +7,7 @@ use sluice::distributor::DistStats;
 
 use super::api::Api;
 use super::worker::WorkerOut;
+use crate::app::observe::census::CensusReport;
 use crate::app::observe::snapshot::DropCount;
 use crate::app::output::{emit, emit_json};
 use crate::app::summary::{
@@ -160,6 +161,9 @@ pub struct DistSummary {
     pub counts_match: bool,
     /// Every buffer back in the pool after the ports stopped.
     pub pool_full: bool,
+    /// Where the pool's buffers were after the ports stopped, and those
+    /// that did not come back.
+    pub census: CensusReport,
     /// Times the pool was found empty (every port's `rx_nombuf`): the pool
     /// ran dry.
     pub alloc_failures: u64,
@@ -334,6 +338,7 @@ impl DistSummary {
         ));
         print_drain(self.drain_accounted, "refused, missed, Rx or Tx error");
         print_testers(&self.testers, self.alloc_failures);
+        self.census.print();
         emit(if self.pool_full {
             "pool: every mbuf back"
         } else {

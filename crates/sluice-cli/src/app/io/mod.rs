@@ -38,6 +38,7 @@ use sluice::port::{Port, PortCounters};
 use sluice::tester::Tester;
 
 use super::lcores::{Control, run_lcores_with};
+use super::observe::{self, census::CensusWatch};
 use super::options::{Engine, FwdArgs};
 use super::ports::{check_recycle, has_threaded_device, peer, tester_names};
 use super::run::{Forwarded, Shared, measure_with, run_with};
@@ -145,6 +146,7 @@ fn forward_window(
             .iter()
             .all(|p| tester_names(&[p.name().to_owned()]).len() == 1);
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
+    let census = CensusWatch::new(observe::census::of_run(ports, pool, None));
     // Every queue, to be handed out one by one.
     let mut rxq: Vec<Vec<Option<&mut dyn sluice::port::RxQueue>>> = Vec::new();
     let mut txq: Vec<Vec<Option<&mut dyn sluice::port::TxQueue>>> = Vec::new();
@@ -192,6 +194,7 @@ fn forward_window(
         stream_tx_port,
         streams: &stream_counters,
         app_drops: None,
+        census: Some(&census),
     };
     let cfg = LcoreConfig {
         engine: args.engine,
@@ -232,6 +235,7 @@ fn forward_window(
         drain_accounted,
         alloc_failures,
         drop_sources,
+        last_census: census.last(),
     };
     Ok((f, window))
 }

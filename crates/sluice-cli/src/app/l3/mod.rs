@@ -20,6 +20,7 @@ use sluice::tester::Tester;
 use super::io::lcore::StreamCounters;
 use super::lcores::run_lcores;
 
+use super::observe::{self, census::CensusWatch};
 use super::options::FwdArgs;
 use super::ports::has_threaded_device;
 use super::run::{Forwarded, Shared};
@@ -45,6 +46,7 @@ pub(crate) fn route_phase<R: Router>(
         .collect();
     let threaded = ports.iter().any(|p| has_threaded_device(p.name()));
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
+    let census = CensusWatch::new(observe::census::of_run(ports, pool, None));
     // Every port has the same queue count (ports::open_ports falls back to
     // one for all), so lcore i can own Tx queue i of each.
     let queues = ports
@@ -97,6 +99,7 @@ pub(crate) fn route_phase<R: Router>(
         stream_tx_port,
         streams: &stream_counters,
         app_drops: Some(&app_drops),
+        census: Some(&census),
     };
     let cfg = L3Config {
         burst: args.queues.burst as usize,
@@ -124,5 +127,6 @@ pub(crate) fn route_phase<R: Router>(
         drain_accounted,
         alloc_failures: 0,
         drop_sources,
+        last_census: census.last(),
     })
 }

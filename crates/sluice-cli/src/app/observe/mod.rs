@@ -12,7 +12,10 @@
 //! - [`Observer`]: the telemetry socket and the metrics endpoint serving a
 //!   [`Watched`] while the run lasts. Dropped before the ports stop, so no
 //!   reader sees torn-down ports.
+//! - [`census`]: where every buffer of the run's pool is, each stats period
+//!   and in the summary.
 
+pub mod census;
 pub mod drops;
 pub mod snapshot;
 
@@ -48,6 +51,8 @@ pub struct Watched {
     pub testers: Vec<(String, Arc<Tester>)>,
     /// Its drop counters.
     pub drops: DropSources,
+    /// Its pools and ports, for the buffer census.
+    pub census: sluice::census::Census,
 }
 
 impl Watched {
@@ -62,11 +67,14 @@ impl Watched {
         drops: DropSources,
     ) -> Watched {
         let registry = Arc::new(Registry::new());
-        for p in ports {
-            registry.add_port(p);
-        }
+        let mut census = sluice::census::Census::new();
         for pool in pools {
             registry.add_pool(pool.mempool().name(), pool);
+            census = census.pool(pool.mempool().name(), pool);
+        }
+        for p in ports {
+            registry.add_port(p);
+            census = census.port(p);
         }
         Watched {
             command,
@@ -76,6 +84,7 @@ impl Watched {
             lcores,
             testers: testers.to_vec(),
             drops,
+            census,
         }
     }
 
@@ -145,21 +154,22 @@ impl Watched {
         self.drops.table()
     }
 
-    /// Where each pool's buffers are: free (ring and caches) and the rest.
+    /// Where each pool's buffers are: free in its ring and the lcores'
+    /// caches, posted in Rx rings, waiting in Tx rings, held by the
+    /// application.
     pub fn census(&self) -> Vec<PoolCensus> {
-        self.registry
-            .pools()
-            .iter()
-            .map(|p| {
-                let size = u64::from(p.pool.size());
-                let free = u64::from(p.pool.available()).min(size);
-                PoolCensus {
-                    name: p.name.clone(),
-                    size,
-                    in_ring: free,
-                    held_by_app: size - free,
-                    ..Default::default()
-                }
+        self.census
+            .take()
+            .into_iter()
+            .map(|c| PoolCensus {
+                name: c.name,
+                size: c.size,
+                in_ring: c.in_ring,
+                in_caches: c.in_caches,
+                rx_posted: c.rx_posted,
+                tx_waiting: c.tx_waiting,
+                in_flight: c.in_flight,
+                held_by_app: c.held_by_app,
             })
             .collect()
     }
@@ -212,7 +222,9 @@ impl Watched {
     }
 
     /// The Prometheus exposition: the registry's ports and pools, then the
-    /// lcores, drops and census.
+    /// lcores, drops and the census (`sluice_lcore_*_total{lcore}`,
+    /// `sluice_drops_total{reason,port}`,
+    /// `sluice_pool_census_buffers{pool,place}`).
     pub fn render_metrics(&self) -> String {
         let mut w = MetricsWriter::new();
         write_registry(&self.registry, &mut w);
@@ -258,6 +270,26 @@ impl Watched {
                 &[("reason", d.reason.as_str()), ("port", port.as_str())],
                 d.packets,
             );
+        }
+        for c in self.census() {
+            let sum2 = |v: &[(usize, u64)]| v.iter().map(|e| e.1).sum::<u64>();
+            let sum3 = |v: &[(u16, u16, u64)]| v.iter().map(|e| e.2).sum::<u64>();
+            for (place, n) in [
+                ("ring", c.in_ring),
+                ("caches", sum2(&c.in_caches)),
+                ("rx_posted", sum3(&c.rx_posted)),
+                ("tx_waiting", sum3(&c.tx_waiting)),
+                ("in_flight", c.in_flight.iter().map(|e| e.1).sum::<u64>()),
+                ("application", c.held_by_app),
+            ] {
+                w.gauge(
+                    "sluice_pool_census_buffers",
+                    "Buffers of a pool by where they are: free in its ring or the lcore caches, \
+                     posted in Rx rings, waiting in Tx rings, in flight, held by the application.",
+                    &[("pool", c.name.as_str()), ("place", place)],
+                    n,
+                );
+            }
         }
         w.gauge(
             "sluice_tsc_hz",

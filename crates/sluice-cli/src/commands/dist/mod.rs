@@ -24,6 +24,7 @@ use crate::app::dist::summary::{
 use crate::app::dist::{Pipeline, Placement, Settings, open_ports};
 use crate::app::io::lcore::LiveLcore;
 use crate::app::lcores::pin_main_thread;
+use crate::app::observe::census::{self, CensusReport};
 use crate::app::observe::drops::DropSources;
 use crate::app::observe::{Observer, Watched};
 use crate::app::options::{PortSpecs, QueueOptions, RunOptions};
@@ -190,6 +191,10 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
 
     let (counters, device_cycles) = stop_all(&mut ports);
     let drops_by_reason = ran.drop_sources.table();
+    let census = CensusReport::new(
+        &census::of_run(&ports, &pool, None).take(),
+        &ran.last_census,
+    );
     let secs = ran.secs;
     let port_rows: Vec<PortSummary> = counters
         .iter()
@@ -227,6 +232,7 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
         lcore_busy_loops: c.busy_loops,
         tsc_hz: sluice::tsc::tsc_hz(),
         pool_full: pool.is_full(),
+        census,
         alloc_failures,
         drops_by_reason,
         clean: is_clean(&testers, alloc_failures, ran.drain_accounted),

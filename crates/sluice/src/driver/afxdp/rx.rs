@@ -204,6 +204,8 @@ impl RxQueue for AfxdpRx {
         let max = burst.free() as u32;
         let n = r.rx.ready(max);
         if n == 0 {
+            let posted = r.ledger.held() + self.committed;
+            self.counters.rx[self.q].posted.set(posted as u64);
             return 0;
         }
         let base = burst.len();
@@ -253,9 +255,14 @@ impl RxQueue for AfxdpRx {
             bytes += d.len as u64;
         }
         r.rx.release(n);
+        let posted = r.ledger.held() + self.committed;
         // SAFETY: slots `[base, base + got)` hold received mbufs we gave up.
         unsafe { burst.set_len(base + got) };
-        self.counters.rx[self.q].record_burst(got, bytes);
+        let stats = &self.counters.rx[self.q];
+        stats.record_burst(got, bytes);
+        // Frames the kernel holds for Rx (fill ring, its cache, Rx ring) and
+        // those recycled into the software ring, not yet on the fill ring.
+        stats.posted.set(posted as u64);
         got
     }
 
@@ -299,6 +306,9 @@ impl RxQueue for AfxdpRx {
         self.committed = 0;
         self.sw.fill(Elem::DANGLING);
         self.slot.put_rx(r);
+        // What the kernel still holds comes back when the socket closes
+        // (module docs): a stopped queue holds nothing of the pool's.
+        self.counters.rx[self.q].posted.set(0);
     }
 
     fn recycle_rx_capable(&self) -> bool {

@@ -301,6 +301,9 @@ impl TxQueue for AfxdpTx {
         if errors != 0 {
             stats.errors.add(errors);
         }
+        // Frames the kernel holds for Tx (Tx ring, in flight, completion
+        // ring).
+        stats.waiting.set(r.ledger.held() as u64);
         if sent != 0 || r.tx.pending() != 0 {
             self.kick();
         }
@@ -309,6 +312,9 @@ impl TxQueue for AfxdpTx {
 
     fn tx_done_cleanup(&mut self, max: usize) -> usize {
         let freed = self.reap(max.min(u32::MAX as usize) as u32);
+        if let Some(r) = self.rings.as_ref() {
+            self.counters.tx[self.q].waiting.set(r.ledger.held() as u64);
+        }
         if self.rings.as_mut().is_some_and(|r| r.tx.pending() != 0) {
             self.kick();
         }
@@ -340,6 +346,8 @@ impl TxQueue for AfxdpTx {
         if let Some(r) = self.rings.take() {
             self.slot.put_tx(r);
         }
+        // The rest comes back when the socket closes (module docs).
+        self.counters.tx[self.q].waiting.set(0);
     }
 
     fn recycle_tx_capable(&self) -> bool {

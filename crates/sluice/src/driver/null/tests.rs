@@ -170,3 +170,21 @@ fn open_with_asks_for_an_offload_only_where_the_device_has_it() {
     );
     assert_pool_full(&pool);
 }
+
+#[test]
+fn null_queues_hold_no_buffer_between_bursts() {
+    let pool = test_pool(255);
+    let mut port = open("null:size=64", PortConfig::new(Some(pool.clone()))).unwrap();
+    port.start().unwrap();
+    let mut burst: Burst<32> = Burst::new();
+    assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 32);
+    // Every buffer out is in the burst: none is posted.
+    assert_eq!(pool.available() + 32, 255);
+    assert_eq!(port.counters().rx[0].posted.get(), 0);
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 32);
+    assert_eq!(port.counters().tx[0].waiting.get(), 0);
+    assert!(pool.is_full());
+    port.stop();
+    drop(port);
+    assert_pool_full(&pool);
+}

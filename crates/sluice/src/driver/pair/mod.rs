@@ -36,6 +36,11 @@
 //! until the pair is torn down: when the last end is dropped the links are,
 //! and a link's `Drop` frees everything still in it.
 //!
+//! The packets waiting on a link are counted in the receiving queue's
+//! `posted` gauge ([`RxQueueStats`](crate::port::RxQueueStats)), as the
+//! receiver's last poll saw them: the link is the receiver's Rx ring, which
+//! the peer fills. Tx queues hold nothing (`waiting` stays 0).
+//!
 //! # Registry
 //! Pairs are found by name in a process-wide registry that holds only `Weak`
 //! references: a pair lives while a port (or one of its queues) holds it, and
@@ -303,10 +308,13 @@ impl RxQueue for PairRx {
         };
         let len = burst.len();
         let free = burst.free();
-        let n = consumer.dequeue_burst(burst.spare_slots(free)).n;
+        let moved = consumer.dequeue_burst(burst.spare_slots(free));
+        let n = moved.n;
         // SAFETY: the `n` slots after `len` now hold mbufs whose ownership
         // the sending Tx queue gave to the ring.
         unsafe { burst.set_len(len + n) };
+        // What waits on the link, as the dequeue saw it.
+        stats.posted.set(moved.left as u64);
         // With headers read anyway (`bytes`), runts and oversize frames
         // are dropped here too; otherwise no header is touched (frames on a
         // pair come from this process, checked at the port they entered).
@@ -328,6 +336,7 @@ impl RxQueue for PairRx {
         if let Some(c) = self.consumer.as_mut() {
             drain(c);
         }
+        self.counters.rx[self.q].posted.set(0);
     }
 }
 
@@ -337,6 +346,7 @@ impl Drop for PairRx {
             drain(&mut c);
             *lock(&self.link.consumer) = Some(c);
         }
+        self.counters.rx[self.q].posted.set(0);
     }
 }
 

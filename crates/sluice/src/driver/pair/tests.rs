@@ -346,3 +346,25 @@ fn without_bytes_no_header_is_read_and_nothing_is_checked() {
     drop((a, b));
     assert_pool_full(&pool);
 }
+
+#[test]
+fn the_receivers_posted_gauge_counts_what_waits_on_its_link_and_reads_0_after_stop() {
+    let pool = test_pool(127);
+    let (mut a, mut b) = pair("t_gauge", PortConfig::new(None), PortConfig::new(None));
+    let mut burst: Burst = Burst::new();
+    fill(&pool, &mut burst, 0xa, 0, 30);
+    assert_eq!(a.tx_queue(0).unwrap().tx_burst(&mut burst), 30);
+    // A burst of 8 leaves 22 on the link.
+    let mut small: Burst<8> = Burst::new();
+    assert_eq!(b.rx_queue(0).unwrap().rx_burst(&mut small), 8);
+    let posted = b.counters().rx[0].posted.get();
+    assert_eq!(posted, 22);
+    assert_eq!(a.counters().tx[0].waiting.get(), 0);
+    assert_eq!(pool.available() as u64 + posted + small.len() as u64, 127);
+    drop(small);
+    b.stop();
+    assert_eq!(b.counters().rx[0].posted.get(), 0);
+    a.stop();
+    drop((a, b));
+    assert_pool_full(&pool);
+}

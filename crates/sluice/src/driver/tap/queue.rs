@@ -138,6 +138,8 @@ impl RxQueue for TapRx {
             }
         }
         stats.record_burst(n, bytes);
+        // The spare buffer kept for the next read.
+        stats.posted.set(self.spare.is_some() as u64);
         n
     }
 
@@ -149,6 +151,7 @@ impl RxQueue for TapRx {
     fn stop(&mut self) {
         self.started = false;
         self.spare = None;
+        self.counters.rx[self.q].posted.set(0);
     }
 }
 

@@ -299,6 +299,17 @@ impl SoftRx {
         }
     }
 
+    /// Publishes the buffers the queue holds in its `posted` gauge (one
+    /// store): armed or written back and not delivered (`[next, tail)`),
+    /// recycled into the ring and not rearmed, and kept for reuse.
+    #[inline(always)]
+    fn note_posted(&self) {
+        let held = self.tail.wrapping_sub(self.next) + self.committed + self.reuse.len() as u32;
+        self.counters.rx[self.engine.queue()]
+            .posted
+            .set(held as u64);
+    }
+
     /// Gives back every buffer the queue holds.
     fn release_all(&mut self) {
         let mut i = self.next;
@@ -424,6 +435,7 @@ impl RxQueue for SoftRx {
         // up (their ring entries are due for refill).
         unsafe { burst.set_len(base + n) };
         self.counters.rx[self.engine.queue()].record_burst(n, bytes);
+        self.note_posted();
         n
     }
 
@@ -437,6 +449,7 @@ impl RxQueue for SoftRx {
         self.committed = 0;
         // Every descriptor is due: fill the ring, batch by batch.
         self.refill();
+        self.note_posted();
         self.started = true;
         Ok(())
     }
@@ -454,6 +467,7 @@ impl RxQueue for SoftRx {
             self.regs.reset();
             self.release_all();
         });
+        self.note_posted();
     }
 
     fn recycle_rx_capable(&self) -> bool {

@@ -585,6 +585,15 @@ impl SoftTx {
         }
     }
 
+    /// Publishes the packets the queue holds (posted, not yet retired) in
+    /// its `waiting` gauge: one store.
+    #[inline(always)]
+    fn note_waiting(&self) {
+        self.stats.port.tx[self.engine.queue()]
+            .waiting
+            .set(self.sw_ring.posted.wrapping_sub(self.sw_ring.retired) as u64);
+    }
+
     /// Frees every mbuf not yet retired and resets the indices (the device
     /// is stopped or locked out, the ring reset).
     fn release_all(&mut self) {
@@ -1095,6 +1104,7 @@ impl TxQueue for SoftTx {
         // were dropped).
         unsafe { burst.forget_front(taken) };
         self.stats.port.tx[self.engine.queue()].record_burst(st.sent, st.bytes);
+        self.note_waiting();
         self.engine.inline_step();
         taken
     }
@@ -1107,6 +1117,7 @@ impl TxQueue for SoftTx {
                 None => break,
             }
         }
+        self.note_waiting();
         freed
     }
 
@@ -1132,6 +1143,7 @@ impl TxQueue for SoftTx {
             self.regs.reset();
             self.release_all();
         });
+        self.note_waiting();
     }
 
     fn recycle_tx_capable(&self) -> bool {
@@ -1214,6 +1226,7 @@ impl TxQueue for SoftTx {
         }
         self.sw_ring.retired = self.sw_ring.retired.wrapping_add(k << shift);
         self.stats.recycled.add(n as u64);
+        self.note_waiting();
         self.prefetch_head(n);
         Ok(n)
     }

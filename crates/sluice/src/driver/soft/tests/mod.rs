@@ -1313,3 +1313,48 @@ fn a_wire_with_one_end_is_an_error_at_start_naming_it() {
     drop(alone);
     assert!(pool.is_full());
 }
+
+/// Buffers the queues of `ports` hold, by their gauges: `(posted, waiting)`.
+fn gauges(ports: &[&Port]) -> (u64, u64) {
+    let mut sums = (0, 0);
+    for p in ports {
+        let c = p.counters();
+        sums.0 += c.rx.iter().map(|q| q.posted.get()).sum::<u64>();
+        sums.1 += c.tx.iter().map(|q| q.waiting.get()).sum::<u64>();
+    }
+    sums
+}
+
+#[test]
+fn posted_and_waiting_gauges_count_every_buffer_out_and_read_0_after_stop() {
+    let pool = pool(1023, 2048);
+    let config = PortConfig::new(Some(pool.clone())).nb_rxd(128).nb_txd(128);
+    let mut a = port("soft:tester=t-gauges,flows=16", config.clone());
+    let mut b = port("soft:tester=t-gauges", config);
+    // Started: every Rx descriptor is armed.
+    assert_eq!(gauges(&[&a, &b]), (2 * 128, 0));
+    let mut burst: Burst<32> = Burst::new();
+    for _ in 0..50 {
+        fwd(a.rx_queue(0).unwrap(), b.tx_queue(0).unwrap(), &mut burst);
+        fwd(b.rx_queue(0).unwrap(), a.tx_queue(0).unwrap(), &mut burst);
+        // Between bursts (the burst is empty) the queues hold every buffer
+        // out of the pool.
+        let (posted, waiting) = gauges(&[&a, &b]);
+        assert_eq!(
+            pool.available() as u64 + posted + waiting,
+            1023,
+            "posted {posted}, waiting {waiting}"
+        );
+    }
+    let (posted, waiting) = gauges(&[&a, &b]);
+    assert!(
+        posted > 0 && waiting > 0,
+        "posted {posted}, waiting {waiting}"
+    );
+    a.stop();
+    b.stop();
+    assert_eq!(gauges(&[&a, &b]), (0, 0));
+    assert!(pool.is_full());
+    drop((a, b));
+    assert!(pool.is_full());
+}
