@@ -149,6 +149,13 @@ fn stats_watches_a_running_fwd_and_a_second_instance_cannot_take_its_prefix() {
         }
         assert_eq!(r["lcores"].as_array().unwrap().len(), 1, "{r}");
         assert_eq!(r["pools"][0]["name"], "fwd", "{r}");
+        // The tester measures each port's one-way latency.
+        let latency = r["latency"].as_array().unwrap();
+        assert_eq!(latency.len(), 2, "{r}");
+        assert!(
+            latency.iter().all(|l| l["samples"].as_u64().unwrap() > 0),
+            "{r}"
+        );
         // Both ports' Rx rings hold posted buffers while they run.
         assert_eq!(
             r["pools"][0]["rx_posted"].as_array().unwrap().len(),

@@ -18,11 +18,14 @@
 //! - [`dist`]: the distributor pipeline of `sluice dist`.
 //! - [`observe`]: what a running command shows to telemetry, metrics and
 //!   `sluice stats`.
+//! - [`latency`]: testers' one-way latency in summaries, and `--hist-out`
+//!   (HdrHistogram interval log and percentile plot).
 
 pub mod dist;
 pub mod drain;
 pub mod io;
 pub mod l3;
+pub mod latency;
 pub mod lcores;
 pub mod observe;
 pub mod options;

@@ -183,6 +183,28 @@ impl Default for RunOptions {
     }
 }
 
+/// Latency reporting: what `sluice gen` measures with `--latency`, and the
+/// histograms' file.
+#[derive(Args, Debug, Clone, Default, PartialEq, Eq)]
+pub struct LatencyOptions {
+    /// Measure one-way latency (receives and checks as `--check` does) and
+    /// print it per port: min, p50, p90, p99, p99.9, max.
+    #[arg(long)]
+    pub latency: bool,
+    /// Write the latency histograms to FILE as an HdrHistogram interval log
+    /// (one interval per second and port, tag `port<N>`), and a percentile
+    /// plot to FILE with the extension `.svg` (implies `--latency`).
+    #[arg(long, value_name = "FILE")]
+    pub hist_out: Option<std::path::PathBuf>,
+}
+
+impl LatencyOptions {
+    /// Whether latency is measured (`--latency` or `--hist-out`).
+    pub fn enabled(&self) -> bool {
+        self.latency || self.hist_out.is_some()
+    }
+}
+
 /// The options `sluice l2fwd` and `sluice l3fwd` share, as DPDK's sample
 /// applications do: they run until SIGINT or SIGTERM unless given a
 /// duration.
@@ -267,6 +289,11 @@ pub struct FwdArgs {
     #[arg(long, default_value_t = 64, value_name = "SIZE",
           value_parser = clap::value_parser!(u16).range(42..=9000))]
     pub txpkts: u16,
+    /// Write the testers' latency histograms to FILE as an HdrHistogram
+    /// interval log (one interval per stats period and port, tag
+    /// `port<N>`), and a percentile plot to FILE with the extension `.svg`.
+    #[arg(long, value_name = "FILE")]
+    pub hist_out: Option<std::path::PathBuf>,
     /// Rx offloads asked for on each port whose device has them (not an
     /// option: `sluice l3fwd` asks for the IPv4 checksum check and verifies
     /// in software where the device cannot).
@@ -288,6 +315,7 @@ impl FwdArgs {
             eth_peer: Vec::new(),
             tx_first: false,
             txpkts: 64,
+            hist_out: None,
             rx_offloads_if_capable: Offloads::NONE,
         }
     }

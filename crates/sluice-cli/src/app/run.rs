@@ -3,12 +3,14 @@
 //! stopped and the summary.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use sluice::mbuf::{MbufPool, MbufPoolConfig};
 use sluice::port::Port;
 use sluice::tester::Tester;
 
 use super::io::lcore::{LcoreCycles, LiveLcore};
+use super::latency;
 use super::lcores::pin_main_thread;
 use super::observe::census::{self, CensusReport};
 use super::observe::drops::DropSources;
@@ -118,6 +120,14 @@ pub(crate) fn measure_with(
         );
         Some(Observer::start(observe, watched)?)
     };
+    let hist_out = match &args.hist_out {
+        Some(path) => Some(latency::HistOutThread::spawn(
+            latency::HistOut::create(path, &format!("fwd --engine {engine}"))?,
+            testers.iter().map(|(_, t)| Arc::clone(t)).collect(),
+            Duration::from_secs_f64(args.run.stats_period),
+        )?),
+        None => None,
+    };
     let Forwarded {
         lcores,
         secs,
@@ -145,6 +155,10 @@ pub(crate) fn measure_with(
         })
         .collect();
     drop(ports);
+    if let Some(h) = hist_out {
+        let all: Vec<Arc<Tester>> = testers.iter().map(|(_, t)| Arc::clone(t)).collect();
+        h.finish(&all)?;
+    }
     let testers = tester_reports(testers);
     let (busy_cycles, busy_packets, cpp) = cycles_per_packet(&lcores, device_cycles);
     let rx: u64 = port_rows.iter().map(|p| p.rx_packets).sum();

@@ -12,9 +12,11 @@ use sluice::port::{BurstHistogram, Offloads, PortCounters};
 use sluice::tester::Tester;
 
 use super::io::lcore::LcoreCycles;
+use super::latency;
 use super::observe::census::CensusReport;
 use super::observe::drops::total;
 use super::observe::snapshot::DropCount;
+use super::observe::snapshot::LatencySummary;
 use super::output::{emit, emit_json};
 
 /// One queue's burst-size histogram.
@@ -243,6 +245,8 @@ pub struct TesterSummary {
     pub clean: bool,
     /// The report as the tester words it.
     pub report: String,
+    /// One-way latency per port the tester checks frames of.
+    pub latency: Vec<LatencySummary>,
 }
 
 /// The whole run.
@@ -344,6 +348,9 @@ pub fn print_testers(testers: &[TesterSummary], alloc_failures: u64) {
             t.report,
             tester_verdict(t.clean, alloc_failures != 0)
         ));
+        for line in latency::lines(&t.latency) {
+            emit(&format!("  {line}"));
+        }
     }
     if alloc_failures != 0 {
         emit(&format!("warning: {}", pool_ran_dry(alloc_failures)));
@@ -559,6 +566,7 @@ pub(crate) fn tester_reports(mut testers: Vec<(String, Arc<Tester>)>) -> Vec<Tes
                 foreign: r.foreign,
                 clean: r.is_clean(),
                 report: r.to_string(),
+                latency: latency::summaries(&t),
             }
         })
         .collect()

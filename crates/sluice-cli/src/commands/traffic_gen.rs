@@ -8,6 +8,11 @@
 //! comes back: a `pair` looped through `sluice fwd`, a `soft` port cabled to
 //! a wire, ...). At the end it stops generating, keeps receiving until
 //! nothing arrives (bounded), stops the port and prints the tester report.
+//!
+//! With `--latency` (or `--hist-out`) it checks what comes back as with
+//! `--check` and measures each frame's one-way latency: a line per second
+//! with the last second's percentiles (text output), the whole run's in
+//! the report, and the histograms in `--hist-out`'s interval log and plot.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,13 +26,17 @@ use sluice::tester::{
 use sluice::tsc::rdtsc;
 
 use crate::app::io::lcore::{LcoreCycles, LiveLcore, Publisher};
+use crate::app::latency::{self, HistOut};
 use crate::app::observe::census::{self, CensusReport};
 use crate::app::observe::drops::DropSources;
-use crate::app::observe::snapshot::DropCount;
+use crate::app::observe::snapshot::{DropCount, LatencySummary};
 use crate::app::observe::{Observer, Watched};
-use crate::app::options::ObserveOptions;
+use crate::app::options::{LatencyOptions, ObserveOptions};
 use crate::app::output::{emit, emit_json};
 use crate::app::summary::print_drops_by_reason;
+
+/// Seconds between latency lines and `--hist-out` intervals.
+const LATENCY_PERIOD_S: f64 = 1.0;
 
 /// Arguments of `sluice gen`.
 #[derive(Args, Debug, Clone)]
@@ -65,6 +74,9 @@ pub struct GenArgs {
     /// Telemetry and metrics.
     #[command(flatten)]
     pub observe: ObserveOptions,
+    /// Latency measurement and its histograms.
+    #[command(flatten)]
+    pub latency: LatencyOptions,
 }
 
 impl GenArgs {
@@ -125,6 +137,9 @@ struct GenReport {
     clean: Option<bool>,
     /// Where the pool's buffers were after the port stopped.
     census: CensusReport,
+    /// One-way latency (with `--latency`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    latency: Option<Vec<LatencySummary>>,
 }
 
 /// Runs `sluice gen`; an unclean report (with `--check`) is an error.
@@ -182,7 +197,16 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     let stream = tester.add_stream();
     let flows = tester.config().flows;
     let mut generator = tester.generator(stream, (0..flows).collect());
-    let mut checker = args.check.then(|| tester.checker());
+    let measure = args.latency.enabled();
+    let check = args.check || measure;
+    let mut checker = check.then(|| tester.checker());
+    let mut hist_out = match &args.latency.hist_out {
+        Some(path) => Some(HistOut::create(path, "gen")?),
+        None => None,
+    };
+    let mut hist_error = None;
+    let period = Duration::from_secs_f64(LATENCY_PERIOD_S);
+    let mut last_latency = Vec::new();
     // The main thread is the one lcore: its counts, live, for watchers.
     let live = LiveLcore::many(1);
     let observer = if args.observe.is_off() {
@@ -209,6 +233,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     let mut rx: Burst<64> = Burst::new();
     let start = Instant::now();
     let end = start + Duration::from_secs_f64(args.duration);
+    let mut next_period = start + period;
     let mut polls = 0u64;
     let counters = port.counters();
     let census = census::of_run(std::slice::from_ref(&port), &pool, None);
@@ -218,8 +243,32 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         loop {
             polls += 1;
             // A failed device (see `PortCounters::fault`) ends the run.
-            if polls.is_multiple_of(256) && (Instant::now() >= end || counters.fault().is_some()) {
-                break;
+            if polls.is_multiple_of(256) {
+                let now = Instant::now();
+                if now >= end || counters.fault().is_some() {
+                    break;
+                }
+                if measure && now >= next_period {
+                    while next_period <= now {
+                        next_period += period;
+                    }
+                    if let Some(c) = &mut checker {
+                        c.publish_latency();
+                    }
+                    let cumulative = tester.latency();
+                    // A log that cannot be written is the run's error, once
+                    // the port is stopped and the buffers are back.
+                    if let Some(h) = &mut hist_out
+                        && let Err(e) = h.interval(&cumulative)
+                    {
+                        hist_error = Some(e);
+                        hist_out = None;
+                    }
+                    if !args.json {
+                        print_live_latency(start, &cumulative, &last_latency);
+                    }
+                    last_latency = cumulative;
+                }
             }
             // New frames only into the free room: unsent ones go first.
             let now = rdtsc();
@@ -299,12 +348,34 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     drop(port);
     drop(checker);
     let r = tester.report();
-    let clean = args.check.then(|| r.is_clean());
+    let clean = check.then(|| r.is_clean());
     let census = CensusReport::new(&census.take(), &last_census);
-    print_report(args, &r, &stats, drops, secs, clean, census);
+    let port_latency = tester.latency();
+    let plot = match (hist_out, &args.latency.hist_out) {
+        (Some(h), Some(log)) => match h.finish(&port_latency) {
+            Ok(svg) => Some((log, svg)),
+            Err(e) => {
+                hist_error.get_or_insert(e);
+                None
+            }
+        },
+        _ => None,
+    };
+    let summaries = measure.then(|| port_latency.iter().map(latency::summary_of).collect());
+    print_report(args, &r, &stats, drops, secs, clean, census, summaries);
+    if let (Some((log, svg)), false) = (plot, args.json) {
+        emit(&format!(
+            "latency histograms: {} (HdrHistogram interval log), {} (plot)",
+            log.display(),
+            svg.display()
+        ));
+    }
     pool.flush_local_cache();
     if !pool.is_full() {
         return Err("the mbuf pool is not full after the port stopped".into());
+    }
+    if let Some(e) = hist_error {
+        return Err(e);
     }
     Ok(clean.unwrap_or(true))
 }
@@ -316,17 +387,42 @@ fn check_burst(
     checker: &mut sluice::tester::Checker,
 ) -> usize {
     let n = rxq.rx_burst(rx.capped(32));
+    let now = rdtsc();
     for m in rx.iter() {
         if m.nb_segs() == 1 {
-            checker.check(m.data());
+            checker.check_at(m.data(), now);
         } else {
-            checker.check(&m.to_vec());
+            checker.check_at(&m.to_vec(), now);
         }
     }
     rx.clear();
     n
 }
 
+/// One line per port: the latency of the frames received since the last
+/// line (`cumulative` minus `before`).
+fn print_live_latency(
+    start: Instant,
+    cumulative: &[sluice::tester::PortLatency],
+    before: &[sluice::tester::PortLatency],
+) {
+    let t = start.elapsed().as_secs_f64();
+    for l in cumulative {
+        let mut gained = l.clone();
+        if let Some(b) = before.iter().find(|b| b.port == l.port)
+            && gained.histogram.subtract(&b.histogram).is_err()
+        {
+            gained = l.clone();
+        }
+        emit(&format!(
+            "[{t:6.1} s] latency port {}: {}",
+            l.port,
+            latency::live_figures(&latency::summary_of(&gained))
+        ));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
 fn print_report(
     args: &GenArgs,
     r: &TesterReport,
@@ -335,6 +431,7 @@ fn print_report(
     secs: f64,
     clean: Option<bool>,
     census: CensusReport,
+    latency: Option<Vec<LatencySummary>>,
 ) {
     let tx_packets = stats.tx_packets;
     if args.json {
@@ -355,6 +452,7 @@ fn print_report(
             drops_by_reason,
             clean,
             census,
+            latency,
         };
         emit_json(&j, "sluice gen", "the report");
         return;
@@ -374,6 +472,9 @@ fn print_report(
     }
     print_drops_by_reason(&drops_by_reason);
     emit(&format!("tester: {r}"));
+    for line in latency::lines(latency.as_deref().unwrap_or_default()) {
+        emit(&line);
+    }
     match clean {
         Some(true) => emit("clean: nothing lost, reordered, duplicated or corrupted"),
         Some(false) => emit("NOT CLEAN"),

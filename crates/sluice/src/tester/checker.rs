@@ -29,15 +29,21 @@
 //! highest seen.
 //!
 //! Received counts unique valid frames; lost is sent minus received.
+//!
+//! **Latency.** A received frame (not a duplicate) that carries a send time
+//! gives one latency sample for the checker's port, read against the TSC
+//! when it is checked (see [`latency`](super::latency)).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::counter::Counter;
 use crate::net::checksum;
+use crate::tsc;
 
 use super::config::L3;
 use super::frame::{Layout, MAGIC, MAX_FLOWS, MAX_HEAD, field};
+use super::latency::{Recorder, SharedLatency};
 use super::report::TesterReport;
 use super::{StreamState, Tester};
 
@@ -113,8 +119,9 @@ fn widen(seq32: u32, next: u64) -> u64 {
     }
 }
 
-/// A checker's counts, read by [`Tester::report`].
-#[derive(Debug, Default)]
+/// A checker's counts, read by [`Tester::report`], and its published
+/// latency, read by [`Tester::latency`].
+#[derive(Debug)]
 pub(crate) struct CheckStats {
     received: Counter,
     bytes: Counter,
@@ -122,9 +129,23 @@ pub(crate) struct CheckStats {
     duplicates: Counter,
     corrupt: Counter,
     foreign: Counter,
+    pub(crate) latency: SharedLatency,
 }
 
 impl CheckStats {
+    /// A checker's counts, all 0, for `port`.
+    pub(crate) fn new(port: u16) -> CheckStats {
+        CheckStats {
+            received: Counter::default(),
+            bytes: Counter::default(),
+            reordered: Counter::default(),
+            duplicates: Counter::default(),
+            corrupt: Counter::default(),
+            foreign: Counter::default(),
+            latency: SharedLatency::new(port),
+        }
+    }
+
     pub(crate) fn add_to(&self, r: &mut TesterReport) {
         r.received += self.received.get();
         r.bytes_received += self.bytes.get();
@@ -161,6 +182,8 @@ pub struct Checker {
     stats: Arc<CheckStats>,
     /// The headers and stamp the generator wrote, rebuilt.
     scratch: [u8; MAX_HEAD],
+    /// Latency samples not yet published.
+    latency: Recorder,
 }
 
 impl Checker {
@@ -170,16 +193,44 @@ impl Checker {
             streams: Vec::new(),
             stats,
             scratch: [0; MAX_HEAD],
+            latency: Recorder::new(),
         }
     }
 
+    /// The port whose frames this checker sees (its latency is counted
+    /// there).
+    pub fn port(&self) -> u16 {
+        self.stats.latency.port
+    }
+
     /// Checks one frame and counts it: received (and maybe reordered),
-    /// duplicate, corrupt or foreign.
+    /// duplicate, corrupt or foreign. A received frame with a send time is
+    /// measured against the TSC read now.
     #[inline]
     pub fn check(&mut self, frame: &[u8]) {
-        let seen = match self.validate(frame) {
-            Ok((stream, flow, seq)) => match self.streams.get(usize::from(stream)) {
-                Some(Some(state)) => state.order[flow as usize].record(seq),
+        self.check_with(frame, tsc::rdtsc);
+    }
+
+    /// [`check`](Self::check), with the TSC reading `now_tsc` as the time of
+    /// receipt (one reading for a burst).
+    #[inline]
+    pub fn check_at(&mut self, frame: &[u8], now_tsc: u64) {
+        self.check_with(frame, || now_tsc);
+    }
+
+    /// Adds the latency samples recorded since the last publication into
+    /// what [`Tester::latency`] reads, waiting for the lock if a reader holds
+    /// it. Checkers publish on their own every
+    /// [`PUBLISH_MS`](super::PUBLISH_MS) of traffic and when dropped.
+    pub fn publish_latency(&mut self) {
+        self.latency.publish(&self.stats.latency);
+    }
+
+    #[inline]
+    fn check_with(&mut self, frame: &[u8], now: impl FnOnce() -> u64) {
+        let (seen, sent) = match self.validate(frame) {
+            Ok((stream, flow, seq, sent)) => match self.streams.get(usize::from(stream)) {
+                Some(Some(state)) => (state.order[flow as usize].record(seq), sent),
                 _ => return self.stats.corrupt.inc(),
             },
             Err(Reject::Foreign) => return self.stats.foreign.inc(),
@@ -191,6 +242,9 @@ impl Checker {
                 self.stats.bytes.add(frame.len() as u64);
                 if reordered {
                     self.stats.reordered.inc();
+                }
+                if let Some(sent) = sent {
+                    self.latency.record(sent, now(), &self.stats.latency);
                 }
             }
             Seen::Duplicate => self.stats.duplicates.inc(),
@@ -215,10 +269,11 @@ impl Checker {
         true
     }
 
-    /// The frame's stream (cached), flow and sequence number when it is a
-    /// valid tester frame.
+    /// The frame's stream (cached), flow, sequence number and send time (when
+    /// it carries one) when it is a valid tester frame.
     #[inline]
-    fn validate(&mut self, frame: &[u8]) -> Result<(u16, u32, u32), Reject> {
+    #[allow(clippy::type_complexity)]
+    fn validate(&mut self, frame: &[u8]) -> Result<(u16, u32, u32, Option<u64>), Reject> {
         let lay: &Layout = &self.tester.layout;
         let s = lay.stamp_off;
         let end = lay.payload_off;
@@ -248,7 +303,9 @@ impl Checker {
             return Err(Reject::Corrupt);
         }
         let want = &mut self.scratch;
-        let word = lay.write_head(want, stream, flow, seq, len);
+        let sent = lay.read_tsc(frame, len);
+        let word = lay.write_head(want, stream, flow, seq, len, sent.unwrap_or(0));
+        let end = lay.pattern_off(len);
         match lay.l3 {
             L3::Ipv4 => {
                 if checksum::checksum(&frame[14..34]) != 0 {
@@ -265,6 +322,13 @@ impl Checker {
         if !self.cache_stream(stream) {
             return Err(Reject::Corrupt);
         }
-        Ok((stream, flow, seq))
+        Ok((stream, flow, seq, sent))
+    }
+}
+
+impl Drop for Checker {
+    /// Publishes the samples not yet published.
+    fn drop(&mut self) {
+        self.publish_latency();
     }
 }

@@ -31,7 +31,9 @@ pub enum L4 {
 ///
 /// A frame is never shorter than its headers plus the 16-byte stamp:
 /// 58 bytes for UDP/IPv4, 70 for TCP/IPv4, 78 for UDP/IPv6 and 90 for
-/// TCP/IPv6. A smaller size is raised to that minimum.
+/// TCP/IPv6. A smaller size is raised to that minimum. Frames with at least
+/// 6 bytes after the stamp also carry their send time, for latency (64-byte
+/// UDP/IPv4 frames do; see [`frame`](super::frame)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FrameSize {
     /// Every frame this long (60..=9000).

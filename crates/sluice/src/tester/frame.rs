@@ -1,13 +1,14 @@
-//! The frames a tester sends: header templates, the stamp, the payload
-//! pattern, and the arithmetic that keeps every checksum valid without
-//! summing the payload.
+//! The frames a tester sends: header templates, the stamp, the send time,
+//! the payload pattern, and the arithmetic that keeps every checksum valid
+//! without summing the payload.
 //!
 //! A frame is Ethernet, IPv4 or IPv6, UDP or TCP, then the 16-byte stamp
-//! (big-endian, byte ranges in [`field`]), then the payload:
+//! (big-endian, byte ranges in [`field`]), then the payload, whose first
+//! [`TSC_LEN`] bytes are the send time when the payload is that long:
 //!
 //! ```text
-//! | Ethernet 14 | IPv4 20 / IPv6 40 | UDP 8 / TCP 20 | magic | id | seq | check | payload ... |
-//!                                                    '----- stamp, 16 bytes ----'
+//! | Ethernet 14 | IPv4 20 / IPv6 40 | UDP 8 / TCP 20 | magic | id | seq | check | tsc | payload ... |
+//!                                                    '----- stamp, 16 bytes ----'  6
 //! ```
 //!
 //! - `magic` is [`MAGIC`]; `id` is the stream (12 bits) above the flow (20 bits);
@@ -15,20 +16,40 @@
 //! - `check` is `mix(id) ^ mix(seq)` with a different bijective 32-bit mixer
 //!   (murmur3's finaliser, keyed by the seed) on each side: changing any bits of
 //!   `id` alone, of `seq` alone, or of `check` changes the comparison;
-//! - the payload repeats one 8-byte word derived from (seed, id, seq), so the
-//!   checker compares it word by word and a payload from another frame does not
-//!   pass.
+//! - `tsc` is the low 48 bits of the generator's TSC reading when it wrote the
+//!   frame (the `now_tsc` of [`Generator::fill`](super::Generator::fill)),
+//!   present when the frame has at least [`TSC_LEN`] bytes after the stamp
+//!   (so 64-byte UDP/IPv4 frames carry it; shorter payloads carry none and
+//!   give no latency sample). 48 bits wrap after 2^48 ticks, more than 15
+//!   hours at 5 GHz, so `now - tsc` modulo 2^48 is the exact one-way time of
+//!   any frame that comes back sooner;
+//! - the rest of the payload repeats one 8-byte word derived from (seed, id,
+//!   seq), so the checker compares it word by word and a payload from another
+//!   frame does not pass.
 //!
-//! Everything but the MAC addresses, the TTL / hop limit and the IPv4 header
-//! checksum is a function of (stream, flow, seq, length): the checker rebuilds
-//! the headers and stamp the generator wrote and compares.
+//! Everything but the MAC addresses, the TTL / hop limit, the IPv4 header
+//! checksum and `tsc` is a function of (stream, flow, seq, length): the
+//! checker rebuilds the headers and stamp the generator wrote and compares.
+//!
+//! **The send time and corruption.** `tsc` is the one field the checker cannot
+//! rebuild, so the L4 checksum covers it: the generator sums its three 16-bit
+//! words into the checksum, and the checker rebuilds the headers with the
+//! `tsc` it reads from the frame, so the L4 checksum it rebuilds matches the
+//! frame's only when those words sum as the ones sent did. Any single bit
+//! flip, and any change of one 16-bit word other than `0x0000` ↔ `0xffff`
+//! (equal in ones' complement), changes the sum and makes the frame corrupt;
+//! like any Internet checksum it misses changes that cancel out (two words
+//! moved in opposite directions by the same amount). A frame that passes is
+//! measured; one that fails gives no sample.
 //!
 //! **Checksums in O(1).** The template is summed once with its flow-dependent
 //! fields (source address, source port) and lengths at zero. Per frame the
 //! IPv4 header checksum is that sum plus the source address and total length;
-//! the L4 checksum adds the pseudo-header, the stamp (8 words) and the payload,
-//! whose sum is `(len / 8) * sum(word) + sum(tail)` because it is one word
-//! repeated and starts at an even offset. No frame byte is read back.
+//! the L4 checksum adds the pseudo-header, the stamp (8 words), `tsc` (3
+//! words) and the payload pattern, whose sum is `(len / 8) * sum(word) +
+//! sum(tail)` because it is one word repeated and starts at an even offset
+//! (the stamp and `tsc` are an even number of bytes). No frame byte is read
+//! back.
 //!
 //! **Flow tuples.** Flow `f` of stream `s`: IPv4 `10.s.f>>8.f → 198.18.0.1`
 //! (RFC 2544's benchmarking network), IPv6 `2001:2:0:1:0:s:f>>16:f →
@@ -48,6 +69,10 @@ use super::config::{L3, L4, TesterConfig};
 pub const MAGIC: u32 = 0x534c_5453;
 /// Length of the stamp.
 pub const STAMP_LEN: usize = 16;
+/// Length of the send time after the stamp: the low 48 bits of the TSC.
+pub const TSC_LEN: usize = 6;
+/// The send times a frame can carry: `TSC_LEN` bytes' worth.
+pub const TSC_MASK: u64 = (1 << (8 * TSC_LEN)) - 1;
 /// The most flows a stream can have (20 bits of the stamp id).
 pub const MAX_FLOWS: u32 = 1 << 20;
 /// The most streams a tester can have (12 bits of the stamp id).
@@ -91,8 +116,9 @@ const ETH_LEN: usize = 14;
 const V4_DST: [u8; 4] = [198, 18, 0, 1];
 const V6_SRC_PREFIX: [u8; 10] = [0x20, 0x01, 0, 0x02, 0, 0, 0, 0x01, 0, 0];
 const V6_DST: [u8; 16] = [0x20, 0x01, 0, 0x02, 0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0, 0, 1];
-/// Longest header-plus-stamp: Ethernet, IPv6, TCP, stamp.
-pub(crate) const MAX_HEAD: usize = ETH_LEN + 40 + 20 + STAMP_LEN;
+/// Longest header-plus-stamp-plus-send-time: Ethernet, IPv6, TCP, stamp,
+/// TSC.
+pub(crate) const MAX_HEAD: usize = ETH_LEN + 40 + 20 + STAMP_LEN + TSC_LEN;
 
 /// The stamp id of a flow.
 #[inline(always)]
@@ -148,7 +174,8 @@ pub(crate) struct Layout {
     pub(crate) l4_off: usize,
     /// Where the stamp starts.
     pub(crate) stamp_off: usize,
-    /// Where the payload starts: also the shortest frame.
+    /// Where the payload starts (with the send time when the frame is long
+    /// enough): also the shortest frame.
     pub(crate) payload_off: usize,
     /// Offset of the L4 checksum.
     l4_csum: usize,
@@ -317,10 +344,39 @@ impl Layout {
         }
     }
 
-    /// Writes the headers and stamp of a `len`-byte frame into
-    /// `buf[..payload_off]` (`payload_off <= len <= buf.len()`, `len` at most
-    /// 65535 + 14) and returns the payload word. The L4 checksum already
-    /// covers the payload [`fill_payload`](Self::fill_payload) will write.
+    /// Where the payload pattern of a `len`-byte frame starts: after the
+    /// send time when the frame has room for it (see the module docs).
+    #[inline(always)]
+    pub(crate) fn pattern_off(&self, len: usize) -> usize {
+        if self.has_tsc(len) {
+            self.payload_off + TSC_LEN
+        } else {
+            self.payload_off
+        }
+    }
+
+    /// Whether a `len`-byte frame carries the send time.
+    #[inline(always)]
+    pub(crate) fn has_tsc(&self, len: usize) -> bool {
+        len >= self.payload_off + TSC_LEN
+    }
+
+    /// The send time a `len`-byte `frame` carries, if it has room for one
+    /// (`frame.len() >= len`).
+    #[inline(always)]
+    pub(crate) fn read_tsc(&self, frame: &[u8], len: usize) -> Option<u64> {
+        self.has_tsc(len).then(|| {
+            let b = &frame[self.payload_off..self.payload_off + TSC_LEN];
+            b.iter().fold(0u64, |acc, &x| acc << 8 | u64::from(x))
+        })
+    }
+
+    /// Writes the headers, stamp and (when the frame has room) the low 48
+    /// bits of `tsc` of a `len`-byte frame into
+    /// `buf[..pattern_off(len)]` (`payload_off <= len <= buf.len()`, `len`
+    /// at most 65535 + 14) and returns the payload word. The L4 checksum
+    /// already covers the payload [`fill_payload`](Self::fill_payload) will
+    /// write.
     #[inline]
     pub(crate) fn write_head(
         &self,
@@ -329,8 +385,9 @@ impl Layout {
         flow: u32,
         seq: u32,
         len: usize,
+        tsc: u64,
     ) -> [u8; 8] {
-        let end = self.payload_off;
+        let end = self.pattern_off(len);
         let h = &mut buf[..end];
         h[..self.stamp_off].copy_from_slice(&self.head[..self.stamp_off]);
         let (src, n) = self.src_addr(stream, flow);
@@ -377,6 +434,10 @@ impl Layout {
         put32(h, s + field::ID.start, id);
         put32(h, s + field::SEQ.start, seq);
         put32(h, s + field::CHECK.start, self.check(id, seq));
+        if end > self.payload_off {
+            let t = (tsc & TSC_MASK).to_be_bytes();
+            h[self.payload_off..end].copy_from_slice(&t[8 - TSC_LEN..]);
+        }
         l4_acc += u64::from(checksum::sum(0, &h[s..end]));
         let word = self.pattern(id, seq);
         l4_acc += payload_sum(&word, len - end);

@@ -240,7 +240,11 @@ impl Generator {
         usize::from(self.sizes[self.size_pos]).max(self.min_len)
     }
 
-    /// Writes the next frame into `buf[..len]` and returns `len`.
+    /// Writes the next frame into `buf[..len]` and returns `len`. The frame
+    /// carries `now_tsc` as its send time when it has room (see
+    /// [`frame`](super::frame)): pass a TSC reading
+    /// ([`tsc::rdtsc`](crate::tsc::rdtsc), one for a burst) for checkers to
+    /// measure latency against.
     ///
     /// `None` when the rate allows no frame at `now_tsc`, when the count is
     /// reached, when the generator has no flows, when the tester is paused
@@ -276,8 +280,8 @@ impl Generator {
         let seq = self.seqs[idx];
         let flow = self.flows[idx];
         let layout = &self.tester.layout;
-        let word = layout.write_head(buf, self.stream_id, flow, seq as u32, len);
-        Layout::fill_payload(&mut buf[layout.payload_off..len], &word);
+        let word = layout.write_head(buf, self.stream_id, flow, seq as u32, len, now_tsc);
+        Layout::fill_payload(&mut buf[layout.pattern_off(len)..len], &word);
         self.seqs[idx] = seq + 1;
         self.stream.next_seq[flow as usize].store(seq + 1, Ordering::Relaxed);
         self.last = Some(Last {

@@ -17,6 +17,10 @@
 //!   share per-flow order state in atomics (no lock on the per-packet path).
 //! - [`Tester::report`] sums everything at any time: sent, received, lost,
 //!   reordered, duplicates, corrupt, foreign.
+//! - [`Tester::latency`] gives, per port, the one-way latency of the frames
+//!   received back: each frame carries its send time (the generator's TSC)
+//!   and the checker of the port it left records `now - sent` into an
+//!   HdrHistogram ([`latency`]).
 //!
 //! What a frame carries and why the checksums cost O(1) per frame is in
 //! [`frame`]; how frames are counted is in [`Checker`].
@@ -45,6 +49,7 @@ mod checker;
 mod config;
 pub mod frame;
 mod generator;
+pub mod latency;
 mod registry;
 mod report;
 
@@ -61,6 +66,7 @@ pub use config::{
 };
 pub use frame::{FlowTuple, MAX_FLOWS, MAX_STREAMS};
 pub use generator::{Generator, IMIX_ORDER};
+pub use latency::{LATENCY_MAX_NS, LatencySummary, PUBLISH_MS, PortLatency};
 pub use registry::{attach, registered};
 pub use report::TesterReport;
 
@@ -188,9 +194,18 @@ impl Tester {
         Generator::new(self.clone(), stream, state, flows, stats)
     }
 
-    /// A checker: one per egress point, any number.
+    /// A checker: one per egress point, any number. Its latency samples
+    /// count for port 0 (see [`checker_for`](Self::checker_for)).
     pub fn checker(self: &Arc<Self>) -> Checker {
-        let stats = Arc::new(CheckStats::default());
+        self.checker_for(0)
+    }
+
+    /// A checker of the frames port `port` sends: its latency samples count
+    /// for that port in [`latency`](Self::latency). The process's first
+    /// checker measures the TSC frequency ([`tsc_hz`](crate::tsc::tsc_hz),
+    /// about 150 ms), so no frame waits for it.
+    pub fn checker_for(self: &Arc<Self>, port: u16) -> Checker {
+        let stats = Arc::new(CheckStats::new(port));
         self.checkers
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -235,5 +250,38 @@ impl Tester {
         }
         r.lost = r.sent.saturating_sub(r.received);
         r
+    }
+
+    /// The one-way latency of the frames received so far, per port (ports
+    /// with a checker, ascending; a port whose frames carried no send time
+    /// has an empty histogram). Samples a checker has not published yet
+    /// (at most [`PUBLISH_MS`] of them, all once it is dropped) are not in
+    /// it. Each checker's histogram is locked while it is added; the
+    /// checkers never wait for it.
+    pub fn latency(&self) -> Vec<PortLatency> {
+        let checkers: Vec<Arc<CheckStats>> = self
+            .checkers
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
+        let mut out: Vec<PortLatency> = Vec::new();
+        for c in &checkers {
+            let port = c.latency.port;
+            let i = match out.binary_search_by_key(&port, |l| l.port) {
+                Ok(i) => i,
+                Err(i) => {
+                    out.insert(
+                        i,
+                        PortLatency {
+                            port,
+                            histogram: latency::latency_histogram(),
+                        },
+                    );
+                    i
+                }
+            };
+            c.latency.add_to(&mut out[i].histogram);
+        }
+        out
     }
 }

@@ -926,3 +926,143 @@ fn a_paused_tester_generates_nothing_until_resumed() {
     assert!(g.fill(&mut buf, 0).is_some());
     assert_eq!(t.report().sent, 2, "nothing counted while paused");
 }
+
+/// The latency histogram of `port`, all checkers published.
+fn port_latency(t: &Tester, port: u16) -> hdrhistogram::Histogram<u64> {
+    t.latency()
+        .into_iter()
+        .find(|l| l.port == port)
+        .unwrap_or_else(|| panic!("no latency for port {port}"))
+        .histogram
+}
+
+/// `ticks` TSC ticks in nanoseconds, as the checker converts them.
+fn ticks_to_ns(ticks: u64) -> u64 {
+    (u128::from(ticks) * 1_000_000_000 / u128::from(crate::tsc::tsc_hz())) as u64
+}
+
+#[test]
+fn frames_with_room_carry_the_send_time_and_check_clean() {
+    // UDP/IPv4: 58 bytes of headers and stamp; 64 leaves 6 for the time.
+    for (size, stamped) in [(60, false), (63, false), (64, true), (1518, true)] {
+        let (t, mut g, mut ch) = setup(config(L3::Ipv4, L4::Udp, 4, FrameSize::Fixed(size)));
+        let mut buf = [0u8; 2048];
+        let sent_at = 0x1234_5678_9abc_u64;
+        let len = g.fill(&mut buf, sent_at).unwrap();
+        assert_eq!(len, usize::from(size));
+        let carried = &buf[58..64.min(len)];
+        assert_eq!(
+            carried == &sent_at.to_be_bytes()[2..][..carried.len()],
+            stamped
+        );
+        parse_valid(&buf[..len]);
+        ch.check_at(&buf[..len], sent_at + 1000);
+        ch.publish_latency();
+        let r = t.report();
+        assert_eq!((r.received, r.corrupt), (1, 0), "size {size}");
+        assert_eq!(port_latency(&t, 0).len(), u64::from(stamped), "size {size}");
+    }
+}
+
+#[test]
+fn a_flipped_send_time_bit_is_corrupt_and_gives_no_sample() {
+    for (l3, l4) in KINDS {
+        let (t, mut g, mut ch) = setup(config(l3, l4, 4, FrameSize::Fixed(200)));
+        let mut buf = [0u8; 256];
+        let len = g.fill(&mut buf, 0xfedc_ba98_7654).unwrap();
+        let at = t.layout.payload_off;
+        for byte in at..at + frame::TSC_LEN {
+            for bit in 0..8 {
+                let mut f = buf[..len].to_vec();
+                f[byte] ^= 1 << bit;
+                ch.check_at(&f, 0xfedc_ba98_7654 + 10);
+            }
+        }
+        ch.check_at(&buf[..len], 0xfedc_ba98_7654 + 10);
+        ch.publish_latency();
+        let r = t.report();
+        assert_eq!((r.corrupt, r.received), (8 * frame::TSC_LEN as u64, 1));
+        assert_eq!(port_latency(&t, 0).len(), 1);
+    }
+}
+
+#[test]
+fn the_checker_records_now_minus_the_send_time_in_nanoseconds() {
+    let (t, mut g, mut ch) = setup(config(L3::Ipv6, L4::Tcp, 4, FrameSize::Fixed(128)));
+    let hz = crate::tsc::tsc_hz();
+    let mut buf = [0u8; 256];
+    // 1 ms, 2 ms, ... 10 ms after sending, all across the 48-bit wrap of
+    // the send time; then one sent 10 ticks before the wrap and received 10
+    // after.
+    for k in 1..=10u64 {
+        let sent = (1 << 48) - 100 + k;
+        let len = g.fill(&mut buf, sent).unwrap();
+        ch.check_at(&buf[..len], sent + k * hz / 1000);
+    }
+    let wrap = (1u64 << 48) - 10;
+    let len = g.fill(&mut buf, wrap).unwrap();
+    ch.check_at(&buf[..len], wrap + 20);
+    // Nothing is published before it is time (the fake clock does not move
+    // far enough) or asked.
+    assert_eq!(port_latency(&t, 0).len(), 0);
+    ch.publish_latency();
+    let h = port_latency(&t, 0);
+    assert_eq!(h.len(), 11);
+    assert!(h.equivalent(h.min(), ticks_to_ns(20)), "{}", h.min());
+    assert!(h.equivalent(h.max(), ticks_to_ns(10 * (hz / 1000))));
+    let p50 = h.value_at_quantile(0.5);
+    assert!(h.equivalent(p50, ticks_to_ns(5 * (hz / 1000))), "{p50}");
+    let s = LatencySummary::of(&h);
+    assert_eq!((s.samples, s.min_ns, s.max_ns), (11, h.min(), h.max()));
+    assert!(s.min_ns <= s.p50_ns && s.p50_ns <= s.p90_ns && s.p90_ns <= s.p99_ns);
+    assert!(s.p99_ns <= s.p999_ns && s.p999_ns <= s.max_ns);
+    // Duplicates are not measured again.
+    ch.check_at(&buf[..len], wrap + 20);
+    drop(ch);
+    assert_eq!(port_latency(&t, 0).len(), 11);
+    assert_eq!(t.report().duplicates, 1);
+}
+
+#[test]
+fn latency_is_merged_per_port_over_its_checkers() {
+    let t = Tester::new(config(L3::Ipv4, L4::Udp, 8, FrameSize::Fixed(64)));
+    let s = t.add_stream();
+    let mut g = t.generator(s, (0..8).collect());
+    let mut checkers = [t.checker_for(3), t.checker_for(1), t.checker_for(3)];
+    assert_eq!(checkers.each_ref().map(|c| c.port()), [3, 1, 3]);
+    let mut buf = [0u8; 64];
+    for i in 0..30u64 {
+        let len = g.fill(&mut buf, 1000).unwrap();
+        checkers[(i % 3) as usize].check_at(&buf[..len], 1000 + i);
+    }
+    drop(checkers);
+    let l = t.latency();
+    let ports: Vec<(u16, u64)> = l.iter().map(|p| (p.port, p.histogram.len())).collect();
+    assert_eq!(ports, [(1, 10), (3, 20)]);
+    assert_eq!(l[1].summary().samples, 20);
+    assert!(
+        l[0].histogram
+            .equivalent(l[0].summary().max_ns, ticks_to_ns(28))
+    );
+    assert_eq!(t.report().received, 30);
+}
+
+#[test]
+fn latency_summaries_read_as_text() {
+    let mut h = latency::latency_histogram();
+    assert_eq!(LatencySummary::of(&h), LatencySummary::default());
+    assert_eq!(LatencySummary::of(&h).to_string(), "no samples");
+    h.record(850).unwrap();
+    h.record(12_300).unwrap();
+    let s = LatencySummary::of(&h);
+    assert_eq!((s.samples, s.min_ns), (2, 850));
+    assert_eq!(
+        s.to_string(),
+        "samples 2, min 850 ns, p50 850 ns, p90 12.3 us, p99 12.3 us, p99.9 12.3 us, max 12.3 us"
+    );
+    assert_eq!(latency::format_ns(4_560_000), "4.56 ms");
+    assert_eq!(latency::format_ns(1_200_000_000), "1.20 s");
+    // Beyond the range: counted at its top.
+    h.saturating_record(u64::MAX);
+    assert!(h.equivalent(h.max(), LATENCY_MAX_NS));
+}

@@ -32,7 +32,7 @@ use sluice_telemetry::{Commands, Registry, Telemetry};
 use super::io::lcore::LiveLcore;
 use super::options::ObserveOptions;
 use drops::DropSources;
-use snapshot::{DropCount, LcoreSnapshot, PoolCensus, PortSnapshot, Snapshot};
+use snapshot::{DropCount, LatencySummary, LcoreSnapshot, PoolCensus, PortSnapshot, Snapshot};
 
 /// The live sources of one run, as its watchers read them.
 pub struct Watched {
@@ -100,7 +100,7 @@ impl Watched {
             lcores: self.lcores(),
             drops: self.drops(),
             pools: self.census(),
-            latency: Vec::new(),
+            latency: self.latency(),
         }
     }
 
@@ -171,6 +171,15 @@ impl Watched {
                 in_flight: c.in_flight,
                 held_by_app: c.held_by_app,
             })
+            .collect()
+    }
+
+    /// One-way latency per tester port, of the frames checked so far.
+    pub fn latency(&self) -> Vec<LatencySummary> {
+        self.testers
+            .iter()
+            .flat_map(|(_, t)| t.latency())
+            .map(|l| super::latency::summary_of(&l))
             .collect()
     }
 
@@ -390,7 +399,7 @@ fn commands(watched: &Arc<Watched>) -> Commands {
     add(
         "/sluice/latency",
         "Returns one-way latency per tester port. Takes no parameters",
-        |w| to_value(&w.snapshot().latency),
+        |w| to_value(&w.latency()),
     );
     commands
 }

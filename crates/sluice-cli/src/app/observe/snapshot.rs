@@ -116,7 +116,7 @@ pub struct PoolCensus {
 }
 
 /// One-way latency of the frames a tester port received, in nanoseconds.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LatencySummary {
     /// The tester's port id.
     pub port: u16,

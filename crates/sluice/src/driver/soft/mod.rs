@@ -524,7 +524,9 @@ impl PortDriver for SoftDriver {
         let mut tx_engines = Vec::with_capacity(config.txq.len());
         for (q, regs) in tx_regs.iter().enumerate() {
             let sink = match &self.source {
-                Source::Tester(tester) => TxSink::Check(Box::new(tester.checker())),
+                Source::Tester(tester) => {
+                    TxSink::Check(Box::new(tester.checker_for(config.port_id)))
+                }
                 Source::Wire(end) => TxSink::Wire(Box::new(end.sender())),
             };
             tx_engines.push(EngineCell::new(TxEngine::new(
