@@ -224,6 +224,7 @@ fn stats_watches_a_running_fwd_and_a_second_instance_cannot_take_its_prefix() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("file prefix '{prefix}'")), "{err}");
     assert!(!err.contains("panicked"), "{err}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

@@ -24,13 +24,15 @@ pub fn sluice() -> Command {
     cmd
 }
 
-/// A new runtime directory for one run (under the system's temporary
-/// directory, named after this process and a count).
+/// A new runtime directory for one run: `sluice-tests/PID-N` under the
+/// system's temporary directory (this process's id and a count).
 pub fn runtime_dir() -> std::path::PathBuf {
     use std::sync::atomic::{AtomicUsize, Ordering};
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    std::env::temp_dir().join(format!("sluice-tests-{}-{n}", std::process::id()))
+    std::env::temp_dir()
+        .join("sluice-tests")
+        .join(format!("{}-{n}", std::process::id()))
 }
 
 /// `argv` for the built binary with `args`, and `--no-telemetry` after a
