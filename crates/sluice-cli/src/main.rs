@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::{bench, demo, dist, fwd, l2fwd, l3fwd, traffic_gen, tune};
+use commands::{bench, demo, dist, fwd, l2fwd, l3fwd, stats, traffic_gen, tune};
 
 /// Sluice: a userspace packet dataplane.
 ///
@@ -18,6 +18,9 @@ use commands::{bench, demo, dist, fwd, l2fwd, l3fwd, traffic_gen, tune};
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// The demo's telemetry and metrics (with no command).
+    #[command(flatten)]
+    observe: app::options::ObserveOptions,
 }
 
 #[derive(Subcommand, Debug)]
@@ -49,6 +52,10 @@ enum Command {
     /// Default: two soft ports cabled to the built-in tester, device
     /// inline.
     Dist(dist::DistArgs),
+    /// Watch a running instance (fwd, l2fwd, l3fwd, dist, gen, the demo)
+    /// through its telemetry socket: per port Rx/Tx rates, drops by reason,
+    /// lcore load, buffers; `--list` shows the running instances.
+    Stats(stats::StatsArgs),
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
     /// `distributor`, `lpm`, `mpwqe`, `pagepool` or `all`.
     Bench(bench::BenchArgs),
@@ -62,7 +69,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None => demo::run(),
+        None => demo::run(&cli.observe),
         Some(Command::Fwd(args)) => fwd::run(&args),
         Some(Command::L2fwd(args)) => l2fwd::run(&args),
         Some(Command::L3fwd(args)) => l3fwd::run(&args),
@@ -70,6 +77,7 @@ fn main() -> ExitCode {
         Some(Command::Dist(args)) => dist::run_checked(&args),
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Tune(args)) => tune::run(&args),
+        Some(Command::Stats(args)) => stats::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -104,6 +112,24 @@ mod tests {
             other => panic!("parsed as {other:?}"),
         }
         assert!(Cli::try_parse_from(["sluice"]).unwrap().command.is_none());
+        let demo = Cli::try_parse_from(["sluice", "--file-prefix", "d", "--no-telemetry"]).unwrap();
+        assert!(demo.command.is_none());
+        assert_eq!(demo.observe.file_prefix, "d");
+        assert!(demo.observe.no_telemetry);
+        let Some(Command::Fwd(a)) =
+            Cli::try_parse_from(["sluice", "fwd", "--metrics", "127.0.0.1:9091", "null"])
+                .unwrap()
+                .command
+        else {
+            panic!("not fwd");
+        };
+        assert_eq!(a.run.observe.file_prefix, "sluice");
+        assert_eq!(
+            a.run.observe.metrics,
+            Some("127.0.0.1:9091".parse().unwrap())
+        );
+        assert!(Cli::try_parse_from(["sluice", "fwd", "--metrics", "9091"]).is_err());
+        assert!(Cli::try_parse_from(["sluice", "l2fwd", "--file-prefix", "a/b"]).is_err());
         for bad in [
             &["sluice", "bench", "rings"][..],
             &["sluice", "bench", "ring", "--iters", "0"],

@@ -9,11 +9,12 @@ use sluice::mbuf::{MbufPool, MbufPoolConfig};
 use sluice::port::Port;
 use sluice::tester::Tester;
 
-use super::io::lcore::LcoreCycles;
+use super::io::lcore::{LcoreCycles, LiveLcore};
 use super::latency;
 use super::lcores::pin_main_thread;
 use super::observe::census::{self, CensusReport};
 use super::observe::drops::DropSources;
+use super::observe::{Observer, Watched};
 use super::options::{Engine, FwdArgs};
 use super::ports::{cabled_testers, open_ports, start_all, stop_all};
 use super::signal::catch_signals;
@@ -32,12 +33,17 @@ pub fn default_pool_size(ports: usize, queues: usize, args: &FwdArgs) -> u32 {
 
 /// The frame of a forwarding app: opens and starts the ports of `args`
 /// with one mbuf pool, runs `phase` (the forwarding, with live stats and
-/// the drain), stops the ports and prints the summary under the name
+/// the drain; it adds its counters to the [`Shared`] it is given), stops the ports and prints the summary under the name
 /// `engine`. `Ok(true)` when every tester report is clean.
 pub(crate) fn run_with(
     args: &FwdArgs,
     engine: &'static str,
-    phase: impl FnOnce(&mut [Port], &MbufPool, &[(String, Arc<Tester>)]) -> Result<Forwarded, String>,
+    phase: impl FnOnce(
+        &mut [Port],
+        &MbufPool,
+        &[(String, Arc<Tester>)],
+        &Shared,
+    ) -> Result<Forwarded, String>,
 ) -> Result<bool, String> {
     let summary = measure_with(args, engine, phase)?;
     summary.print(args.run.json);
@@ -48,7 +54,12 @@ pub(crate) fn run_with(
 pub(crate) fn measure_with(
     args: &FwdArgs,
     engine: &'static str,
-    phase: impl FnOnce(&mut [Port], &MbufPool, &[(String, Arc<Tester>)]) -> Result<Forwarded, String>,
+    phase: impl FnOnce(
+        &mut [Port],
+        &MbufPool,
+        &[(String, Arc<Tester>)],
+        &Shared,
+    ) -> Result<Forwarded, String>,
 ) -> Result<Summary, String> {
     let specs = args.all_specs();
     if specs.is_empty() {
@@ -84,6 +95,31 @@ pub(crate) fn measure_with(
     start_all(&mut ports)?;
     catch_signals();
     let testers = cabled_testers(&specs);
+    // One per lcore the phase may launch (it launches at most `--cores`).
+    let shared = Shared {
+        lcores: LiveLcore::many(queues.max(1)),
+        drops: DropSources::new(ports.iter().map(Port::counters).collect()),
+    };
+    let observe = &args.run.observe;
+    let observer = if observe.is_off() {
+        None
+    } else {
+        let command = if observe.command.is_empty() {
+            engine
+        } else {
+            observe.command
+        };
+        let watched = Watched::new(
+            command,
+            &observe.file_prefix,
+            &ports,
+            &[&pool],
+            Arc::clone(&shared.lcores),
+            &testers,
+            shared.drops.clone(),
+        );
+        Some(Observer::start(observe, watched)?)
+    };
     let hist_out = match &args.hist_out {
         Some(path) => Some(latency::HistOutThread::spawn(
             latency::HistOut::create(path, &format!("fwd --engine {engine}"))?,
@@ -102,7 +138,9 @@ pub(crate) fn measure_with(
         alloc_failures: gen_failures,
         drop_sources,
         last_census,
-    } = phase(&mut ports, &pool, &testers)?;
+    } = phase(&mut ports, &pool, &testers, &shared)?;
+    // Nothing reads the ports once they stop.
+    drop(observer);
 
     let (counters, device_cycles) = stop_all(&mut ports);
     let drops_by_reason = drop_sources.table();
@@ -157,6 +195,16 @@ pub(crate) fn measure_with(
         clean,
     };
     Ok(summary)
+}
+
+/// What the forwarding phase shares with the run's watchers, made before
+/// it: its lcores publish into `lcores` (one per lcore it may launch), and
+/// it adds its drop counters to `drops`.
+pub(crate) struct Shared {
+    /// The lcores' live counters.
+    pub lcores: Arc<[LiveLcore]>,
+    /// The run's drop counters, the ports' already in.
+    pub drops: DropSources,
 }
 
 /// What the forwarding phase measured.

@@ -14,6 +14,7 @@
 //! with the last second's percentiles (text output), the whole run's in
 //! the report, and the histograms in `--hist-out`'s interval log and plot.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -24,12 +25,13 @@ use sluice::tester::{
 };
 use sluice::tsc::rdtsc;
 
+use crate::app::io::lcore::{LcoreCycles, LiveLcore, Publisher};
 use crate::app::latency::{self, HistOut};
 use crate::app::observe::census::{self, CensusReport};
 use crate::app::observe::drops::DropSources;
-use crate::app::observe::snapshot::DropCount;
-use crate::app::observe::snapshot::LatencySummary;
-use crate::app::options::LatencyOptions;
+use crate::app::observe::snapshot::{DropCount, LatencySummary};
+use crate::app::observe::{Observer, Watched};
+use crate::app::options::{LatencyOptions, ObserveOptions};
 use crate::app::output::{emit, emit_json};
 use crate::app::summary::print_drops_by_reason;
 
@@ -69,6 +71,9 @@ pub struct GenArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Telemetry and metrics.
+    #[command(flatten)]
+    pub observe: ObserveOptions,
     /// Latency measurement and its histograms.
     #[command(flatten)]
     pub latency: LatencyOptions,
@@ -202,6 +207,26 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     let mut hist_error = None;
     let period = Duration::from_secs_f64(LATENCY_PERIOD_S);
     let mut last_latency = Vec::new();
+    // The main thread is the one lcore: its counts, live, for watchers.
+    let live = LiveLcore::many(1);
+    let observer = if args.observe.is_off() {
+        None
+    } else {
+        let testers = [("gen".to_owned(), Arc::clone(&tester))];
+        let watched = Watched::new(
+            "gen",
+            &args.observe.file_prefix,
+            std::slice::from_ref(&port),
+            &[&pool],
+            Arc::clone(&live),
+            &testers,
+            DropSources::new(vec![port.counters()]),
+        );
+        Some(Observer::start(&args.observe, watched)?)
+    };
+    live[0].start(None);
+    let mut publisher = Publisher::new(&live[0]);
+    let mut counted = LcoreCycles::default();
 
     let burst_size = args.burst as usize;
     let mut tx: Burst<64> = Burst::new();
@@ -268,13 +293,24 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
                 }
                 view.truncate(filled);
             }
-            if !tx.is_empty() {
-                txq.tx_burst(&mut tx);
-            }
+            let sent = if tx.is_empty() {
+                0
+            } else {
+                txq.tx_burst(&mut tx)
+            };
             if let Some(c) = &mut checker {
                 check_burst(rxq.as_mut(), &mut rx, c);
             }
+            counted.polls += 1;
+            if sent == 0 {
+                counted.idle_polls += 1;
+            } else {
+                counted.packets += sent as u64;
+                counted.busy_cycles += rdtsc().wrapping_sub(now);
+            }
+            publisher.tick(&counted);
         }
+        publisher.publish(&counted);
         // Frames never sent are taken back, the last one exactly; the rest
         // cannot be un-sent and would count as lost, so send them.
         let mut tries = 0;
@@ -300,6 +336,8 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     }
     let secs = start.elapsed().as_secs_f64();
     tx.clear();
+    // Nothing reads the port once it stops.
+    drop(observer);
     let last_census = census.take();
     port.stop();
     if let Some(fault) = counters.fault() {
@@ -311,6 +349,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     drop(checker);
     let r = tester.report();
     let clean = check.then(|| r.is_clean());
+    let census = CensusReport::new(&census.take(), &last_census);
     let port_latency = tester.latency();
     let plot = match (hist_out, &args.latency.hist_out) {
         (Some(h), Some(log)) => match h.finish(&port_latency) {
@@ -323,7 +362,6 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         _ => None,
     };
     let summaries = measure.then(|| port_latency.iter().map(latency::summary_of).collect());
-    let census = CensusReport::new(&census.take(), &last_census);
     print_report(
         args,
         &r,
@@ -506,7 +544,15 @@ mod tests {
 
     #[test]
     fn gen_on_a_null_port_sends_and_returns_every_buffer() {
-        let a = parse(&["--port", "null", "--duration", "0.05", "--count", "1000"]);
+        let a = parse(&[
+            "--port",
+            "null",
+            "--duration",
+            "0.05",
+            "--count",
+            "1000",
+            "--no-telemetry",
+        ]);
         assert_eq!(run(&a), Ok(true));
     }
 }

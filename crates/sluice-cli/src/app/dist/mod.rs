@@ -31,6 +31,7 @@ use sluice::mbuf::MbufPool;
 use sluice::port::{Offloads, Port, PortConfig, PortError};
 use sluice::tester::Tester;
 
+use super::io::lcore::LiveLcore;
 use super::lcores::{Control, Extra, StopOnDrop, main_loop, panic_message};
 use super::observe::census::{self, CensusWatch};
 use super::observe::drops::DropSources;
@@ -159,6 +160,11 @@ pub(crate) struct Pipeline<'a> {
     pub place: &'a Placement,
     pub pool: &'a MbufPool,
     pub testers: &'a [(String, Arc<Tester>)],
+    /// The distributor lcore's live counters.
+    pub live: &'a LiveLcore,
+    /// The run's drop counters (the ports' already in): the pipeline adds
+    /// its own.
+    pub drops: DropSources,
 }
 
 impl WithDist for Pipeline<'_> {
@@ -190,7 +196,7 @@ impl WithDist for Pipeline<'_> {
         let wcounters: Vec<WorkerCounter> =
             (0..nworkers).map(|_| WorkerCounter::default()).collect();
         let lc = LcoreCounters::new(n);
-        let drop_sources = DropSources::new(port_counters.clone());
+        let drop_sources = self.drops.clone();
         let tx_ports: Vec<usize> = (0..n).collect();
         drop_sources.add_stream_drops(Arc::clone(&lc.tx), &tx_ports);
         let stop = AtomicBool::new(false);
@@ -200,6 +206,7 @@ impl WithDist for Pipeline<'_> {
             kicks: args.txd as usize / 64 + 2,
             stop: &stop,
             counters: &lc,
+            live: self.live,
         };
         let src = Sources {
             ports: port_counters,
@@ -217,6 +224,7 @@ impl WithDist for Pipeline<'_> {
                 .name("dist-lcore".into())
                 .spawn_scoped(scope, move || {
                     pin(place.dist, "distributor lcore");
+                    cfg.live.start(Some(place.dist));
                     let guard = sluice::lcore::register()
                         .map_err(|e| format!("cannot register an lcore: {e}"))?;
                     let r = lcore::run(d, &mut queues, cfg).map(|(d, cycles)| {

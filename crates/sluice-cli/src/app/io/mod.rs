@@ -38,11 +38,10 @@ use sluice::port::{Port, PortCounters};
 use sluice::tester::Tester;
 
 use super::lcores::{Control, run_lcores_with};
-use super::observe::drops::DropSources;
 use super::observe::{self, census::CensusWatch};
 use super::options::{Engine, FwdArgs};
 use super::ports::{check_recycle, has_threaded_device, peer, tester_names};
-use super::run::{Forwarded, measure_with, run_with};
+use super::run::{Forwarded, Shared, measure_with, run_with};
 use super::stats::Sources;
 use super::summary::Summary;
 use super::window::WindowFigures;
@@ -52,8 +51,8 @@ use lcore::{LcoreConfig, StreamCounters, Window, lcore_main};
 /// Runs `sluice fwd`. `Ok(true)` when every tester report is clean (or there
 /// is no tester).
 pub fn run(args: &FwdArgs) -> Result<bool, String> {
-    run_with(args, args.engine.name(), |ports, pool, testers| {
-        forward(ports, pool, args, testers)
+    run_with(args, args.engine.name(), |ports, pool, testers, shared| {
+        forward(ports, pool, args, testers, shared)
     })
 }
 
@@ -88,8 +87,8 @@ pub(crate) fn measure_until(
     enough: Option<Enough<'_>>,
 ) -> Result<Measured, String> {
     let mut window = None;
-    let mut summary = measure_with(args, args.engine.name(), |ports, pool, testers| {
-        let (f, w) = forward_window(ports, pool, args, testers, warmup, enough)?;
+    let mut summary = measure_with(args, args.engine.name(), |ports, pool, testers, shared| {
+        let (f, w) = forward_window(ports, pool, args, testers, shared, warmup, enough)?;
         window = w;
         Ok(f)
     })?;
@@ -108,8 +107,9 @@ fn forward(
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
+    shared: &Shared,
 ) -> Result<Forwarded, String> {
-    forward_window(ports, pool, args, testers, None, None).map(|(f, _)| f)
+    forward_window(ports, pool, args, testers, shared, None, None).map(|(f, _)| f)
 }
 
 /// [`forward`], with a measured window after `warmup` seconds; `enough`
@@ -119,6 +119,7 @@ fn forward_window(
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
+    shared: &Shared,
     warmup: Option<f64>,
     enough: Option<Enough<'_>>,
 ) -> Result<(Forwarded, Option<WindowFigures>), String> {
@@ -179,7 +180,7 @@ fn forward_window(
     let stream_counters: Arc<[StreamCounters]> =
         streams.iter().map(|_| StreamCounters::default()).collect();
     let stream_tx_port: Vec<usize> = streams.iter().map(|s| s.tx_port).collect();
-    let drop_sources = DropSources::new(counters.clone());
+    let drop_sources = shared.drops.clone();
     drop_sources.add_stream_drops(Arc::clone(&stream_counters), &stream_tx_port);
     let nb_lcores = (args.cores as usize).min(streams.len()).max(1);
     let mut per_lcore: Vec<Vec<Stream<'_>>> = (0..nb_lcores).map(|_| Vec::new()).collect();
@@ -218,7 +219,8 @@ fn forward_window(
         args,
         testers,
         control,
-        |cpu, mut streams| lcore_main(cpu, &mut streams, cfg, pool),
+        &shared.lcores,
+        |cpu, mut streams, live| lcore_main(cpu, &mut streams, cfg, pool, live),
     )?;
     let drops = src.sample().iter().map(|s| s.drops).collect();
     let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
@@ -296,7 +298,8 @@ pub(crate) mod tests {
     /// Forwards as [`forward`] does until `enough` is true of the ports'
     /// counters, so the run's outcome does not depend on the machine's
     /// speed; the duration is only a safety net, and reaching it fails
-    /// naming what the run waited for.
+    /// naming what the run waited for. The lcores' live counters end equal
+    /// to the counts they return.
     fn forward_until(
         ports: &mut [Port],
         pool: &MbufPool,
@@ -307,11 +310,28 @@ pub(crate) mod tests {
     ) -> Forwarded {
         let mut args = args.clone();
         args.run.duration = SAFETY_NET_SECS;
-        let (f, _) = forward_window(ports, pool, &args, testers, None, Some(&enough)).unwrap();
+        let shared = Shared {
+            lcores: lcore::LiveLcore::many(args.cores as usize),
+            drops: crate::app::observe::drops::DropSources::new(
+                ports.iter().map(Port::counters).collect(),
+            ),
+        };
+        let live = &shared.lcores;
+        let (f, _) =
+            forward_window(ports, pool, &args, testers, &shared, None, Some(&enough)).unwrap();
         assert!(
             f.secs < SAFETY_NET_SECS,
             "{awaited}: not reached in {SAFETY_NET_SECS} s"
         );
+        for (i, c) in f.lcores.iter().enumerate() {
+            let seen = live[i].read();
+            assert!(live[i].started(), "lcore {i}");
+            assert_eq!(
+                (seen.packets, seen.polls, seen.idle_polls, seen.busy_cycles),
+                (c.packets, c.polls, c.idle_polls, c.busy_cycles),
+                "lcore {i}"
+            );
+        }
         f
     }
 
@@ -508,8 +528,8 @@ pub(crate) mod tests {
         let mut args = quick(&[pair, pair], Engine::Txonly, 1);
         args.queues.pool_size = Some(63);
         args.queues.cache = 0;
-        let s = measure_with(&args, "txonly", |ports, pool, testers| {
-            forward(ports, pool, &args, testers)
+        let s = measure_with(&args, "txonly", |ports, pool, testers, shared| {
+            forward(ports, pool, &args, testers, shared)
         })
         .unwrap();
         assert!(s.alloc_failures > 0, "{s:?}");
@@ -524,8 +544,8 @@ pub(crate) mod tests {
         let mut args = quick(&[&spec, &spec], Engine::Io, 1);
         args.queues.pool_size = Some(127);
         args.queues.cache = 0;
-        let s = measure_with(&args, "io", |ports, pool, testers| {
-            forward(ports, pool, &args, testers)
+        let s = measure_with(&args, "io", |ports, pool, testers, shared| {
+            forward(ports, pool, &args, testers, shared)
         })
         .unwrap();
         assert!(s.alloc_failures > 0, "{s:?}");

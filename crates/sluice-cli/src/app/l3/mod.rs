@@ -19,11 +19,11 @@ use sluice::tester::Tester;
 
 use super::io::lcore::StreamCounters;
 use super::lcores::run_lcores;
-use super::observe::drops::DropSources;
+
 use super::observe::{self, census::CensusWatch};
 use super::options::FwdArgs;
 use super::ports::has_threaded_device;
-use super::run::Forwarded;
+use super::run::{Forwarded, Shared};
 use super::stats::Sources;
 use super::summary::RouteDrops;
 use classify::{PortMacs, Router};
@@ -36,6 +36,7 @@ pub(crate) fn route_phase<R: Router>(
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
+    shared: &Shared,
 ) -> Result<Forwarded, String> {
     let nports = ports.len();
     let macs: Vec<PortMacs> = ports
@@ -82,7 +83,7 @@ pub(crate) fn route_phase<R: Router>(
         .map(|_| StreamCounters::default())
         .collect();
     let stream_tx_port: Vec<usize> = (0..nb_lcores * nports).map(|i| i % nports).collect();
-    let drop_sources = DropSources::new(counters.clone());
+    let drop_sources = shared.drops.clone();
     drop_sources.add_stream_drops(Arc::clone(&stream_counters), &stream_tx_port);
     for reason in RouteDrops::REASONS {
         let lcores = Arc::clone(&drop_counters);
@@ -114,7 +115,8 @@ pub(crate) fn route_phase<R: Router>(
         args,
         testers,
         &stop,
-        |cpu, mut lc| l3_main(cpu, router, &mut lc, cfg, pool),
+        &shared.lcores,
+        |cpu, mut lc, live| l3_main(cpu, router, &mut lc, cfg, pool, live),
     )?;
     Ok(Forwarded {
         lcores: cycles,
