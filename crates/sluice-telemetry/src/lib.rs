@@ -7,6 +7,7 @@
 //!   registry reads those counters, and no lock it takes is one an lcore
 //!   needs.
 
+pub mod capture;
 pub mod registry;
 
 pub use registry::{PoolEntry, PortEntry, Registry};

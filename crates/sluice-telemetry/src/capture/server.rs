@@ -1,0 +1,396 @@
+//! The capture thread: listens on `sluice_capture` in the instance's
+//! telemetry directory, runs one capture at a time (see
+//! [`protocol`](super::protocol)).
+//!
+//! It never blocks an lcore: it starts and ends a session on the taps (the
+//! only moments it takes the lcore's end of a tap, which an lcore only
+//! `try_lock`s), and drains copies from the taps' buffers. When the client
+//! reads slowly the thread stops draining and the buffers fill: the lcores
+//! drop copies (counted), never packets.
+
+use std::io::{ErrorKind, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use super::CaptureTaps;
+use super::protocol::{
+    CaptureEnd, CaptureRequest, CaptureStart, Control, DEFAULT_BUFFER, EndReason, Interface,
+    MAX_BUFFER, MAX_REQUEST, frame, packet_header,
+};
+use super::tap::{Record, Tap};
+
+/// The socket's file name in the instance's telemetry directory.
+pub const SOCKET_NAME: &str = "sluice_capture";
+
+/// Bytes waiting for the client above which no more copies are drained.
+const OUT_HIGH: usize = 1 << 20;
+
+/// How long a client may take to send its request.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The capture thread; dropping it ends a capture under way (the client
+/// gets its end message), stops the thread and removes the socket.
+#[derive(Debug)]
+pub struct CaptureServer {
+    path: PathBuf,
+    stop: Arc<AtomicBool>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl CaptureServer {
+    /// Listens on `dir/sluice_capture` (the directory is created) for
+    /// captures of `taps`. A socket another instance answers on is an
+    /// error; a stale one is removed.
+    pub fn serve(dir: &Path, taps: Arc<CaptureTaps>) -> Result<CaptureServer, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("capture: cannot create {}: {e}", dir.display()))?;
+        let path = dir.join(SOCKET_NAME);
+        if path.exists() {
+            if UnixStream::connect(&path).is_ok() {
+                return Err(format!(
+                    "capture: another instance listens on {} (give this one another \
+                     --file-prefix)",
+                    path.display()
+                ));
+            }
+            std::fs::remove_file(&path)
+                .map_err(|e| format!("capture: cannot remove stale {}: {e}", path.display()))?;
+        }
+        let listener = UnixListener::bind(&path)
+            .map_err(|e| format!("capture: cannot listen on {}: {e}", path.display()))?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| format!("capture: {}: {e}", path.display()))?;
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread_stop = Arc::clone(&stop);
+        let thread = std::thread::Builder::new()
+            .name("sluice-capture".into())
+            .spawn(move || serve_loop(&listener, &taps, &thread_stop))
+            .map_err(|e| format!("capture: cannot start its thread: {e}"))?;
+        Ok(CaptureServer {
+            path,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// The socket's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for CaptureServer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        let _ = std::fs::remove_file(&self.path);
+    }
+}
+
+fn serve_loop(listener: &UnixListener, taps: &CaptureTaps, stop: &AtomicBool) {
+    let mut session: Option<Session> = None;
+    loop {
+        if stop.load(Ordering::Acquire) {
+            if let Some(s) = session.take() {
+                s.end(EndReason::Shutdown);
+            }
+            return;
+        }
+        if let Ok((stream, _)) = listener.accept() {
+            if session.is_some() {
+                refuse(stream, "a capture is already running on this instance");
+            } else {
+                session = open(stream, taps);
+            }
+        }
+        let mut busy = false;
+        if let Some(s) = session.as_mut() {
+            match s.service() {
+                Ok(moved) => busy = moved,
+                Err(reason) => {
+                    if let Some(s) = session.take() {
+                        s.end(reason);
+                    }
+                }
+            }
+        }
+        if !busy {
+            let idle = if session.is_some() { 1 } else { 20 };
+            std::thread::sleep(Duration::from_millis(idle));
+        }
+    }
+}
+
+/// Sends `msg` as an error reply and closes.
+fn refuse(mut stream: UnixStream, msg: &str) {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_write_timeout(Some(Duration::from_millis(200)));
+    let _ = write_control(&mut stream, &Control::Error(msg.to_owned()));
+}
+
+fn write_control(stream: &mut UnixStream, c: &Control) -> std::io::Result<()> {
+    let mut out = Vec::new();
+    frame(&serde_json::to_vec(c).unwrap_or_default(), &mut out);
+    stream.write_all(&out)
+}
+
+/// Reads the request.
+fn read_request(stream: &mut UnixStream) -> Result<CaptureRequest, String> {
+    let mut len = [0u8; 4];
+    let timed = |e: std::io::Error| match e.kind() {
+        ErrorKind::WouldBlock | ErrorKind::TimedOut => {
+            format!("no request within {} s", REQUEST_TIMEOUT.as_secs())
+        }
+        ErrorKind::UnexpectedEof => "the request ended early".to_owned(),
+        _ => format!("cannot read the request: {e}"),
+    };
+    stream.read_exact(&mut len).map_err(timed)?;
+    let len = u32::from_le_bytes(len) as usize;
+    if len > MAX_REQUEST {
+        return Err(format!(
+            "request of {len} bytes: at most {MAX_REQUEST} are read"
+        ));
+    }
+    let mut body = vec![0u8; len];
+    stream.read_exact(&mut body).map_err(timed)?;
+    serde_json::from_slice(&body).map_err(|e| format!("malformed request: {e}"))
+}
+
+/// The interfaces `r` asks for, checked against `taps`.
+fn interfaces(r: &CaptureRequest, taps: &CaptureTaps) -> Result<Vec<Interface>, String> {
+    let port = r.port as usize;
+    if port >= taps.nb_ports() {
+        return Err(format!(
+            "no port {port}: the instance has {} port(s)",
+            taps.nb_ports()
+        ));
+    }
+    if r.snaplen == 0 {
+        return Err("snaplen must be at least 1".into());
+    }
+    if r.count == Some(0) {
+        return Err("count must be at least 1".into());
+    }
+    if let Some(d) = r.duration
+        && !(d.is_finite() && d > 0.0)
+    {
+        return Err(format!("duration {d}: a number of seconds above 0"));
+    }
+    if let Some(b) = r.buffer
+        && !(1..=MAX_BUFFER).contains(&b)
+    {
+        return Err(format!("buffer {b}: 1..={MAX_BUFFER} slots"));
+    }
+    let snaplen = r.snaplen.min(taps.max_frame(port));
+    let mut out = Vec::new();
+    for &dir in r.direction.list() {
+        let n = taps.nb_queues(port, dir);
+        let queues = match r.queue {
+            Some(q) if q as usize >= n => {
+                return Err(format!(
+                    "port {port} has no {} queue {q} ({n} queue(s))",
+                    dir.name()
+                ));
+            }
+            Some(q) => q..q + 1,
+            None => 0..n.min(u16::MAX as usize) as u16,
+        };
+        for q in queues {
+            out.push(Interface {
+                name: Interface::name_of(r.port, q, dir),
+                port: r.port,
+                queue: q,
+                direction: dir,
+                snaplen,
+            });
+        }
+    }
+    if out.is_empty() || out.len() > u16::MAX as usize {
+        return Err(format!("port {port}: no queue to capture"));
+    }
+    Ok(out)
+}
+
+/// ns since the Unix epoch, now.
+fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// Reads the client's request and starts its capture, or refuses it.
+fn open(mut stream: UnixStream, taps: &CaptureTaps) -> Option<Session> {
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+    let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
+    let request = read_request(&mut stream);
+    let checked = request.and_then(|r| interfaces(&r, taps).map(|i| (r, i)));
+    let (request, interfaces) = match checked {
+        Ok(ok) => ok,
+        Err(msg) => {
+            refuse(stream, &msg);
+            return None;
+        }
+    };
+    let slots = request.buffer.unwrap_or(DEFAULT_BUFFER);
+    let tsc0 = sluice::tsc::rdtsc();
+    let start_ns = wall_ns();
+    let mut session_taps = Vec::new();
+    for i in &interfaces {
+        let Some(tap) = taps.tap(i.port as usize, i.queue as usize, i.direction) else {
+            continue;
+        };
+        tap.start(slots, i.snaplen);
+        session_taps.push(Arc::clone(tap));
+    }
+    let session = Session {
+        stream,
+        taps: session_taps,
+        out: Vec::new(),
+        written: 0,
+        packets: 0,
+        count: request.count,
+        deadline: request
+            .duration
+            .map(|d| Instant::now() + Duration::from_secs_f64(d.min(1e9))),
+        tsc0,
+        start_ns,
+    };
+    let start = Control::Start(CaptureStart {
+        interfaces,
+        start_ns,
+    });
+    let mut session = session;
+    if write_control(&mut session.stream, &start).is_err()
+        || session.stream.set_nonblocking(true).is_err()
+    {
+        for t in &session.taps {
+            t.stop();
+        }
+        return None;
+    }
+    Some(session)
+}
+
+/// A capture under way.
+struct Session {
+    stream: UnixStream,
+    /// The taps captured, in the order of the start message's interfaces.
+    taps: Vec<Arc<Tap>>,
+    /// Frames for the client; `out[..written]` are sent.
+    out: Vec<u8>,
+    written: usize,
+    /// Packets put in `out`.
+    packets: u64,
+    count: Option<u64>,
+    deadline: Option<Instant>,
+    /// The TSC and the wall clock when the capture started.
+    tsc0: u64,
+    start_ns: u64,
+}
+
+impl Session {
+    fn count_reached(&self) -> bool {
+        self.count.is_some_and(|c| self.packets >= c)
+    }
+
+    /// `r` of interface `iface`, framed into `out` (unless `count` is
+    /// reached).
+    fn push(&mut self, iface: usize, r: Record<'_>) {
+        if self.count_reached() {
+            return;
+        }
+        let since = sluice::tsc::cycles_to_ns(r.tsc.wrapping_sub(self.tsc0));
+        // A stamp from before the start (another core's TSC a little
+        // behind) is the start.
+        let ts = if r.tsc >= self.tsc0 {
+            self.start_ns.saturating_add(since)
+        } else {
+            self.start_ns
+        };
+        let len = (PACKET_HEADER_LEN + r.data.len()) as u32;
+        self.out.extend_from_slice(&len.to_le_bytes());
+        self.out
+            .extend_from_slice(&packet_header(iface as u16, r.orig_len, ts));
+        self.out.extend_from_slice(r.data);
+        self.packets += 1;
+    }
+
+    /// One round: the client's side checked, copies drained, bytes sent.
+    /// `Ok(true)` when something moved; `Err` when the capture ends.
+    fn service(&mut self) -> Result<bool, EndReason> {
+        let mut scratch = [0u8; 256];
+        match self.stream.read(&mut scratch) {
+            Ok(0) => return Err(EndReason::Client),
+            // Bytes after the request mean nothing; they are read away.
+            Ok(_) => {}
+            Err(e) if e.kind() == ErrorKind::WouldBlock || e.kind() == ErrorKind::Interrupted => {}
+            Err(_) => return Err(EndReason::Client),
+        }
+        if self.deadline.is_some_and(|d| Instant::now() >= d) {
+            return Err(EndReason::Duration);
+        }
+        let mut moved = false;
+        while self.out.len() - self.written < OUT_HIGH && !self.count_reached() {
+            let mut drained = 0;
+            for i in 0..self.taps.len() {
+                let tap = Arc::clone(&self.taps[i]);
+                drained += tap.drain(64, |r| self.push(i, r));
+            }
+            if drained == 0 {
+                break;
+            }
+            moved = true;
+        }
+        while self.written < self.out.len() {
+            match self.stream.write(&self.out[self.written..]) {
+                Ok(0) => return Err(EndReason::Client),
+                Ok(n) => {
+                    self.written += n;
+                    moved = true;
+                }
+                Err(e) if e.kind() == ErrorKind::WouldBlock => break,
+                Err(e) if e.kind() == ErrorKind::Interrupted => {}
+                Err(_) => return Err(EndReason::Client),
+            }
+        }
+        if self.written == self.out.len() {
+            self.out.clear();
+            self.written = 0;
+            if self.count_reached() {
+                return Err(EndReason::Count);
+            }
+        }
+        Ok(moved)
+    }
+
+    /// Ends the capture: the taps idle, what they still held sent (up to
+    /// `count`), then the end message.
+    fn end(mut self, reason: EndReason) {
+        let taps = std::mem::take(&mut self.taps);
+        let mut drops = Vec::with_capacity(taps.len());
+        for (i, tap) in taps.iter().enumerate() {
+            drops.push(tap.finish(|r| self.push(i, r)).dropped);
+        }
+        let end = Control::End(CaptureEnd {
+            packets: self.packets,
+            drops,
+            end_ns: wall_ns(),
+            reason,
+        });
+        let _ = self.stream.set_nonblocking(false);
+        let _ = self.stream.set_write_timeout(Some(Duration::from_secs(1)));
+        frame(&serde_json::to_vec(&end).unwrap_or_default(), &mut self.out);
+        let _ = self.stream.write_all(&self.out[self.written..]);
+        let _ = self.stream.shutdown(std::net::Shutdown::Both);
+    }
+}
+
+const PACKET_HEADER_LEN: usize = super::protocol::PACKET_HEADER;
