@@ -394,3 +394,219 @@ impl Session {
 }
 
 const PACKET_HEADER_LEN: usize = super::protocol::PACKET_HEADER;
+
+#[cfg(test)]
+mod tests {
+    use super::super::client::{CaptureClient, Event};
+    use super::super::protocol::Directions;
+    use super::super::tap::Direction;
+    use super::*;
+    use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+
+    const WAIT: Duration = Duration::from_secs(30);
+
+    fn dir(name: &str) -> PathBuf {
+        std::env::temp_dir().join(format!("sluice-capture-{}-{name}", std::process::id()))
+    }
+
+    fn request(port: u16) -> CaptureRequest {
+        CaptureRequest {
+            port,
+            queue: None,
+            direction: Directions::Both,
+            snaplen: 65535,
+            count: None,
+            duration: None,
+            buffer: None,
+        }
+    }
+
+    /// Two ports: port 0 with 2 Rx and 1 Tx queue, port 1 with 1 and 1.
+    fn taps() -> Arc<CaptureTaps> {
+        CaptureTaps::new(&[(2, 1, 1518), (1, 1, 1518)])
+    }
+
+    fn refused(path: &Path, r: &CaptureRequest) -> String {
+        let mut c = CaptureClient::connect(path).unwrap();
+        c.start(r, WAIT).unwrap_err()
+    }
+
+    #[test]
+    fn bad_requests_get_an_error_naming_what_is_wrong() {
+        let server = CaptureServer::serve(&dir("bad"), taps()).unwrap();
+        let path = server.path().to_owned();
+        assert_eq!(
+            refused(&path, &request(2)),
+            "no port 2: the instance has 2 port(s)"
+        );
+        let mut r = request(1);
+        r.queue = Some(1);
+        assert_eq!(refused(&path, &r), "port 1 has no rx queue 1 (1 queue(s))");
+        r.direction = Directions::Tx;
+        assert_eq!(refused(&path, &r), "port 1 has no tx queue 1 (1 queue(s))");
+        let mut r = request(0);
+        r.snaplen = 0;
+        assert_eq!(refused(&path, &r), "snaplen must be at least 1");
+        r.snaplen = 64;
+        r.count = Some(0);
+        assert_eq!(refused(&path, &r), "count must be at least 1");
+        // Garbage, and a length past the limit.
+        for bytes in [&b"\x05\x00\x00\x00hello"[..], &u32::MAX.to_le_bytes()[..]] {
+            let mut s = UnixStream::connect(&path).unwrap();
+            s.write_all(bytes).unwrap();
+            let mut reply = Vec::new();
+            s.read_to_end(&mut reply).unwrap();
+            let c: Control = serde_json::from_slice(&reply[4..]).unwrap();
+            let Control::Error(e) = c else {
+                panic!("{c:?}");
+            };
+            assert!(
+                e.starts_with("malformed request") || e.contains("at most 4096"),
+                "{e}"
+            );
+        }
+        // Still serving.
+        let mut c = CaptureClient::connect(&path).unwrap();
+        let start = c.start(&request(0), WAIT).unwrap();
+        let names: Vec<_> = start.interfaces.iter().map(|i| i.name.as_str()).collect();
+        assert_eq!(names, ["port0/rx0", "port0/rx1", "port0/tx0"]);
+        assert!(start.interfaces.iter().all(|i| i.snaplen == 1518));
+    }
+
+    /// A pool and `n` packets of 60 bytes, packet `i` filled with `i`.
+    fn packets(n: usize) -> (MbufPool, Burst<64>) {
+        let pool = MbufPool::new(MbufPoolConfig {
+            size: 63,
+            cache_size: 0,
+            ..Default::default()
+        })
+        .unwrap();
+        let mut b: Burst<64> = Burst::new();
+        pool.alloc_bulk(&mut b, n).unwrap();
+        for (i, m) in b.iter_mut().enumerate() {
+            m.append(60).unwrap().fill(i as u8);
+        }
+        (pool, b)
+    }
+
+    /// Every packet's first byte until the end message, and that message.
+    fn until_end(c: &mut CaptureClient, start: &CaptureStart) -> (Vec<u8>, CaptureEnd) {
+        let mut got = Vec::new();
+        loop {
+            match c.next(WAIT).unwrap() {
+                Some(Event::Packet(p)) => {
+                    assert_eq!((p.interface, p.orig_len), (0, 60));
+                    assert!(p.ts_ns >= start.start_ns);
+                    got.push(p.data[0]);
+                }
+                Some(Event::End(e)) => return (got, e),
+                None => panic!("nothing within {WAIT:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn a_capture_streams_copies_until_its_count() {
+        let taps = taps();
+        let server = CaptureServer::serve(&dir("count"), Arc::clone(&taps)).unwrap();
+        let mut c = CaptureClient::connect(server.path()).unwrap();
+        let mut r = request(1);
+        r.direction = Directions::Tx;
+        r.count = Some(5);
+        r.snaplen = 16;
+        let start = c.start(&r, WAIT).unwrap();
+        assert_eq!(start.interfaces.len(), 1);
+        assert_eq!(start.interfaces[0].name, "port1/tx0");
+        let tap = taps.tap(1, 0, Direction::Tx).unwrap();
+        assert!(tap.is_active());
+        assert!(!taps.tap(1, 0, Direction::Rx).unwrap().is_active());
+        let (pool, b) = packets(6);
+        tap.mirror(b.as_slice(), sluice::tsc::rdtsc());
+        let (got, end) = until_end(&mut c, &start);
+        assert_eq!(got, [0, 1, 2, 3, 4]);
+        assert_eq!((end.packets, end.reason), (5, EndReason::Count));
+        assert_eq!(end.drops, [0]);
+        assert!(end.end_ns >= start.start_ns);
+        assert!(!tap.is_active());
+        drop(b);
+        assert!(pool.is_full());
+    }
+
+    #[test]
+    fn copies_that_find_the_buffer_full_are_counted_in_the_end_message() {
+        let taps = taps();
+        let server = CaptureServer::serve(&dir("drops"), Arc::clone(&taps)).unwrap();
+        let mut c = CaptureClient::connect(server.path()).unwrap();
+        let mut r = request(0);
+        r.direction = Directions::Rx;
+        r.queue = Some(1);
+        r.buffer = Some(4);
+        let start = c.start(&r, WAIT).unwrap();
+        let tap = taps.tap(0, 1, Direction::Rx).unwrap();
+        let (pool, b) = packets(40);
+        // 40 copies into 4 slots: at least 4 arrive, and every one of the
+        // others is counted as dropped.
+        tap.mirror(b.as_slice(), sluice::tsc::rdtsc());
+        c.stop();
+        let (got, end) = until_end(&mut c, &start);
+        assert!(got.len() >= 4, "{got:?}");
+        assert!(got.windows(2).all(|w| w[0] < w[1]), "{got:?}");
+        assert_eq!(end.reason, EndReason::Client);
+        assert_eq!(end.packets, got.len() as u64);
+        assert_eq!(got.len() as u64 + end.drops[0], 40, "{end:?}");
+        drop(b);
+        assert!(pool.is_full());
+    }
+
+    #[test]
+    fn one_capture_at_a_time_and_a_client_stopping_ends_it() {
+        let taps = taps();
+        let server = CaptureServer::serve(&dir("one"), Arc::clone(&taps)).unwrap();
+        let mut first = CaptureClient::connect(server.path()).unwrap();
+        first.start(&request(0), WAIT).unwrap();
+        assert_eq!(
+            refused(server.path(), &request(1)),
+            "a capture is already running on this instance"
+        );
+        first.stop();
+        let end = loop {
+            if let Some(Event::End(e)) = first.next(WAIT).unwrap() {
+                break e;
+            }
+        };
+        assert_eq!((end.reason, end.packets), (EndReason::Client, 0));
+        assert_eq!(end.drops, [0, 0, 0]);
+        assert!(
+            taps.tap(0, 0, Direction::Rx)
+                .is_some_and(|t| !t.is_active())
+        );
+        // The next one is served.
+        let mut second = CaptureClient::connect(server.path()).unwrap();
+        second.start(&request(1), WAIT).unwrap();
+        // The instance ending ends it too.
+        let path = server.path().to_owned();
+        drop(server);
+        let end = loop {
+            if let Some(Event::End(e)) = second.next(WAIT).unwrap() {
+                break e;
+            }
+        };
+        assert_eq!(end.reason, EndReason::Shutdown);
+        assert!(!path.exists());
+    }
+
+    #[test]
+    fn a_second_server_on_the_directory_is_refused_and_a_stale_socket_replaced() {
+        let d = dir("twice");
+        let server = CaptureServer::serve(&d, taps()).unwrap();
+        let err = CaptureServer::serve(&d, taps()).unwrap_err();
+        assert!(err.contains("another instance listens on"), "{err}");
+        drop(server);
+        // A socket file nobody answers on.
+        let stale = UnixListener::bind(d.join(SOCKET_NAME)).unwrap();
+        drop(stale);
+        let server = CaptureServer::serve(&d, taps()).unwrap();
+        let mut c = CaptureClient::connect(server.path()).unwrap();
+        c.start(&request(0), WAIT).unwrap();
+    }
+}
