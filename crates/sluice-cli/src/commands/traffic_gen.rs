@@ -19,6 +19,7 @@ use sluice::tester::{
 };
 use sluice::tsc::rdtsc;
 
+use crate::app::options::ObserveOptions;
 use crate::app::output::{emit, emit_json};
 
 /// Arguments of `sluice gen`.
@@ -54,6 +55,9 @@ pub struct GenArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Telemetry and metrics.
+    #[command(flatten)]
+    pub observe: ObserveOptions,
 }
 
 impl GenArgs {
