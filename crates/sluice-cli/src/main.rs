@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::{bench, demo, dist, fwd, l2fwd, l3fwd, traffic_gen, tune};
+use commands::{bench, capture, demo, dist, fwd, l2fwd, l3fwd, traffic_gen, tune};
 
 /// Sluice: a userspace packet dataplane.
 ///
@@ -60,6 +60,10 @@ enum Command {
     /// recommend one; `--preset l2fwd-defaults` compares DPDK l2fwd's old
     /// and new defaults.
     Tune(tune::TuneArgs),
+    /// Capture a port's packets from a running instance into a pcapng
+    /// file, as DPDK's dpdk-dumpcap (copies the instance cannot keep up
+    /// with are dropped and counted, never the packets).
+    Capture(capture::CaptureArgs),
 }
 
 fn main() -> ExitCode {
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
         Some(Command::Dist(args)) => dist::run_checked(&args),
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Tune(args)) => tune::run(&args),
+        Some(Command::Capture(args)) => capture::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -91,6 +91,10 @@ impl Drop for CaptureServer {
             let _ = t.join();
         }
         let _ = std::fs::remove_file(&self.path);
+        if let Some(dir) = self.path.parent() {
+            // Fails, as it should, while the telemetry socket is there.
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
@@ -257,6 +261,7 @@ fn open(mut stream: UnixStream, taps: &CaptureTaps) -> Option<Session> {
         written: 0,
         packets: 0,
         count: request.count,
+        drops_at_count: None,
         deadline: request
             .duration
             .map(|d| Instant::now() + Duration::from_secs_f64(d.min(1e9))),
@@ -290,6 +295,9 @@ struct Session {
     /// Packets put in `out`.
     packets: u64,
     count: Option<u64>,
+    /// Each tap's drops when `count` was reached (the taps then stop
+    /// mirroring; what they drop after is not the capture's loss).
+    drops_at_count: Option<Vec<u64>>,
     deadline: Option<Instant>,
     /// The TSC and the wall clock when the capture started.
     tsc0: u64,
@@ -321,6 +329,12 @@ impl Session {
             .extend_from_slice(&packet_header(iface as u16, r.orig_len, ts));
         self.out.extend_from_slice(r.data);
         self.packets += 1;
+        if self.count_reached() {
+            for t in &self.taps {
+                t.pause();
+            }
+            self.drops_at_count = Some(self.taps.iter().map(|t| t.session_dropped()).collect());
+        }
     }
 
     /// One round: the client's side checked, copies drained, bytes sent.
@@ -379,6 +393,7 @@ impl Session {
         for (i, tap) in taps.iter().enumerate() {
             drops.push(tap.finish(|r| self.push(i, r)).dropped);
         }
+        let drops = self.drops_at_count.take().unwrap_or(drops);
         let end = Control::End(CaptureEnd {
             packets: self.packets,
             drops,

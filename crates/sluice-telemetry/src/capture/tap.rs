@@ -267,6 +267,19 @@ impl Tap {
         self.active.store(true, Ordering::Relaxed);
     }
 
+    /// Stops mirroring without ending the session: the copies held can
+    /// still be drained. Called by the capture thread once it has all the
+    /// packets it wants.
+    pub fn pause(&self) {
+        self.active.store(false, Ordering::Relaxed);
+    }
+
+    /// Copies dropped since the session started.
+    pub fn session_dropped(&self) -> u64 {
+        self.overflow()
+            .wrapping_sub(self.overflow_at_start.load(Ordering::Relaxed))
+    }
+
     /// Hands up to `max` copies to `each`, oldest first, and gives their
     /// slots back to the lcore; how many. Called by the capture thread.
     pub fn drain(&self, max: usize, mut each: impl FnMut(Record<'_>)) -> usize {
@@ -310,8 +323,7 @@ impl Tap {
         }
         *lock(&self.reader) = None;
         let dropped = if was_running {
-            self.overflow()
-                .wrapping_sub(self.overflow_at_start.load(Ordering::Relaxed))
+            self.session_dropped()
         } else {
             0
         };
