@@ -19,6 +19,9 @@ use sluice::tester::{
 };
 use sluice::tsc::rdtsc;
 
+use sluice_telemetry::capture::{CaptureTaps, Direction, Tap};
+
+use crate::app::observe::capture;
 use crate::app::options::ObserveOptions;
 use crate::app::output::{emit, emit_json};
 
@@ -167,6 +170,15 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     };
     let mut port = sluice::driver::open(&args.port, port_config.clone()).map_err(sized)?;
     port.start().map_err(sized)?;
+    let capture = capture::start(std::slice::from_ref(&port), &args.observe)?;
+    let tap = |direction| {
+        capture
+            .taps
+            .tap(0, 0, direction)
+            .cloned()
+            .unwrap_or_else(CaptureTaps::detached)
+    };
+    let (rx_tap, tx_tap) = (tap(Direction::Rx), tap(Direction::Tx));
     let tester = Tester::new(config);
     let stream = tester.add_stream();
     let flows = tester.config().flows;
@@ -211,12 +223,16 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
                     }
                 }
                 view.truncate(filled);
+                // The new frames are the ones handed to the Tx queue now.
+                if tx_tap.is_active() {
+                    tx_tap.mirror(&view.as_slice()[first..], now);
+                }
             }
             if !tx.is_empty() {
                 txq.tx_burst(&mut tx);
             }
             if let Some(c) = &mut checker {
-                check_burst(rxq.as_mut(), &mut rx, c);
+                check_burst(rxq.as_mut(), &mut rx, c, &rx_tap);
             }
         }
         // Frames never sent are taken back, the last one exactly; the rest
@@ -225,7 +241,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         while !tx.is_empty() && tries < 1 << 16 {
             txq.tx_burst(&mut tx);
             if let Some(c) = &mut checker {
-                check_burst(rxq.as_mut(), &mut rx, c);
+                check_burst(rxq.as_mut(), &mut rx, c, &rx_tap);
             }
             tries += 1;
         }
@@ -233,7 +249,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
             let until = Instant::now() + Duration::from_millis(300);
             let mut idle = 0;
             while idle < 1000 && Instant::now() < until {
-                if check_burst(rxq.as_mut(), &mut rx, c) == 0 {
+                if check_burst(rxq.as_mut(), &mut rx, c, &rx_tap) == 0 {
                     idle += 1;
                     std::thread::sleep(Duration::from_micros(100));
                 } else {
@@ -261,13 +277,18 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     Ok(clean.unwrap_or(true))
 }
 
-/// Receives one burst and checks each frame; how many arrived.
+/// Receives one burst (mirrored into `tap` while a capture runs) and
+/// checks each frame; how many arrived.
 fn check_burst(
     rxq: &mut dyn sluice::port::RxQueue,
     rx: &mut Burst<64>,
     checker: &mut sluice::tester::Checker,
+    tap: &Tap,
 ) -> usize {
     let n = rxq.rx_burst(rx.capped(32));
+    if tap.is_active() {
+        tap.mirror(rx.as_slice(), rdtsc());
+    }
     for m in rx.iter() {
         if m.nb_segs() == 1 {
             checker.check(m.data());
