@@ -196,6 +196,74 @@ mod tests {
     }
 
     #[test]
+    fn capture_arguments_parse_and_bad_ones_are_rejected() {
+        let cli = Cli::try_parse_from([
+            "sluice",
+            "capture",
+            "--file-prefix",
+            "lab",
+            "--port",
+            "1",
+            "--queue",
+            "2",
+            "--direction",
+            "tx",
+            "-w",
+            "f.pcapng",
+            "-c",
+            "200",
+            "-s",
+            "96",
+        ])
+        .unwrap();
+        let Some(Command::Capture(a)) = cli.command else {
+            panic!("not capture");
+        };
+        let r = a.request();
+        assert_eq!(
+            (a.file_prefix.as_str(), r.port, r.queue),
+            ("lab", 1, Some(2))
+        );
+        assert_eq!((r.snaplen, r.count, r.duration), (96, Some(200), None));
+        assert_eq!(r.buffer, Some(1024));
+        assert_eq!(
+            r.direction,
+            sluice_telemetry::capture::protocol::Directions::Tx
+        );
+        for bad in [
+            &["sluice", "capture", "--port", "0"][..],
+            &["sluice", "capture", "-w", "f"],
+            &["sluice", "capture", "--port", "0", "-w", "f", "-c", "0"],
+            &["sluice", "capture", "--port", "0", "-w", "f", "-s", "0"],
+            &[
+                "sluice",
+                "capture",
+                "--port",
+                "0",
+                "-w",
+                "f",
+                "--direction",
+                "up",
+            ],
+            &[
+                "sluice", "capture", "--port", "0", "-w", "f", "--buffer", "0",
+            ],
+            &[
+                "sluice",
+                "capture",
+                "--port",
+                "0",
+                "-w",
+                "f",
+                "--file-prefix",
+                "a/b",
+            ],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn bench_pagepool_parses() {
         let cli =
             Cli::try_parse_from(["sluice", "bench", "pagepool", "--quick", "--json"]).unwrap();

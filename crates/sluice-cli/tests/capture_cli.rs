@@ -20,15 +20,27 @@ fn scratch(name: &str) -> PathBuf {
     d
 }
 
+/// A child process, killed if the test fails before it ends.
+struct Forwarder(Child);
+
+impl Drop for Forwarder {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// `sluice fwd` between two soft ports cabled to one tester, its runtime
 /// directory `runtime`, telemetry under `prefix`: returned once it prints
 /// its first stats line (it serves captures from before it forwards).
-fn forwarder(runtime: &Path, prefix: &str) -> (Child, BufReader<std::process::ChildStdout>) {
+fn forwarder(runtime: &Path, prefix: &str) -> (Forwarder, BufReader<std::process::ChildStdout>) {
     let spec = format!("soft:tester={prefix},gen=udp,flows=4,size=64");
     let mut child = Command::new(SLUICE)
         .env("RUNTIME_DIRECTORY", runtime)
         .args(["fwd", "--file-prefix", prefix, "--json"])
-        .args(["--duration", "60", "--stats-period", "0.1"])
+        .args(["--duration", "60", "--stats-period", "0.5"])
         .args(["-p", &spec, "-p", &spec])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -38,7 +50,7 @@ fn forwarder(runtime: &Path, prefix: &str) -> (Child, BufReader<std::process::Ch
     let mut first = String::new();
     out.read_line(&mut first).unwrap();
     assert!(first.contains("\"type\""), "first line: {first:?}");
-    (child, out)
+    (Forwarder(child), out)
 }
 
 /// Runs `sluice capture ARGS` against the instance: its output.
@@ -160,20 +172,29 @@ fn a_capture_of_a_forwarding_port_holds_the_testers_frames() {
         "/dev/null",
     ]);
     assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("cannot connect to "), "{err}");
 
     // SIGINT: the forwarder stops cleanly (drain, summary).
-    let pid = libc::pid_t::try_from(fwd.id()).unwrap();
+    let pid = libc::pid_t::try_from(fwd.0.id()).unwrap();
     // SAFETY: kill(2) takes no pointers; `pid` is our child, not yet
     // waited for, so the id is still its own.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGINT) }, 0);
     let mut rest = String::new();
     fwd_out.read_to_string(&mut rest).unwrap();
-    let status = fwd.wait().unwrap();
+    let status = fwd.0.wait().unwrap();
     let mut err = String::new();
-    fwd.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+    fwd.0
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
     assert!(status.success(), "{err}");
     let summary = common::summary_of(rest.as_bytes());
     assert_eq!(summary["pool_full"], true, "{summary}");
+    // Capturing took copies only: every frame still went round.
+    common::assert_tester_got_everything(&summary, &prefix);
     assert!(
         !runtime
             .join("dpdk")
