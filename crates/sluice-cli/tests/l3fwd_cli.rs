@@ -349,6 +349,7 @@ fn sluice_bounded(args: &[&str]) -> (std::process::Output, bool) {
         .arg("ulimit -v 1048576; exec \"$0\" \"$@\"")
         .arg(SLUICE)
         .args(args)
+        .env("RUNTIME_DIRECTORY", common::runtime_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

@@ -95,6 +95,10 @@ pub struct ObserveOptions {
     /// Serve Prometheus metrics (`GET /metrics`) on this address.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics: Option<SocketAddr>,
+    /// The command watched, as telemetry names it (`fwd`, `l3fwd`, `demo`,
+    /// ...): set by the command, not an option.
+    #[arg(skip)]
+    pub command: &'static str,
 }
 
 impl ObserveOptions {
@@ -105,6 +109,7 @@ impl ObserveOptions {
             file_prefix: DEFAULT_FILE_PREFIX.to_owned(),
             no_telemetry: false,
             metrics: None,
+            command: "",
         }
     }
 
@@ -114,6 +119,19 @@ impl ObserveOptions {
         ObserveOptions {
             no_telemetry: true,
             ..ObserveOptions::serving()
+        }
+    }
+
+    /// Whether anything is served at all.
+    pub fn is_off(&self) -> bool {
+        self.no_telemetry && self.metrics.is_none()
+    }
+
+    /// These options for the command `command`.
+    pub fn for_command(&self, command: &'static str) -> ObserveOptions {
+        ObserveOptions {
+            command,
+            ..self.clone()
         }
     }
 }

@@ -43,7 +43,7 @@ pub fn run(observe: &ObserveOptions) -> Result<(), String> {
     ));
     let mut args = FwdArgs::with_specs(specs);
     args.queues.tx_retry = DEMO_TX_RETRY;
-    args.run.observe = observe.clone();
+    args.run.observe = observe.for_command("demo");
     require_clean(io::run(&args)?)
 }
 
