@@ -22,8 +22,8 @@ use sluice::tsc::rdtsc;
 
 use sluice_telemetry::capture::{CaptureTaps, Direction, Tap};
 
-use crate::app::observe::capture;
 use crate::app::io::lcore::{LcoreCycles, LiveLcore, Publisher};
+use crate::app::observe::capture;
 use crate::app::observe::{Observer, Watched};
 use crate::app::options::ObserveOptions;
 use crate::app::output::{emit, emit_json};
@@ -173,15 +173,6 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     };
     let mut port = sluice::driver::open(&args.port, port_config.clone()).map_err(sized)?;
     port.start().map_err(sized)?;
-    let capture = capture::start(std::slice::from_ref(&port), &args.observe)?;
-    let tap = |direction| {
-        capture
-            .taps
-            .tap(0, 0, direction)
-            .cloned()
-            .unwrap_or_else(CaptureTaps::detached)
-    };
-    let (rx_tap, tx_tap) = (tap(Direction::Rx), tap(Direction::Tx));
     let tester = Tester::new(config);
     let stream = tester.add_stream();
     let flows = tester.config().flows;
@@ -203,6 +194,15 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         );
         Some(Observer::start(&args.observe, watched)?)
     };
+    let capture = capture::start(std::slice::from_ref(&port), &args.observe)?;
+    let tap = |direction| {
+        capture
+            .taps
+            .tap(0, 0, direction)
+            .cloned()
+            .unwrap_or_else(CaptureTaps::detached)
+    };
+    let (rx_tap, tx_tap) = (tap(Direction::Rx), tap(Direction::Tx));
     live[0].start(None);
     let mut publisher = Publisher::new(&live[0]);
     let mut counted = LcoreCycles::default();
