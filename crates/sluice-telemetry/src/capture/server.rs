@@ -617,7 +617,10 @@ mod tests {
         let err = CaptureServer::serve(&d, taps()).unwrap_err();
         assert!(err.contains("another instance listens on"), "{err}");
         drop(server);
+        // The socket and its directory, left empty, are removed.
+        assert!(!d.exists());
         // A socket file nobody answers on.
+        std::fs::create_dir_all(&d).unwrap();
         let stale = UnixListener::bind(d.join(SOCKET_NAME)).unwrap();
         drop(stale);
         let server = CaptureServer::serve(&d, taps()).unwrap();
