@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::{bench, demo, dist, fwd, l2fwd, l3fwd, stats, traffic_gen, tune};
+use commands::{bench, capture, demo, dist, fwd, l2fwd, l3fwd, stats, traffic_gen, tune};
 
 /// Sluice: a userspace packet dataplane.
 ///
@@ -64,6 +64,10 @@ enum Command {
     /// recommend one; `--preset l2fwd-defaults` compares DPDK l2fwd's old
     /// and new defaults.
     Tune(tune::TuneArgs),
+    /// Capture a port's packets from a running instance into a pcapng
+    /// file, as DPDK's dpdk-dumpcap (copies the instance cannot keep up
+    /// with are dropped and counted, never the packets).
+    Capture(capture::CaptureArgs),
 }
 
 fn main() -> ExitCode {
@@ -77,6 +81,7 @@ fn main() -> ExitCode {
         Some(Command::Dist(args)) => dist::run_checked(&args),
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Tune(args)) => tune::run(&args),
+        Some(Command::Capture(args)) => capture::run(&args),
         Some(Command::Stats(args)) => stats::run(&args),
     };
     match result {
@@ -193,6 +198,74 @@ mod tests {
             panic!("not bench");
         };
         assert_eq!(a.part, bench::Part::Distributor);
+    }
+
+    #[test]
+    fn capture_arguments_parse_and_bad_ones_are_rejected() {
+        let cli = Cli::try_parse_from([
+            "sluice",
+            "capture",
+            "--file-prefix",
+            "lab",
+            "--port",
+            "1",
+            "--queue",
+            "2",
+            "--direction",
+            "tx",
+            "-w",
+            "f.pcapng",
+            "-c",
+            "200",
+            "-s",
+            "96",
+        ])
+        .unwrap();
+        let Some(Command::Capture(a)) = cli.command else {
+            panic!("not capture");
+        };
+        let r = a.request();
+        assert_eq!(
+            (a.file_prefix.as_str(), r.port, r.queue),
+            ("lab", 1, Some(2))
+        );
+        assert_eq!((r.snaplen, r.count, r.duration), (96, Some(200), None));
+        assert_eq!(r.buffer, Some(1024));
+        assert_eq!(
+            r.direction,
+            sluice_telemetry::capture::protocol::Directions::Tx
+        );
+        for bad in [
+            &["sluice", "capture", "--port", "0"][..],
+            &["sluice", "capture", "-w", "f"],
+            &["sluice", "capture", "--port", "0", "-w", "f", "-c", "0"],
+            &["sluice", "capture", "--port", "0", "-w", "f", "-s", "0"],
+            &[
+                "sluice",
+                "capture",
+                "--port",
+                "0",
+                "-w",
+                "f",
+                "--direction",
+                "up",
+            ],
+            &[
+                "sluice", "capture", "--port", "0", "-w", "f", "--buffer", "0",
+            ],
+            &[
+                "sluice",
+                "capture",
+                "--port",
+                "0",
+                "-w",
+                "f",
+                "--file-prefix",
+                "a/b",
+            ],
+        ] {
+            assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
+        }
     }
 
     #[test]

@@ -46,6 +46,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+pub mod capture;
 pub mod client;
 mod error;
 pub mod ethdev;

@@ -3,6 +3,7 @@
 //! command never uses another command.
 
 pub mod bench;
+pub mod capture;
 pub mod demo;
 pub mod dist;
 pub mod fwd;

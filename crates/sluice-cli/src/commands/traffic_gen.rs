@@ -25,8 +25,11 @@ use sluice::tester::{
 };
 use sluice::tsc::rdtsc;
 
+use sluice_telemetry::capture::{CaptureTaps, Direction, Tap};
+
 use crate::app::io::lcore::{LcoreCycles, LiveLcore, Publisher};
 use crate::app::latency::{self, HistOut};
+use crate::app::observe::capture;
 use crate::app::observe::census::{self, CensusReport};
 use crate::app::observe::drops::DropSources;
 use crate::app::observe::snapshot::{DropCount, LatencySummary};
@@ -224,6 +227,15 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         );
         Some(Observer::start(&args.observe, watched)?)
     };
+    let capture = capture::start(std::slice::from_ref(&port), &args.observe)?;
+    let tap = |direction| {
+        capture
+            .taps
+            .tap(0, 0, direction)
+            .cloned()
+            .unwrap_or_else(CaptureTaps::detached)
+    };
+    let (rx_tap, tx_tap) = (tap(Direction::Rx), tap(Direction::Tx));
     live[0].start(None);
     let mut publisher = Publisher::new(&live[0]);
     let mut counted = LcoreCycles::default();
@@ -292,6 +304,10 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
                     }
                 }
                 view.truncate(filled);
+                // The new frames are the ones handed to the Tx queue now.
+                if tx_tap.is_active() {
+                    tx_tap.mirror(&view.as_slice()[first..], now);
+                }
             }
             let sent = if tx.is_empty() {
                 0
@@ -299,7 +315,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
                 txq.tx_burst(&mut tx)
             };
             if let Some(c) = &mut checker {
-                check_burst(rxq.as_mut(), &mut rx, c);
+                check_burst(rxq.as_mut(), &mut rx, c, &rx_tap);
             }
             counted.polls += 1;
             if sent == 0 {
@@ -317,7 +333,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         while !tx.is_empty() && tries < 1 << 16 {
             txq.tx_burst(&mut tx);
             if let Some(c) = &mut checker {
-                check_burst(rxq.as_mut(), &mut rx, c);
+                check_burst(rxq.as_mut(), &mut rx, c, &rx_tap);
             }
             tries += 1;
         }
@@ -325,7 +341,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
             let until = Instant::now() + Duration::from_millis(300);
             let mut idle = 0;
             while idle < 1000 && Instant::now() < until {
-                if check_burst(rxq.as_mut(), &mut rx, c) == 0 {
+                if check_burst(rxq.as_mut(), &mut rx, c, &rx_tap) == 0 {
                     idle += 1;
                     std::thread::sleep(Duration::from_micros(100));
                 } else {
@@ -391,14 +407,19 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     Ok(clean.unwrap_or(true))
 }
 
-/// Receives one burst and checks each frame; how many arrived.
+/// Receives one burst (mirrored into `tap` while a capture runs) and
+/// checks each frame; how many arrived.
 fn check_burst(
     rxq: &mut dyn sluice::port::RxQueue,
     rx: &mut Burst<64>,
     checker: &mut sluice::tester::Checker,
+    tap: &Tap,
 ) -> usize {
     let n = rxq.rx_burst(rx.capped(32));
     let now = rdtsc();
+    if tap.is_active() {
+        tap.mirror(rx.as_slice(), now);
+    }
     for m in rx.iter() {
         if m.nb_segs() == 1 {
             checker.check_at(m.data(), now);

@@ -23,6 +23,7 @@ use sluice::mbuf::{Burst, BurstSlice, Mbuf};
 use sluice::net::{EtherType, EthernetFrame, Ipv4Packet, Ipv6Packet, ip_proto, rss};
 use sluice::port::{RxQueue, TxQueue};
 use sluice::tsc::rdtsc;
+use sluice_telemetry::capture::Tap;
 
 use super::api::DistSide;
 use crate::app::io::lcore::{LiveLcore, Publisher, StreamCounters};
@@ -46,6 +47,10 @@ pub struct PortQueues<'a> {
     pub peer: usize,
     /// Its driver gives no RSS hash: the lcore computes one.
     pub soft_hash: bool,
+    /// The capture tap of its Rx queue 0 (what it receives).
+    pub rx_tap: Arc<Tap>,
+    /// The capture tap of its Tx queue 0 (what is handed to it).
+    pub tx_tap: Arc<Tap>,
 }
 
 /// Counters the lcore writes and the main thread reads.
@@ -134,6 +139,9 @@ pub fn run<D: DistSide>(
             let b = &mut held[p];
             if b.is_empty() {
                 let got = q.rx.rx_burst(b.capped(cfg.burst));
+                if got != 0 && q.rx_tap.is_active() {
+                    q.rx_tap.mirror(b.as_slice(), rdtsc());
+                }
                 if got != 0 && q.soft_hash {
                     hash_in_software(b);
                 }
@@ -221,6 +229,9 @@ fn transmit(
     cfg: LcoreConfig<'_>,
 ) {
     let b = &mut out[t];
+    if ports[t].tx_tap.is_active() {
+        ports[t].tx_tap.mirror(b.as_slice(), rdtsc());
+    }
     ports[t].tx.tx_burst(b);
     let mut tries = 0;
     while !b.is_empty() && tries < cfg.tx_retry {

@@ -30,6 +30,7 @@ use std::time::Instant;
 use sluice::mbuf::MbufPool;
 use sluice::port::{Offloads, Port, PortConfig, PortError};
 use sluice::tester::Tester;
+use sluice_telemetry::capture::{CaptureTaps, Direction};
 
 use super::io::lcore::LiveLcore;
 use super::lcores::{Control, Extra, StopOnDrop, main_loop, panic_message};
@@ -179,6 +180,14 @@ impl WithDist for Pipeline<'_> {
             .collect::<Result<Vec<_>, _>>()?;
         let port_counters: Vec<_> = self.ports.iter().map(Port::counters).collect();
         let census = CensusWatch::new(census::of_run(self.ports, self.pool, Some(d.held_gauge())));
+        let capture = crate::app::observe::capture::start(self.ports, &args.run.observe)?;
+        let tap = |p: usize, direction| {
+            capture
+                .taps
+                .tap(p, 0, direction)
+                .cloned()
+                .unwrap_or_else(CaptureTaps::detached)
+        };
         let mut queues: Vec<PortQueues<'_>> = Vec::with_capacity(n);
         for (i, p) in self.ports.iter_mut().enumerate() {
             let (rx, tx) = p.queues_mut().map_err(|e| e.to_string())?;
@@ -190,6 +199,8 @@ impl WithDist for Pipeline<'_> {
                 tx: tx.as_mut(),
                 peer: peer(i, n),
                 soft_hash: self.soft_hash[i],
+                rx_tap: tap(i, Direction::Rx),
+                tx_tap: tap(i, Direction::Tx),
             });
         }
         let owners = Owners::default();

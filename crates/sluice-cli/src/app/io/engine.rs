@@ -16,9 +16,13 @@
 //! step (a queue stopped under it) only counts in
 //! [`Stream::recycle_errors`], and the stream goes on as io.
 
+use std::sync::Arc;
+
 use sluice::mbuf::{BurstSlice, MbufPool};
 use sluice::net::MacAddr;
 use sluice::port::{RxQueue, TxQueue, recycle_mbufs};
+use sluice::tsc::rdtsc;
+use sluice_telemetry::capture::{CaptureTaps, Tap};
 
 /// One stream: an Rx queue of one port and the Tx queue of the same number
 /// on its peer port. Polled by one lcore.
@@ -43,6 +47,11 @@ pub struct Stream<'a> {
     /// `txonly`: bursts that could not be generated because the pool was
     /// empty, counted by the polling lcore.
     pub alloc_failures: u64,
+    /// The capture tap of the Rx queue: what is received is mirrored into
+    /// it while a capture runs.
+    pub rx_tap: Arc<Tap>,
+    /// The capture tap of the Tx queue: what is handed to `tx_burst`.
+    pub tx_tap: Arc<Tap>,
 }
 
 impl<'a> Stream<'a> {
@@ -66,6 +75,17 @@ impl<'a> Stream<'a> {
             frame: None,
             recycle_errors: 0,
             alloc_failures: 0,
+            rx_tap: CaptureTaps::detached(),
+            tx_tap: CaptureTaps::detached(),
+        }
+    }
+
+    /// The same stream mirroring into these capture taps.
+    pub fn with_taps(self, rx_tap: Arc<Tap>, tx_tap: Arc<Tap>) -> Stream<'a> {
+        Stream {
+            rx_tap,
+            tx_tap,
+            ..self
         }
     }
 
@@ -90,6 +110,10 @@ pub struct Moved {
 pub trait Fwd: Copy + Send + Sync {
     /// Whether the packets are sent (else freed).
     const SENDS: bool = true;
+
+    /// Whether the packets are received (else generated: not mirrored as
+    /// received).
+    const RECEIVES: bool = true;
 
     /// Fills `burst` (empty) with up to `burst.free()` packets; how many.
     #[inline(always)]
@@ -154,6 +178,8 @@ impl Fwd for RxOnly {
 #[derive(Clone, Copy)]
 pub struct TxOnly;
 impl Fwd for TxOnly {
+    const RECEIVES: bool = false;
+
     #[inline(always)]
     fn input(self, s: &mut Stream<'_>, burst: &mut BurstSlice) -> usize {
         let Some((frame, pool)) = &s.frame else {
@@ -191,6 +217,9 @@ impl Fwd for Recycle {
 
 /// Polls one stream once: input, rewrite, send, drop the rest. `burst` is
 /// empty (and left empty); its free room is the burst size asked for.
+/// While a capture runs on a queue of the stream, its tap gets copies of
+/// the packets received (after `rx_burst`) or sent (before `tx_burst`);
+/// otherwise each tap costs one load and one branch per burst.
 #[inline(always)]
 pub fn poll<E: Fwd>(e: E, s: &mut Stream<'_>, burst: &mut BurstSlice, tx_retry: u32) -> Moved {
     let rx = e.input(s, burst);
@@ -198,6 +227,9 @@ pub fn poll<E: Fwd>(e: E, s: &mut Stream<'_>, burst: &mut BurstSlice, tx_retry: 
         // A failed input may leave packets (txonly with a short data room).
         burst.clear();
         return Moved::default();
+    }
+    if E::RECEIVES && s.rx_tap.is_active() {
+        s.rx_tap.mirror(burst.as_slice(), rdtsc());
     }
     if !E::SENDS {
         burst.clear();
@@ -208,6 +240,9 @@ pub fn poll<E: Fwd>(e: E, s: &mut Stream<'_>, burst: &mut BurstSlice, tx_retry: 
         };
     }
     e.rewrite(s, burst);
+    if s.tx_tap.is_active() {
+        s.tx_tap.mirror(burst.as_slice(), rdtsc());
+    }
     let mut tx = s.tx.tx_burst(burst);
     let mut tries = tx_retry;
     while !burst.is_empty() && tries > 0 {

@@ -36,6 +36,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8};
 use sluice::mbuf::{Burst, MbufPool};
 use sluice::port::{Port, PortCounters};
 use sluice::tester::Tester;
+use sluice_telemetry::capture::{CaptureTaps, Direction};
 
 use super::lcores::{Control, run_lcores_with};
 use super::observe::{self, census::CensusWatch};
@@ -126,6 +127,7 @@ fn forward_window(
     if args.engine == Engine::Recycle {
         check_recycle(ports)?;
     }
+    let capture = super::observe::capture::start(ports, &args.run.observe)?;
     let n = ports.len();
     let macs: Vec<_> = ports.iter().map(Port::mac).collect();
     let threaded = ports.iter().any(|p| has_threaded_device(p.name()));
@@ -169,7 +171,19 @@ fn forward_window(
             let dst_mac = args.peer_mac(t);
             let frame = (args.engine == Engine::Txonly)
                 .then(|| (udp_frame(args.txpkts, src_mac, dst_mac), pool.clone()));
-            streams.push(Stream::new(streams.len(), t, rx, tx, src_mac, dst_mac).with_frame(frame));
+            let taps = &capture.taps;
+            let (rx_tap, tx_tap) = (
+                taps.tap(p, q, Direction::Rx).cloned(),
+                taps.tap(t, q, Direction::Tx).cloned(),
+            );
+            streams.push(
+                Stream::new(streams.len(), t, rx, tx, src_mac, dst_mac)
+                    .with_frame(frame)
+                    .with_taps(
+                        rx_tap.unwrap_or_else(CaptureTaps::detached),
+                        tx_tap.unwrap_or_else(CaptureTaps::detached),
+                    ),
+            );
         }
     }
     if args.tx_first {

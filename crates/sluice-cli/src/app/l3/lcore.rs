@@ -13,12 +13,14 @@
 //! `sluice fwd`: busy polls only, from before `rx_burst` to after the last
 //! `tx_burst`.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sluice::counter::Counter;
 use sluice::mbuf::{Burst, BurstSlice, Mbuf, MbufPool};
 use sluice::port::{RxQueue, TxQueue};
 use sluice::tsc::{self, rdtsc};
+use sluice_telemetry::capture::Tap;
 
 use super::classify::{DropReason, LastPort, PortMacs, Router, Taken, route, route_fast};
 use crate::app::io::lcore::{LcoreCycles, LiveLcore, Publisher, StreamCounters};
@@ -30,6 +32,10 @@ pub struct L3Lcore<'a> {
     pub rx: Vec<&'a mut dyn RxQueue>,
     /// Tx queue `i` of every port, by port.
     pub tx: Vec<&'a mut dyn TxQueue>,
+    /// The capture tap of each Rx queue (what it receives).
+    pub rx_taps: Vec<Arc<Tap>>,
+    /// The capture tap of each Tx queue (what is handed to it).
+    pub tx_taps: Vec<Arc<Tap>>,
     /// Index of this lcore's first Tx-drop counter: port `p`'s drops are
     /// counted in `counters[counters_base + p]`.
     pub counters_base: usize,
@@ -198,6 +204,9 @@ pub fn poll<R: Router>(
     if n == 0 {
         return 0;
     }
+    if lc.rx_taps[q].is_active() {
+        lc.rx_taps[q].mirror(burst.as_slice(), rdtsc());
+    }
     // Route in place: the common case for the whole burst in one tight
     // loop, which notes a packet's port only where the route changes; then
     // anything it declined (IPv6, options, a header to check in software,
@@ -211,7 +220,13 @@ pub fn poll<R: Router>(
     if declined == 0 && starts == 1 {
         // The common case: the whole burst took one route.
         let p = dst[0] as usize;
-        send(&mut *lc.tx[p], burst, cfg, lc.counters_base + p);
+        send(
+            &mut *lc.tx[p],
+            &lc.tx_taps[p],
+            burst,
+            cfg,
+            lc.counters_base + p,
+        );
         return n;
     }
     // Each packet's port (or DROP): the runs' ports spread over the packets
@@ -234,7 +249,13 @@ pub fn poll<R: Router>(
     if first != DROP && dst[1..n].iter().fold(0, |a, &d| a | (d ^ first)) == 0 {
         // The common case: the whole burst leaves by one port.
         let p = first as usize;
-        send(&mut *lc.tx[p], burst, cfg, lc.counters_base + p);
+        send(
+            &mut *lc.tx[p],
+            &lc.tx_taps[p],
+            burst,
+            cfg,
+            lc.counters_base + p,
+        );
     } else {
         // Dropped packets are freed here; the others go to the burst of
         // their port (64 each, emptied below: they fit).
@@ -248,7 +269,7 @@ pub fn poll<R: Router>(
         }
         for (p, (o, tx)) in bufs.out.iter_mut().zip(lc.tx.iter_mut()).enumerate() {
             if !o.is_empty() {
-                send(&mut **tx, o, cfg, lc.counters_base + p);
+                send(&mut **tx, &lc.tx_taps[p], o, cfg, lc.counters_base + p);
             }
         }
     }
@@ -326,10 +347,20 @@ fn spread_runs(declined: u64, starts: u64, dst: &mut [u16]) {
 /// `dst` of a packet being dropped.
 const DROP: u16 = u16::MAX;
 
-/// Sends `burst` on `tx` with the configured retries; what is left is freed
-/// and counted in `cfg.counters[counter]`.
+/// Sends `burst` on `tx` (mirrored into `tap` while a capture runs) with
+/// the configured retries; what is left is freed and counted in
+/// `cfg.counters[counter]`.
 #[inline(always)]
-fn send(tx: &mut dyn TxQueue, burst: &mut BurstSlice, cfg: &L3Config<'_>, counter: usize) {
+fn send(
+    tx: &mut dyn TxQueue,
+    tap: &Tap,
+    burst: &mut BurstSlice,
+    cfg: &L3Config<'_>,
+    counter: usize,
+) {
+    if tap.is_active() {
+        tap.mirror(burst.as_slice(), rdtsc());
+    }
     tx.tx_burst(burst);
     let mut tries = cfg.tx_retry;
     while !burst.is_empty() && tries > 0 {
@@ -358,6 +389,7 @@ mod tests {
     use super::*;
     use crate::app::l3::classify::fixtures::{Fixed, macs, pool, v4_frame};
     use sluice::mbuf::layout::ol;
+    use sluice_telemetry::capture::CaptureTaps;
 
     /// One `poll` over a burst that takes both ports, in runs, with drops
     /// and packets only the full path takes: each packet leaves by its
@@ -426,6 +458,8 @@ mod tests {
             let mut lc = L3Lcore {
                 rx: vec![rx0[0].as_mut()],
                 tx: vec![tx0[0].as_mut(), tx1[0].as_mut()],
+                rx_taps: vec![CaptureTaps::detached()],
+                tx_taps: vec![CaptureTaps::detached(), CaptureTaps::detached()],
                 counters_base: 0,
                 drops: &drops,
             };

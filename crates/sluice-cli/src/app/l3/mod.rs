@@ -16,6 +16,7 @@ use std::sync::atomic::AtomicBool;
 use sluice::mbuf::MbufPool;
 use sluice::port::Port;
 use sluice::tester::Tester;
+use sluice_telemetry::capture::{CaptureTaps, Direction};
 
 use super::io::lcore::StreamCounters;
 use super::lcores::run_lcores;
@@ -39,6 +40,7 @@ pub(crate) fn route_phase<R: Router>(
     shared: &Shared,
 ) -> Result<Forwarded, String> {
     let nports = ports.len();
+    let capture = super::observe::capture::start(ports, &args.run.observe)?;
     let macs: Vec<PortMacs> = ports
         .iter()
         .enumerate()
@@ -64,18 +66,30 @@ pub(crate) fn route_phase<R: Router>(
         .map(|(i, drops)| L3Lcore {
             rx: Vec::new(),
             tx: Vec::new(),
+            rx_taps: Vec::new(),
+            tx_taps: Vec::new(),
             counters_base: i * nports,
             drops,
         })
         .collect();
     let mut next = 0;
-    for p in ports.iter_mut() {
-        let (rx, tx) = p.queues_mut().map_err(|e| e.to_string())?;
+    let tap = |p: usize, q: usize, direction| {
+        capture
+            .taps
+            .tap(p, q, direction)
+            .cloned()
+            .unwrap_or_else(CaptureTaps::detached)
+    };
+    for (p, port) in ports.iter_mut().enumerate() {
+        let (rx, tx) = port.queues_mut().map_err(|e| e.to_string())?;
         for (q, t) in tx.iter_mut().enumerate().take(nb_lcores) {
             lcores[q].tx.push(t.as_mut());
+            lcores[q].tx_taps.push(tap(p, q, Direction::Tx));
         }
-        for r in rx.iter_mut() {
-            lcores[next % nb_lcores].rx.push(r.as_mut());
+        for (q, r) in rx.iter_mut().enumerate() {
+            let lc = &mut lcores[next % nb_lcores];
+            lc.rx.push(r.as_mut());
+            lc.rx_taps.push(tap(p, q, Direction::Rx));
             next += 1;
         }
     }

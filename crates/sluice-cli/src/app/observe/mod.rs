@@ -14,7 +14,10 @@
 //!   reader sees torn-down ports.
 //! - [`census`]: where every buffer of the run's pool is, each stats period
 //!   and in the summary.
+//! - [`capture`]: the capture taps the lcores call and the server
+//!   `sluice capture` talks to.
 
+pub mod capture;
 pub mod census;
 pub mod drops;
 pub mod snapshot;

@@ -35,6 +35,7 @@ use crate::app::l3::classify::PortMacs;
 use crate::app::l3::lcore::{Bursts, L3Config, L3Lcore, RouteDropCounters, poll};
 use crate::app::l3::router::{Lookup, LpmRouter, Tables};
 use sluice::net::routes;
+use sluice_telemetry::capture::CaptureTaps;
 
 /// The l3fwd row's name.
 pub const L3FWD_CASE: &str = "soft l3fwd-lpm (inline)";
@@ -214,6 +215,8 @@ fn l3_slice(
     let mut lc = L3Lcore {
         rx: Vec::new(),
         tx: Vec::new(),
+        rx_taps: Vec::new(),
+        tx_taps: Vec::new(),
         counters_base: 0,
         drops,
     };
@@ -221,6 +224,9 @@ fn l3_slice(
         let (rx, tx) = port.queues_mut().map_err(|e| e.to_string())?;
         lc.rx.push(rx[0].as_mut());
         lc.tx.push(tx[0].as_mut());
+        // Never captured: the branch per burst a running router pays.
+        lc.rx_taps.push(CaptureTaps::detached());
+        lc.tx_taps.push(CaptureTaps::detached());
     }
     let mut bufs = Bursts::new(2);
     timed(counters, || {
