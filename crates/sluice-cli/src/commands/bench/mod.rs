@@ -4,7 +4,8 @@
 //! documentation describes the method: TSC cycles on the working core,
 //! interleaved rounds, medians and spreads, the core-contention probe) and
 //! prints a table, or with `--json` one JSON object per result line on
-//! stdout (notes and skipped cases then go to stderr).
+//! stdout (notes and skipped cases then go to stderr). `all` shows its
+//! progress on stderr (`app::progress`).
 
 pub mod distributor;
 pub mod fwd;
@@ -21,6 +22,8 @@ pub mod ring;
 pub mod veth;
 
 use clap::{Args, ValueEnum};
+
+use crate::app::progress::Progress;
 pub use sluice_bench::contention::{self, note as note_contention};
 pub use sluice_bench::{
     BenchResult, Ctx, Sample, SpinBarrier, Stall, Worker, emit, mops, on_lcore, on_lcores,
@@ -79,6 +82,24 @@ pub enum Part {
     All,
 }
 
+impl Part {
+    /// The part's name on the command line (`ring`, `fwd`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Ring => "ring",
+            Part::Mempool => "mempool",
+            Part::Mbuf => "mbuf",
+            Part::Fwd => "fwd",
+            Part::Recycle => "recycle",
+            Part::Distributor => "distributor",
+            Part::Lpm => "lpm",
+            Part::Mpwqe => "mpwqe",
+            Part::Pagepool => "pagepool",
+            Part::All => "all",
+        }
+    }
+}
+
 /// Which cases of a part to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Selection {
@@ -125,7 +146,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     } else {
         Selection::Full
     };
+    // `all` takes minutes: its progress goes to stderr, one step a part.
+    let mut progress = (args.part == Part::All).then(|| Progress::new(parts.len(), "bench"));
     for part in parts {
+        let name = part.name();
+        if let Some(p) = &progress {
+            p.working_on(name);
+        }
         match part {
             Part::Ring => ring::run(&mut ctx, Selection::Full),
             Part::Mempool => mempool::run(&mut ctx, Selection::Full),
@@ -145,6 +172,12 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Pagepool => pagepool::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),
         }
+        if let Some(p) = &mut progress {
+            p.step(name);
+        }
+    }
+    if let Some(p) = progress {
+        p.finish();
     }
     match ctx.failures() {
         0 => Ok(()),
