@@ -1,0 +1,7 @@
+//! The `/ethdev/*` commands, answered from a [`Registry`].
+
+use crate::Registry;
+use crate::server::Commands;
+
+/// Registers the `/ethdev/*` commands on `commands`.
+pub fn register(_commands: &mut Commands, _registry: &std::sync::Arc<Registry>) {}
