@@ -11,6 +11,38 @@
 //!   ([`runtime`]), answering [`Commands`]; DPDK's `dpdk-telemetry.py`
 //!   and other DPDK telemetry clients talk to it unchanged.
 //! - [`Client`]: the other end, for `sluice stats` and tests.
+//!
+//! ```
+//! use std::sync::Arc;
+//!
+//! use sluice::mbuf::{MbufPool, MbufPoolConfig};
+//! use sluice::port::PortConfig;
+//! use sluice_telemetry::{Client, Commands, Registry, Telemetry};
+//!
+//! let pool = MbufPool::new(MbufPoolConfig { size: 255, cache_size: 0, ..Default::default() })?;
+//! let port = sluice::driver::open("null:size=64", PortConfig::new(Some(pool.clone())))?;
+//! let registry = Arc::new(Registry::new());
+//! registry.add_port(&port);
+//! registry.add_pool("rx", &pool);
+//!
+//! // `Telemetry::serve("myapp", ..)` serves the file prefix `myapp` in the
+//! // runtime directory; a path of one's own suits an example.
+//! let dir = std::env::temp_dir().join(format!("sluice-doc-{}", std::process::id()));
+//! let path = sluice_telemetry::runtime::socket_path_in(&dir, "myapp");
+//! let server = Telemetry::serve_at(&path, Commands::with_registry(Arc::clone(&registry)))?;
+//!
+//! let mut client = Client::connect_path(server.path())?;
+//! assert_eq!(client.greeting()["max_output_len"], 16384);
+//! assert_eq!(client.command("/ethdev/list")?, serde_json::json!([0]));
+//! let stats = client.command("/ethdev/stats,0")?;
+//! assert_eq!(stats["ipackets"], 0);
+//! assert_eq!(client.command("/mempool/info,rx")?["avail_count"], 255);
+//!
+//! drop(server); // stops serving and removes the socket
+//! assert!(!path.exists());
+//! # let _ = std::fs::remove_dir_all(&dir);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
 pub mod client;
 mod error;

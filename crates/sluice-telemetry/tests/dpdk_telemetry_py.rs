@@ -6,8 +6,13 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 
 use common::RuntimeDir;
+use std::sync::Arc;
+
 use serde_json::{Value, json};
-use sluice_telemetry::{Commands, Telemetry};
+use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+use sluice::mempool::HugepagePolicy;
+use sluice::port::PortConfig;
+use sluice_telemetry::{Commands, Registry, Telemetry};
 
 const SCRIPT: &str = "dpdk-telemetry.py";
 
@@ -49,24 +54,55 @@ fn dpdk_telemetry_py_reads_every_reply() {
         return;
     }
     let dir = RuntimeDir::new("script");
-    let mut commands = Commands::new();
+    let pool = MbufPool::new(MbufPoolConfig {
+        name: "rx".into(),
+        size: 255,
+        cache_size: 0,
+        hugepages: HugepagePolicy::Never,
+        ..Default::default()
+    })
+    .unwrap();
+    let mut port =
+        sluice::driver::open("null:size=64", PortConfig::new(Some(pool.clone()))).unwrap();
+    port.start().unwrap();
+    let mut burst: Burst<32> = Burst::new();
+    assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 32);
+    drop(burst);
+    let registry = Arc::new(Registry::new());
+    registry.add_port(&port);
+    registry.add_pool("rx", &pool);
+    let mut commands = Commands::with_registry(Arc::clone(&registry));
     commands.register("/test/echo", "Returns its parameters", |params| {
         Ok(json!({ "params": params }))
     });
-    let _server = Telemetry::serve_at(&dir.socket("scripted"), commands).unwrap();
+    let server = Telemetry::serve_at(&dir.socket("scripted"), commands).unwrap();
     let replies = run_script(
         &dir,
         "scripted",
-        "/\n/info\n/help,/info\n/test/echo,a,b\n/nope\n",
+        "/\n/info\n/help,/info\n/test/echo,a,b\n/nope\n/ethdev/list\n/ethdev/stats,0\n\
+         /ethdev/xstats,0\n/ethdev/info,0\n/mempool/info,rx\n",
     );
-    assert_eq!(replies.len(), 5, "{replies:?}");
-    assert_eq!(
-        replies[0],
-        json!({"/": ["/", "/help", "/info", "/test/echo"]})
+    assert_eq!(replies.len(), 10, "{replies:?}");
+    assert_eq!(replies[0]["/"][0], json!("/"));
+    assert!(
+        replies[0]["/"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("/test/echo"))
     );
     assert_eq!(replies[1]["/info"]["pid"], json!(std::process::id()));
     assert_eq!(replies[1]["/info"]["max_output_len"], json!(16384));
     assert!(replies[2]["/help"]["/info"].is_string());
     assert_eq!(replies[3], json!({"/test/echo": {"params": "a,b"}}));
     assert_eq!(replies[4]["/nope"], Value::Null);
+    assert_eq!(replies[5], json!({"/ethdev/list": [0]}));
+    assert_eq!(replies[6]["/ethdev/stats"]["ipackets"], json!(32));
+    assert_eq!(replies[6]["/ethdev/stats"]["q_ibytes"], json!([32 * 64]));
+    assert_eq!(replies[7]["/ethdev/xstats"]["rx_good_packets"], json!(32));
+    assert_eq!(replies[8]["/ethdev/info"]["driver_name"], json!("null"));
+    assert_eq!(replies[9]["/mempool/info"]["avail_count"], json!(255));
+    drop(server);
+    registry.clear();
+    drop(port);
+    assert!(pool.is_full());
 }

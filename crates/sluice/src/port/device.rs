@@ -299,9 +299,10 @@ impl Port {
         self.counters.stats()
     }
 
-    /// The driver's named counters, summed over queues.
+    /// Every counter by name: DPDK's generic names first, then the
+    /// driver's, summed over queues ([`PortCounters::xstats_snapshot`]).
     pub fn xstats(&self) -> Vec<(String, u64)> {
-        self.counters.xstats.snapshot()
+        self.counters.xstats_snapshot()
     }
 }
 

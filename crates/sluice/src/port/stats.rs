@@ -278,6 +278,40 @@ impl PortCounters {
     pub fn stats(&self) -> PortStats {
         PortStats::sum(self.rx.iter(), self.tx.iter())
     }
+
+    /// Every counter by name, as DPDK's xstats: first the generic ones
+    /// under DPDK's names (`rx_good_packets`, `tx_good_packets`,
+    /// `rx_good_bytes`, `tx_good_bytes`, `rx_missed_errors`, `rx_errors`,
+    /// `tx_errors`, `rx_mbuf_allocation_errors`, then per queue
+    /// `rx_qN_packets`, `rx_qN_bytes`, `rx_qN_errors`, `tx_qN_packets`,
+    /// `tx_qN_bytes`), then the driver's.
+    pub fn xstats_snapshot(&self) -> Vec<(String, u64)> {
+        let s = self.stats();
+        let mut out: Vec<(String, u64)> = [
+            ("rx_good_packets", s.rx_packets),
+            ("tx_good_packets", s.tx_packets),
+            ("rx_good_bytes", s.rx_bytes),
+            ("tx_good_bytes", s.tx_bytes),
+            ("rx_missed_errors", s.rx_missed),
+            ("rx_errors", s.rx_errors),
+            ("tx_errors", s.tx_errors),
+            ("rx_mbuf_allocation_errors", s.rx_nombuf),
+        ]
+        .into_iter()
+        .map(|(name, v)| (name.to_string(), v))
+        .collect();
+        for (q, c) in s.rx_queues.iter().enumerate() {
+            out.push((format!("rx_q{q}_packets"), c.packets));
+            out.push((format!("rx_q{q}_bytes"), c.bytes));
+            out.push((format!("rx_q{q}_errors"), c.errors));
+        }
+        for (q, c) in s.tx_queues.iter().enumerate() {
+            out.push((format!("tx_q{q}_packets"), c.packets));
+            out.push((format!("tx_q{q}_bytes"), c.bytes));
+        }
+        out.extend(self.xstats.snapshot());
+        out
+    }
 }
 
 /// How many bursts carried 0, 1, …, `capacity` packets (a burst larger than
@@ -411,6 +445,48 @@ mod tests {
         assert_eq!(h.bursts(), 7);
         assert!((h.mean() - (1.0 + 31.0 + 32.0 * 3.0) / 7.0).abs() < 1e-9);
         assert_eq!(BurstHistogram::new(4).mean(), 0.0);
+    }
+
+    #[test]
+    fn xstats_name_the_generic_counters_as_dpdk_then_the_drivers() {
+        let c = PortCounters::new(2, 1, false);
+        c.rx[0].record_burst(3, 180);
+        c.rx[1].record_burst(1, 64);
+        c.rx[1].missed.add(5);
+        c.rx[0].nombuf.inc();
+        c.rx[1].errors.add(2);
+        c.tx[0].record_burst(4, 256);
+        c.tx[0].errors.inc();
+        c.xstats.register("rx_recycled").add(7);
+        let x = c.xstats_snapshot();
+        let names: Vec<&str> = x.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "rx_good_packets",
+                "tx_good_packets",
+                "rx_good_bytes",
+                "tx_good_bytes",
+                "rx_missed_errors",
+                "rx_errors",
+                "tx_errors",
+                "rx_mbuf_allocation_errors",
+                "rx_q0_packets",
+                "rx_q0_bytes",
+                "rx_q0_errors",
+                "rx_q1_packets",
+                "rx_q1_bytes",
+                "rx_q1_errors",
+                "tx_q0_packets",
+                "tx_q0_bytes",
+                "rx_recycled",
+            ]
+        );
+        let values: Vec<u64> = x.iter().map(|&(_, v)| v).collect();
+        assert_eq!(
+            values,
+            [4, 4, 244, 256, 5, 2, 1, 1, 3, 180, 0, 1, 64, 2, 4, 256, 7]
+        );
     }
 
     #[test]
