@@ -124,7 +124,8 @@ fn bench_all_prints_one_progress_line_per_part_in_order() {
             "distributor",
             "lpm",
             "mpwqe",
-            "pagepool"
+            "pagepool",
+            "telemetry"
         ]
     );
     assert_eq!(parts, named);

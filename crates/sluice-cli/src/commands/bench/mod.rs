@@ -19,6 +19,7 @@ pub mod mpwqe;
 pub mod pagepool;
 pub mod recycle;
 pub mod ring;
+pub mod telemetry;
 pub mod veth;
 
 use clap::{Args, ValueEnum};
@@ -78,6 +79,9 @@ pub enum Part {
     /// Page pool: alloc + free per packet at MTU 1500 and 8000 for a
     /// page per packet, page_frag_cache and page-pool fragments.
     Pagepool,
+    /// Telemetry: io forwarding between soft ports with the telemetry
+    /// socket polled 100 times a second against not polled, interleaved.
+    Telemetry,
     /// All of the above.
     All,
 }
@@ -95,6 +99,7 @@ impl Part {
             Part::Lpm => "lpm",
             Part::Mpwqe => "mpwqe",
             Part::Pagepool => "pagepool",
+            Part::Telemetry => "telemetry",
             Part::All => "all",
         }
     }
@@ -129,6 +134,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Lpm,
             Part::Mpwqe,
             Part::Pagepool,
+            Part::Telemetry,
         ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
@@ -139,6 +145,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         Part::Lpm => &[Part::Lpm],
         Part::Mpwqe => &[Part::Mpwqe],
         Part::Pagepool => &[Part::Pagepool],
+        Part::Telemetry => &[Part::Telemetry],
     };
     // In `all`, the parts that take long run their summary.
     let sel = if args.part == Part::All {
@@ -170,6 +177,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Mpwqe => mpwqe::run(&mut ctx, sel),
             // In `all`, the allocator cases only.
             Part::Pagepool => pagepool::run(&mut ctx, sel),
+            Part::Telemetry => telemetry::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),
         }
         if let Some(p) = &mut progress {
