@@ -20,8 +20,8 @@ fn bench_telemetry_reports_both_cases_and_their_ratio() {
     assert_eq!(
         cases,
         [
-            "soft io, telemetry not polled",
-            "soft io, telemetry polled 100/s",
+            "io, telemetry not polled",
+            "io, telemetry polled 100/s",
             "polled / not polled"
         ]
     );

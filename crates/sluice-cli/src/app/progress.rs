@@ -1,7 +1,7 @@
 //! Progress of long work (a tuning sweep, `sluice bench all`) on stderr:
 //! on a terminal, a bar with the steps done and the time left (from the
 //! time each step took so far); otherwise one plain line per step,
-//! `[3/24] tune: rxd 512 txd 512 cache 256 burst 32: ...`.
+//! `[3/24] tune: point rxd 512 txd 512 cache 256 burst 32: ...`.
 //!
 //! Stdout carries the results (tables, `--json` objects) and gets nothing
 //! from here. While a bar is drawn, every line of [`crate::app::output::emit`]

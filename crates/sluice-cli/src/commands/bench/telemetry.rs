@@ -39,9 +39,9 @@ use crate::app::io::engine::Io;
 use crate::app::observe::snapshot::{PoolCensus, PortSnapshot, Snapshot};
 
 /// The row of the rounds nobody reads the socket in.
-pub const QUIET_CASE: &str = "soft io, telemetry not polled";
+pub const QUIET_CASE: &str = "io, telemetry not polled";
 /// The row of the rounds a client polls the socket in.
-pub const POLLED_CASE: &str = "soft io, telemetry polled 100/s";
+pub const POLLED_CASE: &str = "io, telemetry polled 100/s";
 /// The row of the ratio (`--json`).
 pub const RATIO_CASE: &str = "polled / not polled";
 /// Timed rounds (each case forwards one slice per round).
