@@ -18,6 +18,9 @@ use commands::{bench, demo, dist, fwd, l2fwd, l3fwd, traffic_gen, tune};
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
+    /// The demo's telemetry and metrics (with no command).
+    #[command(flatten)]
+    observe: app::options::ObserveOptions,
 }
 
 #[derive(Subcommand, Debug)]
@@ -62,7 +65,7 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        None => demo::run(),
+        None => demo::run(&cli.observe),
         Some(Command::Fwd(args)) => fwd::run(&args),
         Some(Command::L2fwd(args)) => l2fwd::run(&args),
         Some(Command::L3fwd(args)) => l3fwd::run(&args),
@@ -104,6 +107,24 @@ mod tests {
             other => panic!("parsed as {other:?}"),
         }
         assert!(Cli::try_parse_from(["sluice"]).unwrap().command.is_none());
+        let demo = Cli::try_parse_from(["sluice", "--file-prefix", "d", "--no-telemetry"]).unwrap();
+        assert!(demo.command.is_none());
+        assert_eq!(demo.observe.file_prefix, "d");
+        assert!(demo.observe.no_telemetry);
+        let Some(Command::Fwd(a)) =
+            Cli::try_parse_from(["sluice", "fwd", "--metrics", "127.0.0.1:9091", "null"])
+                .unwrap()
+                .command
+        else {
+            panic!("not fwd");
+        };
+        assert_eq!(a.run.observe.file_prefix, "sluice");
+        assert_eq!(
+            a.run.observe.metrics,
+            Some("127.0.0.1:9091".parse().unwrap())
+        );
+        assert!(Cli::try_parse_from(["sluice", "fwd", "--metrics", "9091"]).is_err());
+        assert!(Cli::try_parse_from(["sluice", "l2fwd", "--file-prefix", "a/b"]).is_err());
         for bad in [
             &["sluice", "bench", "rings"][..],
             &["sluice", "bench", "ring", "--iters", "0"],

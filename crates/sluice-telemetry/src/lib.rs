@@ -60,3 +60,5 @@ pub use protocol::Reply;
 pub use registry::{PoolEntry, PortEntry, Registry};
 pub use runtime::{Instance, instances, runtime_dir, socket_path};
 pub use server::{Commands, Telemetry};
+
+pub mod prometheus;

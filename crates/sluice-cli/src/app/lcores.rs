@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use sluice::tester::Tester;
 
 use super::drain::drain;
-use super::io::lcore::{LcoreCycles, Window};
+use super::io::lcore::{LcoreCycles, LiveLcore, Window};
 use super::options::{FwdArgs, RunOptions};
 use super::ports::all_on_testers;
 use super::signal::interrupted;
@@ -58,11 +58,13 @@ pub(crate) type WindowEnds = (Snapshot, Snapshot);
 pub(crate) type Warmup<'a> = (f64, &'a AtomicU8, &'a [bool]);
 
 /// Runs one forwarding thread per element of `per_lcore` (each pinned to
-/// its CPU from [`lcore_cpus`], named `fwd-I`), prints live stats from
+/// its CPU from [`lcore_cpus`], named `fwd-I`, given `live[I]` for its live
+/// counters: see [`LiveLcore`]), prints live stats from
 /// `src` until the duration is over or a signal came (then the drain, see
 /// [`main_loop`]), sets `stop` and joins them. Each lcore's cycles, the
 /// seconds from start to stop, and whether the drain accounted for every
 /// frame (`None` unless every port is on a tester).
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_lcores<T: Send>(
     per_lcore: Vec<T>,
     threaded: bool,
@@ -70,7 +72,8 @@ pub(crate) fn run_lcores<T: Send>(
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
     stop: &AtomicBool,
-    body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
+    live: &[LiveLcore],
+    body: impl Fn(Option<usize>, T, &LiveLcore) -> Result<LcoreCycles, String> + Sync,
 ) -> Result<(Vec<LcoreCycles>, f64, Option<bool>), String> {
     // Every port on a tester: the drain can wait for the counts to add up.
     let accountable = !testers.is_empty() && all_on_testers(&args.all_specs());
@@ -81,7 +84,7 @@ pub(crate) fn run_lcores<T: Send>(
         enough: None,
     };
     let (lcores, secs, _, drain_accounted) =
-        run_lcores_with(per_lcore, threaded, src, args, testers, control, body)?;
+        run_lcores_with(per_lcore, threaded, src, args, testers, control, live, body)?;
     Ok((lcores, secs, drain_accounted))
 }
 
@@ -91,7 +94,9 @@ pub(crate) fn run_lcores<T: Send>(
 pub(crate) type LcoresRan = (Vec<LcoreCycles>, f64, Option<WindowEnds>, Option<bool>);
 
 /// [`run_lcores`] under `control`: with a warm-up, also the counters at the
-/// measured window's open and close.
+/// measured window's open and close. Lcores beyond `live`'s length get
+/// counters nobody reads.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_lcores_with<T: Send>(
     per_lcore: Vec<T>,
     threaded: bool,
@@ -99,9 +104,14 @@ pub(crate) fn run_lcores_with<T: Send>(
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
     control: Control<'_>,
-    body: impl Fn(Option<usize>, T) -> Result<LcoreCycles, String> + Sync,
+    live: &[LiveLcore],
+    body: impl Fn(Option<usize>, T, &LiveLcore) -> Result<LcoreCycles, String> + Sync,
 ) -> Result<LcoresRan, String> {
     let stop = control.stop;
+    let unread: Vec<LiveLcore> = (live.len()..per_lcore.len())
+        .map(|_| LiveLcore::default())
+        .collect();
+    let live: Vec<&LiveLcore> = live.iter().chain(&unread).collect();
     let cpus = lcore_cpus(&sluice::lcore::available_cpus(), threaded);
     if per_lcore.len() > cpus.len() {
         eprintln!(
@@ -120,9 +130,10 @@ pub(crate) fn run_lcores_with<T: Send>(
             .enumerate()
             .map(|(i, work)| {
                 let cpu = (!cpus.is_empty()).then(|| cpus[i % cpus.len()]);
+                let live = live[i];
                 std::thread::Builder::new()
                     .name(format!("fwd-{i}"))
-                    .spawn_scoped(scope, move || body(cpu, work))
+                    .spawn_scoped(scope, move || body(cpu, work, live))
             })
             .collect();
         let live = Live::new(src, args.run.json);

@@ -1,5 +1,7 @@
 //! `sluice fwd` arguments, named as testpmd names them.
 
+use std::net::SocketAddr;
+
 use clap::{Args, ValueEnum};
 use sluice::net::MacAddr;
 use sluice::port::Offloads;
@@ -71,6 +73,86 @@ impl Default for QueueOptions {
     }
 }
 
+/// The prefix an instance's telemetry socket goes under when none is given
+/// (DPDK's is `rte`).
+pub const DEFAULT_FILE_PREFIX: &str = "sluice";
+
+/// How a running instance can be watched: its telemetry socket (DPDK's
+/// telemetry v2 protocol, for `sluice stats` and `dpdk-telemetry.py`) and a
+/// Prometheus endpoint.
+#[derive(Args, Debug, Clone, PartialEq, Eq)]
+pub struct ObserveOptions {
+    /// The instance's name: its telemetry socket is
+    /// `<runtime dir>/dpdk/NAME/dpdk_telemetry.v2`, as DPDK's
+    /// `--file-prefix` (`sluice stats --file-prefix NAME` and
+    /// `dpdk-telemetry.py -f NAME` connect to it).
+    #[arg(long, value_name = "NAME", default_value = DEFAULT_FILE_PREFIX,
+          value_parser = parse_file_prefix)]
+    pub file_prefix: String,
+    /// Serve no telemetry socket.
+    #[arg(long)]
+    pub no_telemetry: bool,
+    /// Serve Prometheus metrics (`GET /metrics`) on this address.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub metrics: Option<SocketAddr>,
+    /// The command watched, as telemetry names it (`fwd`, `l3fwd`, `demo`,
+    /// ...): set by the command, not an option.
+    #[arg(skip)]
+    pub command: &'static str,
+}
+
+impl ObserveOptions {
+    /// The command line's defaults: telemetry under prefix `sluice`, no
+    /// metrics.
+    pub fn serving() -> ObserveOptions {
+        ObserveOptions {
+            file_prefix: DEFAULT_FILE_PREFIX.to_owned(),
+            no_telemetry: false,
+            metrics: None,
+            command: "",
+        }
+    }
+
+    /// Nothing served: runs put together in code (tests, `sluice tune`,
+    /// `sluice bench`) run side by side and must not claim a prefix.
+    pub fn off() -> ObserveOptions {
+        ObserveOptions {
+            no_telemetry: true,
+            ..ObserveOptions::serving()
+        }
+    }
+
+    /// Whether anything is served at all.
+    pub fn is_off(&self) -> bool {
+        self.no_telemetry && self.metrics.is_none()
+    }
+
+    /// These options for the command `command`.
+    pub fn for_command(&self, command: &'static str) -> ObserveOptions {
+        ObserveOptions {
+            command,
+            ..self.clone()
+        }
+    }
+}
+
+/// Parses `--file-prefix`: a name usable as one path component.
+pub fn parse_file_prefix(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 64
+        && s != "."
+        && s != ".."
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'));
+    if ok {
+        Ok(s.to_owned())
+    } else {
+        Err(format!(
+            "'{s}' is not a file prefix (1 to 64 of A-Z a-z 0-9 - _ .)"
+        ))
+    }
+}
+
 /// How long a run lasts and what it prints.
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct RunOptions {
@@ -83,15 +165,20 @@ pub struct RunOptions {
     /// One JSON object per line (stats lines and the summary) on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Telemetry and metrics.
+    #[command(flatten)]
+    pub observe: ObserveOptions,
 }
 
 impl Default for RunOptions {
-    /// The defaults of the command line.
+    /// The defaults of the command line, with nothing served
+    /// ([`ObserveOptions::off`]): runs put together in code run side by side.
     fn default() -> RunOptions {
         RunOptions {
             duration: 5.0,
             stats_period: 1.0,
             json: false,
+            observe: ObserveOptions::off(),
         }
     }
 }
@@ -122,6 +209,9 @@ pub struct SampleAppOptions {
     /// One JSON object per line (stats lines and the summary) on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Telemetry and metrics.
+    #[command(flatten)]
+    pub observe: ObserveOptions,
 }
 
 impl SampleAppOptions {
@@ -135,6 +225,7 @@ impl SampleAppOptions {
         a.cores = self.cores;
         a.run.duration = self.duration.unwrap_or(f64::INFINITY);
         a.run.json = self.json;
+        a.run.observe = self.observe.clone();
         a
     }
 }
@@ -344,6 +435,16 @@ mod tests {
         assert_eq!(a.peer_mac(0), MacAddr([0xaa; 6]));
         assert_eq!(a.peer_mac(1), MacAddr([0xbb; 6]));
         assert!(parse_eth_peer("x,aa:aa:aa:aa:aa:aa").is_err());
+    }
+
+    #[test]
+    fn file_prefixes_are_one_path_component() {
+        assert_eq!(parse_file_prefix("sluice-2.a_b"), Ok("sluice-2.a_b".into()));
+        for bad in ["", ".", "..", "a/b", "a b", &"x".repeat(65)] {
+            assert!(parse_file_prefix(bad).is_err(), "{bad}");
+        }
+        assert!(ObserveOptions::off().no_telemetry);
+        assert!(!ObserveOptions::serving().no_telemetry);
     }
 
     #[test]

@@ -8,8 +8,9 @@ use sluice::mbuf::{MbufPool, MbufPoolConfig};
 use sluice::port::Port;
 use sluice::tester::Tester;
 
-use super::io::lcore::LcoreCycles;
+use super::io::lcore::{LcoreCycles, LiveLcore};
 use super::lcores::pin_main_thread;
+use super::observe::{Observer, Watched};
 use super::options::{Engine, FwdArgs};
 use super::ports::{cabled_testers, open_ports, start_all, stop_all};
 use super::signal::catch_signals;
@@ -28,12 +29,18 @@ pub fn default_pool_size(ports: usize, queues: usize, args: &FwdArgs) -> u32 {
 
 /// The frame of a forwarding app: opens and starts the ports of `args`
 /// with one mbuf pool, runs `phase` (the forwarding, with live stats and
-/// the drain), stops the ports and prints the summary under the name
+/// the drain; its lcores publish into the slice of live counters it is
+/// given), stops the ports and prints the summary under the name
 /// `engine`. `Ok(true)` when every tester report is clean.
 pub(crate) fn run_with(
     args: &FwdArgs,
     engine: &'static str,
-    phase: impl FnOnce(&mut [Port], &MbufPool, &[(String, Arc<Tester>)]) -> Result<Forwarded, String>,
+    phase: impl FnOnce(
+        &mut [Port],
+        &MbufPool,
+        &[(String, Arc<Tester>)],
+        &[LiveLcore],
+    ) -> Result<Forwarded, String>,
 ) -> Result<bool, String> {
     let summary = measure_with(args, engine, phase)?;
     summary.print(args.run.json);
@@ -44,7 +51,12 @@ pub(crate) fn run_with(
 pub(crate) fn measure_with(
     args: &FwdArgs,
     engine: &'static str,
-    phase: impl FnOnce(&mut [Port], &MbufPool, &[(String, Arc<Tester>)]) -> Result<Forwarded, String>,
+    phase: impl FnOnce(
+        &mut [Port],
+        &MbufPool,
+        &[(String, Arc<Tester>)],
+        &[LiveLcore],
+    ) -> Result<Forwarded, String>,
 ) -> Result<Summary, String> {
     let specs = args.all_specs();
     if specs.is_empty() {
@@ -80,6 +92,27 @@ pub(crate) fn measure_with(
     start_all(&mut ports)?;
     catch_signals();
     let testers = cabled_testers(&specs);
+    // One per lcore the phase may launch (it launches at most `--cores`).
+    let live = LiveLcore::many(queues.max(1));
+    let observe = &args.run.observe;
+    let observer = if observe.is_off() {
+        None
+    } else {
+        let command = if observe.command.is_empty() {
+            engine
+        } else {
+            observe.command
+        };
+        let watched = Watched::new(
+            command,
+            &observe.file_prefix,
+            &ports,
+            &[&pool],
+            Arc::clone(&live),
+            &testers,
+        );
+        Some(Observer::start(observe, watched)?)
+    };
     let Forwarded {
         lcores,
         secs,
@@ -88,7 +121,9 @@ pub(crate) fn measure_with(
         route_drops,
         drain_accounted,
         alloc_failures: gen_failures,
-    } = phase(&mut ports, &pool, &testers)?;
+    } = phase(&mut ports, &pool, &testers, &live)?;
+    // Nothing reads the ports once they stop.
+    drop(observer);
 
     let (counters, device_cycles) = stop_all(&mut ports);
     let port_rows: Vec<PortSummary> = counters

@@ -2,7 +2,7 @@
 //! the built-in tester, io forwarding, live stats and a summary.
 
 use crate::app::io;
-use crate::app::options::FwdArgs;
+use crate::app::options::{FwdArgs, ObserveOptions};
 use crate::app::output::emit;
 use crate::app::summary::require_clean;
 
@@ -24,8 +24,8 @@ pub fn port_specs(cpus: usize) -> Vec<String> {
 /// packets.
 const DEMO_TX_RETRY: u32 = 1 << 26;
 
-/// `sluice` with no arguments: the demo.
-pub fn run() -> Result<(), String> {
+/// `sluice` with no command: the demo, watched as `observe` says.
+pub fn run(observe: &ObserveOptions) -> Result<(), String> {
     let cpus = sluice::lcore::available_cpus().len();
     let specs = port_specs(cpus);
     emit(&format!(
@@ -43,6 +43,7 @@ pub fn run() -> Result<(), String> {
     ));
     let mut args = FwdArgs::with_specs(specs);
     args.queues.tx_retry = DEMO_TX_RETRY;
+    args.run.observe = observe.for_command("demo");
     require_clean(io::run(&args)?)
 }
 

@@ -7,5 +7,7 @@ use crate::app::summary::require_clean;
 
 /// Runs `sluice fwd`; an unclean tester report is an error.
 pub fn run(args: &FwdArgs) -> Result<(), String> {
-    require_clean(io::run(args)?)
+    let mut args = args.clone();
+    args.run.observe = args.run.observe.for_command("fwd");
+    require_clean(io::run(&args)?)
 }

@@ -55,7 +55,9 @@ pub fn run(args: &L2fwdArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    require_clean(io::run(&args.to_fwd())?)
+    let mut fa = args.to_fwd();
+    fa.run.observe = fa.run.observe.for_command("l2fwd");
+    require_clean(io::run(&fa)?)
 }
 
 impl L2fwdArgs {

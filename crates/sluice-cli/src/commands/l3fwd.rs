@@ -78,7 +78,8 @@ impl L3fwdArgs {
 pub fn run(args: &L3fwdArgs) -> Result<(), String> {
     let file =
         routes::load(&args.routes).map_err(|e| format!("routes file '{}': {e}", args.routes))?;
-    let fa = args.to_fwd();
+    let mut fa = args.to_fwd();
+    fa.run.observe = fa.run.observe.for_command("l3fwd");
     if fa.all_specs().is_empty() {
         return Err(
             "no port given: name ports by spec, e.g. `sluice l3fwd --routes FILE -p soft -p soft`"
@@ -86,9 +87,13 @@ pub fn run(args: &L3fwdArgs) -> Result<(), String> {
         );
     }
     let tables = Tables::build(&file, args.lookup, fa.all_specs().len())?;
-    let clean = run_with(&fa, args.engine(), |ports, pool, testers| match &tables {
-        Tables::Lpm(r) => route_phase(&**r, ports, pool, &fa, testers),
-        Tables::Em(r) => route_phase(r, ports, pool, &fa, testers),
-    })?;
+    let clean = run_with(
+        &fa,
+        args.engine(),
+        |ports, pool, testers, live| match &tables {
+            Tables::Lpm(r) => route_phase(&**r, ports, pool, &fa, testers, live),
+            Tables::Em(r) => route_phase(r, ports, pool, &fa, testers, live),
+        },
+    )?;
     require_clean(clean)
 }

@@ -9,6 +9,7 @@
 //! a wire, ...). At the end it stops generating, keeps receiving until
 //! nothing arrives (bounded), stops the port and prints the tester report.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Args;
@@ -19,6 +20,9 @@ use sluice::tester::{
 };
 use sluice::tsc::rdtsc;
 
+use crate::app::io::lcore::{LcoreCycles, LiveLcore, Publisher};
+use crate::app::observe::{Observer, Watched};
+use crate::app::options::ObserveOptions;
 use crate::app::output::{emit, emit_json};
 
 /// Arguments of `sluice gen`.
@@ -54,6 +58,9 @@ pub struct GenArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Telemetry and metrics.
+    #[command(flatten)]
+    pub observe: ObserveOptions,
 }
 
 impl GenArgs {
@@ -168,6 +175,25 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     let flows = tester.config().flows;
     let mut generator = tester.generator(stream, (0..flows).collect());
     let mut checker = args.check.then(|| tester.checker());
+    // The main thread is the one lcore: its counts, live, for watchers.
+    let live = LiveLcore::many(1);
+    let observer = if args.observe.is_off() {
+        None
+    } else {
+        let testers = [("gen".to_owned(), Arc::clone(&tester))];
+        let watched = Watched::new(
+            "gen",
+            &args.observe.file_prefix,
+            std::slice::from_ref(&port),
+            &[&pool],
+            Arc::clone(&live),
+            &testers,
+        );
+        Some(Observer::start(&args.observe, watched)?)
+    };
+    live[0].start(None);
+    let mut publisher = Publisher::new(&live[0]);
+    let mut counted = LcoreCycles::default();
 
     let burst_size = args.burst as usize;
     let mut tx: Burst<64> = Burst::new();
@@ -208,13 +234,24 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
                 }
                 view.truncate(filled);
             }
-            if !tx.is_empty() {
-                txq.tx_burst(&mut tx);
-            }
+            let sent = if tx.is_empty() {
+                0
+            } else {
+                txq.tx_burst(&mut tx)
+            };
             if let Some(c) = &mut checker {
                 check_burst(rxq.as_mut(), &mut rx, c);
             }
+            counted.polls += 1;
+            if sent == 0 {
+                counted.idle_polls += 1;
+            } else {
+                counted.packets += sent as u64;
+                counted.busy_cycles += rdtsc().wrapping_sub(now);
+            }
+            publisher.tick(&counted);
         }
+        publisher.publish(&counted);
         // Frames never sent are taken back, the last one exactly; the rest
         // cannot be un-sent and would count as lost, so send them.
         let mut tries = 0;
@@ -240,6 +277,8 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     }
     let secs = start.elapsed().as_secs_f64();
     tx.clear();
+    // Nothing reads the port once it stops.
+    drop(observer);
     port.stop();
     if let Some(fault) = counters.fault() {
         return Err(format!("port {}: {fault}", args.port));
@@ -362,7 +401,15 @@ mod tests {
 
     #[test]
     fn gen_on_a_null_port_sends_and_returns_every_buffer() {
-        let a = parse(&["--port", "null", "--duration", "0.05", "--count", "1000"]);
+        let a = parse(&[
+            "--port",
+            "null",
+            "--duration",
+            "0.05",
+            "--count",
+            "1000",
+            "--no-telemetry",
+        ]);
         assert_eq!(run(&a), Ok(true));
     }
 }

@@ -24,7 +24,7 @@ use sluice::port::{RxQueue, TxQueue};
 use sluice::tsc::rdtsc;
 
 use super::api::DistSide;
-use crate::app::io::lcore::StreamCounters;
+use crate::app::io::lcore::{LiveLcore, Publisher, StreamCounters};
 use crate::app::lcores::Stall;
 
 /// Largest Rx burst.
@@ -81,6 +81,22 @@ pub struct LcoreConfig<'a> {
     pub stop: &'a AtomicBool,
     /// Written here.
     pub counters: &'a LcoreCounters,
+    /// The lcore's live cycles and polls, for watchers.
+    pub live: &'a LiveLcore,
+}
+
+impl LcoreCycles {
+    /// These counts as a forwarding lcore's (loops are polls; the total
+    /// ticks are the publisher's to measure).
+    pub fn as_forwarding(&self) -> crate::app::io::lcore::LcoreCycles {
+        crate::app::io::lcore::LcoreCycles {
+            busy_cycles: self.busy_cycles,
+            packets: self.packets,
+            polls: self.loops,
+            idle_polls: self.loops - self.busy_loops,
+            total_cycles: 0,
+        }
+    }
 }
 
 /// What the lcore measured.
@@ -109,6 +125,7 @@ pub fn run<D: DistSide>(
     let mut out: Vec<Burst<TX_BURST>> = (0..n).map(|_| Burst::new()).collect();
     let mut returns = Burst::<MAX_BURST>::new();
     let mut c = LcoreCycles::default();
+    let mut publisher = Publisher::new(cfg.live);
     while !cfg.stop.load(Ordering::Relaxed) {
         let t0 = rdtsc();
         let mut rx = 0;
@@ -131,7 +148,9 @@ pub fn run<D: DistSide>(
             c.packets += rx as u64;
             cfg.counters.received.add(rx as u64);
         }
+        publisher.tick_with(|| c.as_forwarding());
     }
+    publisher.publish(&c.as_forwarding());
     // Drain: what is held goes out, then everything the workers hold.
     let mut stall = Stall::new("distributor lcore (draining)");
     loop {

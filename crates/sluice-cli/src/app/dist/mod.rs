@@ -31,6 +31,7 @@ use sluice::mbuf::MbufPool;
 use sluice::port::{Offloads, Port, PortConfig, PortError};
 use sluice::tester::Tester;
 
+use super::io::lcore::LiveLcore;
 use super::lcores::{Control, Extra, StopOnDrop, main_loop, panic_message};
 use super::options::RunOptions;
 use super::output::emit;
@@ -153,6 +154,8 @@ pub(crate) struct Pipeline<'a> {
     pub place: &'a Placement,
     pub pool: &'a MbufPool,
     pub testers: &'a [(String, Arc<Tester>)],
+    /// The distributor lcore's live counters.
+    pub live: &'a LiveLcore,
 }
 
 impl WithDist for Pipeline<'_> {
@@ -190,6 +193,7 @@ impl WithDist for Pipeline<'_> {
             kicks: args.txd as usize / 64 + 2,
             stop: &stop,
             counters: &lc,
+            live: self.live,
         };
         let src = Sources {
             ports: port_counters,
@@ -206,6 +210,7 @@ impl WithDist for Pipeline<'_> {
                 .name("dist-lcore".into())
                 .spawn_scoped(scope, move || {
                     pin(place.dist, "distributor lcore");
+                    cfg.live.start(Some(place.dist));
                     let guard = sluice::lcore::register()
                         .map_err(|e| format!("cannot register an lcore: {e}"))?;
                     let r = lcore::run(d, &mut queues, cfg).map(|(d, cycles)| {

@@ -45,13 +45,13 @@ use super::stats::Sources;
 use super::summary::Summary;
 use super::window::WindowFigures;
 use engine::{Stream, udp_frame};
-use lcore::{LcoreConfig, StreamCounters, Window, lcore_main};
+use lcore::{LcoreConfig, LiveLcore, StreamCounters, Window, lcore_main};
 
 /// Runs `sluice fwd`. `Ok(true)` when every tester report is clean (or there
 /// is no tester).
 pub fn run(args: &FwdArgs) -> Result<bool, String> {
-    run_with(args, args.engine.name(), |ports, pool, testers| {
-        forward(ports, pool, args, testers)
+    run_with(args, args.engine.name(), |ports, pool, testers, live| {
+        forward(ports, pool, args, testers, live)
     })
 }
 
@@ -86,8 +86,8 @@ pub(crate) fn measure_until(
     enough: Option<Enough<'_>>,
 ) -> Result<Measured, String> {
     let mut window = None;
-    let mut summary = measure_with(args, args.engine.name(), |ports, pool, testers| {
-        let (f, w) = forward_window(ports, pool, args, testers, warmup, enough)?;
+    let mut summary = measure_with(args, args.engine.name(), |ports, pool, testers, live| {
+        let (f, w) = forward_window(ports, pool, args, testers, live, warmup, enough)?;
         window = w;
         Ok(f)
     })?;
@@ -106,8 +106,9 @@ fn forward(
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
+    live: &[LiveLcore],
 ) -> Result<Forwarded, String> {
-    forward_window(ports, pool, args, testers, None, None).map(|(f, _)| f)
+    forward_window(ports, pool, args, testers, live, None, None).map(|(f, _)| f)
 }
 
 /// [`forward`], with a measured window after `warmup` seconds; `enough`
@@ -117,6 +118,7 @@ fn forward_window(
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
+    live: &[LiveLcore],
     warmup: Option<f64>,
     enough: Option<Enough<'_>>,
 ) -> Result<(Forwarded, Option<WindowFigures>), String> {
@@ -212,7 +214,8 @@ fn forward_window(
         args,
         testers,
         control,
-        |cpu, mut streams| lcore_main(cpu, &mut streams, cfg, pool),
+        live,
+        |cpu, mut streams, live| lcore_main(cpu, &mut streams, cfg, pool, live),
     )?;
     let drops = src.sample().iter().map(|s| s.drops).collect();
     let recycle_errors = stream_counters.iter().map(|c| c.recycle_errors.get()).sum();
@@ -288,7 +291,8 @@ pub(crate) mod tests {
     /// Forwards as [`forward`] does until `enough` is true of the ports'
     /// counters, so the run's outcome does not depend on the machine's
     /// speed; the duration is only a safety net, and reaching it fails
-    /// naming what the run waited for.
+    /// naming what the run waited for. The lcores' live counters end equal
+    /// to the counts they return.
     fn forward_until(
         ports: &mut [Port],
         pool: &MbufPool,
@@ -299,11 +303,22 @@ pub(crate) mod tests {
     ) -> Forwarded {
         let mut args = args.clone();
         args.run.duration = SAFETY_NET_SECS;
-        let (f, _) = forward_window(ports, pool, &args, testers, None, Some(&enough)).unwrap();
+        let live = LiveLcore::many(args.cores as usize);
+        let (f, _) =
+            forward_window(ports, pool, &args, testers, &live, None, Some(&enough)).unwrap();
         assert!(
             f.secs < SAFETY_NET_SECS,
             "{awaited}: not reached in {SAFETY_NET_SECS} s"
         );
+        for (i, c) in f.lcores.iter().enumerate() {
+            let seen = live[i].read();
+            assert!(live[i].started(), "lcore {i}");
+            assert_eq!(
+                (seen.packets, seen.polls, seen.idle_polls, seen.busy_cycles),
+                (c.packets, c.polls, c.idle_polls, c.busy_cycles),
+                "lcore {i}"
+            );
+        }
         f
     }
 
@@ -500,8 +515,8 @@ pub(crate) mod tests {
         let mut args = quick(&[pair, pair], Engine::Txonly, 1);
         args.queues.pool_size = Some(63);
         args.queues.cache = 0;
-        let s = measure_with(&args, "txonly", |ports, pool, testers| {
-            forward(ports, pool, &args, testers)
+        let s = measure_with(&args, "txonly", |ports, pool, testers, live| {
+            forward(ports, pool, &args, testers, live)
         })
         .unwrap();
         assert!(s.alloc_failures > 0, "{s:?}");
@@ -516,8 +531,8 @@ pub(crate) mod tests {
         let mut args = quick(&[&spec, &spec], Engine::Io, 1);
         args.queues.pool_size = Some(127);
         args.queues.cache = 0;
-        let s = measure_with(&args, "io", |ports, pool, testers| {
-            forward(ports, pool, &args, testers)
+        let s = measure_with(&args, "io", |ports, pool, testers, live| {
+            forward(ports, pool, &args, testers, live)
         })
         .unwrap();
         assert!(s.alloc_failures > 0, "{s:?}");

@@ -21,7 +21,7 @@ use sluice::port::{RxQueue, TxQueue};
 use sluice::tsc::{self, rdtsc};
 
 use super::classify::{DropReason, LastPort, PortMacs, Router, Taken, route, route_fast};
-use crate::app::io::lcore::{LcoreCycles, StreamCounters};
+use crate::app::io::lcore::{LcoreCycles, LiveLcore, Publisher, StreamCounters};
 use crate::app::summary::RouteDrops;
 
 /// The queues one lcore polls.
@@ -119,6 +119,7 @@ pub fn l3_main<R: Router>(
     lc: &mut L3Lcore<'_>,
     cfg: L3Config<'_>,
     pool: &MbufPool,
+    live: &LiveLcore,
 ) -> Result<LcoreCycles, String> {
     if let Some(cpu) = cpu
         && let Err(e) = sluice::lcore::pin_current_thread(cpu)
@@ -126,16 +127,23 @@ pub fn l3_main<R: Router>(
         eprintln!("sluice l3fwd: warning: forwarding lcore not pinned: {e}");
     }
     let guard = sluice::lcore::register().map_err(|e| format!("cannot register an lcore: {e}"))?;
-    let r = run(router, lc, cfg);
+    live.start(cpu);
+    let r = run(router, lc, cfg, live);
     pool.flush_local_cache();
     drop(guard);
     Ok(r)
 }
 
 #[inline(never)]
-fn run<R: Router>(router: &R, lc: &mut L3Lcore<'_>, cfg: L3Config<'_>) -> LcoreCycles {
+fn run<R: Router>(
+    router: &R,
+    lc: &mut L3Lcore<'_>,
+    cfg: L3Config<'_>,
+    live: &LiveLcore,
+) -> LcoreCycles {
     let mut bufs = Bursts::new(lc.tx.len());
     let mut c = LcoreCycles::default();
+    let mut publisher = Publisher::new(live);
     let first = tsc::rdtsc_ordered();
     while !cfg.stop.load(Ordering::Relaxed) {
         for q in 0..lc.rx.len() {
@@ -152,7 +160,9 @@ fn run<R: Router>(router: &R, lc: &mut L3Lcore<'_>, cfg: L3Config<'_>) -> LcoreC
         if lc.rx.is_empty() {
             std::hint::spin_loop();
         }
+        publisher.tick(&c);
     }
+    publisher.publish(&c);
     c.total_cycles = tsc::rdtsc_ordered().wrapping_sub(first);
     c
 }

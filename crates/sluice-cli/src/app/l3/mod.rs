@@ -17,7 +17,7 @@ use sluice::mbuf::MbufPool;
 use sluice::port::Port;
 use sluice::tester::Tester;
 
-use super::io::lcore::StreamCounters;
+use super::io::lcore::{LiveLcore, StreamCounters};
 use super::lcores::run_lcores;
 use super::options::FwdArgs;
 use super::ports::has_threaded_device;
@@ -33,6 +33,7 @@ pub(crate) fn route_phase<R: Router>(
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
+    live: &[LiveLcore],
 ) -> Result<Forwarded, String> {
     let nports = ports.len();
     let macs: Vec<PortMacs> = ports
@@ -102,7 +103,8 @@ pub(crate) fn route_phase<R: Router>(
         args,
         testers,
         &stop,
-        |cpu, mut lc| l3_main(cpu, router, &mut lc, cfg, pool),
+        live,
+        |cpu, mut lc, live| l3_main(cpu, router, &mut lc, cfg, pool, live),
     )?;
     Ok(Forwarded {
         lcores: cycles,

@@ -3,8 +3,378 @@
 //!
 //! - [`snapshot`]: the whole view of a running instance in one object
 //!   (`/sluice/snapshot`), as `sluice stats` reads it.
+//! - [`Watched`]: the live sources of a run — the registry of its ports and
+//!   pools, its lcores' live counters, its testers — read into that view.
+//!   Everything in it is a shared handle on single-writer counters: reading
+//!   it takes no lock an lcore needs.
+//! - [`Observer`]: the telemetry socket and the metrics endpoint serving a
+//!   [`Watched`] while the run lasts. Dropped before the ports stop, so no
+//!   reader sees torn-down ports.
 
-// Filled by the telemetry handlers and read by `sluice stats`, both being
-// built on this model.
-#[allow(dead_code)]
 pub mod snapshot;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+use sluice::mbuf::MbufPool;
+use sluice::port::Port;
+use sluice::tester::Tester;
+use sluice_telemetry::prometheus::{MetricsServer, MetricsWriter, write_registry};
+use sluice_telemetry::{Commands, Registry, Telemetry};
+
+use super::io::lcore::LiveLcore;
+use super::options::ObserveOptions;
+use snapshot::{DropCount, LcoreSnapshot, PoolCensus, PortSnapshot, Snapshot};
+
+/// The live sources of one run, as its watchers read them.
+pub struct Watched {
+    /// The command running (`fwd`, `l3fwd`, `gen`, `demo`, ...).
+    pub command: &'static str,
+    /// The telemetry file prefix.
+    pub file_prefix: String,
+    /// When the ports started.
+    pub started: Instant,
+    /// Its ports and pools.
+    pub registry: Arc<Registry>,
+    /// Its forwarding lcores' live counters (those not started are left
+    /// out).
+    pub lcores: Arc<[LiveLcore]>,
+    /// The testers its ports are cabled to, by name.
+    pub testers: Vec<(String, Arc<Tester>)>,
+}
+
+impl Watched {
+    /// The sources of a run of `command` on `ports` and `pools`.
+    pub fn new(
+        command: &'static str,
+        file_prefix: &str,
+        ports: &[Port],
+        pools: &[&MbufPool],
+        lcores: Arc<[LiveLcore]>,
+        testers: &[(String, Arc<Tester>)],
+    ) -> Watched {
+        let registry = Arc::new(Registry::new());
+        for p in ports {
+            registry.add_port(p);
+        }
+        for pool in pools {
+            registry.add_pool(pool.mempool().name(), pool);
+        }
+        Watched {
+            command,
+            file_prefix: file_prefix.to_owned(),
+            started: Instant::now(),
+            registry,
+            lcores,
+            testers: testers.to_vec(),
+        }
+    }
+
+    /// Everything at once (`/sluice/snapshot`).
+    pub fn snapshot(&self) -> Snapshot {
+        Snapshot {
+            pid: std::process::id(),
+            command: self.command.to_owned(),
+            file_prefix: self.file_prefix.clone(),
+            uptime_s: self.started.elapsed().as_secs_f64(),
+            tsc_hz: sluice::tsc::tsc_hz(),
+            ports: self.ports(),
+            lcores: self.lcores(),
+            drops: self.drops(),
+            pools: self.census(),
+            latency: Vec::new(),
+        }
+    }
+
+    /// Each port's counters.
+    pub fn ports(&self) -> Vec<PortSnapshot> {
+        self.registry
+            .ports()
+            .iter()
+            .map(|p| {
+                let s = p.counters.stats();
+                PortSnapshot {
+                    id: p.id,
+                    name: p.name.clone(),
+                    driver: p.driver.to_owned(),
+                    ipackets: s.rx_packets,
+                    opackets: s.tx_packets,
+                    ibytes: s.rx_bytes,
+                    obytes: s.tx_bytes,
+                    imissed: s.rx_missed,
+                    ierrors: s.rx_errors,
+                    oerrors: s.tx_errors,
+                    rx_nombuf: s.rx_nombuf,
+                }
+            })
+            .collect()
+    }
+
+    /// Each started lcore's counters.
+    pub fn lcores(&self) -> Vec<LcoreSnapshot> {
+        self.lcores
+            .iter()
+            .enumerate()
+            .filter(|(_, l)| l.started())
+            .map(|(i, l)| {
+                let c = l.read();
+                LcoreSnapshot {
+                    lcore: i,
+                    cpu: l.cpu(),
+                    busy_cycles: c.busy_cycles,
+                    total_cycles: c.total_cycles,
+                    packets: c.packets,
+                    polls: c.polls,
+                    idle_polls: c.idle_polls,
+                }
+            })
+            .collect()
+    }
+
+    /// Every drop counter that is not zero: the ports' generic ones, by
+    /// DPDK's xstats names.
+    pub fn drops(&self) -> Vec<DropCount> {
+        let mut drops = Vec::new();
+        for p in self.registry.ports() {
+            let s = p.counters.stats();
+            for (reason, packets) in [
+                ("rx_missed_errors", s.rx_missed),
+                ("rx_errors", s.rx_errors),
+                ("rx_mbuf_allocation_errors", s.rx_nombuf),
+                ("tx_errors", s.tx_errors),
+            ] {
+                if packets != 0 {
+                    drops.push(DropCount {
+                        reason: reason.to_owned(),
+                        port: Some(p.id),
+                        packets,
+                    });
+                }
+            }
+        }
+        drops
+    }
+
+    /// Where each pool's buffers are: free (ring and caches) and the rest.
+    pub fn census(&self) -> Vec<PoolCensus> {
+        self.registry
+            .pools()
+            .iter()
+            .map(|p| {
+                let size = u64::from(p.pool.size());
+                let free = u64::from(p.pool.available()).min(size);
+                PoolCensus {
+                    name: p.name.clone(),
+                    size,
+                    in_ring: free,
+                    held_by_app: size - free,
+                    ..Default::default()
+                }
+            })
+            .collect()
+    }
+
+    /// Per lcore: its share of busy cycles and cycles per packet
+    /// (`/sluice/lcores`).
+    pub fn lcore_shares(&self) -> Value {
+        let rows: Vec<Value> = self
+            .lcores()
+            .iter()
+            .map(|l| {
+                json!({
+                    "lcore": l.lcore,
+                    "cpu": l.cpu,
+                    "busy_share": ratio(l.busy_cycles, l.total_cycles),
+                    "cycles_per_packet": ratio(l.busy_cycles, l.packets),
+                    "busy_cycles": l.busy_cycles,
+                    "total_cycles": l.total_cycles,
+                    "packets": l.packets,
+                    "polls": l.polls,
+                    "idle_polls": l.idle_polls,
+                })
+            })
+            .collect();
+        Value::Array(rows)
+    }
+
+    /// Each tester's running report (`/sluice/tester`), by name.
+    pub fn tester_reports(&self) -> Value {
+        let mut out = serde_json::Map::new();
+        for (name, t) in &self.testers {
+            let r = t.report();
+            out.insert(
+                name.clone(),
+                json!({
+                    "sent": r.sent,
+                    "received": r.received,
+                    "lost": r.lost,
+                    "reordered": r.reordered,
+                    "duplicates": r.duplicates,
+                    "corrupt": r.corrupt,
+                    "foreign": r.foreign,
+                    "bytes_sent": r.bytes_sent,
+                    "bytes_received": r.bytes_received,
+                    "short_buffers": r.short_buffers,
+                }),
+            );
+        }
+        Value::Object(out)
+    }
+
+    /// The Prometheus exposition: the registry's ports and pools, then the
+    /// lcores, drops and census.
+    pub fn render_metrics(&self) -> String {
+        let mut w = MetricsWriter::new();
+        write_registry(&self.registry, &mut w);
+        for l in self.lcores() {
+            let id = l.lcore.to_string();
+            let labels = [("lcore", id.as_str())];
+            w.counter(
+                "sluice_lcore_busy_cycles_total",
+                "TSC ticks an lcore spent in polls that received packets.",
+                &labels,
+                l.busy_cycles,
+            );
+            w.counter(
+                "sluice_lcore_cycles_total",
+                "TSC ticks since an lcore started polling.",
+                &labels,
+                l.total_cycles,
+            );
+            w.counter(
+                "sluice_lcore_packets_total",
+                "Packets an lcore received in its busy polls.",
+                &labels,
+                l.packets,
+            );
+            w.counter(
+                "sluice_lcore_polls_total",
+                "Polls of an lcore.",
+                &labels,
+                l.polls,
+            );
+            w.counter(
+                "sluice_lcore_idle_polls_total",
+                "Polls of an lcore that received nothing.",
+                &labels,
+                l.idle_polls,
+            );
+        }
+        for d in self.drops() {
+            let port = d.port.map(|p| p.to_string()).unwrap_or_default();
+            w.counter(
+                "sluice_drops_total",
+                "Packets dropped, by reason and port (empty: the application's).",
+                &[("reason", d.reason.as_str()), ("port", port.as_str())],
+                d.packets,
+            );
+        }
+        w.gauge(
+            "sluice_tsc_hz",
+            "TSC ticks per second (lcore cycles are TSC ticks).",
+            &[],
+            sluice::tsc::tsc_hz(),
+        );
+        w.render()
+    }
+}
+
+/// `a / b`, or `None` when `b` is 0.
+fn ratio(a: u64, b: u64) -> Option<f64> {
+    (b != 0).then(|| a as f64 / b as f64)
+}
+
+/// The telemetry socket and the metrics endpoint of a run, while it lasts
+/// (dropping it stops both and removes the socket).
+pub struct Observer {
+    telemetry: Option<Telemetry>,
+    /// Served until dropped.
+    _metrics: Option<MetricsServer>,
+}
+
+impl Observer {
+    /// Serves `watched` as `options` say. An address or prefix that cannot
+    /// be served is an error naming it (the run has not started
+    /// forwarding).
+    pub fn start(options: &ObserveOptions, watched: Watched) -> Result<Observer, String> {
+        let watched = Arc::new(watched);
+        let telemetry = if options.no_telemetry {
+            None
+        } else {
+            let commands = commands(&watched);
+            Some(
+                Telemetry::serve(&options.file_prefix, commands)
+                    .map_err(|e| format!("telemetry: {e}"))?,
+            )
+        };
+        let metrics = match options.metrics {
+            None => None,
+            Some(addr) => {
+                let shown = Arc::clone(&watched);
+                let server = MetricsServer::serve(addr, Arc::new(move || shown.render_metrics()))
+                    .map_err(|e| format!("--metrics {addr}: {e}"))?;
+                eprintln!("sluice: metrics at http://{}/metrics", server.local_addr());
+                Some(server)
+            }
+        };
+        Ok(Observer {
+            telemetry,
+            _metrics: metrics,
+        })
+    }
+
+    /// The telemetry socket's path, when one is served.
+    #[allow(dead_code)]
+    pub fn telemetry_path(&self) -> Option<&std::path::Path> {
+        self.telemetry.as_ref().map(Telemetry::path)
+    }
+}
+
+/// The telemetry commands of `watched`: DPDK's `/ethdev/*` and `/mempool/*`
+/// from its registry, and Sluice's own `/sluice/*`.
+fn commands(watched: &Arc<Watched>) -> Commands {
+    let mut commands = Commands::with_registry(Arc::clone(&watched.registry));
+    let mut add = |name: &str, help: &str, read: fn(&Watched) -> Value| {
+        let shown = Arc::clone(watched);
+        commands.register(name, help, move |_params| Ok(read(&shown)));
+    };
+    add(
+        "/sluice/snapshot",
+        "Returns everything at once: ports, lcores, drops, pool census, latency. Takes no \
+         parameters",
+        |w| to_value(&w.snapshot()),
+    );
+    add(
+        "/sluice/lcores",
+        "Returns each forwarding lcore's busy share, cycles per packet and counters. Takes no \
+         parameters",
+        Watched::lcore_shares,
+    );
+    add(
+        "/sluice/drops",
+        "Returns packets dropped by reason and port. Takes no parameters",
+        |w| to_value(&w.drops()),
+    );
+    add(
+        "/sluice/census",
+        "Returns where each mempool's buffers are. Takes no parameters",
+        |w| to_value(&w.census()),
+    );
+    add(
+        "/sluice/tester",
+        "Returns each built-in tester's running report. Takes no parameters",
+        Watched::tester_reports,
+    );
+    add(
+        "/sluice/latency",
+        "Returns one-way latency per tester port. Takes no parameters",
+        |w| to_value(&w.snapshot().latency),
+    );
+    commands
+}
+
+/// `value` as JSON (these types always serialize).
+fn to_value<T: serde::Serialize>(value: &T) -> Value {
+    serde_json::to_value(value).unwrap_or(Value::Null)
+}

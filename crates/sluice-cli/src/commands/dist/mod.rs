@@ -11,6 +11,8 @@
 //! drains; then the ports stop, every buffer goes home, and the summary is
 //! printed.
 
+use std::sync::Arc;
+
 use clap::Args;
 use sluice::mbuf::{MbufPool, MbufPoolConfig};
 
@@ -20,7 +22,9 @@ use crate::app::dist::summary::{
     DistCounters, DistSummary, FlowSpread, counts_match, is_clean, worker_rows,
 };
 use crate::app::dist::{Pipeline, Placement, Settings, open_ports};
+use crate::app::io::lcore::LiveLcore;
 use crate::app::lcores::pin_main_thread;
+use crate::app::observe::{Observer, Watched};
 use crate::app::options::{PortSpecs, QueueOptions, RunOptions};
 #[cfg(test)]
 use crate::app::ports::tester_names;
@@ -150,6 +154,21 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
         run: args.run.clone(),
         accountable: all_on_testers(&specs),
     };
+    let live = LiveLcore::many(1);
+    let observe = &args.run.observe;
+    let observer = if observe.is_off() {
+        None
+    } else {
+        let watched = Watched::new(
+            "dist",
+            &observe.file_prefix,
+            &ports,
+            &[&pool],
+            Arc::clone(&live),
+            &testers,
+        );
+        Some(Observer::start(observe, watched)?)
+    };
     let ran = args.api.open(
         workers,
         Pipeline {
@@ -159,8 +178,11 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
             place: &place,
             pool: &pool,
             testers: &testers,
+            live: &live[0],
         },
     )??;
+    // Nothing reads the ports once they stop.
+    drop(observer);
 
     let (counters, device_cycles) = stop_all(&mut ports);
     let secs = ran.secs;
