@@ -3,8 +3,9 @@
 //!
 //! io forwarding between two soft ports on one core, as `sluice bench
 //! fwd`'s `soft io (inline)` case (64-byte UDP frames over 1024 flows,
-//! burst 32, the inline device's cycles excluded), with the ports and the
-//! pool shown on a telemetry socket of their own. Two cases on the same
+//! burst 32, the inline device's cycles excluded), with the ports, the pool
+//! and the lcore served on a telemetry socket of their own, as `sluice
+//! fwd` serves them (`app::observe`). Two cases on the same
 //! ports, in [`ROUNDS`] interleaved rounds (`sluice_bench::interleave`):
 //! in one a client thread asks the socket [`POLL_HZ`] times a second
 //! ([`COMMANDS`] in turn), in the other nobody asks. The forwarding lcore
@@ -26,17 +27,19 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use sluice::mbuf::{Burst, MbufPool};
-use sluice::port::{Port, PortCounters, PortStats};
+use sluice::mbuf::Burst;
+use sluice::port::{Port, PortCounters};
 use sluice_bench::interleave;
 use sluice_bench::stats::{Spread, ratios};
-use sluice_telemetry::{Client, Commands, Registry, Telemetry};
+use sluice_telemetry::Client;
 
 use super::fwd::{BURST, bench_pool, crossed_streams, device_cycles, forward, soft_spec};
 use super::fwd_l3::{Slices, Timed};
 use super::{BenchResult, Ctx, Selection, on_lcore};
 use crate::app::io::engine::Io;
-use crate::app::observe::snapshot::{PoolCensus, PortSnapshot, Snapshot};
+use crate::app::io::lcore::{LcoreCycles, LiveLcore, Publisher};
+use crate::app::observe::{Observer, Watched};
+use crate::app::options::ObserveOptions;
 
 /// The row of the rounds nobody reads the socket in.
 pub const QUIET_CASE: &str = "io, telemetry not polled";
@@ -177,36 +180,45 @@ pub fn measure(cpu: usize, ops: u64) -> Result<TelemetryPair, String> {
             .nb_txd(super::fwd::DESC);
         ports.push(sluice::driver::open(&spec, config).map_err(|e| e.to_string())?);
     }
-    let registry = Arc::new(Registry::new());
-    for port in &ports {
-        registry.add_port(port);
-    }
-    registry.add_pool(pool.mempool().name(), &pool);
     let file_prefix = format!(
         "sluice-bench-{}-{}",
         std::process::id(),
         super::unique_name("telemetry")
     );
-    let lcore = Arc::new(OnceLock::new());
-    let commands = commands(&registry, &file_prefix, &lcore);
-    let server = Telemetry::serve(&file_prefix, commands).map_err(|e| e.to_string())?;
-    let poller = Poller::start(server.path().to_path_buf())?;
+    let live = LiveLcore::many(1);
+    let watched = Watched::new(
+        "bench",
+        &file_prefix,
+        &ports,
+        &[&pool],
+        Arc::clone(&live),
+        &[],
+    );
+    let options = ObserveOptions {
+        file_prefix,
+        command: "bench",
+        ..ObserveOptions::serving()
+    };
+    let observer = Observer::start(&options, watched)?;
+    let path = observer
+        .telemetry_path()
+        .ok_or("no telemetry socket served")?
+        .to_path_buf();
+    let poller = Poller::start(path)?;
 
     let slice = (ops / ROUNDS as u64).max(1024);
     let lcore_pool = pool.clone();
     let control = Arc::clone(&poller.control);
     let result = on_lcore(cpu, move || {
-        if let Some(id) = sluice::lcore::current() {
-            let _ = lcore.set(id);
-        }
-        let r = measure_rounds(&mut ports, &control, slice);
+        live[0].start(Some(cpu));
+        let r = measure_rounds(&mut ports, &control, &live[0], slice);
         ports.iter_mut().for_each(Port::stop);
         drop(ports);
         lcore_pool.flush_local_cache();
         r
     });
     let failure = poller.stop();
-    drop(server);
+    drop(observer);
     let (quiet, polled, replies) = result?;
     if let Some(e) = failure {
         return Err(format!("telemetry client: {e}"));
@@ -226,95 +238,14 @@ pub fn measure(cpu: usize, ops: u64) -> Result<TelemetryPair, String> {
     })
 }
 
-/// The telemetry commands of the bench: the registry's `/ethdev/*` and
-/// `/mempool/*`, and `/sluice/snapshot` of its ports and pool (the
-/// forwarding lcore's id in `lcore` once it runs).
-fn commands(registry: &Arc<Registry>, file_prefix: &str, lcore: &Arc<OnceLock<usize>>) -> Commands {
-    let mut commands = Commands::with_registry(Arc::clone(registry));
-    let (registry, lcore) = (Arc::clone(registry), Arc::clone(lcore));
-    let file_prefix = file_prefix.to_owned();
-    let started = Instant::now();
-    commands.register(
-        "/sluice/snapshot",
-        "Returns the bench's ports and pool. Takes no parameters",
-        move |_| {
-            let snapshot = snapshot(&registry, &file_prefix, started, lcore.get().copied());
-            serde_json::to_value(snapshot).map_err(|e| e.to_string())
-        },
-    );
-    commands
-}
-
-/// The snapshot of the bench's ports and pool.
-fn snapshot(
-    registry: &Registry,
-    file_prefix: &str,
-    started: Instant,
-    lcore: Option<usize>,
-) -> Snapshot {
-    let ports = registry
-        .ports()
-        .into_iter()
-        .map(|entry| {
-            let s: PortStats = entry.counters.stats();
-            PortSnapshot {
-                id: entry.id,
-                name: entry.name,
-                driver: entry.driver.to_owned(),
-                ipackets: s.rx_packets,
-                opackets: s.tx_packets,
-                ibytes: s.rx_bytes,
-                obytes: s.tx_bytes,
-                imissed: s.rx_missed,
-                ierrors: s.rx_errors,
-                oerrors: s.tx_errors,
-                rx_nombuf: s.rx_nombuf,
-            }
-        })
-        .collect();
-    let pools = registry
-        .pools()
-        .into_iter()
-        .map(|entry| census(&entry.name, &entry.pool, lcore))
-        .collect();
-    Snapshot {
-        pid: std::process::id(),
-        command: "bench".into(),
-        file_prefix: file_prefix.to_owned(),
-        uptime_s: started.elapsed().as_secs_f64(),
-        tsc_hz: sluice::tsc::tsc_hz(),
-        ports,
-        pools,
-        ..Default::default()
-    }
-}
-
-/// Where `pool`'s buffers are: free in its ring, in the forwarding lcore's
-/// cache (`lcore`; the only lcore that takes from it), the rest in the
-/// ports' rings and the lcore's bursts.
-fn census(name: &str, pool: &MbufPool, lcore: Option<usize>) -> PoolCensus {
-    let s = pool.stats();
-    let cached = u64::from(s.cached);
-    let in_caches = match lcore {
-        Some(id) if cached > 0 => vec![(id, cached)],
-        _ => Vec::new(),
-    };
-    let counted = u64::from(s.in_ring) + in_caches.iter().map(|&(_, n)| n).sum::<u64>();
-    PoolCensus {
-        name: name.to_owned(),
-        size: u64::from(s.size),
-        in_ring: u64::from(s.in_ring),
-        in_caches,
-        held_by_app: u64::from(s.size).saturating_sub(counted),
-        ..Default::default()
-    }
-}
-
 /// Runs the rounds on the started ports: case 0 not polled, case 1 polled.
 /// Returns both cases' slices and the replies seen during polled slices.
+/// The lcore's live counters (`live`) go out after each slice, outside the
+/// timed region.
 fn measure_rounds(
     ports: &mut [Port],
     control: &PollControl,
+    live: &LiveLcore,
     slice: u64,
 ) -> Result<(Slices, Slices, u64), String> {
     for port in ports.iter_mut() {
@@ -323,11 +254,21 @@ fn measure_rounds(
     let counters: Vec<_> = ports.iter().map(Port::counters).collect();
     let (mut quiet, mut polled) = (Slices::default(), Slices::default());
     let mut replies = 0;
+    let mut publisher = Publisher::new(live);
+    let mut totals = LcoreCycles::default();
+    let mut count = |(moved, cycles, _): Timed| {
+        totals.busy_cycles += cycles;
+        totals.total_cycles += cycles;
+        totals.packets += moved;
+        publisher.publish(&totals);
+    };
     let warm = (slice / 2).max(1024);
-    forward_slice(ports, &counters, None, warm)?;
+    count(forward_slice(ports, &counters, None, warm)?);
     interleave(ROUNDS, 2, |_, case| {
         if case == 0 {
-            forward_slice(ports, &counters, None, slice).map(|t| quiet.add(t))
+            let t = forward_slice(ports, &counters, None, slice)?;
+            count(t);
+            quiet.add(t);
         } else {
             let before = control.replies.load(Ordering::SeqCst);
             control.resume();
@@ -336,9 +277,10 @@ fn measure_rounds(
             replies += control.replies.load(Ordering::SeqCst) - before;
             let t = r?;
             paused?;
+            count(t);
             polled.add(t);
-            Ok(())
         }
+        Ok::<_, String>(())
     })?;
     Ok((quiet, polled, replies))
 }
@@ -508,28 +450,5 @@ mod tests {
         assert!(r.replies >= ROUNDS as u64, "{}", r.replies);
         assert!(r.ratio.min <= r.ratio.median && r.ratio.median <= r.ratio.max);
         assert!(r.ratio.min > 0.0);
-    }
-
-    #[test]
-    fn the_snapshot_shows_the_ports_and_counts_every_buffer() {
-        let pool = bench_pool().unwrap();
-        let spec = soft_spec(&super::super::unique_name("bench_telemetry_snapshot"));
-        let registry = Registry::new();
-        let mut ports = Vec::new();
-        for i in 0..2 {
-            let config = sluice::port::PortConfig::new(Some(pool.clone())).port_id(i);
-            let port = sluice::driver::open(&spec, config).unwrap();
-            registry.add_port(&port);
-            ports.push(port);
-        }
-        registry.add_pool("bench-fwd", &pool);
-        let s = snapshot(&registry, "prefix", Instant::now(), None);
-        assert_eq!(s.ports.len(), 2);
-        assert_eq!((s.ports[1].id, s.ports[1].driver.as_str()), (1, "soft"));
-        let c = &s.pools[0];
-        assert_eq!(c.size, u64::from(pool.size()));
-        assert_eq!(c.in_ring + c.held_by_app, c.size, "{c:?}");
-        drop(ports);
-        assert!(pool.is_full(), "{:?}", pool.stats());
     }
 }
