@@ -150,8 +150,8 @@ pub fn run(ctx: &mut Ctx, _sel: Selection) {
     let ops = ctx.ops(DEFAULT_OPS);
     let notes = vec![format!(
         "io forwarding between two soft ports on one core (64-byte UDP, burst {BURST}, the \
-         inline device's cycles excluded), its ports and pool on a telemetry socket; in \
-         {ROUNDS} interleaved rounds a client asks {} in turn {POLL_HZ} times a second, or \
+         inline device's cycles excluded), its ports, pool and lcore on a telemetry socket; \
+         in {ROUNDS} interleaved rounds a client asks {} in turn {POLL_HZ} times a second, or \
          nobody asks; {ops} packets per case; one op = one packet forwarded.",
         COMMANDS.join(", ")
     )];
