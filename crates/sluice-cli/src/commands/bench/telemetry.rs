@@ -5,8 +5,8 @@
 //! fwd`'s `soft io (inline)` case (64-byte UDP frames over 1024 flows,
 //! burst 32, the inline device's cycles excluded), with the ports, the pool
 //! and the lcore served on a telemetry socket of their own, as `sluice
-//! fwd` serves them (`app::observe`). Two cases on the same
-//! ports, in [`ROUNDS`] interleaved rounds (`sluice_bench::interleave`):
+//! fwd` serves them (`app::observe`). Two cases on the same ports, in
+//! [`ROUNDS`] interleaved rounds (`sluice_bench::interleave`):
 //! in one a client thread asks the socket [`POLL_HZ`] times a second
 //! ([`COMMANDS`] in turn), in the other nobody asks. The forwarding lcore
 //! only bumps its single-writer counters either way; whatever reading
@@ -17,8 +17,9 @@
 //! Cycles per packet are medians over rounds; the polled / not polled
 //! ratio is the median of the per-round ratios (a change in the machine's
 //! load moves both sides of a ratio alike). A polled slice forwards until
-//! it has seen at least one reply, so that every polled round is one; the
-//! number of replies and their rate over the polled slices are reported.
+//! at least one reply has come in, so that no polled slice goes without a
+//! request; the number of replies and their rate over the polled slices
+//! are reported.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
