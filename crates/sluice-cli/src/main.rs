@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use commands::{bench, demo, dist, fwd, l2fwd, l3fwd, traffic_gen, tune};
+use commands::{bench, demo, dist, fwd, l2fwd, l3fwd, stats, traffic_gen, tune};
 
 /// Sluice: a userspace packet dataplane.
 ///
@@ -52,6 +52,10 @@ enum Command {
     /// Default: two soft ports cabled to the built-in tester, device
     /// inline.
     Dist(dist::DistArgs),
+    /// Watch a running instance (fwd, l2fwd, l3fwd, dist, gen, the demo)
+    /// through its telemetry socket: per port Rx/Tx rates, drops by reason,
+    /// lcore load, buffers; `--list` shows the running instances.
+    Stats(stats::StatsArgs),
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
     /// `distributor`, `lpm`, `mpwqe`, `pagepool`, `telemetry` or `all`.
     Bench(bench::BenchArgs),
@@ -73,6 +77,7 @@ fn main() -> ExitCode {
         Some(Command::Dist(args)) => dist::run_checked(&args),
         Some(Command::Bench(args)) => bench::run(&args),
         Some(Command::Tune(args)) => tune::run(&args),
+        Some(Command::Stats(args)) => stats::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

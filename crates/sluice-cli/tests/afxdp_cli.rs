@@ -303,6 +303,7 @@ fn gen_with_its_defaults_sends_on_an_afxdp_port() {
         "--duration",
         "2",
         "--json",
+        "--no-telemetry",
     ];
     let out = sluice_netns::exec(&argv, Duration::from_secs(120)).unwrap();
     assert!(out.success(), "{out}");
@@ -322,6 +323,7 @@ fn gen_with_its_defaults_sends_on_an_afxdp_port() {
 fn sluice_err(args: &[&str], pre: Option<fn() -> std::io::Result<()>>) -> String {
     let mut cmd = Command::new(SLUICE);
     cmd.args(args)
+        .env("RUNTIME_DIRECTORY", common::runtime_dir())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

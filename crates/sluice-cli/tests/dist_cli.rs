@@ -48,6 +48,7 @@ fn dist_with_no_ports_runs_the_tester_pipeline_and_loses_nothing() {
     assert_eq!(s["distributor"]["distributed"].as_u64(), Some(sent));
     assert_eq!(s["distributor"]["returned"].as_u64(), Some(sent));
     assert_eq!(s["distributor"]["tx_refused"], 0);
+    assert_eq!(s["drops_by_reason"], serde_json::json!([]), "{s}");
     assert_eq!(s["counts_match"], true);
     // Both tester streams' 1024 flows, every one seen.
     assert_eq!(s["spread"]["flows"], 2048);

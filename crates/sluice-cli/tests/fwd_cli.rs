@@ -2,7 +2,7 @@
 //! errors.
 
 mod common;
-use common::{assert_tester_got_everything, json_lines, run, summary};
+use common::{assert_tester_got_everything, json_lines, run, summary, summary_of};
 
 #[test]
 fn fwd_over_null_ports_prints_a_json_summary_with_packets() {
@@ -134,4 +134,60 @@ fn recycle_engine_on_null_ports_is_an_error_naming_the_queue() {
          driver 'null' does not support it (soft and afxdp ports do)\n"
     );
     assert!(out.stdout.is_empty());
+}
+
+/// Soft ports with the smallest Tx ring and bursts as large: the Tx queues
+/// cannot take every burst, and what they refuse is named `tx_full` on its
+/// Tx port. The reasons add up to every drop the ports counted, which is
+/// every frame the tester lost.
+#[test]
+fn a_tiny_tx_ring_drops_with_a_reason_and_the_reasons_add_up() {
+    let spec = "soft:tester=cli_tiny_txd,gen=udp,flows=64,size=64,device=inline";
+    let out = run(&[
+        "fwd",
+        "--port",
+        spec,
+        "--port",
+        spec,
+        "--duration",
+        "0.2",
+        "--json",
+        "--rxd",
+        "1024",
+        "--txd",
+        "64",
+        "--burst",
+        "64",
+    ]);
+    // Frames were lost (dropped): the run is not clean, the summary is there.
+    assert_eq!(out.status.code(), Some(1));
+    let summary = summary_of(&out.stdout);
+    assert_eq!(summary["pool_full"], true);
+    let drops = summary["drops"].as_u64().unwrap();
+    assert!(drops > 0, "{summary}");
+    let table = summary["drops_by_reason"].as_array().unwrap();
+    let count = |reason: &str, port: u64| {
+        table
+            .iter()
+            .find(|d| d["reason"] == reason && d["port"] == port)
+            .map_or(0, |d| d["packets"].as_u64().unwrap())
+    };
+    let ports = summary["ports"].as_array().unwrap();
+    let mut counted = 0;
+    for (i, p) in ports.iter().enumerate() {
+        assert_eq!(
+            count("tx_full", i as u64),
+            p["drops"].as_u64().unwrap(),
+            "{p}"
+        );
+        for field in ["drops", "rx_missed", "rx_nombuf", "rx_errors", "tx_errors"] {
+            counted += p[field].as_u64().unwrap();
+        }
+    }
+    for d in table {
+        assert!(d["packets"].as_u64().unwrap() > 0, "no row at zero: {d}");
+    }
+    let sum: u64 = table.iter().map(|d| d["packets"].as_u64().unwrap()).sum();
+    assert_eq!(sum, counted, "{table:?}");
+    assert_eq!(summary["testers"][0]["lost"].as_u64(), Some(sum));
 }

@@ -153,7 +153,7 @@ fn ping_and_tcp_cross_l2fwd_over_tap() {
 /// Runs `sluice l2fwd --duration 1` on `ports` (one `-p` each): its
 /// standard error; it must fail with exit code 1 and print nothing else.
 fn l2fwd_error(ports: &[&str]) -> String {
-    let mut argv = vec![SLUICE, "l2fwd", "--duration", "1"];
+    let mut argv = vec![SLUICE, "l2fwd", "--duration", "1", "--no-telemetry"];
     for port in ports {
         argv.extend(["-p", port]);
     }

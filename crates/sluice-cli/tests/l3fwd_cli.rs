@@ -98,6 +98,37 @@ fn l3fwd_sends_each_packet_out_of_the_port_its_route_says() {
     }
 }
 
+/// A routes file without a route for port 1's stream (198.18.1.1): every
+/// frame port 1 receives is dropped as `no_route`, the application's, and
+/// those drops are every frame the tester lost, each counted once.
+#[test]
+fn an_unrouted_stream_is_dropped_as_no_route_and_every_loss_is_named() {
+    let file = write_routes("unrouted", "198.18.0.0/24 1\n");
+    let spec = soft("l3fwd-unrouted");
+    let out = sluice()
+        .args(["l3fwd", "--duration", "0.5", "--json"])
+        .args(["--rxd", "256", "--txd", "256", "--routes"])
+        .arg(&file)
+        .args(["-p", &spec, "-p", &spec])
+        .output()
+        .unwrap();
+    std::fs::remove_file(&file).unwrap();
+    // Frames were lost: not clean, a non-zero exit, the summary printed.
+    assert_eq!(out.status.code(), Some(1));
+    let s = common::summary_of(&out.stdout);
+    assert_eq!(s["pool_full"], true);
+    let table = s["drops_by_reason"].as_array().unwrap();
+    let no_route: Vec<_> = table.iter().filter(|d| d["reason"] == "no_route").collect();
+    assert_eq!(no_route.len(), 1, "{s}");
+    assert_eq!(no_route[0]["port"], serde_json::Value::Null);
+    let unrouted = s["ports"][1]["rx_packets"].as_u64().unwrap();
+    assert!(unrouted > 0, "{s}");
+    assert_eq!(no_route[0]["packets"].as_u64(), Some(unrouted), "{s}");
+    assert_eq!(s["route_drops"]["no_route"].as_u64(), Some(unrouted));
+    let named: u64 = table.iter().map(|d| d["packets"].as_u64().unwrap()).sum();
+    assert_eq!(s["testers"][0]["lost"].as_u64(), Some(named), "{s}");
+}
+
 /// A little-endian microsecond pcap file of `frames`.
 fn write_pcap(path: &Path, frames: &[Vec<u8>]) {
     let mut v = Vec::new();
@@ -232,6 +263,20 @@ fn l3fwd_rewrites_routed_frames_and_counts_each_drop_by_reason() {
     assert_eq!(d["bad_checksum"], 1, "{d}");
     assert_eq!(d["bad_header"], 2, "{d}");
     assert_eq!(d["unwritable"], 0, "{d}");
+    // The same drops in the table of every drop, the router's with no port,
+    // and nothing else dropped.
+    let table = &s["drops_by_reason"];
+    let row = |reason: &str, packets: u64| serde_json::json!({"reason": reason, "port": null, "packets": packets});
+    assert_eq!(
+        table,
+        &serde_json::json!([
+            row("no_route", 3),
+            row("ttl_expired", 3),
+            row("bad_header", 2),
+            row("bad_checksum", 1),
+        ]),
+        "{s}"
+    );
     assert_eq!(s["ports"][0]["rx_packets"], frames.len());
     for (got, want, port, dst_mac) in [
         (&got1, &want1, 1u8, [2, 0, 0, 0, 0, 1]),
@@ -349,6 +394,7 @@ fn sluice_bounded(args: &[&str]) -> (std::process::Output, bool) {
         .arg("ulimit -v 1048576; exec \"$0\" \"$@\"")
         .arg(SLUICE)
         .args(args)
+        .env("RUNTIME_DIRECTORY", common::runtime_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

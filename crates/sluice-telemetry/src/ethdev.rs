@@ -23,27 +23,25 @@ use crate::{Registry, Reply};
 /// Registers the `/ethdev/*` commands on `commands`.
 pub fn register(commands: &mut Commands, registry: &Arc<Registry>) {
     let r = Arc::clone(registry);
-    commands.register(
-        "/ethdev/list",
-        "Returns list of available ethdev ports. Takes no parameters",
-        move |_| Ok(json!(r.ports().iter().map(|p| p.id).collect::<Vec<_>>())),
-    );
+    commands.register("/ethdev/list", "The port ids. No parameters", move |_| {
+        Ok(json!(r.ports().iter().map(|p| p.id).collect::<Vec<_>>()))
+    });
     let r = Arc::clone(registry);
     commands.register(
         "/ethdev/stats",
-        "Returns the common stats for a port. Parameters: int port_id",
+        "A port's packet, byte and error counts, in total and per queue. Parameter: port id",
         move |params| Ok(stats(&port(&r, params)?)),
     );
     let r = Arc::clone(registry);
     commands.register(
         "/ethdev/xstats",
-        "Returns the extended stats for a port. Parameters: int port_id,hide_zero=true|false",
+        "Every counter of a port by name. Parameters: port id[,hide_zero=true|false]",
         move |params| xstats(&r, params),
     );
     let r = Arc::clone(registry);
     commands.register(
         "/ethdev/info",
-        "Returns the device info for a port. Parameters: int port_id",
+        "A port's name, driver, MTU, MAC address and queues. Parameter: port id",
         move |params| Ok(info(&port(&r, params)?)),
     );
 }

@@ -25,7 +25,7 @@ pub fn register(commands: &mut Commands, registry: &Arc<Registry>) {
     let r = Arc::clone(registry);
     commands.register(
         "/mempool/list",
-        "Returns list of available mempool. Takes no parameters",
+        "The pools' names. No parameters",
         move |_| {
             Ok(json!(
                 r.pools().iter().map(|p| p.name.clone()).collect::<Vec<_>>()
@@ -35,7 +35,7 @@ pub fn register(commands: &mut Commands, registry: &Arc<Registry>) {
     let r = Arc::clone(registry);
     commands.register(
         "/mempool/info",
-        "Returns mempool info. Parameters: pool_name",
+        "A pool's size, free and in-use counts and cache counters. Parameter: pool name",
         move |name| {
             if name.is_empty() {
                 return Err("give a pool name: /mempool/info,NAME (see /mempool/list)".into());

@@ -106,10 +106,19 @@ pub fn too_long(head: &[u8], len: usize) -> BadRequest {
 }
 
 /// The key an error reply for a message starting with `command` goes
-/// under: the command as text, at most [`MAX_CMD_LEN`] bytes of it.
+/// under: the command as text (bytes that are not UTF-8 and control
+/// characters dropped), at most [`MAX_CMD_LEN`] bytes of it.
 fn reply_key(command: &[u8]) -> String {
     let text = String::from_utf8_lossy(&command[..command.len().min(MAX_CMD_LEN)]);
-    let text: String = text.chars().filter(|c| !c.is_control()).collect();
+    let mut text: String = text
+        .chars()
+        .filter(|&c| !c.is_control() && c != char::REPLACEMENT_CHARACTER)
+        .collect();
+    let mut cut = text.len().min(MAX_CMD_LEN);
+    while !text.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    text.truncate(cut);
     if text.is_empty() {
         NO_COMMAND.to_string()
     } else {

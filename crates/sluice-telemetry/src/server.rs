@@ -91,19 +91,15 @@ impl Commands {
                 },
             );
         };
-        builtin(
-            "/",
-            "Returns list of available commands, Takes no parameters",
-            Action::List,
-        );
+        builtin("/", "The commands' names. No parameters", Action::List);
         builtin(
             "/info",
-            "Returns DPDK Telemetry information. Takes no parameters",
+            "The server's version, pid and max_output_len. No parameters",
             Action::Info,
         );
         builtin(
             "/help",
-            "Returns help text for a command. Parameters: string command",
+            "What a command answers. Parameter: the command, /help,/ethdev/stats",
             Action::Help,
         );
         Commands {

@@ -175,6 +175,8 @@ fn an_empty_registry_lists_nothing() {
     assert!(command_error(&mut client, "/ethdev/stats,0").contains("no port 0"));
     assert_eq!(
         client.command("/help,/ethdev/stats").unwrap()["/ethdev/stats"],
-        Value::from("Returns the common stats for a port. Parameters: int port_id")
+        Value::from(
+            "A port's packet, byte and error counts, in total and per queue. Parameter: port id"
+        )
     );
 }

@@ -10,6 +10,7 @@ use sluice::tester::Tester;
 
 use super::io::lcore::{LcoreCycles, LiveLcore};
 use super::lcores::pin_main_thread;
+use super::observe::drops::DropSources;
 use super::observe::{Observer, Watched};
 use super::options::{Engine, FwdArgs};
 use super::ports::{cabled_testers, open_ports, start_all, stop_all};
@@ -29,8 +30,7 @@ pub fn default_pool_size(ports: usize, queues: usize, args: &FwdArgs) -> u32 {
 
 /// The frame of a forwarding app: opens and starts the ports of `args`
 /// with one mbuf pool, runs `phase` (the forwarding, with live stats and
-/// the drain; its lcores publish into the slice of live counters it is
-/// given), stops the ports and prints the summary under the name
+/// the drain; it adds its counters to the [`Shared`] it is given), stops the ports and prints the summary under the name
 /// `engine`. `Ok(true)` when every tester report is clean.
 pub(crate) fn run_with(
     args: &FwdArgs,
@@ -39,7 +39,7 @@ pub(crate) fn run_with(
         &mut [Port],
         &MbufPool,
         &[(String, Arc<Tester>)],
-        &[LiveLcore],
+        &Shared,
     ) -> Result<Forwarded, String>,
 ) -> Result<bool, String> {
     let summary = measure_with(args, engine, phase)?;
@@ -55,7 +55,7 @@ pub(crate) fn measure_with(
         &mut [Port],
         &MbufPool,
         &[(String, Arc<Tester>)],
-        &[LiveLcore],
+        &Shared,
     ) -> Result<Forwarded, String>,
 ) -> Result<Summary, String> {
     let specs = args.all_specs();
@@ -93,7 +93,10 @@ pub(crate) fn measure_with(
     catch_signals();
     let testers = cabled_testers(&specs);
     // One per lcore the phase may launch (it launches at most `--cores`).
-    let live = LiveLcore::many(queues.max(1));
+    let shared = Shared {
+        lcores: LiveLcore::many(queues.max(1)),
+        drops: DropSources::new(ports.iter().map(Port::counters).collect()),
+    };
     let observe = &args.run.observe;
     let observer = if observe.is_off() {
         None
@@ -108,8 +111,9 @@ pub(crate) fn measure_with(
             &observe.file_prefix,
             &ports,
             &[&pool],
-            Arc::clone(&live),
+            Arc::clone(&shared.lcores),
             &testers,
+            shared.drops.clone(),
         );
         Some(Observer::start(observe, watched)?)
     };
@@ -121,11 +125,13 @@ pub(crate) fn measure_with(
         route_drops,
         drain_accounted,
         alloc_failures: gen_failures,
-    } = phase(&mut ports, &pool, &testers, &live)?;
+        drop_sources,
+    } = phase(&mut ports, &pool, &testers, &shared)?;
     // Nothing reads the ports once they stop.
     drop(observer);
 
     let (counters, device_cycles) = stop_all(&mut ports);
+    let drops_by_reason = drop_sources.table();
     let port_rows: Vec<PortSummary> = counters
         .iter()
         .enumerate()
@@ -163,6 +169,7 @@ pub(crate) fn measure_with(
         tsc_hz: sluice::tsc::tsc_hz(),
         recycle_errors,
         route_drops,
+        drops_by_reason,
         pool_full: pool.is_full(),
         alloc_failures,
         drain_accounted,
@@ -170,6 +177,16 @@ pub(crate) fn measure_with(
         clean,
     };
     Ok(summary)
+}
+
+/// What the forwarding phase shares with the run's watchers, made before
+/// it: its lcores publish into `lcores` (one per lcore it may launch), and
+/// it adds its drop counters to `drops`.
+pub(crate) struct Shared {
+    /// The lcores' live counters.
+    pub lcores: Arc<[LiveLcore]>,
+    /// The run's drop counters, the ports' already in.
+    pub drops: DropSources,
 }
 
 /// What the forwarding phase measured.
@@ -189,6 +206,8 @@ pub(crate) struct Forwarded {
     pub drain_accounted: Option<bool>,
     /// `txonly`: bursts not generated because the pool was empty.
     pub alloc_failures: u64,
+    /// Every drop counter of the run, by reason and port.
+    pub drop_sources: DropSources,
 }
 
 #[cfg(test)]

@@ -12,6 +12,8 @@ use sluice::port::{BurstHistogram, Offloads, PortCounters};
 use sluice::tester::Tester;
 
 use super::io::lcore::LcoreCycles;
+use super::observe::drops::total;
+use super::observe::snapshot::DropCount;
 use super::output::{emit, emit_json};
 
 /// One queue's burst-size histogram.
@@ -287,6 +289,9 @@ pub struct Summary {
     /// engines).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub route_drops: Option<RouteDrops>,
+    /// Every packet dropped, by reason and port (see `observe::drops`);
+    /// reasons with no drop left out.
+    pub drops_by_reason: Vec<DropCount>,
     /// Whether every buffer was back in the pool after the ports stopped.
     pub pool_full: bool,
     /// Times the pool was found empty (every port's `rx_nombuf`, and the
@@ -366,6 +371,32 @@ pub struct RouteDrops {
     pub unwritable: u64,
     /// Frames shorter than an Ethernet header.
     pub runt: u64,
+}
+
+impl RouteDrops {
+    /// The reasons, as the drop table names them.
+    pub const REASONS: [&'static str; 6] = [
+        "no_route",
+        "ttl_expired",
+        "bad_header",
+        "bad_checksum",
+        "unwritable",
+        "runt",
+    ];
+
+    /// The count of `reason` (one of [`REASONS`](Self::REASONS); 0 for
+    /// another).
+    pub fn get(&self, reason: &str) -> u64 {
+        match reason {
+            "no_route" => self.no_route,
+            "ttl_expired" => self.ttl_expired,
+            "bad_header" => self.bad_header,
+            "bad_checksum" => self.bad_checksum,
+            "unwritable" => self.unwritable,
+            "runt" => self.runt,
+            _ => 0,
+        }
+    }
 }
 
 /// Cycles per packet, `device` excluded (never below 0).
@@ -459,6 +490,7 @@ impl Summary {
                 r.no_route, r.ttl_expired, r.bad_header, r.bad_checksum, r.unwritable, r.runt
             ));
         }
+        print_drops_by_reason(&self.drops_by_reason);
         match self.cycles_per_packet {
             Some(c) if self.device_cycles > 0 => emit(&format!(
                 "forwarding lcores: {c:.1} cycles/packet ({} busy cycles - {} device cycles, \
@@ -485,6 +517,22 @@ impl Summary {
         if !self.pool_full {
             emit("warning: the mbuf pool is not full after the ports stopped");
         }
+    }
+}
+
+/// Prints the "drops by reason" section: one line per reason and port,
+/// nothing when nothing was dropped.
+pub fn print_drops_by_reason(table: &[DropCount]) {
+    if table.is_empty() {
+        return;
+    }
+    emit(&format!("drops by reason ({} in all):", total(table)));
+    for d in table {
+        let place = match d.port {
+            Some(p) => format!("port {p}"),
+            None => "application".to_owned(),
+        };
+        emit(&format!("  {place}: {} {}", d.reason, d.packets));
     }
 }
 

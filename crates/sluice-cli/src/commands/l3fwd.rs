@@ -90,9 +90,9 @@ pub fn run(args: &L3fwdArgs) -> Result<(), String> {
     let clean = run_with(
         &fa,
         args.engine(),
-        |ports, pool, testers, live| match &tables {
-            Tables::Lpm(r) => route_phase(&**r, ports, pool, &fa, testers, live),
-            Tables::Em(r) => route_phase(r, ports, pool, &fa, testers, live),
+        |ports, pool, testers, shared| match &tables {
+            Tables::Lpm(r) => route_phase(&**r, ports, pool, &fa, testers, shared),
+            Tables::Em(r) => route_phase(r, ports, pool, &fa, testers, shared),
         },
     )?;
     require_clean(clean)

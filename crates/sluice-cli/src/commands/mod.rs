@@ -8,5 +8,6 @@ pub mod dist;
 pub mod fwd;
 pub mod l2fwd;
 pub mod l3fwd;
+pub mod stats;
 pub mod traffic_gen;
 pub mod tune;

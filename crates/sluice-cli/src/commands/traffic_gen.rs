@@ -21,9 +21,12 @@ use sluice::tester::{
 use sluice::tsc::rdtsc;
 
 use crate::app::io::lcore::{LcoreCycles, LiveLcore, Publisher};
+use crate::app::observe::drops::DropSources;
+use crate::app::observe::snapshot::DropCount;
 use crate::app::observe::{Observer, Watched};
 use crate::app::options::ObserveOptions;
 use crate::app::output::{emit, emit_json};
+use crate::app::summary::print_drops_by_reason;
 
 /// Arguments of `sluice gen`.
 #[derive(Args, Debug, Clone)]
@@ -116,6 +119,8 @@ struct GenReport {
     /// Frames the port took but could not send (the interface refused
     /// them: longer than its MTU, say).
     tx_errors: u64,
+    /// Every packet the port dropped, by reason.
+    drops_by_reason: Vec<DropCount>,
     clean: Option<bool>,
 }
 
@@ -188,6 +193,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
             &[&pool],
             Arc::clone(&live),
             &testers,
+            DropSources::new(vec![port.counters()]),
         );
         Some(Observer::start(&args.observe, watched)?)
     };
@@ -284,11 +290,12 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         return Err(format!("port {}: {fault}", args.port));
     }
     let stats = port.stats();
+    let drops = DropSources::new(vec![counters]).table();
     drop(port);
     drop(checker);
     let r = tester.report();
     let clean = args.check.then(|| r.is_clean());
-    print_report(args, &r, &stats, secs, clean);
+    print_report(args, &r, &stats, drops, secs, clean);
     pool.flush_local_cache();
     if !pool.is_full() {
         return Err("the mbuf pool is not full after the port stopped".into());
@@ -318,6 +325,7 @@ fn print_report(
     args: &GenArgs,
     r: &TesterReport,
     stats: &sluice::port::PortStats,
+    drops_by_reason: Vec<DropCount>,
     secs: f64,
     clean: Option<bool>,
 ) {
@@ -337,6 +345,7 @@ fn print_report(
             bytes_sent: r.bytes_sent,
             tx_mpps: tx_packets as f64 / secs / 1e6,
             tx_errors: stats.tx_errors,
+            drops_by_reason,
             clean,
         };
         emit_json(&j, "sluice gen", "the report");
@@ -355,6 +364,7 @@ fn print_report(
             stats.tx_errors
         ));
     }
+    print_drops_by_reason(&drops_by_reason);
     emit(&format!("tester: {r}"));
     match clean {
         Some(true) => emit("clean: nothing lost, reordered, duplicated or corrupted"),

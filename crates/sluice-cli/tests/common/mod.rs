@@ -15,9 +15,36 @@ use sluice_netns::{Netns, Output, Proc};
 /// The built binary.
 pub const SLUICE: &str = env!("CARGO_BIN_EXE_sluice");
 
-/// A command for the built binary.
+/// A command for the built binary, with a runtime directory of its own
+/// (`RUNTIME_DIRECTORY`, see [`runtime_dir`]): tests run side by side, and
+/// each instance serves its telemetry socket under the default file prefix.
 pub fn sluice() -> Command {
-    Command::new(SLUICE)
+    let mut cmd = Command::new(SLUICE);
+    cmd.env("RUNTIME_DIRECTORY", runtime_dir());
+    cmd
+}
+
+/// A new runtime directory for one run (under the system's temporary
+/// directory, named after this process and a count).
+pub fn runtime_dir() -> std::path::PathBuf {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    std::env::temp_dir().join(format!("sluice-tests-{}-{n}", std::process::id()))
+}
+
+/// `argv` for the built binary with `args`, and `--no-telemetry` after a
+/// command that serves telemetry (runs in namespaces share one runtime
+/// directory).
+pub fn argv_without_telemetry<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    let mut argv: Vec<&str> = [SLUICE].iter().chain(args).copied().collect();
+    if args
+        .first()
+        .is_some_and(|c| ["fwd", "l2fwd", "l3fwd", "dist", "gen"].contains(c))
+    {
+        argv.push("--no-telemetry");
+    }
+    argv
 }
 
 /// Runs `sluice ARGS` to its end: its output.
@@ -81,8 +108,7 @@ pub fn assert_tester_got_everything(summary: &serde_json::Value, name: &str) -> 
 /// Starts Sluice with `args` as a process of the test harness (stopped or
 /// killed when dropped).
 pub fn spawn(args: &[&str]) -> Proc<'static> {
-    let argv: Vec<&str> = [SLUICE].iter().chain(args).copied().collect();
-    sluice_netns::spawn(&argv).expect("sluice starts")
+    sluice_netns::spawn(&argv_without_telemetry(args)).expect("sluice starts")
 }
 
 /// Bytes of the TCP transfer.

@@ -30,16 +30,16 @@ use std::time::{Duration, Instant};
 pub type Render = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Longest request head read (request line and headers).
-pub const MAX_HEAD: usize = 8 * 1024;
+const MAX_HEAD: usize = 8 * 1024;
 
 /// Time a client has to send its request head.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Time a client has to take the reply.
-pub const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
+const WRITE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Connections served at once.
-pub const MAX_CONNECTIONS: usize = 16;
+const MAX_CONNECTIONS: usize = 16;
 
 /// Time the server waits, after its reply, for the client to close first
 /// (so what the client sent beyond the head does not reset the connection
@@ -62,6 +62,14 @@ Prometheus text exposition.</p></body></html>\n";
 /// The metrics server: a thread accepting connections on a TCP address.
 /// Dropping it stops the thread, closes the connections it still serves
 /// and frees the address.
+///
+/// `GET /metrics` is answered `200` with the exposition (`Content-Type:
+/// text/plain; version=0.0.4; charset=utf-8`), `GET /` with a page
+/// pointing there, other paths `404`, other methods than `GET` and `HEAD`
+/// `405`. Each connection carries one request and has its own thread, at
+/// most 16 at once (one more gets `503`); a request head must come
+/// within 2 s and 8 KiB (else `408` or `431`), and one that is not HTTP/1
+/// gets `400`, so a slow or broken client never holds up another.
 #[derive(Debug)]
 pub struct MetricsServer {
     local_addr: SocketAddr,

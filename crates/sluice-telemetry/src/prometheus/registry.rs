@@ -39,10 +39,11 @@ use super::MetricsWriter;
 
 /// Writes the metrics of every port and pool in `registry` to `w`.
 ///
-/// Each port's counters are read once ([`PortCounters::stats`](
-/// sluice::port::PortCounters::stats)), so its per-port figures are the
-/// sums of its per-queue ones. Reading takes no lock an lcore needs: the
-/// counters are single-writer cells, the pools' counts are loads.
+/// Each queue counter is read once, so a port's figures are the sums of
+/// its queues' as written. Reading takes no lock an lcore needs: the
+/// counters are single-writer cells, the pools' counts are loads, and the
+/// lock of a port's named counters is taken by its driver only to
+/// register one, while the port is set up.
 pub fn write_registry(registry: &Registry, w: &mut MetricsWriter) {
     write_ports(registry, w);
     write_pools(registry, w);

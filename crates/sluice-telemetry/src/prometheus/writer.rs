@@ -28,8 +28,9 @@
 //! ```
 //!
 //! A metric or label name outside the format's alphabet, a counter not
-//! named `*_total`, a family written with two types, or a sample written
-//! twice is a mistake in the caller: debug builds stop on it
+//! named `*_total`, a counter or gauge named like a histogram's series
+//! (`*_bucket`, `*_sum`, `*_count`), a family written with two types, or
+//! a sample written twice is a mistake in the caller: debug builds stop on it
 //! (`debug_assert!`), release builds leave the sample out, so the
 //! exposition a scraper reads stays valid.
 
@@ -275,6 +276,14 @@ impl MetricsWriter {
         labels: &[(&str, &str)],
         value: Number,
     ) {
+        // Names a histogram's series take, which scrapers read as one.
+        let reserved = ["_bucket", "_sum", "_count"]
+            .iter()
+            .any(|suffix| name.ends_with(suffix));
+        debug_assert!(!reserved, "{name:?} ends like a histogram's series");
+        if reserved {
+            return;
+        }
         let Some(label_text) = label_text(labels) else {
             return;
         };
@@ -565,6 +574,17 @@ mod tests {
             w.render(),
             "# HELP x_total X.\n# TYPE x_total gauge\nx_total 1\n"
         );
+    }
+
+    #[test]
+    #[cfg_attr(
+        debug_assertions,
+        should_panic(expected = "ends like a histogram's series")
+    )]
+    fn a_gauge_named_like_a_histogram_series_is_left_out() {
+        let mut w = MetricsWriter::new();
+        w.gauge("sluice_pool_count", "Pools.", &[], 1u64);
+        assert!(w.is_empty());
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! until every worker has returned everything, sends the returns, and
 //! gives back its distributor (dropping it ends the workers' loops).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use sluice::counter::Counter;
@@ -54,7 +55,7 @@ pub struct LcoreCounters {
     pub received: Counter,
     /// Per Tx port (as `sluice fwd`'s per-stream counters, one stream per
     /// port): returned packets its Tx queue refused (freed).
-    pub tx: Vec<StreamCounters>,
+    pub tx: Arc<[StreamCounters]>,
 }
 
 impl LcoreCounters {

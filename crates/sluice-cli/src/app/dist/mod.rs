@@ -33,6 +33,7 @@ use sluice::tester::Tester;
 
 use super::io::lcore::LiveLcore;
 use super::lcores::{Control, Extra, StopOnDrop, main_loop, panic_message};
+use super::observe::drops::DropSources;
 use super::options::RunOptions;
 use super::output::emit;
 use super::ports::peer;
@@ -144,6 +145,8 @@ pub(crate) struct PipelineOutput {
     /// When every port is on a tester: whether the drain ended with every
     /// frame sent received or counted as a drop.
     pub drain_accounted: Option<bool>,
+    /// Every drop counter of the run, by reason and port.
+    pub drop_sources: DropSources,
 }
 
 /// The run itself, with a distributor of any API.
@@ -156,6 +159,9 @@ pub(crate) struct Pipeline<'a> {
     pub testers: &'a [(String, Arc<Tester>)],
     /// The distributor lcore's live counters.
     pub live: &'a LiveLcore,
+    /// The run's drop counters (the ports' already in): the pipeline adds
+    /// its own.
+    pub drops: DropSources,
 }
 
 impl WithDist for Pipeline<'_> {
@@ -186,6 +192,9 @@ impl WithDist for Pipeline<'_> {
         let wcounters: Vec<WorkerCounter> =
             (0..nworkers).map(|_| WorkerCounter::default()).collect();
         let lc = LcoreCounters::new(n);
+        let drop_sources = self.drops.clone();
+        let tx_ports: Vec<usize> = (0..n).collect();
+        drop_sources.add_stream_drops(Arc::clone(&lc.tx), &tx_ports);
         let stop = AtomicBool::new(false);
         let cfg = LcoreConfig {
             burst: args.burst as usize,
@@ -197,7 +206,7 @@ impl WithDist for Pipeline<'_> {
         };
         let src = Sources {
             ports: port_counters,
-            stream_tx_port: (0..n).collect(),
+            stream_tx_port: tx_ports,
             streams: &lc.tx,
             app_drops: None,
         };
@@ -292,6 +301,7 @@ impl WithDist for Pipeline<'_> {
                 cycles,
                 drops: lc.tx.iter().map(|c| c.drops.get()).collect(),
                 drain_accounted,
+                drop_sources,
             })
         })
     }

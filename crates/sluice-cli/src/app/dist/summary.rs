@@ -7,9 +7,11 @@ use sluice::distributor::DistStats;
 
 use super::api::Api;
 use super::worker::WorkerOut;
+use crate::app::observe::snapshot::DropCount;
 use crate::app::output::{emit, emit_json};
 use crate::app::summary::{
-    DRAIN_UNACCOUNTED, PortSummary, TesterSummary, pool_ran_dry, print_drain, print_testers,
+    DRAIN_UNACCOUNTED, PortSummary, TesterSummary, pool_ran_dry, print_drain,
+    print_drops_by_reason, print_testers,
 };
 
 /// One worker.
@@ -161,6 +163,9 @@ pub struct DistSummary {
     /// Times the pool was found empty (every port's `rx_nombuf`): the pool
     /// ran dry.
     pub alloc_failures: u64,
+    /// Every packet dropped, by reason and port (see `observe::drops`);
+    /// reasons with no drop left out.
+    pub drops_by_reason: Vec<DropCount>,
     /// When every port is on a tester: whether the drain saw every frame
     /// sent received or counted as a drop.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -282,6 +287,7 @@ impl DistSummary {
             "total: rx {} ({:.2} Mpps)  tx {} ({:.2} Mpps)",
             self.rx_packets, self.rx_mpps, self.tx_packets, self.tx_mpps
         ));
+        print_drops_by_reason(&self.drops_by_reason);
         for w in &self.per_worker {
             let untracked = if w.untracked == 0 {
                 String::new()

@@ -40,18 +40,18 @@ use sluice::tester::Tester;
 use super::lcores::{Control, run_lcores_with};
 use super::options::{Engine, FwdArgs};
 use super::ports::{check_recycle, has_threaded_device, peer, tester_names};
-use super::run::{Forwarded, measure_with, run_with};
+use super::run::{Forwarded, Shared, measure_with, run_with};
 use super::stats::Sources;
 use super::summary::Summary;
 use super::window::WindowFigures;
 use engine::{Stream, udp_frame};
-use lcore::{LcoreConfig, LiveLcore, StreamCounters, Window, lcore_main};
+use lcore::{LcoreConfig, StreamCounters, Window, lcore_main};
 
 /// Runs `sluice fwd`. `Ok(true)` when every tester report is clean (or there
 /// is no tester).
 pub fn run(args: &FwdArgs) -> Result<bool, String> {
-    run_with(args, args.engine.name(), |ports, pool, testers, live| {
-        forward(ports, pool, args, testers, live)
+    run_with(args, args.engine.name(), |ports, pool, testers, shared| {
+        forward(ports, pool, args, testers, shared)
     })
 }
 
@@ -86,8 +86,8 @@ pub(crate) fn measure_until(
     enough: Option<Enough<'_>>,
 ) -> Result<Measured, String> {
     let mut window = None;
-    let mut summary = measure_with(args, args.engine.name(), |ports, pool, testers, live| {
-        let (f, w) = forward_window(ports, pool, args, testers, live, warmup, enough)?;
+    let mut summary = measure_with(args, args.engine.name(), |ports, pool, testers, shared| {
+        let (f, w) = forward_window(ports, pool, args, testers, shared, warmup, enough)?;
         window = w;
         Ok(f)
     })?;
@@ -106,9 +106,9 @@ fn forward(
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
-    live: &[LiveLcore],
+    shared: &Shared,
 ) -> Result<Forwarded, String> {
-    forward_window(ports, pool, args, testers, live, None, None).map(|(f, _)| f)
+    forward_window(ports, pool, args, testers, shared, None, None).map(|(f, _)| f)
 }
 
 /// [`forward`], with a measured window after `warmup` seconds; `enough`
@@ -118,7 +118,7 @@ fn forward_window(
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
-    live: &[LiveLcore],
+    shared: &Shared,
     warmup: Option<f64>,
     enough: Option<Enough<'_>>,
 ) -> Result<(Forwarded, Option<WindowFigures>), String> {
@@ -175,9 +175,11 @@ fn forward_window(
             send_first_burst(s, pool, args);
         }
     }
-    let stream_counters: Vec<StreamCounters> =
+    let stream_counters: Arc<[StreamCounters]> =
         streams.iter().map(|_| StreamCounters::default()).collect();
     let stream_tx_port: Vec<usize> = streams.iter().map(|s| s.tx_port).collect();
+    let drop_sources = shared.drops.clone();
+    drop_sources.add_stream_drops(Arc::clone(&stream_counters), &stream_tx_port);
     let nb_lcores = (args.cores as usize).min(streams.len()).max(1);
     let mut per_lcore: Vec<Vec<Stream<'_>>> = (0..nb_lcores).map(|_| Vec::new()).collect();
     for (i, s) in streams.into_iter().enumerate() {
@@ -214,7 +216,7 @@ fn forward_window(
         args,
         testers,
         control,
-        live,
+        &shared.lcores,
         |cpu, mut streams, live| lcore_main(cpu, &mut streams, cfg, pool, live),
     )?;
     let drops = src.sample().iter().map(|s| s.drops).collect();
@@ -229,6 +231,7 @@ fn forward_window(
         route_drops: None,
         drain_accounted,
         alloc_failures,
+        drop_sources,
     };
     Ok((f, window))
 }
@@ -303,9 +306,15 @@ pub(crate) mod tests {
     ) -> Forwarded {
         let mut args = args.clone();
         args.run.duration = SAFETY_NET_SECS;
-        let live = LiveLcore::many(args.cores as usize);
+        let shared = Shared {
+            lcores: lcore::LiveLcore::many(args.cores as usize),
+            drops: crate::app::observe::drops::DropSources::new(
+                ports.iter().map(Port::counters).collect(),
+            ),
+        };
+        let live = &shared.lcores;
         let (f, _) =
-            forward_window(ports, pool, &args, testers, &live, None, Some(&enough)).unwrap();
+            forward_window(ports, pool, &args, testers, &shared, None, Some(&enough)).unwrap();
         assert!(
             f.secs < SAFETY_NET_SECS,
             "{awaited}: not reached in {SAFETY_NET_SECS} s"
@@ -515,8 +524,8 @@ pub(crate) mod tests {
         let mut args = quick(&[pair, pair], Engine::Txonly, 1);
         args.queues.pool_size = Some(63);
         args.queues.cache = 0;
-        let s = measure_with(&args, "txonly", |ports, pool, testers, live| {
-            forward(ports, pool, &args, testers, live)
+        let s = measure_with(&args, "txonly", |ports, pool, testers, shared| {
+            forward(ports, pool, &args, testers, shared)
         })
         .unwrap();
         assert!(s.alloc_failures > 0, "{s:?}");
@@ -531,8 +540,8 @@ pub(crate) mod tests {
         let mut args = quick(&[&spec, &spec], Engine::Io, 1);
         args.queues.pool_size = Some(127);
         args.queues.cache = 0;
-        let s = measure_with(&args, "io", |ports, pool, testers, live| {
-            forward(ports, pool, &args, testers, live)
+        let s = measure_with(&args, "io", |ports, pool, testers, shared| {
+            forward(ports, pool, &args, testers, shared)
         })
         .unwrap();
         assert!(s.alloc_failures > 0, "{s:?}");

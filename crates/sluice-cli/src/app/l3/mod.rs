@@ -17,12 +17,14 @@ use sluice::mbuf::MbufPool;
 use sluice::port::Port;
 use sluice::tester::Tester;
 
-use super::io::lcore::{LiveLcore, StreamCounters};
+use super::io::lcore::StreamCounters;
 use super::lcores::run_lcores;
+
 use super::options::FwdArgs;
 use super::ports::has_threaded_device;
-use super::run::Forwarded;
+use super::run::{Forwarded, Shared};
 use super::stats::Sources;
+use super::summary::RouteDrops;
 use classify::{PortMacs, Router};
 use lcore::{L3Config, L3Lcore, RouteDropCounters, l3_main, sum_drops};
 
@@ -33,7 +35,7 @@ pub(crate) fn route_phase<R: Router>(
     pool: &MbufPool,
     args: &FwdArgs,
     testers: &[(String, Arc<Tester>)],
-    live: &[LiveLcore],
+    shared: &Shared,
 ) -> Result<Forwarded, String> {
     let nports = ports.len();
     let macs: Vec<PortMacs> = ports
@@ -51,7 +53,7 @@ pub(crate) fn route_phase<R: Router>(
         .min()
         .unwrap_or(1);
     let nb_lcores = (args.cores as usize).min(queues).max(1);
-    let drop_counters: Vec<RouteDropCounters> = (0..nb_lcores)
+    let drop_counters: Arc<[RouteDropCounters]> = (0..nb_lcores)
         .map(|_| RouteDropCounters::default())
         .collect();
     let mut lcores: Vec<L3Lcore<'_>> = drop_counters
@@ -75,9 +77,16 @@ pub(crate) fn route_phase<R: Router>(
             next += 1;
         }
     }
-    let stream_counters: Vec<StreamCounters> = (0..nb_lcores * nports)
+    let stream_counters: Arc<[StreamCounters]> = (0..nb_lcores * nports)
         .map(|_| StreamCounters::default())
         .collect();
+    let stream_tx_port: Vec<usize> = (0..nb_lcores * nports).map(|i| i % nports).collect();
+    let drop_sources = shared.drops.clone();
+    drop_sources.add_stream_drops(Arc::clone(&stream_counters), &stream_tx_port);
+    for reason in RouteDrops::REASONS {
+        let lcores = Arc::clone(&drop_counters);
+        drop_sources.add(reason, None, move || sum_drops(&lcores).get(reason));
+    }
     let stop = AtomicBool::new(false);
     let app_drops = || {
         let d = sum_drops(&drop_counters);
@@ -85,7 +94,7 @@ pub(crate) fn route_phase<R: Router>(
     };
     let src = Sources {
         ports: counters,
-        stream_tx_port: (0..nb_lcores * nports).map(|i| i % nports).collect(),
+        stream_tx_port,
         streams: &stream_counters,
         app_drops: Some(&app_drops),
     };
@@ -103,7 +112,7 @@ pub(crate) fn route_phase<R: Router>(
         args,
         testers,
         &stop,
-        live,
+        &shared.lcores,
         |cpu, mut lc, live| l3_main(cpu, router, &mut lc, cfg, pool, live),
     )?;
     Ok(Forwarded {
@@ -114,5 +123,6 @@ pub(crate) fn route_phase<R: Router>(
         route_drops: Some(sum_drops(&drop_counters)),
         drain_accounted,
         alloc_failures: 0,
+        drop_sources,
     })
 }

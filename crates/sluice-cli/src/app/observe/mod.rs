@@ -3,6 +3,8 @@
 //!
 //! - [`snapshot`]: the whole view of a running instance in one object
 //!   (`/sluice/snapshot`), as `sluice stats` reads it.
+//! - [`drops`]: every drop counter of a run by reason and port, the
+//!   snapshot's `drops` and the summaries' `drops_by_reason`.
 //! - [`Watched`]: the live sources of a run — the registry of its ports and
 //!   pools, its lcores' live counters, its testers — read into that view.
 //!   Everything in it is a shared handle on single-writer counters: reading
@@ -11,6 +13,7 @@
 //!   [`Watched`] while the run lasts. Dropped before the ports stop, so no
 //!   reader sees torn-down ports.
 
+pub mod drops;
 pub mod snapshot;
 
 use std::sync::Arc;
@@ -25,6 +28,7 @@ use sluice_telemetry::{Commands, Registry, Telemetry};
 
 use super::io::lcore::LiveLcore;
 use super::options::ObserveOptions;
+use drops::DropSources;
 use snapshot::{DropCount, LcoreSnapshot, PoolCensus, PortSnapshot, Snapshot};
 
 /// The live sources of one run, as its watchers read them.
@@ -42,6 +46,8 @@ pub struct Watched {
     pub lcores: Arc<[LiveLcore]>,
     /// The testers its ports are cabled to, by name.
     pub testers: Vec<(String, Arc<Tester>)>,
+    /// Its drop counters.
+    pub drops: DropSources,
 }
 
 impl Watched {
@@ -53,6 +59,7 @@ impl Watched {
         pools: &[&MbufPool],
         lcores: Arc<[LiveLcore]>,
         testers: &[(String, Arc<Tester>)],
+        drops: DropSources,
     ) -> Watched {
         let registry = Arc::new(Registry::new());
         for p in ports {
@@ -68,6 +75,7 @@ impl Watched {
             registry,
             lcores,
             testers: testers.to_vec(),
+            drops,
         }
     }
 
@@ -132,28 +140,9 @@ impl Watched {
             .collect()
     }
 
-    /// Every drop counter that is not zero: the ports' generic ones, by
-    /// DPDK's xstats names.
+    /// Every drop counter that is not zero, by reason and port.
     pub fn drops(&self) -> Vec<DropCount> {
-        let mut drops = Vec::new();
-        for p in self.registry.ports() {
-            let s = p.counters.stats();
-            for (reason, packets) in [
-                ("rx_missed_errors", s.rx_missed),
-                ("rx_errors", s.rx_errors),
-                ("rx_mbuf_allocation_errors", s.rx_nombuf),
-                ("tx_errors", s.tx_errors),
-            ] {
-                if packets != 0 {
-                    drops.push(DropCount {
-                        reason: reason.to_owned(),
-                        port: Some(p.id),
-                        packets,
-                    });
-                }
-            }
-        }
-        drops
+        self.drops.table()
     }
 
     /// Where each pool's buffers are: free (ring and caches) and the rest.

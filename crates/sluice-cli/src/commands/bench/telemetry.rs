@@ -39,6 +39,7 @@ use super::fwd_l3::{Slices, Timed};
 use super::{BenchResult, Ctx, Selection, on_lcore};
 use crate::app::io::engine::Io;
 use crate::app::io::lcore::{LcoreCycles, LiveLcore, Publisher};
+use crate::app::observe::drops::DropSources;
 use crate::app::observe::{Observer, Watched};
 use crate::app::options::ObserveOptions;
 
@@ -187,6 +188,7 @@ pub fn measure(cpu: usize, ops: u64) -> Result<TelemetryPair, String> {
         super::unique_name("telemetry")
     );
     let live = LiveLcore::many(1);
+    let drops = DropSources::new(ports.iter().map(Port::counters).collect());
     let watched = Watched::new(
         "bench",
         &file_prefix,
@@ -194,6 +196,7 @@ pub fn measure(cpu: usize, ops: u64) -> Result<TelemetryPair, String> {
         &[&pool],
         Arc::clone(&live),
         &[],
+        drops,
     );
     let options = ObserveOptions {
         file_prefix,

@@ -24,6 +24,7 @@ use crate::app::dist::summary::{
 use crate::app::dist::{Pipeline, Placement, Settings, open_ports};
 use crate::app::io::lcore::LiveLcore;
 use crate::app::lcores::pin_main_thread;
+use crate::app::observe::drops::DropSources;
 use crate::app::observe::{Observer, Watched};
 use crate::app::options::{PortSpecs, QueueOptions, RunOptions};
 #[cfg(test)]
@@ -155,6 +156,7 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
         accountable: all_on_testers(&specs),
     };
     let live = LiveLcore::many(1);
+    let drops = DropSources::new(ports.iter().map(sluice::port::Port::counters).collect());
     let observe = &args.run.observe;
     let observer = if observe.is_off() {
         None
@@ -166,6 +168,7 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
             &[&pool],
             Arc::clone(&live),
             &testers,
+            drops.clone(),
         );
         Some(Observer::start(observe, watched)?)
     };
@@ -179,12 +182,14 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
             pool: &pool,
             testers: &testers,
             live: &live[0],
+            drops,
         },
     )??;
     // Nothing reads the ports once they stop.
     drop(observer);
 
     let (counters, device_cycles) = stop_all(&mut ports);
+    let drops_by_reason = ran.drop_sources.table();
     let secs = ran.secs;
     let port_rows: Vec<PortSummary> = counters
         .iter()
@@ -223,6 +228,7 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
         tsc_hz: sluice::tsc::tsc_hz(),
         pool_full: pool.is_full(),
         alloc_failures,
+        drops_by_reason,
         clean: is_clean(&testers, alloc_failures, ran.drain_accounted),
         drain_accounted: ran.drain_accounted,
         testers,

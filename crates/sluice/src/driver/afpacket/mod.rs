@@ -37,7 +37,8 @@
 //! `ethtool -K PEER tx off`), `tx_ring_full`, `tx_oversize_errors` (frames
 //! longer than the interface's MTU allows, or than a ring frame holds),
 //! `tx_runt_errors` (shorter than an Ethernet header) and `tx_kernel_drops`
-//! (frames the device kept refusing, or still unsent at stop), all three
+//! (frames the device kept refusing, or still unsent at stop), and
+//! `tx_wrong_format_errors` (frames the kernel found malformed), all four
 //! also counted as `tx_errors`.
 //!
 //! The port's MTU may not be more than the interface's: such a port is

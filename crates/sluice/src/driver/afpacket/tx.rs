@@ -202,6 +202,7 @@ pub(super) struct AfPacketTx {
     kernel_drops: Arc<Counter>,
     oversize: Arc<Counter>,
     runt: Arc<Counter>,
+    wrong_format: Arc<Counter>,
 }
 
 impl AfPacketTx {
@@ -217,6 +218,7 @@ impl AfPacketTx {
             kernel_drops: counters.xstats.register("tx_kernel_drops"),
             oversize: counters.xstats.register("tx_oversize_errors"),
             runt: counters.xstats.register("tx_runt_errors"),
+            wrong_format: counters.xstats.register("tx_wrong_format_errors"),
             iface,
             geometry,
             qdisc_bypass,
@@ -296,6 +298,7 @@ impl TxQueue for AfPacketTx {
             }
             if st & sys::TP_STATUS_WRONG_FORMAT != 0 {
                 // Only without `PACKET_LOSS`; counted should it ever show.
+                self.wrong_format.inc();
                 errors += 1;
             }
             taken += 1;

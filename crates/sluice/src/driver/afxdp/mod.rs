@@ -65,7 +65,10 @@
 //! `rx_fill_ring_empty_descs`, `tx_invalid_descs`, `tx_ring_empty_descs`,
 //! read when asked, carried over closed sockets), `rx_recycled`,
 //! `tx_recycled`, `recycle_fallbacks`, `tx_copied`, `rx_wakeups`,
-//! `tx_wakeups`, `rx_bad_addrs`, `tx_bad_addrs`, `xsk_leaked_frames`
+//! `tx_wakeups`, `rx_bad_addrs`, `tx_bad_addrs`, the drops by reason
+//! `rx_bad_desc_errors` (also in `rx_errors`), `tx_runt_errors`,
+//! `tx_oversize_errors` and `tx_layout_errors` (also in `tx_errors`),
+//! `xsk_leaked_frames`
 //! (frames kept out of the pool because the kernel never released a
 //! queue: 0), and the modes: `xdp_native` (1 when the program is, or was
 //! last, attached natively; 0 generic) and `xsk_zerocopy` (open sockets

@@ -68,6 +68,9 @@ pub struct AfxdpRx {
     counters: Arc<PortCounters>,
     rx_recycled: Arc<Counter>,
     rx_bad_addrs: Arc<Counter>,
+    /// Descriptors whose data does not lie within its chunk after the
+    /// mbuf header (`rx_bad_desc_errors`, a share of `rx_errors`).
+    rx_bad_desc: Arc<Counter>,
     rx_wakeups: Arc<Counter>,
     /// Runts and frames over the MTU are counted and given back.
     check: RxFrameCheck,
@@ -89,6 +92,7 @@ impl AfxdpRx {
         AfxdpRx {
             rx_recycled: counters.xstats.register("rx_recycled"),
             rx_bad_addrs: counters.xstats.register("rx_bad_addrs"),
+            rx_bad_desc: counters.xstats.register("rx_bad_desc_errors"),
             rx_wakeups: counters.xstats.register("rx_wakeups"),
             check: RxFrameCheck::new(&counters.xstats, mtu),
             slot,
@@ -223,6 +227,7 @@ impl RxQueue for AfxdpRx {
             let e = self.umem.elem_at(off);
             if data < HEADER_SIZE as u32 || data as u64 + d.len as u64 > stride as u64 {
                 self.counters.rx[self.q].errors.inc();
+                self.rx_bad_desc.inc();
                 // SAFETY: the frame is ours again (mark taken), unused.
                 unsafe { self.pool.mempool().put_bulk(&[e]) };
                 continue;

@@ -735,3 +735,45 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     drop(port);
     assert_pool_full(&pool);
 }
+
+/// Frames the Tx queue cannot hand to the kernel are freed and counted by
+/// reason: a runt (`tx_runt_errors`) and a chain longer than one buffer
+/// (`tx_oversize_errors`, it cannot be copied into one); the frames around
+/// them go out.
+#[test]
+fn frames_the_tx_queue_cannot_send_are_counted_by_reason() {
+    let Some((ns, veth)) = veth_into_ns("txreason") else {
+        return;
+    };
+    let pool = plain_pool("afxdp_txreason", 2047);
+    let spec = format!("afxdp:iface={}", veth.a());
+    let tx_only = PortConfig::new(Some(pool.clone())).queues(0, 1).nb_txd(256);
+    let mut port = crate::driver::open(&spec, tx_only).unwrap();
+    port.start().unwrap();
+    let peer = Peer::on(&ns, veth.b());
+    let big = frame(1, 4000, 2);
+    let mut chain = pool.alloc_from_slice(&big[..2000]).unwrap();
+    chain
+        .chain(pool.alloc_from_slice(&big[2000..]).unwrap())
+        .map_err(|(e, _)| e)
+        .unwrap();
+    let mut b: Burst = Burst::new();
+    b.push(pool.alloc_from_slice(&frame(0, 64, 2)).unwrap())
+        .unwrap();
+    b.push(pool.alloc_from_slice(&frame(9, 64, 2)[..10]).unwrap())
+        .unwrap();
+    b.push(chain).unwrap();
+    b.push(pool.alloc_from_slice(&frame(2, 64, 2)).unwrap())
+        .unwrap();
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut b), 4);
+    assert_eq!(peer.recv(), Some(frame(0, 64, 2)));
+    assert_eq!(peer.recv(), Some(frame(2, 64, 2)));
+    let s = port.stats();
+    assert_eq!((s.tx_packets, s.tx_errors), (2, 2));
+    let x = &port.counters().xstats;
+    assert_eq!(x.get("tx_runt_errors"), Some(1));
+    assert_eq!(x.get("tx_oversize_errors"), Some(1));
+    assert_eq!(x.get("tx_layout_errors"), Some(0));
+    drop(port);
+    assert_pool_full(&pool);
+}

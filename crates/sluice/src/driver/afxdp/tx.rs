@@ -13,8 +13,10 @@
 //!   is copied into a fresh mbuf of the pool, which is sent instead, and
 //!   the original is freed (`tx_copied`); an empty pool stops the burst
 //!   there, leaving the rest in the caller's burst;
-//! - a frame shorter than an Ethernet header or longer than a chunk holds
-//!   is dropped (`tx_errors`).
+//! - a frame shorter than an Ethernet header (`tx_runt_errors`), longer
+//!   than a buffer holds (`tx_oversize_errors`) or with its data where a
+//!   descriptor cannot point (`tx_layout_errors`) is dropped, also counted
+//!   in `tx_errors`.
 //!
 //! One Release store of the producer index publishes the burst; then the
 //! kernel is woken with `sendto` when it asks (`XDP_RING_NEED_WAKEUP`,
@@ -74,6 +76,14 @@ pub struct AfxdpTx {
     recycle_fallbacks: Arc<Counter>,
     tx_copied: Arc<Counter>,
     tx_bad_addrs: Arc<Counter>,
+    /// Packets that do not fit one buffer, so cannot be copied into one
+    /// (`tx_oversize_errors`, a share of `tx_errors`).
+    tx_oversize: Arc<Counter>,
+    /// Frames shorter than an Ethernet header (`tx_runt_errors`).
+    tx_runt: Arc<Counter>,
+    /// Frames whose data does not lie where a descriptor can point
+    /// (`tx_layout_errors`).
+    tx_layout: Arc<Counter>,
     tx_wakeups: Arc<Counter>,
 }
 
@@ -108,6 +118,9 @@ impl AfxdpTx {
             recycle_fallbacks: counters.xstats.register("recycle_fallbacks"),
             tx_copied: counters.xstats.register("tx_copied"),
             tx_bad_addrs: counters.xstats.register("tx_bad_addrs"),
+            tx_oversize: counters.xstats.register("tx_oversize_errors"),
+            tx_runt: counters.xstats.register("tx_runt_errors"),
+            tx_layout: counters.xstats.register("tx_layout_errors"),
             tx_wakeups: counters.xstats.register("tx_wakeups"),
             slot,
             rings: None,
@@ -238,6 +251,7 @@ impl TxQueue for AfxdpTx {
                     Ok(None) => break,
                     Err(()) => {
                         errors += 1;
+                        self.tx_oversize.inc();
                         // SAFETY: as above.
                         drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
                         taken += 1;
@@ -252,6 +266,11 @@ impl TxQueue for AfxdpTx {
             // The data offset must fit the 16 bits above bit 48.
             if len < MIN_FRAME || data + len > stride || data > u16::MAX as u32 {
                 errors += 1;
+                if len < MIN_FRAME {
+                    self.tx_runt.inc();
+                } else {
+                    self.tx_layout.inc();
+                }
                 // SAFETY: ours (see above), freed once.
                 drop(unsafe { Mbuf::from_raw(frame.as_non_null().cast()) });
                 taken += 1;

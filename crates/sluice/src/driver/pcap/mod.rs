@@ -13,7 +13,7 @@
 //!   (or a regular file still being written), read as a stream: opened
 //!   without waiting for a writer, read as bytes arrive, `rx_burst` never
 //!   blocks. A stream that is not pcap or goes corrupt counts one
-//!   `rx_errors` and ends. Without `stream`, anything but a regular file is
+//!   `rx_errors` (and `rx_file_errors`) and ends. Without `stream`, anything but a regular file is
 //!   an error at open (a FIFO would block, `/dev/zero` never ends).
 //! - `loop` (default false): start again at the end of the file; otherwise
 //!   `rx_burst` returns 0 after the last packet. Not with `stream`.
@@ -23,7 +23,8 @@
 //! - `tx`: the file sent packets are written to, a regular file created (or
 //!   emptied) when the port is opened, or a character device such as
 //!   `/dev/null`. A packet counts as sent once its record is written;
-//!   a failed write counts its packets in `tx_errors` (`tx.rs`).
+//!   a failed write counts its packets in `tx_errors` and
+//!   `tx_write_errors` (`tx.rs`).
 //! - `snaplen` (1..=262144, default 65535): bytes kept of each sent packet;
 //!   the record keeps the original length.
 //!

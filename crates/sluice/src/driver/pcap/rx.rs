@@ -38,6 +38,7 @@ use super::format::{
     GLOBAL_HEADER_LEN, LINKTYPE_ETHERNET, PcapError, PcapReader, RECORD_HEADER_LEN, Record,
     max_caplen, parse_global_header, parse_record_header,
 };
+use crate::counter::Counter;
 use crate::mbuf::{BurstSlice, Mbuf, MbufPool};
 use crate::port::{Offloads, PortConfig, PortCounters, PortError, RxFrameCheck, RxQueue};
 
@@ -366,6 +367,9 @@ pub(crate) struct PcapRx {
     pkt: Vec<u8>,
     /// Runts and frames over the MTU are counted and skipped.
     check: RxFrameCheck,
+    /// Reads that failed (not pcap, corrupt, an I/O error), ending the
+    /// queue's packets: `rx_file_errors`, a share of `rx_errors`.
+    file_errors: Arc<Counter>,
     counters: Arc<PortCounters>,
     q: usize,
 }
@@ -414,6 +418,7 @@ impl PcapRx {
             pending: None,
             pkt: Vec::new(),
             check: RxFrameCheck::new(&counters.xstats, config.mtu),
+            file_errors: counters.xstats.register("rx_file_errors"),
             counters,
             q,
         }
@@ -440,6 +445,7 @@ impl PcapRx {
             Ok(None) => false,
             Err(_) => {
                 self.counters.rx[self.q].errors.inc();
+                self.file_errors.inc();
                 self.source = None;
                 false
             }

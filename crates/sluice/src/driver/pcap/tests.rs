@@ -477,6 +477,7 @@ fn write_errors_count_tx_errors_and_free_the_packets() {
         (0, 0, 320),
         "{s:?}"
     );
+    assert_eq!(port.counters().xstats.get("tx_write_errors"), Some(320));
     drop(port);
     assert_pool_full(&pool);
 }
@@ -567,6 +568,7 @@ fn a_write_failing_part_way_counts_only_the_records_written() {
         assert_eq!(tx.tx_burst(&mut burst), 3);
         let s = counters.stats();
         assert_eq!((s.tx_packets, s.tx_errors), (2, 5));
+        assert_eq!(counters.xstats.get("tx_write_errors"), Some(5));
         drop(tx);
     }
     assert_pool_full(&pool);
@@ -721,6 +723,7 @@ fn dev_zero_is_refused_or_streamed_and_counted_as_an_error() {
         assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 0);
     }
     assert_eq!((port.stats().rx_packets, port.stats().rx_errors), (0, 1));
+    assert_eq!(port.counters().xstats.get("rx_file_errors"), Some(1));
     drop(port);
     assert_pool_full(&pool);
 }
@@ -798,6 +801,7 @@ fn a_file_cut_after_open_ends_the_replay_with_one_error() {
     burst.clear();
     assert_eq!(port.rx_queue(0).unwrap().rx_burst(&mut burst), 0);
     assert_eq!(port.stats().rx_errors, 1);
+    assert_eq!(port.counters().xstats.get("rx_file_errors"), Some(1));
     drop(burst);
     drop(port);
     assert_pool_full(&pool);

@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use super::format::{GLOBAL_HEADER_LEN, LINKTYPE_ETHERNET, PcapWriter, record_header};
+use crate::counter::Counter;
 use crate::mbuf::BurstSlice;
 use crate::port::{PortCounters, PortError, TxQueue};
 
@@ -66,6 +67,9 @@ pub(crate) struct PcapTx {
     /// length.
     buf: Vec<u8>,
     ends: Vec<(usize, u64)>,
+    /// Packets whose record could not be written: `tx_write_errors`, a
+    /// share of `tx_errors`.
+    write_errors: Arc<Counter>,
     counters: Arc<PortCounters>,
     q: usize,
 }
@@ -89,6 +93,7 @@ impl PcapTx {
             broken: false,
             buf: Vec::new(),
             ends: Vec::new(),
+            write_errors: counters.xstats.register("tx_write_errors"),
             counters,
             q,
         }
@@ -120,6 +125,7 @@ impl TxQueue for PcapTx {
         if n == 0 || self.broken {
             burst.clear();
             stats.errors.add(n as u64);
+            self.write_errors.add(n as u64);
             stats.record_burst(0, 0);
             return n;
         }
@@ -169,7 +175,10 @@ impl TxQueue for PcapTx {
             }
         }
         let stats = &self.counters.tx[self.q];
-        stats.errors.add((n - sent) as u64);
+        if sent != n {
+            stats.errors.add((n - sent) as u64);
+            self.write_errors.add((n - sent) as u64);
+        }
         stats.record_burst(sent, bytes);
         n
     }

@@ -91,7 +91,10 @@
 //! `bus_tx_data_bytes`, `bus_completion_bytes`, `bus_doorbells`,
 //! `bus_doorbell_bytes`, `device_cycles`, `device_tx_errors`,
 //! `device_wqe_errors`, `tx_mpwqe_blks`, `tx_mpwqe_pkts`, `tx_wqe_pkts`,
-//! `tx_inline_bytes`, `tx_cqe_errors`, `rx_recycled`, `tx_recycled`,
+//! `tx_inline_bytes`, `tx_cqe_errors`, `tx_chain_errors`,
+//! `tx_empty_errors`, `tx_tso_errors`, `tx_segs_errors` and
+//! `tx_offload_errors` (packets the Tx queue could not send, by reason,
+//! also in `tx_errors`), `rx_recycled`, `tx_recycled`,
 //! `recycle_fallbacks`, `rx_runt_errors` and `rx_oversize_errors` (frames
 //! the device refused, also in `rx_errors`), and `rx_buf_bytes_per_desc` (set at setup: buffer
 //! memory one posted Rx descriptor takes — the mempool element in `mbuf`

@@ -21,7 +21,9 @@
 //! (`EAGAIN`), copying each into an mbuf of the queue's pool (a frame
 //! longer than the data room counts `rx_errors`); `tx_burst` writes each
 //! packet (a chain with one `writev`) and frees it, stopping where the
-//! device pushes back (`EAGAIN`). Every frame is one system call.
+//! device pushes back (`EAGAIN`); a frame the device refuses (a failed
+//! write) counts `tx_errors` and `tx_write_errors`. Every frame is one
+//! system call.
 //!
 //! The device is opened (created) when the port is made, so a name in use
 //! or a missing device is an error at open; the port's start sets the

@@ -12,6 +12,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 
+use crate::counter::Counter;
 use crate::mbuf::{BurstSlice, Mbuf, MbufPool};
 use crate::port::{PortCounters, PortError, RxFrameCheck, RxQueue, TxQueue};
 
@@ -157,6 +158,9 @@ pub(super) struct TapTx {
     /// Where a chain of more than [`MAX_IOV`] segments is gathered.
     scratch: Vec<u8>,
     started: bool,
+    /// Frames the device refused (a write failed other than `EAGAIN`):
+    /// `tx_write_errors`, a share of `tx_errors`.
+    write_errors: Arc<Counter>,
     counters: Arc<PortCounters>,
     q: usize,
 }
@@ -167,6 +171,7 @@ impl TapTx {
             fd,
             scratch: Vec::new(),
             started: false,
+            write_errors: counters.xstats.register("tx_write_errors"),
             counters,
             q,
         }
@@ -231,7 +236,10 @@ impl TxQueue for TapTx {
         }
         drop(burst.drain_front(taken));
         let stats = &self.counters.tx[self.q];
-        stats.errors.add(errors);
+        if errors != 0 {
+            stats.errors.add(errors);
+            self.write_errors.add(errors);
+        }
         stats.record_burst(sent, bytes);
         taken
     }

@@ -323,3 +323,37 @@ fn frames_over_the_mtu_are_dropped_as_oversize() {
     drop(port);
     assert_pool_full(&pool);
 }
+
+/// A frame the device refuses (shorter than an Ethernet header: the write
+/// fails) is freed and counted with its reason; the frames around it go.
+#[test]
+fn a_frame_the_device_refuses_is_a_counted_write_error() {
+    if sluice_netns::skip_unless_root() {
+        return;
+    }
+    let pool = test_pool(1023);
+    let (mut port, ns, name) = tap_in_ns("tapwrite", &pool, 1);
+    let peer = RawSocket::open(&ns, &name).unwrap();
+    let kernel_mac = ns.mac(&name).unwrap().0;
+    let good = test_frames(kernel_mac, 2, 0, 2, 60);
+    let mut burst: Burst = Burst::new();
+    burst
+        .push(pool.alloc_from_slice(&good[0]).unwrap())
+        .unwrap();
+    burst
+        .push(pool.alloc_from_slice(&[0xab; 10]).unwrap())
+        .unwrap();
+    burst
+        .push(pool.alloc_from_slice(&good[1]).unwrap())
+        .unwrap();
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 3);
+    let back = peer
+        .recv_frames(2, Duration::from_secs(10), is_test_frame)
+        .unwrap();
+    assert_eq!(back, good);
+    let stats = port.stats();
+    assert_eq!((stats.tx_packets, stats.tx_errors), (2, 1));
+    assert_eq!(port.counters().xstats.get("tx_write_errors"), Some(1));
+    drop(port);
+    assert_pool_full(&pool);
+}

@@ -162,8 +162,43 @@ enum Post {
     Done,
     /// No room in the ring: stop the burst here.
     Full,
-    /// It cannot be sent (counted in `tx_errors`, freed).
-    Bad,
+    /// It cannot be sent (counted in `tx_errors` and under its reason,
+    /// freed).
+    Bad(Unsendable),
+}
+
+/// Why a packet cannot be sent: each reason a named counter, a share of
+/// `tx_errors`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Unsendable {
+    /// A chain of segments on a queue without multi-segment Tx
+    /// (`tx_chain_errors`).
+    Chain,
+    /// No bytes (`tx_empty_errors`).
+    Empty,
+    /// A TSO request the device cannot carry out: no MSS, a header it
+    /// cannot parse or longer than the first segment, no payload, or a
+    /// tunnel (`tx_tso_errors`).
+    Tso,
+    /// More segments than a WQE holds (`tx_segs_errors`).
+    Segs,
+    /// Tunnel header lengths the eseg cannot carry (`tx_offload_errors`).
+    Offload,
+}
+
+impl Unsendable {
+    /// The counters' names, by [`index`](Self::index).
+    const NAMES: [&'static str; 5] = [
+        "tx_chain_errors",
+        "tx_empty_errors",
+        "tx_tso_errors",
+        "tx_segs_errors",
+        "tx_offload_errors",
+    ];
+
+    fn index(self) -> usize {
+        self as usize
+    }
 }
 
 /// The software ring: the mbufs in flight, one slot per packet, with
@@ -275,6 +310,8 @@ struct TxCounters {
     inline_bytes: Arc<Counter>,
     /// Error CQEs read (`tx_cqe_errors`).
     cqe_errors: Arc<Counter>,
+    /// Packets dropped as unsendable, by [`Unsendable::index`].
+    unsendable: [Arc<Counter>; 5],
 }
 
 /// What a Tx queue is made of.
@@ -392,6 +429,7 @@ impl SoftTx {
             wqe_pkts: x.register("tx_wqe_pkts"),
             inline_bytes: x.register("tx_inline_bytes"),
             cqe_errors: x.register("tx_cqe_errors"),
+            unsendable: Unsendable::NAMES.map(|name| x.register(name)),
             port: Arc::clone(&counters),
         };
         SoftTx {
@@ -659,11 +697,13 @@ impl SoftTx {
         Some(e)
     }
 
-    /// Counts a packet the queue cannot send in `tx_errors` and frees it.
-    /// The caller takes `e` out of the burst (`forget_front`).
+    /// Counts a packet the queue cannot send in `tx_errors` and under
+    /// `why`, and frees it. The caller takes `e` out of the burst
+    /// (`forget_front`).
     #[cold]
-    fn drop_bad(&self, e: Elem) {
+    fn drop_bad(&self, e: Elem, why: Unsendable) {
         self.stats.port.tx[self.engine.queue()].errors.inc();
+        self.stats.unsendable[why.index()].inc();
         // SAFETY: an owned mbuf of the burst, which the caller forgets, so
         // it is dropped once, here.
         drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
@@ -714,8 +754,11 @@ impl SoftTx {
     /// segments, offload flags `f` (masked).
     #[inline]
     fn post(&mut self, h: &MbufHeader, segs: u32, f: u64, st: &mut BurstCounts) -> Post {
-        if (segs > 1 && !self.params.multi_seg) || h.pkt_len == 0 {
-            return Post::Bad;
+        if segs > 1 && !self.params.multi_seg {
+            return Post::Bad(Unsendable::Chain);
+        }
+        if h.pkt_len == 0 {
+            return Post::Bad(Unsendable::Empty);
         }
         let tso = f & ol::TX_TCP_SEG != 0;
         // SAFETY: the burst owns the mbuf; `h` is its first segment.
@@ -728,7 +771,7 @@ impl SoftTx {
                 || !(14..=MAX_TSO_HEADER).contains(&hl)
                 || hl > data0.len()
             {
-                return Post::Bad;
+                return Post::Bad(Unsendable::Tso);
             }
             hl
         } else {
@@ -743,8 +786,11 @@ impl SoftTx {
             seg = sh.next;
         }
         let ds = 2 + header_segs(n) + dsegs;
-        if ds > MAX_DS || (tso && dsegs == 0) {
-            return Post::Bad;
+        if ds > MAX_DS {
+            return Post::Bad(Unsendable::Segs);
+        }
+        if tso && dsegs == 0 {
+            return Post::Bad(Unsendable::Tso);
         }
         let bbs = blocks(ds);
         if !self.room_for(bbs) {
@@ -755,7 +801,7 @@ impl SoftTx {
         } else {
             match self.eseg(h, f) {
                 Some(e) => e.words(),
-                None => return Post::Bad,
+                None => return Post::Bad(Unsendable::Offload),
             }
         };
         let base = self.wqes.posted.wrapping_mul(SEGS_PER_BB);
@@ -810,7 +856,8 @@ enum Class {
     Entry(EsegWords, u32),
     /// A regular WQE (TSO, a chain, an empty packet: `post` decides).
     Regular,
-    /// Unsendable (counted, freed).
+    /// Unsendable: tunnel header lengths the eseg cannot carry (counted,
+    /// freed).
     Bad,
 }
 
@@ -868,7 +915,7 @@ impl SoftTx {
                     room -= 1;
                 }
                 Post::Full => break,
-                Post::Bad => self.drop_bad(e),
+                Post::Bad(why) => self.drop_bad(e, why),
             }
             i += 1;
         }
@@ -905,13 +952,13 @@ impl SoftTx {
                             room -= 1;
                         }
                         Post::Full => break,
-                        Post::Bad => self.drop_bad(e),
+                        Post::Bad(why) => self.drop_bad(e, why),
                     }
                     i += 1;
                     continue;
                 }
                 Class::Bad => {
-                    self.drop_bad(e);
+                    self.drop_bad(e, Unsendable::Offload);
                     i += 1;
                     continue;
                 }

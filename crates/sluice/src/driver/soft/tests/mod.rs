@@ -361,6 +361,7 @@ fn multi_segment_packets_need_the_offload() {
     assert_eq!(w1.tx_queue(0).unwrap().tx_burst(&mut burst), 2);
     let s = w1.stats();
     assert_eq!((s.tx_packets, s.tx_errors), (1, 1));
+    assert_eq!(w1.counters().xstats.get("tx_chain_errors"), Some(1));
     drop(w1);
     drop(_w2);
     assert!(pool.is_full());

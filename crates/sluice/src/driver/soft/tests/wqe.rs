@@ -613,6 +613,11 @@ fn packets_the_queue_cannot_send_are_counted_and_freed() {
     burst.push(mbuf(&pool, &t, 0)).unwrap();
     assert_eq!(rig.tx.tx_burst(&mut burst), 5);
     assert_eq!(rig.counters.stats().tx_errors, 4);
+    let x = &rig.counters.xstats;
+    assert_eq!(x.get("tx_tso_errors"), Some(2));
+    assert_eq!(x.get("tx_empty_errors"), Some(1));
+    assert_eq!(x.get("tx_offload_errors"), Some(1));
+    assert_eq!(x.get("tx_chain_errors"), Some(0));
     assert_eq!(rig.counters.stats().tx_packets, 1);
     assert_eq!(rig.step(), 1);
     assert_eq!(rig.captured(), vec![t]);
@@ -779,6 +784,39 @@ fn the_device_rejects_malformed_wqes_with_a_counted_error_and_goes_on() {
         assert_eq!(engines.tx[0].with(|e| e.step()).unwrap(), 0);
         assert!(engines.tx[0].with(|e| e.halted()).unwrap(), "ds {ds}");
     }
+}
+
+/// A chain of more segments than a WQE holds cannot be sent: counted in
+/// `tx_errors` and `tx_segs_errors`, every segment freed; the packet after
+/// it goes.
+#[test]
+fn a_chain_longer_than_a_wqe_holds_is_dropped_with_its_reason() {
+    let pool = pool(255);
+    let mut rig = Rig::new(params(TxMode::Wqe));
+    let f = udp4(150, 5);
+    let mut pieces = f.chunks(2);
+    let mut long = pool.alloc_from_slice(pieces.next().unwrap()).unwrap();
+    for piece in pieces {
+        long.chain(pool.alloc_from_slice(piece).unwrap())
+            .map_err(|(e, _)| e)
+            .unwrap();
+    }
+    assert!(
+        u32::from(long.nb_segs()) > wqe::MAX_DS,
+        "{}",
+        long.nb_segs()
+    );
+    let mut burst: Burst<4> = Burst::new();
+    burst.push(long).unwrap();
+    burst.push(mbuf(&pool, &f, 0)).unwrap();
+    assert_eq!(rig.tx.tx_burst(&mut burst), 2);
+    let s = rig.counters.stats();
+    assert_eq!((s.tx_packets, s.tx_errors), (1, 1));
+    assert_eq!(rig.counters.xstats.get("tx_segs_errors"), Some(1));
+    assert_eq!(rig.step(), 1);
+    assert_eq!(rig.captured(), vec![f]);
+    drop(rig);
+    assert!(pool.is_full());
 }
 
 #[test]
