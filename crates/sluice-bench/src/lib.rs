@@ -43,6 +43,9 @@ pub mod stats;
 
 pub use cut::{CutPolicy, IterationTimes};
 pub use lcores::{SpinBarrier, Stall, Worker, on_lcore, on_lcores, panic_message, unique_name};
-pub use report::{BenchResult, Ctx, DPDK_REFERENCE_MACHINE, Sample, dpdk_reference_note, emit};
+pub use report::{
+    BenchResult, Ctx, DPDK_REFERENCE_MACHINE, Sample, dpdk_reference_note, emit, emit_err,
+    wrap_lines,
+};
 pub use rounds::{interleave, round_order};
 pub use stats::{Spread, median, mops, ratios};

@@ -2,6 +2,7 @@
 //! one line for programs.
 
 use std::io::Write;
+use std::sync::OnceLock;
 
 use serde::Serialize;
 use sluice::{lcore, tsc};
@@ -225,7 +226,7 @@ impl Ctx {
     /// Prints a human note: stdout for tables, stderr with `--json`.
     pub fn note(&self, msg: &str) {
         if self.json {
-            eprintln!("{msg}");
+            emit_err(msg);
         } else {
             emit(msg);
         }
@@ -239,7 +240,7 @@ impl Ctx {
     /// Reports a failed case.
     pub fn fail(&self, case: &str, err: &str) {
         if self.json {
-            eprintln!("{case}: FAILED: {err}");
+            emit_err(&format!("{case}: FAILED: {err}"));
         } else {
             emit(&format!("{case:<28} FAILED: {err}"));
         }
@@ -254,7 +255,7 @@ impl Ctx {
         }
         match serde_json::to_string(row) {
             Ok(line) => emit(&line),
-            Err(e) => eprintln!("{case}: cannot encode result: {e}"),
+            Err(e) => emit_err(&format!("{case}: cannot encode result: {e}")),
         }
         true
     }
@@ -324,19 +325,47 @@ pub fn dpdk_reference_note(test: &str) -> String {
     )
 }
 
+/// The function every line of [`emit`] and [`emit_err`] is written inside,
+/// when the program sets one ([`wrap_lines`]).
+static LINE_WRAPPER: OnceLock<fn(&mut dyn FnMut())> = OnceLock::new();
+
+/// Sets the function every line of [`emit`] and [`emit_err`] is written
+/// inside (it calls its argument once), for the whole process; a second call
+/// is ignored. A progress bar drawn on the terminal uses it to clear itself
+/// while a line is written and to draw itself again after.
+pub fn wrap_lines(wrapper: fn(&mut dyn FnMut())) {
+    let _ = LINE_WRAPPER.set(wrapper);
+}
+
+/// Runs `write` inside the wrapper of [`wrap_lines`], if any.
+fn wrapped(write: &mut dyn FnMut()) {
+    match LINE_WRAPPER.get() {
+        Some(wrapper) => wrapper(write),
+        None => write(),
+    }
+}
+
 /// Writes one line to stdout and flushes it (results appear as they are
 /// measured). If stdout is a closed pipe (`sluice bench ring --json | head`),
 /// the reader wants no more: exit quietly with success.
 pub fn emit(line: &str) {
-    let mut out = std::io::stdout().lock();
-    let r = writeln!(out, "{line}").and_then(|()| out.flush());
+    let mut r = Ok(());
+    wrapped(&mut || {
+        let mut out = std::io::stdout().lock();
+        r = writeln!(out, "{line}").and_then(|()| out.flush());
+    });
     if let Err(e) = r {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
             std::process::exit(0);
         }
-        eprintln!("sluice: cannot write to stdout: {e}");
+        emit_err(&format!("sluice: cannot write to stdout: {e}"));
         std::process::exit(1);
     }
+}
+
+/// Writes one line to stderr (notes beside results on stdout).
+pub fn emit_err(line: &str) {
+    wrapped(&mut || eprintln!("{line}"));
 }
 
 #[cfg(test)]

@@ -57,7 +57,7 @@ enum Command {
     /// lcore load, buffers; `--list` shows the running instances.
     Stats(stats::StatsArgs),
     /// Measure a building block: `ring`, `mempool`, `mbuf`, `fwd`, `recycle`,
-    /// `distributor`, `lpm`, `mpwqe`, `pagepool` or `all`.
+    /// `distributor`, `lpm`, `mpwqe`, `pagepool`, `telemetry` or `all`.
     Bench(bench::BenchArgs),
     /// Sweep Rx/Tx descriptors, mempool cache and burst size on the given
     /// ports (default: the emulated NIC), measure each setting and

@@ -16,6 +16,7 @@
 //! - [`io`]: the io/mac/macswap/rxonly/txonly/recycle forwarding engines.
 //! - [`l3`]: the IPv4/IPv6 router of `sluice l3fwd`.
 //! - [`dist`]: the distributor pipeline of `sluice dist`.
+//! - [`progress`]: progress of long work on stderr, a bar on a terminal.
 //! - [`observe`]: what a running command shows to telemetry, metrics and
 //!   `sluice stats`.
 //! - [`latency`]: testers' one-way latency in summaries, and `--hist-out`
@@ -31,6 +32,7 @@ pub mod observe;
 pub mod options;
 pub mod output;
 pub mod ports;
+pub mod progress;
 pub mod run;
 pub mod signal;
 pub mod stats;

@@ -68,18 +68,18 @@ impl L3Pair {
 
 /// One engine's timed slices.
 #[derive(Default)]
-struct Slices {
+pub(super) struct Slices {
     /// Cycles per packet of each round, device cycles excluded.
-    per_pkt: Vec<f64>,
+    pub(super) per_pkt: Vec<f64>,
     /// Packets and cycles (all of them) over every round, for Mpps.
-    ops: u64,
-    cycles: u64,
+    pub(super) ops: u64,
+    pub(super) cycles: u64,
     /// Device cycles over every round.
-    device: u64,
+    pub(super) device: u64,
 }
 
 impl Slices {
-    fn add(&mut self, (moved, cycles, device): Timed) {
+    pub(super) fn add(&mut self, (moved, cycles, device): Timed) {
         self.per_pkt
             .push(cycles.saturating_sub(device) as f64 / moved.max(1) as f64);
         self.ops += moved;
@@ -88,7 +88,7 @@ impl Slices {
     }
 
     /// A row whose cycles per packet is the median over rounds.
-    fn result(&self, pool: &MbufPool, name: &str) -> Result<BenchResult, String> {
+    pub(super) fn result(&self, pool: &MbufPool, name: &str) -> Result<BenchResult, String> {
         let mut r = finish(
             pool,
             name,
@@ -188,7 +188,7 @@ fn measure_rounds(
 }
 
 /// Packets moved, cycles and device cycles of one timed slice.
-type Timed = (u64, u64, u64);
+pub(super) type Timed = (u64, u64, u64);
 
 /// Times `run` (which forwards at least `n` packets) on the ports.
 fn timed(

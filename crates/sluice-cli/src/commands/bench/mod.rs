@@ -4,7 +4,8 @@
 //! documentation describes the method: TSC cycles on the working core,
 //! interleaved rounds, medians and spreads, the core-contention probe) and
 //! prints a table, or with `--json` one JSON object per result line on
-//! stdout (notes and skipped cases then go to stderr).
+//! stdout (notes and skipped cases then go to stderr). `all` shows its
+//! progress on stderr (`app::progress`).
 
 pub mod distributor;
 pub mod fwd;
@@ -18,9 +19,12 @@ pub mod mpwqe;
 pub mod pagepool;
 pub mod recycle;
 pub mod ring;
+pub mod telemetry;
 pub mod veth;
 
 use clap::{Args, ValueEnum};
+
+use crate::app::progress::Progress;
 pub use sluice_bench::contention::{self, note as note_contention};
 pub use sluice_bench::{
     BenchResult, Ctx, Sample, SpinBarrier, Stall, Worker, emit, mops, on_lcore, on_lcores,
@@ -75,8 +79,30 @@ pub enum Part {
     /// Page pool: alloc + free per packet at MTU 1500 and 8000 for a
     /// page per packet, page_frag_cache and page-pool fragments.
     Pagepool,
+    /// Telemetry: io forwarding between soft ports with the telemetry
+    /// socket polled 100 times a second against not polled, interleaved.
+    Telemetry,
     /// All of the above.
     All,
+}
+
+impl Part {
+    /// The part's name on the command line (`ring`, `fwd`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Part::Ring => "ring",
+            Part::Mempool => "mempool",
+            Part::Mbuf => "mbuf",
+            Part::Fwd => "fwd",
+            Part::Recycle => "recycle",
+            Part::Distributor => "distributor",
+            Part::Lpm => "lpm",
+            Part::Mpwqe => "mpwqe",
+            Part::Pagepool => "pagepool",
+            Part::Telemetry => "telemetry",
+            Part::All => "all",
+        }
+    }
 }
 
 /// Which cases of a part to run.
@@ -108,6 +134,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Lpm,
             Part::Mpwqe,
             Part::Pagepool,
+            Part::Telemetry,
         ],
         Part::Ring => &[Part::Ring],
         Part::Mempool => &[Part::Mempool],
@@ -118,6 +145,7 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
         Part::Lpm => &[Part::Lpm],
         Part::Mpwqe => &[Part::Mpwqe],
         Part::Pagepool => &[Part::Pagepool],
+        Part::Telemetry => &[Part::Telemetry],
     };
     // In `all`, the parts that take long run their summary.
     let sel = if args.part == Part::All {
@@ -125,7 +153,13 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
     } else {
         Selection::Full
     };
+    // `all` takes minutes: its progress goes to stderr, one step a part.
+    let mut progress = (args.part == Part::All).then(|| Progress::new(parts.len(), "bench"));
     for part in parts {
+        let name = part.name();
+        if let Some(p) = &progress {
+            p.working_on(name);
+        }
         match part {
             Part::Ring => ring::run(&mut ctx, Selection::Full),
             Part::Mempool => mempool::run(&mut ctx, Selection::Full),
@@ -143,8 +177,15 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
             Part::Mpwqe => mpwqe::run(&mut ctx, sel),
             // In `all`, the allocator cases only.
             Part::Pagepool => pagepool::run(&mut ctx, sel),
+            Part::Telemetry => telemetry::run(&mut ctx, sel),
             Part::All => unreachable!("expanded above"),
         }
+        if let Some(p) = &mut progress {
+            p.step(name);
+        }
+    }
+    if let Some(p) = progress {
+        p.finish();
     }
     match ctx.failures() {
         0 => Ok(()),

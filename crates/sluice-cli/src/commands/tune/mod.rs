@@ -49,9 +49,10 @@ use args::Figure;
 pub use args::TuneArgs;
 use grid::{Config, DEFAULTS, Grid, fits};
 use point::{PointResult, Setup};
-use report::{Choice, Row, Skipped, TuneResult, json_line, loadavg, progress};
+use report::{Choice, Row, Skipped, TuneResult, json_line, loadavg, step_message};
 
 use crate::app::output::emit;
+use crate::app::progress::Progress;
 
 /// Points of the sweep confirmed besides the defaults.
 pub const TOP: usize = 3;
@@ -227,6 +228,12 @@ fn sweep(
     let confirm_runs = args.confirm as usize * (TOP + usize::from(defaults_fit));
     let mut points: Vec<PointResult> = Vec::new();
     let mut interrupted = false;
+    // The steps: the points the budget is expected to take, then the
+    // confirmation (re-estimated as the points show their overhead).
+    let expected = |overhead: f64| {
+        points_that_fit(n, args.budget, point_time(overhead), confirm_runs) + confirm_runs
+    };
+    let mut progress = Progress::new(expected(overhead), "tune");
     for (i, &c) in runs.iter().enumerate() {
         let reserve = confirm_runs as f64 * point_time(overhead);
         if i > 0 && since(start) + point_time(overhead) + reserve > args.budget {
@@ -240,7 +247,8 @@ fn sweep(
         let r = point::measure(setup, c)?;
         let took = since(t0) - setup.warmup - setup.duration;
         overhead = (overhead * i as f64 + took.max(0.0)) / (i + 1) as f64;
-        eprintln!("{}", progress("point", i + 1, n, &r, since(start)));
+        progress.set_total(expected(overhead).max(i + 1 + confirm_runs));
+        progress.step(&step_message("point", &r, since(start)));
         if args.json {
             emit(&json_line("point", i + 1, n, &r));
         }
@@ -266,6 +274,7 @@ fn sweep(
     }
     let mut confirm: Vec<PointResult> = Vec::new();
     let total = args.confirm as usize * candidates.len();
+    progress.set_total(points.len() + total);
     'reps: for _ in 0..args.confirm {
         for &c in &candidates {
             if since(start) + point_time(overhead) > args.budget
@@ -276,13 +285,15 @@ fn sweep(
             }
             let r = point::measure(setup, c)?;
             let i = confirm.len() + 1;
-            eprintln!("{}", progress("confirm", i, total, &r, since(start)));
+            progress.step(&step_message("confirm", &r, since(start)));
             if args.json {
                 emit(&json_line("confirm", i, total, &r));
             }
             confirm.push(r);
         }
     }
+
+    progress.finish();
 
     // The recommendation: on the confirmation runs when there are any, else on
     // the sweep's measurements.
@@ -361,6 +372,14 @@ fn sweep(
         load: (load_start, loadavg()),
         tsc_hz: sluice::tsc::tsc_hz(),
     })
+}
+
+/// How many of a sweep's `n` points are expected to fit in `budget` seconds
+/// at `point_time` seconds each, keeping room for `confirm_runs` more (the
+/// sweep's own rule; the first point always runs).
+fn points_that_fit(n: usize, budget: f64, point_time: f64, confirm_runs: usize) -> usize {
+    let room = (budget / point_time).floor() - confirm_runs as f64;
+    (room.max(1.0) as usize).min(n)
 }
 
 /// The axis values that no point in `measured` has, e.g. `burst 8`.

@@ -13,8 +13,9 @@ use sluice::port::DeviceInfo;
 use super::args::{Preset, TuneArgs};
 use super::grid::{Config, DEFAULTS, fits};
 use super::point::{self, PointResult, Setup};
-use super::report::{Choice, json_line, loadavg, progress};
+use super::report::{Choice, json_line, loadavg, step_message};
 use crate::app::output::emit;
+use crate::app::progress::Progress;
 
 /// DPDK l2fwd's old defaults: 128 Rx / 512 Tx descriptors, cache 32.
 pub const L2FWD_OLD: Config = Config {
@@ -78,6 +79,7 @@ pub fn run(
     let load_start = loadavg();
     let start = std::time::Instant::now();
     let mut runs = Vec::with_capacity(2 * reps);
+    let mut progress = Progress::new(2 * reps, "tune l2fwd-defaults");
     for k in 0..reps {
         let order = if k % 2 == 0 { [old, new] } else { [new, old] };
         for c in order {
@@ -86,22 +88,14 @@ pub fn run(
             }
             let r = point::measure(setup, c)?;
             let i = runs.len() + 1;
-            eprintln!(
-                "{}",
-                progress(
-                    "l2fwd-defaults",
-                    i,
-                    2 * reps,
-                    &r,
-                    start.elapsed().as_secs_f64()
-                )
-            );
+            progress.step(&step_message("run", &r, start.elapsed().as_secs_f64()));
             if args.json {
                 emit(&json_line("run", i, 2 * reps, &r));
             }
             runs.push(r);
         }
     }
+    progress.finish();
     let of = |c: Config| {
         let v: Vec<&PointResult> = runs.iter().filter(|r| r.config == c).collect();
         Choice::of(c, &v)

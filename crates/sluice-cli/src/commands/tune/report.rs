@@ -197,13 +197,14 @@ pub fn json_line(kind: &str, i: usize, n: usize, r: &PointResult) -> String {
     v.to_string()
 }
 
-/// The progress line of a point, for stderr.
-pub fn progress(kind: &str, i: usize, n: usize, r: &PointResult, elapsed: f64) -> String {
+/// What a progress step says of a point: `{kind} {config}: {Mpps} Mpps,
+/// {cycles} cycles/packet`, its losses if any, and the time taken so far.
+pub fn step_message(kind: &str, r: &PointResult, elapsed: f64) -> String {
     let cpp = r
         .cycles_per_packet
         .map_or("-".into(), |c| format!("{c:.1}"));
     let mut s = format!(
-        "[{kind} {i:>4}/{n}] {}: {:.3} Mpps, {cpp} cycles/packet",
+        "{kind} {}: {:.3} Mpps, {cpp} cycles/packet",
         r.config, r.mpps
     );
     if r.drops + r.rx_missed + r.rx_nombuf != 0 {
