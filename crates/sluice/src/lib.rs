@@ -139,5 +139,6 @@ pub(crate) mod sync;
 pub(crate) mod test_support;
 pub mod tester;
 pub mod tsc;
+pub mod vhost_user;
 
 pub use error::{Error, Result};
