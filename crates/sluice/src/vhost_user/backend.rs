@@ -613,3 +613,396 @@ impl Backend {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::vhost_user::message::{MemoryRegion, MemoryTable, VringFd};
+    use crate::vhost_user::socket::tests::memfd;
+
+    const REGION_SIZE: u64 = 0x10000;
+    const UADDR: u64 = 0x7f00_0000_0000;
+
+    fn backend(protocol: u64) -> Backend {
+        Backend::new(BackendConfig {
+            features: 1 << 32,
+            protocol_features: protocol,
+            queue_pairs: 1,
+        })
+    }
+
+    /// Records what the data path hears; returns `next_avail` on stop.
+    #[derive(Default)]
+    struct Recorder {
+        events: Vec<String>,
+        next_avail: Option<u16>,
+    }
+
+    impl VringHandler for Recorder {
+        fn vring_started(&mut self, ring: &ReadyVring<'_>) {
+            self.events.push(format!(
+                "start {} size {} base {}",
+                ring.index, ring.size, ring.base
+            ));
+        }
+        fn vring_stopped(&mut self, index: usize) -> Option<u16> {
+            self.events.push(format!("stop {index}"));
+            self.next_avail
+        }
+        fn vring_updated(&mut self, ring: &ReadyVring<'_>) {
+            self.events
+                .push(format!("update {} enabled {}", ring.index, ring.enabled));
+        }
+    }
+
+    fn apply(
+        b: &mut Backend,
+        body: Body,
+        fds: Vec<OwnedFd>,
+        h: &mut dyn VringHandler,
+    ) -> Result<Option<Vec<u8>>, VhostUserError> {
+        b.handle(&Message::new(body), fds, h)
+    }
+
+    fn mem_table(
+        b: &mut Backend,
+        gpa: u64,
+        h: &mut dyn VringHandler,
+    ) -> Result<(), VhostUserError> {
+        let region = MemoryRegion {
+            guest_phys_addr: gpa,
+            memory_size: REGION_SIZE,
+            userspace_addr: UADDR,
+            mmap_offset: 0,
+        };
+        apply(
+            b,
+            Body::SetMemTable(MemoryTable {
+                regions: vec![region],
+            }),
+            vec![memfd(REGION_SIZE)],
+            h,
+        )
+        .map(|_| ())
+    }
+
+    fn addr(index: u32, desc: u64) -> VringAddress {
+        VringAddress {
+            index,
+            flags: 0,
+            desc_user_addr: UADDR + desc,
+            avail_user_addr: UADDR + desc + 0x1000,
+            used_user_addr: UADDR + desc + 0x2000,
+            log_guest_addr: 0,
+        }
+    }
+
+    fn kick(
+        b: &mut Backend,
+        index: u8,
+        h: &mut dyn VringHandler,
+    ) -> Result<Option<Vec<u8>>, VhostUserError> {
+        apply(
+            b,
+            Body::SetVringKick(VringFd { index, nofd: true }),
+            vec![],
+            h,
+        )
+    }
+
+    #[test]
+    fn features_outside_the_offer_are_refused() {
+        let mut b = backend(0);
+        let h = &mut ();
+        assert_eq!(
+            apply(&mut b, Body::GetFeatures, vec![], h)
+                .unwrap()
+                .unwrap(),
+            (1u64 << 32).to_le_bytes()
+        );
+        let err = apply(&mut b, Body::SetFeatures(1 << 32 | 1), vec![], h).unwrap_err();
+        assert!(
+            matches!(err, VhostUserError::FeaturesNotOffered { bits: 1, .. }),
+            "{err}"
+        );
+        assert_eq!(b.features(), 0);
+        // Without protocol features, neither they nor ring enables exist.
+        assert!(matches!(
+            apply(&mut b, Body::GetProtocolFeatures, vec![], h),
+            Err(VhostUserError::Unsupported { .. })
+        ));
+        let enable = Body::SetVringEnable(VringState { index: 0, num: 1 });
+        assert!(matches!(
+            apply(&mut b, enable, vec![], h),
+            Err(VhostUserError::Unsupported { .. })
+        ));
+
+        let mut b = backend(protocol_features::MQ);
+        assert_eq!(b.offered_features(), 1 << 32 | F_PROTOCOL_FEATURES);
+        let err = apply(
+            &mut b,
+            Body::SetProtocolFeatures(protocol_features::MTU),
+            vec![],
+            h,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, VhostUserError::FeaturesNotOffered { .. }),
+            "{err}"
+        );
+        assert!(matches!(
+            apply(&mut b, Body::NetSetMtu(9000), vec![], h),
+            Err(VhostUserError::Unsupported { .. })
+        ));
+        assert!(matches!(
+            apply(&mut b, Body::SetLogFd, vec![], h),
+            Err(VhostUserError::Unsupported { .. })
+        ));
+    }
+
+    #[test]
+    fn ring_sizes_and_indexes_are_checked() {
+        let mut b = backend(0);
+        let h = &mut ();
+        for num in [0, 3, 100, 65536, u32::MAX] {
+            let err = apply(
+                &mut b,
+                Body::SetVringNum(VringState { index: 0, num }),
+                vec![],
+                h,
+            )
+            .unwrap_err();
+            assert!(
+                matches!(err, VhostUserError::BadVring { index: 0, .. }),
+                "{num}: {err}"
+            );
+        }
+        for num in [1, 256, 32768] {
+            apply(
+                &mut b,
+                Body::SetVringNum(VringState { index: 1, num }),
+                vec![],
+                h,
+            )
+            .unwrap();
+            assert_eq!(b.vring_setup(1).unwrap().num, Some(num as u16));
+        }
+        let err = apply(
+            &mut b,
+            Body::SetVringNum(VringState { index: 2, num: 8 }),
+            vec![],
+            h,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, VhostUserError::BadVring { index: 2, .. }),
+            "{err}"
+        );
+        let err = apply(
+            &mut b,
+            Body::SetVringBase(VringState {
+                index: 0,
+                num: 65536,
+            }),
+            vec![],
+            h,
+        )
+        .unwrap_err();
+        assert!(matches!(err, VhostUserError::BadVring { .. }), "{err}");
+        let mut logged = addr(0, 0);
+        logged.flags = 1;
+        assert!(apply(&mut b, Body::SetVringAddr(logged), vec![], h).is_err());
+        assert!(b.vring_setup(2).is_none());
+    }
+
+    #[test]
+    fn a_ring_starts_only_whole_inside_the_memory() {
+        let mut b = backend(0);
+        let h = &mut Recorder::default();
+        // Kicked before its size and addresses.
+        assert!(matches!(
+            kick(&mut b, 0, h),
+            Err(VhostUserError::BadVring { .. })
+        ));
+        apply(
+            &mut b,
+            Body::SetVringNum(VringState { index: 0, num: 256 }),
+            vec![],
+            h,
+        )
+        .unwrap();
+        assert!(matches!(
+            kick(&mut b, 0, h),
+            Err(VhostUserError::BadVring { .. })
+        ));
+        // Addresses but no memory table yet.
+        apply(&mut b, Body::SetVringAddr(addr(0, 0)), vec![], h).unwrap();
+        assert!(matches!(
+            kick(&mut b, 0, h),
+            Err(VhostUserError::BadVring { .. })
+        ));
+        mem_table(&mut b, 0, h).unwrap();
+        // The used ring (6 + 8 * 256 bytes) would cross the region's end.
+        apply(
+            &mut b,
+            Body::SetVringAddr(addr(0, REGION_SIZE - 0x2000 - 0x800)),
+            vec![],
+            h,
+        )
+        .unwrap();
+        let err = kick(&mut b, 0, h).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                VhostUserError::BadVring {
+                    what: "the used ring lies outside the memory table",
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        // A misaligned descriptor table.
+        apply(&mut b, Body::SetVringAddr(addr(0, 8)), vec![], h).unwrap();
+        assert!(matches!(
+            kick(&mut b, 0, h),
+            Err(VhostUserError::BadVring { .. })
+        ));
+        assert!(b.vring(0).is_none());
+        assert!(h.events.is_empty());
+
+        apply(&mut b, Body::SetVringAddr(addr(0, 0x4000)), vec![], h).unwrap();
+        kick(&mut b, 0, h).unwrap();
+        let ring = b.vring(0).unwrap();
+        assert_eq!(
+            Some(ring.desc),
+            b.memory().uaddr_to_host(UADDR + 0x4000, 16)
+        );
+        assert!(ring.kick.is_none() && ring.enabled);
+        assert_eq!(h.events, ["start 0 size 256 base 0"]);
+        // A started ring's setup is fixed until GET_VRING_BASE.
+        assert!(
+            apply(
+                &mut b,
+                Body::SetVringNum(VringState { index: 0, num: 8 }),
+                vec![],
+                h
+            )
+            .is_err()
+        );
+    }
+
+    #[test]
+    fn a_new_memory_table_stops_and_restarts_the_started_rings() {
+        let mut b = backend(protocol_features::REPLY_ACK);
+        let h = &mut Recorder::default();
+        apply(&mut b, Body::SetFeatures(F_PROTOCOL_FEATURES), vec![], h).unwrap();
+        mem_table(&mut b, 0, h).unwrap();
+        apply(
+            &mut b,
+            Body::SetVringNum(VringState { index: 1, num: 64 }),
+            vec![],
+            h,
+        )
+        .unwrap();
+        apply(
+            &mut b,
+            Body::SetVringBase(VringState { index: 1, num: 5 }),
+            vec![],
+            h,
+        )
+        .unwrap();
+        apply(&mut b, Body::SetVringAddr(addr(1, 0)), vec![], h).unwrap();
+        kick(&mut b, 1, h).unwrap();
+        // Protocol features negotiated: disabled until enabled.
+        assert!(!b.vring(1).unwrap().enabled);
+        apply(
+            &mut b,
+            Body::SetVringEnable(VringState { index: 1, num: 1 }),
+            vec![],
+            h,
+        )
+        .unwrap();
+        assert!(b.vring(1).unwrap().enabled);
+
+        h.next_avail = Some(9);
+        mem_table(&mut b, 0x1_0000_0000, h).unwrap();
+        assert_eq!(b.memory().regions()[0].guest_phys_addr(), 0x1_0000_0000);
+        assert_eq!(
+            h.events,
+            [
+                "start 1 size 64 base 5",
+                "update 1 enabled true",
+                "stop 1",
+                "start 1 size 64 base 9"
+            ]
+        );
+        // GET_VRING_BASE stops it, closes its eventfds and returns the base.
+        let reply = apply(
+            &mut b,
+            Body::GetVringBase(VringState { index: 1, num: 0 }),
+            vec![],
+            h,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(reply, [1, 0, 0, 0, 9, 0, 0, 0]);
+        let setup = b.vring_setup(1).unwrap();
+        assert!(!setup.started && !setup.kick && !setup.call);
+        assert_eq!(h.events.last().unwrap(), "stop 1");
+        // RESET_OWNER forgets everything.
+        apply(&mut b, Body::ResetOwner, vec![], h).unwrap();
+        assert!(b.memory().is_empty());
+        assert_eq!(b.features(), 0);
+        assert_eq!(b.vring_setup(1).unwrap().num, None);
+    }
+
+    #[test]
+    fn a_bad_memory_table_leaves_the_old_one() {
+        let mut b = backend(0);
+        let h = &mut ();
+        mem_table(&mut b, 0, h).unwrap();
+        let regions = vec![
+            MemoryRegion {
+                guest_phys_addr: 0,
+                memory_size: 0x1000,
+                userspace_addr: 0,
+                mmap_offset: 0,
+            },
+            MemoryRegion {
+                guest_phys_addr: 0x800,
+                memory_size: 0x1000,
+                userspace_addr: 0x10000,
+                mmap_offset: 0,
+            },
+        ];
+        let err = apply(
+            &mut b,
+            Body::SetMemTable(MemoryTable { regions }),
+            vec![memfd(0x1000), memfd(0x1000)],
+            h,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, VhostUserError::BadRegion { region: 1, .. }),
+            "{err}"
+        );
+        let beyond = vec![MemoryRegion {
+            guest_phys_addr: 0,
+            memory_size: 0x2000,
+            userspace_addr: 0,
+            mmap_offset: 0,
+        }];
+        let err = apply(
+            &mut b,
+            Body::SetMemTable(MemoryTable { regions: beyond }),
+            vec![memfd(0x1000)],
+            h,
+        )
+        .unwrap_err();
+        assert!(
+            matches!(err, VhostUserError::BadRegion { region: 0, .. }),
+            "{err}"
+        );
+        assert_eq!(b.memory().regions()[0].size(), REGION_SIZE);
+    }
+}

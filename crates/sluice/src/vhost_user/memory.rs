@@ -341,22 +341,8 @@ impl GuestMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::{AsFd, FromRawFd, OwnedFd};
-
-    /// A memfd of `len` bytes.
-    pub(crate) fn memfd(len: u64) -> OwnedFd {
-        // SAFETY: a NUL-terminated name; flags are plain bits.
-        let fd = unsafe { libc::memfd_create(c"sluice-vhost-test".as_ptr(), libc::MFD_CLOEXEC) };
-        assert!(fd >= 0, "memfd_create: {}", io::Error::last_os_error());
-        // SAFETY: `fd` was just created and is owned by nobody else.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-        // SAFETY: a live descriptor and a plain length.
-        assert_eq!(
-            unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) },
-            0
-        );
-        fd
-    }
+    use crate::vhost_user::socket::tests::memfd;
+    use std::os::fd::AsFd;
 
     fn region(gpa: u64, size: u64, uaddr: u64, offset: u64) -> MemoryRegion {
         MemoryRegion {

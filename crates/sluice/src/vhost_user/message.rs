@@ -939,3 +939,388 @@ pub fn parse_u64(b: &[u8], request: Request) -> Result<u64, VhostUserError> {
     check_exact(b.len(), 8, request)?;
     Ok(le64(b, 0))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn header(code: u32, flags: u32, size: u32) -> [u8; HEADER_LEN] {
+        let mut h = [0u8; HEADER_LEN];
+        h[0..4].copy_from_slice(&code.to_le_bytes());
+        h[4..8].copy_from_slice(&flags.to_le_bytes());
+        h[8..12].copy_from_slice(&size.to_le_bytes());
+        h
+    }
+
+    fn decode(bytes: &[u8], fds: usize) -> Result<Message, VhostUserError> {
+        let (h, payload) = bytes.split_at(HEADER_LEN);
+        Message::decode(h.try_into().unwrap(), payload, fds)
+    }
+
+    #[test]
+    fn header_fields_are_little_endian_u32s() {
+        // SET_MEM_TABLE, version 1 with NEED_REPLY, 40 bytes.
+        let bytes = [5, 0, 0, 0, 0x09, 0, 0, 0, 40, 0, 0, 0];
+        let h = Header::new_checked(&bytes[..]).unwrap();
+        assert_eq!((h.request(), h.flags(), h.size()), (5, 9, 40));
+        assert_eq!(h.version(), 1);
+        assert!(h.need_reply() && !h.is_reply());
+        let reply = [11, 0, 0, 0, 0x05, 0, 0, 0, 8, 0, 0, 0];
+        assert!(Header::new_checked(&reply[..]).unwrap().is_reply());
+        assert!(Header::new_checked(&bytes[..11]).is_none());
+
+        let mut out = [0u8; 12];
+        let mut h = Header::new_checked(&mut out[..]).unwrap();
+        h.set_request(5);
+        h.set_flags(9);
+        h.set_size(40);
+        assert_eq!(out, bytes);
+    }
+
+    #[test]
+    fn vring_state_layout() {
+        // index u32, num u32.
+        let msg = Message::new(Body::SetVringBase(VringState {
+            index: 2,
+            num: 0x1234,
+        }));
+        assert_eq!(
+            msg.encode(),
+            [
+                10, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 2, 0, 0, 0, 0x34, 0x12, 0, 0
+            ]
+        );
+        assert_eq!(decode(&msg.encode(), 0).unwrap(), msg);
+    }
+
+    #[test]
+    fn vring_address_layout() {
+        // index, flags, then desc, used, avail, log as u64s in that order.
+        let addr = VringAddress {
+            index: 1,
+            flags: 0,
+            desc_user_addr: 0x1122_3344_5566_7788,
+            used_user_addr: 0x10,
+            avail_user_addr: 0x20,
+            log_guest_addr: 0x30,
+        };
+        let mut want = vec![9, 0, 0, 0, 1, 0, 0, 0, 40, 0, 0, 0];
+        want.extend([1, 0, 0, 0, 0, 0, 0, 0]);
+        want.extend([0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11]);
+        want.extend([0x10, 0, 0, 0, 0, 0, 0, 0]);
+        want.extend([0x20, 0, 0, 0, 0, 0, 0, 0]);
+        want.extend([0x30, 0, 0, 0, 0, 0, 0, 0]);
+        let msg = Message::new(Body::SetVringAddr(addr));
+        assert_eq!(msg.encode(), want);
+        assert_eq!(decode(&want, 0).unwrap(), msg);
+    }
+
+    #[test]
+    fn memory_table_layout_short_and_full() {
+        // nregions u32, padding u32, then per region: guest address, size,
+        // user address, mmap offset, each u64.
+        let region = MemoryRegion {
+            guest_phys_addr: 0x1000,
+            memory_size: 0x20000,
+            userspace_addr: 0x7f00_0000_0000,
+            mmap_offset: 0x300,
+        };
+        let mut want = vec![5, 0, 0, 0, 1, 0, 0, 0, 40, 0, 0, 0];
+        want.extend([1, 0, 0, 0, 0, 0, 0, 0]);
+        want.extend([0, 0x10, 0, 0, 0, 0, 0, 0]);
+        want.extend([0, 0, 2, 0, 0, 0, 0, 0]);
+        want.extend([0, 0, 0, 0, 0, 0x7f, 0, 0]);
+        want.extend([0, 3, 0, 0, 0, 0, 0, 0]);
+        let msg = Message::new(Body::SetMemTable(MemoryTable {
+            regions: vec![region],
+        }));
+        assert_eq!(msg.encode(), want);
+        assert_eq!(decode(&want, 1).unwrap(), msg);
+
+        // All eight slots sent, one in use: the same table.
+        let mut full = want.clone();
+        full[8..12].copy_from_slice(&264u32.to_le_bytes());
+        full.resize(HEADER_LEN + 8 + 8 * 32, 0xee);
+        assert_eq!(decode(&full, 1).unwrap(), msg);
+        // Any other length is refused.
+        let mut odd = want.clone();
+        odd[8] = 48;
+        odd.extend([0; 8]);
+        assert!(matches!(
+            decode(&odd, 1),
+            Err(VhostUserError::BadPayloadSize { .. })
+        ));
+        // Nine regions never fit.
+        let mut nine = want.clone();
+        nine[12] = 9;
+        assert!(matches!(
+            decode(&nine, 1),
+            Err(VhostUserError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn vring_fd_u64_has_index_and_nofd() {
+        let msg = Message::new(Body::SetVringCall(VringFd {
+            index: 3,
+            nofd: true,
+        }));
+        assert_eq!(
+            msg.encode(),
+            [13, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 3, 1, 0, 0, 0, 0, 0, 0]
+        );
+        assert_eq!(decode(&msg.encode(), 0).unwrap(), msg);
+        let kick = Message::new(Body::SetVringKick(VringFd {
+            index: 255,
+            nofd: false,
+        }));
+        assert_eq!(kick.encode()[12..], [255, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(decode(&kick.encode(), 1).unwrap(), kick);
+        // Bits above NOFD are not a vring index.
+        let mut high = msg.encode();
+        high[13] = 3;
+        assert!(matches!(
+            decode(&high, 0),
+            Err(VhostUserError::Malformed { .. })
+        ));
+    }
+
+    #[test]
+    fn u64_payloads_and_empty_requests() {
+        let msg = Message::new(Body::SetFeatures(1 << 30 | 1 << 32));
+        assert_eq!(
+            msg.encode(),
+            [
+                2, 0, 0, 0, 1, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0x40, 1, 0, 0, 0
+            ]
+        );
+        assert_eq!(
+            Message::new(Body::GetFeatures).encode(),
+            [1, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0]
+        );
+        let rarp = Message::new(Body::SendRarp([2, 0, 0, 0, 0, 1]));
+        assert_eq!(rarp.encode()[12..], [2, 0, 0, 0, 0, 1, 0, 0]);
+        let cfg = Message::new(Body::GetConfig(ConfigSpace {
+            offset: 8,
+            flags: 0,
+            data: vec![0; 4],
+        }));
+        assert_eq!(
+            cfg.encode(),
+            [
+                24, 0, 0, 0, 1, 0, 0, 0, 16, 0, 0, 0, 8, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+                0
+            ]
+        );
+    }
+
+    #[test]
+    fn every_body_round_trips() {
+        let fd = |nofd| VringFd { index: 1, nofd };
+        let state = VringState { index: 1, num: 1 };
+        let bodies = [
+            Body::GetFeatures,
+            Body::SetFeatures(7),
+            Body::SetOwner,
+            Body::ResetOwner,
+            Body::SetMemTable(MemoryTable::default()),
+            Body::SetLogBase(LogDescription {
+                mmap_size: 4096,
+                mmap_offset: 0,
+            }),
+            Body::SetLogFd,
+            Body::SetVringNum(state),
+            Body::SetVringAddr(VringAddress::default()),
+            Body::SetVringBase(state),
+            Body::GetVringBase(state),
+            Body::SetVringKick(fd(false)),
+            Body::SetVringCall(fd(true)),
+            Body::SetVringErr(fd(false)),
+            Body::GetProtocolFeatures,
+            Body::SetProtocolFeatures(9),
+            Body::GetQueueNum,
+            Body::SetVringEnable(state),
+            Body::SendRarp([1, 2, 3, 4, 5, 6]),
+            Body::NetSetMtu(1500),
+            Body::GetConfig(ConfigSpace {
+                offset: 0,
+                flags: 0,
+                data: vec![1; 256],
+            }),
+            Body::SetConfig(ConfigSpace::default()),
+        ];
+        for body in bodies {
+            let msg = Message {
+                flags: VERSION | FLAG_NEED_REPLY,
+                body,
+            };
+            let bytes = msg.encode();
+            assert_eq!(decode(&bytes, msg.body.fds_needed()).unwrap(), msg);
+            assert_eq!(
+                Request::from_code(msg.request().code()),
+                Some(msg.request())
+            );
+        }
+    }
+
+    #[test]
+    fn malformed_headers_and_payloads_are_typed_errors() {
+        use VhostUserError::*;
+        let err = |h: [u8; 12], payload: &[u8], fds| Message::decode(&h, payload, fds).unwrap_err();
+        assert!(matches!(
+            err(header(1, 0x2, 0), &[], 0),
+            BadVersion { flags: 2 }
+        ));
+        assert!(matches!(err(header(1, 0x0, 0), &[], 0), BadVersion { .. }));
+        assert!(matches!(
+            err(header(99, 1, 0), &[], 0),
+            UnknownRequest { code: 99 }
+        ));
+        assert!(matches!(
+            err(header(0, 1, 0), &[], 0),
+            UnknownRequest { code: 0 }
+        ));
+        assert!(matches!(
+            err(header(1, 1 | FLAG_REPLY, 0), &[], 0),
+            Malformed { .. }
+        ));
+        // The header's size disagrees with the payload.
+        assert!(matches!(
+            err(header(2, 1, 4), &[0; 8], 0),
+            BadPayloadSize { size: 4, .. }
+        ));
+        // The payload's size does not fit the request.
+        assert!(matches!(
+            err(header(1, 1, 8), &[0; 8], 0),
+            BadPayloadSize {
+                request: Request::GetFeatures,
+                ..
+            }
+        ));
+        assert!(matches!(
+            err(header(2, 1, 4), &[0; 4], 0),
+            BadPayloadSize {
+                request: Request::SetFeatures,
+                ..
+            }
+        ));
+        assert!(matches!(
+            err(header(8, 1, 12), &[0; 12], 0),
+            BadPayloadSize { .. }
+        ));
+        assert!(matches!(
+            err(header(9, 1, 32), &[0; 32], 0),
+            BadPayloadSize { .. }
+        ));
+        assert!(matches!(
+            err(header(5, 1, 4), &[0; 4], 0),
+            BadPayloadSize { .. }
+        ));
+        // Enable is 0 or 1.
+        let mut enable = [0u8; 8];
+        enable[4] = 2;
+        assert!(matches!(
+            err(header(18, 1, 8), &enable, 0),
+            Malformed { .. }
+        ));
+        // A config access whose size field lies.
+        let mut cfg = [0u8; 16];
+        cfg[4] = 8;
+        assert!(matches!(err(header(24, 1, 16), &cfg, 0), Malformed { .. }));
+        assert!(matches!(
+            err(header(25, 1, 8), &[0; 8], 0),
+            BadPayloadSize { .. }
+        ));
+    }
+
+    #[test]
+    fn descriptor_counts_are_checked_per_request() {
+        use VhostUserError::*;
+        let count = |body: Body, fds| {
+            let bytes = Message::new(body).encode();
+            decode(&bytes, fds)
+        };
+        let region = MemoryRegion {
+            memory_size: 1,
+            ..Default::default()
+        };
+        let table = |n| {
+            Body::SetMemTable(MemoryTable {
+                regions: vec![region; n],
+            })
+        };
+        assert!(count(table(2), 2).is_ok());
+        assert!(matches!(
+            count(table(2), 1),
+            Err(FdCount {
+                expected: 2,
+                got: 1,
+                ..
+            })
+        ));
+        assert!(matches!(
+            count(table(2), 3),
+            Err(FdCount {
+                expected: 2,
+                got: 3,
+                ..
+            })
+        ));
+        let kick = |nofd| Body::SetVringKick(VringFd { index: 0, nofd });
+        assert!(matches!(
+            count(kick(false), 0),
+            Err(FdCount {
+                expected: 1,
+                got: 0,
+                ..
+            })
+        ));
+        assert!(matches!(
+            count(kick(true), 1),
+            Err(FdCount {
+                expected: 0,
+                got: 1,
+                ..
+            })
+        ));
+        assert!(matches!(
+            count(Body::SetOwner, 1),
+            Err(FdCount { expected: 0, .. })
+        ));
+        assert!(matches!(count(Body::SetOwner, 9), Err(TooManyFds)));
+    }
+
+    #[test]
+    fn every_known_code_has_its_name() {
+        for code in 0..64 {
+            if let Some(r) = Request::from_code(code) {
+                assert_eq!(r.code(), code);
+                assert!(r.name().starts_with("VHOST_USER_"));
+            }
+        }
+        assert_eq!(
+            Request::SetVringKick.to_string(),
+            "VHOST_USER_SET_VRING_KICK"
+        );
+        assert_eq!(protocol_features::CONFIG, 1 << 9);
+        assert_eq!(protocol_features::REPLY_ACK, 8);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn random_messages_decode_to_values_or_typed_errors(
+            code in 0u32..32,
+            flags in proptest::prop_oneof![proptest::strategy::Just(1u32), proptest::strategy::Just(9u32), 0u32..16],
+            payload in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            fds in 0usize..10,
+        ) {
+            let h = header(code, flags, payload.len() as u32);
+            if let Ok(msg) = Message::decode(&h, &payload, fds) {
+                // What decodes, encodes to what decodes the same.
+                let again = msg.encode();
+                let (h2, p2) = again.split_at(HEADER_LEN);
+                proptest::prop_assert_eq!(Message::decode(h2.try_into().unwrap(), p2, fds).unwrap(), msg);
+            }
+        }
+    }
+}
