@@ -326,7 +326,7 @@ impl Backend {
         let [desc_len, avail_len, used_len] = ring_lengths(num);
         let part = |uaddr: u64, len: u64, align: usize, what_out, what_align| {
             let host = self.memory.uaddr_to_host(uaddr, len).ok_or(bad(what_out))?;
-            if host.as_ptr() as usize % align != 0 {
+            if !(host.as_ptr() as usize).is_multiple_of(align) {
                 return Err(bad(what_align));
             }
             Ok(host)

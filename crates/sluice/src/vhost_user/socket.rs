@@ -256,10 +256,8 @@ pub(crate) mod tests {
         // SAFETY: `fd` was just created and is owned by nobody else.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
         // SAFETY: a live descriptor and a plain length.
-        assert_eq!(
-            unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) },
-            0
-        );
+        let rc = unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) };
+        assert_eq!(rc, 0);
         fd
     }
 
