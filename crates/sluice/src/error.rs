@@ -23,6 +23,7 @@ use crate::net::routes::RoutesError;
 use crate::pagepool::PagePoolError;
 use crate::port::{PortError, SpecError};
 use crate::ring::RingError;
+use crate::vhost_user::VhostUserError;
 
 /// Any error of the library: one variant per module error, wrapping it.
 ///
@@ -92,6 +93,8 @@ pub enum Error {
     Routes(RoutesError),
     /// A generated route set could not be made.
     RouteGen(RouteGenError),
+    /// A vhost-user message, request or reply was refused.
+    VhostUser(VhostUserError),
     /// A system call failed.
     Io(io::Error),
 }
@@ -115,6 +118,7 @@ impl Error {
             Error::Em(e) => e,
             Error::Routes(e) => e,
             Error::RouteGen(e) => e,
+            Error::VhostUser(e) => e,
             Error::Io(e) => e,
         }
     }
@@ -162,6 +166,7 @@ from_module_error! {
     EmError => Em,
     RoutesError => Routes,
     RouteGenError => RouteGen,
+    VhostUserError => VhostUser,
     io::Error => Io,
 }
 
@@ -243,6 +248,9 @@ mod tests {
         });
         converts(RouteGenError::NoNextHops, |e| {
             matches!(e, Error::RouteGen(RouteGenError::NoNextHops))
+        });
+        converts(VhostUserError::TooManyFds, |e| {
+            matches!(e, Error::VhostUser(VhostUserError::TooManyFds))
         });
         converts(
             io::Error::from_raw_os_error(libc::EPERM),
