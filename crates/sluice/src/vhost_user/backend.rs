@@ -19,7 +19,10 @@
 //!
 //! If `VHOST_USER_F_PROTOCOL_FEATURES` is negotiated, a ring is disabled
 //! until SET_VRING_ENABLE enables it; otherwise it is enabled from the
-//! start. With REPLY_ACK negotiated, a request with NEED_REPLY gets a u64
+//! start. SET_VRING_ENABLE is honoured either way: the protocol asks
+//! frontends to send it only once protocol features are negotiated, but
+//! DPDK's `virtio_user` sends it regardless (and disables the rings with it
+//! when it stops), as DPDK's own backend accepts. With REPLY_ACK negotiated, a request with NEED_REPLY gets a u64
 //! status reply: 0 when it was applied, 1 when it failed.
 
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -95,7 +98,8 @@ struct Vring {
     kick: Option<OwnedFd>,
     call: Option<OwnedFd>,
     err: Option<OwnedFd>,
-    enabled: bool,
+    /// What SET_VRING_ENABLE said last, if it came.
+    enabled: Option<bool>,
     started: Option<HostRing>,
 }
 
@@ -242,7 +246,7 @@ impl Backend {
     }
 
     fn enabled(&self, vring: &Vring) -> bool {
-        !self.protocol_negotiated() || vring.enabled
+        vring.enabled.unwrap_or(!self.protocol_negotiated())
     }
 
     /// Ring `index`'s setup, if the device has that ring.
@@ -525,14 +529,8 @@ impl Backend {
             }
             Body::GetQueueNum => return u64_reply(u64::from(self.config.queue_pairs)),
             Body::SetVringEnable(VringState { index, num }) => {
-                if !self.protocol_negotiated() {
-                    return Err(Self::unsupported(
-                        request,
-                        "VHOST_USER_F_PROTOCOL_FEATURES is not negotiated",
-                    ));
-                }
                 let i = self.check_index(*index)?;
-                self.vrings[i].enabled = *num == 1;
+                self.vrings[i].enabled = Some(*num == 1);
                 self.updated(i, handler);
             }
             Body::SendRarp(mac) => {
@@ -726,16 +724,16 @@ mod tests {
             "{err}"
         );
         assert_eq!(b.features(), 0);
-        // Without protocol features, neither they nor ring enables exist.
+        // Without protocol features, they do not exist, and rings are
+        // enabled until SET_VRING_ENABLE says otherwise.
         assert!(matches!(
             apply(&mut b, Body::GetProtocolFeatures, vec![], h),
             Err(VhostUserError::Unsupported { .. })
         ));
-        let enable = Body::SetVringEnable(VringState { index: 0, num: 1 });
-        assert!(matches!(
-            apply(&mut b, enable, vec![], h),
-            Err(VhostUserError::Unsupported { .. })
-        ));
+        assert!(b.vring_setup(0).unwrap().enabled);
+        let disable = Body::SetVringEnable(VringState { index: 0, num: 0 });
+        apply(&mut b, disable, vec![], h).unwrap();
+        assert!(!b.vring_setup(0).unwrap().enabled);
 
         let mut b = backend(protocol_features::MQ);
         assert_eq!(b.offered_features(), 1 << 32 | F_PROTOCOL_FEATURES);
