@@ -76,6 +76,7 @@ fn dpdk_virtio_user_sets_up_and_tears_down_a_queue_pair() {
     let _ = std::fs::remove_file(&path);
     let listener = UnixListener::bind(&path).unwrap();
 
+    let prefix = format!("sluice-vhost-{}", std::process::id());
     let mut testpmd = Command::new("dpdk-testpmd")
         .args([
             "--no-pci",
@@ -86,7 +87,8 @@ fn dpdk_virtio_user_sets_up_and_tears_down_a_queue_pair() {
             "-l",
             "0-1",
         ])
-        .arg(format!("--file-prefix=sluice-vhost-{}", std::process::id()))
+        .arg("--no-telemetry")
+        .arg(format!("--file-prefix={prefix}"))
         .arg(format!(
             "--vdev=net_virtio_user0,path={},queues=1",
             path.display()
@@ -133,6 +135,15 @@ fn dpdk_virtio_user_sets_up_and_tears_down_a_queue_pair() {
     }
     let output = testpmd.wait_with_output().unwrap();
     let _ = std::fs::remove_dir_all(&dir);
+    // EAL's runtime directory, by DPDK's rules (root, else XDG or /tmp).
+    let runtime = [
+        Some("/var/run".into()),
+        std::env::var_os("XDG_RUNTIME_DIR"),
+        Some("/tmp".into()),
+    ];
+    for base in runtime.into_iter().flatten() {
+        let _ = std::fs::remove_dir_all(std::path::Path::new(&base).join("dpdk").join(&prefix));
+    }
     let log = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),
