@@ -555,6 +555,9 @@ impl Backend {
     /// its REPLY_ACK status). Returns the request, or the error that
     /// refused it — after a failure status was sent where one was asked
     /// for; the caller decides whether to go on or close the connection.
+    /// A refused request with a reply of its own (GET_VRING_BASE of a ring
+    /// the device does not have, ...) gets no reply at all: the frontend
+    /// learns of it when the connection closes.
     pub fn serve_one(
         &mut self,
         stream: &UnixStream,
@@ -573,7 +576,12 @@ impl Backend {
     ) -> Result<Result<Request, VhostUserError>, VhostUserError> {
         let (msg, fds) = socket::recv(stream)?;
         let request = msg.request();
-        let ack = msg.need_reply() && self.protocol_features & protocol_features::REPLY_ACK != 0;
+        // A request with a reply of its own never gets a status instead: a
+        // failed GET ends the session (the frontend would take a status
+        // for the value it asked for).
+        let ack = msg.need_reply()
+            && !request.has_reply()
+            && self.protocol_features & protocol_features::REPLY_ACK != 0;
         match self.handle(&msg, fds, handler) {
             Ok(Some(payload)) => socket::send(stream, &encode_reply(request, &payload), &[])?,
             Ok(None) if ack => {
@@ -952,6 +960,45 @@ mod tests {
         assert!(b.memory().is_empty());
         assert_eq!(b.features(), 0);
         assert_eq!(b.vring_setup(1).unwrap().num, None);
+    }
+
+    #[test]
+    fn a_refused_get_gets_no_status_in_place_of_its_value() {
+        use crate::vhost_user::message::{FLAG_NEED_REPLY, VERSION};
+        use crate::vhost_user::socket;
+        use std::os::unix::net::UnixStream;
+
+        let (front, back) = UnixStream::pair().unwrap();
+        let mut b = backend(protocol_features::REPLY_ACK);
+        let h = &mut ();
+        let send = |body| {
+            let msg = Message {
+                flags: VERSION | FLAG_NEED_REPLY,
+                body,
+            };
+            socket::send(&front, &msg.encode(), &[]).unwrap();
+        };
+        send(Body::SetProtocolFeatures(protocol_features::REPLY_ACK));
+        assert_eq!(b.serve_one(&back, h).unwrap(), Request::SetProtocolFeatures);
+        send(Body::GetVringBase(VringState { index: 7, num: 0 }));
+        assert!(matches!(
+            b.serve_one(&back, h),
+            Err(VhostUserError::BadVring { index: 7, .. })
+        ));
+        send(Body::SetVringNum(VringState { index: 7, num: 8 }));
+        assert!(matches!(
+            b.serve_one(&back, h),
+            Err(VhostUserError::BadVring { index: 7, .. })
+        ));
+        // Only the SET got a status (1: failed); the GET got nothing.
+        drop(back);
+        let reply = socket::recv_raw(&front).unwrap();
+        assert_eq!(reply.header().request(), Request::SetVringNum.code());
+        assert_eq!(reply.payload, 1u64.to_le_bytes());
+        assert!(matches!(
+            socket::recv_raw(&front),
+            Err(VhostUserError::Closed)
+        ));
     }
 
     #[test]

@@ -210,6 +210,19 @@ impl Request {
     pub fn code(self) -> u32 {
         self as u32
     }
+
+    /// Whether the request has a reply of its own (a GET); the others
+    /// are answered only with a REPLY_ACK status, when asked for.
+    pub fn has_reply(self) -> bool {
+        matches!(
+            self,
+            Request::GetFeatures
+                | Request::GetProtocolFeatures
+                | Request::GetQueueNum
+                | Request::GetVringBase
+                | Request::GetConfig
+        )
+    }
 }
 
 impl fmt::Display for Request {
