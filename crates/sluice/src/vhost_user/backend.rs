@@ -89,6 +89,13 @@ struct HostRing {
     used: NonNull<u8>,
 }
 
+// SAFETY: plain addresses into the memory table of the `Backend` that holds
+// them; the backend never dereferences them, it only hands them to the data
+// path, so moving or sharing them between threads is harmless.
+unsafe impl Send for HostRing {}
+// SAFETY: as above.
+unsafe impl Sync for HostRing {}
+
 /// One vring's setup as the frontend left it.
 #[derive(Debug, Default)]
 struct Vring {
@@ -714,6 +721,13 @@ mod tests {
             vec![],
             h,
         )
+    }
+
+    #[test]
+    fn a_backend_and_its_memory_go_to_other_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<Backend>();
+        send_sync::<GuestMemory>();
     }
 
     #[test]

@@ -11,11 +11,13 @@
 //!
 //! The memory is shared with another process that may write it at any
 //! moment, so this module hands out raw pointers and copies, never Rust
-//! references into it.
+//! references into it. Its copies move bytes with relaxed atomic loads
+//! and stores, so copies from several threads at once never race.
 
 use std::io;
 use std::os::fd::{AsRawFd, BorrowedFd};
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use super::VhostUserError;
 use super::message::{MAX_REGIONS, MemoryRegion};
@@ -177,9 +179,8 @@ impl GuestMemoryRegion {
             .gpa_to_host(gpa, buf.len() as u64)
             .ok_or(out_of_range(gpa, buf.len()))?;
         // SAFETY: `src..src + len` lies in the live mapping (checked by
-        // `gpa_to_host`); `buf` is this process's own memory, so the two
-        // do not overlap.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buf.as_mut_ptr(), buf.len()) };
+        // `gpa_to_host`), which this module accesses only by raw pointer.
+        unsafe { copy_from_shared(src, buf) };
         Ok(())
     }
 
@@ -188,9 +189,8 @@ impl GuestMemoryRegion {
         let dst = self
             .gpa_to_host(gpa, buf.len() as u64)
             .ok_or(out_of_range(gpa, buf.len()))?;
-        // SAFETY: as in `read_gpa`, with the roles swapped; the mapping is
-        // writable (PROT_WRITE).
-        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst.as_ptr(), buf.len()) };
+        // SAFETY: as in `read_gpa`; the mapping is writable (PROT_WRITE).
+        unsafe { copy_to_shared(buf, dst) };
         Ok(())
     }
 
@@ -200,7 +200,7 @@ impl GuestMemoryRegion {
             .uaddr_to_host(uaddr, buf.len() as u64)
             .ok_or(out_of_range(uaddr, buf.len()))?;
         // SAFETY: as in `read_gpa`.
-        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), buf.as_mut_ptr(), buf.len()) };
+        unsafe { copy_from_shared(src, buf) };
         Ok(())
     }
 
@@ -210,8 +210,37 @@ impl GuestMemoryRegion {
             .uaddr_to_host(uaddr, buf.len() as u64)
             .ok_or(out_of_range(uaddr, buf.len()))?;
         // SAFETY: as in `write_gpa`.
-        unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), dst.as_ptr(), buf.len()) };
+        unsafe { copy_to_shared(buf, dst) };
         Ok(())
+    }
+}
+
+/// Copies `buf.len()` bytes of shared memory at `src` into `buf`, each
+/// with a relaxed atomic load.
+///
+/// # Safety
+///
+/// `src..src + buf.len()` lies in a live mapping, accessed only through
+/// raw pointers (never references) in this process.
+unsafe fn copy_from_shared(src: NonNull<u8>, buf: &mut [u8]) {
+    for (i, b) in buf.iter_mut().enumerate() {
+        // SAFETY: in the mapping (the caller's promise); a byte is always
+        // aligned; the memory is only ever accessed through raw pointers.
+        *b = unsafe { AtomicU8::from_ptr(src.as_ptr().add(i)) }.load(Ordering::Relaxed);
+    }
+}
+
+/// Copies `buf` into shared memory at `dst`, each byte with a relaxed
+/// atomic store.
+///
+/// # Safety
+///
+/// `dst..dst + buf.len()` lies in a live, writable mapping, accessed only
+/// through raw pointers (never references) in this process.
+unsafe fn copy_to_shared(buf: &[u8], dst: NonNull<u8>) {
+    for (i, b) in buf.iter().enumerate() {
+        // SAFETY: as in `copy_from_shared`; the mapping is writable.
+        unsafe { AtomicU8::from_ptr(dst.as_ptr().add(i)) }.store(*b, Ordering::Relaxed);
     }
 }
 
