@@ -13,9 +13,10 @@
 //! stops on GET_VRING_BASE, which returns the data path's next avail index
 //! ([`VringHandler::vring_stopped`]) and closes the ring's kick and call
 //! eventfds, and on RESET_OWNER. A new memory table stops the started
-//! rings, replaces the mappings and starts them again on the new ones, so
-//! the data path never holds a host address of an unmapped table as long
-//! as it honours the callbacks.
+//! rings, replaces the mappings and starts them again on the new ones (a
+//! ring that no longer fits stays stopped and the request fails), so the
+//! data path never holds a host address of an unmapped table as long as it
+//! honours the callbacks.
 //!
 //! If `VHOST_USER_F_PROTOCOL_FEATURES` is negotiated, a ring is disabled
 //! until SET_VRING_ENABLE enables it; otherwise it is enabled from the

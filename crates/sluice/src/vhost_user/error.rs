@@ -11,8 +11,9 @@ use super::message::Request;
 /// Malformed input from the peer always ends here, never in a panic. After
 /// a socket-level error ([`Io`](Self::Io), [`Timeout`](Self::Timeout),
 /// [`Closed`](Self::Closed), [`ShortRead`](Self::ShortRead),
-/// [`PayloadTooLarge`](Self::PayloadTooLarge)) the byte stream is out of
-/// step and the connection should be closed; after the others the whole
+/// [`PayloadTooLarge`](Self::PayloadTooLarge),
+/// [`TooManyFds`](Self::TooManyFds)) the byte stream may be out of step
+/// and the connection should be closed; after the others the whole
 /// message has been read and the caller may go on.
 #[derive(Debug)]
 #[non_exhaustive]
