@@ -84,8 +84,9 @@ fn dpdk_virtio_user_sets_up_and_tears_down_a_queue_pair() {
             "-m",
             "128",
             "--no-shconf",
-            "-l",
-            "0-1",
+            // The main and the forwarding lcore, both on CPU 0: runs on
+            // any machine.
+            "--lcores=0@0,1@0",
         ])
         .arg("--no-telemetry")
         .arg(format!("--file-prefix={prefix}"))
