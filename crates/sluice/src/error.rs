@@ -23,6 +23,7 @@ use crate::net::routes::RoutesError;
 use crate::pagepool::PagePoolError;
 use crate::port::{PortError, SpecError};
 use crate::ring::RingError;
+use crate::vhost_user::VhostUserError;
 use crate::virtio::VirtioError;
 
 /// Any error of the library: one variant per module error, wrapping it.
@@ -95,6 +96,8 @@ pub enum Error {
     RouteGen(RouteGenError),
     /// Guest memory or a virtqueue refused an operation.
     Virtio(VirtioError),
+    /// A vhost-user message, request or reply was refused.
+    VhostUser(VhostUserError),
     /// A system call failed.
     Io(io::Error),
 }
@@ -119,6 +122,7 @@ impl Error {
             Error::Routes(e) => e,
             Error::RouteGen(e) => e,
             Error::Virtio(e) => e,
+            Error::VhostUser(e) => e,
             Error::Io(e) => e,
         }
     }
@@ -167,6 +171,7 @@ from_module_error! {
     RoutesError => Routes,
     RouteGenError => RouteGen,
     VirtioError => Virtio,
+    VhostUserError => VhostUser,
     io::Error => Io,
 }
 
@@ -251,6 +256,9 @@ mod tests {
         });
         converts(VirtioError::BadQueueSize(3), |e| {
             matches!(e, Error::Virtio(VirtioError::BadQueueSize(3)))
+        });
+        converts(VhostUserError::TooManyFds, |e| {
+            matches!(e, Error::VhostUser(VhostUserError::TooManyFds))
         });
         converts(
             io::Error::from_raw_os_error(libc::EPERM),

@@ -31,6 +31,7 @@
 //! | [`tester`] | the built-in traffic tester: stamped UDP/TCP over IPv4/IPv6 frames, per-flow loss, order, duplicate and corruption counts |
 //! | [`driver`] | [`driver::open`] and the drivers, one folder each: `soft` (the emulated NIC), `pair`, `null`, `pcap`, `afpacket`, `afxdp`, `tap` |
 //! | [`distributor`] | one thread spreading packets over worker threads with flow affinity (DPDK's `rte_distributor`) |
+//! | [`vhost_user`] | the vhost-user protocol: messages, descriptors over the socket, the frontend's memory mapped, the device side's state machine and the driver side's requests |
 //! | [`virtio`] | split virtqueues (VIRTIO 1.2), device and driver sides, over bounds-checked guest memory; the virtio-net header |
 //! | [`Error`] | every library error in one type (a variant per module error), with [`Result`] for `?` |
 //! | [`signal`] | ending a run on Ctrl-C or SIGTERM without `unsafe`: a flag the handler sets, a second signal ends the process |
@@ -141,6 +142,7 @@ pub(crate) mod sync;
 pub(crate) mod test_support;
 pub mod tester;
 pub mod tsc;
+pub mod vhost_user;
 pub mod virtio;
 
 pub use error::{Error, Result};
