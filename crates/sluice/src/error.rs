@@ -14,6 +14,8 @@ use crate::distributor::DistError;
 use crate::driver::pcap::format::PcapError;
 use crate::lcore::LcoreError;
 use crate::mbuf::MbufError;
+#[cfg(not(loom))]
+use crate::memif::MemifError;
 use crate::mempool::MempoolError;
 use crate::net::NetError;
 use crate::net::em::EmError;
@@ -92,6 +94,9 @@ pub enum Error {
     Routes(RoutesError),
     /// A generated route set could not be made.
     RouteGen(RouteGenError),
+    /// A memif message, handshake, region or ring was refused.
+    #[cfg(not(loom))]
+    Memif(MemifError),
     /// A system call failed.
     Io(io::Error),
 }
@@ -115,6 +120,8 @@ impl Error {
             Error::Em(e) => e,
             Error::Routes(e) => e,
             Error::RouteGen(e) => e,
+            #[cfg(not(loom))]
+            Error::Memif(e) => e,
             Error::Io(e) => e,
         }
     }
@@ -162,6 +169,8 @@ from_module_error! {
     EmError => Em,
     RoutesError => Routes,
     RouteGenError => RouteGen,
+    #[cfg(not(loom))]
+    MemifError => Memif,
     io::Error => Io,
 }
 

@@ -30,6 +30,7 @@
 //! | [`port`] | [`port::Port`], its configuration, the `RxQueue`/`TxQueue` traits, spec strings, counters and xstats, Tx→Rx buffer recycling |
 //! | [`tester`] | the built-in traffic tester: stamped UDP/TCP over IPv4/IPv6 frames, per-flow loss, order, duplicate and corruption counts |
 //! | [`driver`] | [`driver::open`] and the drivers, one folder each: `soft` (the emulated NIC), `pair`, `null`, `pcap`, `afpacket`, `afxdp`, `tap` |
+//! | [`memif`] | the memif shared-memory interface: control messages, regions, rings, the handshake |
 //! | [`distributor`] | one thread spreading packets over worker threads with flow affinity (DPDK's `rte_distributor`) |
 //! | [`Error`] | every library error in one type (a variant per module error), with [`Result`] for `?` |
 //! | [`signal`] | ending a run on Ctrl-C or SIGTERM without `unsafe`: a flag the handler sets, a second signal ends the process |
@@ -128,6 +129,8 @@ pub(crate) mod file;
 mod afxdp_ring;
 pub mod lcore;
 pub mod mbuf;
+#[cfg(not(loom))]
+pub mod memif;
 pub mod mempool;
 pub mod net;
 pub mod pagepool;
