@@ -253,6 +253,9 @@ mod tests {
         converts(RouteGenError::NoNextHops, |e| {
             matches!(e, Error::RouteGen(RouteGenError::NoNextHops))
         });
+        converts(MemifError::BadCookie(1), |e| {
+            matches!(e, Error::Memif(MemifError::BadCookie(1)))
+        });
         converts(
             io::Error::from_raw_os_error(libc::EPERM),
             |e| matches!(e, Error::Io(io) if io.raw_os_error() == Some(libc::EPERM)),

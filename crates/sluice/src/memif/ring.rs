@@ -4,13 +4,13 @@
 //!
 //! | offset | size | field |
 //! |---|---|---|
-//! | 0 | 4 | cookie, [`COOKIE`](super::COOKIE) |
+//! | 0 | 4 | cookie, [`COOKIE`] |
 //! | 4 | 2 | flags ([`RING_FLAG_MASK_INT`](super::RING_FLAG_MASK_INT)) |
 //! | 6 | 2 | head |
 //! | 64 | 2 | tail (a cache line of its own) |
 //! | 128 | 16 × 2^log2 | descriptors |
 //!
-//! A descriptor is flags `u16` ([`DESC_FLAG_NEXT`](super::DESC_FLAG_NEXT)),
+//! A descriptor is flags `u16` ([`DESC_FLAG_NEXT`]),
 //! region `u16`, length `u32`, offset `u32`, metadata `u32`, all
 //! little-endian. Head and tail are free-running 16-bit counters; a slot is
 //! a counter masked by `2^log2 − 1`, so a ring holds at most 2^15 slots for
