@@ -169,14 +169,8 @@ pub enum MemifError {
     /// A message came with more file descriptors than it may carry, or the
     /// kernel cut its control data short; what came was closed.
     TooManyFds,
-    /// A message of another type came than the state allows.
-    Unexpected {
-        /// What the state machine waits for.
-        expected: &'static str,
-        /// What came.
-        got: message::MessageType,
-    },
-    /// This side refused what the peer sent; the reason went to the peer in
+    /// This side refused what the peer sent (a message out of order, a
+    /// wrong id or secret, a bad index, ...); the reason went to the peer in
     /// a DISCONNECT.
     Refused(String),
     /// The peer sent DISCONNECT.
@@ -240,9 +234,6 @@ impl fmt::Display for MemifError {
             MemifError::MissingFd(t) => write!(f, "memif: {t} without its file descriptor"),
             MemifError::TooManyFds => {
                 f.write_str("memif: control message with more file descriptors than allowed")
-            }
-            MemifError::Unexpected { expected, got } => {
-                write!(f, "memif: expected {expected}, got {got}")
             }
             MemifError::Refused(reason) => write!(f, "memif: refused the peer: {reason}"),
             MemifError::Disconnected { code, reason } => {

@@ -42,6 +42,11 @@
 //!   (regions 1 and up) before publishing it — one more reason every
 //!   descriptor is checked on every use.
 //!
+//! A chained packet takes consecutive slots, so a chain cannot loop: it
+//! ends at a descriptor without NEXT, at the consumer's segment limit
+//! ([`Consumer::set_limits`], counted as [`RingErrors::too_long`]), or at
+//! the last published slot ([`RingErrors::incomplete_chain`]).
+//!
 //! Each side keeps its own counters rather than reading back the index it
 //! writes, so a peer scribbling on the ring cannot steer it; a distance
 //! between head and tail larger than the ring is counted
