@@ -1,8 +1,8 @@
-//! The memif client against a foreign server: DPDK's `dpdk-testpmd` with a
-//! `net_memif` port in the server role, forwarding in `io` mode (every
-//! packet it receives on the port goes back out of it unchanged). The
-//! client does the handshake, sends packets on its C2S ring and gets each
-//! back on its S2C ring, bytes and order checked.
+//! memif against a foreign peer: DPDK's `dpdk-testpmd` with a `net_memif`
+//! port, forwarding in `io` mode (every packet it receives on the port goes
+//! back out of it unchanged). Once as server with our client, once as
+//! client with our server: after the handshake, packets go out on one ring
+//! and each comes back on the other, bytes and order checked.
 //!
 //! Needs `dpdk-testpmd` (Debian: dpdk-dev) and DPDK's memif driver
 //! (librte-net-memif23); without them the test says it is skipped, except
@@ -15,9 +15,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use sluice::memif::handshake::{self, ClientConfig, Connected};
+use sluice::memif::handshake::{self, ClientConfig, Connected, ServerConfig};
 use sluice::memif::ring::{Consumer, Producer};
-use sluice::memif::socket::ControlSocket;
+use sluice::memif::socket::{ControlListener, ControlSocket};
 use sluice::memif::{MemifError, Role};
 
 /// How long testpmd may take to come up, and the longest any control
@@ -66,12 +66,17 @@ impl Drop for Testpmd {
     }
 }
 
-/// Starts testpmd with a memif server at `socket` and waits until the
-/// server listens; returns it and its output so far.
-fn start_testpmd(socket: &std::path::Path) -> (Testpmd, Vec<String>, mpsc::Receiver<String>) {
-    let prefix = format!("sluice-memif-{}", std::process::id());
+/// Starts testpmd with a memif port of `role` ("server" or "client") at
+/// `socket` and waits until the port is started (a server listens, a
+/// client has connected); returns it, its output so far and the rest to
+/// come.
+fn start_testpmd(
+    socket: &std::path::Path,
+    role: &str,
+) -> (Testpmd, Vec<String>, mpsc::Receiver<String>) {
+    let prefix = format!("sluice-memif-{role}-{}", std::process::id());
     let vdev = format!(
-        "net_memif0,role=server,id=0,socket={},socket-abstract=no",
+        "net_memif0,role={role},id=0,socket={},socket-abstract=no",
         socket.display()
     );
     let mut child = Command::new("timeout")
@@ -113,8 +118,8 @@ fn start_testpmd(socket: &std::path::Path) -> (Testpmd, Vec<String>, mpsc::Recei
     loop {
         match lines.recv_timeout(TIMEOUT) {
             Ok(line) => {
-                // Printed once the port is started, its socket listening;
-                // testpmd then waits for the link, i.e. for a client.
+                // Printed once the port is started; testpmd then waits for
+                // the link, i.e. for the handshake.
                 let ready = line.contains("Checking link statuses");
                 seen.push(line);
                 if ready {
@@ -136,48 +141,56 @@ fn packet(seq: u32) -> Vec<u8> {
     p
 }
 
-#[test]
-fn the_client_connects_to_testpmd_and_gets_its_packets_back() {
-    if let Err(missing) = tools_present() {
-        if std::env::var("CI").is_ok_and(|v| v == "true") {
-            panic!("{missing}");
+/// Skips (or, under CI, fails) when testpmd or its memif driver is missing.
+fn skip() -> bool {
+    match tools_present() {
+        Ok(()) => false,
+        Err(missing) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("{missing}"),
+        Err(missing) => {
+            eprintln!("skipped: {missing}");
+            true
         }
-        eprintln!("skipped: {missing}");
-        return;
     }
-    let dir = std::env::temp_dir().join(format!("sluice-memif-testpmd-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    let path: PathBuf = dir.join("memif.sock");
-    let (testpmd, output, lines) = start_testpmd(&path);
+}
 
-    let socket = ControlSocket::connect(&path)
-        .unwrap_or_else(|e| panic!("connect: {e}\n{}", output.join("\n")));
-    socket.set_timeout(Some(TIMEOUT)).unwrap();
-    let connected = handshake::connect(&socket, ClientConfig::default())
-        .unwrap_or_else(|e: MemifError| panic!("handshake: {e}\n{}", output.join("\n")));
-    assert!(
-        connected.peer_name.contains("DPDK"),
-        "{}",
-        connected.peer_name
-    );
-    assert_eq!(connected.peer_if_name, "net_memif0");
-    let Connected {
-        mut c2s, mut s2c, ..
-    } = connected;
-    let buffer_size = ClientConfig::default().buffer_size;
-    let mut tx = Producer::new(c2s.remove(0).ring, Role::Client, buffer_size);
-    let mut rx = Consumer::new(s2c.remove(0).ring, Role::Client, buffer_size);
+/// A fresh directory for the socket file, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("sluice-memif-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Sends PACKETS packets on `tx` and expects each back on `rx`, in order,
+/// bytes unchanged (testpmd forwards in io mode). On no progress, ends
+/// testpmd and fails with its output.
+fn echo(
+    mut tx: Producer,
+    mut rx: Consumer,
+    testpmd: Testpmd,
+    output: &[String],
+    lines: &mpsc::Receiver<String>,
+) {
     // Fewer packets in flight than either ring holds, so testpmd never
-    // finds the S2C ring full and drops.
-    let window = u32::from(tx.ring().size()) / 2;
+    // finds the return ring full and drops.
+    let window = u32::from(tx.ring().size().min(rx.ring().size())) / 2;
     let (mut sent, mut received) = (0u32, 0u32);
     let mut rounds = 0u64;
     while received < PACKETS {
         rounds += 1;
         if rounds == 5_000_000 {
             let rings = format!(
-                "C2S head {} tail {}, S2C head {} tail {}",
+                "out: head {} tail {}, back: head {} tail {}",
                 tx.ring().head(),
                 tx.ring().tail(),
                 rx.ring().head(),
@@ -205,7 +218,66 @@ fn the_client_connects_to_testpmd_and_gets_its_packets_back() {
     }
     assert_eq!(tx.errors(), Default::default());
     assert_eq!(rx.errors(), Default::default());
-    drop((tx, rx, socket));
     drop(testpmd);
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn the_client_connects_to_testpmd_and_gets_its_packets_back() {
+    if skip() {
+        return;
+    }
+    let dir = TempDir::new("testpmd-server");
+    let path = dir.0.join("memif.sock");
+    let (testpmd, output, lines) = start_testpmd(&path, "server");
+
+    let socket = ControlSocket::connect(&path)
+        .unwrap_or_else(|e| panic!("connect: {e}\n{}", output.join("\n")));
+    socket.set_timeout(Some(TIMEOUT)).unwrap();
+    let connected = handshake::connect(&socket, ClientConfig::default())
+        .unwrap_or_else(|e: MemifError| panic!("handshake: {e}\n{}", output.join("\n")));
+    assert!(
+        connected.peer_name.contains("DPDK"),
+        "{}",
+        connected.peer_name
+    );
+    assert_eq!(connected.peer_if_name, "net_memif0");
+    let Connected {
+        mut c2s, mut s2c, ..
+    } = connected;
+    let buffer_size = ClientConfig::default().buffer_size;
+    let tx = Producer::new(c2s.remove(0).ring, Role::Client, buffer_size);
+    let rx = Consumer::new(s2c.remove(0).ring, Role::Client, buffer_size);
+    echo(tx, rx, testpmd, &output, &lines);
+}
+
+#[test]
+fn testpmd_connects_to_the_server_and_gets_its_packets_back() {
+    if skip() {
+        return;
+    }
+    let dir = TempDir::new("testpmd-client");
+    let path = dir.0.join("memif.sock");
+    let listener = ControlListener::bind(&path).unwrap();
+    listener.set_timeout(Some(TIMEOUT)).unwrap();
+    let (testpmd, output, lines) = start_testpmd(&path, "client");
+
+    let socket = listener
+        .accept()
+        .unwrap_or_else(|e| panic!("accept: {e}\n{}", output.join("\n")));
+    socket.set_timeout(Some(TIMEOUT)).unwrap();
+    let connected = handshake::serve(&socket, ServerConfig::default())
+        .unwrap_or_else(|e: MemifError| panic!("handshake: {e}\n{}", output.join("\n")));
+    assert!(
+        connected.peer_name.contains("DPDK"),
+        "{}",
+        connected.peer_name
+    );
+    assert_eq!(connected.peer_if_name, "net_memif0");
+    let Connected {
+        mut c2s, mut s2c, ..
+    } = connected;
+    // The server fills what the client offers, and reads what it sends.
+    let tx = Producer::new(s2c.remove(0).ring, Role::Server, 0);
+    let rx = Consumer::new(c2s.remove(0).ring, Role::Server, 0);
+    echo(tx, rx, testpmd, &output, &lines);
 }

@@ -80,6 +80,42 @@ fn unix_addr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
     Ok((addr, len as libc::socklen_t))
 }
 
+/// Sets `SO_RCVTIMEO` and `SO_SNDTIMEO`; `None` waits forever.
+fn set_timeouts(fd: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<()> {
+    let tv = match timeout {
+        Some(d) => {
+            let secs = d.as_secs().min(libc::time_t::MAX as u64);
+            // At least 1 µs: a zero timeval means "forever".
+            let micros = if secs == 0 {
+                d.subsec_micros().max(1)
+            } else {
+                d.subsec_micros()
+            };
+            libc::timeval {
+                tv_sec: secs as libc::time_t,
+                tv_usec: micros as libc::suseconds_t,
+            }
+        }
+        None => libc::timeval {
+            tv_sec: 0,
+            tv_usec: 0,
+        },
+    };
+    for option in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
+        // SAFETY: `tv` is a valid timeval and its size is passed.
+        cvt(unsafe {
+            libc::setsockopt(
+                fd.as_raw_fd(),
+                libc::SOL_SOCKET,
+                option,
+                ptr::from_ref(&tv).cast(),
+                mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        })?;
+    }
+    Ok(())
+}
+
 impl ControlSocket {
     /// Two connected ends, for tests and for both sides in one process.
     pub fn pair() -> io::Result<(ControlSocket, ControlSocket)> {
@@ -127,30 +163,7 @@ impl ControlSocket {
     /// Sets how long [`recv`](Self::recv) and [`send`](Self::send) wait;
     /// `None` waits forever.
     pub fn set_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
-        let tv = match timeout {
-            Some(d) => libc::timeval {
-                tv_sec: d.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
-                // At least 1 µs: a zero timeval means "forever".
-                tv_usec: (d.subsec_micros().max(u32::from(d.is_zero()))) as libc::suseconds_t,
-            },
-            None => libc::timeval {
-                tv_sec: 0,
-                tv_usec: 0,
-            },
-        };
-        for option in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
-            // SAFETY: `tv` is a valid timeval and its size is passed.
-            cvt(unsafe {
-                libc::setsockopt(
-                    self.fd.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    option,
-                    ptr::from_ref(&tv).cast(),
-                    mem::size_of::<libc::timeval>() as libc::socklen_t,
-                )
-            })?;
-        }
-        Ok(())
+        set_timeouts(self.fd.as_fd(), timeout)
     }
 
     /// Sends `message`, with `fd` attached when given.
@@ -322,6 +335,12 @@ impl ControlListener {
         &self.path
     }
 
+    /// Sets how long [`accept`](Self::accept) waits (it fails with
+    /// `WouldBlock` then); `None` waits forever.
+    pub fn set_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        set_timeouts(self.fd.as_fd(), timeout)
+    }
+
     /// Waits for a client and returns its connection.
     pub fn accept(&self) -> io::Result<ControlSocket> {
         loop {
@@ -470,6 +489,11 @@ mod tests {
         let path = dir.join("ctl.sock");
         let _ = std::fs::remove_file(&path);
         let listener = ControlListener::bind(&path).unwrap();
+        listener
+            .set_timeout(Some(Duration::from_millis(1)))
+            .unwrap();
+        let alone = listener.accept().unwrap_err();
+        assert_eq!(alone.kind(), io::ErrorKind::WouldBlock);
         let client = ControlSocket::connect(&path).unwrap();
         let server = listener.accept().unwrap();
         client.send(&Message::Ack, None).unwrap();
