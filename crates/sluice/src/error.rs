@@ -14,6 +14,8 @@ use crate::distributor::DistError;
 use crate::driver::pcap::format::PcapError;
 use crate::lcore::LcoreError;
 use crate::mbuf::MbufError;
+#[cfg(not(loom))]
+use crate::memif::MemifError;
 use crate::mempool::MempoolError;
 use crate::net::NetError;
 use crate::net::em::EmError;
@@ -98,6 +100,9 @@ pub enum Error {
     Virtio(VirtioError),
     /// A vhost-user message, request or reply was refused.
     VhostUser(VhostUserError),
+    /// A memif message, handshake, region or ring was refused.
+    #[cfg(not(loom))]
+    Memif(MemifError),
     /// A system call failed.
     Io(io::Error),
 }
@@ -123,6 +128,8 @@ impl Error {
             Error::RouteGen(e) => e,
             Error::Virtio(e) => e,
             Error::VhostUser(e) => e,
+            #[cfg(not(loom))]
+            Error::Memif(e) => e,
             Error::Io(e) => e,
         }
     }
@@ -172,6 +179,8 @@ from_module_error! {
     RouteGenError => RouteGen,
     VirtioError => Virtio,
     VhostUserError => VhostUser,
+    #[cfg(not(loom))]
+    MemifError => Memif,
     io::Error => Io,
 }
 
@@ -259,6 +268,9 @@ mod tests {
         });
         converts(VhostUserError::TooManyFds, |e| {
             matches!(e, Error::VhostUser(VhostUserError::TooManyFds))
+        });
+        converts(MemifError::BadCookie(1), |e| {
+            matches!(e, Error::Memif(MemifError::BadCookie(1)))
         });
         converts(
             io::Error::from_raw_os_error(libc::EPERM),

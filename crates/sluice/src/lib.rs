@@ -30,6 +30,7 @@
 //! | [`port`] | [`port::Port`], its configuration, the `RxQueue`/`TxQueue` traits, spec strings, counters and xstats, Tx→Rx buffer recycling |
 //! | [`tester`] | the built-in traffic tester: stamped UDP/TCP over IPv4/IPv6 frames, per-flow loss, order, duplicate and corruption counts |
 //! | [`driver`] | [`driver::open`] and the drivers, one folder each: `soft` (the emulated NIC), `pair`, `null`, `pcap`, `afpacket`, `afxdp`, `tap` |
+//! | [`memif`] | the memif shared-memory interface: control messages, regions, rings, the handshake |
 //! | [`distributor`] | one thread spreading packets over worker threads with flow affinity (DPDK's `rte_distributor`) |
 //! | [`vhost_user`] | the vhost-user protocol: messages, descriptors over the socket, the frontend's memory mapped, the device side's state machine and the driver side's requests |
 //! | [`virtio`] | split virtqueues (VIRTIO 1.2), device and driver sides, over bounds-checked guest memory; the virtio-net header |
@@ -131,6 +132,8 @@ pub(crate) mod file;
 mod afxdp_ring;
 pub mod lcore;
 pub mod mbuf;
+#[cfg(not(loom))]
+pub mod memif;
 pub mod mempool;
 pub mod net;
 pub mod pagepool;

@@ -1,0 +1,283 @@
+//! memif against a foreign peer: DPDK's `dpdk-testpmd` with a `net_memif`
+//! port, forwarding in `io` mode (every packet it receives on the port goes
+//! back out of it unchanged). Once as server with our client, once as
+//! client with our server: after the handshake, packets go out on one ring
+//! and each comes back on the other, bytes and order checked.
+//!
+//! Needs `dpdk-testpmd` (Debian: dpdk-dev) and DPDK's memif driver
+//! (librte-net-memif23); without them the test says it is skipped, except
+//! under CI (`CI=true`), where a missing tool fails it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::Duration;
+
+use sluice::memif::handshake::{self, ClientConfig, Connected, ServerConfig};
+use sluice::memif::ring::{Consumer, Producer};
+use sluice::memif::socket::{ControlListener, ControlSocket};
+use sluice::memif::{MemifError, Role};
+
+/// How long testpmd may take to come up, and the longest any control
+/// message may take.
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+const PACKETS: u32 = 5_000;
+
+/// Whether testpmd and its memif driver are here.
+fn tools_present() -> Result<(), String> {
+    let testpmd = Command::new("dpdk-testpmd")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+    if testpmd.is_err() {
+        return Err("no dpdk-testpmd".into());
+    }
+    let memif_driver = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|arch| std::fs::read_dir(arch.path().join("dpdk")).ok())
+        .flatten()
+        .flatten()
+        .any(|pmds| pmds.path().join("librte_net_memif.so").exists());
+    if !memif_driver {
+        return Err("no DPDK memif driver (librte_net_memif.so)".into());
+    }
+    Ok(())
+}
+
+/// testpmd running under `timeout`; dropping it ends it.
+struct Testpmd {
+    child: Child,
+}
+
+impl Drop for Testpmd {
+    fn drop(&mut self) {
+        // testpmd ends on Enter; `timeout` ends it in any case.
+        if let Some(stdin) = self.child.stdin.as_mut() {
+            let _ = stdin.write_all(b"\n");
+        }
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts testpmd with a memif port of `role` ("server" or "client") at
+/// `socket` and waits until the port is started (a server listens, a
+/// client has connected); returns it, its output so far and the rest to
+/// come.
+fn start_testpmd(
+    socket: &std::path::Path,
+    role: &str,
+) -> (Testpmd, Vec<String>, mpsc::Receiver<String>) {
+    let prefix = format!("sluice-memif-{role}-{}", std::process::id());
+    let vdev = format!(
+        "net_memif0,role={role},id=0,socket={},socket-abstract=no",
+        socket.display()
+    );
+    let mut child = Command::new("timeout")
+        .args([
+            "120",
+            "dpdk-testpmd",
+            "--no-pci",
+            "--no-huge",
+            "-m",
+            "256",
+            "-l",
+            "0-1",
+        ])
+        .args(["--file-prefix", &prefix, "--vdev", &vdev, "--"])
+        // --no-flush-rx: what the client sends before forwarding starts
+        // stays in the ring for it.
+        .args([
+            "--total-num-mbufs=4096",
+            "--forward-mode=io",
+            "--auto-start",
+            "--no-flush-rx",
+        ])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("dpdk-testpmd starts");
+    let stdout = child.stdout.take().unwrap();
+    let testpmd = Testpmd { child };
+    let (lines_tx, lines) = mpsc::channel();
+    thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let mut seen = Vec::new();
+    loop {
+        match lines.recv_timeout(TIMEOUT) {
+            Ok(line) => {
+                // Printed once the port is started; testpmd then waits for
+                // the link, i.e. for the handshake.
+                let ready = line.contains("Checking link statuses");
+                seen.push(line);
+                if ready {
+                    return (testpmd, seen, lines);
+                }
+            }
+            Err(_) => panic!("testpmd did not come up:\n{}", seen.join("\n")),
+        }
+    }
+}
+
+/// The packet with sequence number `seq`: 60 to 1559 bytes.
+fn packet(seq: u32) -> Vec<u8> {
+    let len = 60 + (seq as usize * 53) % 1500;
+    let mut p: Vec<u8> = (0..len)
+        .map(|i| (i as u32 ^ seq.wrapping_mul(13)) as u8)
+        .collect();
+    p[..4].copy_from_slice(&seq.to_le_bytes());
+    p
+}
+
+/// Skips (or, under CI, fails) when testpmd or its memif driver is missing.
+fn skip() -> bool {
+    match tools_present() {
+        Ok(()) => false,
+        Err(missing) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("{missing}"),
+        Err(missing) => {
+            eprintln!("skipped: {missing}");
+            true
+        }
+    }
+}
+
+/// A fresh directory for the socket file, removed on drop.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir = std::env::temp_dir().join(format!("sluice-memif-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Sends PACKETS packets on `tx` and expects each back on `rx`, in order,
+/// bytes unchanged (testpmd forwards in io mode). On no progress, ends
+/// testpmd and fails with its output.
+fn echo(
+    mut tx: Producer,
+    mut rx: Consumer,
+    testpmd: Testpmd,
+    output: &[String],
+    lines: &mpsc::Receiver<String>,
+) {
+    // Fewer packets in flight than either ring holds, so testpmd never
+    // finds the return ring full and drops.
+    let window = u32::from(tx.ring().size().min(rx.ring().size())) / 2;
+    let (mut sent, mut received) = (0u32, 0u32);
+    let mut rounds = 0u64;
+    while received < PACKETS {
+        rounds += 1;
+        if rounds == 5_000_000 {
+            let rings = format!(
+                "out: head {} tail {}, back: head {} tail {}",
+                tx.ring().head(),
+                tx.ring().tail(),
+                rx.ring().head(),
+                rx.ring().tail()
+            );
+            drop(testpmd);
+            let rest: Vec<String> = lines.try_iter().collect();
+            panic!(
+                "no progress: sent {sent}, received {received}; {rings}\n{}\n{}",
+                output.join("\n"),
+                rest.join("\n")
+            );
+        }
+        let room = (received + window).min(PACKETS).saturating_sub(sent);
+        if room > 0 {
+            let burst: Vec<Vec<u8>> = (sent..sent + room.min(32)).map(packet).collect();
+            let refs: Vec<&[u8]> = burst.iter().map(Vec::as_slice).collect();
+            sent += tx.send_burst(&refs) as u32;
+        }
+        rx.recv_burst(32, |p| {
+            assert_eq!(p, packet(received), "packet {received}");
+            received += 1;
+        });
+        thread::yield_now();
+    }
+    assert_eq!(tx.errors(), Default::default());
+    assert_eq!(rx.errors(), Default::default());
+    drop(testpmd);
+}
+
+#[test]
+fn the_client_connects_to_testpmd_and_gets_its_packets_back() {
+    if skip() {
+        return;
+    }
+    let dir = TempDir::new("testpmd-server");
+    let path = dir.0.join("memif.sock");
+    let (testpmd, output, lines) = start_testpmd(&path, "server");
+
+    let socket = ControlSocket::connect(&path)
+        .unwrap_or_else(|e| panic!("connect: {e}\n{}", output.join("\n")));
+    socket.set_timeout(Some(TIMEOUT)).unwrap();
+    let connected = handshake::connect(&socket, ClientConfig::default())
+        .unwrap_or_else(|e: MemifError| panic!("handshake: {e}\n{}", output.join("\n")));
+    assert!(
+        connected.peer_name.contains("DPDK"),
+        "{}",
+        connected.peer_name
+    );
+    assert_eq!(connected.peer_if_name, "net_memif0");
+    let Connected {
+        mut c2s, mut s2c, ..
+    } = connected;
+    let buffer_size = ClientConfig::default().buffer_size;
+    let tx = Producer::new(c2s.remove(0).ring, Role::Client, buffer_size);
+    let rx = Consumer::new(s2c.remove(0).ring, Role::Client, buffer_size);
+    echo(tx, rx, testpmd, &output, &lines);
+}
+
+#[test]
+fn testpmd_connects_to_the_server_and_gets_its_packets_back() {
+    if skip() {
+        return;
+    }
+    let dir = TempDir::new("testpmd-client");
+    let path = dir.0.join("memif.sock");
+    let listener = ControlListener::bind(&path).unwrap();
+    listener.set_timeout(Some(TIMEOUT)).unwrap();
+    let (testpmd, output, lines) = start_testpmd(&path, "client");
+
+    let socket = listener
+        .accept()
+        .unwrap_or_else(|e| panic!("accept: {e}\n{}", output.join("\n")));
+    socket.set_timeout(Some(TIMEOUT)).unwrap();
+    let connected = handshake::serve(&socket, ServerConfig::default())
+        .unwrap_or_else(|e: MemifError| panic!("handshake: {e}\n{}", output.join("\n")));
+    assert!(
+        connected.peer_name.contains("DPDK"),
+        "{}",
+        connected.peer_name
+    );
+    assert_eq!(connected.peer_if_name, "net_memif0");
+    let Connected {
+        mut c2s, mut s2c, ..
+    } = connected;
+    // The server fills what the client offers, and reads what it sends.
+    let tx = Producer::new(s2c.remove(0).ring, Role::Server, 0);
+    let rx = Consumer::new(c2s.remove(0).ring, Role::Server, 0);
+    echo(tx, rx, testpmd, &output, &lines);
+}
