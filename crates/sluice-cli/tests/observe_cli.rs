@@ -301,6 +301,10 @@ fn metrics_are_served_while_fwd_runs_and_promtool_accepts_them() {
         "sluice_lcore_packets_total{lcore=\"0\"}",
         "sluice_pool_buffers{pool=\"fwd\"}",
         "sluice_pool_census_buffers{pool=\"fwd\",place=\"rx_posted\"}",
+        "# TYPE sluice_tester_latency_seconds histogram",
+        "sluice_tester_latency_seconds_bucket{port=\"0\",le=\"0.001\"}",
+        "sluice_tester_latency_seconds_bucket{port=\"1\",le=\"+Inf\"}",
+        "sluice_tester_latency_seconds_count{port=\"1\"}",
     ] {
         assert!(body.contains(family), "{family} missing: {body}");
     }
