@@ -180,7 +180,8 @@ impl WithDist for Pipeline<'_> {
             .collect::<Result<Vec<_>, _>>()?;
         let port_counters: Vec<_> = self.ports.iter().map(Port::counters).collect();
         let census = CensusWatch::new(census::of_run(self.ports, self.pool, Some(d.held_gauge())));
-        let capture = crate::app::observe::capture::start(self.ports, &args.run.observe)?;
+        let capture =
+            crate::app::observe::capture::start(self.ports, &args.run.observe, &self.drops)?;
         let tap = |p: usize, direction| {
             capture
                 .taps
