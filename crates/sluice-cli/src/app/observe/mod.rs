@@ -91,6 +91,18 @@ impl Watched {
         }
     }
 
+    /// Counts what `count` returns as buffers of `pool` in flight at
+    /// `place` (the distributor's held packets), in the census.
+    pub fn in_flight(
+        mut self,
+        pool: &str,
+        place: &str,
+        count: impl Fn() -> u64 + Send + Sync + 'static,
+    ) -> Watched {
+        self.census = self.census.in_flight(pool, place, count);
+        self
+    }
+
     /// Everything at once (`/sluice/snapshot`).
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
