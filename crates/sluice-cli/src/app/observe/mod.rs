@@ -420,7 +420,6 @@ impl Observer {
     }
 
     /// The telemetry socket's path, when one is served.
-    #[allow(dead_code)]
     pub fn telemetry_path(&self) -> Option<&std::path::Path> {
         self.telemetry.as_ref().map(Telemetry::path)
     }
