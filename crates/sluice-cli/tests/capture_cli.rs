@@ -220,6 +220,16 @@ fn a_capture_of_a_forwarding_port_holds_the_testers_frames() {
         said.contains(&format!("{dropped} copies dropped")),
         "{said}"
     );
+    // The instance counts them too, as port 1's `capture_overflow`: the
+    // only capture of port 1 was that one.
+    let overflow: Vec<(u64, u64)> = summary["drops_by_reason"]
+        .as_array()
+        .expect("drops_by_reason in the summary")
+        .iter()
+        .filter(|d| d["reason"] == "capture_overflow")
+        .map(|d| (d["port"].as_u64().unwrap(), d["packets"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(overflow, [(1, dropped)], "{summary}");
 
     let tshark = Command::new("tshark")
         .arg("-r")

@@ -228,6 +228,58 @@ fn stats_watches_a_running_fwd_and_a_second_instance_cannot_take_its_prefix() {
 }
 
 #[test]
+fn stats_of_a_running_dist_counts_the_distributor_s_buffers_in_flight() {
+    let dir = common::runtime_dir();
+    let prefix = "obs-dist";
+    let mut dist = sluice_in(
+        &dir,
+        &[
+            "dist",
+            "--json",
+            "--duration",
+            "600",
+            "--workers",
+            "2",
+            "--file-prefix",
+            prefix,
+        ],
+    )
+    .spawn()
+    .unwrap();
+    assert!(
+        wait_for(&socket(&dir, prefix), &mut dist),
+        "no telemetry socket"
+    );
+    let stdout = forwarding(&mut dist);
+    let out = sluice_in(
+        &dir,
+        &["stats", "--file-prefix", prefix, "--count", "1", "--json"],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["command"], "dist", "{r}");
+    let pools = r["pools"].as_array().unwrap();
+    assert_eq!(pools.len(), 1, "{r}");
+    // The distributor is a place buffers are counted in (its count is
+    // whatever it holds at that instant).
+    let places: Vec<&str> = pools[0]["in_flight"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f[0].as_str().unwrap())
+        .collect();
+    assert_eq!(places, ["distributor"], "{r}");
+    interrupt_clean(dist, stdout);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
 fn no_telemetry_serves_no_socket() {
     let dir = common::runtime_dir();
     let mut fwd = sluice_in(
@@ -301,6 +353,10 @@ fn metrics_are_served_while_fwd_runs_and_promtool_accepts_them() {
         "sluice_lcore_packets_total{lcore=\"0\"}",
         "sluice_pool_buffers{pool=\"fwd\"}",
         "sluice_pool_census_buffers{pool=\"fwd\",place=\"rx_posted\"}",
+        "# TYPE sluice_tester_latency_seconds histogram",
+        "sluice_tester_latency_seconds_bucket{port=\"0\",le=\"0.001\"}",
+        "sluice_tester_latency_seconds_bucket{port=\"1\",le=\"+Inf\"}",
+        "sluice_tester_latency_seconds_count{port=\"1\"}",
     ] {
         assert!(body.contains(family), "{family} missing: {body}");
     }

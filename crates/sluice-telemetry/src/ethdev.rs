@@ -10,7 +10,11 @@
 //!   generic names first (`rx_good_packets`, …, `rx_q0_packets`, …), then
 //!   the driver's.
 //! - `/ethdev/info,N`: the port's name, driver, state, MTU, MAC address
-//!   and queue counts.
+//!   and queue counts. `state` is what DPDK means by it, the device's slot
+//!   state (`RTE_ETH_DEV_ATTACHED`, 1: the device exists), not whether it
+//!   forwards: every port in the registry exists, so it is always 1. DPDK's
+//!   separate `dev_started` is left out: the registry holds a port's
+//!   counters, not the port, and cannot tell when it stops.
 
 use std::sync::Arc;
 
@@ -111,7 +115,8 @@ fn info(port: &PortEntry) -> Value {
     let mut info = json!({
         "name": port.name,
         "driver_name": port.driver,
-        // DPDK's RTE_ETH_DEV_ATTACHED: the port exists.
+        // DPDK's RTE_ETH_DEV_ATTACHED: the port exists (any registered
+        // port does). Not whether it is started (see the module docs).
         "state": 1,
         "port_id": port.id,
         "mtu": port.mtu,

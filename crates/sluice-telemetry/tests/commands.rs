@@ -115,6 +115,9 @@ fn ethdev_and_mempool_commands_show_the_live_counters() {
     let info = client.command("/ethdev/info,0").unwrap();
     assert_eq!(info["port_id"], json!(0));
     assert_eq!(info["driver_name"], json!("null"));
+    // DPDK's device state: attached. Whether it is started is not claimed.
+    assert_eq!(info["state"], json!(1));
+    assert!(info.get("dev_started").is_none(), "{info}");
     assert_eq!(info["name"], json!(format!("null:size={FRAME}")));
     assert_eq!(
         (info["nb_rx_queues"].clone(), info["nb_tx_queues"].clone()),

@@ -212,6 +212,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     let mut last_latency = Vec::new();
     // The main thread is the one lcore: its counts, live, for watchers.
     let live = LiveLcore::many(1);
+    let drop_sources = DropSources::new(vec![port.counters()]);
     let observer = if args.observe.is_off() {
         None
     } else {
@@ -223,11 +224,11 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
             &[&pool],
             Arc::clone(&live),
             &testers,
-            DropSources::new(vec![port.counters()]),
+            drop_sources.clone(),
         );
         Some(Observer::start(&args.observe, watched)?)
     };
-    let capture = capture::start(std::slice::from_ref(&port), &args.observe)?;
+    let capture = capture::start(std::slice::from_ref(&port), &args.observe, &drop_sources)?;
     let tap = |direction| {
         capture
             .taps
@@ -360,7 +361,7 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         return Err(format!("port {}: {fault}", args.port));
     }
     let stats = port.stats();
-    let drops = DropSources::new(vec![counters]).table();
+    let drops = drop_sources.table();
     drop(port);
     drop(checker);
     let r = tester.report();

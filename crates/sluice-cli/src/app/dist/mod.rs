@@ -34,7 +34,7 @@ use sluice_telemetry::capture::{CaptureTaps, Direction};
 
 use super::io::lcore::LiveLcore;
 use super::lcores::{Control, Extra, StopOnDrop, main_loop, panic_message};
-use super::observe::census::{self, CensusWatch};
+use super::observe::census::{self, CensusWatch, HeldSlot};
 use super::observe::drops::DropSources;
 use super::options::RunOptions;
 use super::output::emit;
@@ -166,6 +166,9 @@ pub(crate) struct Pipeline<'a> {
     /// The run's drop counters (the ports' already in): the pipeline adds
     /// its own.
     pub drops: DropSources,
+    /// Where the watchers' census reads the distributor's held packets:
+    /// set once the distributor is open.
+    pub held: HeldSlot,
 }
 
 impl WithDist for Pipeline<'_> {
@@ -178,9 +181,12 @@ impl WithDist for Pipeline<'_> {
         let handles = (0..nworkers)
             .map(|i| d.worker(i))
             .collect::<Result<Vec<_>, _>>()?;
+        let held = d.held_gauge();
+        self.held.set(Arc::clone(&held));
         let port_counters: Vec<_> = self.ports.iter().map(Port::counters).collect();
-        let census = CensusWatch::new(census::of_run(self.ports, self.pool, Some(d.held_gauge())));
-        let capture = crate::app::observe::capture::start(self.ports, &args.run.observe)?;
+        let census = CensusWatch::new(census::of_run(self.ports, self.pool, Some(held)));
+        let capture =
+            crate::app::observe::capture::start(self.ports, &args.run.observe, &self.drops)?;
         let tap = |p: usize, direction| {
             capture
                 .taps

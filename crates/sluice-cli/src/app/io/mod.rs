@@ -127,7 +127,7 @@ fn forward_window(
     if args.engine == Engine::Recycle {
         check_recycle(ports)?;
     }
-    let capture = super::observe::capture::start(ports, &args.run.observe)?;
+    let capture = super::observe::capture::start(ports, &args.run.observe, &shared.drops)?;
     let n = ports.len();
     let macs: Vec<_> = ports.iter().map(Port::mac).collect();
     let threaded = ports.iter().any(|p| has_threaded_device(p.name()));

@@ -40,7 +40,7 @@ pub(crate) fn route_phase<R: Router>(
     shared: &Shared,
 ) -> Result<Forwarded, String> {
     let nports = ports.len();
-    let capture = super::observe::capture::start(ports, &args.run.observe)?;
+    let capture = super::observe::capture::start(ports, &args.run.observe, &shared.drops)?;
     let macs: Vec<PortMacs> = ports
         .iter()
         .enumerate()

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use sluice::port::Port;
 use sluice_telemetry::capture::{CaptureServer, CaptureTaps, SOCKET_NAME};
 
+use super::drops::DropSources;
 use crate::app::options::ObserveOptions;
 
 /// A command's capture taps and, while it runs, their server.
@@ -39,9 +40,15 @@ pub fn socket_path(file_prefix: &str) -> PathBuf {
     instance_dir(file_prefix).join(SOCKET_NAME)
 }
 
-/// Taps for `ports`, served as `observe` says.
-pub fn start(ports: &[Port], observe: &ObserveOptions) -> Result<Capture, String> {
+/// Taps for `ports`, served as `observe` says; the copies they drop when a
+/// capture falls behind show in `drops` as `capture_overflow` per port.
+pub fn start(
+    ports: &[Port],
+    observe: &ObserveOptions,
+    drops: &DropSources,
+) -> Result<Capture, String> {
     let taps = CaptureTaps::for_ports(ports);
+    drops.add_capture_overflow(&taps);
     let server = if observe.no_telemetry {
         None
     } else {

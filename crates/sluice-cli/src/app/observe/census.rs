@@ -7,7 +7,7 @@
 //! distributor when there is one — in one place, for the stats loop and
 //! the telemetry handlers alike.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use serde::Serialize;
 use sluice::census::{self, Census};
@@ -31,6 +31,24 @@ pub fn of_run(ports: &[Port], pool: &MbufPool, distributor: Option<Arc<Gauge>>) 
         census = census.in_flight(&name, "distributor", move || held.get());
     }
     census
+}
+
+/// The distributor's held-packets gauge for a census made before the
+/// distributor is open (the watchers' census, made when the observer
+/// starts): reads 0 until the distributor sets it, then the gauge.
+#[derive(Clone, Default, Debug)]
+pub struct HeldSlot(Arc<OnceLock<Arc<Gauge>>>);
+
+impl HeldSlot {
+    /// Hands over the open distributor's gauge (the first one stays).
+    pub fn set(&self, held: Arc<Gauge>) {
+        let _ = self.0.set(held);
+    }
+
+    /// Packets the distributor holds now (0 before it is open).
+    pub fn get(&self) -> u64 {
+        self.0.get().map_or(0, |held| held.get())
+    }
 }
 
 impl From<&census::PoolCensus> for PoolCensus {

@@ -18,21 +18,29 @@
 //!
 //! The application adds its own rows ([`DropSources::add`]): `tx_full` per
 //! Tx port (a Tx queue did not take them), l3fwd's router drops
-//! (`no_route`, `ttl_expired`, ...), `txonly`'s `alloc_failures`. Rows at
+//! (`no_route`, `ttl_expired`, ...), `txonly`'s `alloc_failures`, and
+//! `capture_overflow` per port ([`DropSources::add_capture_overflow`]:
+//! copies a live capture could not take because it fell behind). Rows at
 //! zero are left out.
 //!
 //! No packet is counted under two reasons, so the rows add up to every
 //! packet dropped — but for three rows that count events rather than
 //! packets: `rx_mbuf_allocation_errors` (failed refills),
 //! `alloc_failures` (bursts not generated) and `device_wqe_errors` (work
-//! requests the device rejected).
+//! requests the device rejected). `capture_overflow` counts copies, not
+//! packets: the packets themselves went on, so [`total`] leaves it out.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use sluice::port::PortCounters;
+use sluice_telemetry::capture::CaptureTaps;
 
 use super::snapshot::DropCount;
 use crate::app::io::lcore::StreamCounters;
+
+/// The reason of the copies a live capture dropped: a copy, not a packet
+/// (the packet went on), so no packet total counts it.
+pub const CAPTURE_OVERFLOW: &str = "capture_overflow";
 
 /// Reads one application drop counter (a sum of single-writer counters).
 type ReadDrops = Box<dyn Fn() -> u64 + Send + Sync>;
@@ -110,6 +118,22 @@ impl DropSources {
         self.add("alloc_failures", None, move || {
             streams.iter().map(|s| s.alloc_failures.get()).sum()
         });
+    }
+
+    /// Adds `capture_overflow` on each port of `taps`: the copies its taps
+    /// (every queue, both directions) dropped because the capture reading
+    /// them fell behind.
+    pub fn add_capture_overflow(&self, taps: &Arc<CaptureTaps>) {
+        for p in 0..taps.nb_ports() {
+            let taps = Arc::clone(taps);
+            self.add(CAPTURE_OVERFLOW, Some(port_id(p)), move || {
+                taps.overflow()
+                    .iter()
+                    .filter(|&&(port, ..)| port == p)
+                    .map(|&(.., copies)| copies)
+                    .sum()
+            });
+        }
     }
 
     /// The table now: the ports' rows by port, then the application's, the
@@ -210,9 +234,14 @@ fn push(out: &mut Vec<DropCount>, reason: &str, port: Option<u16>, packets: u64)
     }
 }
 
-/// Packets dropped in all, every row of `table`.
+/// Packets dropped in all: every row of `table` but `capture_overflow`
+/// (copies dropped, not packets).
 pub fn total(table: &[DropCount]) -> u64 {
-    table.iter().map(|d| d.packets).sum()
+    table
+        .iter()
+        .filter(|d| d.reason != CAPTURE_OVERFLOW)
+        .map(|d| d.packets)
+        .sum()
 }
 
 #[cfg(test)]
@@ -310,5 +339,47 @@ mod tests {
         sources.add("no_route", None, || 4);
         let table = std::thread::spawn(move || reader.table()).join().unwrap();
         assert_eq!(table, vec![row("no_route", None, 4)]);
+    }
+
+    #[test]
+    fn capture_overflow_is_a_row_per_port_but_not_a_packet_lost() {
+        use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+        use sluice_telemetry::capture::Direction;
+
+        let pool = MbufPool::new(MbufPoolConfig {
+            size: 63,
+            cache_size: 0,
+            ..Default::default()
+        })
+        .unwrap();
+        let ports: Vec<_> = (0..2)
+            .map(|_| Arc::new(PortCounters::new(1, 1, false)))
+            .collect();
+        ports[0].rx[0].missed.add(3);
+        let taps = CaptureTaps::new(&[(1, 1, 1518), (2, 1, 1518)]);
+        let sources = DropSources::new(ports);
+        sources.add_capture_overflow(&taps);
+        assert_eq!(sources.table(), vec![row("rx_missed_errors", Some(0), 3)]);
+        let mut b: Burst<64> = Burst::new();
+        pool.alloc_bulk(&mut b, 5).unwrap();
+        // Port 1: two slots on its second Rx queue and on its Tx queue,
+        // five packets through each: 3 + 3 copies dropped.
+        for (queue, direction) in [(1, Direction::Rx), (0, Direction::Tx)] {
+            let tap = taps.tap(1, queue, direction).unwrap();
+            tap.start(2, 64);
+            tap.mirror(b.as_slice(), 1);
+            tap.stop();
+        }
+        let table = sources.table();
+        assert_eq!(
+            table,
+            vec![
+                row("rx_missed_errors", Some(0), 3),
+                row(CAPTURE_OVERFLOW, Some(1), 6),
+            ]
+        );
+        assert_eq!(total(&table), 3);
+        drop(b);
+        assert!(pool.is_full());
     }
 }

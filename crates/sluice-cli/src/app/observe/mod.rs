@@ -91,6 +91,18 @@ impl Watched {
         }
     }
 
+    /// Counts what `count` returns as buffers of `pool` in flight at
+    /// `place` (the distributor's held packets), in the census.
+    pub fn in_flight(
+        mut self,
+        pool: &str,
+        place: &str,
+        count: impl Fn() -> u64 + Send + Sync + 'static,
+    ) -> Watched {
+        self.census = self.census.in_flight(pool, place, count);
+        self
+    }
+
     /// Everything at once (`/sluice/snapshot`).
     pub fn snapshot(&self) -> Snapshot {
         Snapshot {
@@ -303,6 +315,21 @@ impl Watched {
                 );
             }
         }
+        let testers: Vec<Arc<Tester>> = self.testers.iter().map(|(_, t)| Arc::clone(t)).collect();
+        for l in super::latency::all_ports(&testers) {
+            let port = l.port.to_string();
+            let h = &l.histogram;
+            w.histogram(
+                "sluice_tester_latency_seconds",
+                "One-way latency of the tester's frames by the port that sent them. Bucket \
+                 counts are exact to the recording histogram's precision (3 significant \
+                 digits); the sum is approximated as the mean times the count.",
+                &[("port", port.as_str())],
+                &latency_buckets(h),
+                h.mean() * h.len() as f64 / 1e9,
+                h.len(),
+            );
+        }
         w.gauge(
             "sluice_tsc_hz",
             "TSC ticks per second (lcore cycles are TSC ticks).",
@@ -311,6 +338,41 @@ impl Watched {
         );
         w.render()
     }
+}
+
+/// Upper bounds of the latency histogram's buckets in nanoseconds: 1 us to
+/// 1 s on a 1-2-5 scale.
+const LATENCY_BOUNDS_NS: [u64; 19] = [
+    1_000,
+    2_000,
+    5_000,
+    10_000,
+    20_000,
+    50_000,
+    100_000,
+    200_000,
+    500_000,
+    1_000_000,
+    2_000_000,
+    5_000_000,
+    10_000_000,
+    20_000_000,
+    50_000_000,
+    100_000_000,
+    200_000_000,
+    500_000_000,
+    1_000_000_000,
+];
+
+/// The cumulative Prometheus buckets of a latency histogram recorded in
+/// nanoseconds: `(bound in seconds, values at or below it)`, each count to
+/// the histogram's precision (a value in the same recording bucket as a
+/// bound counts as at or below it).
+fn latency_buckets(h: &hdrhistogram::Histogram<u64>) -> Vec<(f64, u64)> {
+    LATENCY_BOUNDS_NS
+        .iter()
+        .map(|&ns| (ns as f64 / 1e9, h.count_between(0, ns).min(h.len())))
+        .collect()
 }
 
 /// `a / b`, or `None` when `b` is 0.
@@ -358,7 +420,6 @@ impl Observer {
     }
 
     /// The telemetry socket's path, when one is served.
-    #[allow(dead_code)]
     pub fn telemetry_path(&self) -> Option<&std::path::Path> {
         self.telemetry.as_ref().map(Telemetry::path)
     }
@@ -410,4 +471,48 @@ fn commands(watched: &Arc<Watched>) -> Commands {
 /// `value` as JSON (these types always serialize).
 fn to_value<T: serde::Serialize>(value: &T) -> Value {
     serde_json::to_value(value).unwrap_or(Value::Null)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_buckets_are_cumulative_counts_at_or_below_each_bound() {
+        use sluice::tester::latency::{LATENCY_MAX_NS, LATENCY_SIGFIG};
+
+        // Bounded as the testers' histograms are.
+        let mut h =
+            hdrhistogram::Histogram::<u64>::new_with_bounds(1, LATENCY_MAX_NS, LATENCY_SIGFIG)
+                .unwrap();
+        for ns in [1_500, 1_500, 1_500, 30_000, 2_000_000_000] {
+            h.record(ns).unwrap();
+        }
+        let buckets = latency_buckets(&h);
+        assert_eq!(buckets.len(), LATENCY_BOUNDS_NS.len());
+        assert_eq!(buckets[0], (1e-6, 0));
+        assert_eq!(buckets[1], (2e-6, 3));
+        assert_eq!(buckets[4], (20e-6, 3));
+        assert_eq!(buckets[5], (50e-6, 4));
+        // The 2 s frame is above every bound: only in +Inf (the count).
+        assert_eq!(buckets.last(), Some(&(1.0, 4)));
+        let mut w = MetricsWriter::new();
+        w.histogram(
+            "sluice_tester_latency_seconds",
+            "Latency.",
+            &[("port", "0")],
+            &buckets,
+            h.mean() * h.len() as f64 / 1e9,
+            h.len(),
+        );
+        let text = w.render();
+        assert!(
+            text.contains("sluice_tester_latency_seconds_bucket{port=\"0\",le=\"+Inf\"} 5"),
+            "{text}"
+        );
+        assert!(
+            text.contains("sluice_tester_latency_seconds_count{port=\"0\"} 5"),
+            "{text}"
+        );
+    }
 }

@@ -308,7 +308,6 @@ fn measure<'p, A: Copy>(
 }
 
 /// The rows of one table's lookup cases.
-#[allow(clippy::too_many_arguments)]
 fn lookup_rows<A>(
     set: &'static str,
     routes: usize,

@@ -24,7 +24,7 @@ use crate::app::dist::summary::{
 use crate::app::dist::{Pipeline, Placement, Settings, open_ports};
 use crate::app::io::lcore::LiveLcore;
 use crate::app::lcores::pin_main_thread;
-use crate::app::observe::census::{self, CensusReport};
+use crate::app::observe::census::{self, CensusReport, HeldSlot};
 use crate::app::observe::drops::DropSources;
 use crate::app::observe::{Observer, Watched};
 use crate::app::options::{PortSpecs, QueueOptions, RunOptions};
@@ -158,6 +158,8 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
     };
     let live = LiveLcore::many(1);
     let drops = DropSources::new(ports.iter().map(sluice::port::Port::counters).collect());
+    // The distributor's held packets, for the watchers' census.
+    let held = HeldSlot::default();
     let observe = &args.run.observe;
     let observer = if observe.is_off() {
         None
@@ -170,7 +172,11 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
             Arc::clone(&live),
             &testers,
             drops.clone(),
-        );
+        )
+        .in_flight(pool.mempool().name(), "distributor", {
+            let held = held.clone();
+            move || held.get()
+        });
         Some(Observer::start(observe, watched)?)
     };
     let ran = args.api.open(
@@ -184,6 +190,7 @@ pub fn run(args: &DistArgs) -> Result<DistSummary, String> {
             testers: &testers,
             live: &live[0],
             drops,
+            held,
         },
     )??;
     // Nothing reads the ports once they stop.
