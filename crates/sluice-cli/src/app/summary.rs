@@ -14,7 +14,7 @@ use sluice::tester::Tester;
 use super::io::lcore::LcoreCycles;
 use super::latency;
 use super::observe::census::CensusReport;
-use super::observe::drops::total;
+use super::observe::drops::{CAPTURE_OVERFLOW, total};
 use super::observe::snapshot::{DropCount, LatencySummary};
 use super::output::{emit, emit_json};
 
@@ -537,13 +537,22 @@ pub fn print_drops_by_reason(table: &[DropCount]) {
     if table.is_empty() {
         return;
     }
-    emit(&format!("drops by reason ({} in all):", total(table)));
+    emit(&format!(
+        "drops by reason ({} packets in all):",
+        total(table)
+    ));
     for d in table {
         let place = match d.port {
             Some(p) => format!("port {p}"),
             None => "application".to_owned(),
         };
-        emit(&format!("  {place}: {} {}", d.reason, d.packets));
+        // A capture that fell behind dropped copies; the packets went on.
+        let what = if d.reason == CAPTURE_OVERFLOW {
+            " copies (not packets)"
+        } else {
+            ""
+        };
+        emit(&format!("  {place}: {} {}{what}", d.reason, d.packets));
     }
 }
 
