@@ -350,11 +350,16 @@ impl Worker {
                     continue;
                 }
             };
-            self.install(connected);
+            let installed = self.install(connected);
             self.ups.fetch_add(1, Ordering::Relaxed);
-            let end = self.watch(&socket);
+            let end = if installed {
+                self.watch(&socket)
+            } else {
+                let _ = socket.send(&Message::disconnect("interface not ready"), None);
+                End::Stop
+            };
             self.downs.fetch_add(1, Ordering::Relaxed);
-            if self.teardown().is_err() {
+            if !installed || self.teardown().is_err() {
                 self.counters.set_fault(
                     "memif: a queue did not leave its ring; the link stays down".to_string(),
                 );
@@ -423,23 +428,25 @@ impl Worker {
         }
     }
 
-    /// Hands ring `i` of each direction to queue `i`.
-    fn install(&self, connected: Connected) {
+    /// Hands ring `i` of each direction to queue `i`; false if a queue
+    /// still held its slot (the rings are then unmapped unused).
+    fn install(&self, connected: Connected) -> bool {
         let role = connected.role;
         let buffer_size = self.settings.buffer_size;
         let (consume, produce) = match role {
             Role::Client => (connected.s2c, connected.c2s),
             Role::Server => (connected.c2s, connected.s2c),
         };
+        let mut installed = true;
         for (slot, ring) in self.link.rx.iter().zip(consume) {
-            slot.install(RxRing::new(Consumer::new(ring.ring, role, buffer_size)));
+            let ring = RxRing::new(Consumer::new(ring.ring, role, buffer_size));
+            installed &= slot.install(ring).is_ok();
         }
         for (slot, ring) in self.link.tx.iter().zip(produce) {
-            slot.install(TxRing::new(
-                Producer::new(ring.ring, role, buffer_size),
-                ring.interrupt,
-            ));
+            let producer = Producer::new(ring.ring, role, buffer_size);
+            installed &= slot.install(TxRing::new(producer, ring.interrupt)).is_ok();
         }
+        installed
     }
 
     /// Waits until the peer goes or the port stops.

@@ -20,6 +20,9 @@ use crate::memif::RING_FLAG_MASK_INT;
 use crate::memif::ring::{Consumer, Producer, RingErrors};
 use crate::port::{PortCounters, PortError, RxQueue, TxQueue};
 
+/// Packets a Tx queue hands the producer at once.
+const TX_CHUNK: usize = 64;
+
 /// How long the control thread waits for a queue to leave a ring.
 const LEAVE_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -89,15 +92,19 @@ impl<T> Slot<T> {
         Some(f(ring))
     }
 
-    /// Installs `ring` (control thread). The slot must be empty, as after
+    /// Installs `ring` (control thread), replacing what the slot held.
+    /// Gives `ring` back if a queue still holds the slot after the bound of
     /// [`take`](Self::take).
-    pub(super) fn install(&self, ring: T) {
-        debug_assert!(!self.ready.load(Ordering::Relaxed));
-        // SAFETY: `ready` is clear, so no queue reaches the ring, and a
-        // queue that claimed `busy` meanwhile checks `ready` before it
-        // touches the cell; only the control thread installs and takes.
+    pub(super) fn install(&self, ring: T) -> Result<(), T> {
+        if self.take().is_err() {
+            return Err(ring);
+        }
+        // SAFETY: `take` cleared `ready` and saw `busy` clear after that,
+        // so no queue is in the cell and none enters it until `ready` is
+        // set again; only the control thread installs and takes.
         unsafe { *self.ring.get() = Some(ring) };
         self.ready.store(true, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Takes the ring away (control thread): clears `ready`, waits until no
@@ -313,42 +320,53 @@ impl TxQueue for MemifTx {
             stats.record_burst(0, 0);
             return n;
         }
-        let packets = burst.as_slice();
-        let chained = packets.iter().filter(|m| m.nb_segs() > 1).count();
-        if self.scratch.len() < chained {
-            self.scratch.resize_with(chained, Vec::new);
-        }
-        let mut gathered = self.scratch.iter_mut();
-        let mut views: Vec<&[u8]> = Vec::with_capacity(packets.len());
-        for m in packets {
-            if m.nb_segs() > 1 {
-                // At most `chained` of these: the iterator has one each.
-                if let Some(buf) = gathered.next() {
-                    buf.clear();
-                    m.segments().for_each(|s| buf.extend_from_slice(s));
-                    views.push(buf);
+        let (mut taken, mut dropped, mut bytes) = (0usize, 0u64, 0u64);
+        // In chunks of TX_CHUNK: the packets' bytes as slices on the stack.
+        while taken < burst.len() {
+            let packets = &burst.as_slice()[taken..];
+            let packets = &packets[..packets.len().min(TX_CHUNK)];
+            let chained = packets.iter().filter(|m| m.nb_segs() > 1).count();
+            if self.scratch.len() < chained {
+                self.scratch.resize_with(chained, Vec::new);
+            }
+            let mut gathered = self.scratch.iter_mut();
+            let mut views: [&[u8]; TX_CHUNK] = [&[]; TX_CHUNK];
+            for (view, m) in views.iter_mut().zip(packets) {
+                if m.nb_segs() > 1 {
+                    // One scratch buffer per chained packet of the chunk.
+                    if let Some(buf) = gathered.next() {
+                        buf.clear();
+                        m.segments().for_each(|s| buf.extend_from_slice(s));
+                        *view = buf;
+                    }
+                } else {
+                    *view = m.data();
                 }
-            } else {
-                views.push(m.data());
+            }
+            let views = &views[..packets.len()];
+            let errors = &self.errors;
+            let (n, lost) = slot
+                .with(|ring| {
+                    let n = ring.producer.send_burst(views);
+                    let lost = errors.publish(&mut ring.published, ring.producer.errors());
+                    if n != 0 && ring.producer.ring().flags() & RING_FLAG_MASK_INT == 0 {
+                        kick(&ring.interrupt);
+                    }
+                    (n, lost)
+                })
+                .unwrap_or((0, 0));
+            bytes += views[..n].iter().map(|v| v.len() as u64).sum::<u64>();
+            taken += n;
+            dropped += lost;
+            if n < packets.len() {
+                break;
             }
         }
-        let errors = &self.errors;
-        let sent = slot.with(|ring| {
-            let taken = ring.producer.send_burst(&views);
-            let dropped = errors.publish(&mut ring.published, ring.producer.errors());
-            if taken != 0 && ring.producer.ring().flags() & RING_FLAG_MASK_INT == 0 {
-                kick(&ring.interrupt);
-            }
-            (taken, dropped)
-        });
-        let (taken, dropped) = sent.unwrap_or((0, 0));
-        let bytes: u64 = views[..taken].iter().map(|v| v.len() as u64).sum();
-        drop(views);
         drop(burst.drain_front(taken));
         if dropped != 0 {
             stats.errors.add(dropped);
         }
-        stats.record_burst(taken - dropped as usize, bytes);
+        stats.record_burst(taken.saturating_sub(dropped as usize), bytes);
         taken
     }
 
