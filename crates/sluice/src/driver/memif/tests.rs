@@ -287,3 +287,82 @@ fn a_peer_writing_bad_descriptors_is_counted_not_followed() {
     }
     assert!(pool.is_full());
 }
+
+/// Whether eventfd `fd` was signalled; reading resets it.
+fn signalled(fd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut value = 0u64;
+    // SAFETY: `value` is 8 writable bytes; the eventfd is non-blocking.
+    let n = unsafe { libc::read(fd.as_raw_fd(), (&raw mut value).cast(), 8) };
+    n == 8 && value != 0
+}
+
+#[test]
+fn tx_signals_the_peer_only_when_its_ring_asks_for_interrupts() {
+    let dir = TempDir::new("interrupts");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    {
+        let mut server = open(&format!("memif:socket={sock}"), &pool);
+        let socket = ControlSocket::connect(PathBuf::from(&sock).as_path()).unwrap();
+        socket.set_timeout(Some(Duration::from_secs(5))).unwrap();
+        let connected = handshake::connect(&socket, ClientConfig::default()).unwrap();
+        wait_links(&server, 1);
+        let back = &connected.s2c[0];
+        // The client offers every buffer of its ring for the server to fill.
+        back.ring.set_head(back.ring.size());
+        let send = |server: &mut Port| {
+            let mut out: Burst = Burst::new();
+            out.push(pool.alloc_from_slice(&frame(1)).unwrap()).unwrap();
+            assert_eq!(server.tx_queue(0).unwrap().tx_burst(&mut out), 1);
+        };
+
+        // The client polls (its handshake masks the interrupt): no signal.
+        assert_ne!(back.ring.flags() & crate::memif::RING_FLAG_MASK_INT, 0);
+        send(&mut server);
+        assert!(!signalled(&back.interrupt));
+
+        // It asks for interrupts: each burst that produced signals once.
+        back.ring.set_flags(0);
+        send(&mut server);
+        assert!(signalled(&back.interrupt));
+        assert!(!signalled(&back.interrupt));
+        drop(socket);
+        wait_downs(&server, 1);
+        drop(connected);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn queue_i_uses_ring_i() {
+    let dir = TempDir::new("queues");
+    let pool = test_pool(2047);
+    let sock = dir.socket();
+    let open2 = |spec: &str| {
+        let config = PortConfig::new(Some(pool.clone())).queues(2, 2);
+        let mut port = driver::open(spec, config).unwrap();
+        port.start().unwrap();
+        port
+    };
+    {
+        let server = open2(&format!("memif:socket={sock}"));
+        let client = open2(&format!("memif:socket={sock},role=client,rings=2"));
+        wait_links(&server, 1);
+        wait_links(&client, 1);
+        let (mut server, mut client) = (server, client);
+        for q in 0..2 {
+            let mut out: Burst = Burst::new();
+            out.push(pool.alloc_from_slice(&frame(q as u32)).unwrap())
+                .unwrap();
+            assert_eq!(client.tx_queue(q).unwrap().tx_burst(&mut out), 1);
+        }
+        for q in 0..2 {
+            let mut got: Burst = Burst::new();
+            assert_eq!(server.rx_queue(q).unwrap().rx_burst(&mut got), 1);
+            assert_eq!(got.as_slice()[0].data(), &frame(q as u32)[..]);
+        }
+        assert_eq!(server.stats().rx_queues[1].packets, 1);
+    }
+    assert!(pool.is_full());
+}
