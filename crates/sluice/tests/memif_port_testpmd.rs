@@ -81,7 +81,11 @@ impl Testpmd {
             .args(["-l", "0-1", "--file-prefix", &prefix, "--vdev", &vdev, "--"])
             // --no-flush-rx: frames sent before forwarding starts stay in
             // the ring for it.
-            .args(["--total-num-mbufs=4096", "--forward-mode=io"])
+            .args([
+                "--total-num-mbufs=4096",
+                "--forward-mode=io",
+                "--port-topology=loop",
+            ])
             .args(["--auto-start", "--no-flush-rx"])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -36,22 +36,28 @@
 //! port itself polls and asks for none.
 //!
 //! # Counters
-//! Queue statistics as every port's; xstats `rx_bad_descriptors`,
-//! `rx_chains_too_long`, `rx_incomplete_chains`, `rx_bad_ring_index` (and
-//! the same for `tx_`): what a peer wrote wrong in a ring, each packet
-//! dropped and counted in the queue's errors; `tx_not_ready_drops`:
+//! Queue statistics as every port's; xstats `rx_bad_descriptor_errors`,
+//! `rx_chain_too_long_errors`, `rx_incomplete_chain_errors` (and the same
+//! for `tx_`): packets a peer described wrongly in a ring, each dropped and
+//! counted in the queue's errors; `rx_bad_ring_index`, `tx_bad_ring_index`:
+//! times the peer's head and tail were further apart than the ring (nothing
+//! moved); `tx_not_ready_errors`:
 //! packets sent while no peer was connected, dropped; `link_ups` and
-//! `link_downs`: connections made and lost.
+//! `link_downs`: connections made and lost; `link_refusals`: handshakes
+//! that failed (a wrong id or secret, a peer that went mid-way, a message
+//! out of order), each answered with DISCONNECT when the peer is still
+//! there.
 
 mod queue;
 
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::counter::Counter;
 use crate::memif::handshake::{self, ClientConfig, Connected, ServerConfig};
 use crate::memif::message::Message;
 use crate::memif::ring::{Consumer, Producer};
@@ -103,8 +109,8 @@ pub struct MemifDriver {
     rings: u16,
     link: Option<Arc<Link>>,
     counters: Option<Arc<PortCounters>>,
-    /// Connections made and lost (`link_ups`, `link_downs`).
-    link_counts: Option<(Arc<AtomicU64>, Arc<AtomicU64>)>,
+    /// What the control thread counts.
+    link_counts: Option<LinkCounts>,
     control: Option<Control>,
 }
 
@@ -246,24 +252,20 @@ impl PortDriver for MemifDriver {
                 link: Arc::clone(&link),
                 scratch: Vec::new(),
                 errors: ErrorCounters::register(counters, "tx"),
-                not_ready: counters.xstats.register("tx_not_ready_drops"),
+                not_ready: counters.xstats.register("tx_not_ready_errors"),
                 counters: Arc::clone(counters),
                 q,
                 started: false,
             }));
         }
-        let ups = Arc::new(AtomicU64::new(0));
-        let downs = Arc::new(AtomicU64::new(0));
         self.link = Some(link);
         self.counters = Some(Arc::clone(counters));
-        let (u, d) = (Arc::clone(&ups), Arc::clone(&downs));
-        counters
-            .xstats
-            .register_source("link_ups", move || u.load(Ordering::Relaxed));
-        counters
-            .xstats
-            .register_source("link_downs", move || d.load(Ordering::Relaxed));
-        self.link_counts = Some((ups, downs));
+        // The control thread is their single writer.
+        self.link_counts = Some(LinkCounts {
+            ups: counters.xstats.register("link_ups"),
+            downs: counters.xstats.register("link_downs"),
+            refusals: counters.xstats.register("link_refusals"),
+        });
         Ok(Queues { rx, tx })
     }
 
@@ -283,8 +285,7 @@ impl PortDriver for MemifDriver {
             rings: self.rings,
             link: Arc::clone(link),
             counters: Arc::clone(counters),
-            ups: Arc::clone(&counts.0),
-            downs: Arc::clone(&counts.1),
+            counts: counts.clone(),
             stop: Arc::clone(&stop),
         };
         let thread = std::thread::Builder::new()
@@ -310,14 +311,21 @@ impl Drop for MemifDriver {
     }
 }
 
+/// Connections made, lost and refused, counted by the control thread.
+#[derive(Clone)]
+struct LinkCounts {
+    ups: Arc<Counter>,
+    downs: Arc<Counter>,
+    refusals: Arc<Counter>,
+}
+
 /// What the control thread works with.
 struct Worker {
     settings: Settings,
     rings: u16,
     link: Arc<Link>,
     counters: Arc<PortCounters>,
-    ups: Arc<AtomicU64>,
-    downs: Arc<AtomicU64>,
+    counts: LinkCounts,
     stop: Arc<AtomicBool>,
 }
 
@@ -344,6 +352,7 @@ impl Worker {
                 Ok(c) => c,
                 Err(_) => {
                     // Refused or gone mid-handshake: the next attempt.
+                    self.counts.refusals.inc();
                     if listener.is_none() {
                         self.pause();
                     }
@@ -351,15 +360,16 @@ impl Worker {
                 }
             };
             let installed = self.install(connected);
-            self.ups.fetch_add(1, Ordering::Relaxed);
+            self.counts.ups.inc();
             let end = if installed {
                 self.watch(&socket)
             } else {
                 let _ = socket.send(&Message::disconnect("interface not ready"), None);
                 End::Stop
             };
-            self.downs.fetch_add(1, Ordering::Relaxed);
-            if !installed || self.teardown().is_err() {
+            self.counts.downs.inc();
+            let torn_down = self.teardown();
+            if !installed || torn_down.is_err() {
                 self.counters.set_fault(
                     "memif: a queue did not leave its ring; the link stays down".to_string(),
                 );

@@ -142,9 +142,9 @@ impl ErrorCounters {
     pub(super) fn register(counters: &PortCounters, dir: &str) -> ErrorCounters {
         let x = &counters.xstats;
         ErrorCounters {
-            bad_descriptors: x.register(&format!("{dir}_bad_descriptors")),
-            too_long: x.register(&format!("{dir}_chains_too_long")),
-            incomplete_chains: x.register(&format!("{dir}_incomplete_chains")),
+            bad_descriptors: x.register(&format!("{dir}_bad_descriptor_errors")),
+            too_long: x.register(&format!("{dir}_chain_too_long_errors")),
+            incomplete_chains: x.register(&format!("{dir}_incomplete_chain_errors")),
             bad_index: x.register(&format!("{dir}_bad_ring_index")),
         }
     }
@@ -288,7 +288,7 @@ pub(super) struct MemifTx {
     /// Gathers a chained mbuf into one slice for the producer.
     pub(super) scratch: Vec<Vec<u8>>,
     pub(super) errors: ErrorCounters,
-    /// Packets dropped because the link was down: `tx_not_ready_drops`.
+    /// Packets dropped because the link was down: `tx_not_ready_errors`.
     pub(super) not_ready: Arc<Counter>,
     pub(super) counters: Arc<PortCounters>,
     pub(super) q: usize,

@@ -194,7 +194,7 @@ fn peers_reconnect_after_a_disconnect() {
         let mut out: Burst = Burst::new();
         out.push(pool.alloc_from_slice(&frame(0)).unwrap()).unwrap();
         assert_eq!(server.tx_queue(0).unwrap().tx_burst(&mut out), 1);
-        assert_eq!(xstat(&server, "tx_not_ready_drops"), 1);
+        assert_eq!(xstat(&server, "tx_not_ready_errors"), 1);
 
         // It comes back; so does the link.
         client.start().unwrap();
@@ -274,7 +274,7 @@ fn a_peer_writing_bad_descriptors_is_counted_not_followed() {
         ring.set_head(head.wrapping_add(bad.len() as u16));
         let mut got: Burst = Burst::new();
         assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 0);
-        assert_eq!(xstat(&server, "rx_bad_descriptors"), 2);
+        assert_eq!(xstat(&server, "rx_bad_descriptor_errors"), 2);
         assert_eq!(server.stats().rx_errors, 2);
 
         // A head far past the tail: nothing moves.
@@ -363,6 +363,32 @@ fn queue_i_uses_ring_i() {
             assert_eq!(got.as_slice()[0].data(), &frame(q as u32)[..]);
         }
         assert_eq!(server.stats().rx_queues[1].packets, 1);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_wrong_id_or_secret_is_refused_and_counted() {
+    let dir = TempDir::new("refused");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    {
+        let server = open(&format!("memif:socket={sock},id=1,secret=right"), &pool);
+        for spec in [
+            format!("memif:socket={sock},role=client,id=2,secret=right"),
+            format!("memif:socket={sock},role=client,id=1,secret=wrong"),
+        ] {
+            let before = xstat(&server, "link_refusals");
+            let client = open(&spec, &pool);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while xstat(&client, "link_refusals") == 0 || xstat(&server, "link_refusals") == before
+            {
+                assert!(Instant::now() < deadline, "{spec}: no refusal counted");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            drop(client);
+        }
+        assert_eq!(xstat(&server, "link_ups"), 0);
     }
     assert!(pool.is_full());
 }
