@@ -28,7 +28,9 @@
 //! Queue `i` uses ring `i` of each direction: the client sends on the
 //! client-to-server ring and receives on the server-to-client one, the
 //! server the reverse. Rx copies each packet (a chain of at most 32
-//! descriptors, at most 64 KiB) into mbufs from the port's pool; Tx copies
+//! descriptors, at most 64 KiB) into mbufs from the port's pool, taken
+//! before the packet leaves the ring (with the pool empty, packets wait in
+//! the ring and `rx_nombuf` counts); Tx copies
 //! each mbuf into the ring's buffers and frees it, and takes fewer than
 //! offered when the ring is full. Each burst checks once, with one atomic
 //! load, whether the link is up. After producing, Tx signals the ring's
@@ -239,6 +241,7 @@ impl PortDriver for MemifDriver {
             rx.push(Box::new(MemifRx {
                 link: Arc::clone(&link),
                 pool: config.needed_rx_pool(q).clone(),
+                spare: Vec::new(),
                 port_id: config.port_id,
                 errors: ErrorCounters::register(counters, "rx"),
                 counters: Arc::clone(counters),

@@ -207,15 +207,13 @@ pub(super) struct Link {
     pub(super) tx: Box<[Slot<TxRing>]>,
 }
 
-/// Copies `data` into a new mbuf (a chain if it does not fit one).
-fn copy_in(pool: &MbufPool, port_id: u16, data: &[u8]) -> Option<Mbuf> {
-    let mut head = pool.alloc()?;
+/// Copies `data` into `head`, a fresh mbuf, chaining more from `pool`
+/// when it does not fit; `None` (the buffers freed) if the pool runs dry.
+fn copy_in(pool: &MbufPool, mut head: Mbuf, port_id: u16, data: &[u8]) -> Option<Mbuf> {
     let _ = head.set_port(port_id);
-    let mut rest = data;
-    let room = head.tailroom() as usize;
-    let k = rest.len().min(room);
-    head.append(k).ok()?.copy_from_slice(&rest[..k]);
-    rest = &rest[k..];
+    let k = data.len().min(head.tailroom() as usize);
+    head.append(k).ok()?.copy_from_slice(&data[..k]);
+    let mut rest = &data[k..];
     while !rest.is_empty() {
         let mut seg = pool.alloc()?;
         let k = rest.len().min(seg.tailroom() as usize);
@@ -233,6 +231,10 @@ fn copy_in(pool: &MbufPool, port_id: u16, data: &[u8]) -> Option<Mbuf> {
 pub(super) struct MemifRx {
     pub(super) link: Arc<Link>,
     pub(super) pool: MbufPool,
+    /// Buffers taken from the pool for the next packets, so a packet leaves
+    /// the ring only when there is a buffer for it (the census counts them
+    /// as posted).
+    pub(super) spare: Vec<Mbuf>,
     pub(super) port_id: u16,
     pub(super) errors: ErrorCounters,
     pub(super) counters: Arc<PortCounters>,
@@ -245,11 +247,26 @@ impl RxQueue for MemifRx {
         let stats = &self.counters.rx[self.q];
         let free = burst.free();
         let (mut n, mut bytes, mut nombuf) = (0usize, 0u64, 0u64);
-        if self.started && free != 0 {
-            let (pool, port_id, errors) = (&self.pool, self.port_id, &self.errors);
-            let dropped = self.link.rx[self.q].with(|ring| {
-                ring.consumer.recv_burst(free, |data| {
-                    match copy_in(pool, port_id, data) {
+        let slot = &self.link.rx[self.q];
+        if self.started && free != 0 && slot.is_ready() {
+            while self.spare.len() < free {
+                match self.pool.alloc() {
+                    Some(m) => self.spare.push(m),
+                    None => {
+                        // The packets wait in the ring for buffers.
+                        stats.nombuf.inc();
+                        break;
+                    }
+                }
+            }
+            let max = free.min(self.spare.len());
+            let (pool, spare, port_id) = (&self.pool, &mut self.spare, self.port_id);
+            let errors = &self.errors;
+            let dropped = slot.with(|ring| {
+                ring.consumer.recv_burst(max, |data| {
+                    // One spare per delivered packet: at most `max`.
+                    let Some(head) = spare.pop() else { return };
+                    match copy_in(pool, head, port_id, data) {
                         Some(m) => {
                             bytes += data.len() as u64;
                             n += 1;
@@ -266,9 +283,13 @@ impl RxQueue for MemifRx {
             }
         }
         if nombuf != 0 {
+            // Packets longer than one buffer whose chain found the pool
+            // empty: dropped, as a NIC misses what it has no buffer for.
             stats.nombuf.add(nombuf);
+            stats.missed.add(nombuf);
         }
         stats.record_burst(n, bytes);
+        stats.posted.set(self.spare.len() as u64);
         n
     }
 
@@ -279,6 +300,8 @@ impl RxQueue for MemifRx {
 
     fn stop(&mut self) {
         self.started = false;
+        self.spare.clear();
+        self.counters.rx[self.q].posted.set(0);
     }
 }
 

@@ -392,3 +392,71 @@ fn a_wrong_id_or_secret_is_refused_and_counted() {
     }
     assert!(pool.is_full());
 }
+
+#[test]
+fn packets_wait_in_the_ring_while_the_pool_is_empty() {
+    let dir = TempDir::new("nombuf");
+    let (rx_pool, tx_pool) = (test_pool(63), test_pool(255));
+    let sock = dir.socket();
+    {
+        let mut server = open(&format!("memif:socket={sock}"), &rx_pool);
+        let mut client = open(&format!("memif:socket={sock},role=client"), &tx_pool);
+        wait_links(&server, 1);
+        wait_links(&client, 1);
+        let mut held = Vec::new();
+        while let Some(m) = rx_pool.alloc() {
+            held.push(m);
+        }
+        let mut out: Burst = Burst::new();
+        for seq in 0..4 {
+            out.push(tx_pool.alloc_from_slice(&frame(seq)).unwrap())
+                .unwrap();
+        }
+        assert_eq!(client.tx_queue(0).unwrap().tx_burst(&mut out), 4);
+        let mut got: Burst = Burst::new();
+        assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 0);
+        assert!(server.stats().rx_nombuf >= 1);
+        drop(held);
+        assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 4);
+        for (seq, m) in got.as_slice().iter().enumerate() {
+            assert_eq!(m.data(), &frame(seq as u32)[..]);
+        }
+        assert_eq!(server.stats().rx_missed, 0, "nothing was lost");
+    }
+    assert!(rx_pool.is_full());
+    assert!(tx_pool.is_full());
+}
+
+#[test]
+fn chained_mbufs_cross_as_descriptor_chains_and_back() {
+    let dir = TempDir::new("chains");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    let big: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+    {
+        let mut server = open(&format!("memif:socket={sock}"), &pool);
+        let mut client = open(
+            &format!("memif:socket={sock},role=client,buffer_size=1024"),
+            &pool,
+        );
+        wait_links(&server, 1);
+        wait_links(&client, 1);
+        // A chain of three mbufs: 1500 + 1500 + 2000 bytes.
+        let mut head = pool.alloc_from_slice(&big[..1500]).unwrap();
+        for part in [&big[1500..3000], &big[3000..]] {
+            head.chain(pool.alloc_from_slice(part).unwrap()).unwrap();
+        }
+        let mut out: Burst = Burst::new();
+        out.push(head).unwrap();
+        assert_eq!(client.tx_queue(0).unwrap().tx_burst(&mut out), 1);
+        let mut got: Burst = Burst::new();
+        assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 1);
+        let m = &got.as_slice()[0];
+        assert!(m.nb_segs() > 1, "5000 bytes do not fit one mbuf");
+        let mut bytes = Vec::new();
+        m.segments().for_each(|s| bytes.extend_from_slice(s));
+        assert_eq!(bytes, big);
+        assert_eq!(m.pkt_len(), 5000);
+    }
+    assert!(pool.is_full());
+}
