@@ -281,6 +281,20 @@ fn a_peer_writing_bad_descriptors_is_counted_not_followed() {
         ring.set_head(head.wrapping_add(5000));
         assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 0);
         assert_eq!(xstat(&server, "rx_bad_ring_index"), 1);
+
+        // A buffer offered for the server to fill that lies outside the
+        // region: the packet is taken, dropped and counted.
+        let back = &connected.s2c[0].ring;
+        let mut d = back.descriptor(0);
+        d.offset = u32::MAX - 16;
+        back.set_descriptor(0, d);
+        back.set_head(1);
+        let mut out: Burst = Burst::new();
+        out.push(pool.alloc_from_slice(&frame(0)).unwrap()).unwrap();
+        assert_eq!(server.tx_queue(0).unwrap().tx_burst(&mut out), 1);
+        assert_eq!(xstat(&server, "tx_bad_descriptor_errors"), 1);
+        let stats = server.stats();
+        assert_eq!((stats.tx_packets, stats.tx_errors), (0, 1));
         drop(socket);
         wait_downs(&server, 1);
         drop(connected);
