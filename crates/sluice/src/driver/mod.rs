@@ -12,6 +12,7 @@
 //! |---|---|---|
 //! | [`afpacket`] | `afpacket:iface=veth0` | a kernel interface through packet sockets: TPACKET_V3 Rx ring, TPACKET_V2 Tx ring, fanout |
 //! | [`afxdp`] | `afxdp:iface=veth0,queue=0` | a kernel interface through AF_XDP sockets, the mbuf pool as UMEM, an XDP redirect program |
+//! | [`memif`] | `memif:socket=/run/sluice.sock,role=client` | shared-memory rings with another process (VPP, DPDK's `net_memif`, another Sluice), copy mode |
 //! | [`null`] | `null:size=64` | Rx makes packets, Tx frees them: the buffer cycle alone |
 //! | [`pair`] | `pair:name=p0` | two ports joined by rings: what one end sends, the other receives (zero copy) |
 //! | [`pcap`] | `pcap:rx=in.pcap,tx=out.pcap` | packets from and to pcap files (tshark/Wireshark's format) |
@@ -32,6 +33,7 @@
 
 pub mod afpacket;
 pub mod afxdp;
+pub mod memif;
 mod netdev;
 pub mod null;
 pub mod pair;
@@ -42,7 +44,9 @@ pub mod tap;
 use crate::port::{DeviceInfo, Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
-pub const DRIVERS: &[&str] = &["afpacket", "afxdp", "null", "pair", "pcap", "soft", "tap"];
+pub const DRIVERS: &[&str] = &[
+    "afpacket", "afxdp", "memif", "null", "pair", "pcap", "soft", "tap",
+];
 
 /// Makes a port from a spec string (`null:size=64`, …) and a configuration.
 /// The port is not started. Errors name the spec and what is wrong with it:
@@ -70,7 +74,7 @@ pub const DRIVERS: &[&str] = &["afpacket", "afxdp", "null", "pair", "pcap", "sof
 /// let error = |spec: &str| driver::open(spec, config()).unwrap_err().to_string();
 /// assert_eq!(
 ///     error("nul"),
-///     "port spec 'nul': unknown driver 'nul' (drivers: afpacket, afxdp, null, pair, pcap, soft, tap)"
+///     "port spec 'nul': unknown driver 'nul' (drivers: afpacket, afxdp, memif, null, pair, pcap, soft, tap)"
 /// );
 /// assert_eq!(
 ///     error("null:sise=64"),
@@ -110,6 +114,7 @@ pub fn open_with(
     let driver: Box<dyn PortDriver> = match spec.driver() {
         "afpacket" => Box::new(afpacket::AfPacketDriver::from_spec(&spec)?),
         "afxdp" => Box::new(afxdp::AfxdpDriver::from_spec(&spec)?),
+        "memif" => Box::new(memif::MemifDriver::from_spec(&spec)?),
         "null" => Box::new(null::NullDriver::from_spec(&spec)?),
         "pair" => Box::new(pair::PairDriver::from_spec(&spec)?),
         "pcap" => Box::new(pcap::PcapDriver::from_spec(&spec)?),
@@ -134,6 +139,9 @@ pub fn check_spec(spec: &str) -> Result<PortSpec, PortError> {
         }
         "afxdp" => {
             afxdp::AfxdpDriver::parse_spec(&spec)?;
+        }
+        "memif" => {
+            memif::MemifDriver::parse_spec(&spec)?;
         }
         // Reading the arguments is all these two do before setup.
         "null" => {
@@ -176,6 +184,7 @@ mod tests {
             "tap:iface=nonexistent0",
             "afpacket:iface=nonexistent0,block_size=8192",
             "afxdp:iface=nonexistent0,fill=4096",
+            "memif:socket=/nonexistent/memif.sock,role=client,rings=2",
         ] {
             let s = check_spec(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
             assert_eq!(s.as_str(), spec);
@@ -199,5 +208,6 @@ mod tests {
         assert!(err("afpacket:iface=x,block_size=5000").contains("a power of two"));
         assert!(err("afxdp:iface=x,fill=3000").contains("not a power of two"));
         assert!(err("afxdp:queue=1").contains("needs key 'iface'"));
+        assert!(err("memif:socket=/x,ring_size=3").contains("not a power of two"));
     }
 }

@@ -1,0 +1,476 @@
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use crate::driver;
+use crate::mbuf::{Burst, MbufPool};
+use crate::memif::handshake::{self, ClientConfig};
+use crate::memif::ring::Descriptor;
+use crate::memif::socket::ControlSocket;
+use crate::port::{Port, PortConfig};
+use crate::test_support::test_pool;
+
+/// A directory for socket files, removed at the end.
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(name: &str) -> TempDir {
+        let dir =
+            std::env::temp_dir().join(format!("sluice-memif-port-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+
+    fn socket(&self) -> String {
+        self.0.join("memif.sock").display().to_string()
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn xstat(port: &Port, name: &str) -> u64 {
+    port.counters().xstats.get(name).unwrap_or(0)
+}
+
+/// Waits (bounded) until `port` has made `n` connections.
+fn wait_links(port: &Port, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while xstat(port, "link_ups") < n {
+        assert!(Instant::now() < deadline, "memif link did not come up");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Waits (bounded) until `port` has lost `n` connections.
+fn wait_downs(port: &Port, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while xstat(port, "link_downs") < n {
+        assert!(Instant::now() < deadline, "memif link did not go down");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Frame `seq`: its number, then bytes derived from it, 60..=1560 bytes.
+fn frame(seq: u32) -> Vec<u8> {
+    let len = 60 + (seq as usize * 37) % 1500;
+    let mut f: Vec<u8> = (0..len)
+        .map(|i| (i as u32 ^ seq.wrapping_mul(7)) as u8)
+        .collect();
+    f[..4].copy_from_slice(&seq.to_le_bytes());
+    f
+}
+
+fn open(spec: &str, pool: &MbufPool) -> Port {
+    let mut port = driver::open(spec, PortConfig::new(Some(pool.clone()))).unwrap();
+    port.start().unwrap();
+    port
+}
+
+/// Sends `count` frames from `a` to `b` and checks each arrives, in order,
+/// byte-exact.
+fn exchange(a: &mut Port, b: &mut Port, pool: &MbufPool, count: u32) {
+    let (mut next_sent, mut next_seen) = (0u32, 0u32);
+    let mut out: Burst = Burst::new();
+    let mut got: Burst = Burst::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while next_seen < count {
+        assert!(
+            Instant::now() < deadline,
+            "stalled at {next_seen} of {count}"
+        );
+        while out.len() < 32 && next_sent < count {
+            out.push(pool.alloc_from_slice(&frame(next_sent)).unwrap())
+                .unwrap();
+            next_sent += 1;
+        }
+        a.tx_queue(0).unwrap().tx_burst(&mut out);
+        b.rx_queue(0).unwrap().rx_burst(&mut got);
+        let n = got.len();
+        for m in got.drain_front(n) {
+            let mut bytes = Vec::new();
+            m.segments().for_each(|s| bytes.extend_from_slice(s));
+            assert_eq!(bytes, frame(next_seen), "frame {next_seen}");
+            next_seen += 1;
+        }
+    }
+    assert!(out.is_empty());
+}
+
+#[test]
+fn bad_specs_are_clear_errors() {
+    let err = |spec: &str| driver::check_spec(spec).unwrap_err().to_string();
+    assert!(err("memif:role=client").contains("needs key 'socket'"));
+    assert!(err("memif:socket=/x,role=peer").contains("one of server, client"));
+    assert!(err("memif:socket=/x,ring_size=1000").contains("not a power of two"));
+    assert!(err("memif:socket=/x,rings=0").contains("key 'rings'"));
+    assert!(err("memif:socket=/x,secret=012345678901234567890123").contains("at most 23"));
+    assert!(err("memif:socket=/x,mode=ip").contains("no key 'mode'"));
+    driver::check_spec(
+        "memif:socket=/x,role=client,id=7,rings=2,buffer_size=1024,ring_size=256,secret=s",
+    )
+    .unwrap();
+}
+
+#[test]
+fn two_ports_exchange_frames_both_ways_byte_exact() {
+    let dir = TempDir::new("exchange");
+    let pool = test_pool(4095);
+    let sock = dir.socket();
+    {
+        let mut server = open(
+            &format!("memif:socket={sock},role=server,id=3,secret=abc"),
+            &pool,
+        );
+        let mut client = open(
+            &format!("memif:socket={sock},role=client,id=3,secret=abc,ring_size=256"),
+            &pool,
+        );
+        wait_links(&server, 1);
+        wait_links(&client, 1);
+        exchange(&mut client, &mut server, &pool, 10_000);
+        exchange(&mut server, &mut client, &pool, 10_000);
+        let (s, c) = (server.stats(), client.stats());
+        assert_eq!((s.rx_packets, s.tx_packets), (10_000, 10_000));
+        assert_eq!((c.rx_packets, c.tx_packets), (10_000, 10_000));
+        assert_eq!(
+            (s.rx_errors, c.rx_errors, s.tx_errors, c.tx_errors),
+            (0, 0, 0, 0)
+        );
+        client.stop();
+        server.stop();
+    }
+    assert!(
+        !PathBuf::from(&sock).exists(),
+        "the server removes its socket file"
+    );
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_full_ring_takes_fewer_and_keeps_the_rest() {
+    let dir = TempDir::new("full");
+    let pool = test_pool(1023);
+    let sock = dir.socket();
+    {
+        let server = open(&format!("memif:socket={sock}"), &pool);
+        let mut client = open(
+            &format!("memif:socket={sock},role=client,ring_size=16"),
+            &pool,
+        );
+        wait_links(&server, 1);
+        wait_links(&client, 1);
+        let mut out: Burst = Burst::new();
+        for seq in 0..32 {
+            out.push(pool.alloc_from_slice(&frame(seq)).unwrap())
+                .unwrap();
+        }
+        assert_eq!(client.tx_queue(0).unwrap().tx_burst(&mut out), 16);
+        assert_eq!(out.len(), 16, "the rest stay with the caller");
+        assert_eq!(client.tx_queue(0).unwrap().tx_burst(&mut out), 0);
+        drop(out);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn peers_reconnect_after_a_disconnect() {
+    let dir = TempDir::new("reconnect");
+    let pool = test_pool(2047);
+    let sock = dir.socket();
+    {
+        let mut server = open(&format!("memif:socket={sock}"), &pool);
+        let mut client = open(&format!("memif:socket={sock},role=client"), &pool);
+        wait_links(&server, 1);
+        wait_links(&client, 1);
+        exchange(&mut client, &mut server, &pool, 100);
+
+        // The client goes: the server's rings go not-ready.
+        client.stop();
+        wait_downs(&server, 1);
+        let mut out: Burst = Burst::new();
+        out.push(pool.alloc_from_slice(&frame(0)).unwrap()).unwrap();
+        assert_eq!(server.tx_queue(0).unwrap().tx_burst(&mut out), 1);
+        assert_eq!(xstat(&server, "tx_not_ready_errors"), 1);
+
+        // It comes back; so does the link.
+        client.start().unwrap();
+        wait_links(&server, 2);
+        wait_links(&client, 2);
+        exchange(&mut server, &mut client, &pool, 100);
+
+        // The server goes: the client notices and connects to the next one.
+        server.stop();
+        wait_downs(&client, 2);
+        server.start().unwrap();
+        wait_links(&client, 3);
+        wait_links(&server, 3);
+        exchange(&mut client, &mut server, &pool, 100);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_live_socket_is_an_error_and_a_stale_one_is_replaced() {
+    let dir = TempDir::new("stale");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    {
+        let _server = open(&format!("memif:socket={sock}"), &pool);
+        let mut second = driver::open(
+            &format!("memif:socket={sock}"),
+            PortConfig::new(Some(pool.clone())),
+        )
+        .unwrap();
+        let err = second.start().unwrap_err().to_string();
+        assert!(err.contains("already listens"), "{err}");
+    }
+    // A file nobody listens on.
+    std::fs::write(&sock, b"").unwrap();
+    let server = open(&format!("memif:socket={sock}"), &pool);
+    drop(server);
+    assert!(!PathBuf::from(&sock).exists());
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_peer_writing_bad_descriptors_is_counted_not_followed() {
+    let dir = TempDir::new("malformed");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    {
+        let mut server = open(&format!("memif:socket={sock}"), &pool);
+        // A client made with the protocol module, which then breaks its ring.
+        let socket = ControlSocket::connect(PathBuf::from(&sock).as_path()).unwrap();
+        socket.set_timeout(Some(Duration::from_secs(5))).unwrap();
+        let connected = handshake::connect(&socket, ClientConfig::default()).unwrap();
+        wait_links(&server, 1);
+        let ring = &connected.c2s[0].ring;
+        let head = ring.head();
+        let bad = [
+            // Far outside the region.
+            Descriptor {
+                flags: 0,
+                region: 0,
+                length: 64,
+                offset: u32::MAX - 8,
+                metadata: 0,
+            },
+            // A region that does not exist.
+            Descriptor {
+                flags: 0,
+                region: 9,
+                length: 64,
+                offset: 0,
+                metadata: 0,
+            },
+        ];
+        for (i, d) in bad.iter().enumerate() {
+            ring.set_descriptor(head.wrapping_add(i as u16), *d);
+        }
+        ring.set_head(head.wrapping_add(bad.len() as u16));
+        let mut got: Burst = Burst::new();
+        assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 0);
+        assert_eq!(xstat(&server, "rx_bad_descriptor_errors"), 2);
+        assert_eq!(server.stats().rx_errors, 2);
+
+        // A head far past the tail: nothing moves.
+        ring.set_head(head.wrapping_add(5000));
+        assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 0);
+        assert_eq!(xstat(&server, "rx_bad_ring_index"), 1);
+
+        // A buffer offered for the server to fill that lies outside the
+        // region: the packet is taken, dropped and counted.
+        let back = &connected.s2c[0].ring;
+        let mut d = back.descriptor(0);
+        d.offset = u32::MAX - 16;
+        back.set_descriptor(0, d);
+        back.set_head(1);
+        let mut out: Burst = Burst::new();
+        out.push(pool.alloc_from_slice(&frame(0)).unwrap()).unwrap();
+        assert_eq!(server.tx_queue(0).unwrap().tx_burst(&mut out), 1);
+        assert_eq!(xstat(&server, "tx_bad_descriptor_errors"), 1);
+        let stats = server.stats();
+        assert_eq!((stats.tx_packets, stats.tx_errors), (0, 1));
+        drop(socket);
+        wait_downs(&server, 1);
+        drop(connected);
+    }
+    assert!(pool.is_full());
+}
+
+/// Whether eventfd `fd` was signalled; reading resets it.
+fn signalled(fd: &std::os::fd::OwnedFd) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut value = 0u64;
+    // SAFETY: `value` is 8 writable bytes; the eventfd is non-blocking.
+    let n = unsafe { libc::read(fd.as_raw_fd(), (&raw mut value).cast(), 8) };
+    n == 8 && value != 0
+}
+
+#[test]
+fn tx_signals_the_peer_only_when_its_ring_asks_for_interrupts() {
+    let dir = TempDir::new("interrupts");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    {
+        let mut server = open(&format!("memif:socket={sock}"), &pool);
+        let socket = ControlSocket::connect(PathBuf::from(&sock).as_path()).unwrap();
+        socket.set_timeout(Some(Duration::from_secs(5))).unwrap();
+        let connected = handshake::connect(&socket, ClientConfig::default()).unwrap();
+        wait_links(&server, 1);
+        let back = &connected.s2c[0];
+        // The client offers every buffer of its ring for the server to fill.
+        back.ring.set_head(back.ring.size());
+        let send = |server: &mut Port| {
+            let mut out: Burst = Burst::new();
+            out.push(pool.alloc_from_slice(&frame(1)).unwrap()).unwrap();
+            assert_eq!(server.tx_queue(0).unwrap().tx_burst(&mut out), 1);
+        };
+
+        // The client polls (its handshake masks the interrupt): no signal.
+        assert_ne!(back.ring.flags() & crate::memif::RING_FLAG_MASK_INT, 0);
+        send(&mut server);
+        assert!(!signalled(&back.interrupt));
+
+        // It asks for interrupts: each burst that produced signals once.
+        back.ring.set_flags(0);
+        send(&mut server);
+        assert!(signalled(&back.interrupt));
+        assert!(!signalled(&back.interrupt));
+        drop(socket);
+        wait_downs(&server, 1);
+        drop(connected);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn queue_i_uses_ring_i() {
+    let dir = TempDir::new("queues");
+    let pool = test_pool(2047);
+    let sock = dir.socket();
+    let open2 = |spec: &str| {
+        let config = PortConfig::new(Some(pool.clone())).queues(2, 2);
+        let mut port = driver::open(spec, config).unwrap();
+        port.start().unwrap();
+        port
+    };
+    {
+        let server = open2(&format!("memif:socket={sock}"));
+        let client = open2(&format!("memif:socket={sock},role=client,rings=2"));
+        wait_links(&server, 1);
+        wait_links(&client, 1);
+        let (mut server, mut client) = (server, client);
+        for q in 0..2 {
+            let mut out: Burst = Burst::new();
+            out.push(pool.alloc_from_slice(&frame(q as u32)).unwrap())
+                .unwrap();
+            assert_eq!(client.tx_queue(q).unwrap().tx_burst(&mut out), 1);
+        }
+        for q in 0..2 {
+            let mut got: Burst = Burst::new();
+            assert_eq!(server.rx_queue(q).unwrap().rx_burst(&mut got), 1);
+            assert_eq!(got.as_slice()[0].data(), &frame(q as u32)[..]);
+        }
+        assert_eq!(server.stats().rx_queues[1].packets, 1);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_wrong_id_or_secret_is_refused_and_counted() {
+    let dir = TempDir::new("refused");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    {
+        let server = open(&format!("memif:socket={sock},id=1,secret=right"), &pool);
+        for spec in [
+            format!("memif:socket={sock},role=client,id=2,secret=right"),
+            format!("memif:socket={sock},role=client,id=1,secret=wrong"),
+        ] {
+            let before = xstat(&server, "link_refusals");
+            let client = open(&spec, &pool);
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while xstat(&client, "link_refusals") == 0 || xstat(&server, "link_refusals") == before
+            {
+                assert!(Instant::now() < deadline, "{spec}: no refusal counted");
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            drop(client);
+        }
+        assert_eq!(xstat(&server, "link_ups"), 0);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn packets_wait_in_the_ring_while_the_pool_is_empty() {
+    let dir = TempDir::new("nombuf");
+    let (rx_pool, tx_pool) = (test_pool(63), test_pool(255));
+    let sock = dir.socket();
+    {
+        let mut server = open(&format!("memif:socket={sock}"), &rx_pool);
+        let mut client = open(&format!("memif:socket={sock},role=client"), &tx_pool);
+        wait_links(&server, 1);
+        wait_links(&client, 1);
+        let mut held = Vec::new();
+        while let Some(m) = rx_pool.alloc() {
+            held.push(m);
+        }
+        let mut out: Burst = Burst::new();
+        for seq in 0..4 {
+            out.push(tx_pool.alloc_from_slice(&frame(seq)).unwrap())
+                .unwrap();
+        }
+        assert_eq!(client.tx_queue(0).unwrap().tx_burst(&mut out), 4);
+        let mut got: Burst = Burst::new();
+        assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 0);
+        assert!(server.stats().rx_nombuf >= 1);
+        drop(held);
+        assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 4);
+        for (seq, m) in got.as_slice().iter().enumerate() {
+            assert_eq!(m.data(), &frame(seq as u32)[..]);
+        }
+        assert_eq!(server.stats().rx_missed, 0, "nothing was lost");
+    }
+    assert!(rx_pool.is_full());
+    assert!(tx_pool.is_full());
+}
+
+#[test]
+fn chained_mbufs_cross_as_descriptor_chains_and_back() {
+    let dir = TempDir::new("chains");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    let big: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+    {
+        let mut server = open(&format!("memif:socket={sock}"), &pool);
+        let mut client = open(
+            &format!("memif:socket={sock},role=client,buffer_size=1024"),
+            &pool,
+        );
+        wait_links(&server, 1);
+        wait_links(&client, 1);
+        // A chain of three mbufs: 1500 + 1500 + 2000 bytes.
+        let mut head = pool.alloc_from_slice(&big[..1500]).unwrap();
+        for part in [&big[1500..3000], &big[3000..]] {
+            head.chain(pool.alloc_from_slice(part).unwrap()).unwrap();
+        }
+        let mut out: Burst = Burst::new();
+        out.push(head).unwrap();
+        assert_eq!(client.tx_queue(0).unwrap().tx_burst(&mut out), 1);
+        let mut got: Burst = Burst::new();
+        assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 1);
+        let m = &got.as_slice()[0];
+        assert!(m.nb_segs() > 1, "5000 bytes do not fit one mbuf");
+        let mut bytes = Vec::new();
+        m.segments().for_each(|s| bytes.extend_from_slice(s));
+        assert_eq!(bytes, big);
+        assert_eq!(m.pkt_len(), 5000);
+    }
+    assert!(pool.is_full());
+}
