@@ -577,7 +577,7 @@ impl Backend {
     /// [`serve_one`](Self::serve_one), telling apart the errors after
     /// which the frontend knows of the failure (inner: a failure status was
     /// sent) from all others (outer).
-    fn serve_message(
+    pub(crate) fn serve_message(
         &mut self,
         stream: &UnixStream,
         handler: &mut dyn VringHandler,
