@@ -416,6 +416,10 @@ fn session(
     stopping
 }
 
+/// A mapped region as the backend has it: guest physical address, host
+/// address, size.
+type RegionKey = (u64, usize, u64);
+
 /// The control thread's [`VringHandler`]: hands started rings to the
 /// queues' slots and takes them back.
 ///
@@ -431,7 +435,7 @@ struct Handoff {
     /// The current memory table, duplicated for the data path, with the
     /// backend's (guest address, host address, size) per region it was
     /// made from.
-    memory: Option<(Vec<(u64, usize, u64)>, Arc<SharedMemory>)>,
+    memory: Option<(Vec<RegionKey>, Arc<SharedMemory>)>,
     /// The negotiated features.
     features: u64,
 }
@@ -490,7 +494,7 @@ impl Handoff {
     fn apply(&mut self, backend: &Backend) {
         self.features = backend.features();
         let table = backend.memory();
-        let key: Vec<(u64, usize, u64)> = table
+        let key: Vec<RegionKey> = table
             .regions()
             .iter()
             .map(|r| {
