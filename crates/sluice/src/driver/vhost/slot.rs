@@ -22,6 +22,7 @@
 
 use std::cell::UnsafeCell;
 use std::io;
+use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::ptr::NonNull;
 use std::sync::Arc;
@@ -48,9 +49,8 @@ pub(super) struct SharedMemory {
     /// The duplicated mappings (page-aligned start, length), unmapped on drop.
     maps: Vec<(NonNull<u8>, usize)>,
     /// The table as the virtqueues read it: guest physical addresses over
-    /// the duplicates. Dropped before `maps` (declaration order is not
-    /// relied on: see `Drop`).
-    memory: Option<Arc<GuestMemory>>,
+    /// the duplicates. Dropped in `Drop`, before the unmapping.
+    memory: ManuallyDrop<Arc<GuestMemory>>,
 }
 
 // SAFETY: the mappings are plain shared memory owned by this value and
@@ -65,10 +65,8 @@ impl SharedMemory {
     pub(super) fn duplicate(table: &vhost_user::GuestMemory) -> io::Result<Arc<SharedMemory>> {
         // SAFETY: sysconf has no preconditions.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        let mut shared = SharedMemory {
-            maps: Vec::with_capacity(table.regions().len()),
-            memory: None,
-        };
+        // Unmapped again on an early return.
+        let mut maps = Unmap(Vec::with_capacity(table.regions().len()));
         let mut regions = Vec::with_capacity(table.regions().len());
         for region in table.regions() {
             let host = region.host_addr().as_ptr() as usize;
@@ -88,34 +86,52 @@ impl SharedMemory {
             }
             let dup = NonNull::new(dup.cast::<u8>())
                 .ok_or_else(|| io::Error::other("mremap returned null"))?;
-            shared.maps.push((dup, len));
+            maps.0.push((dup, len));
             // SAFETY: `dup + delta .. + size` is the duplicate just made,
             // mapped read-write until `shared` drops, which outlives the
-            // `GuestMemory` (it holds it and drops it first); in this
+            // `GuestMemory` (it holds it and drops it first; `maps` unmaps
+            // it on an early return, when no `GuestMemory` exists); in this
             // process it is accessed only through that `GuestMemory`.
             let mapping = unsafe { Mapping::from_raw(dup.as_ptr().add(delta), size) };
             regions.push((region.guest_phys_addr(), mapping));
         }
         let memory = GuestMemory::new(regions).map_err(io::Error::other)?;
-        shared.memory = Some(Arc::new(memory));
-        Ok(Arc::new(shared))
+        Ok(Arc::new(SharedMemory {
+            maps: std::mem::take(&mut maps.0),
+            memory: ManuallyDrop::new(Arc::new(memory)),
+        }))
     }
 
     /// The table by guest physical address.
     pub(super) fn memory(&self) -> &Arc<GuestMemory> {
-        self.memory.as_ref().expect("set by duplicate")
+        &self.memory
+    }
+}
+
+/// Duplicated mappings, unmapped on drop.
+struct Unmap(Vec<(NonNull<u8>, usize)>);
+
+impl Drop for Unmap {
+    fn drop(&mut self) {
+        for &(ptr, len) in &self.0 {
+            // SAFETY: a mapping made by `SharedMemory::duplicate`, owned by
+            // this list alone; the one `GuestMemory` over it is gone (see
+            // `SharedMemory`'s drop) or was never made.
+            unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
+        }
     }
 }
 
 impl Drop for SharedMemory {
     fn drop(&mut self) {
-        // Whoever still holds the `GuestMemory` holds this value too (an
-        // `ActiveRing` keeps both), so this is its last user.
-        self.memory = None;
-        for &(ptr, len) in &self.maps {
-            // SAFETY: a mapping made by `duplicate`, unmapped only here,
-            // with no user left (above).
-            unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
+        // SAFETY: taken once, here, and never used again.
+        let memory = unsafe { ManuallyDrop::take(&mut self.memory) };
+        let maps = Unmap(std::mem::take(&mut self.maps));
+        if Arc::into_inner(memory).is_none() {
+            // A clone of the `GuestMemory` outlives this value (an
+            // `ActiveRing` drops its queue first, so none should): the
+            // mappings are left in place rather than pulled from under it.
+            std::mem::forget(maps);
         }
     }
 }
