@@ -21,7 +21,7 @@
 //! with [`Backend`]: it accepts a frontend (or connects to one), answers
 //! its requests, and when the frontend goes, forgets the session and waits
 //! for the next. The queues never touch the socket or the backend: each
-//! vring has a slot ([`slot`]) the control thread installs a started ring
+//! vring has a slot (`slot.rs`) the control thread installs a started ring
 //! into and takes it back from, through one atomic byte the queue claims
 //! once per burst. GET_VRING_BASE takes the ring back (waiting, bounded,
 //! for the queue's current burst to end) and returns its next avail index.
