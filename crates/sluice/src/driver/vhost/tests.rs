@@ -585,3 +585,51 @@ fn as_a_client_it_connects_to_a_listening_frontend() {
     let _ = std::fs::remove_file(&path);
     assert_pool_full(&pool);
 }
+
+#[test]
+fn get_vring_base_waits_for_a_polling_thread_and_returns_its_index() {
+    let pool = test_pool(1023);
+    let path = socket_path();
+    let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    port.start().unwrap();
+    let mut guest = Guest::connect(&path, ALL);
+    let frames: Vec<Vec<u8>> = (0..150)
+        .map(|i| test_frame([2; 6], 3, i, 64 + i as usize))
+        .collect();
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let (rxq, _) = port.queues_mut().unwrap();
+    let rxq = &mut rxq[0];
+    let (base, got) = std::thread::scope(|s| {
+        let poller = s.spawn(|| {
+            let mut got = Vec::new();
+            let mut burst: Burst = Burst::new();
+            while !stop.load(Ordering::Acquire) {
+                rxq.rx_burst(&mut burst);
+                got.extend(burst.iter().map(|m| m.to_vec()));
+                burst.clear();
+            }
+            // Stopped: nothing more comes, however often it polls.
+            for _ in 0..100 {
+                assert_eq!(rxq.rx_burst(&mut burst), 0);
+            }
+            got
+        });
+        for f in &frames {
+            guest.send(f, None);
+        }
+        // Taken from the thread in the middle of its polling.
+        let base = guest.front.get_vring_base(1).unwrap();
+        stop.store(true, Ordering::Release);
+        (base, poller.join().unwrap())
+    });
+    assert_eq!(
+        base as usize,
+        got.len(),
+        "the index after the last frame taken"
+    );
+    assert_eq!(got, frames[..got.len()], "in order, byte for byte");
+    assert_eq!(guest.reclaim_tx(), got.len());
+    drop(guest);
+    drop(port);
+    assert_pool_full(&pool);
+}
