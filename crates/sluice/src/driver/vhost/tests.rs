@@ -22,15 +22,20 @@ use crate::virtio::memory::{GuestMemory, Mapping};
 use crate::virtio::split::{DriverQueue, QueueLayout, Segment};
 use crate::virtio::{VIRTIO_F_EVENT_IDX, VIRTIO_NET_F_MRG_RXBUF, feature, net_hdr};
 
-const MEM_SIZE: usize = 1 << 20;
+const MEM_SIZE: usize = 2 << 20;
 const RING_SIZE: u32 = 256;
-/// Where vring 0 (the guest's receive ring) and vring 1 (its transmit
-/// ring) lie, and the buffers of each.
-const RING_AT: [u64; 2] = [0, 0x4000];
-const BUFS_AT: [u64; 2] = [0x10000, 0x80000];
+/// Where vring `i` lies (even: a receive ring of the guest, odd: a
+/// transmit ring), for up to 4 vrings; the buffers follow.
+const fn ring_at(i: usize) -> u64 {
+    i as u64 * 0x4000
+}
 const BUF_LEN: u32 = 2048;
-/// Buffer slots per direction.
+/// Buffer slots per vring.
 const SLOTS: u64 = 200;
+/// Where vring `i`'s buffers lie.
+const fn bufs_at(i: usize) -> u64 {
+    0x10000 + i as u64 * SLOTS * BUF_LEN as u64
+}
 
 /// A socket path of this test process, unused so far.
 fn socket_path() -> PathBuf {
@@ -70,16 +75,20 @@ impl Drop for SharedMap {
 /// A guest: a frontend with one queue pair on memfd memory.
 struct Guest {
     front: Frontend,
-    /// Vring 0: frames for the guest.
-    rx: DriverQueue,
-    /// Vring 1: frames from the guest.
-    tx: DriverQueue,
+    /// Per vring: even ones carry frames for the guest, odd ones frames
+    /// from it.
+    rings: Vec<DriverQueue>,
+    /// The queue pair the helpers below use.
+    pair: usize,
     mem: Arc<GuestMemory>,
     features: u64,
-    calls: [OwnedFd; 2],
-    /// Buffer address of each chain in flight, by ring and head.
-    bufs: [HashMap<u16, u64>; 2],
-    next_slot: [u64; 2],
+    calls: Vec<OwnedFd>,
+    /// The memory's descriptor and region, for SET_MEM_TABLE.
+    memfd: OwnedFd,
+    region: MemoryRegion,
+    /// Buffer address of each chain in flight, by vring and head.
+    bufs: Vec<HashMap<u16, u64>>,
+    next_slot: Vec<u64>,
     _map: SharedMap,
 }
 
@@ -87,11 +96,11 @@ impl Guest {
     /// Connects to `path` and sets up both rings, with the offered features
     /// that `want` keeps.
     fn connect(path: &Path, want: u64) -> Guest {
-        Guest::over(Frontend::connect(path).unwrap(), want)
+        Guest::over(Frontend::connect(path).unwrap(), want, 1)
     }
 
-    /// Sets up both rings over `front`.
-    fn over(mut front: Frontend, want: u64) -> Guest {
+    /// Sets up the rings of `pairs` queue pairs over `front`.
+    fn over(mut front: Frontend, want: u64, pairs: usize) -> Guest {
         let offered = front.get_features().unwrap();
         assert_ne!(offered & F_PROTOCOL_FEATURES, 0);
         let protocol = front.get_protocol_features().unwrap();
@@ -129,12 +138,12 @@ impl Guest {
         let mapping = unsafe { Mapping::from_raw(map.ptr, MEM_SIZE) };
         let mem = Arc::new(GuestMemory::new(vec![(0, mapping)]).unwrap());
 
-        let calls = [eventfd(), eventfd()];
-        let mut queues = Vec::new();
-        for (i, at) in RING_AT.into_iter().enumerate() {
-            let layout = QueueLayout::contiguous(at, RING_SIZE).unwrap();
+        let calls: Vec<OwnedFd> = (0..2 * pairs).map(|_| eventfd()).collect();
+        let mut rings = Vec::new();
+        for (i, call) in calls.iter().enumerate() {
+            let layout = QueueLayout::contiguous(ring_at(i), RING_SIZE).unwrap();
             let index = i as u32;
-            front.set_vring_call(index, Some(calls[i].as_fd())).unwrap();
+            front.set_vring_call(index, Some(call.as_fd())).unwrap();
             front.set_vring_num(index, RING_SIZE).unwrap();
             front.set_vring_base(index, 0).unwrap();
             front
@@ -147,21 +156,21 @@ impl Guest {
                     log_guest_addr: 0,
                 })
                 .unwrap();
-            queues.push(DriverQueue::new(Arc::clone(&mem), layout, features).unwrap());
+            rings.push(DriverQueue::new(Arc::clone(&mem), layout, features).unwrap());
             front.set_vring_kick(index, None).unwrap();
             front.set_vring_enable(index, true).unwrap();
         }
-        let tx = queues.pop().unwrap();
-        let rx = queues.pop().unwrap();
         Guest {
             front,
-            rx,
-            tx,
+            rings,
+            pair: 0,
             mem,
             features,
             calls,
-            bufs: [HashMap::new(), HashMap::new()],
-            next_slot: [0, 0],
+            memfd: fd,
+            region,
+            bufs: vec![HashMap::new(); 2 * pairs],
+            next_slot: vec![0; 2 * pairs],
             _map: map,
         }
     }
@@ -173,7 +182,7 @@ impl Guest {
     fn slot(&mut self, ring: usize) -> u64 {
         let k = self.next_slot[ring];
         self.next_slot[ring] += 1;
-        BUFS_AT[ring] + (k % SLOTS) * u64::from(BUF_LEN)
+        bufs_at(ring) + (k % SLOTS) * u64::from(BUF_LEN)
     }
 
     /// Offers `frame` (after a zeroed header) on the transmit ring, in
@@ -181,7 +190,8 @@ impl Guest {
     fn send(&mut self, frame: &[u8], split: Option<usize>) {
         let mut data = vec![0u8; self.hdr_len()];
         data.extend_from_slice(frame);
-        let addr = self.slot(1);
+        let t = 2 * self.pair + 1;
+        let addr = self.slot(t);
         self.mem.write_from(addr, &data).unwrap();
         let piece = split.unwrap_or(data.len());
         let segments: Vec<Segment> = (0..data.len())
@@ -192,38 +202,39 @@ impl Guest {
                 writable: false,
             })
             .collect();
-        let head = self.tx.add_chain(&segments).unwrap();
-        self.bufs[1].insert(head, addr);
-        self.tx.publish_avail().unwrap();
+        let head = self.rings[t].add_chain(&segments).unwrap();
+        self.bufs[t].insert(head, addr);
+        self.rings[t].publish_avail().unwrap();
     }
 
     /// Offers a chain the device must refuse: a buffer outside memory.
     fn send_bad_chain(&mut self) {
         // `add_chain` checks addresses: write the descriptor by hand.
-        let addr = self.slot(1);
-        let head = self
-            .tx
+        let t = 2 * self.pair + 1;
+        let addr = self.slot(t);
+        let head = self.rings[t]
             .add_chain(&[Segment {
                 addr,
                 len: 64,
                 writable: false,
             }])
             .unwrap();
-        let layout = *self.tx.layout();
+        let layout = *self.rings[t].layout();
         self.mem
             .write_obj::<u64>(layout.desc(head), MEM_SIZE as u64 + 0x1000)
             .unwrap();
-        self.bufs[1].insert(head, addr);
-        self.tx.publish_avail().unwrap();
+        self.bufs[t].insert(head, addr);
+        self.rings[t].publish_avail().unwrap();
     }
 
     /// Reclaims what the device returned on the transmit ring; asserts
     /// every length is 0.
     fn reclaim_tx(&mut self) -> usize {
+        let t = 2 * self.pair + 1;
         let mut n = 0;
-        while let Some(used) = self.tx.pop_used().unwrap() {
+        while let Some(used) = self.rings[t].pop_used().unwrap() {
             assert_eq!(used.len, 0, "a device-readable chain comes back empty");
-            self.bufs[1].remove(&used.head).unwrap();
+            self.bufs[t].remove(&used.head).unwrap();
             n += 1;
         }
         n
@@ -231,19 +242,19 @@ impl Guest {
 
     /// Offers `n` writable buffers of `len` bytes on the receive ring.
     fn post_rx(&mut self, n: usize, len: u32) {
+        let r = 2 * self.pair;
         for _ in 0..n {
-            let addr = self.slot(0);
-            let head = self
-                .rx
+            let addr = self.slot(r);
+            let head = self.rings[r]
                 .add_chain(&[Segment {
                     addr,
                     len,
                     writable: true,
                 }])
                 .unwrap();
-            self.bufs[0].insert(head, addr);
+            self.bufs[r].insert(head, addr);
         }
-        self.rx.publish_avail().unwrap();
+        self.rings[r].publish_avail().unwrap();
     }
 
     /// The next frame the device wrote on the receive ring: its header's
@@ -265,8 +276,9 @@ impl Guest {
     }
 
     fn take_rx(&mut self) -> Option<Vec<u8>> {
-        let used = self.rx.pop_used().unwrap()?;
-        let addr = self.bufs[0].remove(&used.head).unwrap();
+        let r = 2 * self.pair;
+        let used = self.rings[r].pop_used().unwrap()?;
+        let addr = self.bufs[r].remove(&used.head).unwrap();
         let mut bytes = vec![0u8; used.len as usize];
         self.mem.read_into(addr, &mut bytes).unwrap();
         Some(bytes)
@@ -475,8 +487,7 @@ fn bad_chains_are_counted_and_returned() {
     let mut short = Guest::hdr_len(&guest);
     short -= 2;
     let addr = guest.slot(1);
-    let head = guest
-        .tx
+    let head = guest.rings[1]
         .add_chain(&[Segment {
             addr,
             len: short as u32,
@@ -484,7 +495,7 @@ fn bad_chains_are_counted_and_returned() {
         }])
         .unwrap();
     guest.bufs[1].insert(head, addr);
-    guest.tx.publish_avail().unwrap();
+    guest.rings[1].publish_avail().unwrap();
     assert_eq!(receive(&mut port, 2), [frame.clone(), frame]);
     assert_eq!(guest.reclaim_tx(), 4, "good and bad chains all come back");
     assert_eq!(xstat(&port, "rx_bad_chain_errors"), 1);
@@ -575,7 +586,7 @@ fn as_a_client_it_connects_to_a_listening_frontend() {
     port.start().unwrap();
     let (stream, _) = listener.accept().unwrap();
     // The guest's setup over the accepted stream.
-    let mut guest = Guest::over(Frontend::from_stream(stream), ALL);
+    let mut guest = Guest::over(Frontend::from_stream(stream), ALL, 1);
     let frame = test_frame([2; 6], 1, 6, 90);
     guest.send(&frame, None);
     assert_eq!(receive(&mut port, 1), [frame]);
@@ -629,6 +640,83 @@ fn get_vring_base_waits_for_a_polling_thread_and_returns_its_index() {
     );
     assert_eq!(got, frames[..got.len()], "in order, byte for byte");
     assert_eq!(guest.reclaim_tx(), got.len());
+    drop(guest);
+    drop(port);
+    assert_pool_full(&pool);
+}
+
+#[test]
+fn each_queue_pair_has_its_own_rings() {
+    let pool = test_pool(1023);
+    let path = socket_path();
+    let mut config = PortConfig::new(Some(pool.clone())).queues(2, 2);
+    config.mtu = 9000;
+    let mut port = open(&format!("vhost:path={},queues=2", path.display()), config).unwrap();
+    port.start().unwrap();
+    let front = Frontend::connect(&path).unwrap();
+    assert_eq!(front.get_queue_num().unwrap(), 2);
+    let mut guest = Guest::over(front, ALL, 2);
+    assert_ne!(guest.features & feature(crate::virtio::VIRTIO_NET_F_MQ), 0);
+
+    let mut burst: Burst = Burst::new();
+    for pair in [1, 0] {
+        guest.pair = pair;
+        let frame = test_frame([2; 6], 4, pair as u32, 100 + pair);
+        guest.send(&frame, None);
+        let other = 1 - pair;
+        assert_eq!(port.rx_queue(other).unwrap().rx_burst(&mut burst), 0);
+        assert_eq!(port.rx_queue(pair).unwrap().rx_burst(&mut burst), 1);
+        assert_eq!(burst.pop().unwrap().to_vec(), frame);
+        guest.post_rx(1, BUF_LEN);
+        burst.push(pool.alloc_from_slice(&frame).unwrap()).unwrap();
+        assert_eq!(port.tx_queue(pair).unwrap().tx_burst(&mut burst), 1);
+        assert_eq!(guest.recv().unwrap().1, frame);
+        guest.pair = other;
+        assert!(guest.recv().is_none(), "nothing on the other pair");
+    }
+    assert_eq!(port.stats().rx_queues[1].packets, 1);
+    drop(guest);
+    drop(port);
+    assert_pool_full(&pool);
+}
+
+#[test]
+fn a_new_memory_table_moves_the_rings_onto_it() {
+    let pool = test_pool(255);
+    let path = socket_path();
+    let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    port.start().unwrap();
+    let mut guest = Guest::connect(&path, ALL);
+    let frames: Vec<Vec<u8>> = (0..3).map(|i| test_frame([2; 6], 5, i, 90)).collect();
+    guest.send(&frames[0], None);
+    assert_eq!(receive(&mut port, 1), &frames[..1]);
+
+    // The same memory again: the backend maps it anew, stops the rings
+    // (taking them from the queue) and starts them on the new mapping at
+    // their index. They are installed right after the request, so the
+    // queue is polled until the frame is there (a bounded number of times).
+    guest.send(&frames[1], None);
+    let region = guest.region;
+    guest
+        .front
+        .set_mem_table(&[(region, guest.memfd.as_fd())])
+        .unwrap();
+    let mut got = Vec::new();
+    let mut burst: Burst = Burst::new();
+    for _ in 0..1_000_000 {
+        port.rx_queue(0).unwrap().rx_burst(&mut burst);
+        got.extend(burst.iter().map(|m| m.to_vec()));
+        burst.clear();
+        if !got.is_empty() {
+            break;
+        }
+        std::thread::yield_now();
+    }
+    assert_eq!(got, &frames[1..2]);
+    guest.send(&frames[2], None);
+    assert_eq!(receive(&mut port, 1), &frames[2..]);
+    assert_eq!(guest.reclaim_tx(), 3);
+    assert_eq!(guest.front.get_vring_base(1).unwrap(), 3);
     drop(guest);
     drop(port);
     assert_pool_full(&pool);
