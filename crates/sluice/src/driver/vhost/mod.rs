@@ -39,7 +39,8 @@
 //!
 //! xstats: `rx_bad_chain_errors` / `tx_bad_chain_errors` (descriptor chains
 //! the guest made wrong, returned unused), `rx_bad_length_errors` (a chain
-//! shorter than the header, or a frame the port does not take),
+//! shorter than the header; frames too short or too long for the port are
+//! its `rx_runt_errors` / `rx_oversize_errors`),
 //! `tx_too_long_drops` (a frame longer than the buffers the guest offers),
 //! `tx_not_ready_drops`, `rx_ring_errors` / `tx_ring_errors` (a ring found
 //! broken: an impossible index, an area outside memory).

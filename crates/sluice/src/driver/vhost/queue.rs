@@ -23,8 +23,8 @@ const MAX_MERGED_CHAINS: usize = 64;
 pub(super) struct RxCounters {
     /// Chains the guest made wrong (refused by the virtqueue).
     pub(super) bad_chain: Arc<Counter>,
-    /// Chains shorter than the virtio-net header plus an Ethernet header,
-    /// or with a frame longer than the port takes.
+    /// Chains shorter than the virtio-net header (frames too short or too
+    /// long for the port count as the port's runts and oversize frames).
     pub(super) bad_len: Arc<Counter>,
     /// Times the ring itself was found broken (an impossible avail index,
     /// a ring outside memory).
@@ -133,17 +133,22 @@ impl RxQueue for VhostRx {
                 }
                 let total = self.chain.readable_len() as usize;
                 let frame_len = total.saturating_sub(ring.hdr_len);
-                let received = if total < ring.hdr_len || !self.check.accepts(frame_len) {
+                let received = if total < ring.hdr_len {
                     self.driver.bad_len.inc();
+                    stats.errors.inc();
+                    self.spare = Some(first);
+                    None
+                } else if !self.check.accepts(frame_len) {
                     self.check.count_drop(frame_len, &stats.errors);
                     self.spare = Some(first);
                     None
                 } else {
                     match copy_in(ring, &self.chain, &self.pool, first, frame_len) {
                         Ok(Some(m)) => Some(m),
+                        // The pool ran dry inside the frame: dropped, counted
+                        // as `rx_nombuf`.
                         Ok(None) => {
                             stats.nombuf.inc();
-                            stats.errors.inc();
                             None
                         }
                         Err(_) => {

@@ -496,8 +496,12 @@ fn bad_chains_are_counted_and_returned() {
         .unwrap();
     guest.bufs[1].insert(head, addr);
     guest.rings[1].publish_avail().unwrap();
+    // A runt: 8 bytes after the header.
+    guest.send(&[0xee; 8], None);
     assert_eq!(receive(&mut port, 2), [frame.clone(), frame]);
-    assert_eq!(guest.reclaim_tx(), 4, "good and bad chains all come back");
+    assert_eq!(guest.reclaim_tx(), 5, "good and bad chains all come back");
+    assert_eq!(xstat(&port, "rx_runt_errors"), 1);
+    assert_eq!(port.stats().rx_errors, 2, "the short chain and the runt");
     assert_eq!(xstat(&port, "rx_bad_chain_errors"), 1);
     assert_eq!(xstat(&port, "rx_bad_length_errors"), 1);
     assert_eq!(port.stats().rx_packets, 2);
