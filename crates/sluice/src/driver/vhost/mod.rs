@@ -363,7 +363,13 @@ fn serve(endpoint: Endpoint, stop: &OwnedFd, config: BackendConfig, slots: Vec<A
             Endpoint::Listen(listener, _) => match wait(Some(listener.as_raw_fd()), stop, None) {
                 Woken::Readable => match listener.accept() {
                     Ok((stream, _)) => stream,
-                    Err(_) => continue,
+                    // Out of descriptors, say: try again a little later.
+                    Err(_) => {
+                        if wait(None, stop, Some(RECONNECT_INTERVAL)) == Woken::Stop {
+                            break;
+                        }
+                        continue;
+                    }
                 },
                 _ => break,
             },
