@@ -70,7 +70,9 @@ use crate::port::{
     DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
     RxFrameCheck, RxQueue, SpecArgs, TxQueue,
 };
-use crate::vhost_user::{Backend, BackendConfig, ReadyVring, VringHandler, protocol_features};
+use crate::vhost_user::{
+    self, Backend, BackendConfig, ReadyVring, VringHandler, protocol_features,
+};
 use crate::virtio::split::{Chain, QueueLayout};
 use crate::virtio::{
     VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, feature,
@@ -431,10 +433,9 @@ type RegionKey = (u64, usize, u64);
 /// queues' slots and takes them back.
 ///
 /// A ring is installed while its starting request is handled, before the
-/// reply, so a frontend that has its SET_VRING_KICK acknowledged finds the
-/// ring served. That needs the memory table duplicated beforehand, which
-/// happens after each request that changed it; rings restarted by a new
-/// table itself are installed right after that request.
+/// reply, so a frontend that has its SET_VRING_KICK (or SET_MEM_TABLE)
+/// acknowledged finds the ring served: the memory table is duplicated as
+/// soon as the backend has mapped it.
 struct Handoff {
     slots: Vec<Arc<VringSlot>>,
     /// Rings started or changed that could not be installed at once.
@@ -477,6 +478,10 @@ impl VringHandler for Handoff {
         }
     }
 
+    fn memory_changed(&mut self, table: &vhost_user::GuestMemory) {
+        self.take_memory(table);
+    }
+
     fn vring_updated(&mut self, ready: &ReadyVring<'_>) {
         let Some(slot) = self.slots.get(ready.index).cloned() else {
             return;
@@ -496,11 +501,8 @@ impl VringHandler for Handoff {
 }
 
 impl Handoff {
-    /// After each request: takes in the features and a changed memory
-    /// table, then installs the rings that are waiting.
-    fn apply(&mut self, backend: &Backend) {
-        self.features = backend.features();
-        let table = backend.memory();
+    /// Duplicates `table` for the data path, unless it is the one at hand.
+    fn take_memory(&mut self, table: &vhost_user::GuestMemory) {
         let key: Vec<RegionKey> = table
             .regions()
             .iter()
@@ -520,6 +522,14 @@ impl Handoff {
                 .ok()
                 .map(|shared| (key, shared));
         }
+    }
+
+    /// After each request: takes in the features (and the memory table,
+    /// should it have changed unannounced), then installs the rings still
+    /// waiting (none, unless one could not be installed at its start).
+    fn apply(&mut self, backend: &Backend) {
+        self.features = backend.features();
+        self.take_memory(backend.memory());
         for i in 0..self.dirty.len() {
             if std::mem::take(&mut self.dirty[i])
                 && let Some(ready) = backend.vring(i)
