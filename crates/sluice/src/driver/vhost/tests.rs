@@ -714,3 +714,29 @@ fn a_new_memory_table_moves_the_rings_onto_it() {
     drop(port);
     assert_pool_full(&pool);
 }
+
+#[test]
+fn stopping_the_port_ends_the_session_and_a_restart_serves_again() {
+    let pool = test_pool(255);
+    let path = socket_path();
+    let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    port.start().unwrap();
+    let mut guest = Guest::connect(&path, ALL);
+    let frame = test_frame([2; 6], 6, 1, 75);
+    guest.send(&frame, None);
+    port.stop();
+    assert!(!path.exists(), "the socket file goes at stop");
+    assert!(
+        guest.front.get_queue_num().is_err(),
+        "the frontend's session is closed"
+    );
+    drop(guest);
+    port.start().unwrap();
+    let mut guest = Guest::connect(&path, ALL);
+    guest.send(&frame, None);
+    assert_eq!(receive(&mut port, 1), [frame]);
+    drop(guest);
+    drop(port);
+    assert!(!path.exists());
+    assert_pool_full(&pool);
+}
