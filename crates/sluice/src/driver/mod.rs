@@ -18,6 +18,7 @@
 //! | [`pcap`] | `pcap:rx=in.pcap,tx=out.pcap` | packets from and to pcap files (tshark/Wireshark's format) |
 //! | [`soft`] | `soft:gen=udp,flows=1024` | the emulated NIC: descriptor rings and a device model, cabled to the tester or another soft port |
 //! | [`tap`] | `tap:iface=tap0` | a TAP device: frames to and from the kernel's network stack, one fd per queue |
+//! | [`vhost`] | `vhost:path=/tmp/vm0.sock` | a vhost-user backend: the device side of a VM's or container's virtio-net interface |
 //!
 //! A driver implements [`PortDriver`] (the device's control path) and the
 //! [`RxQueue`](crate::port::RxQueue) / [`TxQueue`](crate::port::TxQueue)
@@ -40,12 +41,13 @@ pub mod pair;
 pub mod pcap;
 pub mod soft;
 pub mod tap;
+pub mod vhost;
 
 use crate::port::{DeviceInfo, Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
 pub const DRIVERS: &[&str] = &[
-    "afpacket", "afxdp", "memif", "null", "pair", "pcap", "soft", "tap",
+    "afpacket", "afxdp", "memif", "null", "pair", "pcap", "soft", "tap", "vhost",
 ];
 
 /// Makes a port from a spec string (`null:size=64`, …) and a configuration.
@@ -74,7 +76,7 @@ pub const DRIVERS: &[&str] = &[
 /// let error = |spec: &str| driver::open(spec, config()).unwrap_err().to_string();
 /// assert_eq!(
 ///     error("nul"),
-///     "port spec 'nul': unknown driver 'nul' (drivers: afpacket, afxdp, memif, null, pair, pcap, soft, tap)"
+///     "port spec 'nul': unknown driver 'nul' (drivers: afpacket, afxdp, memif, null, pair, pcap, soft, tap, vhost)"
 /// );
 /// assert_eq!(
 ///     error("null:sise=64"),
@@ -120,6 +122,7 @@ pub fn open_with(
         "pcap" => Box::new(pcap::PcapDriver::from_spec(&spec)?),
         "soft" => Box::new(soft::SoftDriver::from_spec(&spec)?),
         "tap" => Box::new(tap::TapDriver::from_spec(&spec)?),
+        "vhost" => Box::new(vhost::VhostDriver::from_spec(&spec)?),
         _ => return Err(spec.unknown_driver(DRIVERS).into()),
     };
     adjust(driver.info(), &mut config);
@@ -159,6 +162,9 @@ pub fn check_spec(spec: &str) -> Result<PortSpec, PortError> {
         "tap" => {
             tap::TapDriver::parse_spec(&spec)?;
         }
+        "vhost" => {
+            vhost::VhostDriver::parse_spec(&spec)?;
+        }
         _ => return Err(spec.unknown_driver(DRIVERS).into()),
     }
     Ok(spec)
@@ -185,6 +191,7 @@ mod tests {
             "afpacket:iface=nonexistent0,block_size=8192",
             "afxdp:iface=nonexistent0,fill=4096",
             "memif:socket=/nonexistent/memif.sock,role=client,rings=2",
+            "vhost:path=/nonexistent/vhost.sock,server=0,queues=2",
         ] {
             let s = check_spec(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
             assert_eq!(s.as_str(), spec);
@@ -209,5 +216,7 @@ mod tests {
         assert!(err("afxdp:iface=x,fill=3000").contains("not a power of two"));
         assert!(err("afxdp:queue=1").contains("needs key 'iface'"));
         assert!(err("memif:socket=/x,ring_size=3").contains("not a power of two"));
+        assert!(err("vhost:server=1").contains("needs key 'path'"));
+        assert!(err("vhost:path=s,queues=65").contains("key 'queues'"));
     }
 }

@@ -78,6 +78,12 @@ pub trait VringHandler {
     fn vring_updated(&mut self, ring: &ReadyVring<'_>) {
         let _ = ring;
     }
+
+    /// SET_MEM_TABLE has mapped a new table, after the started rings
+    /// stopped and before they start again on it.
+    fn memory_changed(&mut self, memory: &GuestMemory) {
+        let _ = memory;
+    }
 }
 
 impl VringHandler for () {}
@@ -446,6 +452,7 @@ impl Backend {
                 }
                 // The old mappings go only now, after their users stopped.
                 self.memory = memory;
+                handler.memory_changed(&self.memory);
                 for i in started {
                     self.start(i, handler)?;
                 }
@@ -577,7 +584,7 @@ impl Backend {
     /// [`serve_one`](Self::serve_one), telling apart the errors after
     /// which the frontend knows of the failure (inner: a failure status was
     /// sent) from all others (outer).
-    fn serve_message(
+    pub(crate) fn serve_message(
         &mut self,
         stream: &UnixStream,
         handler: &mut dyn VringHandler,

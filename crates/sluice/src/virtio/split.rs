@@ -505,6 +505,25 @@ impl DeviceQueue {
         })
     }
 
+    /// The device side of a queue resumed at avail index `base` (vhost-user's
+    /// SET_VRING_BASE): the next available entry taken and the next used
+    /// entry written are both `base`, as every chain taken before was
+    /// returned. Refused as [`new`](Self::new).
+    pub fn with_base(
+        mem: Arc<GuestMemory>,
+        layout: QueueLayout,
+        features: u64,
+        base: u16,
+    ) -> Result<DeviceQueue, VirtioError> {
+        let mut queue = DeviceQueue::new(mem, layout, features)?;
+        queue.last_avail = base;
+        queue.avail_shadow = base;
+        queue.next_used = base;
+        queue.published_used = base;
+        queue.signalled_used = base;
+        Ok(queue)
+    }
+
     /// The guest memory.
     pub fn memory(&self) -> &Arc<GuestMemory> {
         &self.mem

@@ -1,0 +1,569 @@
+//! `vhost`: Sluice as a vhost-user backend, as DPDK's `net_vhost` — the
+//! device side of a virtio-net interface whose driver is a VM (QEMU) or a
+//! userspace frontend (DPDK's `virtio_user`).
+//!
+//! Spec: `vhost:path=SOCK[,server=BOOL][,queues=N]`
+//! - `path`: the vhost-user socket.
+//! - `server` (default true): create the socket and listen on it (a stale
+//!   socket file is removed; one another process listens on is an error).
+//!   `server=false` connects to a frontend listening there, and connects
+//!   again, every 100 ms, while none is.
+//! - `queues` (1..=64, default 1): queue pairs offered to the frontend; the
+//!   port may use fewer.
+//!
+//! Features offered: `VIRTIO_F_VERSION_1`, `VIRTIO_NET_F_MRG_RXBUF`,
+//! `VIRTIO_F_EVENT_IDX`, `VIRTIO_NET_F_MQ` (with more than one queue pair)
+//! and protocol features REPLY_ACK and MQ; no offload.
+//!
+//! # Control and data path
+//!
+//! A control thread, running while the port is started, serves the socket
+//! with [`Backend`]: it accepts a frontend (or connects to one), answers
+//! its requests, and when the frontend goes, forgets the session and waits
+//! for the next. The queues never touch the socket or the backend: each
+//! vring has a slot (`slot.rs`) the control thread installs a started ring
+//! into and takes it back from, through one atomic byte the queue claims
+//! once per burst. GET_VRING_BASE takes the ring back (waiting, bounded,
+//! for the queue's current burst to end) and returns its next avail index.
+//!
+//! Rx queue `i` reads the guest's transmit virtqueue (vring `2i + 1`): each
+//! chain's frame, after its virtio-net header, is copied into mbufs (one,
+//! or a chain of them for a frame longer than one's room). Tx queue `i`
+//! writes into the guest's receive virtqueue (vring `2i`): a zeroed header
+//! (`num_buffers` set) and the frame, across several of the guest's
+//! buffers with mergeable buffers. Both publish the used ring once per
+//! burst and signal the guest's call eventfd only when the ring asks for
+//! it (event index or flags). With no frontend, or its ring not started or
+//! not enabled, `rx_burst` returns 0 and `tx_burst` takes nothing (its
+//! caller drops the packets; they are counted as `tx_not_ready_drops`).
+//!
+//! xstats: `rx_bad_chain_errors` / `tx_bad_chain_errors` (descriptor chains
+//! the guest made wrong, returned unused), `rx_bad_length_errors` (a chain
+//! shorter than the header; frames too short or too long for the port are
+//! its `rx_runt_errors` / `rx_oversize_errors`),
+//! `tx_too_long_drops` (a frame longer than the buffers the guest offers),
+//! `tx_not_ready_drops`, `rx_ring_errors` / `tx_ring_errors` (a ring found
+//! broken: an impossible index, an area outside memory).
+//!
+//! The data path maps the frontend's memory a second time (`mremap` of the
+//! backend's shared mapping), so a ring outlives nothing it points into.
+//! Memory regions on hugetlbfs may refuse that duplication; their rings
+//! then do not start (the frontend sees no traffic).
+
+mod queue;
+mod slot;
+
+#[cfg(all(test, not(loom)))]
+mod tests;
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::FileTypeExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use crate::net::MacAddr;
+use crate::port::{
+    DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
+    RxFrameCheck, RxQueue, SpecArgs, TxQueue,
+};
+use crate::vhost_user::{
+    self, Backend, BackendConfig, ReadyVring, VringHandler, protocol_features,
+};
+use crate::virtio::split::{Chain, QueueLayout};
+use crate::virtio::{
+    VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, feature,
+};
+
+use queue::{RxCounters, TxCounters, VhostRx, VhostTx};
+use slot::{ActiveRing, SharedMemory, VringSlot};
+
+/// Spec keys.
+const KEYS: &[&str] = &["path", "server", "queues"];
+
+/// How long a stopping ring waits for its queue's burst to end.
+const HANDOFF_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How long one request may take to arrive whole once it has begun.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Between two attempts to connect to a frontend (`server=false`).
+const RECONNECT_INTERVAL: Duration = Duration::from_millis(100);
+
+/// The `vhost` driver.
+pub struct VhostDriver {
+    info: DeviceInfo,
+    path: PathBuf,
+    server: bool,
+    queue_pairs: u16,
+    /// One per vring (twice the queue pairs), shared with the queues.
+    slots: Vec<Arc<VringSlot>>,
+    control: Option<Control>,
+}
+
+/// The running control thread.
+struct Control {
+    /// Written to stop the thread.
+    stop: Arc<OwnedFd>,
+    thread: JoinHandle<()>,
+}
+
+impl VhostDriver {
+    /// Reads and checks the spec's arguments: the socket path, the role
+    /// and the queue pairs.
+    pub fn parse_spec(spec: &PortSpec) -> Result<(PathBuf, bool, u16), PortError> {
+        let mut args = SpecArgs::new(spec, KEYS);
+        let path = PathBuf::from(args.require("path")?);
+        let server = args.bool("server")?.unwrap_or(true);
+        let queues = args.u64_in("queues", 1..=64)?.unwrap_or(1) as u16;
+        args.finish()?;
+        Ok((path, server, queues))
+    }
+
+    /// Reads the spec's arguments; opens nothing.
+    pub fn from_spec(spec: &PortSpec) -> Result<VhostDriver, PortError> {
+        let (path, server, queues) = Self::parse_spec(spec)?;
+        Ok(VhostDriver::new(path, server, queues))
+    }
+
+    /// A backend at `path`, listening (`server`) or connecting, offering
+    /// `queue_pairs` queue pairs.
+    pub fn new(path: PathBuf, server: bool, queue_pairs: u16) -> VhostDriver {
+        VhostDriver {
+            info: DeviceInfo {
+                driver: "vhost",
+                max_rx_queues: queue_pairs,
+                max_tx_queues: queue_pairs,
+                nb_rxd: (1, u16::MAX),
+                nb_txd: (1, u16::MAX),
+                desc_pow2: false,
+                max_mtu: 9000,
+                rx_offload_capa: Offloads::NONE,
+                tx_offload_capa: Offloads::MULTI_SEG | Offloads::FAST_FREE,
+                needs_rx_pool: true,
+                mac: MacAddr([0x02, 0, 0, 0x76, 0x68, 0]),
+            },
+            path,
+            server,
+            queue_pairs,
+            slots: (0..2 * usize::from(queue_pairs))
+                .map(|_| Arc::new(VringSlot::new()))
+                .collect(),
+            control: None,
+        }
+    }
+
+    fn backend_config(&self) -> BackendConfig {
+        let mut features = feature(VIRTIO_F_VERSION_1)
+            | feature(VIRTIO_NET_F_MRG_RXBUF)
+            | feature(VIRTIO_F_EVENT_IDX);
+        if self.queue_pairs > 1 {
+            features |= feature(VIRTIO_NET_F_MQ);
+        }
+        BackendConfig {
+            features,
+            protocol_features: protocol_features::REPLY_ACK | protocol_features::MQ,
+            queue_pairs: self.queue_pairs,
+        }
+    }
+
+    fn error(&self, what: impl std::fmt::Display) -> PortError {
+        PortError::Driver(format!("vhost: {}: {what}", self.path.display()))
+    }
+
+    /// Makes sure `path` is free to listen on: a socket nobody listens on
+    /// is removed; a live one, or a file of another kind, is an error.
+    fn clear_stale_socket(&self) -> Result<(), PortError> {
+        match std::fs::symlink_metadata(&self.path) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(self.error(e)),
+            Ok(meta) if !meta.file_type().is_socket() => {
+                Err(self.error("exists and is not a socket"))
+            }
+            Ok(_) => {
+                if UnixStream::connect(&self.path).is_ok() {
+                    return Err(self.error("another process is listening on this socket"));
+                }
+                std::fs::remove_file(&self.path).map_err(|e| self.error(e))
+            }
+        }
+    }
+}
+
+impl PortDriver for VhostDriver {
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn setup(
+        &mut self,
+        config: &PortConfig,
+        counters: &Arc<PortCounters>,
+    ) -> Result<Queues, PortError> {
+        if self.server {
+            self.clear_stale_socket()?;
+        }
+        let xstats = &counters.xstats;
+        let mut rx: Vec<Box<dyn RxQueue>> = Vec::new();
+        for q in 0..config.rxq.len() {
+            rx.push(Box::new(VhostRx {
+                slot: Arc::clone(&self.slots[2 * q + 1]),
+                pool: config.needed_rx_pool(q).clone(),
+                port_id: config.port_id,
+                counters: Arc::clone(counters),
+                check: RxFrameCheck::new(xstats, config.mtu),
+                driver: RxCounters {
+                    bad_chain: xstats.register("rx_bad_chain_errors"),
+                    bad_len: xstats.register("rx_bad_length_errors"),
+                    ring_errors: xstats.register("rx_ring_errors"),
+                },
+                q,
+                spare: None,
+                chain: Chain::new(),
+                started: false,
+            }));
+        }
+        let mut tx: Vec<Box<dyn TxQueue>> = Vec::new();
+        for q in 0..config.txq.len() {
+            tx.push(Box::new(VhostTx {
+                slot: Arc::clone(&self.slots[2 * q]),
+                counters: Arc::clone(counters),
+                driver: TxCounters {
+                    bad_chain: xstats.register("tx_bad_chain_errors"),
+                    not_ready: xstats.register("tx_not_ready_drops"),
+                    too_long: xstats.register("tx_too_long_drops"),
+                    ring_errors: xstats.register("tx_ring_errors"),
+                },
+                q,
+                chains: Vec::new(),
+                scratch: Vec::new(),
+                started: false,
+            }));
+        }
+        Ok(Queues { rx, tx })
+    }
+
+    fn start(&mut self) -> Result<(), PortError> {
+        if self.control.is_some() {
+            return Ok(());
+        }
+        let endpoint = if self.server {
+            self.clear_stale_socket()?;
+            let listener = UnixListener::bind(&self.path).map_err(|e| self.error(e))?;
+            Endpoint::Listen(listener, self.path.clone())
+        } else {
+            Endpoint::Connect(self.path.clone())
+        };
+        let stop = Arc::new(eventfd().map_err(|e| self.error(e))?);
+        let thread_stop = Arc::clone(&stop);
+        let config = self.backend_config();
+        let slots = self.slots.clone();
+        let thread = std::thread::Builder::new()
+            .name("vhost-ctrl".into())
+            .spawn(move || serve(endpoint, &thread_stop, config, slots))
+            .map_err(|e| self.error(e))?;
+        self.control = Some(Control { stop, thread });
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        if let Some(control) = self.control.take() {
+            let one = 1u64;
+            // SAFETY: a live eventfd and an 8-byte buffer.
+            unsafe { libc::write(control.stop.as_raw_fd(), (&raw const one).cast(), 8) };
+            let _ = control.thread.join();
+        }
+        // Whatever the thread left (a ring it could not take back in
+        // time), the rings go now: the queues have stopped polling.
+        for slot in &self.slots {
+            if let Some(mut guard) = slot.control(HANDOFF_TIMEOUT) {
+                *guard.ring() = None;
+            }
+        }
+    }
+}
+
+impl Drop for VhostDriver {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Where the control thread finds its frontends.
+enum Endpoint {
+    /// Accepts them on this listening socket (removed at the end).
+    Listen(UnixListener, PathBuf),
+    /// Connects to a frontend listening at this path.
+    Connect(PathBuf),
+}
+
+/// A fresh non-blocking eventfd.
+fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain flags.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// What [`wait`] saw.
+#[derive(PartialEq, Eq)]
+enum Woken {
+    Readable,
+    Stop,
+    Timeout,
+}
+
+/// Waits until `fd` is readable (or hung up), `stop` is signalled, or
+/// `timeout` passes (`None`: no limit).
+fn wait(fd: Option<RawFd>, stop: &OwnedFd, timeout: Option<Duration>) -> Woken {
+    let mut fds = [
+        libc::pollfd {
+            fd: stop.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: fd.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as libc::c_int);
+    loop {
+        // SAFETY: two valid `pollfd`s for the call's duration (a negative
+        // fd is ignored by poll).
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            return if n == 0 { Woken::Timeout } else { Woken::Stop };
+        }
+        if fds[0].revents != 0 {
+            return Woken::Stop;
+        }
+        return Woken::Readable;
+    }
+}
+
+/// The control thread: one frontend session after another until `stop`.
+fn serve(endpoint: Endpoint, stop: &OwnedFd, config: BackendConfig, slots: Vec<Arc<VringSlot>>) {
+    let mut handoff = Handoff {
+        dirty: vec![false; slots.len()],
+        slots,
+        memory: None,
+        features: 0,
+    };
+    loop {
+        let stream = match &endpoint {
+            Endpoint::Listen(listener, _) => match wait(Some(listener.as_raw_fd()), stop, None) {
+                Woken::Readable => match listener.accept() {
+                    Ok((stream, _)) => stream,
+                    // Out of descriptors, say: try again a little later.
+                    Err(_) => {
+                        if wait(None, stop, Some(RECONNECT_INTERVAL)) == Woken::Stop {
+                            break;
+                        }
+                        continue;
+                    }
+                },
+                _ => break,
+            },
+            Endpoint::Connect(path) => match UnixStream::connect(path) {
+                Ok(stream) => stream,
+                Err(_) => {
+                    if wait(None, stop, Some(RECONNECT_INTERVAL)) == Woken::Stop {
+                        break;
+                    }
+                    continue;
+                }
+            },
+        };
+        let stopping = session(&stream, stop, config, &mut handoff);
+        drop(stream);
+        handoff.memory = None;
+        if stopping {
+            break;
+        }
+    }
+    if let Endpoint::Listen(_, path) = &endpoint {
+        let _ = std::fs::remove_file(path);
+    }
+}
+
+/// Serves one frontend until it goes (false) or `stop` is signalled
+/// (true). Its rings are taken back from the queues either way.
+fn session(
+    stream: &UnixStream,
+    stop: &OwnedFd,
+    config: BackendConfig,
+    handoff: &mut Handoff,
+) -> bool {
+    let mut backend = Backend::new(config);
+    let _ = stream.set_read_timeout(Some(REQUEST_TIMEOUT));
+    let mut stopping = false;
+    loop {
+        if wait(Some(stream.as_raw_fd()), stop, None) != Woken::Readable {
+            stopping = true;
+            break;
+        }
+        match backend.serve_message(stream, handoff) {
+            // Applied, or refused with a failure status the frontend reads.
+            Ok(_) => handoff.apply(&backend),
+            // Closed, or a failure the frontend cannot be told of: the
+            // session ends.
+            Err(_) => break,
+        }
+    }
+    backend.stop_all(handoff);
+    stopping
+}
+
+/// A mapped region as the backend has it: guest physical address, host
+/// address, size.
+type RegionKey = (u64, usize, u64);
+
+/// The control thread's [`VringHandler`]: hands started rings to the
+/// queues' slots and takes them back.
+///
+/// A ring is installed while its starting request is handled, before the
+/// reply, so a frontend that has its SET_VRING_KICK (or SET_MEM_TABLE)
+/// acknowledged finds the ring served: the memory table is duplicated as
+/// soon as the backend has mapped it.
+struct Handoff {
+    slots: Vec<Arc<VringSlot>>,
+    /// Rings started or changed that could not be installed at once.
+    dirty: Vec<bool>,
+    /// The current memory table, duplicated for the data path, with the
+    /// backend's (guest address, host address, size) per region it was
+    /// made from.
+    memory: Option<(Vec<RegionKey>, Arc<SharedMemory>)>,
+    /// The negotiated features.
+    features: u64,
+}
+
+impl VringHandler for Handoff {
+    fn vring_started(&mut self, ready: &ReadyVring<'_>) {
+        let Some(slot) = self.slots.get(ready.index).cloned() else {
+            return;
+        };
+        let ring = self.build(ready);
+        match (ring, slot.control(HANDOFF_TIMEOUT)) {
+            (Some(mut ring), Some(mut guard)) => {
+                ring.enabled = ready.enabled;
+                ring.call = ready.call.and_then(|fd| fd.try_clone().ok());
+                guard.install(ring);
+            }
+            _ => self.dirty[ready.index] = true,
+        }
+    }
+
+    fn vring_stopped(&mut self, index: usize) -> Option<u16> {
+        let slot = self.slots.get(index)?;
+        if let Some(d) = self.dirty.get_mut(index) {
+            *d = false;
+        }
+        match slot.control(HANDOFF_TIMEOUT) {
+            Some(mut guard) => guard.ring().take().map(|r| r.queue.last_avail_idx()),
+            // The queue is stuck in a burst: it stops at the burst's end
+            // (the slot stays closed); its last published index is the
+            // best there is.
+            None => Some(slot.last_avail()),
+        }
+    }
+
+    fn memory_changed(&mut self, table: &vhost_user::GuestMemory) {
+        self.take_memory(table);
+    }
+
+    fn vring_updated(&mut self, ready: &ReadyVring<'_>) {
+        let Some(slot) = self.slots.get(ready.index).cloned() else {
+            return;
+        };
+        let Some(mut guard) = slot.control(HANDOFF_TIMEOUT) else {
+            self.dirty[ready.index] = true;
+            return;
+        };
+        match guard.ring() {
+            Some(ring) => {
+                ring.enabled = ready.enabled;
+                ring.call = ready.call.and_then(|fd| fd.try_clone().ok());
+            }
+            None => self.dirty[ready.index] = true,
+        }
+    }
+}
+
+impl Handoff {
+    /// Duplicates `table` for the data path, unless it is the one at hand.
+    fn take_memory(&mut self, table: &vhost_user::GuestMemory) {
+        let key: Vec<RegionKey> = table
+            .regions()
+            .iter()
+            .map(|r| {
+                (
+                    r.guest_phys_addr(),
+                    r.host_addr().as_ptr() as usize,
+                    r.size(),
+                )
+            })
+            .collect();
+        if key.is_empty() {
+            self.memory = None;
+        } else if self.memory.as_ref().is_none_or(|(k, _)| *k != key) {
+            // A table that cannot be duplicated leaves its rings stopped.
+            self.memory = SharedMemory::duplicate(table)
+                .ok()
+                .map(|shared| (key, shared));
+        }
+    }
+
+    /// After each request: takes in the features (and the memory table,
+    /// should it have changed unannounced), then installs the rings still
+    /// waiting (none, unless one could not be installed at its start).
+    fn apply(&mut self, backend: &Backend) {
+        self.features = backend.features();
+        self.take_memory(backend.memory());
+        for i in 0..self.dirty.len() {
+            if std::mem::take(&mut self.dirty[i])
+                && let Some(ready) = backend.vring(i)
+            {
+                self.vring_started(&ready);
+                // Once is enough: a ring that cannot be built stays out.
+                self.dirty[i] = false;
+            }
+        }
+    }
+
+    /// The data-path state of a ring that has just started, over the
+    /// current memory table; `None` when it is not that table's.
+    fn build(&self, ready: &ReadyVring<'_>) -> Option<ActiveRing> {
+        let (key, shared) = self.memory.as_ref()?;
+        // The ring's host addresses, back to guest physical ones.
+        let gpa = |host: *mut u8| {
+            let host = host as usize;
+            key.iter().find_map(|&(gpa, start, size)| {
+                let offset = host.checked_sub(start)?;
+                (offset < size as usize).then_some(gpa + offset as u64)
+            })
+        };
+        let layout = QueueLayout::new(
+            u32::from(ready.size),
+            gpa(ready.desc.as_ptr())?,
+            gpa(ready.avail.as_ptr())?,
+            gpa(ready.used.as_ptr())?,
+        )
+        .ok()?;
+        let mut ring =
+            ActiveRing::new(Arc::clone(shared), layout, self.features, ready.base).ok()?;
+        // The queues poll: the guest need not kick.
+        let _ = ring.queue.disable_notify();
+        Some(ring)
+    }
+}
