@@ -117,6 +117,10 @@ pub struct TxEngine {
     errors: Arc<Counter>,
     /// WQEs rejected.
     wqe_errors: Arc<Counter>,
+    /// The TSC read after the current step loaded the tail: the receipt
+    /// time of every frame a checker sink checks in it (one reading per
+    /// step, not per frame).
+    step_tsc: u64,
 }
 
 impl TxEngine {
@@ -143,6 +147,7 @@ impl TxEngine {
             bus,
             errors: x.register("device_tx_errors"),
             wqe_errors: x.register("device_wqe_errors"),
+            step_tsc: 0,
         }
     }
 
@@ -206,6 +211,10 @@ impl TxEngine {
         let tail = self.regs.tail.load(Ordering::Acquire);
         if let TxSink::Wire(w) = &mut self.sink {
             w.refresh();
+        }
+        if let TxSink::Check(_) = self.sink {
+            // After the tail: every frame below it was stamped earlier.
+            self.step_tsc = crate::tsc::rdtsc_ordered();
         }
         let mut pkts = 0;
         while !self.halted && self.head != tail && pkts < STEP {
@@ -534,7 +543,7 @@ impl TxEngine {
         };
         let f = &self.frame[at..at + len];
         match &mut self.sink {
-            TxSink::Check(c) => c.check(f),
+            TxSink::Check(c) => c.check_at(f, self.step_tsc),
             TxSink::Wire(w) => {
                 if w.send(f) == Sent::Pause {
                     return false;
