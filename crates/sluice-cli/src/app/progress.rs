@@ -5,8 +5,8 @@
 //!
 //! Stdout carries the results (tables, `--json` objects) and gets nothing
 //! from here. While a bar is drawn, every line of [`crate::app::output::emit`]
-//! (and the benchmark harness's notes on stderr) is written with the bar
-//! cleared, then the bar is drawn again, so lines and bar never mix.
+//! (and the benchmark harness's notes on stderr) is written with the progress bar
+//! cleared, then the progress bar is drawn again, so lines and progress bar never mix.
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
@@ -18,7 +18,7 @@ use indicatif::{HumanDuration, ProgressBar, ProgressDrawTarget, ProgressState, P
 /// stay current while a long step runs.
 const TICK: Duration = Duration::from_millis(500);
 
-/// The bar on the terminal now, if any: lines written meanwhile clear it
+/// The progress bar on the terminal now, if any: lines written meanwhile clear it
 /// first ([`write_beside_bar`]).
 static BAR: Mutex<Option<ProgressBar>> = Mutex::new(None);
 
@@ -30,7 +30,7 @@ pub struct Progress {
     done: usize,
     /// What the work is, in front of each plain line (`tune`, `bench`).
     label: String,
-    /// The bar, on a terminal; `None` writes plain lines.
+    /// The progress bar, on a terminal; `None` writes plain lines.
     bar: Option<ProgressBar>,
 }
 
@@ -64,7 +64,7 @@ impl Progress {
         }
     }
 
-    /// Says what the step under way is (on the bar; a plain line waits for
+    /// Says what the step under way is (on the progress bar; a plain line waits for
     /// the step's end).
     pub fn working_on(&self, msg: &str) {
         if let Some(bar) = &self.bar {
@@ -100,9 +100,9 @@ impl Progress {
         format!("[{}/{}] {}: {msg}", self.done, self.total, self.label)
     }
 
-    /// Ends the progress: the bar is cleared (the results follow on stdout).
+    /// Ends the progress: the progress bar is cleared (the results follow on stdout).
     pub fn finish(self) {
-        // Drop clears the bar.
+        // Drop clears the progress bar.
     }
 }
 
@@ -116,7 +116,7 @@ impl Drop for Progress {
     }
 }
 
-/// The bar's look: `tune [=====>    ] 3/24, 12s, 1m 10s left: MESSAGE`.
+/// The progress bar's look: `tune [=====>    ] 3/24, 12s, 1m 10s left: MESSAGE`.
 fn style() -> ProgressStyle {
     ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len}, {elapsed}, {left}: {wide_msg}")
         .unwrap_or_else(|_| ProgressStyle::default_bar())
@@ -133,13 +133,13 @@ fn time_left(state: &ProgressState, w: &mut dyn std::fmt::Write) {
     };
 }
 
-/// The current bar, even if a thread panicked holding the lock (the bar is
+/// The current bar, even if a thread panicked holding the lock (the progress bar is
 /// only ever swapped whole).
 fn lock_bar() -> std::sync::MutexGuard<'static, Option<ProgressBar>> {
     BAR.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// Writes a line (`write`) with the current bar cleared, then draws the bar
+/// Writes a line (`write`) with the current bar cleared, then draws the progress bar
 /// again.
 fn write_beside_bar(write: &mut dyn FnMut()) {
     // Not holding the lock while writing: a line may be long to write (a

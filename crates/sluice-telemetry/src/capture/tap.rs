@@ -186,10 +186,9 @@ impl Tap {
             let Some(cell) = w.slots.0.get(i as usize) else {
                 continue;
             };
-            // SAFETY: index `i` came out of `free`, so this thread holds it
-            // and no other thread touches slot `i` until it is published in
-            // `filled` below (module docs); the ring's Acquire in `pop`
+            // Index `i` came out of `free`; the ring's Acquire in `pop`
             // orders this write after the capture thread's last read.
+            // SAFETY: slot `i` is this thread's until published in `filled`.
             let slot = unsafe { &mut *cell.get() };
             slot.tsc = tsc;
             slot.orig_len = m.pkt_len();

@@ -214,10 +214,9 @@ impl Ring {
         debug_assert!(
             offset.is_multiple_of(2) && offset + 2 <= HEADER_SIZE + (DESC_SIZE << self.log2_size)
         );
-        // SAFETY: `offset` is inside the ring (header fields and descriptor
-        // fields only) and 2-aligned on an 8-aligned base; the mapping lives
-        // as long as `self.regions`, and shared memory is only ever accessed
-        // atomically at this address.
+        // The mapping lives as long as `self.regions`; shared memory is only
+        // ever accessed atomically at this address.
+        // SAFETY: `offset` is inside the ring and 2-aligned on an 8-aligned base.
         unsafe { AtomicU16::from_ptr(self.base.as_ptr().add(offset).cast()) }
     }
 
@@ -483,10 +482,8 @@ impl Producer {
                     taken += 1;
                     continue 'packets;
                 }
-                // SAFETY: `dst` has `len` bytes inside the mapping
-                // (checked by `buffer`); the slot is this side's until it
-                // publishes it; `rest` is ours and does not overlap shared
-                // memory.
+                // The slot is this side's until it publishes it; `rest` is ours.
+                // SAFETY: `dst` has `len` bytes in the mapping (checked by `buffer`).
                 unsafe { ptr::copy_nonoverlapping(rest.as_ptr(), dst, len as usize) };
                 rest = &rest[len as usize..];
                 let flags = if rest.is_empty() { 0 } else { DESC_FLAG_NEXT };
@@ -624,10 +621,9 @@ impl Consumer {
                             Ok(src) => {
                                 let at = self.scratch.len();
                                 self.scratch.resize(at + d.length as usize, 0);
-                                // SAFETY: `src` has `d.length` bytes inside
-                                // the mapping (checked by `buffer`); the
-                                // slot is published to this side; `scratch`
-                                // is ours.
+                                // The slot is published to this side.
+                                // SAFETY: `src` has `d.length` bytes in the
+                                // mapping (checked by `buffer`).
                                 unsafe {
                                     ptr::copy_nonoverlapping(
                                         src,

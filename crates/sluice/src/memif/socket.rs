@@ -255,10 +255,9 @@ impl ControlSocket {
         };
         // Take every descriptor first, so each is closed whatever happens.
         let mut fds: Vec<OwnedFd> = Vec::new();
-        // SAFETY: recvmsg filled `header`'s control part; CMSG_FIRSTHDR and
-        // CMSG_NXTHDR walk it within msg_controllen, and each SCM_RIGHTS
-        // payload holds (cmsg_len - CMSG_LEN(0)) / 4 descriptors the kernel
-        // just installed for us.
+        // Each SCM_RIGHTS payload holds (cmsg_len - CMSG_LEN(0)) / 4
+        // descriptors the kernel just installed for us.
+        // SAFETY: the CMSG macros walk the control part within msg_controllen.
         unsafe {
             let mut cmsg = libc::CMSG_FIRSTHDR(&header);
             while !cmsg.is_null() {

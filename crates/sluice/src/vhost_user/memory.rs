@@ -253,10 +253,9 @@ fn out_of_range(addr: u64, len: usize) -> VhostUserError {
 
 impl Drop for GuestMemoryRegion {
     fn drop(&mut self) {
-        // SAFETY: `map..map + map_len` is the mapping made in `map`, owned
-        // by this region alone and unmapped only here. Pointers handed out
-        // are raw; their users are told (see `Backend`) when a table is
-        // replaced.
+        // Pointers handed out are raw; their users are told (see `Backend`)
+        // when a table is replaced.
+        // SAFETY: `map..map + map_len` is this region's own mapping, unmapped only here.
         unsafe { libc::munmap(self.map.as_ptr().cast(), self.map_len) };
     }
 }

@@ -149,10 +149,9 @@ fn recv_some(
             return Err(e.into());
         }
         let mut too_many = msg.msg_flags & libc::MSG_CTRUNC != 0;
-        // SAFETY: the kernel filled `cmsg` up to `msg_controllen`; the CMSG
-        // macros walk it within that length. Each SCM_RIGHTS entry holds
-        // descriptors newly installed in this process and owned by nobody,
-        // so each is taken into an `OwnedFd` exactly once.
+        // Each SCM_RIGHTS entry holds descriptors newly installed in this
+        // process and owned by nobody: each becomes an `OwnedFd` exactly once.
+        // SAFETY: the CMSG macros walk the control part within msg_controllen.
         unsafe {
             let mut hdr = libc::CMSG_FIRSTHDR(&msg);
             while !hdr.is_null() {

@@ -74,12 +74,10 @@ impl SharedMemory {
             let delta = host - start;
             let size = usize::try_from(region.size()).map_err(io::Error::other)?;
             let len = size + delta;
-            // SAFETY: `start..start + len` lies in the backend's shared
-            // mapping of this region (page-aligned down from its first
-            // byte); with an old size of 0 mremap maps the same pages at a
-            // new address the kernel chooses and leaves the old mapping
-            // alone.
+            // With an old size of 0, mremap maps the same pages again at an
+            // address the kernel chooses and leaves the old mapping alone.
             let dup =
+                // SAFETY: `start..start + len` lies in the backend's mapping.
                 unsafe { libc::mremap(start as *mut libc::c_void, 0, len, libc::MREMAP_MAYMOVE) };
             if dup == libc::MAP_FAILED {
                 return Err(io::Error::last_os_error());
@@ -87,11 +85,9 @@ impl SharedMemory {
             let dup = NonNull::new(dup.cast::<u8>())
                 .ok_or_else(|| io::Error::other("mremap returned null"))?;
             maps.0.push((dup, len));
-            // SAFETY: `dup + delta .. + size` is the duplicate just made,
-            // mapped read-write until `shared` drops, which outlives the
-            // `GuestMemory` (it holds it and drops it first; `maps` unmaps
-            // it on an early return, when no `GuestMemory` exists); in this
-            // process it is accessed only through that `GuestMemory`.
+            // `shared` holds the `GuestMemory` and drops it before `maps`
+            // unmaps the duplicate (also on an early return, when none exists).
+            // SAFETY: `dup + delta .. + size` is mapped until `GuestMemory` drops.
             let mapping = unsafe { Mapping::from_raw(dup.as_ptr().add(delta), size) };
             regions.push((region.guest_phys_addr(), mapping));
         }
