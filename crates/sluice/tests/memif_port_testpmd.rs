@@ -9,7 +9,7 @@
 //! missing tool fails it.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -20,46 +20,14 @@ use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{Port, PortConfig};
 use sluice::tester::{Tester, TesterConfig};
 
+mod memif_testpmd_support;
+
+use memif_testpmd_support::{TempDir, skip};
+
 /// How long testpmd may take to come up, and the link after it.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 const FRAMES: u64 = 5_000;
-
-/// Whether testpmd and its memif driver are here.
-fn tools_present() -> Result<(), String> {
-    let testpmd = Command::new("dpdk-testpmd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if testpmd.is_err() {
-        return Err("no dpdk-testpmd".into());
-    }
-    let memif_driver = std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|arch| std::fs::read_dir(arch.path().join("dpdk")).ok())
-        .flatten()
-        .flatten()
-        .any(|pmds| pmds.path().join("librte_net_memif.so").exists());
-    if !memif_driver {
-        return Err("no DPDK memif driver (librte_net_memif.so)".into());
-    }
-    Ok(())
-}
-
-/// Skips (or, under CI, fails) when testpmd or its memif driver is missing.
-fn skip() -> bool {
-    match tools_present() {
-        Ok(()) => false,
-        Err(missing) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("{missing}"),
-        Err(missing) => {
-            eprintln!("skipped: {missing}");
-            true
-        }
-    }
-}
 
 /// testpmd running under `timeout`; dropping it ends it.
 struct Testpmd {
@@ -127,25 +95,6 @@ impl Drop for Testpmd {
         }
         drop(self.child.stdin.take());
         let _ = self.child.wait();
-    }
-}
-
-/// A fresh directory for the socket file, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir =
-            std::env::temp_dir().join(format!("sluice-memif-port-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
     }
 }
 
@@ -234,7 +183,7 @@ fn the_server_port_echoes_through_a_testpmd_client() {
     if skip() {
         return;
     }
-    let dir = TempDir::new("server");
+    let dir = TempDir::new("port-server");
     let socket = dir.0.join("memif.sock");
     let pool = pool();
     {
@@ -257,7 +206,7 @@ fn the_client_port_echoes_through_a_testpmd_server() {
     if skip() {
         return;
     }
-    let dir = TempDir::new("client");
+    let dir = TempDir::new("port-client");
     let socket = dir.0.join("memif.sock");
     let pool = pool();
     {

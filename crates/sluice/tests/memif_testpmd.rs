@@ -9,7 +9,6 @@
 //! under CI (`CI=true`), where a missing tool fails it.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
@@ -20,35 +19,15 @@ use sluice::memif::ring::{Consumer, Producer};
 use sluice::memif::socket::{ControlListener, ControlSocket};
 use sluice::memif::{MemifError, Role};
 
+mod memif_testpmd_support;
+
+use memif_testpmd_support::{TempDir, skip};
+
 /// How long testpmd may take to come up, and the longest any control
 /// message may take.
 const TIMEOUT: Duration = Duration::from_secs(60);
 
 const PACKETS: u32 = 5_000;
-
-/// Whether testpmd and its memif driver are here.
-fn tools_present() -> Result<(), String> {
-    let testpmd = Command::new("dpdk-testpmd")
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
-    if testpmd.is_err() {
-        return Err("no dpdk-testpmd".into());
-    }
-    let memif_driver = std::fs::read_dir("/usr/lib")
-        .into_iter()
-        .flatten()
-        .flatten()
-        .filter_map(|arch| std::fs::read_dir(arch.path().join("dpdk")).ok())
-        .flatten()
-        .flatten()
-        .any(|pmds| pmds.path().join("librte_net_memif.so").exists());
-    if !memif_driver {
-        return Err("no DPDK memif driver (librte_net_memif.so)".into());
-    }
-    Ok(())
-}
 
 /// testpmd running under `timeout`; dropping it ends it.
 struct Testpmd {
@@ -139,36 +118,6 @@ fn packet(seq: u32) -> Vec<u8> {
         .collect();
     p[..4].copy_from_slice(&seq.to_le_bytes());
     p
-}
-
-/// Skips (or, under CI, fails) when testpmd or its memif driver is missing.
-fn skip() -> bool {
-    match tools_present() {
-        Ok(()) => false,
-        Err(missing) if std::env::var("CI").is_ok_and(|v| v == "true") => panic!("{missing}"),
-        Err(missing) => {
-            eprintln!("skipped: {missing}");
-            true
-        }
-    }
-}
-
-/// A fresh directory for the socket file, removed on drop.
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(name: &str) -> TempDir {
-        let dir = std::env::temp_dir().join(format!("sluice-memif-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// Sends PACKETS packets on `tx` and expects each back on `rx`, in order,
