@@ -140,6 +140,49 @@ pub fn need_event(event_idx: u16, new: u16, old: u16) -> bool {
     new.wrapping_sub(event_idx).wrapping_sub(1) < new.wrapping_sub(old)
 }
 
+/// Stores `next` as a ring's index at `at` with Release when it moved past
+/// `*published`, which then follows it: one store per batch. The caller's
+/// comment names the Acquire it pairs with.
+fn publish_index(
+    mem: &GuestMemory,
+    at: u64,
+    next: u16,
+    published: &mut u16,
+) -> Result<(), VirtioError> {
+    if next != *published {
+        mem.store_u16(at, next, Ordering::Release)?;
+        *published = next;
+    }
+    Ok(())
+}
+
+/// Whether the other side wants a notification for the indices published
+/// since `*notified` (which becomes `published`): with `VIRTIO_F_EVENT_IDX`
+/// (`event_at` is the other side's event index), when they passed it
+/// ([`need_event`]); otherwise when anything was published and the other
+/// side's flags at `flags.0` lack the suppressing bit `flags.1`. The caller
+/// has fenced between its index store and these loads.
+fn wants_notification(
+    mem: &GuestMemory,
+    event_at: Option<u64>,
+    flags: (u64, u16),
+    published: u16,
+    notified: &mut u16,
+) -> Result<bool, VirtioError> {
+    let old = std::mem::replace(notified, published);
+    match event_at {
+        Some(at) => Ok(need_event(
+            mem.load_u16(at, Ordering::Relaxed)?,
+            published,
+            old,
+        )),
+        None => {
+            let (at, suppress) = flags;
+            Ok(published != old && mem.load_u16(at, Ordering::Relaxed)? & suppress == 0)
+        }
+    }
+}
+
 /// One entry of a descriptor table.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Descriptor {
@@ -712,14 +755,14 @@ impl DeviceQueue {
     /// Publishes the used entries written since the last call: one store of
     /// `used.idx`.
     pub fn publish_used(&mut self) -> Result<(), VirtioError> {
-        if self.next_used != self.published_used {
-            // Release: pairs with the Acquire of `DriverQueue::pop_used`; the
-            // entries and the buffers' contents are written before it.
-            self.mem
-                .store_u16(self.layout.used_idx(), self.next_used, Ordering::Release)?;
-            self.published_used = self.next_used;
-        }
-        Ok(())
+        // Release: pairs with the Acquire of `DriverQueue::pop_used`; the
+        // entries and the buffers' contents are written before it.
+        publish_index(
+            &self.mem,
+            self.layout.used_idx(),
+            self.next_used,
+            &mut self.published_used,
+        )
     }
 
     /// Whether the driver wants a used buffer notification for what was
@@ -732,20 +775,13 @@ impl DeviceQueue {
         // the event load below; pairs with the fence of
         // `DriverQueue::enable_interrupts` (module docs).
         fence(Ordering::SeqCst);
-        let old = self.signalled_used;
-        let new = self.published_used;
-        self.signalled_used = new;
-        if self.event_idx {
-            let event = self
-                .mem
-                .load_u16(self.layout.used_event(), Ordering::Relaxed)?;
-            Ok(need_event(event, new, old))
-        } else {
-            let flags = self
-                .mem
-                .load_u16(self.layout.avail_flags(), Ordering::Relaxed)?;
-            Ok(new != old && flags & VIRTQ_AVAIL_F_NO_INTERRUPT == 0)
-        }
+        wants_notification(
+            &self.mem,
+            self.event_idx.then(|| self.layout.used_event()),
+            (self.layout.avail_flags(), VIRTQ_AVAIL_F_NO_INTERRUPT),
+            self.published_used,
+            &mut self.signalled_used,
+        )
     }
 
     /// Asks the driver not to send available buffer notifications (the
@@ -1041,14 +1077,14 @@ impl DriverQueue {
     /// Publishes the chains added since the last call: one store of
     /// `avail.idx`.
     pub fn publish_avail(&mut self) -> Result<(), VirtioError> {
-        if self.avail_idx != self.published_avail {
-            // Release: pairs with the Acquire of `DeviceQueue::pop_avail_into`;
-            // the descriptors and ring entries are written before it.
-            self.mem
-                .store_u16(self.layout.avail_idx(), self.avail_idx, Ordering::Release)?;
-            self.published_avail = self.avail_idx;
-        }
-        Ok(())
+        // Release: pairs with the Acquire of `DeviceQueue::pop_avail_into`;
+        // the descriptors and ring entries are written before it.
+        publish_index(
+            &self.mem,
+            self.layout.avail_idx(),
+            self.avail_idx,
+            &mut self.published_avail,
+        )
     }
 
     /// Whether the device wants an available buffer notification (a kick)
@@ -1061,20 +1097,13 @@ impl DriverQueue {
         // event load below; pairs with the fence of
         // `DeviceQueue::enable_notify` (module docs).
         fence(Ordering::SeqCst);
-        let old = self.kicked_avail;
-        let new = self.published_avail;
-        self.kicked_avail = new;
-        if self.event_idx {
-            let event = self
-                .mem
-                .load_u16(self.layout.avail_event(), Ordering::Relaxed)?;
-            Ok(need_event(event, new, old))
-        } else {
-            let flags = self
-                .mem
-                .load_u16(self.layout.used_flags(), Ordering::Relaxed)?;
-            Ok(new != old && flags & VIRTQ_USED_F_NO_NOTIFY == 0)
-        }
+        wants_notification(
+            &self.mem,
+            self.event_idx.then(|| self.layout.avail_event()),
+            (self.layout.used_flags(), VIRTQ_USED_F_NO_NOTIFY),
+            self.published_avail,
+            &mut self.kicked_avail,
+        )
     }
 
     /// Reclaims the next chain the device returned: `Ok(None)` when there is
