@@ -74,7 +74,9 @@
 //! `tx_too_long_drops` (more segments than the ring has descriptors, or a
 //! frame to copy longer than an mbuf), `tx_not_ready_drops`, `link_ups`,
 //! `link_downs`, `link_refusals` (a backend refused during set-up with
-//! `server=true`).
+//! `server=true`); `rx_kicks` / `tx_kicks` (notifications sent to the
+//! backend: with a polling backend and `EVENT_IDX`, one when the ring
+//! starts and one per 65536 buffers after).
 
 mod queue;
 
@@ -137,6 +139,8 @@ pub struct VirtioDriver {
     table: Option<Arc<Table>>,
     /// Each Rx queue's pool; known at setup.
     rx_pools: Vec<MbufPool>,
+    /// Per vring: kicks sent; registered at setup.
+    kicks: Vec<Arc<Counter>>,
     link: Option<LinkCounters>,
     control: Option<Control>,
 }
@@ -245,6 +249,7 @@ impl VirtioDriver {
             slots: Vec::new(),
             table: None,
             rx_pools: Vec::new(),
+            kicks: Vec::new(),
             link: None,
             control: None,
         }
@@ -419,6 +424,9 @@ impl PortDriver for VirtioDriver {
             downs: xstats.register("link_downs"),
             refusals: xstats.register("link_refusals"),
         });
+        self.kicks = (0..table.layouts.len())
+            .map(|v| xstats.register(if v % 2 == 0 { "rx_kicks" } else { "tx_kicks" }))
+            .collect();
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::new();
         for q in 0..config.rxq.len() {
             rx.push(Box::new(VirtioRx {
@@ -475,6 +483,7 @@ impl PortDriver for VirtioDriver {
             table,
             slots: self.slots.clone(),
             rx_pools: self.rx_pools.clone(),
+            kicks: self.kicks.clone(),
             link,
         };
         let endpoint = if self.server {
@@ -599,6 +608,8 @@ struct Session {
     slots: Vec<Arc<VringSlot>>,
     /// Each Rx queue's pool.
     rx_pools: Vec<MbufPool>,
+    /// Per vring: its kicks counter.
+    kicks: Vec<Arc<Counter>>,
     link: LinkCounters,
 }
 
@@ -681,6 +692,7 @@ impl Session {
                 let mut ring = Vring::new(
                     queue,
                     kick.try_clone().map_err(VhostUserError::Io)?,
+                    Arc::clone(&self.kicks[i]),
                     has_feature(features, VIRTIO_NET_F_MRG_RXBUF),
                     Arc::clone(&self.table),
                 );

@@ -56,6 +56,8 @@ pub(super) struct Vring {
     /// segments and how many buffers are still to come.
     pending: Option<(Mbuf, u16)>,
     kick: OwnedFd,
+    /// Kicks sent (the queue's `rx_kicks` / `tx_kicks`).
+    kicks: Arc<Counter>,
     mrg_rxbuf: bool,
     _table: Arc<Table>,
 }
@@ -64,6 +66,7 @@ impl Vring {
     pub(super) fn new(
         queue: DriverQueue,
         kick: OwnedFd,
+        kicks: Arc<Counter>,
         mrg_rxbuf: bool,
         table: Arc<Table>,
     ) -> Vring {
@@ -73,6 +76,7 @@ impl Vring {
             held: (0..size).map(|_| None).collect(),
             pending: None,
             kick,
+            kicks,
             mrg_rxbuf,
             _table: table,
         }
@@ -125,6 +129,7 @@ impl Vring {
             let one = 1u64;
             // SAFETY: a live eventfd and an 8-byte buffer.
             unsafe { libc::write(self.kick.as_raw_fd(), (&raw const one).cast(), 8) };
+            self.kicks.inc();
         }
     }
 }
