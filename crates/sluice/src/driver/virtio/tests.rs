@@ -487,3 +487,22 @@ fn two_queue_pairs_of_a_single_queue_backend_are_refused() {
     drop((virtio, vhost));
     assert_pool_full(&pool);
 }
+
+#[test]
+fn a_stopped_port_starts_again_on_fresh_rings() {
+    let pool = shared_pool(1023);
+    let path = socket_path();
+    let (mut vhost, mut virtio) = pair(&path, &pool, 1);
+    let out = test_frames([2; 6], 8, 0, 50, 9);
+    assert_eq!(send(&mut virtio, &mut vhost, 0, mbufs(&pool, &out)), out);
+    virtio.stop();
+    // Every buffer is home but the vhost port's spare Rx mbuf.
+    let spare = vhost.counters().rx[0].posted.get();
+    assert_eq!(u64::from(pool.available()) + spare, 1023);
+    virtio.start().unwrap();
+    assert_eq!(xstat(&virtio, "link_ups"), 2);
+    assert_eq!(send(&mut virtio, &mut vhost, 0, mbufs(&pool, &out)), out);
+    assert_eq!(send(&mut vhost, &mut virtio, 0, mbufs(&pool, &out)), out);
+    drop((virtio, vhost));
+    assert_pool_full(&pool);
+}
