@@ -267,6 +267,7 @@ impl RxQueue for VirtioRx {
                 };
                 let Some(m) = ring.held[usize::from(used.head)].take() else {
                     self.driver.bad_used_id.inc();
+                    stats.errors.inc();
                     continue;
                 };
                 let Some(mut frame) = self.harvest(ring, m, used.len as usize) else {
