@@ -17,7 +17,6 @@
 //! so the guest uses INTx; no ROM is needed to boot a kernel directly.
 //!
 //! Every wait is bounded: qemu is killed when its [`Guest`] is dropped.
-#![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::fs::PermissionsExt;
