@@ -45,10 +45,16 @@
 //! `tx_not_ready_drops`, `rx_ring_errors` / `tx_ring_errors` (a ring found
 //! broken: an impossible index, an area outside memory).
 //!
-//! The data path maps the frontend's memory a second time (`mremap` of the
-//! backend's shared mapping), so a ring outlives nothing it points into.
-//! Memory regions on hugetlbfs may refuse that duplication; their rings
-//! then do not start (the frontend sees no traffic).
+//! # Frontend memory
+//!
+//! The data path reads the frontend's memory through the backend's own
+//! mapping of the memory table: each started ring holds a share (`Arc`) of
+//! it, so a table the backend replaces (a new SET_MEM_TABLE) or drops (the
+//! frontend goes) stays mapped until the control thread has taken back
+//! every ring over it. Any memory the frontend can pass works the same
+//! way: memfd, hugetlbfs files (a VM's or DPDK's hugepages), POSIX shared
+//! memory. The lcores never lock, map or unmap anything: rings are built
+//! and dropped on the control thread.
 
 mod queue;
 mod slot;
@@ -425,25 +431,19 @@ fn session(
     stopping
 }
 
-/// A mapped region as the backend has it: guest physical address, host
-/// address, size.
-type RegionKey = (u64, usize, u64);
-
 /// The control thread's [`VringHandler`]: hands started rings to the
 /// queues' slots and takes them back.
 ///
 /// A ring is installed while its starting request is handled, before the
 /// reply, so a frontend that has its SET_VRING_KICK (or SET_MEM_TABLE)
-/// acknowledged finds the ring served: the memory table is duplicated as
-/// soon as the backend has mapped it.
+/// acknowledged finds the ring served: the data path's view of the memory
+/// table is made as soon as the backend has mapped it.
 struct Handoff {
     slots: Vec<Arc<VringSlot>>,
     /// Rings started or changed that could not be installed at once.
     dirty: Vec<bool>,
-    /// The current memory table, duplicated for the data path, with the
-    /// backend's (guest address, host address, size) per region it was
-    /// made from.
-    memory: Option<(Vec<RegionKey>, Arc<SharedMemory>)>,
+    /// The data path's view of the backend's current memory table.
+    memory: Option<Arc<SharedMemory>>,
     /// The negotiated features.
     features: u64,
 }
@@ -478,7 +478,7 @@ impl VringHandler for Handoff {
         }
     }
 
-    fn memory_changed(&mut self, table: &vhost_user::GuestMemory) {
+    fn memory_changed(&mut self, table: &Arc<vhost_user::GuestMemory>) {
         self.take_memory(table);
     }
 
@@ -501,26 +501,13 @@ impl VringHandler for Handoff {
 }
 
 impl Handoff {
-    /// Duplicates `table` for the data path, unless it is the one at hand.
-    fn take_memory(&mut self, table: &vhost_user::GuestMemory) {
-        let key: Vec<RegionKey> = table
-            .regions()
-            .iter()
-            .map(|r| {
-                (
-                    r.guest_phys_addr(),
-                    r.host_addr().as_ptr() as usize,
-                    r.size(),
-                )
-            })
-            .collect();
-        if key.is_empty() {
+    /// Makes the data path's view of `table`, unless it is the one at hand.
+    fn take_memory(&mut self, table: &Arc<vhost_user::GuestMemory>) {
+        if table.is_empty() {
             self.memory = None;
-        } else if self.memory.as_ref().is_none_or(|(k, _)| *k != key) {
-            // A table that cannot be duplicated leaves its rings stopped.
-            self.memory = SharedMemory::duplicate(table)
-                .ok()
-                .map(|shared| (key, shared));
+        } else if self.memory.as_ref().is_none_or(|m| !m.is_view_of(table)) {
+            // A table that cannot be viewed leaves its rings stopped.
+            self.memory = SharedMemory::new(table).ok();
         }
     }
 
@@ -544,13 +531,13 @@ impl Handoff {
     /// The data-path state of a ring that has just started, over the
     /// current memory table; `None` when it is not that table's.
     fn build(&self, ready: &ReadyVring<'_>) -> Option<ActiveRing> {
-        let (key, shared) = self.memory.as_ref()?;
+        let shared = self.memory.as_ref()?;
         // The ring's host addresses, back to guest physical ones.
         let gpa = |host: *mut u8| {
             let host = host as usize;
-            key.iter().find_map(|&(gpa, start, size)| {
-                let offset = host.checked_sub(start)?;
-                (offset < size as usize).then_some(gpa + offset as u64)
+            shared.table().regions().iter().find_map(|r| {
+                let offset = host.checked_sub(r.host_addr().as_ptr() as usize)?;
+                (offset < r.size() as usize).then_some(r.guest_phys_addr() + offset as u64)
             })
         };
         let layout = QueueLayout::new(
