@@ -43,7 +43,9 @@
 //! its `rx_runt_errors` / `rx_oversize_errors`),
 //! `tx_too_long_drops` (a frame longer than the buffers the guest offers),
 //! `tx_not_ready_drops`, `rx_ring_errors` / `tx_ring_errors` (a ring found
-//! broken: an impossible index, an area outside memory).
+//! broken: an impossible index, an area outside memory), `link_ups` /
+//! `link_downs` (the times both rings of queue pair 0 came to be started
+//! and enabled, and stopped being so: the link with the frontend).
 //!
 //! # Frontend memory
 //!
@@ -71,6 +73,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::counter::Counter;
 use crate::net::MacAddr;
 use crate::port::{
     DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
@@ -107,7 +110,16 @@ pub struct VhostDriver {
     queue_pairs: u16,
     /// One per vring (twice the queue pairs), shared with the queues.
     slots: Vec<Arc<VringSlot>>,
+    /// Registered at setup, counted by the control thread.
+    link: Option<LinkCounts>,
     control: Option<Control>,
+}
+
+/// The `link_ups` and `link_downs` xstats.
+#[derive(Clone)]
+struct LinkCounts {
+    ups: Arc<Counter>,
+    downs: Arc<Counter>,
 }
 
 /// The running control thread.
@@ -158,6 +170,7 @@ impl VhostDriver {
             slots: (0..2 * usize::from(queue_pairs))
                 .map(|_| Arc::new(VringSlot::new()))
                 .collect(),
+            link: None,
             control: None,
         }
     }
@@ -213,6 +226,10 @@ impl PortDriver for VhostDriver {
             self.clear_stale_socket()?;
         }
         let xstats = &counters.xstats;
+        self.link = Some(LinkCounts {
+            ups: xstats.register("link_ups"),
+            downs: xstats.register("link_downs"),
+        });
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::new();
         for q in 0..config.rxq.len() {
             rx.push(Box::new(VhostRx {
@@ -267,9 +284,10 @@ impl PortDriver for VhostDriver {
         let thread_stop = Arc::clone(&stop);
         let config = self.backend_config();
         let slots = self.slots.clone();
+        let link = self.link.clone();
         let thread = std::thread::Builder::new()
             .name("vhost-ctrl".into())
-            .spawn(move || serve(endpoint, &thread_stop, config, slots))
+            .spawn(move || serve(endpoint, &thread_stop, config, slots, link))
             .map_err(|e| self.error(e))?;
         self.control = Some(Control { stop, thread });
         Ok(())
@@ -359,9 +377,18 @@ fn wait(fd: Option<RawFd>, stop: &OwnedFd, timeout: Option<Duration>) -> Woken {
 }
 
 /// The control thread: one frontend session after another until `stop`.
-fn serve(endpoint: Endpoint, stop: &OwnedFd, config: BackendConfig, slots: Vec<Arc<VringSlot>>) {
+fn serve(
+    endpoint: Endpoint,
+    stop: &OwnedFd,
+    config: BackendConfig,
+    slots: Vec<Arc<VringSlot>>,
+    link: Option<LinkCounts>,
+) {
     let mut handoff = Handoff {
         dirty: vec![false; slots.len()],
+        serving: vec![false; slots.len()],
+        link,
+        link_up: false,
         slots,
         memory: None,
         features: 0,
@@ -428,6 +455,7 @@ fn session(
         }
     }
     backend.stop_all(handoff);
+    handoff.count_link();
     stopping
 }
 
@@ -442,6 +470,11 @@ struct Handoff {
     slots: Vec<Arc<VringSlot>>,
     /// Rings started or changed that could not be installed at once.
     dirty: Vec<bool>,
+    /// Rings installed and enabled, as far as this thread knows.
+    serving: Vec<bool>,
+    link: Option<LinkCounts>,
+    /// Whether both rings of queue pair 0 were serving when last counted.
+    link_up: bool,
     /// The data path's view of the backend's current memory table.
     memory: Option<Arc<SharedMemory>>,
     /// The negotiated features.
@@ -459,8 +492,12 @@ impl VringHandler for Handoff {
                 ring.enabled = ready.enabled;
                 ring.call = ready.call.and_then(|fd| fd.try_clone().ok());
                 guard.install(ring);
+                self.serving[ready.index] = ready.enabled;
             }
-            _ => self.dirty[ready.index] = true,
+            _ => {
+                self.dirty[ready.index] = true;
+                self.serving[ready.index] = false;
+            }
         }
     }
 
@@ -468,6 +505,9 @@ impl VringHandler for Handoff {
         let slot = self.slots.get(index)?;
         if let Some(d) = self.dirty.get_mut(index) {
             *d = false;
+        }
+        if let Some(serving) = self.serving.get_mut(index) {
+            *serving = false;
         }
         match slot.control(HANDOFF_TIMEOUT) {
             Some(mut guard) => guard.ring().take().map(|r| r.queue.last_avail_idx()),
@@ -494,6 +534,7 @@ impl VringHandler for Handoff {
             Some(ring) => {
                 ring.enabled = ready.enabled;
                 ring.call = ready.call.and_then(|fd| fd.try_clone().ok());
+                self.serving[ready.index] = ready.enabled;
             }
             None => self.dirty[ready.index] = true,
         }
@@ -524,6 +565,19 @@ impl Handoff {
                 self.vring_started(&ready);
                 // Once is enough: a ring that cannot be built stays out.
                 self.dirty[i] = false;
+            }
+        }
+        self.count_link();
+    }
+
+    /// Counts a link up or down when queue pair 0's rings have come to
+    /// serve, or stopped serving, since the last count.
+    fn count_link(&mut self) {
+        let up = self.serving.iter().take(2).all(|&s| s);
+        if up != self.link_up {
+            self.link_up = up;
+            if let Some(link) = &self.link {
+                if up { &link.ups } else { &link.downs }.inc();
             }
         }
     }

@@ -622,6 +622,7 @@ fn not_ready_refuses_and_a_new_frontend_is_served() {
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 0);
     assert_eq!(burst.len(), 1, "refused, still the caller's");
     assert_eq!(xstat(&port, "tx_not_ready_drops"), 1);
+    assert_eq!(xstat(&port, "link_ups"), 0);
 
     for round in 0..3u32 {
         let mut guest = Guest::connect(&path, ALL);
@@ -637,10 +638,13 @@ fn not_ready_refuses_and_a_new_frontend_is_served() {
         out.push(pool.alloc_from_slice(&frame).unwrap()).unwrap();
         assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut out), 1);
         assert_eq!(guest.recv().unwrap().1, frame);
+        assert_eq!(xstat(&port, "link_ups"), u64::from(round) + 1);
         // The frontend goes; the next one connects when the control thread
         // has let this session go (connect waits in the backlog till then).
     }
     drop(burst);
+    port.stop();
+    assert_eq!(xstat(&port, "link_downs"), 3, "each session's end");
     drop(port);
     assert!(!path.exists());
     assert_pool_full(&pool);
