@@ -210,8 +210,7 @@ fn kernel_package() -> Result<String, String> {
 
 /// The kernel image and modules of the current cloud kernel: unpacked
 /// from its package on the first call of any run, and from the cache after
-/// that. A download or unpacking that fails is an error, not a skip: the
-/// tools are there, so the package must be too.
+/// that; or why not (no package lists, the archive out of reach).
 pub fn kernel() -> Result<Kernel, String> {
     let package = kernel_package()?;
     let dir = cache_dir().join(&package);
