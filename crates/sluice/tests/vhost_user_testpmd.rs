@@ -5,8 +5,8 @@
 //! negotiated, both rings started, enabled and stopped, and the session
 //! end cleanly.
 //!
-//! Needs `dpdk-testpmd` (Debian package dpdk): skipped without it, except
-//! under CI, where its absence is a failure.
+//! Needs `dpdk-testpmd` (Debian package dpdk) and DPDK's virtio driver:
+//! skipped without them, except under CI, where their absence is a failure.
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
@@ -17,6 +17,10 @@ use sluice::vhost_user::{
     Backend, BackendConfig, F_PROTOCOL_FEATURES, ReadyVring, Request, VhostUserError, VringHandler,
     protocol_features,
 };
+
+mod vhost_testpmd_support;
+
+use vhost_testpmd_support::{TempDir, remove_eal_runtime, skip};
 
 const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 
@@ -40,14 +44,6 @@ impl VringHandler for Rings {
     }
 }
 
-fn have(tool: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {tool}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 /// Waits up to `timeout` for a connection on `listener`.
 fn poll_readable(fd: i32, timeout: Duration) -> bool {
     let mut pfd = libc::pollfd {
@@ -62,18 +58,11 @@ fn poll_readable(fd: i32, timeout: Duration) -> bool {
 
 #[test]
 fn dpdk_virtio_user_sets_up_and_tears_down_a_queue_pair() {
-    if !have("dpdk-testpmd") {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "dpdk-testpmd is missing under CI"
-        );
-        eprintln!("skipped: no dpdk-testpmd");
+    if skip() {
         return;
     }
-    let dir = std::env::temp_dir().join(format!("sluice-vhost-testpmd-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let path = dir.join("vhost.sock");
-    let _ = std::fs::remove_file(&path);
+    let dir = TempDir::new("backend");
+    let path = dir.0.join("vhost.sock");
     let listener = UnixListener::bind(&path).unwrap();
 
     let prefix = format!("sluice-vhost-{}", std::process::id());
@@ -135,16 +124,8 @@ fn dpdk_virtio_user_sets_up_and_tears_down_a_queue_pair() {
         let _ = testpmd.kill();
     }
     let output = testpmd.wait_with_output().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
-    // EAL's runtime directory, by DPDK's rules (root, else XDG or /tmp).
-    let runtime = [
-        Some("/var/run".into()),
-        std::env::var_os("XDG_RUNTIME_DIR"),
-        Some("/tmp".into()),
-    ];
-    for base in runtime.into_iter().flatten() {
-        let _ = std::fs::remove_dir_all(std::path::Path::new(&base).join("dpdk").join(&prefix));
-    }
+    drop(dir);
+    remove_eal_runtime(&prefix);
     let log = format!(
         "{}{}",
         String::from_utf8_lossy(&output.stdout),

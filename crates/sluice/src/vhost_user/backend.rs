@@ -29,6 +29,7 @@
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::ptr::NonNull;
+use std::sync::Arc;
 
 use super::VhostUserError;
 use super::memory::GuestMemory;
@@ -80,8 +81,10 @@ pub trait VringHandler {
     }
 
     /// SET_MEM_TABLE has mapped a new table, after the started rings
-    /// stopped and before they start again on it.
-    fn memory_changed(&mut self, memory: &GuestMemory) {
+    /// stopped and before they start again on it. A data path that keeps a
+    /// clone of the `Arc` keeps the mappings alive for as long as it holds
+    /// it, whatever the backend does with the table afterwards.
+    fn memory_changed(&mut self, memory: &Arc<GuestMemory>) {
         let _ = memory;
     }
 }
@@ -182,7 +185,7 @@ pub struct Backend {
     features: u64,
     protocol_features: u64,
     owner: bool,
-    memory: GuestMemory,
+    memory: Arc<GuestMemory>,
     vrings: Vec<Vring>,
     mtu: Option<u64>,
     rarp: Option<[u8; 6]>,
@@ -196,7 +199,7 @@ impl Backend {
             features: 0,
             protocol_features: 0,
             owner: false,
-            memory: GuestMemory::default(),
+            memory: Arc::new(GuestMemory::default()),
             vrings: (0..2 * usize::from(config.queue_pairs))
                 .map(|_| Vring::default())
                 .collect(),
@@ -235,8 +238,10 @@ impl Backend {
         self.owner
     }
 
-    /// The mapped memory table (empty before SET_MEM_TABLE).
-    pub fn memory(&self) -> &GuestMemory {
+    /// The mapped memory table (empty before SET_MEM_TABLE), shared: a
+    /// clone keeps its mappings alive after the backend replaces or drops
+    /// it.
+    pub fn memory(&self) -> &Arc<GuestMemory> {
         &self.memory
     }
 
@@ -441,7 +446,7 @@ impl Backend {
             Body::SetMemTable(table) => {
                 let owned: Vec<OwnedFd> = fds.by_ref().collect();
                 let borrowed: Vec<BorrowedFd<'_>> = owned.iter().map(|f| f.as_fd()).collect();
-                let memory = GuestMemory::map(&table.regions, &borrowed)?;
+                let memory = Arc::new(GuestMemory::map(&table.regions, &borrowed)?);
                 drop(borrowed);
                 drop(owned);
                 let started: Vec<usize> = (0..self.vrings.len())
@@ -450,7 +455,8 @@ impl Backend {
                 for &i in &started {
                     self.stop(i, handler);
                 }
-                // The old mappings go only now, after their users stopped.
+                // The backend's hold on the old mappings goes only now,
+                // after their users stopped.
                 self.memory = memory;
                 handler.memory_changed(&self.memory);
                 for i in started {

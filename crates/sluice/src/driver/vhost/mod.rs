@@ -43,12 +43,20 @@
 //! its `rx_runt_errors` / `rx_oversize_errors`),
 //! `tx_too_long_drops` (a frame longer than the buffers the guest offers),
 //! `tx_not_ready_drops`, `rx_ring_errors` / `tx_ring_errors` (a ring found
-//! broken: an impossible index, an area outside memory).
+//! broken: an impossible index, an area outside memory), `link_ups` /
+//! `link_downs` (the times both rings of queue pair 0 came to be started
+//! and enabled, and stopped being so: the link with the frontend).
 //!
-//! The data path maps the frontend's memory a second time (`mremap` of the
-//! backend's shared mapping), so a ring outlives nothing it points into.
-//! Memory regions on hugetlbfs may refuse that duplication; their rings
-//! then do not start (the frontend sees no traffic).
+//! # Frontend memory
+//!
+//! The data path reads the frontend's memory through the backend's own
+//! mapping of the memory table: each started ring holds a share (`Arc`) of
+//! it, so a table the backend replaces (a new SET_MEM_TABLE) or drops (the
+//! frontend goes) stays mapped until the control thread has taken back
+//! every ring over it. Any memory the frontend can pass works the same
+//! way: memfd, hugetlbfs files (a VM's or DPDK's hugepages), POSIX shared
+//! memory. The lcores never lock, map or unmap anything: rings are built
+//! and dropped on the control thread.
 
 mod queue;
 mod slot;
@@ -65,6 +73,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::counter::Counter;
 use crate::net::MacAddr;
 use crate::port::{
     DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
@@ -101,7 +110,16 @@ pub struct VhostDriver {
     queue_pairs: u16,
     /// One per vring (twice the queue pairs), shared with the queues.
     slots: Vec<Arc<VringSlot>>,
+    /// Registered at setup, counted by the control thread.
+    link: Option<LinkCounts>,
     control: Option<Control>,
+}
+
+/// The `link_ups` and `link_downs` xstats.
+#[derive(Clone)]
+struct LinkCounts {
+    ups: Arc<Counter>,
+    downs: Arc<Counter>,
 }
 
 /// The running control thread.
@@ -152,6 +170,7 @@ impl VhostDriver {
             slots: (0..2 * usize::from(queue_pairs))
                 .map(|_| Arc::new(VringSlot::new()))
                 .collect(),
+            link: None,
             control: None,
         }
     }
@@ -207,6 +226,10 @@ impl PortDriver for VhostDriver {
             self.clear_stale_socket()?;
         }
         let xstats = &counters.xstats;
+        self.link = Some(LinkCounts {
+            ups: xstats.register("link_ups"),
+            downs: xstats.register("link_downs"),
+        });
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::new();
         for q in 0..config.rxq.len() {
             rx.push(Box::new(VhostRx {
@@ -261,9 +284,10 @@ impl PortDriver for VhostDriver {
         let thread_stop = Arc::clone(&stop);
         let config = self.backend_config();
         let slots = self.slots.clone();
+        let link = self.link.clone();
         let thread = std::thread::Builder::new()
             .name("vhost-ctrl".into())
-            .spawn(move || serve(endpoint, &thread_stop, config, slots))
+            .spawn(move || serve(endpoint, &thread_stop, config, slots, link))
             .map_err(|e| self.error(e))?;
         self.control = Some(Control { stop, thread });
         Ok(())
@@ -353,9 +377,18 @@ fn wait(fd: Option<RawFd>, stop: &OwnedFd, timeout: Option<Duration>) -> Woken {
 }
 
 /// The control thread: one frontend session after another until `stop`.
-fn serve(endpoint: Endpoint, stop: &OwnedFd, config: BackendConfig, slots: Vec<Arc<VringSlot>>) {
+fn serve(
+    endpoint: Endpoint,
+    stop: &OwnedFd,
+    config: BackendConfig,
+    slots: Vec<Arc<VringSlot>>,
+    link: Option<LinkCounts>,
+) {
     let mut handoff = Handoff {
         dirty: vec![false; slots.len()],
+        serving: vec![false; slots.len()],
+        link,
+        link_up: false,
         slots,
         memory: None,
         features: 0,
@@ -422,28 +455,28 @@ fn session(
         }
     }
     backend.stop_all(handoff);
+    handoff.count_link();
     stopping
 }
-
-/// A mapped region as the backend has it: guest physical address, host
-/// address, size.
-type RegionKey = (u64, usize, u64);
 
 /// The control thread's [`VringHandler`]: hands started rings to the
 /// queues' slots and takes them back.
 ///
 /// A ring is installed while its starting request is handled, before the
 /// reply, so a frontend that has its SET_VRING_KICK (or SET_MEM_TABLE)
-/// acknowledged finds the ring served: the memory table is duplicated as
-/// soon as the backend has mapped it.
+/// acknowledged finds the ring served: the data path's view of the memory
+/// table is made as soon as the backend has mapped it.
 struct Handoff {
     slots: Vec<Arc<VringSlot>>,
     /// Rings started or changed that could not be installed at once.
     dirty: Vec<bool>,
-    /// The current memory table, duplicated for the data path, with the
-    /// backend's (guest address, host address, size) per region it was
-    /// made from.
-    memory: Option<(Vec<RegionKey>, Arc<SharedMemory>)>,
+    /// Rings installed and enabled, as far as this thread knows.
+    serving: Vec<bool>,
+    link: Option<LinkCounts>,
+    /// Whether both rings of queue pair 0 were serving when last counted.
+    link_up: bool,
+    /// The data path's view of the backend's current memory table.
+    memory: Option<Arc<SharedMemory>>,
     /// The negotiated features.
     features: u64,
 }
@@ -459,8 +492,12 @@ impl VringHandler for Handoff {
                 ring.enabled = ready.enabled;
                 ring.call = ready.call.and_then(|fd| fd.try_clone().ok());
                 guard.install(ring);
+                self.serving[ready.index] = ready.enabled;
             }
-            _ => self.dirty[ready.index] = true,
+            _ => {
+                self.dirty[ready.index] = true;
+                self.serving[ready.index] = false;
+            }
         }
     }
 
@@ -468,6 +505,9 @@ impl VringHandler for Handoff {
         let slot = self.slots.get(index)?;
         if let Some(d) = self.dirty.get_mut(index) {
             *d = false;
+        }
+        if let Some(serving) = self.serving.get_mut(index) {
+            *serving = false;
         }
         match slot.control(HANDOFF_TIMEOUT) {
             Some(mut guard) => guard.ring().take().map(|r| r.queue.last_avail_idx()),
@@ -478,7 +518,7 @@ impl VringHandler for Handoff {
         }
     }
 
-    fn memory_changed(&mut self, table: &vhost_user::GuestMemory) {
+    fn memory_changed(&mut self, table: &Arc<vhost_user::GuestMemory>) {
         self.take_memory(table);
     }
 
@@ -494,6 +534,7 @@ impl VringHandler for Handoff {
             Some(ring) => {
                 ring.enabled = ready.enabled;
                 ring.call = ready.call.and_then(|fd| fd.try_clone().ok());
+                self.serving[ready.index] = ready.enabled;
             }
             None => self.dirty[ready.index] = true,
         }
@@ -501,26 +542,13 @@ impl VringHandler for Handoff {
 }
 
 impl Handoff {
-    /// Duplicates `table` for the data path, unless it is the one at hand.
-    fn take_memory(&mut self, table: &vhost_user::GuestMemory) {
-        let key: Vec<RegionKey> = table
-            .regions()
-            .iter()
-            .map(|r| {
-                (
-                    r.guest_phys_addr(),
-                    r.host_addr().as_ptr() as usize,
-                    r.size(),
-                )
-            })
-            .collect();
-        if key.is_empty() {
+    /// Makes the data path's view of `table`, unless it is the one at hand.
+    fn take_memory(&mut self, table: &Arc<vhost_user::GuestMemory>) {
+        if table.is_empty() {
             self.memory = None;
-        } else if self.memory.as_ref().is_none_or(|(k, _)| *k != key) {
-            // A table that cannot be duplicated leaves its rings stopped.
-            self.memory = SharedMemory::duplicate(table)
-                .ok()
-                .map(|shared| (key, shared));
+        } else if self.memory.as_ref().is_none_or(|m| !m.is_view_of(table)) {
+            // A table that cannot be viewed leaves its rings stopped.
+            self.memory = SharedMemory::new(table).ok();
         }
     }
 
@@ -539,18 +567,31 @@ impl Handoff {
                 self.dirty[i] = false;
             }
         }
+        self.count_link();
+    }
+
+    /// Counts a link up or down when queue pair 0's rings have come to
+    /// serve, or stopped serving, since the last count.
+    fn count_link(&mut self) {
+        let up = self.serving.iter().take(2).all(|&s| s);
+        if up != self.link_up {
+            self.link_up = up;
+            if let Some(link) = &self.link {
+                if up { &link.ups } else { &link.downs }.inc();
+            }
+        }
     }
 
     /// The data-path state of a ring that has just started, over the
     /// current memory table; `None` when it is not that table's.
     fn build(&self, ready: &ReadyVring<'_>) -> Option<ActiveRing> {
-        let (key, shared) = self.memory.as_ref()?;
+        let shared = self.memory.as_ref()?;
         // The ring's host addresses, back to guest physical ones.
         let gpa = |host: *mut u8| {
             let host = host as usize;
-            key.iter().find_map(|&(gpa, start, size)| {
-                let offset = host.checked_sub(start)?;
-                (offset < size as usize).then_some(gpa + offset as u64)
+            shared.table().regions().iter().find_map(|r| {
+                let offset = host.checked_sub(r.host_addr().as_ptr() as usize)?;
+                (offset < r.size() as usize).then_some(r.guest_phys_addr() + offset as u64)
             })
         };
         let layout = QueueLayout::new(

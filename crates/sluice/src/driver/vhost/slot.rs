@@ -15,16 +15,16 @@
 //! polling thread stalled inside a burst), `CONTROL` stays raised, so the
 //! queue stops at that burst's end, and the index the queue published
 //! after its previous burst is returned. Memory safety does not depend on
-//! the wait: an [`ActiveRing`] maps the frontend's memory a second time
-//! ([`SharedMemory`]) and keeps that mapping for as long as it lives, so
-//! a backend that unmaps its own copy never pulls memory from under a
-//! burst.
+//! the wait: an [`ActiveRing`] holds a share of the backend's mapping of
+//! the frontend's memory ([`SharedMemory`]), so the pages stay mapped for
+//! as long as the ring lives; a backend that replaces or drops its table
+//! never pulls memory from under a burst. Rings are dropped by the control
+//! thread only, so the unmapping never falls on a polling lcore.
 
 use std::cell::UnsafeCell;
 use std::io;
 use std::mem::ManuallyDrop;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU16, Ordering};
 use std::time::{Duration, Instant};
@@ -39,62 +39,40 @@ const BUSY: u8 = 1;
 /// The control thread holds the slot, or waits for it.
 const CONTROL: u8 = 2;
 
-/// The frontend's memory table, mapped a second time for the data path.
+/// The frontend's memory table as the data path reads it.
 ///
-/// Each region is duplicated with `mremap(old_size = 0)`, which maps the
-/// same shared pages at a new address; the duplicate lives until the last
-/// ring using it is dropped, whatever the backend does with its own
-/// mapping.
+/// It holds a share of the backend's own mapping of the table (an `Arc`
+/// of [`vhost_user::GuestMemory`]) and, over the same pages, the table by
+/// guest physical address that the virtqueues use. The pages stay mapped
+/// until the last ring using them is dropped, whatever the backend does
+/// with its table meanwhile; nothing is mapped a second time, so any
+/// memory the frontend can pass (memfd, hugetlbfs, shared memory) works.
 pub(super) struct SharedMemory {
-    /// The duplicated mappings (page-aligned start, length), unmapped on drop.
-    maps: Vec<(NonNull<u8>, usize)>,
     /// The table as the virtqueues read it: guest physical addresses over
-    /// the duplicates. Dropped in `Drop`, before the unmapping.
+    /// the backend's mappings. Dropped in `Drop`, before `table`.
     memory: ManuallyDrop<Arc<GuestMemory>>,
+    /// The backend's mappings, unmapped when the last share of them goes.
+    table: ManuallyDrop<Arc<vhost_user::GuestMemory>>,
 }
 
-// SAFETY: the mappings are plain shared memory owned by this value and
-// unmapped only in its drop; every access goes through `GuestMemory`, whose
-// accesses are atomic or bounds-checked copies that any thread may make.
-unsafe impl Send for SharedMemory {}
-// SAFETY: as above: `&SharedMemory` only hands out the `GuestMemory`.
-unsafe impl Sync for SharedMemory {}
-
 impl SharedMemory {
-    /// Duplicates every region of `table`.
-    pub(super) fn duplicate(table: &vhost_user::GuestMemory) -> io::Result<Arc<SharedMemory>> {
-        // SAFETY: sysconf has no preconditions.
-        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as usize;
-        // Unmapped again on an early return.
-        let mut maps = Unmap(Vec::with_capacity(table.regions().len()));
+    /// The data path's view of `table`, sharing its mappings.
+    pub(super) fn new(table: &Arc<vhost_user::GuestMemory>) -> io::Result<Arc<SharedMemory>> {
         let mut regions = Vec::with_capacity(table.regions().len());
         for region in table.regions() {
-            let host = region.host_addr().as_ptr() as usize;
-            let start = host & !(page - 1);
-            let delta = host - start;
             let size = usize::try_from(region.size()).map_err(io::Error::other)?;
-            let len = size + delta;
-            // With an old size of 0, mremap maps the same pages again at an
-            // address the kernel chooses and leaves the old mapping alone.
-            let dup =
-                // SAFETY: `start..start + len` lies in the backend's mapping.
-                unsafe { libc::mremap(start as *mut libc::c_void, 0, len, libc::MREMAP_MAYMOVE) };
-            if dup == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error());
-            }
-            let dup = NonNull::new(dup.cast::<u8>())
-                .ok_or_else(|| io::Error::other("mremap returned null"))?;
-            maps.0.push((dup, len));
-            // `shared` holds the `GuestMemory` and drops it before `maps`
-            // unmaps the duplicate (also on an early return, when none exists).
-            // SAFETY: `dup + delta .. + size` is mapped until `GuestMemory` drops.
-            let mapping = unsafe { Mapping::from_raw(dup.as_ptr().add(delta), size) };
+            // SAFETY: `host_addr .. + size` is mapped read-write by `region`
+            // (checked when it was mapped), which the returned value keeps
+            // alive through `table` until after the `GuestMemory` built here
+            // is gone (see `Drop`); in this process the table is accessed
+            // only through raw pointers and atomic copies.
+            let mapping = unsafe { Mapping::from_raw(region.host_addr().as_ptr(), size) };
             regions.push((region.guest_phys_addr(), mapping));
         }
         let memory = GuestMemory::new(regions).map_err(io::Error::other)?;
         Ok(Arc::new(SharedMemory {
-            maps: std::mem::take(&mut maps.0),
             memory: ManuallyDrop::new(Arc::new(memory)),
+            table: ManuallyDrop::new(Arc::clone(table)),
         }))
     }
 
@@ -102,32 +80,32 @@ impl SharedMemory {
     pub(super) fn memory(&self) -> &Arc<GuestMemory> {
         &self.memory
     }
-}
 
-/// Duplicated mappings, unmapped on drop.
-struct Unmap(Vec<(NonNull<u8>, usize)>);
+    /// The backend's table this view shares.
+    pub(super) fn table(&self) -> &Arc<vhost_user::GuestMemory> {
+        &self.table
+    }
 
-impl Drop for Unmap {
-    fn drop(&mut self) {
-        for &(ptr, len) in &self.0 {
-            // SAFETY: a mapping made by `SharedMemory::duplicate`, owned by
-            // this list alone; the one `GuestMemory` over it is gone (see
-            // `SharedMemory`'s drop) or was never made.
-            unsafe { libc::munmap(ptr.as_ptr().cast(), len) };
-        }
+    /// Whether this is the data path's view of `table`.
+    pub(super) fn is_view_of(&self, table: &Arc<vhost_user::GuestMemory>) -> bool {
+        Arc::ptr_eq(&self.table, table)
     }
 }
 
 impl Drop for SharedMemory {
     fn drop(&mut self) {
-        // SAFETY: taken once, here, and never used again.
-        let memory = unsafe { ManuallyDrop::take(&mut self.memory) };
-        let maps = Unmap(std::mem::take(&mut self.maps));
+        // SAFETY: each taken once, here, and never used again.
+        let (memory, table) = unsafe {
+            (
+                ManuallyDrop::take(&mut self.memory),
+                ManuallyDrop::take(&mut self.table),
+            )
+        };
         if Arc::into_inner(memory).is_none() {
             // A clone of the `GuestMemory` outlives this value (an
             // `ActiveRing` drops its queue first, so none should): the
-            // mappings are left in place rather than pulled from under it.
-            std::mem::forget(maps);
+            // backend's mappings are kept rather than pulled from under it.
+            std::mem::forget(table);
         }
     }
 }
@@ -144,7 +122,7 @@ pub(super) struct ActiveRing {
     pub(super) mrg_rxbuf: bool,
     /// The call eventfd (a duplicate: the backend closes its own).
     pub(super) call: Option<OwnedFd>,
-    /// Keeps the duplicated mappings alive; dropped after `queue`.
+    /// Keeps the frontend's memory mapped; dropped after `queue`.
     pub(super) _memory: Arc<SharedMemory>,
 }
 

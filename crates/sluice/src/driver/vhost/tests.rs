@@ -59,6 +59,92 @@ fn eventfd_take(fd: &OwnedFd) -> u64 {
     if n == 8 { v } else { 0 }
 }
 
+/// Where the kernel keeps the 2 MiB hugepage pool's counts.
+const HUGEPAGES_2M: &str = "/sys/kernel/mm/hugepages/hugepages-2048kB";
+
+/// Free 2 MiB hugepages made sure of for a test: the pool is raised (as
+/// root) when too few are free, and put back to its size on drop.
+struct HugePages {
+    /// The pool's size before, when it was raised.
+    restore: Option<u64>,
+}
+
+impl HugePages {
+    fn count(name: &str) -> Option<u64> {
+        std::fs::read_to_string(format!("{HUGEPAGES_2M}/{name}"))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
+    }
+
+    /// At least `want` free hugepages, or why not.
+    fn reserve(want: u64) -> Result<HugePages, String> {
+        let free = Self::count("free_hugepages").ok_or("no 2 MiB hugepages in this kernel")?;
+        if free >= want {
+            return Ok(HugePages { restore: None });
+        }
+        let total = Self::count("nr_hugepages").ok_or("no hugepage pool size")?;
+        std::fs::write(
+            format!("{HUGEPAGES_2M}/nr_hugepages"),
+            (total + want - free).to_string(),
+        )
+        .map_err(|e| format!("cannot reserve hugepages: {e}"))?;
+        let guard = HugePages {
+            restore: Some(total),
+        };
+        match Self::count("free_hugepages") {
+            Some(now) if now >= want => Ok(guard),
+            _ => Err(format!("{want} hugepages could not be reserved")),
+        }
+    }
+}
+
+impl Drop for HugePages {
+    fn drop(&mut self) {
+        if let Some(total) = self.restore {
+            let _ = std::fs::write(format!("{HUGEPAGES_2M}/nr_hugepages"), total.to_string());
+        }
+    }
+}
+
+/// A memfd of `MEM_SIZE` bytes on hugetlbfs (`MFD_HUGETLB`, 2 MiB pages),
+/// or why there is none.
+fn hugetlb_memfd() -> Result<OwnedFd, String> {
+    // SAFETY: a NUL-terminated name and plain flags.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"sluice-vhost-huge".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_HUGETLB | libc::MFD_HUGE_2MB,
+        )
+    };
+    if fd < 0 {
+        return Err(format!(
+            "no hugetlb memfd: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let fd = unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    // SAFETY: a live descriptor.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), MEM_SIZE as libc::off_t) } != 0 {
+        return Err(format!(
+            "hugetlb memfd: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(fd)
+}
+
+/// Skips (or, under CI, fails) a test that needs what is missing.
+fn skip(missing: &str) {
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{missing} under CI"
+    );
+    eprintln!("skipped: {missing}");
+}
+
 /// The guest's view of the shared memory: mapped here, unmapped on drop.
 struct SharedMap {
     ptr: *mut u8,
@@ -99,8 +185,15 @@ impl Guest {
         Guest::over(Frontend::connect(path).unwrap(), want, 1)
     }
 
-    /// Sets up the rings of `pairs` queue pairs over `front`.
-    fn over(mut front: Frontend, want: u64, pairs: usize) -> Guest {
+    /// Sets up the rings of `pairs` queue pairs over `front`, on memfd
+    /// memory.
+    fn over(front: Frontend, want: u64, pairs: usize) -> Guest {
+        Guest::over_memory(front, want, pairs, memfd(MEM_SIZE as u64))
+    }
+
+    /// Sets up the rings of `pairs` queue pairs over `front`, on the
+    /// `MEM_SIZE` bytes of file `fd`.
+    fn over_memory(mut front: Frontend, want: u64, pairs: usize, fd: OwnedFd) -> Guest {
         let offered = front.get_features().unwrap();
         assert_ne!(offered & F_PROTOCOL_FEATURES, 0);
         let protocol = front.get_protocol_features().unwrap();
@@ -110,7 +203,6 @@ impl Guest {
         let features = offered & (want | F_PROTOCOL_FEATURES);
         front.set_features(features).unwrap();
 
-        let fd = memfd(MEM_SIZE as u64);
         // SAFETY: a fresh shared mapping of the whole memfd at an address
         // the kernel chooses.
         let ptr = unsafe {
@@ -123,7 +215,7 @@ impl Guest {
                 0,
             )
         };
-        assert_ne!(ptr, libc::MAP_FAILED);
+        assert_ne!(ptr, libc::MAP_FAILED, "{}", std::io::Error::last_os_error());
         let map = SharedMap { ptr: ptr.cast() };
         let uaddr = ptr as u64;
         let region = MemoryRegion {
@@ -530,6 +622,7 @@ fn not_ready_refuses_and_a_new_frontend_is_served() {
     assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 0);
     assert_eq!(burst.len(), 1, "refused, still the caller's");
     assert_eq!(xstat(&port, "tx_not_ready_drops"), 1);
+    assert_eq!(xstat(&port, "link_ups"), 0);
 
     for round in 0..3u32 {
         let mut guest = Guest::connect(&path, ALL);
@@ -545,10 +638,13 @@ fn not_ready_refuses_and_a_new_frontend_is_served() {
         out.push(pool.alloc_from_slice(&frame).unwrap()).unwrap();
         assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut out), 1);
         assert_eq!(guest.recv().unwrap().1, frame);
+        assert_eq!(xstat(&port, "link_ups"), u64::from(round) + 1);
         // The frontend goes; the next one connects when the control thread
         // has let this session go (connect waits in the backlog till then).
     }
     drop(burst);
+    port.stop();
+    assert_eq!(xstat(&port, "link_downs"), 3, "each session's end");
     drop(port);
     assert!(!path.exists());
     assert_pool_full(&pool);
@@ -738,5 +834,55 @@ fn stopping_the_port_ends_the_session_and_a_restart_serves_again() {
     drop(guest);
     drop(port);
     assert!(!path.exists());
+    assert_pool_full(&pool);
+}
+
+#[test]
+fn frontend_memory_on_hugetlbfs_carries_frames_both_ways() {
+    // Two pages: the guest's and the backend's mappings share one, a
+    // second memory table the other.
+    let _pages = match HugePages::reserve(2) {
+        Ok(pages) => pages,
+        Err(missing) => return skip(&missing),
+    };
+    let fd = match hugetlb_memfd() {
+        Ok(fd) => fd,
+        Err(missing) => return skip(&missing),
+    };
+    let pool = test_pool(255);
+    let path = socket_path();
+    let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    port.start().unwrap();
+    let mut guest = Guest::over_memory(Frontend::connect(&path).unwrap(), ALL, 1, fd);
+
+    let frames: Vec<Vec<u8>> = (0..20)
+        .map(|i| test_frame([2, 0, 0, 0, 0, 1], 3, i, 60 + 71 * i as usize))
+        .collect();
+    for f in &frames {
+        guest.send(f, None);
+    }
+    assert_eq!(receive(&mut port, frames.len()), frames, "guest to port");
+    assert_eq!(guest.reclaim_tx(), frames.len());
+
+    guest.post_rx(frames.len(), BUF_LEN);
+    let mut burst: Burst<64> = Burst::new();
+    for f in &frames {
+        burst.push(pool.alloc_from_slice(f).unwrap()).unwrap();
+    }
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), frames.len());
+    let got: Vec<Vec<u8>> = std::iter::from_fn(|| guest.recv().map(|(_, f)| f)).collect();
+    assert_eq!(got, frames, "port to guest");
+
+    // The same hugetlbfs memory as a new table: the rings move onto it.
+    guest.send(&frames[0], None);
+    let region = guest.region;
+    guest
+        .front
+        .set_mem_table(&[(region, guest.memfd.as_fd())])
+        .unwrap();
+    assert_eq!(receive(&mut port, 1), &frames[..1]);
+    assert_eq!(xstat(&port, "rx_ring_errors"), 0);
+    drop(guest);
+    drop(port);
     assert_pool_full(&pool);
 }
