@@ -45,7 +45,11 @@
 //! `tx_not_ready_drops`, `rx_ring_errors` / `tx_ring_errors` (a ring found
 //! broken: an impossible index, an area outside memory), `link_ups` /
 //! `link_downs` (the times both rings of queue pair 0 came to be started
-//! and enabled, and stopped being so: the link with the frontend).
+//! and enabled, and stopped being so: the link with the frontend),
+//! `control_refusals` (requests refused with a failure status: the
+//! frontend is told and the session goes on) and `control_errors`
+//! (sessions ended by a request that could not be read, was malformed, or
+//! was refused where no status could be sent).
 //!
 //! # Frontend memory
 //!
@@ -115,11 +119,16 @@ pub struct VhostDriver {
     control: Option<Control>,
 }
 
-/// The `link_ups` and `link_downs` xstats.
+/// The control thread's xstats: `link_ups`, `link_downs`,
+/// `control_refusals`, `control_errors`.
 #[derive(Clone)]
 struct LinkCounts {
     ups: Arc<Counter>,
     downs: Arc<Counter>,
+    /// Requests refused with a failure status (the session goes on).
+    refusals: Arc<Counter>,
+    /// Sessions ended by a request that could not be read or answered.
+    errors: Arc<Counter>,
 }
 
 /// The running control thread.
@@ -229,6 +238,8 @@ impl PortDriver for VhostDriver {
         self.link = Some(LinkCounts {
             ups: xstats.register("link_ups"),
             downs: xstats.register("link_downs"),
+            refusals: xstats.register("control_refusals"),
+            errors: xstats.register("control_errors"),
         });
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::new();
         for q in 0..config.rxq.len() {
@@ -446,12 +457,28 @@ fn session(
             stopping = true;
             break;
         }
+        let link = handoff.link.clone();
+        let count = |pick: fn(&LinkCounts) -> &Arc<Counter>| {
+            if let Some(link) = &link {
+                pick(link).inc();
+            }
+        };
         match backend.serve_message(stream, handoff) {
-            // Applied, or refused with a failure status the frontend reads.
-            Ok(_) => handoff.apply(&backend),
-            // Closed, or a failure the frontend cannot be told of: the
+            // Applied.
+            Ok(Ok(_)) => handoff.apply(&backend),
+            // Refused with a failure status the frontend reads.
+            Ok(Err(_)) => {
+                count(|l| &l.refusals);
+                handoff.apply(&backend);
+            }
+            Err(vhost_user::VhostUserError::Closed) => break,
+            // A failure the frontend cannot be told of (a malformed or
+            // truncated request, a refused one without REPLY_ACK): the
             // session ends.
-            Err(_) => break,
+            Err(_) => {
+                count(|l| &l.errors);
+                break;
+            }
         }
     }
     backend.stop_all(handoff);
@@ -499,16 +526,18 @@ impl VringHandler for Handoff {
                 self.serving[ready.index] = false;
             }
         }
+        self.count_link();
     }
 
     fn vring_stopped(&mut self, index: usize) -> Option<u16> {
-        let slot = self.slots.get(index)?;
+        let slot = self.slots.get(index).cloned()?;
         if let Some(d) = self.dirty.get_mut(index) {
             *d = false;
         }
         if let Some(serving) = self.serving.get_mut(index) {
             *serving = false;
         }
+        self.count_link();
         match slot.control(HANDOFF_TIMEOUT) {
             Some(mut guard) => guard.ring().take().map(|r| r.queue.last_avail_idx()),
             // The queue is stuck in a burst: it stops at the burst's end
@@ -538,6 +567,7 @@ impl VringHandler for Handoff {
             }
             None => self.dirty[ready.index] = true,
         }
+        self.count_link();
     }
 }
 
@@ -571,7 +601,8 @@ impl Handoff {
     }
 
     /// Counts a link up or down when queue pair 0's rings have come to
-    /// serve, or stopped serving, since the last count.
+    /// serve, or stopped serving, since the last count: called as each
+    /// ring changes, before the reply to the request that changed it.
     fn count_link(&mut self) {
         let up = self.serving.iter().take(2).all(|&s| s);
         if up != self.link_up {
