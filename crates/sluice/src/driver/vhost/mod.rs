@@ -34,15 +34,16 @@
 //! buffers with mergeable buffers. Both publish the used ring once per
 //! burst and signal the guest's call eventfd only when the ring asks for
 //! it (event index or flags). With no frontend, or its ring not started or
-//! not enabled, `rx_burst` returns 0 and `tx_burst` takes nothing (its
-//! caller drops the packets; they are counted as `tx_not_ready_drops`).
+//! not enabled, `rx_burst` returns 0 and `tx_burst` takes the packets and
+//! drops them, counted as `tx_not_ready_errors` (as a port without a link:
+//! a forwarder does not back up behind a guest that is not there).
 //!
 //! xstats: `rx_bad_chain_errors` / `tx_bad_chain_errors` (descriptor chains
 //! the guest made wrong, returned unused), `rx_bad_length_errors` (a chain
 //! shorter than the header; frames too short or too long for the port are
 //! its `rx_runt_errors` / `rx_oversize_errors`),
-//! `tx_too_long_drops` (a frame longer than the buffers the guest offers),
-//! `tx_not_ready_drops`, `rx_ring_errors` / `tx_ring_errors` (a ring found
+//! `tx_too_long_errors` (a frame longer than the buffers the guest offers),
+//! `tx_not_ready_errors`, `rx_ring_errors` / `tx_ring_errors` (a ring found
 //! broken: an impossible index, an area outside memory), `link_ups` /
 //! `link_downs` (the times both rings of queue pair 0 came to be started
 //! and enabled, and stopped being so: the link with the frontend),
@@ -267,8 +268,8 @@ impl PortDriver for VhostDriver {
                 counters: Arc::clone(counters),
                 driver: TxCounters {
                     bad_chain: xstats.register("tx_bad_chain_errors"),
-                    not_ready: xstats.register("tx_not_ready_drops"),
-                    too_long: xstats.register("tx_too_long_drops"),
+                    not_ready: xstats.register("tx_not_ready_errors"),
+                    too_long: xstats.register("tx_too_long_errors"),
                     ring_errors: xstats.register("tx_ring_errors"),
                 },
                 q,
