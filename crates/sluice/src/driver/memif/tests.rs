@@ -230,6 +230,20 @@ fn a_live_socket_is_an_error_and_a_stale_one_is_replaced() {
         let err = second.start().unwrap_err().to_string();
         assert!(err.contains("already listens"), "{err}");
     }
+    // Another kind of socket someone listens on: theirs, left alone.
+    {
+        let other = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let mut port = driver::open(
+            &format!("memif:socket={sock}"),
+            PortConfig::new(Some(pool.clone())),
+        )
+        .unwrap();
+        let err = port.start().unwrap_err().to_string();
+        assert!(err.contains("another process listens"), "{err}");
+        assert!(PathBuf::from(&sock).exists());
+        drop(other);
+        std::fs::remove_file(&sock).unwrap();
+    }
     // A file nobody listens on.
     std::fs::write(&sock, b"").unwrap();
     let server = open(&format!("memif:socket={sock}"), &pool);

@@ -675,6 +675,22 @@ fn a_live_socket_is_an_error_and_a_stale_one_is_replaced() {
     assert_eq!(receive(&mut port, 1), [frame]);
     drop(guest);
     drop(port);
+    // A socket someone else listens on, and a file that is no socket:
+    // both left alone.
+    let other = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let mut config = PortConfig::new(Some(pool.clone()));
+    config.mtu = 9000;
+    let err = open(&spec, config).unwrap_err().to_string();
+    assert!(err.contains("another process is listening"), "{err}");
+    drop(other);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, b"").unwrap();
+    let mut config = PortConfig::new(Some(pool.clone()));
+    config.mtu = 9000;
+    let err = open(&spec, config).unwrap_err().to_string();
+    assert!(err.contains("exists and is not a socket"), "{err}");
+    assert!(path.exists());
+    std::fs::remove_file(&path).unwrap();
     assert_pool_full(&pool);
 }
 
