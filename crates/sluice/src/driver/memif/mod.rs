@@ -383,8 +383,10 @@ impl Worker {
                 let _ = socket.send(&Message::disconnect("interface not ready"), None);
                 End::Stop
             };
-            self.counts.downs.inc();
             let torn_down = self.teardown();
+            // Counted once the rings are gone: from here Tx finds the link
+            // down.
+            self.counts.downs.inc();
             if !installed || torn_down.is_err() {
                 self.counters.set_fault(
                     "memif: a queue did not leave its ring; the link stays down".to_string(),

@@ -709,17 +709,36 @@ fn a_client_vanishing_mid_traffic_is_counted_and_the_next_one_served() {
                 Role::Client,
                 crate::memif::DEFAULT_BUFFER_SIZE,
             );
-            let frames: Vec<Vec<u8>> = (0..50).map(frame).collect();
+            let frames: Vec<Vec<u8>> = (0..16).map(frame).collect();
             let slices: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
-            assert_eq!(producer.send_burst(&slices), 50);
-            // The server takes some, then the client is gone without a
-            // word, packets still in its ring.
-            let mut got: Burst = Burst::new();
-            received += server.rx_queue(0).unwrap().rx_burst(&mut got) as u64;
-            drop(got);
-            drop(producer);
-            drop(socket);
-            drop(connected);
+            let counters = server.counters();
+            received += std::thread::scope(|s| {
+                let (rx_queues, _) = server.queues_mut().unwrap();
+                let rxq = &mut rx_queues[0];
+                let counters = &counters;
+                // Polls until the link is down (bounded), dropping what
+                // comes.
+                let poller = s.spawn(move || {
+                    let mut burst: Burst = Burst::new();
+                    let mut received = 0;
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while counters.xstats.get("link_downs") < Some(round) {
+                        assert!(Instant::now() < deadline, "the link stayed up");
+                        received += rxq.rx_burst(&mut burst) as u64;
+                        burst.clear();
+                    }
+                    received
+                });
+                // Traffic flows, then the client is gone without a word,
+                // packets perhaps still in its ring.
+                for _ in 0..20 {
+                    producer.send_burst(&slices);
+                }
+                drop(producer);
+                drop(socket);
+                drop(connected);
+                poller.join().unwrap()
+            });
             wait_downs(&server, round);
             let mut out: Burst = Burst::new();
             out.push(pool.alloc_from_slice(&frame(0)).unwrap()).unwrap();
@@ -729,7 +748,7 @@ fn a_client_vanishing_mid_traffic_is_counted_and_the_next_one_served() {
             assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 0);
         }
         assert_eq!(server.stats().rx_packets, received);
-        assert_eq!(received, 64, "one burst of 32 per round");
+        assert!(received > 0 && received <= 2 * 20 * 16, "{received}");
     }
     assert!(pool.is_full());
 }

@@ -535,17 +535,19 @@ impl VringHandler for Handoff {
         if let Some(d) = self.dirty.get_mut(index) {
             *d = false;
         }
-        if let Some(serving) = self.serving.get_mut(index) {
-            *serving = false;
-        }
-        self.count_link();
-        match slot.control(HANDOFF_TIMEOUT) {
+        let base = match slot.control(HANDOFF_TIMEOUT) {
             Some(mut guard) => guard.ring().take().map(|r| r.queue.last_avail_idx()),
             // The queue is stuck in a burst: it stops at the burst's end
             // (the slot stays closed); its last published index is the
             // best there is.
             None => Some(slot.last_avail()),
+        };
+        // Counted once the ring is out of the queue's reach.
+        if let Some(serving) = self.serving.get_mut(index) {
+            *serving = false;
         }
+        self.count_link();
+        base
     }
 
     fn memory_changed(&mut self, table: &Arc<vhost_user::GuestMemory>) {
