@@ -116,14 +116,14 @@ pub struct VhostDriver {
     /// One per vring (twice the queue pairs), shared with the queues.
     slots: Vec<Arc<VringSlot>>,
     /// Registered at setup, counted by the control thread.
-    link: Option<LinkCounts>,
+    counts: Option<ControlCounts>,
     control: Option<Control>,
 }
 
 /// The control thread's xstats: `link_ups`, `link_downs`,
 /// `control_refusals`, `control_errors`.
 #[derive(Clone)]
-struct LinkCounts {
+struct ControlCounts {
     ups: Arc<Counter>,
     downs: Arc<Counter>,
     /// Requests refused with a failure status (the session goes on).
@@ -180,7 +180,7 @@ impl VhostDriver {
             slots: (0..2 * usize::from(queue_pairs))
                 .map(|_| Arc::new(VringSlot::new()))
                 .collect(),
-            link: None,
+            counts: None,
             control: None,
         }
     }
@@ -236,7 +236,7 @@ impl PortDriver for VhostDriver {
             self.clear_stale_socket()?;
         }
         let xstats = &counters.xstats;
-        self.link = Some(LinkCounts {
+        self.counts = Some(ControlCounts {
             ups: xstats.register("link_ups"),
             downs: xstats.register("link_downs"),
             refusals: xstats.register("control_refusals"),
@@ -296,10 +296,10 @@ impl PortDriver for VhostDriver {
         let thread_stop = Arc::clone(&stop);
         let config = self.backend_config();
         let slots = self.slots.clone();
-        let link = self.link.clone();
+        let counts = self.counts.clone();
         let thread = std::thread::Builder::new()
             .name("vhost-ctrl".into())
-            .spawn(move || serve(endpoint, &thread_stop, config, slots, link))
+            .spawn(move || serve(endpoint, &thread_stop, config, slots, counts))
             .map_err(|e| self.error(e))?;
         self.control = Some(Control { stop, thread });
         Ok(())
@@ -394,12 +394,12 @@ fn serve(
     stop: &OwnedFd,
     config: BackendConfig,
     slots: Vec<Arc<VringSlot>>,
-    link: Option<LinkCounts>,
+    counts: Option<ControlCounts>,
 ) {
     let mut handoff = Handoff {
         dirty: vec![false; slots.len()],
         serving: vec![false; slots.len()],
-        link,
+        counts,
         link_up: false,
         slots,
         memory: None,
@@ -458,18 +458,12 @@ fn session(
             stopping = true;
             break;
         }
-        let link = handoff.link.clone();
-        let count = |pick: fn(&LinkCounts) -> &Arc<Counter>| {
-            if let Some(link) = &link {
-                pick(link).inc();
-            }
-        };
         match backend.serve_message(stream, handoff) {
             // Applied.
             Ok(Ok(_)) => handoff.apply(&backend),
             // Refused with a failure status the frontend reads.
             Ok(Err(_)) => {
-                count(|l| &l.refusals);
+                handoff.count(|c| &c.refusals);
                 handoff.apply(&backend);
             }
             Err(vhost_user::VhostUserError::Closed) => break,
@@ -477,7 +471,7 @@ fn session(
             // truncated request, a refused one without REPLY_ACK): the
             // session ends.
             Err(_) => {
-                count(|l| &l.errors);
+                handoff.count(|c| &c.errors);
                 break;
             }
         }
@@ -500,7 +494,7 @@ struct Handoff {
     dirty: Vec<bool>,
     /// Rings installed and enabled, as far as this thread knows.
     serving: Vec<bool>,
-    link: Option<LinkCounts>,
+    counts: Option<ControlCounts>,
     /// Whether both rings of queue pair 0 were serving when last counted.
     link_up: bool,
     /// The data path's view of the backend's current memory table.
@@ -603,6 +597,13 @@ impl Handoff {
         self.count_link();
     }
 
+    /// Adds one to the counter `pick` chooses (none before setup).
+    fn count(&self, pick: fn(&ControlCounts) -> &Arc<Counter>) {
+        if let Some(counts) = &self.counts {
+            pick(counts).inc();
+        }
+    }
+
     /// Counts a link up or down when queue pair 0's rings have come to
     /// serve, or stopped serving, since the last count: called as each
     /// ring changes, before the reply to the request that changed it.
@@ -610,9 +611,7 @@ impl Handoff {
         let up = self.serving.iter().take(2).all(|&s| s);
         if up != self.link_up {
             self.link_up = up;
-            if let Some(link) = &self.link {
-                if up { &link.ups } else { &link.downs }.inc();
-            }
+            self.count(if up { |c| &c.ups } else { |c| &c.downs });
         }
     }
 
