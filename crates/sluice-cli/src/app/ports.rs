@@ -2,12 +2,17 @@
 //! testers they are cabled to, and what their drivers can do.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use sluice::mbuf::MbufPool;
 use sluice::port::{Port, PortConfig, PortCounters, PortError, PortSpec};
 use sluice::tester::Tester;
 
 use super::options::FwdArgs;
+
+/// How long a port may take to reach a peer that is already there before
+/// it is said to wait for one.
+const PEER_GRACE: Duration = Duration::from_millis(200);
 
 /// The peer of port `p` among `n`: 0<->1, 2<->3, an odd last one itself.
 pub fn peer(p: usize, n: usize) -> usize {
@@ -144,6 +149,59 @@ pub(crate) fn start_all(ports: &mut [Port]) -> Result<(), String> {
             .map_err(|e| format!("port {} ({}): {e}", p.id(), p.name()))?;
     }
     Ok(())
+}
+
+/// Whether `port` has its peer: a port with a link to another process
+/// (memif, vhost: the `link_ups` and `link_downs` xstats) while the link is
+/// up; any other port always.
+pub fn has_peer(port: &Port) -> bool {
+    let xstats = &port.counters().xstats;
+    match (xstats.get("link_ups"), xstats.get("link_downs")) {
+        (Some(ups), Some(downs)) => ups > downs,
+        _ => true,
+    }
+}
+
+/// Whether `port` ever had its peer during the run (see [`has_peer`]).
+pub fn had_peer(port: &Port) -> bool {
+    port.counters().xstats.get("link_ups") != Some(0)
+}
+
+/// Says on standard error which of `ports` wait for their peer (a memif
+/// or vhost port nobody has connected to yet), so a run that moves no
+/// packet says why.
+pub(crate) fn say_waiting_for_peers(ports: &[Port]) {
+    for p in ports.iter().filter(|p| !has_peer(p)) {
+        eprintln!("sluice: port {} ({}): waiting for peer", p.id(), p.name());
+    }
+}
+
+/// Says on standard error which of `ports` never had their peer.
+pub(crate) fn say_never_connected(ports: &[Port]) {
+    for p in ports.iter().filter(|p| !had_peer(p)) {
+        eprintln!("sluice: port {} ({}): no peer connected", p.id(), p.name());
+    }
+}
+
+/// Waits up to `limit` for `port`'s peer (see [`has_peer`]), saying on
+/// standard error that it waits when the peer is not there at once
+/// (a memif handshake, a vhost frontend setting up its rings, take a
+/// moment); whether the peer came.
+pub(crate) fn wait_for_peer(port: &Port, limit: Duration) -> bool {
+    let begin = Instant::now();
+    let mut said = false;
+    while !has_peer(port) {
+        let waited = begin.elapsed();
+        if waited >= limit {
+            return false;
+        }
+        if !said && waited >= PEER_GRACE {
+            say_waiting_for_peers(std::slice::from_ref(port));
+            said = true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    true
 }
 
 /// Takes each port's counters, then stops every port (every buffer goes

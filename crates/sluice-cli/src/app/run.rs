@@ -16,7 +16,9 @@ use super::observe::census::{self, CensusReport};
 use super::observe::drops::DropSources;
 use super::observe::{Observer, Watched};
 use super::options::{Engine, FwdArgs};
-use super::ports::{cabled_testers, open_ports, start_all, stop_all};
+use super::ports::{
+    cabled_testers, open_ports, say_never_connected, say_waiting_for_peers, start_all, stop_all,
+};
 use super::signal::catch_signals;
 use super::summary::{PortSummary, RouteDrops, Summary, cycles_per_packet, tester_reports};
 
@@ -98,6 +100,7 @@ pub(crate) fn measure_with(
     let mut ports = open_ports(&specs, &pool, queues, args)?;
     start_all(&mut ports)?;
     catch_signals();
+    say_waiting_for_peers(&ports);
     let testers = cabled_testers(&specs);
     // One per lcore the phase may launch (it launches at most `--cores`).
     let shared = Shared {
@@ -147,6 +150,7 @@ pub(crate) fn measure_with(
     drop(observer);
 
     let (counters, device_cycles) = stop_all(&mut ports);
+    say_never_connected(&ports);
     let drops_by_reason = drop_sources.table();
     let census = CensusReport::new(&census::of_run(&ports, &pool, None).take(), &last_census);
     let port_rows: Vec<PortSummary> = counters

@@ -8,6 +8,8 @@
 //! comes back: a `pair` looped through `sluice fwd`, a `soft` port cabled to
 //! a wire, ...). At the end it stops generating, keeps receiving until
 //! nothing arrives (bounded), stops the port and prints the tester report.
+//! On a port with a peer process (memif, vhost) it first waits, within
+//! `--duration`, for the peer to connect, and sends nothing until then.
 //!
 //! With `--latency` (or `--hist-out`) it checks what comes back as with
 //! `--check` and measures each frame's one-way latency: a line per second
@@ -36,6 +38,7 @@ use crate::app::observe::snapshot::{DropCount, LatencySummary};
 use crate::app::observe::{Observer, Watched};
 use crate::app::options::{LatencyOptions, ObserveOptions};
 use crate::app::output::{emit, emit_json};
+use crate::app::ports::wait_for_peer;
 use crate::app::summary::print_drops_by_reason;
 
 /// Seconds between latency lines and `--hist-out` intervals.
@@ -200,6 +203,15 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
     };
     let mut port = sluice::driver::open(&args.port, port_config.clone()).map_err(sized)?;
     port.start().map_err(sized)?;
+    // A memif or vhost port sends nothing before its peer is there: the
+    // run starts once it is, or ends with nothing sent.
+    if !wait_for_peer(&port, Duration::from_secs_f64(args.duration)) {
+        port.stop();
+        return Err(format!(
+            "port {}: no peer connected within --duration {} s",
+            args.port, args.duration
+        ));
+    }
     let tester = Tester::new(config);
     let stream = tester.add_stream();
     let flows = tester.config().flows;

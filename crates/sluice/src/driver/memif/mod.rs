@@ -5,7 +5,8 @@
 //! [,buffer_size=N][,ring_size=N][,secret=S]`
 //! - `socket` (required): the control socket file.
 //! - `role` (default `server`): `server` listens at `socket` (a stale
-//!   socket file is removed; one a live server answers on is an error);
+//!   socket file is removed; one a live server, or another process with
+//!   a socket of another kind, listens on is an error);
 //!   `client` connects, retrying until a server is there.
 //! - `id` (default 0): the interface id both sides must agree on.
 //! - `rings` (1..=255, default: the port's most queues): rings per
@@ -192,14 +193,26 @@ fn settings(spec: &PortSpec) -> Result<Settings, PortError> {
     })
 }
 
-/// A live server at `path` answers a connect; a stale file does not.
+/// A live server at `path` answers a connect, a listener of another kind
+/// refuses its type; a stale file does neither.
 fn claim_socket_path(path: &Path) -> Result<ControlListener, PortError> {
     if path.exists() {
-        if ControlSocket::connect(path).is_ok() {
-            return Err(PortError::config(format!(
-                "memif: a server already listens at {}",
-                path.display()
-            )));
+        match ControlSocket::connect(path) {
+            Ok(_) => {
+                return Err(PortError::config(format!(
+                    "memif: a server already listens at {}",
+                    path.display()
+                )));
+            }
+            // A socket of another kind someone listens on (a stream
+            // socket: EPROTOTYPE) is theirs, not a stale file.
+            Err(e) if e.raw_os_error() == Some(libc::EPROTOTYPE) => {
+                return Err(PortError::config(format!(
+                    "memif: another process listens at {} (not a memif socket)",
+                    path.display()
+                )));
+            }
+            Err(_) => {}
         }
         std::fs::remove_file(path).map_err(|e| {
             PortError::config(format!(
@@ -370,8 +383,10 @@ impl Worker {
                 let _ = socket.send(&Message::disconnect("interface not ready"), None);
                 End::Stop
             };
-            self.counts.downs.inc();
             let torn_down = self.teardown();
+            // Counted once the rings are gone: from here Tx finds the link
+            // down.
+            self.counts.downs.inc();
             if !installed || torn_down.is_err() {
                 self.counters.set_fault(
                     "memif: a queue did not leave its ring; the link stays down".to_string(),

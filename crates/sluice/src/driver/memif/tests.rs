@@ -3,9 +3,11 @@ use std::time::{Duration, Instant};
 
 use crate::driver;
 use crate::mbuf::{Burst, MbufPool};
+use crate::memif::Role;
 use crate::memif::handshake::{self, ClientConfig};
-use crate::memif::ring::Descriptor;
-use crate::memif::socket::ControlSocket;
+use crate::memif::message::{AddRegion, AddRing, Hello, Init, Message, Mode};
+use crate::memif::ring::{Descriptor, Producer};
+use crate::memif::socket::{ControlListener, ControlSocket};
 use crate::port::{Port, PortConfig};
 use crate::test_support::test_pool;
 
@@ -227,6 +229,20 @@ fn a_live_socket_is_an_error_and_a_stale_one_is_replaced() {
         .unwrap();
         let err = second.start().unwrap_err().to_string();
         assert!(err.contains("already listens"), "{err}");
+    }
+    // Another kind of socket someone listens on: theirs, left alone.
+    {
+        let other = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let mut port = driver::open(
+            &format!("memif:socket={sock}"),
+            PortConfig::new(Some(pool.clone())),
+        )
+        .unwrap();
+        let err = port.start().unwrap_err().to_string();
+        assert!(err.contains("another process listens"), "{err}");
+        assert!(PathBuf::from(&sock).exists());
+        drop(other);
+        std::fs::remove_file(&sock).unwrap();
     }
     // A file nobody listens on.
     std::fs::write(&sock, b"").unwrap();
@@ -471,6 +487,268 @@ fn chained_mbufs_cross_as_descriptor_chains_and_back() {
         m.segments().for_each(|s| bytes.extend_from_slice(s));
         assert_eq!(bytes, big);
         assert_eq!(m.pkt_len(), 5000);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_socket_in_a_missing_directory_is_an_error_for_a_server_and_awaited_by_a_client() {
+    let dir = TempDir::new("nodir");
+    let pool = test_pool(1023);
+    let absent = dir.0.join("absent");
+    let sock = absent.join("memif.sock").display().to_string();
+    {
+        let mut server = driver::open(
+            &format!("memif:socket={sock}"),
+            PortConfig::new(Some(pool.clone())),
+        )
+        .unwrap();
+        let err = server.start().unwrap_err().to_string();
+        assert!(
+            err.contains("cannot listen") && err.contains("No such file or directory"),
+            "{err}"
+        );
+        // A client waits for its server, connecting again until one is there.
+        let mut client = open(&format!("memif:socket={sock},role=client"), &pool);
+        assert_eq!(xstat(&client, "link_ups"), 0);
+        std::fs::create_dir(&absent).unwrap();
+        server.start().unwrap();
+        wait_links(&client, 1);
+        wait_links(&server, 1);
+        exchange(&mut client, &mut server, &pool, 10);
+    }
+    assert!(pool.is_full());
+}
+
+/// A sealed memfd of `size` bytes, as a memif region's.
+fn region_fd(size: u64) -> std::os::fd::OwnedFd {
+    crate::memif::region::Region::create("sluice-memif-test", size)
+        .unwrap()
+        .fd()
+        .try_clone_to_owned()
+        .unwrap()
+}
+
+/// A client made by hand: after the server's HELLO it sends `messages`
+/// in turn (each with its descriptor), each answered with ACK, until the
+/// server answers with DISCONNECT; returns that DISCONNECT's reason.
+fn server_refusal(sock: &str, messages: Vec<(Message, Option<std::os::fd::OwnedFd>)>) -> String {
+    use std::os::fd::AsFd;
+    let socket = ControlSocket::connect(PathBuf::from(sock).as_path()).unwrap();
+    socket.set_timeout(Some(Duration::from_secs(10))).unwrap();
+    assert!(matches!(socket.recv().unwrap().message, Message::Hello(_)));
+    for (message, fd) in messages {
+        socket
+            .send(&message, fd.as_ref().map(|f| f.as_fd()))
+            .unwrap();
+        match socket.recv().unwrap().message {
+            Message::Ack => {}
+            Message::Disconnect(d) => return d.reason,
+            other => panic!("{other:?}"),
+        }
+    }
+    panic!("the server accepted every message")
+}
+
+fn init(version: u16) -> Message {
+    Message::Init(Init {
+        version,
+        id: 0,
+        mode: Mode::Ethernet,
+        secret: Vec::new(),
+        name: "test".into(),
+    })
+}
+
+#[test]
+fn a_bad_handshake_is_refused_with_a_reason_and_counted() {
+    let dir = TempDir::new("badhello");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    {
+        let server = open(&format!("memif:socket={sock}"), &pool);
+        // A version this side does not speak.
+        let reason = server_refusal(&sock, vec![(init(0x0100), None)]);
+        assert_eq!(reason, "Incompatible memif version");
+        // A message of the wrong type: CONNECT before INIT.
+        let reason = server_refusal(
+            &sock,
+            vec![(
+                Message::Connect {
+                    if_name: "x".into(),
+                },
+                None,
+            )],
+        );
+        assert!(reason.starts_with("Unexpected message"), "{reason}");
+        // A ring of 2^30 slots.
+        let ring = |log2_ring_size| {
+            Message::AddRing(AddRing {
+                flags: crate::memif::ADD_RING_FLAG_C2S,
+                index: 0,
+                region: 0,
+                offset: 0,
+                log2_ring_size,
+                private_hdr_size: 0,
+            })
+        };
+        let reason = server_refusal(
+            &sock,
+            vec![
+                (init(crate::memif::VERSION), None),
+                (
+                    Message::AddRegion(AddRegion {
+                        index: 0,
+                        size: 1 << 16,
+                    }),
+                    Some(region_fd(1 << 16)),
+                ),
+                (ring(30), Some(region_fd(4096))),
+            ],
+        );
+        assert!(reason.contains("30"), "{reason}");
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while xstat(&server, "link_refusals") < 3 {
+            assert!(Instant::now() < deadline, "refusals not counted");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(xstat(&server, "link_ups"), 0);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_client_refuses_a_server_of_another_version() {
+    let dir = TempDir::new("oldserver");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    let listener = ControlListener::bind(PathBuf::from(&sock).as_path()).unwrap();
+    listener.set_timeout(Some(Duration::from_secs(10))).unwrap();
+    {
+        let client = open(&format!("memif:socket={sock},role=client"), &pool);
+        let socket = listener.accept().unwrap();
+        socket.set_timeout(Some(Duration::from_secs(10))).unwrap();
+        socket
+            .send(
+                &Message::Hello(Hello {
+                    name: "old".into(),
+                    min_version: 0x0100,
+                    max_version: 0x0100,
+                    max_region: 0,
+                    max_s2c_ring: 0,
+                    max_c2s_ring: 0,
+                    max_log2_ring_size: 10,
+                }),
+                None,
+            )
+            .unwrap();
+        match socket.recv().unwrap().message {
+            Message::Disconnect(d) => assert_eq!(d.reason, "Incompatible memif version"),
+            other => panic!("{other:?}"),
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while xstat(&client, "link_refusals") == 0 {
+            assert!(Instant::now() < deadline, "refusal not counted");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(xstat(&client, "link_ups"), 0);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_chain_that_never_ends_is_counted_not_followed() {
+    let dir = TempDir::new("loop");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    {
+        let mut server = open(&format!("memif:socket={sock}"), &pool);
+        let socket = ControlSocket::connect(PathBuf::from(&sock).as_path()).unwrap();
+        socket.set_timeout(Some(Duration::from_secs(5))).unwrap();
+        let connected = handshake::connect(&socket, ClientConfig::default()).unwrap();
+        wait_links(&server, 1);
+        let ring = &connected.c2s[0].ring;
+        let head = ring.head();
+        // Every slot of the ring says another follows: a chain with no end.
+        for i in 0..ring.size() {
+            let mut d = ring.descriptor(head.wrapping_add(i));
+            d.flags = crate::memif::DESC_FLAG_NEXT;
+            d.length = 64;
+            ring.set_descriptor(head.wrapping_add(i), d);
+        }
+        ring.set_head(head.wrapping_add(ring.size()));
+        let mut got: Burst = Burst::new();
+        assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 0);
+        let dropped = xstat(&server, "rx_chain_too_long_errors")
+            + xstat(&server, "rx_incomplete_chain_errors");
+        assert!(dropped >= 1, "{:?}", server.xstats());
+        assert_eq!(server.stats().rx_errors, dropped);
+        assert_eq!(server.stats().rx_packets, 0);
+        drop(socket);
+        wait_downs(&server, 1);
+        drop(connected);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
+fn a_client_vanishing_mid_traffic_is_counted_and_the_next_one_served() {
+    let dir = TempDir::new("vanish");
+    let pool = test_pool(1023);
+    let sock = dir.socket();
+    {
+        let mut server = open(&format!("memif:socket={sock}"), &pool);
+        let mut received = 0u64;
+        for round in 1..=2u64 {
+            let socket = ControlSocket::connect(PathBuf::from(&sock).as_path()).unwrap();
+            socket.set_timeout(Some(Duration::from_secs(5))).unwrap();
+            let mut connected = handshake::connect(&socket, ClientConfig::default()).unwrap();
+            wait_links(&server, round);
+            let mut producer = Producer::new(
+                connected.c2s.remove(0).ring,
+                Role::Client,
+                crate::memif::DEFAULT_BUFFER_SIZE,
+            );
+            let frames: Vec<Vec<u8>> = (0..16).map(frame).collect();
+            let slices: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
+            let counters = server.counters();
+            received += std::thread::scope(|s| {
+                let (rx_queues, _) = server.queues_mut().unwrap();
+                let rxq = &mut rx_queues[0];
+                let counters = &counters;
+                // Polls until the link is down (bounded), dropping what
+                // comes.
+                let poller = s.spawn(move || {
+                    let mut burst: Burst = Burst::new();
+                    let mut received = 0;
+                    let deadline = Instant::now() + Duration::from_secs(10);
+                    while counters.xstats.get("link_downs") < Some(round) {
+                        assert!(Instant::now() < deadline, "the link stayed up");
+                        received += rxq.rx_burst(&mut burst) as u64;
+                        burst.clear();
+                    }
+                    received
+                });
+                // Traffic flows, then the client is gone without a word,
+                // packets perhaps still in its ring.
+                for _ in 0..20 {
+                    producer.send_burst(&slices);
+                }
+                drop(producer);
+                drop(socket);
+                drop(connected);
+                poller.join().unwrap()
+            });
+            wait_downs(&server, round);
+            let mut out: Burst = Burst::new();
+            out.push(pool.alloc_from_slice(&frame(0)).unwrap()).unwrap();
+            assert_eq!(server.tx_queue(0).unwrap().tx_burst(&mut out), 1);
+            assert_eq!(xstat(&server, "tx_not_ready_errors"), round);
+            let mut got: Burst = Burst::new();
+            assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 0);
+        }
+        assert_eq!(server.stats().rx_packets, received);
+        assert!(received > 0 && received <= 2 * 20 * 16, "{received}");
     }
     assert!(pool.is_full());
 }

@@ -34,18 +34,23 @@
 //! buffers with mergeable buffers. Both publish the used ring once per
 //! burst and signal the guest's call eventfd only when the ring asks for
 //! it (event index or flags). With no frontend, or its ring not started or
-//! not enabled, `rx_burst` returns 0 and `tx_burst` takes nothing (its
-//! caller drops the packets; they are counted as `tx_not_ready_drops`).
+//! not enabled, `rx_burst` returns 0 and `tx_burst` takes the packets and
+//! drops them, counted as `tx_not_ready_errors` (as a port without a link:
+//! a forwarder does not back up behind a guest that is not there).
 //!
 //! xstats: `rx_bad_chain_errors` / `tx_bad_chain_errors` (descriptor chains
 //! the guest made wrong, returned unused), `rx_bad_length_errors` (a chain
 //! shorter than the header; frames too short or too long for the port are
 //! its `rx_runt_errors` / `rx_oversize_errors`),
-//! `tx_too_long_drops` (a frame longer than the buffers the guest offers),
-//! `tx_not_ready_drops`, `rx_ring_errors` / `tx_ring_errors` (a ring found
+//! `tx_too_long_errors` (a frame longer than the buffers the guest offers),
+//! `tx_not_ready_errors`, `rx_ring_errors` / `tx_ring_errors` (a ring found
 //! broken: an impossible index, an area outside memory), `link_ups` /
 //! `link_downs` (the times both rings of queue pair 0 came to be started
-//! and enabled, and stopped being so: the link with the frontend).
+//! and enabled, and stopped being so: the link with the frontend),
+//! `control_refusals` (requests refused with a failure status: the
+//! frontend is told and the session goes on) and `control_errors`
+//! (sessions ended by a request that could not be read, was malformed, or
+//! was refused where no status could be sent).
 //!
 //! # Frontend memory
 //!
@@ -111,15 +116,20 @@ pub struct VhostDriver {
     /// One per vring (twice the queue pairs), shared with the queues.
     slots: Vec<Arc<VringSlot>>,
     /// Registered at setup, counted by the control thread.
-    link: Option<LinkCounts>,
+    counts: Option<ControlCounts>,
     control: Option<Control>,
 }
 
-/// The `link_ups` and `link_downs` xstats.
+/// The control thread's xstats: `link_ups`, `link_downs`,
+/// `control_refusals`, `control_errors`.
 #[derive(Clone)]
-struct LinkCounts {
+struct ControlCounts {
     ups: Arc<Counter>,
     downs: Arc<Counter>,
+    /// Requests refused with a failure status (the session goes on).
+    refusals: Arc<Counter>,
+    /// Sessions ended by a request that could not be read or answered.
+    errors: Arc<Counter>,
 }
 
 /// The running control thread.
@@ -170,7 +180,7 @@ impl VhostDriver {
             slots: (0..2 * usize::from(queue_pairs))
                 .map(|_| Arc::new(VringSlot::new()))
                 .collect(),
-            link: None,
+            counts: None,
             control: None,
         }
     }
@@ -226,9 +236,11 @@ impl PortDriver for VhostDriver {
             self.clear_stale_socket()?;
         }
         let xstats = &counters.xstats;
-        self.link = Some(LinkCounts {
+        self.counts = Some(ControlCounts {
             ups: xstats.register("link_ups"),
             downs: xstats.register("link_downs"),
+            refusals: xstats.register("control_refusals"),
+            errors: xstats.register("control_errors"),
         });
         let mut rx: Vec<Box<dyn RxQueue>> = Vec::new();
         for q in 0..config.rxq.len() {
@@ -256,8 +268,8 @@ impl PortDriver for VhostDriver {
                 counters: Arc::clone(counters),
                 driver: TxCounters {
                     bad_chain: xstats.register("tx_bad_chain_errors"),
-                    not_ready: xstats.register("tx_not_ready_drops"),
-                    too_long: xstats.register("tx_too_long_drops"),
+                    not_ready: xstats.register("tx_not_ready_errors"),
+                    too_long: xstats.register("tx_too_long_errors"),
                     ring_errors: xstats.register("tx_ring_errors"),
                 },
                 q,
@@ -284,10 +296,10 @@ impl PortDriver for VhostDriver {
         let thread_stop = Arc::clone(&stop);
         let config = self.backend_config();
         let slots = self.slots.clone();
-        let link = self.link.clone();
+        let counts = self.counts.clone();
         let thread = std::thread::Builder::new()
             .name("vhost-ctrl".into())
-            .spawn(move || serve(endpoint, &thread_stop, config, slots, link))
+            .spawn(move || serve(endpoint, &thread_stop, config, slots, counts))
             .map_err(|e| self.error(e))?;
         self.control = Some(Control { stop, thread });
         Ok(())
@@ -382,12 +394,12 @@ fn serve(
     stop: &OwnedFd,
     config: BackendConfig,
     slots: Vec<Arc<VringSlot>>,
-    link: Option<LinkCounts>,
+    counts: Option<ControlCounts>,
 ) {
     let mut handoff = Handoff {
         dirty: vec![false; slots.len()],
         serving: vec![false; slots.len()],
-        link,
+        counts,
         link_up: false,
         slots,
         memory: None,
@@ -447,11 +459,21 @@ fn session(
             break;
         }
         match backend.serve_message(stream, handoff) {
-            // Applied, or refused with a failure status the frontend reads.
-            Ok(_) => handoff.apply(&backend),
-            // Closed, or a failure the frontend cannot be told of: the
+            // Applied.
+            Ok(Ok(_)) => handoff.apply(&backend),
+            // Refused with a failure status the frontend reads.
+            Ok(Err(_)) => {
+                handoff.count(|c| &c.refusals);
+                handoff.apply(&backend);
+            }
+            Err(vhost_user::VhostUserError::Closed) => break,
+            // A failure the frontend cannot be told of (a malformed or
+            // truncated request, a refused one without REPLY_ACK): the
             // session ends.
-            Err(_) => break,
+            Err(_) => {
+                handoff.count(|c| &c.errors);
+                break;
+            }
         }
     }
     backend.stop_all(handoff);
@@ -472,7 +494,7 @@ struct Handoff {
     dirty: Vec<bool>,
     /// Rings installed and enabled, as far as this thread knows.
     serving: Vec<bool>,
-    link: Option<LinkCounts>,
+    counts: Option<ControlCounts>,
     /// Whether both rings of queue pair 0 were serving when last counted.
     link_up: bool,
     /// The data path's view of the backend's current memory table.
@@ -499,23 +521,27 @@ impl VringHandler for Handoff {
                 self.serving[ready.index] = false;
             }
         }
+        self.count_link();
     }
 
     fn vring_stopped(&mut self, index: usize) -> Option<u16> {
-        let slot = self.slots.get(index)?;
+        let slot = self.slots.get(index).cloned()?;
         if let Some(d) = self.dirty.get_mut(index) {
             *d = false;
         }
-        if let Some(serving) = self.serving.get_mut(index) {
-            *serving = false;
-        }
-        match slot.control(HANDOFF_TIMEOUT) {
+        let base = match slot.control(HANDOFF_TIMEOUT) {
             Some(mut guard) => guard.ring().take().map(|r| r.queue.last_avail_idx()),
             // The queue is stuck in a burst: it stops at the burst's end
             // (the slot stays closed); its last published index is the
             // best there is.
             None => Some(slot.last_avail()),
+        };
+        // Counted once the ring is out of the queue's reach.
+        if let Some(serving) = self.serving.get_mut(index) {
+            *serving = false;
         }
+        self.count_link();
+        base
     }
 
     fn memory_changed(&mut self, table: &Arc<vhost_user::GuestMemory>) {
@@ -538,6 +564,7 @@ impl VringHandler for Handoff {
             }
             None => self.dirty[ready.index] = true,
         }
+        self.count_link();
     }
 }
 
@@ -570,15 +597,21 @@ impl Handoff {
         self.count_link();
     }
 
+    /// Adds one to the counter `pick` chooses (none before setup).
+    fn count(&self, pick: fn(&ControlCounts) -> &Arc<Counter>) {
+        if let Some(counts) = &self.counts {
+            pick(counts).inc();
+        }
+    }
+
     /// Counts a link up or down when queue pair 0's rings have come to
-    /// serve, or stopped serving, since the last count.
+    /// serve, or stopped serving, since the last count: called as each
+    /// ring changes, before the reply to the request that changed it.
     fn count_link(&mut self) {
         let up = self.serving.iter().take(2).all(|&s| s);
         if up != self.link_up {
             self.link_up = up;
-            if let Some(link) = &self.link {
-                if up { &link.ups } else { &link.downs }.inc();
-            }
+            self.count(if up { |c| &c.ups } else { |c| &c.downs });
         }
     }
 

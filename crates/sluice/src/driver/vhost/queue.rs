@@ -34,7 +34,7 @@ pub(super) struct RxCounters {
 /// See [`RxCounters`].
 pub(super) struct TxCounters {
     pub(super) bad_chain: Arc<Counter>,
-    /// Packets refused while no ready ring was there.
+    /// Packets dropped while no ready ring was there.
     pub(super) not_ready: Arc<Counter>,
     /// Frames longer than the guest's buffers (without mergeable buffers,
     /// or longer than [`MAX_MERGED_CHAINS`] of them): dropped.
@@ -316,9 +316,15 @@ impl TxQueue for VhostTx {
         };
         let Some(ring) = guard.as_mut().and_then(|g| g.ring()).filter(|r| r.enabled) else {
             drop(guard);
-            self.driver.not_ready.add(burst.len() as u64);
-            self.counters.tx[self.q].record_burst(0, 0);
-            return 0;
+            // Nobody to send to: dropped and counted, as by a port whose
+            // link is down.
+            let n = burst.len();
+            drop(burst.drain_front(n));
+            self.driver.not_ready.add(n as u64);
+            let stats = &self.counters.tx[self.q];
+            stats.errors.add(n as u64);
+            stats.record_burst(0, 0);
+            return n;
         };
         let (mut taken, mut sent, mut bytes, mut dropped) = (0usize, 0usize, 0u64, 0u64);
         let mut scratch = std::mem::take(&mut self.scratch);

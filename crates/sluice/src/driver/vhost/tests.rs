@@ -557,7 +557,7 @@ fn without_mergeable_buffers_a_long_frame_is_dropped_and_counted() {
     assert_eq!(guest.take_rx().unwrap().len(), 0);
     let (num_buffers, frame) = guest.recv().unwrap();
     assert_eq!((num_buffers, frame.len()), (1, 100));
-    assert_eq!(xstat(&port, "tx_too_long_drops"), 1);
+    assert_eq!(xstat(&port, "tx_too_long_errors"), 1);
     assert_eq!(port.stats().tx_errors, 1);
     drop(guest);
     drop(port);
@@ -603,7 +603,7 @@ fn bad_chains_are_counted_and_returned() {
 }
 
 #[test]
-fn not_ready_refuses_and_a_new_frontend_is_served() {
+fn not_ready_drops_and_a_new_frontend_is_served() {
     let pool = test_pool(255);
     let path = socket_path();
     let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
@@ -619,9 +619,10 @@ fn not_ready_refuses_and_a_new_frontend_is_served() {
         port.rx_queue(0).unwrap().rx_burst(&mut Burst::<32>::new()),
         0
     );
-    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 0);
-    assert_eq!(burst.len(), 1, "refused, still the caller's");
-    assert_eq!(xstat(&port, "tx_not_ready_drops"), 1);
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut burst), 1);
+    assert!(burst.is_empty(), "taken and dropped");
+    assert_eq!(xstat(&port, "tx_not_ready_errors"), 1);
+    assert_eq!(port.stats().tx_errors, 1);
     assert_eq!(xstat(&port, "link_ups"), 0);
 
     for round in 0..3u32 {
@@ -674,6 +675,22 @@ fn a_live_socket_is_an_error_and_a_stale_one_is_replaced() {
     assert_eq!(receive(&mut port, 1), [frame]);
     drop(guest);
     drop(port);
+    // A socket someone else listens on, and a file that is no socket:
+    // both left alone.
+    let other = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let mut config = PortConfig::new(Some(pool.clone()));
+    config.mtu = 9000;
+    let err = open(&spec, config).unwrap_err().to_string();
+    assert!(err.contains("another process is listening"), "{err}");
+    drop(other);
+    std::fs::remove_file(&path).unwrap();
+    std::fs::write(&path, b"").unwrap();
+    let mut config = PortConfig::new(Some(pool.clone()));
+    config.mtu = 9000;
+    let err = open(&spec, config).unwrap_err().to_string();
+    assert!(err.contains("exists and is not a socket"), "{err}");
+    assert!(path.exists());
+    std::fs::remove_file(&path).unwrap();
     assert_pool_full(&pool);
 }
 
@@ -882,6 +899,281 @@ fn frontend_memory_on_hugetlbfs_carries_frames_both_ways() {
         .unwrap();
     assert_eq!(receive(&mut port, 1), &frames[..1]);
     assert_eq!(xstat(&port, "rx_ring_errors"), 0);
+    drop(guest);
+    drop(port);
+    assert_pool_full(&pool);
+}
+
+/// Waits (bounded) until the port's xstat `name` reaches `n`.
+fn wait_xstat(port: &Port, name: &str, n: u64) {
+    let counters = port.counters();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while counters.xstats.get(name).unwrap_or(0) < n {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{name} did not reach {n}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+#[test]
+fn a_socket_in_a_missing_directory_is_an_error_for_a_server_and_awaited_by_a_client() {
+    let pool = test_pool(255);
+    let dir = socket_path().with_extension("dir");
+    let path = dir.join("vhost.sock");
+    let mut server = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    let err = server.start().unwrap_err().to_string();
+    assert!(
+        err.contains(&path.display().to_string()) && err.contains("No such file or directory"),
+        "{err}"
+    );
+    // A client connects again until a frontend listens there.
+    let mut client = vhost_port(
+        &format!("vhost:path={},server=false", path.display()),
+        &pool,
+    );
+    client.start().unwrap();
+    std::fs::create_dir(&dir).unwrap();
+    let listener = std::os::unix::net::UnixListener::bind(&path).unwrap();
+    let (stream, _) = listener.accept().unwrap();
+    let mut guest = Guest::over(Frontend::from_stream(stream), ALL, 1);
+    let frame = test_frame([2; 6], 4, 1, 70);
+    guest.send(&frame, None);
+    assert_eq!(receive(&mut client, 1), [frame]);
+    drop(guest);
+    drop(client);
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert_pool_full(&pool);
+}
+
+#[test]
+fn a_frontend_vanishing_mid_traffic_is_counted_and_the_next_one_served() {
+    let pool = test_pool(1023);
+    let path = socket_path();
+    let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    port.start().unwrap();
+    let counters = port.counters();
+    let mut guest = Guest::connect(&path, ALL);
+    let frames: Vec<Vec<u8>> = (0..150).map(|i| test_frame([2; 6], 8, i, 64)).collect();
+    let received = std::thread::scope(|s| {
+        let (rx_queues, _) = port.queues_mut().unwrap();
+        let rxq = &mut rx_queues[0];
+        let counters = &counters;
+        // Polls until the frontend is gone (bounded), dropping what comes.
+        let poller = s.spawn(move || {
+            let mut burst: Burst = Burst::new();
+            let mut received = 0;
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while counters.xstats.get("link_downs") == Some(0) {
+                assert!(std::time::Instant::now() < deadline, "the link stayed up");
+                received += rxq.rx_burst(&mut burst) as u64;
+                burst.clear();
+            }
+            received
+        });
+        for f in &frames {
+            guest.send(f, None);
+        }
+        // Gone without a word: its socket closes with frames in flight.
+        drop(guest);
+        poller.join().unwrap()
+    });
+    assert!(received <= frames.len() as u64);
+    assert_eq!(port.stats().rx_packets, received);
+    let mut out: Burst = Burst::new();
+    out.push(pool.alloc_from_slice(&frames[0]).unwrap())
+        .unwrap();
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut out), 1);
+    assert_eq!(xstat(&port, "tx_not_ready_errors"), 1);
+    drop(out);
+    assert_eq!(xstat(&port, "control_errors"), 0, "a close is no error");
+
+    let mut guest = Guest::connect(&path, ALL);
+    guest.send(&frames[1], None);
+    assert_eq!(receive(&mut port, 1), &frames[1..2]);
+    assert_eq!(xstat(&port, "link_ups"), 2);
+    drop(guest);
+    drop(port);
+    assert_pool_full(&pool);
+}
+
+#[test]
+fn features_not_offered_are_refused_and_a_legacy_frontend_is_served() {
+    use crate::vhost_user::VhostUserError;
+    use crate::virtio::VIRTIO_F_VERSION_1;
+    let pool = test_pool(255);
+    let path = socket_path();
+    let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    port.start().unwrap();
+    let mut front = Frontend::connect(&path).unwrap();
+    let offered = front.get_features().unwrap();
+    let protocol = front.get_protocol_features().unwrap();
+    front.set_protocol_features(protocol).unwrap();
+    front.set_owner().unwrap();
+    // Checksum offload (bit 0) is not offered.
+    assert_eq!(offered & 1, 0);
+    match front.set_features(offered | 1) {
+        Err(VhostUserError::Nack { .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    // Counted once the reply is out.
+    wait_xstat(&port, "control_refusals", 1);
+    drop(front);
+
+    // Without VERSION_1 (nor mergeable buffers) the header is the legacy
+    // 10 bytes; frames cross both ways.
+    let mut guest = Guest::connect(
+        &path,
+        !(feature(VIRTIO_F_VERSION_1) | feature(VIRTIO_NET_F_MRG_RXBUF)),
+    );
+    assert_eq!(guest.hdr_len(), 10);
+    let frame = test_frame([2; 6], 2, 1, 100);
+    guest.send(&frame, None);
+    assert_eq!(receive(&mut port, 1), std::slice::from_ref(&frame));
+    guest.post_rx(1, BUF_LEN);
+    let mut out: Burst = Burst::new();
+    out.push(pool.alloc_from_slice(&frame).unwrap()).unwrap();
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut out), 1);
+    let bytes = guest.take_rx().unwrap();
+    assert_eq!(&bytes[..10], &[0; 10], "a zeroed legacy header");
+    assert_eq!(&bytes[10..], frame);
+    drop(guest);
+    drop(port);
+    assert_pool_full(&pool);
+}
+
+/// A vhost-user header: request, flags (version 1), payload size.
+fn raw_header(request: u32, size: u32) -> Vec<u8> {
+    [request, 1, size]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect()
+}
+
+#[test]
+fn malformed_and_truncated_requests_end_the_session_and_are_counted() {
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixStream;
+    let pool = test_pool(255);
+    let path = socket_path();
+    let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    port.start().unwrap();
+    let cases: [(&str, Vec<u8>); 4] = [
+        // GET_FEATURES claiming a payload far beyond any request's.
+        ("too large", raw_header(1, 0x10_0000)),
+        // SET_FEATURES claiming 8 bytes and sending 3.
+        ("truncated", {
+            let mut m = raw_header(2, 8);
+            m.extend([1, 2, 3]);
+            m
+        }),
+        // SET_FEATURES with a payload of the wrong size.
+        ("wrong size", {
+            let mut m = raw_header(2, 4);
+            m.extend([0; 4]);
+            m
+        }),
+        // A request code no protocol version has.
+        ("unknown", raw_header(9999, 0)),
+    ];
+    for (n, (what, bytes)) in cases.into_iter().enumerate() {
+        let mut stream = UnixStream::connect(&path).unwrap();
+        stream
+            .set_read_timeout(Some(std::time::Duration::from_secs(30)))
+            .unwrap();
+        stream.write_all(&bytes).unwrap();
+        stream.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut rest = Vec::new();
+        stream.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "{what}: no reply, the session ends");
+        wait_xstat(&port, "control_errors", n as u64 + 1);
+    }
+    // The port serves the next frontend.
+    let mut guest = Guest::connect(&path, ALL);
+    let frame = test_frame([2; 6], 3, 1, 64);
+    guest.send(&frame, None);
+    assert_eq!(receive(&mut port, 1), [frame]);
+    drop(guest);
+    drop(port);
+    assert_pool_full(&pool);
+}
+
+#[test]
+fn absurd_ring_sizes_are_refused_and_the_ring_keeps_serving() {
+    let pool = test_pool(255);
+    let path = socket_path();
+    let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    port.start().unwrap();
+    let mut guest = Guest::connect(&path, ALL);
+    for (n, size) in [0u32, 3, 65536, 1 << 20].into_iter().enumerate() {
+        let err = guest.front.set_vring_num(1, size).unwrap_err();
+        assert!(
+            matches!(err, crate::vhost_user::VhostUserError::Nack { .. }),
+            "{size}: {err}"
+        );
+        wait_xstat(&port, "control_refusals", n as u64 + 1);
+    }
+    let frame = test_frame([2; 6], 3, 2, 64);
+    guest.send(&frame, None);
+    assert_eq!(receive(&mut port, 1), [frame]);
+    drop(guest);
+    drop(port);
+    assert_pool_full(&pool);
+}
+
+#[test]
+fn loops_and_buffers_outside_memory_are_counted_and_returned() {
+    let pool = test_pool(255);
+    let path = socket_path();
+    let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    port.start().unwrap();
+    let mut guest = Guest::connect(&path, ALL);
+    // A chain whose descriptor names itself as the next: a loop.
+    let t = 1;
+    let addr = guest.slot(t);
+    let head = guest.rings[t]
+        .add_chain(&[Segment {
+            addr,
+            len: 64,
+            writable: false,
+        }])
+        .unwrap();
+    let desc = guest.rings[t].layout().desc(head);
+    // flags (NEXT) and next, after the address and length.
+    guest.mem.write_obj::<u16>(desc + 12, 1).unwrap();
+    guest.mem.write_obj::<u16>(desc + 14, head).unwrap();
+    guest.bufs[t].insert(head, addr);
+    guest.rings[t].publish_avail().unwrap();
+    let frame = test_frame([2; 6], 3, 3, 64);
+    guest.send(&frame, None);
+    assert_eq!(receive(&mut port, 1), std::slice::from_ref(&frame));
+    assert_eq!(xstat(&port, "rx_bad_chain_errors"), 1);
+    assert_eq!(guest.reclaim_tx(), 2, "the loop came back too");
+
+    // A receive buffer outside memory: refused, the next one is used.
+    let r = 0;
+    guest.post_rx(1, BUF_LEN);
+    let bad_head = *guest.bufs[r].keys().next().unwrap();
+    let desc = guest.rings[r].layout().desc(bad_head);
+    guest
+        .mem
+        .write_obj::<u64>(desc, MEM_SIZE as u64 + 0x1000)
+        .unwrap();
+    guest.post_rx(1, BUF_LEN);
+    let mut out: Burst = Burst::new();
+    out.push(pool.alloc_from_slice(&frame).unwrap()).unwrap();
+    assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut out), 1);
+    assert_eq!(xstat(&port, "tx_bad_chain_errors"), 1);
+    let mut frames = Vec::new();
+    while let Some(bytes) = guest.take_rx() {
+        frames.push(bytes);
+    }
+    // The bad buffer came back empty, the frame in the good one.
+    assert_eq!(frames.len(), 2);
+    assert!(frames.iter().any(|b| b.is_empty()));
+    assert!(frames.iter().any(|b| b.len() == 12 + frame.len()));
     drop(guest);
     drop(port);
     assert_pool_full(&pool);
