@@ -57,8 +57,8 @@
 //! or flags); a polling backend costs no system call. The port polls and
 //! asks for no interrupts.
 //!
-//! With no backend, `rx_burst` returns 0 and `tx_burst` takes nothing (its
-//! caller drops the packets; they are counted as `tx_not_ready_drops`).
+//! With no backend, `rx_burst` returns 0 and `tx_burst` drops what it
+//! is given, counted as `tx_not_ready_errors` (and in `tx_errors`).
 //!
 //! A backend maps the buffers it is given and is trusted, as a NIC is, not
 //! to write a buffer after returning it; everything it writes into the
@@ -71,8 +71,8 @@
 //! reclaimed), `rx_bad_num_buffers_errors` (a `num_buffers` of 0 or more
 //! than the ring holds: the frame is dropped), `rx_ring_errors` /
 //! `tx_ring_errors` (an impossible used index or a ring outside memory),
-//! `tx_too_long_drops` (more segments than the ring has descriptors, or a
-//! frame to copy longer than an mbuf), `tx_not_ready_drops`, `link_ups`,
+//! `tx_too_long_errors` (more segments than the ring has descriptors, or a
+//! frame to copy longer than an mbuf), `tx_not_ready_errors`, `link_ups`,
 //! `link_downs`, `link_refusals` (a backend refused during set-up with
 //! `server=true`); `rx_kicks` / `tx_kicks` (notifications sent to the
 //! backend: with a polling backend and `EVENT_IDX`, one when the ring
@@ -456,8 +456,8 @@ impl PortDriver for VirtioDriver {
                     bad_used_id: xstats.register("tx_bad_used_id_errors"),
                     bad_used_len: xstats.register("tx_bad_used_length_errors"),
                     ring_errors: xstats.register("tx_ring_errors"),
-                    too_long: xstats.register("tx_too_long_drops"),
-                    not_ready: xstats.register("tx_not_ready_drops"),
+                    too_long: xstats.register("tx_too_long_errors"),
+                    not_ready: xstats.register("tx_not_ready_errors"),
                 },
                 q,
                 segments: Vec::new(),

@@ -452,9 +452,15 @@ impl TxQueue for VirtioTx {
         let mut guard = slot.enter();
         let Some(ring) = guard.as_mut().and_then(|g| g.as_mut()) else {
             drop(guard);
-            self.driver.not_ready.add(burst.len() as u64);
-            self.counters.tx[self.q].record_burst(0, 0);
-            return 0;
+            // Nobody to send to: dropped and counted, as by a port whose
+            // link is down, so a caller counts each such packet once.
+            let n = burst.len();
+            drop(burst.drain_front(n));
+            self.driver.not_ready.add(n as u64);
+            let stats = &self.counters.tx[self.q];
+            stats.errors.add(n as u64);
+            stats.record_burst(0, 0);
+            return n;
         };
         if ring.queue.num_free() < ring.queue.layout().size() / 4 {
             reclaim(ring, &self.driver, &mut self.done);
