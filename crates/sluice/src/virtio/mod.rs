@@ -1,10 +1,11 @@
-//! Virtio split virtqueues, both sides, over checked guest memory.
+//! Virtio virtqueues, split and packed, both sides, over checked guest
+//! memory.
 //!
 //! A virtqueue is how a virtio driver (a guest's virtio-net, or a
 //! virtio-user frontend) hands buffers to a device (a vhost-user backend, a
 //! device emulator) and gets them back, through memory both map. This module
-//! implements the split layout of the VIRTIO 1.2 specification, section 2.7
-//! "Split Virtqueues":
+//! implements the two layouts of the VIRTIO 1.2 specification, sections 2.7
+//! "Split Virtqueues" and 2.8 "Packed Virtqueues":
 //!
 //! - [`memory`]: the guest memory the descriptors point into — a table of
 //!   regions, every access bounds-checked and made by copying, never through
@@ -20,6 +21,12 @@
 //!   notifications) and 2.7.10 (available buffer notifications), with
 //!   the `used_event` / `avail_event` fields when `VIRTIO_F_EVENT_IDX` is
 //!   negotiated and the ring flags otherwise.
+//! - [`packed`]: one ring of descriptors that the driver marks available
+//!   and the device overwrites as used, with a wrap counter per side and
+//!   two event suppression structures (2.8, negotiated with
+//!   `VIRTIO_F_RING_PACKED`): [`PackedDeviceQueue`](packed::PackedDeviceQueue)
+//!   and [`PackedDriverQueue`](packed::PackedDriverQueue), with the same
+//!   guest memory, chain checks and counters as the split queues.
 //! - [`net_hdr`]: [`NetHdr`], a zero-copy view of `struct virtio_net_hdr`
 //!   (5.1.6), the header in front of every frame on a virtio-net queue.
 //!
