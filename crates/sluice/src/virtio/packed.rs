@@ -710,7 +710,7 @@ impl PackedDeviceQueue {
         let mut flags = head_flags;
         let mut descs = 0u16;
         let mut refused = None;
-        let mut walker = Walker {
+        let mut checks = BufferChecks {
             size: u32::from(size),
             buffers: 0,
             seen_writable: false,
@@ -720,7 +720,7 @@ impl PackedDeviceQueue {
             let (addr, len, id) = read_desc_body(mem, self.layout.desc(at.index))?;
             chain.chain.head = id;
             if refused.is_none() {
-                refused = self.take(&mut walker, addr, len, flags, chain).err();
+                refused = self.take(&mut checks, addr, len, flags, chain).err();
                 // An indirect descriptor is a chain of its own (2.8.7): not
                 // one linked by NEXT, before or after.
                 if flags & VIRTQ_DESC_F_INDIRECT != 0 && descs > 1 {
@@ -746,7 +746,7 @@ impl PackedDeviceQueue {
     /// Takes one ring descriptor of a chain: a buffer, or an indirect table.
     fn take(
         &self,
-        walker: &mut Walker,
+        checks: &mut BufferChecks,
         addr: u64,
         len: u32,
         flags: u16,
@@ -754,7 +754,7 @@ impl PackedDeviceQueue {
     ) -> Result<(), ChainErrorReason> {
         use ChainErrorReason::*;
         if flags & VIRTQ_DESC_F_INDIRECT == 0 {
-            return walker.buffer(&self.mem, addr, len, flags, &mut chain.chain);
+            return checks.buffer(&self.mem, addr, len, flags, &mut chain.chain);
         }
         if !self.indirect {
             return Err(IndirectNotNegotiated);
@@ -766,7 +766,7 @@ impl PackedDeviceQueue {
             return Err(IndirectBadLength);
         }
         let entries = len / DESC_SIZE as u32;
-        if walker.buffers + entries > walker.size {
+        if checks.buffers + entries > checks.size {
             return Err(TooLong);
         }
         self.mem
@@ -780,7 +780,7 @@ impl PackedDeviceQueue {
             let desc = PackedDescriptor::from_bytes(raw);
             // Only WRITE counts in a table; NEXT, INDIRECT and the id are
             // ignored (2.8.7).
-            walker.buffer(
+            checks.buffer(
                 &self.mem,
                 desc.addr,
                 desc.len,
@@ -925,13 +925,13 @@ impl PackedDeviceQueue {
 }
 
 /// The running checks of one chain's buffers.
-struct Walker {
+struct BufferChecks {
     size: u32,
     buffers: u32,
     seen_writable: bool,
 }
 
-impl Walker {
+impl BufferChecks {
     /// Adds one buffer to `chain`: at most `size` in all, inside guest
     /// memory, readable ones first.
     fn buffer(
