@@ -130,15 +130,18 @@ struct Vring {
 pub struct ReadyVring<'a> {
     /// The vring index.
     pub index: usize,
-    /// Entries in the ring (a power of two).
+    /// Entries in the ring (a power of two, unless packed).
     pub size: u16,
     /// The descriptor table: `16 * size` bytes, 16-byte aligned.
     pub desc: NonNull<u8>,
-    /// The avail ring: `6 + 2 * size` bytes, 2-byte aligned.
+    /// The avail ring: `6 + 2 * size` bytes, 2-byte aligned (packed: the
+    /// driver event suppression structure, 4 bytes, 4-byte aligned).
     pub avail: NonNull<u8>,
-    /// The used ring: `6 + 8 * size` bytes, 4-byte aligned.
+    /// The used ring: `6 + 8 * size` bytes, 4-byte aligned (packed: the
+    /// device event suppression structure, 4 bytes, 4-byte aligned).
     pub used: NonNull<u8>,
-    /// The avail index to start at.
+    /// The avail index to start at (packed: the position, index and wrap
+    /// counter, as vhost-user's ring base).
     pub base: u16,
     /// Whether the ring is enabled (the data path processes it only then).
     pub enabled: bool,
@@ -171,11 +174,17 @@ pub struct VringSetup {
     pub started: bool,
 }
 
-/// Byte lengths of a split ring's parts for `num` entries, with the
-/// event-index words: descriptor table, avail ring, used ring.
-fn ring_lengths(num: u16) -> [u64; 3] {
+/// Byte lengths of a ring's parts for `num` entries: a split ring's
+/// descriptor table, avail ring and used ring (with the event-index
+/// words), or a packed ring's descriptor ring and its driver and device
+/// event suppression structures.
+fn ring_lengths(num: u16, packed: bool) -> [u64; 3] {
     let n = u64::from(num);
-    [16 * n, 6 + 2 * n, 6 + 8 * n]
+    if packed {
+        [16 * n, 4, 4]
+    } else {
+        [16 * n, 6 + 2 * n, 6 + 8 * n]
+    }
 }
 
 /// The device side of one vhost-user connection.
@@ -226,6 +235,11 @@ impl Backend {
     /// The features the frontend set (SET_FEATURES).
     pub fn features(&self) -> u64 {
         self.features
+    }
+
+    /// Whether the rings are packed (`VIRTIO_F_RING_PACKED` set).
+    fn packed(&self) -> bool {
+        crate::virtio::has_feature(self.features, crate::virtio::VIRTIO_F_RING_PACKED)
     }
 
     /// The protocol features the frontend set (SET_PROTOCOL_FEATURES).
@@ -346,7 +360,8 @@ impl Backend {
         let addr = v
             .addr
             .ok_or(bad("the ring is kicked before its addresses are set"))?;
-        let [desc_len, avail_len, used_len] = ring_lengths(num);
+        let packed = self.packed();
+        let [desc_len, avail_len, used_len] = ring_lengths(num, packed);
         let part = |uaddr: u64, len: u64, align: usize, what_out, what_align| {
             let host = self.memory.uaddr_to_host(uaddr, len).ok_or(bad(what_out))?;
             if !(host.as_ptr() as usize).is_multiple_of(align) {
@@ -365,7 +380,7 @@ impl Backend {
             avail: part(
                 addr.avail_user_addr,
                 avail_len,
-                2,
+                if packed { 4 } else { 2 },
                 "the avail ring lies outside the memory table",
                 "the avail ring is not 2-byte aligned",
             )?,
@@ -468,7 +483,8 @@ impl Backend {
             }
             Body::SetVringNum(VringState { index, num }) => {
                 let index = *index;
-                if !num.is_power_of_two() || *num > MAX_VRING_SIZE {
+                // A packed ring's size need not be a power of two.
+                if *num == 0 || *num > MAX_VRING_SIZE || !(self.packed() || num.is_power_of_two()) {
                     return Err(VhostUserError::BadVring {
                         index,
                         what: "size is not a power of two from 1 to 32768",
@@ -491,6 +507,12 @@ impl Backend {
                 }
                 self.stopped_vring(addr.index)?.addr = Some(*addr);
             }
+            Body::SetVringBase(VringState { index, num }) if self.packed() => {
+                // The avail position (index and wrap counter) in the low
+                // 16 bits; QEMU puts the used one in the high 16, which is
+                // the same with no chain in flight, as at a start.
+                self.stopped_vring(*index)?.base = *num as u16;
+            }
             Body::SetVringBase(VringState { index, num }) => {
                 let base = u16::try_from(*num).map_err(|_| VhostUserError::BadVring {
                     index: *index,
@@ -501,13 +523,17 @@ impl Backend {
             Body::GetVringBase(VringState { index, .. }) => {
                 let i = self.check_index(*index)?;
                 self.stop(i, handler);
+                let packed = self.packed();
                 let v = &mut self.vrings[i];
                 v.kick = None;
                 v.call = None;
+                let base = u32::from(v.base);
                 let mut reply = vec![0; VRING_STATE_LEN];
                 VringState {
                     index: *index,
-                    num: u32::from(v.base),
+                    // A packed ring's used position, in the high 16 bits, is
+                    // its avail position: the data path returned every chain.
+                    num: if packed { base | base << 16 } else { base },
                 }
                 .emit(&mut reply);
                 return Ok(Some(reply));
@@ -847,6 +873,58 @@ mod tests {
         logged.flags = 1;
         assert!(apply(&mut b, Body::SetVringAddr(logged), vec![], h).is_err());
         assert!(b.vring_setup(2).is_none());
+    }
+
+    #[test]
+    fn packed_rings_take_any_size_a_position_as_base_and_small_event_areas() {
+        let packed = 1u64 << crate::virtio::VIRTIO_F_RING_PACKED;
+        let mut b = Backend::new(BackendConfig {
+            features: 1 << 32 | packed,
+            protocol_features: 0,
+            queue_pairs: 1,
+        });
+        let h = &mut Recorder::default();
+        apply(&mut b, Body::SetFeatures(1 << 32 | packed), vec![], h).unwrap();
+        mem_table(&mut b, 0, h).unwrap();
+        let set = |index, num| Body::SetVringNum(VringState { index, num });
+        assert!(apply(&mut b, set(0, 0), vec![], h).is_err());
+        assert!(apply(&mut b, set(0, 32769), vec![], h).is_err());
+        apply(&mut b, set(0, 100), vec![], h).unwrap();
+        // QEMU's base: avail position low, used position high.
+        let base = 0x8005 | 0x8005 << 16;
+        apply(
+            &mut b,
+            Body::SetVringBase(VringState {
+                index: 0,
+                num: base,
+            }),
+            vec![],
+            h,
+        )
+        .unwrap();
+        // The event areas are 4 bytes: at the region's very end they fit.
+        let mut at = addr(0, 0);
+        at.avail_user_addr = UADDR + REGION_SIZE - 8;
+        at.used_user_addr = UADDR + REGION_SIZE - 4;
+        apply(&mut b, Body::SetVringAddr(at), vec![], h).unwrap();
+        kick(&mut b, 0, h).unwrap();
+        assert_eq!(h.events, ["start 0 size 100 base 32773"]);
+        h.next_avail = Some(0x0007);
+        let reply = apply(
+            &mut b,
+            Body::GetVringBase(VringState { index: 0, num: 0 }),
+            vec![],
+            h,
+        )
+        .unwrap()
+        .unwrap();
+        let mut want = vec![0; VRING_STATE_LEN];
+        VringState {
+            index: 0,
+            num: 0x0007 | 0x0007 << 16,
+        }
+        .emit(&mut want);
+        assert_eq!(reply, want, "the used position is the avail one");
     }
 
     #[test]

@@ -1,10 +1,11 @@
-//! Virtio split virtqueues, both sides, over checked guest memory.
+//! Virtio virtqueues, split and packed, both sides, over checked guest
+//! memory.
 //!
 //! A virtqueue is how a virtio driver (a guest's virtio-net, or a
 //! virtio-user frontend) hands buffers to a device (a vhost-user backend, a
 //! device emulator) and gets them back, through memory both map. This module
-//! implements the split layout of the VIRTIO 1.2 specification, section 2.7
-//! "Split Virtqueues":
+//! implements the two layouts of the VIRTIO 1.2 specification, sections 2.7
+//! "Split Virtqueues" and 2.8 "Packed Virtqueues":
 //!
 //! - [`memory`]: the guest memory the descriptors point into — a table of
 //!   regions, every access bounds-checked and made by copying, never through
@@ -20,6 +21,12 @@
 //!   notifications) and 2.7.10 (available buffer notifications), with
 //!   the `used_event` / `avail_event` fields when `VIRTIO_F_EVENT_IDX` is
 //!   negotiated and the ring flags otherwise.
+//! - [`packed`]: one ring of descriptors that the driver marks available
+//!   and the device overwrites as used, with a wrap counter per side and
+//!   two event suppression structures (2.8, negotiated with
+//!   `VIRTIO_F_RING_PACKED`): [`PackedDeviceQueue`](packed::PackedDeviceQueue)
+//!   and [`PackedDriverQueue`](packed::PackedDriverQueue), with the same
+//!   guest memory, chain checks and counters as the split queues.
 //! - [`net_hdr`]: [`NetHdr`], a zero-copy view of `struct virtio_net_hdr`
 //!   (5.1.6), the header in front of every frame on a virtio-net queue.
 //!
@@ -76,6 +83,7 @@
 
 pub mod memory;
 pub mod net_hdr;
+pub mod packed;
 pub mod split;
 
 pub use net_hdr::NetHdr;
@@ -86,6 +94,12 @@ mod tests;
 #[cfg(all(test, loom))]
 mod loom_tests;
 
+#[cfg(all(test, not(loom)))]
+mod packed_tests;
+
+#[cfg(all(test, loom))]
+mod packed_loom_tests;
+
 use std::fmt;
 
 /// Indirect descriptor tables may be used (2.7.5.3).
@@ -95,6 +109,8 @@ pub const VIRTIO_F_INDIRECT_DESC: u32 = 28;
 pub const VIRTIO_F_EVENT_IDX: u32 = 29;
 /// The device is a VIRTIO 1.x device (little-endian, 12-byte net header).
 pub const VIRTIO_F_VERSION_1: u32 = 32;
+/// The virtqueues are packed (2.8) rather than split.
+pub const VIRTIO_F_RING_PACKED: u32 = 34;
 /// The legacy name of [`VIRTIO_F_INDIRECT_DESC`].
 pub const VIRTIO_RING_F_INDIRECT_DESC: u32 = VIRTIO_F_INDIRECT_DESC;
 /// The legacy name of [`VIRTIO_F_EVENT_IDX`].
@@ -134,7 +150,8 @@ pub enum ChainErrorReason {
     IndirectNotNegotiated,
     /// An indirect table length of 0 or not a multiple of 16.
     IndirectBadLength,
-    /// An indirect descriptor that also has the NEXT flag.
+    /// An indirect descriptor that also has the NEXT flag (or, in a
+    /// packed ring, that follows one with it).
     IndirectWithNext,
     /// An indirect descriptor inside an indirect table.
     NestedIndirect,
@@ -185,7 +202,8 @@ impl ChainErrorReason {
 /// been returned to the driver as used with length 0.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ChainError {
-    /// The head index, as read from the available ring.
+    /// The head index, as read from the available ring (split), or the
+    /// buffer id of the chain's last descriptor (packed).
     pub head: u16,
     /// What is wrong with it.
     pub reason: ChainErrorReason,
@@ -279,6 +297,21 @@ pub enum VirtioError {
     },
     /// The device returned a chain with none popped and not yet returned.
     NothingInFlight,
+    /// A packed queue's device returned a chain of 0 descriptors, or of
+    /// more than it has taken and not yet returned.
+    BadUsedDescriptors {
+        /// Descriptors the chain was returned with.
+        descs: u16,
+        /// Descriptors taken and not yet returned.
+        in_flight: u32,
+    },
+    /// A packed queue position whose index is not below the queue size.
+    BadPosition {
+        /// The index.
+        index: u16,
+        /// The queue size.
+        size: u16,
+    },
     /// A descriptor chain was refused (and returned as used).
     Chain(ChainError),
 }
@@ -336,6 +369,14 @@ impl fmt::Display for VirtioError {
             VirtioError::NothingInFlight => {
                 write!(f, "virtqueue: a used entry with no chain in flight")
             }
+            VirtioError::BadUsedDescriptors { descs, in_flight } => write!(
+                f,
+                "virtqueue: a chain returned as {descs} descriptors, {in_flight} are in flight"
+            ),
+            VirtioError::BadPosition { index, size } => write!(
+                f,
+                "virtqueue: ring position {index} is not below the queue size {size}"
+            ),
             VirtioError::Chain(e) => fmt::Display::fmt(e, f),
         }
     }

@@ -387,10 +387,10 @@ pub struct Segment {
 /// its head and its buffers, readable ones first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Chain {
-    head: u16,
-    segments: Vec<Segment>,
-    readable_len: u64,
-    writable_len: u64,
+    pub(super) head: u16,
+    pub(super) segments: Vec<Segment>,
+    pub(super) readable_len: u64,
+    pub(super) writable_len: u64,
 }
 
 impl Chain {
@@ -419,7 +419,7 @@ impl Chain {
         self.writable_len
     }
 
-    fn clear(&mut self, head: u16) {
+    pub(super) fn clear(&mut self, head: u16) {
         self.head = head;
         self.segments.clear();
         self.readable_len = 0;

@@ -12,8 +12,9 @@
 //!   port may use fewer.
 //!
 //! Features offered: `VIRTIO_F_VERSION_1`, `VIRTIO_NET_F_MRG_RXBUF`,
-//! `VIRTIO_F_EVENT_IDX`, `VIRTIO_NET_F_MQ` (with more than one queue pair)
-//! and protocol features REPLY_ACK and MQ; no offload.
+//! `VIRTIO_F_EVENT_IDX`, `VIRTIO_F_RING_PACKED` (the rings are split or
+//! packed as the frontend chooses), `VIRTIO_NET_F_MQ` (with more than one
+//! queue pair) and protocol features REPLY_ACK and MQ; no offload.
 //!
 //! # Control and data path
 //!
@@ -64,6 +65,7 @@
 //! and dropped on the control thread.
 
 mod queue;
+mod ring;
 mod slot;
 
 #[cfg(all(test, not(loom)))]
@@ -87,12 +89,15 @@ use crate::port::{
 use crate::vhost_user::{
     self, Backend, BackendConfig, ReadyVring, VringHandler, protocol_features,
 };
+use crate::virtio::packed::PackedLayout;
 use crate::virtio::split::{Chain, QueueLayout};
 use crate::virtio::{
-    VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, feature,
+    VIRTIO_F_EVENT_IDX, VIRTIO_F_RING_PACKED, VIRTIO_F_VERSION_1, VIRTIO_NET_F_MQ,
+    VIRTIO_NET_F_MRG_RXBUF, feature, has_feature,
 };
 
 use queue::{RxCounters, TxCounters, VhostRx, VhostTx};
+use ring::RingLayout;
 use slot::{ActiveRing, SharedMemory, VringSlot};
 
 /// Spec keys.
@@ -188,7 +193,8 @@ impl VhostDriver {
     fn backend_config(&self) -> BackendConfig {
         let mut features = feature(VIRTIO_F_VERSION_1)
             | feature(VIRTIO_NET_F_MRG_RXBUF)
-            | feature(VIRTIO_F_EVENT_IDX);
+            | feature(VIRTIO_F_EVENT_IDX)
+            | feature(VIRTIO_F_RING_PACKED);
         if self.queue_pairs > 1 {
             features |= feature(VIRTIO_NET_F_MQ);
         }
@@ -627,13 +633,19 @@ impl Handoff {
                 (offset < r.size() as usize).then_some(r.guest_phys_addr() + offset as u64)
             })
         };
-        let layout = QueueLayout::new(
+        // A packed ring's avail and used addresses are its driver and
+        // device event suppression areas.
+        let (size, desc, avail, used) = (
             u32::from(ready.size),
             gpa(ready.desc.as_ptr())?,
             gpa(ready.avail.as_ptr())?,
             gpa(ready.used.as_ptr())?,
-        )
-        .ok()?;
+        );
+        let layout = if has_feature(self.features, VIRTIO_F_RING_PACKED) {
+            RingLayout::Packed(PackedLayout::new(size, desc, avail, used).ok()?)
+        } else {
+            RingLayout::Split(QueueLayout::new(size, desc, avail, used).ok()?)
+        };
         let mut ring =
             ActiveRing::new(Arc::clone(shared), layout, self.features, ready.base).ok()?;
         // The queues poll: the guest need not kick.

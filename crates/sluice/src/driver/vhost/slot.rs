@@ -31,8 +31,9 @@ use std::time::{Duration, Instant};
 
 use crate::vhost_user;
 use crate::virtio::memory::{GuestMemory, Mapping};
-use crate::virtio::split::DeviceQueue;
 use crate::virtio::{VIRTIO_NET_F_MRG_RXBUF, has_feature, net_hdr};
+
+use super::ring::{DeviceRing, RingLayout};
 
 /// The polling queue holds the slot (inside a burst).
 const BUSY: u8 = 1;
@@ -113,7 +114,7 @@ impl Drop for SharedMemory {
 /// A started vring as its queue processes it.
 pub(super) struct ActiveRing {
     /// The device side of the virtqueue (holds the memory's `Arc`).
-    pub(super) queue: DeviceQueue,
+    pub(super) queue: DeviceRing,
     /// Whether the frontend has the ring enabled.
     pub(super) enabled: bool,
     /// Bytes of virtio-net header in front of every frame.
@@ -131,11 +132,11 @@ impl ActiveRing {
     /// negotiated `features`.
     pub(super) fn new(
         memory: Arc<SharedMemory>,
-        layout: crate::virtio::split::QueueLayout,
+        layout: RingLayout,
         features: u64,
         base: u16,
     ) -> Result<ActiveRing, crate::virtio::VirtioError> {
-        let queue = DeviceQueue::with_base(Arc::clone(memory.memory()), layout, features, base)?;
+        let queue = DeviceRing::new(Arc::clone(memory.memory()), layout, features, base)?;
         Ok(ActiveRing {
             queue,
             enabled: false,

@@ -1,0 +1,139 @@
+//! The device side of a started vring, split or packed (as
+//! `VIRTIO_F_RING_PACKED` was negotiated), behind the one interface the
+//! queues use.
+//!
+//! The queues work with [`Chain`]s and return each by its head. A packed
+//! ring returns a chain by buffer id and the count of ring descriptors it
+//! took; the queues return chains in the order they take them, so the
+//! counts wait in a FIFO from [`DeviceRing::pop_avail_into`] to
+//! [`DeviceRing::push_used`].
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::virtio::VirtioError;
+use crate::virtio::memory::GuestMemory;
+use crate::virtio::packed::{PackedChain, PackedDeviceQueue, PackedLayout, RingPosition};
+use crate::virtio::split::{Chain, DeviceQueue, QueueLayout};
+
+/// Where a ring's parts are, by its layout.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum RingLayout {
+    Split(QueueLayout),
+    Packed(PackedLayout),
+}
+
+/// A vring's device side.
+#[derive(Debug)]
+pub(super) enum DeviceRing {
+    Split(DeviceQueue),
+    Packed {
+        queue: PackedDeviceQueue,
+        /// The chain taken last, before it is copied out.
+        taken: PackedChain,
+        /// Ring descriptors of each chain taken and not yet returned, in
+        /// the order taken.
+        descs: VecDeque<u16>,
+    },
+}
+
+impl DeviceRing {
+    /// The device side of a ring at `layout` resumed at `base` (the
+    /// SET_VRING_BASE number: an avail index, or a packed ring's position
+    /// as [`RingPosition::to_off_wrap`]).
+    pub(super) fn new(
+        memory: Arc<GuestMemory>,
+        layout: RingLayout,
+        features: u64,
+        base: u16,
+    ) -> Result<DeviceRing, VirtioError> {
+        Ok(match layout {
+            RingLayout::Split(layout) => {
+                DeviceRing::Split(DeviceQueue::with_base(memory, layout, features, base)?)
+            }
+            RingLayout::Packed(layout) => DeviceRing::Packed {
+                queue: PackedDeviceQueue::with_position(
+                    memory,
+                    layout,
+                    features,
+                    RingPosition::from_off_wrap(base),
+                )?,
+                taken: PackedChain::new(),
+                descs: VecDeque::with_capacity(usize::from(layout.size())),
+            },
+        })
+    }
+
+    /// The guest memory.
+    pub(super) fn memory(&self) -> &Arc<GuestMemory> {
+        match self {
+            DeviceRing::Split(queue) => queue.memory(),
+            DeviceRing::Packed { queue, .. } => queue.memory(),
+        }
+    }
+
+    /// The number GET_VRING_BASE returns: the next avail index, or the
+    /// packed ring's next position.
+    pub(super) fn last_avail_idx(&self) -> u16 {
+        match self {
+            DeviceRing::Split(queue) => queue.last_avail_idx(),
+            DeviceRing::Packed { queue, .. } => queue.next_avail().to_off_wrap(),
+        }
+    }
+
+    /// Takes the next chain into `chain`, as [`DeviceQueue::pop_avail_into`]
+    /// (a packed chain's head is its buffer id).
+    pub(super) fn pop_avail_into(&mut self, chain: &mut Chain) -> Result<bool, VirtioError> {
+        match self {
+            DeviceRing::Split(queue) => queue.pop_avail_into(chain),
+            DeviceRing::Packed {
+                queue,
+                taken,
+                descs,
+            } => {
+                if !queue.pop_avail_into(taken)? {
+                    return Ok(false);
+                }
+                chain.clone_from(taken);
+                descs.push_back(taken.descs());
+                Ok(true)
+            }
+        }
+    }
+
+    /// Returns the chain at `head` (the oldest taken, for a packed ring)
+    /// with `len` bytes written.
+    pub(super) fn push_used(&mut self, head: u16, len: u32) -> Result<(), VirtioError> {
+        match self {
+            DeviceRing::Split(queue) => queue.push_used(head, len),
+            DeviceRing::Packed { queue, descs, .. } => {
+                let count = descs.pop_front().ok_or(VirtioError::NothingInFlight)?;
+                queue.push_used(head, count, len)
+            }
+        }
+    }
+
+    /// Publishes the chains returned since the last call.
+    pub(super) fn publish_used(&mut self) -> Result<(), VirtioError> {
+        match self {
+            DeviceRing::Split(queue) => queue.publish_used(),
+            DeviceRing::Packed { queue, .. } => queue.publish_used(),
+        }
+    }
+
+    /// Whether the guest wants a used buffer notification.
+    pub(super) fn needs_notify(&mut self) -> Result<bool, VirtioError> {
+        match self {
+            DeviceRing::Split(queue) => queue.needs_notify(),
+            DeviceRing::Packed { queue, .. } => queue.needs_notify(),
+        }
+    }
+
+    /// Asks the guest not to kick (the queues poll).
+    pub(super) fn disable_notify(&mut self) -> Result<(), VirtioError> {
+        match self {
+            DeviceRing::Split(queue) => queue.disable_notify(),
+            DeviceRing::Packed { queue, .. } => queue.disable_notify(),
+        }
+    }
+}
