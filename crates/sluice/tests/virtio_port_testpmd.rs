@@ -284,7 +284,10 @@ fn the_port_echoes_through_a_listening_testpmd_and_survives_its_end() {
         out.push(pool.alloc_from_slice(&[0u8; 60]).unwrap())
             .unwrap();
         assert_eq!(port.tx_queue(0).unwrap().tx_burst(&mut out), 1);
-        assert!(out.is_empty(), "dropped by the port, not left to the caller");
+        assert!(
+            out.is_empty(),
+            "dropped by the port, not left to the caller"
+        );
         assert_eq!(port.counters().xstats.get("tx_not_ready_errors"), Some(1));
         drop(out);
         port.stop();

@@ -271,7 +271,10 @@ fn the_backend_going_and_coming_back_is_survived() {
         .push(pool.alloc_from_slice(&out[0]).unwrap())
         .unwrap();
     assert_eq!(virtio.tx_queue(0).unwrap().tx_burst(&mut refused), 1);
-    assert!(refused.is_empty(), "dropped by the port, not left to the caller");
+    assert!(
+        refused.is_empty(),
+        "dropped by the port, not left to the caller"
+    );
     assert_eq!(virtio.stats().tx_errors, 1);
     assert_eq!(xstat(&virtio, "tx_not_ready_errors"), 1);
     drop(refused);
