@@ -91,6 +91,12 @@ impl TestPool {
         let name = self.config.name.clone();
         MbufPool::new(self.config).unwrap_or_else(|e| panic!("test pool '{name}': {e}"))
     }
+
+    /// The pool in shared memory ([`MbufPool::new_shared`]).
+    pub(crate) fn build_shared(self) -> MbufPool {
+        let name = self.config.name.clone();
+        MbufPool::new_shared(self.config).unwrap_or_else(|e| panic!("test pool '{name}': {e}"))
+    }
 }
 
 /// A bare mempool of `size` elements of 200 bytes (not a multiple of the

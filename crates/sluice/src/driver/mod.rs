@@ -19,6 +19,7 @@
 //! | [`soft`] | `soft:gen=udp,flows=1024` | the emulated NIC: descriptor rings and a device model, cabled to the tester or another soft port |
 //! | [`tap`] | `tap:iface=tap0` | a TAP device: frames to and from the kernel's network stack, one fd per queue |
 //! | [`vhost`] | `vhost:path=/tmp/vm0.sock` | a vhost-user backend: the device side of a VM's or container's virtio-net interface |
+//! | [`virtio`] | `virtio:path=/tmp/vm0.sock` | a virtio-net driver over vhost-user (as DPDK's `virtio_user`): the frontend, its mbuf pools shared with the backend |
 //!
 //! A driver implements [`PortDriver`] (the device's control path) and the
 //! [`RxQueue`](crate::port::RxQueue) / [`TxQueue`](crate::port::TxQueue)
@@ -42,12 +43,13 @@ pub mod pcap;
 pub mod soft;
 pub mod tap;
 pub mod vhost;
+pub mod virtio;
 
 use crate::port::{DeviceInfo, Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
 pub const DRIVERS: &[&str] = &[
-    "afpacket", "afxdp", "memif", "null", "pair", "pcap", "soft", "tap", "vhost",
+    "afpacket", "afxdp", "memif", "null", "pair", "pcap", "soft", "tap", "vhost", "virtio",
 ];
 
 /// Makes a port from a spec string (`null:size=64`, …) and a configuration.
@@ -76,7 +78,7 @@ pub const DRIVERS: &[&str] = &[
 /// let error = |spec: &str| driver::open(spec, config()).unwrap_err().to_string();
 /// assert_eq!(
 ///     error("nul"),
-///     "port spec 'nul': unknown driver 'nul' (drivers: afpacket, afxdp, memif, null, pair, pcap, soft, tap, vhost)"
+///     "port spec 'nul': unknown driver 'nul' (drivers: afpacket, afxdp, memif, null, pair, pcap, soft, tap, vhost, virtio)"
 /// );
 /// assert_eq!(
 ///     error("null:sise=64"),
@@ -123,6 +125,7 @@ pub fn open_with(
         "soft" => Box::new(soft::SoftDriver::from_spec(&spec)?),
         "tap" => Box::new(tap::TapDriver::from_spec(&spec)?),
         "vhost" => Box::new(vhost::VhostDriver::from_spec(&spec)?),
+        "virtio" => Box::new(virtio::VirtioDriver::from_spec(&spec)?),
         _ => return Err(spec.unknown_driver(DRIVERS).into()),
     };
     adjust(driver.info(), &mut config);
@@ -165,6 +168,9 @@ pub fn check_spec(spec: &str) -> Result<PortSpec, PortError> {
         "vhost" => {
             vhost::VhostDriver::parse_spec(&spec)?;
         }
+        "virtio" => {
+            virtio::VirtioDriver::parse_spec(&spec)?;
+        }
         _ => return Err(spec.unknown_driver(DRIVERS).into()),
     }
     Ok(spec)
@@ -192,6 +198,7 @@ mod tests {
             "afxdp:iface=nonexistent0,fill=4096",
             "memif:socket=/nonexistent/memif.sock,role=client,rings=2",
             "vhost:path=/nonexistent/vhost.sock,server=0,queues=2",
+            "virtio:path=/nonexistent/vhost.sock,server=1,queues=2",
         ] {
             let s = check_spec(spec).unwrap_or_else(|e| panic!("{spec}: {e}"));
             assert_eq!(s.as_str(), spec);
@@ -218,5 +225,7 @@ mod tests {
         assert!(err("memif:socket=/x,ring_size=3").contains("not a power of two"));
         assert!(err("vhost:server=1").contains("needs key 'path'"));
         assert!(err("vhost:path=s,queues=65").contains("key 'queues'"));
+        assert!(err("virtio:queues=2").contains("needs key 'path'"));
+        assert!(err("virtio:path=s,queues=0").contains("key 'queues'"));
     }
 }

@@ -46,7 +46,7 @@ pub use extbuf::{ExtFreeCallback, ExtSharedInfo};
 pub(crate) use handle::put_bulk_to_pool;
 pub use handle::{Mbuf, Segments};
 pub use layout::{HEADER_SIZE, MbufHeader, PORT_NONE, RearmData, TxOffload, ol};
-pub use pool::{DEFAULT_DATA_ROOM, DEFAULT_HEADROOM, MbufPool, MbufPoolConfig};
+pub use pool::{DEFAULT_DATA_ROOM, DEFAULT_HEADROOM, MbufPool, MbufPoolConfig, SharedMemory};
 
 use crate::mempool::MempoolError;
 

@@ -4,7 +4,9 @@ use std::ptr::NonNull;
 
 use super::layout::{HEADER_SIZE, MbufHeader, PORT_NONE, RearmData};
 use super::{BurstSlice, Mbuf, MbufError};
-use crate::mempool::{Elem, HugepagePolicy, Mempool, MempoolConfig, MempoolError, MempoolStats};
+use crate::mempool::{
+    Elem, HugepagePolicy, Mempool, MempoolConfig, MempoolError, MempoolStats, Sharing,
+};
 
 /// Default headroom before the packet data.
 pub const DEFAULT_HEADROOM: u16 = 128;
@@ -39,6 +41,18 @@ impl Default for MbufPoolConfig {
             hugepages: HugepagePolicy::Auto,
         }
     }
+}
+
+/// The memory of a shared [`MbufPool`]: a `memfd` mapped, from offset 0,
+/// at `base` for `len` bytes in this process.
+#[derive(Debug, Clone, Copy)]
+pub struct SharedMemory<'a> {
+    /// The `memfd`.
+    pub fd: std::os::fd::BorrowedFd<'a>,
+    /// Where it is mapped in this process.
+    pub base: usize,
+    /// Its mapped length in bytes.
+    pub len: usize,
 }
 
 /// A pool of packet buffers. Cheap to clone; `Send` and `Sync`.
@@ -99,6 +113,34 @@ impl MbufPool {
     /// Builds a pool. Errors name the bad value (zero or oversized rooms, and
     /// everything [`Mempool::new`] checks).
     pub fn new(config: MbufPoolConfig) -> Result<MbufPool, MbufError> {
+        Self::with_sharing(config, Sharing::Private)
+    }
+
+    /// Builds a pool whose buffers sit in memory another process can map:
+    /// a `memfd` mapped `MAP_SHARED` ([`Sharing::Shared`]), on hugepages
+    /// when `config.hugepages` allows and some are reserved. A virtio
+    /// frontend port hands it to its backend ([`shared_memory`](Self::shared_memory)).
+    ///
+    /// ```
+    /// use sluice::mbuf::{MbufPool, MbufPoolConfig};
+    ///
+    /// let pool = MbufPool::new_shared(MbufPoolConfig { size: 255, ..Default::default() })?;
+    /// let shared = pool.shared_memory().expect("a shared pool");
+    /// let m = pool.alloc().unwrap();
+    /// let at = m.data().as_ptr() as usize;
+    /// assert!(at >= shared.base && at < shared.base + shared.len);
+    /// assert!(MbufPool::new(MbufPoolConfig { size: 255, ..Default::default() })?
+    ///     .shared_memory()
+    ///     .is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new_shared(config: MbufPoolConfig) -> Result<MbufPool, MbufError> {
+        Self::with_sharing(config, Sharing::Shared)
+    }
+
+    /// [`new`](Self::new) or [`new_shared`](Self::new_shared), as `sharing`
+    /// says.
+    pub fn with_sharing(config: MbufPoolConfig, sharing: Sharing) -> Result<MbufPool, MbufError> {
         let MbufPoolConfig {
             name,
             size,
@@ -123,7 +165,7 @@ impl MbufPool {
         let elt_size = HEADER_SIZE + buf_len as usize;
         // The headers point back at the pool, whose address is known only once
         // it exists: write everything else at init, the pool pointer after.
-        let pool = Mempool::with_init(
+        let pool = Mempool::with_init_in(
             MempoolConfig {
                 name,
                 size,
@@ -131,6 +173,7 @@ impl MbufPool {
                 cache_size,
                 hugepages,
             },
+            sharing,
             |_, _| {},
         )
         .map_err(MbufError::Pool)?;
@@ -225,6 +268,18 @@ impl MbufPool {
     #[inline(always)]
     pub(crate) fn region_range(&self) -> (usize, usize) {
         (self.region_base, self.region_len)
+    }
+
+    /// The pool's memory when it is shared ([`new_shared`](Self::new_shared)):
+    /// its `memfd`, where it is mapped here and its length; `None` for a
+    /// private pool.
+    pub fn shared_memory(&self) -> Option<SharedMemory<'_>> {
+        let region = self.pool.region();
+        region.shared_fd().map(|fd| SharedMemory {
+            fd,
+            base: self.region_base,
+            len: self.region_len,
+        })
     }
 
     /// The underlying mempool.

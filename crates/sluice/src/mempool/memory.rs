@@ -6,7 +6,14 @@
 //! our kind of machine. So a region first asks for `MAP_HUGETLB` and only falls
 //! back to ordinary anonymous pages when none are reserved
 //! (`/proc/sys/vm/nr_hugepages`), and says which it got.
+//!
+//! A region is private to the process by default. A [`Sharing::Shared`]
+//! region is a `memfd` mapped `MAP_SHARED` instead (`MFD_HUGETLB` first when
+//! the policy allows hugepages), so another process can map the same pages
+//! from its descriptor ([`Region::shared_fd`]): a vhost-user backend maps a
+//! virtio frontend's packet buffers this way.
 
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::ptr::NonNull;
 
 /// Size of the huge pages asked for (the x86-64 default).
@@ -43,7 +50,19 @@ pub enum HugepagePolicy {
     Never,
 }
 
-/// A private anonymous mapping, unmapped on drop.
+/// Whether a region's pages can be mapped by another process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sharing {
+    /// A private anonymous mapping: this process alone sees the pages.
+    #[default]
+    Private,
+    /// A `memfd` mapped `MAP_SHARED`, its descriptor kept
+    /// ([`Region::shared_fd`]) to hand to another process.
+    Shared,
+}
+
+/// A mapping of anonymous memory, private or shared through a `memfd`,
+/// unmapped on drop.
 #[derive(Debug)]
 pub struct Region {
     /// Start of the mapping; page-aligned (2 MiB-aligned when hugepage-backed).
@@ -51,6 +70,8 @@ pub struct Region {
     /// Mapped length in bytes: a multiple of the page size used.
     len: usize,
     backing: Backing,
+    /// The memfd behind a shared region.
+    memfd: Option<OwnedFd>,
 }
 
 // SAFETY: the region is plain memory owned by this value; which bytes a thread
@@ -64,6 +85,17 @@ impl Region {
     /// Maps at least `len` bytes (rounded up to the page size), zeroed and
     /// populated, following `policy`. Errors carry the OS error and the size.
     pub fn new(len: usize, policy: HugepagePolicy) -> std::io::Result<Region> {
+        Self::with_sharing(len, policy, Sharing::Private)
+    }
+
+    /// [`new`](Self::new), private or shared as `sharing` says. A shared
+    /// region is a `memfd` (`MFD_HUGETLB` when `policy` allows hugepages and
+    /// some are reserved, a plain one otherwise) mapped `MAP_SHARED`.
+    pub fn with_sharing(
+        len: usize,
+        policy: HugepagePolicy,
+        sharing: Sharing,
+    ) -> std::io::Result<Region> {
         if len == 0 {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,
@@ -71,7 +103,7 @@ impl Region {
             ));
         }
         if policy != HugepagePolicy::Never {
-            match Self::map(len.next_multiple_of(HUGEPAGE_SIZE), true) {
+            match Self::map(len.next_multiple_of(HUGEPAGE_SIZE), true, sharing) {
                 Ok(r) => return Ok(r),
                 Err(e) if policy == HugepagePolicy::Require => {
                     return Err(std::io::Error::new(
@@ -85,23 +117,35 @@ impl Region {
                 Err(_) => {}
             }
         }
-        Self::map(len.next_multiple_of(page_size()), false)
+        Self::map(len.next_multiple_of(page_size()), false, sharing)
     }
 
-    fn map(len: usize, huge: bool) -> std::io::Result<Region> {
-        let mut flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_POPULATE;
-        if huge {
-            flags |= libc::MAP_HUGETLB;
+    fn map(len: usize, huge: bool, sharing: Sharing) -> std::io::Result<Region> {
+        let memfd = match sharing {
+            Sharing::Private => None,
+            Sharing::Shared => Some(memfd(len, huge)?),
+        };
+        let mut flags = libc::MAP_POPULATE;
+        match &memfd {
+            None => {
+                flags |= libc::MAP_PRIVATE | libc::MAP_ANONYMOUS;
+                if huge {
+                    flags |= libc::MAP_HUGETLB;
+                }
+            }
+            Some(_) => flags |= libc::MAP_SHARED,
         }
-        // SAFETY: an anonymous private mapping at an address of the kernel's
-        // choosing aliases no existing memory; arguments are plain values.
+        let fd = memfd.as_ref().map_or(-1, |fd| fd.as_raw_fd());
+        // SAFETY: a new mapping at an address of the kernel's choosing
+        // aliases no existing memory; `fd` is -1 (anonymous) or a live memfd
+        // of at least `len` bytes; arguments are plain values.
         let ptr = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 len,
                 libc::PROT_READ | libc::PROT_WRITE,
                 flags,
-                -1,
+                fd,
                 0,
             )
         };
@@ -120,7 +164,21 @@ impl Region {
             } else {
                 Backing::Anonymous
             },
+            memfd,
         })
+    }
+
+    /// The `memfd` behind a [`Sharing::Shared`] region (mapped from offset
+    /// 0 for [`len`](Self::len) bytes), `None` for a private one.
+    #[inline]
+    pub fn shared_fd(&self) -> Option<BorrowedFd<'_>> {
+        self.memfd.as_ref().map(|fd| fd.as_fd())
+    }
+
+    /// Whether the region is shared through a `memfd`.
+    #[inline]
+    pub fn is_shared(&self) -> bool {
+        self.memfd.is_some()
     }
 
     /// Start of the region.
@@ -165,6 +223,34 @@ impl Drop for Region {
     }
 }
 
+/// A `memfd` of `len` bytes, on hugetlbfs when `huge`.
+fn memfd(len: usize, huge: bool) -> std::io::Result<OwnedFd> {
+    let mut flags = libc::MFD_CLOEXEC;
+    if huge {
+        flags |= libc::MFD_HUGETLB;
+    }
+    // SAFETY: a NUL-terminated name and plain flags.
+    let fd = unsafe { libc::memfd_create(c"sluice-pool".as_ptr(), flags) };
+    if fd < 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("memfd_create failed: {e}"),
+        ));
+    }
+    // SAFETY: `fd` was just created and is owned by nobody else.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: a live descriptor and a plain length.
+    if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(std::io::Error::new(
+            e.kind(),
+            format!("sizing a memfd to {len} bytes failed: {e}"),
+        ));
+    }
+    Ok(fd)
+}
+
 /// The base page size.
 pub fn page_size() -> usize {
     // SAFETY: sysconf has no memory-safety preconditions.
@@ -197,6 +283,40 @@ mod tests {
             Backing::Hugepages => assert!(r.len().is_multiple_of(HUGEPAGE_SIZE)),
             Backing::Anonymous => assert!(r.len().is_multiple_of(page_size())),
         }
+    }
+
+    #[test]
+    fn a_shared_region_is_the_memfd_it_exposes() {
+        let r = Region::with_sharing(10_000, HugepagePolicy::Never, Sharing::Shared).unwrap();
+        assert!(r.is_shared());
+        let fd = r.shared_fd().expect("a shared region has a memfd");
+        // A second mapping of the memfd sees what the first writes.
+        // SAFETY: a new shared mapping of the memfd at an address the
+        // kernel chooses.
+        let other = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                r.len(),
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(other, libc::MAP_FAILED);
+        // SAFETY: the region is ours and `len` bytes long; nothing else
+        // writes it during the test.
+        unsafe { r.base().as_ptr().add(100).write(0x5a) };
+        // SAFETY: the second mapping is `len` bytes long.
+        assert_eq!(unsafe { other.cast::<u8>().add(100).read() }, 0x5a);
+        // SAFETY: the mapping made above, no longer used.
+        unsafe { libc::munmap(other, r.len()) };
+        assert!(
+            Region::new(4096, HugepagePolicy::Never)
+                .unwrap()
+                .shared_fd()
+                .is_none()
+        );
     }
 
     #[test]

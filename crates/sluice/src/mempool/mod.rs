@@ -72,7 +72,7 @@ mod tests;
 mod loom_tests;
 
 pub use cache::{MAX_CACHE_SIZE, flush_threshold};
-pub use memory::{Backing, HUGEPAGE_SIZE, HugepagePolicy, Region};
+pub use memory::{Backing, HUGEPAGE_SIZE, HugepagePolicy, Region, Sharing};
 pub use pool::{FreeCounts, Mempool, ZcPut};
 pub(crate) use pool::{PoolInner, release_lcore};
 

@@ -194,6 +194,17 @@ impl Mempool {
     /// element before it is first handed out (DPDK's `obj_init`).
     pub fn with_init(
         config: MempoolConfig,
+        init: impl FnMut(&mut [u8], u32),
+    ) -> Result<Mempool, MempoolError> {
+        Self::with_init_in(config, super::Sharing::Private, init)
+    }
+
+    /// Like [`with_init`](Self::with_init), with the region private or
+    /// shared through a `memfd` as `sharing` says
+    /// ([`Region::with_sharing`]).
+    pub fn with_init_in(
+        config: MempoolConfig,
+        sharing: super::Sharing,
         mut init: impl FnMut(&mut [u8], u32),
     ) -> Result<Mempool, MempoolError> {
         let MempoolConfig {
@@ -223,8 +234,8 @@ impl Mempool {
             return Err(MempoolError::CacheExceedsPool { cache_size, size });
         }
         let stride = element_stride(elt_size);
-        let region =
-            Region::new(stride * size as usize, hugepages).map_err(MempoolError::Memory)?;
+        let region = Region::with_sharing(stride * size as usize, hugepages, sharing)
+            .map_err(MempoolError::Memory)?;
         let ring = SharedRing::new((size as usize).next_power_of_two())
             .expect("a power of two no larger than MAX_POOL_SIZE is a valid ring capacity");
         let caches = if cache_size == 0 {

@@ -84,7 +84,7 @@ fn config_and_spec_errors_name_the_fault() {
     );
     assert_eq!(
         msg(open("nul", PortConfig::new(Some(pool.clone())))),
-        "port spec 'nul': unknown driver 'nul' (drivers: afpacket, afxdp, memif, null, pair, pcap, soft, tap, vhost)"
+        "port spec 'nul': unknown driver 'nul' (drivers: afpacket, afxdp, memif, null, pair, pcap, soft, tap, vhost, virtio)"
     );
     assert_eq!(
         msg(open("null", PortConfig::new(None))),

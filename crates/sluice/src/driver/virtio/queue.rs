@@ -1,0 +1,502 @@
+//! The data path: Rx queue `i` keeps vring `2i` stocked with mbufs and
+//! takes back the frames the backend wrote into them; Tx queue `i` puts
+//! its packets' mbufs on vring `2i + 1` and frees them once the backend
+//! returns them. No frame is copied, except a Tx packet in memory the
+//! backend does not map.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+
+use crate::counter::Counter;
+use crate::mbuf::{Burst, BurstSlice, Mbuf, MbufPool};
+use crate::port::{PortCounters, PortError, RxFrameCheck, RxQueue, TxQueue};
+use crate::virtio::VirtioError;
+use crate::virtio::net_hdr::HEADER_LEN;
+use crate::virtio::split::{DriverQueue, Segment};
+
+use super::Table;
+
+/// Free descriptors an Rx ring gathers before it is refilled.
+const REFILL_BATCH: u16 = 32;
+
+/// A vring a queue drives, behind the lock the control thread installs it
+/// with and takes it back through.
+pub(super) struct VringSlot {
+    pub(super) ring: Mutex<Option<Vring>>,
+}
+
+impl VringSlot {
+    pub(super) fn new() -> VringSlot {
+        VringSlot {
+            ring: Mutex::new(None),
+        }
+    }
+
+    /// The ring for one burst, without waiting: `None` while the control
+    /// thread holds it (installing or taking it back).
+    fn enter(&self) -> Option<MutexGuard<'_, Option<Vring>>> {
+        match self.ring.try_lock() {
+            Ok(guard) => Some(guard),
+            // A burst that panicked left the ring consistent between two
+            // statements; the buffers it held are still accounted for.
+            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// A started vring: the driver side of the virtqueue and the mbufs of the
+/// chains in flight. Dropping it frees them.
+pub(super) struct Vring {
+    /// Declared first: dropped before the table it points into.
+    queue: DriverQueue,
+    /// Per head: the mbuf of the chain in flight there.
+    held: Vec<Option<Mbuf>>,
+    /// A frame being gathered from mergeable buffers (Rx): its first
+    /// segments and how many buffers are still to come.
+    pending: Option<(Mbuf, u16)>,
+    kick: OwnedFd,
+    mrg_rxbuf: bool,
+    _table: Arc<Table>,
+}
+
+impl Vring {
+    pub(super) fn new(
+        queue: DriverQueue,
+        kick: OwnedFd,
+        mrg_rxbuf: bool,
+        table: Arc<Table>,
+    ) -> Vring {
+        let size = usize::from(queue.layout().size());
+        Vring {
+            queue,
+            held: (0..size).map(|_| None).collect(),
+            pending: None,
+            kick,
+            mrg_rxbuf,
+            _table: table,
+        }
+    }
+
+    /// Publishes what was added and kicks the backend if it asks for it.
+    fn publish(&mut self, ring_errors: &Counter) {
+        if self.queue.publish_avail().is_err() {
+            ring_errors.inc();
+        }
+        if self.queue.needs_kick().unwrap_or(false) {
+            let one = 1u64;
+            // SAFETY: a live eventfd and an 8-byte buffer.
+            unsafe { libc::write(self.kick.as_raw_fd(), (&raw const one).cast(), 8) };
+        }
+    }
+}
+
+/// The driver's named counters of one Rx queue (registered per queue under
+/// one name each; xstats add them up).
+pub(super) struct RxCounters {
+    /// Used entries naming no chain in flight.
+    pub(super) bad_used_id: Arc<Counter>,
+    /// Used lengths beyond the buffer, or shorter than the header.
+    pub(super) bad_used_len: Arc<Counter>,
+    /// Frames whose header says 0 buffers or more than the ring holds.
+    pub(super) bad_num_buffers: Arc<Counter>,
+    /// Times the ring was found broken (an impossible used index).
+    pub(super) ring_errors: Arc<Counter>,
+}
+
+/// See [`RxCounters`].
+pub(super) struct TxCounters {
+    pub(super) bad_used_id: Arc<Counter>,
+    pub(super) bad_used_len: Arc<Counter>,
+    pub(super) ring_errors: Arc<Counter>,
+    /// Packets of more segments than the ring has descriptors, or too long
+    /// to copy into one mbuf: dropped.
+    pub(super) too_long: Arc<Counter>,
+    /// Packets refused while no backend was there.
+    pub(super) not_ready: Arc<Counter>,
+}
+
+/// An Rx queue: frames from the backend.
+pub(super) struct VirtioRx {
+    pub(super) slot: Arc<VringSlot>,
+    pub(super) pool: MbufPool,
+    pub(super) port_id: u16,
+    pub(super) counters: Arc<PortCounters>,
+    pub(super) check: RxFrameCheck,
+    pub(super) driver: RxCounters,
+    pub(super) q: usize,
+}
+
+impl VirtioRx {
+    /// Turns the returned buffer `m` of `len` bytes into a frame, or into a
+    /// part of the pending one; returns a whole frame.
+    fn harvest(&self, ring: &mut Vring, mut m: Mbuf, len: usize) -> Option<Mbuf> {
+        let errors = &self.counters.rx[self.q].errors;
+        // The buffer was posted as the header's 12 bytes and the tailroom,
+        // with the mbuf's data at the header.
+        let grown = if len >= HEADER_LEN {
+            m.append(len - HEADER_LEN).map(|_| ())
+        } else {
+            m.trim(HEADER_LEN - len)
+        };
+        if grown.is_err() {
+            self.driver.bad_used_len.inc();
+            errors.inc();
+            return None;
+        }
+        if let Some((mut first, left)) = ring.pending.take() {
+            // A following buffer of a merged frame: frame bytes only.
+            if let Err((_, m)) = first.chain(m) {
+                drop(m);
+                errors.inc();
+                return None;
+            }
+            if left > 1 {
+                ring.pending = Some((first, left - 1));
+                return None;
+            }
+            return Some(first);
+        }
+        if len < HEADER_LEN {
+            self.driver.bad_used_len.inc();
+            errors.inc();
+            return None;
+        }
+        let buffers = if ring.mrg_rxbuf {
+            let header = &m.data()[..HEADER_LEN];
+            u16::from_le_bytes([header[10], header[11]])
+        } else {
+            1
+        };
+        if m.adj(HEADER_LEN).is_err() {
+            errors.inc();
+            return None;
+        }
+        if buffers == 0 || buffers > ring.queue.layout().size() {
+            self.driver.bad_num_buffers.inc();
+            errors.inc();
+            return None;
+        }
+        if buffers > 1 {
+            ring.pending = Some((m, buffers - 1));
+            return None;
+        }
+        Some(m)
+    }
+
+    /// Posts fresh mbufs on every free descriptor, once a batch is free.
+    fn refill(&self, ring: &mut Vring) {
+        let free = ring.queue.num_free();
+        if free < REFILL_BATCH.min(ring.queue.layout().size()) {
+            return;
+        }
+        let mut added = 0;
+        for _ in 0..free {
+            let Some(mut m) = self.pool.alloc() else {
+                self.counters.rx[self.q].nombuf.inc();
+                break;
+            };
+            // The headroom holds the header (checked at setup).
+            if m.prepend(HEADER_LEN).is_err() {
+                break;
+            }
+            let segment = Segment {
+                addr: m.data().as_ptr() as u64,
+                len: (HEADER_LEN + usize::from(m.tailroom())) as u32,
+                writable: true,
+            };
+            match ring.queue.add_chain(&[segment]) {
+                Ok(head) => {
+                    ring.held[usize::from(head)] = Some(m);
+                    added += 1;
+                }
+                Err(_) => {
+                    self.driver.ring_errors.inc();
+                    break;
+                }
+            }
+        }
+        if added > 0 {
+            ring.publish(&self.driver.ring_errors);
+        }
+    }
+}
+
+impl RxQueue for VirtioRx {
+    fn rx_burst(&mut self, burst: &mut BurstSlice) -> usize {
+        let stats = &self.counters.rx[self.q];
+        let (mut n, mut bytes) = (0usize, 0u64);
+        let mut guard = self.slot.enter();
+        if let Some(ring) = guard.as_mut().and_then(|g| g.as_mut()) {
+            while burst.free() > 0 {
+                let used = match ring.queue.pop_used() {
+                    Ok(Some(used)) => used,
+                    Ok(None) => break,
+                    Err(VirtioError::BadUsedId { .. }) => {
+                        self.driver.bad_used_id.inc();
+                        stats.errors.inc();
+                        continue;
+                    }
+                    Err(VirtioError::BadUsedLen { head, .. }) => {
+                        // The chain is reclaimed: its mbuf goes home.
+                        ring.held[usize::from(head)] = None;
+                        self.driver.bad_used_len.inc();
+                        stats.errors.inc();
+                        continue;
+                    }
+                    Err(_) => {
+                        self.driver.ring_errors.inc();
+                        break;
+                    }
+                };
+                let Some(m) = ring.held[usize::from(used.head)].take() else {
+                    self.driver.bad_used_id.inc();
+                    continue;
+                };
+                let Some(mut frame) = self.harvest(ring, m, used.len as usize) else {
+                    continue;
+                };
+                let len = frame.pkt_len() as usize;
+                if !self.check.accepts(len) {
+                    self.check.count_drop(len, &stats.errors);
+                    continue;
+                }
+                let _ = frame.set_port(self.port_id);
+                bytes += len as u64;
+                n += 1;
+                // Room: the loop runs while the burst has some.
+                let _ = burst.push(frame);
+            }
+            self.refill(ring);
+            stats.posted.set(u64::from(ring.queue.in_flight()));
+        }
+        drop(guard);
+        stats.record_burst(n, bytes);
+        n
+    }
+
+    fn start(&mut self) -> Result<(), PortError> {
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        super::lock(&self.slot).take();
+        self.counters.rx[self.q].posted.set(0);
+    }
+}
+
+/// A Tx queue: frames for the backend.
+pub(super) struct VirtioTx {
+    pub(super) slot: Arc<VringSlot>,
+    pub(super) table: Arc<Table>,
+    /// Where a packet the backend cannot see is copied to.
+    pub(super) copy_pool: Option<MbufPool>,
+    pub(super) counters: Arc<PortCounters>,
+    pub(super) driver: TxCounters,
+    pub(super) q: usize,
+    /// The chain being added.
+    pub(super) segments: Vec<Segment>,
+    /// Per packet taken in this burst: its head (none: dropped) and the
+    /// copy that went instead of it.
+    pub(super) placed: Vec<(Option<u16>, Option<Mbuf>)>,
+    /// Completed packets, freed together.
+    pub(super) done: Burst,
+}
+
+/// What became of one packet offered to the ring.
+enum Placed {
+    /// On the ring at this head, as itself or as a copy.
+    Sent(u16, Option<Mbuf>),
+    /// Dropped: counted where it happened.
+    Dropped,
+    /// No room: the packet stays with the caller.
+    NoRoom,
+}
+
+/// Frees the packets the backend returned, gathered in `done`.
+fn reclaim(ring: &mut Vring, driver: &TxCounters, done: &mut Burst) -> usize {
+    let mut freed = 0;
+    // Bounded: each entry read moves the used position on, and there
+    // are at most the ring's size in flight.
+    for _ in 0..=ring.queue.layout().size() {
+        let head = match ring.queue.pop_used() {
+            Ok(Some(used)) => used.head,
+            Ok(None) => break,
+            Err(VirtioError::BadUsedId { .. }) => {
+                driver.bad_used_id.inc();
+                continue;
+            }
+            // A device-readable chain has nothing written: the packet
+            // went all the same, and its chain is reclaimed.
+            Err(VirtioError::BadUsedLen { head, .. }) => {
+                driver.bad_used_len.inc();
+                head
+            }
+            Err(_) => {
+                driver.ring_errors.inc();
+                break;
+            }
+        };
+        if let Some(m) = ring.held[usize::from(head)].take() {
+            freed += 1;
+            if let Err(m) = done.push(m) {
+                done.clear();
+                drop(m);
+            }
+        }
+    }
+    done.clear();
+    freed
+}
+
+impl VirtioTx {
+    /// Adds `m` to the ring, zero copy when its memory is the backend's.
+    fn place(&mut self, ring: &mut Vring, m: &mut Mbuf) -> Placed {
+        let size = usize::from(ring.queue.layout().size());
+        let free = usize::from(ring.queue.num_free());
+        let table = &self.table;
+        let visible = m
+            .segments()
+            .all(|s| table.holds(s.as_ptr() as usize, s.len()));
+        self.segments.clear();
+        let mut copy = None;
+        if visible {
+            let prepended = match m.prepend(HEADER_LEN) {
+                Ok(header) => {
+                    header.fill(0);
+                    true
+                }
+                Err(_) => false,
+            };
+            let need = usize::from(m.nb_segs()) + usize::from(!prepended);
+            if need > free || need > size {
+                if prepended {
+                    let _ = m.adj(HEADER_LEN);
+                }
+                if need > size {
+                    self.driver.too_long.inc();
+                    return Placed::Dropped;
+                }
+                return Placed::NoRoom;
+            }
+            if !prepended {
+                self.segments.push(Segment {
+                    addr: self.table.zero_header,
+                    len: HEADER_LEN as u32,
+                    writable: false,
+                });
+            }
+            self.segments.extend(m.segments().map(|s| Segment {
+                addr: s.as_ptr() as u64,
+                len: s.len() as u32,
+                writable: false,
+            }));
+        } else {
+            if free == 0 {
+                return Placed::NoRoom;
+            }
+            let Some(mut c) = self.copy_pool.as_ref().and_then(|p| p.alloc()) else {
+                return Placed::NoRoom;
+            };
+            let len = m.pkt_len() as usize;
+            if c.prepend(HEADER_LEN).map(|h| h.fill(0)).is_err() {
+                return Placed::NoRoom;
+            }
+            let Ok(dst) = c.append(len) else {
+                self.driver.too_long.inc();
+                return Placed::Dropped;
+            };
+            let mut at = 0;
+            for s in m.segments() {
+                dst[at..at + s.len()].copy_from_slice(s);
+                at += s.len();
+            }
+            self.segments.push(Segment {
+                addr: c.data().as_ptr() as u64,
+                len: c.data_len().into(),
+                writable: false,
+            });
+            copy = Some(c);
+        }
+        match ring.queue.add_chain(&self.segments) {
+            Ok(head) => Placed::Sent(head, copy),
+            Err(_) => {
+                self.driver.ring_errors.inc();
+                Placed::Dropped
+            }
+        }
+    }
+}
+
+impl TxQueue for VirtioTx {
+    fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize {
+        // The slot is borrowed from a clone: `place` needs the queue.
+        let slot = Arc::clone(&self.slot);
+        let mut guard = slot.enter();
+        let Some(ring) = guard.as_mut().and_then(|g| g.as_mut()) else {
+            drop(guard);
+            self.driver.not_ready.add(burst.len() as u64);
+            self.counters.tx[self.q].record_burst(0, 0);
+            return 0;
+        };
+        if ring.queue.num_free() < ring.queue.layout().size() / 4 {
+            reclaim(ring, &self.driver, &mut self.done);
+        }
+        let (mut taken, mut sent, mut bytes, mut dropped) = (0usize, 0usize, 0u64, 0u64);
+        self.placed.clear();
+        for i in 0..burst.len() {
+            let m = &mut burst.as_mut_slice()[i];
+            let len = u64::from(m.pkt_len());
+            match self.place(ring, m) {
+                Placed::Sent(head, copy) => {
+                    self.placed.push((Some(head), copy));
+                    sent += 1;
+                    bytes += len;
+                }
+                Placed::Dropped => {
+                    self.placed.push((None, None));
+                    dropped += 1;
+                }
+                Placed::NoRoom => break,
+            }
+            taken += 1;
+        }
+        if sent > 0 {
+            ring.publish(&self.driver.ring_errors);
+        }
+        for (m, (head, copy)) in burst.drain_front(taken).zip(self.placed.drain(..)) {
+            if let Some(head) = head {
+                // The copy went in its place: the original is freed.
+                ring.held[usize::from(head)] = Some(copy.unwrap_or(m));
+            }
+        }
+        let in_flight = ring.queue.in_flight();
+        drop(guard);
+        let stats = &self.counters.tx[self.q];
+        stats.waiting.set(u64::from(in_flight));
+        if dropped != 0 {
+            stats.errors.add(dropped);
+        }
+        stats.record_burst(sent, bytes);
+        taken
+    }
+
+    fn tx_done_cleanup(&mut self, max: usize) -> usize {
+        let _ = max;
+        let mut guard = self.slot.enter();
+        match guard.as_mut().and_then(|g| g.as_mut()) {
+            Some(ring) => reclaim(ring, &self.driver, &mut self.done),
+            None => 0,
+        }
+    }
+
+    fn start(&mut self) -> Result<(), PortError> {
+        Ok(())
+    }
+
+    fn stop(&mut self) {
+        super::lock(&self.slot).take();
+        self.done.clear();
+        self.counters.tx[self.q].waiting.set(0);
+    }
+}
