@@ -50,6 +50,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use sluice::driver::DRIVERS;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
+use sluice::mempool::{HugepagePolicy, Sharing};
 use sluice::net::MacAddr;
 use sluice::port::{Port, PortConfig, PortCounters, PortError};
 use sluice::tsc::{rdtsc, rdtsc_ordered};
@@ -83,6 +84,9 @@ pub struct VmCase {
     pub name: &'static str,
     /// The drivers of Sluice's server and client sides.
     pub drivers: [&'static str; 2],
+    /// Whether each side's pool is in shared memory (a `virtio:` port's
+    /// backend maps the buffers its Rx queue posts).
+    pub shared_pools: [bool; 2],
     /// Sluice's server and client port specs for a socket at the path.
     pub specs: fn(&Path) -> [String; 2],
     /// DPDK's drivers of the server and client sides (`net_memif`, ...).
@@ -96,6 +100,7 @@ pub const CASES: [VmCase; 2] = [
     VmCase {
         name: "memif io (memif peer)",
         drivers: ["memif", "memif"],
+        shared_pools: [false, false],
         specs: |socket| {
             let s = socket.display();
             [
@@ -115,6 +120,7 @@ pub const CASES: [VmCase; 2] = [
     VmCase {
         name: "vhost io (virtio peer)",
         drivers: ["vhost", "virtio"],
+        shared_pools: [false, true],
         specs: |socket| {
             let s = socket.display();
             [format!("vhost:path={s}"), format!("virtio:path={s}")]
@@ -545,14 +551,25 @@ impl SluicePair {
         let specs = (case.specs)(&dir.socket());
         let mut pools = Vec::new();
         let mut ports = Vec::new();
-        for (side, spec) in ["server", "client"].iter().zip(&specs) {
-            let pool = MbufPool::new(MbufPoolConfig {
+        let sides = ["server", "client"].into_iter().zip(case.shared_pools);
+        for ((side, shared), spec) in sides.zip(&specs) {
+            let sharing = if shared {
+                Sharing::Shared
+            } else {
+                Sharing::Private
+            };
+            let config = MbufPoolConfig {
                 name: format!("bench-vm-{side}"),
                 size: POOL_SIZE,
                 cache_size: CACHE,
+                hugepages: if shared {
+                    HugepagePolicy::Never
+                } else {
+                    HugepagePolicy::default()
+                },
                 ..Default::default()
-            })
-            .map_err(|e| e.to_string())?;
+            };
+            let pool = MbufPool::with_sharing(config, sharing).map_err(|e| e.to_string())?;
             let config = PortConfig::new(Some(pool.clone()))
                 .nb_rxd(DESC)
                 .nb_txd(DESC);
@@ -613,6 +630,7 @@ impl SluicePair {
             if r.is_err() {
                 server_control.phase.store(FAILED, Ordering::Release);
             }
+            let r = r.map_err(|e| with_counters(e, "server", &port));
             let r = r.map(|w| (port, w));
             server_pool.flush_local_cache();
             r
@@ -623,6 +641,7 @@ impl SluicePair {
             if r.is_err() {
                 control.phase.store(FAILED, Ordering::Release);
             }
+            let r = r.map_err(|e| with_counters(e, "client", &port));
             let r = r.map(|w| (port, w));
             client_pool.flush_local_cache();
             r
@@ -666,6 +685,25 @@ impl SluicePair {
         }
         Ok(c.tx_packets)
     }
+}
+
+/// `error`, then the `side` port's counters (its nonzero xstats too).
+fn with_counters(error: String, side: &str, port: &Port) -> String {
+    let s = port.stats();
+    let xstats: Vec<String> = port
+        .xstats()
+        .into_iter()
+        .filter(|(_, v)| *v != 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
+    format!(
+        "{error} ({side} port: rx {} tx {}, errors rx {} tx {}; {})",
+        s.rx_packets,
+        s.tx_packets,
+        s.rx_errors,
+        s.tx_errors,
+        xstats.join(", ")
+    )
 }
 
 fn port_error(e: PortError) -> String {
@@ -757,6 +795,7 @@ fn loop_back(
 ) -> Result<SideWindow, String> {
     let counters = port.counters();
     control.barrier.wait()?;
+    await_link(port, &counters)?;
     send_in(port, &counters, pool, frame, population)?;
     let mut stream = looping_stream(port)?;
     let mut burst: Burst<64> = Burst::new();
@@ -803,6 +842,9 @@ fn loop_back(
                 "client side: {received} frames received, {sent} sent"
             ));
         }
+        if control.phase.load(Ordering::Acquire) == FAILED {
+            return Err("the server side failed".into());
+        }
         let got = stream.rx.rx_burst(burst.capped(BURST));
         burst.clear();
         if got > 0 {
@@ -813,6 +855,28 @@ fn loop_back(
     }
     control.advance(DRAIN, DONE)?;
     Ok(figures)
+}
+
+/// Waits, for at most [`LINK_TIMEOUT`], until `port` has connected once
+/// (its `link_ups` xstat, for drivers that count it), then polls its Rx
+/// queue 0 once: a `virtio:` port posts its receive buffers there, so the
+/// first frames back find room.
+fn await_link(port: &mut Port, counters: &PortCounters) -> Result<(), String> {
+    let deadline = Instant::now() + LINK_TIMEOUT;
+    while counters.xstats.get("link_ups") == Some(0) {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "the link did not come up in {} s",
+                LINK_TIMEOUT.as_secs()
+            ));
+        }
+        thread::sleep(Duration::from_millis(1));
+    }
+    let mut burst: Burst<64> = Burst::new();
+    port.rx_queue(0)
+        .map_err(port_error)?
+        .rx_burst(burst.capped(BURST));
+    Ok(())
 }
 
 /// Sends `n` copies of `frame` out of `port`'s Tx queue 0, counted by the
