@@ -196,6 +196,8 @@ pub fn run(ctx: &mut Ctx) {
         }
         return;
     };
+    // Both sides' figures move with how much the two CPUs share a core.
+    super::note_contention(ctx);
     if !ctx.json {
         emit(&format!(
             "{:<24} {:>5} {:>8} {:>8} {:>10} {:>10} {:>7}  detail",
