@@ -80,13 +80,17 @@ pub(crate) fn measure_with(
     } else {
         2048
     };
-    let pool = MbufPool::new(MbufPoolConfig {
-        name: "fwd".into(),
-        size: pool_size,
-        cache_size: args.queues.cache,
-        data_room,
-        ..Default::default()
-    })
+    // Shared memory when a port's peer maps the pool (a virtio port).
+    let pool = MbufPool::with_sharing(
+        MbufPoolConfig {
+            name: "fwd".into(),
+            size: pool_size,
+            cache_size: args.queues.cache,
+            data_room,
+            ..Default::default()
+        },
+        sluice::driver::pool_sharing(&specs),
+    )
     .map_err(|e| format!("mbuf pool: {e}"))?;
     // The main thread on the first CPU, as testpmd's main lcore (a threaded
     // device's thread then goes to another one: see `lcore_cpus`).

@@ -172,13 +172,17 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
         FrameSize::Imix => IMIX_ORDER.iter().copied().max().unwrap_or(MAX_FRAME),
     };
     let data_room = largest.max(2048);
-    let pool = MbufPool::new(MbufPoolConfig {
-        name: "gen".into(),
-        size: 8191,
-        cache_size: 256,
-        data_room,
-        ..Default::default()
-    })
+    // Shared memory when the port's peer maps the pool (a virtio port).
+    let pool = MbufPool::with_sharing(
+        MbufPoolConfig {
+            name: "gen".into(),
+            size: 8191,
+            cache_size: 256,
+            data_room,
+            ..Default::default()
+        },
+        sluice::driver::pool_sharing([&args.port]),
+    )
     .map_err(|e| format!("mbuf pool: {e}"))?;
     let mut port_config = PortConfig::new(Some(pool.clone()));
     port_config.mtu = port_config

@@ -45,6 +45,7 @@ pub mod tap;
 pub mod vhost;
 pub mod virtio;
 
+use crate::mempool::Sharing;
 use crate::port::{DeviceInfo, Port, PortConfig, PortDriver, PortError, PortSpec};
 
 /// The drivers [`open`] knows.
@@ -130,6 +131,30 @@ pub fn open_with(
     };
     adjust(driver.info(), &mut config);
     Port::new(spec.as_str(), driver, config)
+}
+
+/// The memory the Rx pools of ports of these specs must sit in: shared
+/// ([`Sharing::Shared`], [`MbufPool::new_shared`](crate::mbuf::MbufPool::new_shared))
+/// when any is a `virtio` port, whose backend maps the pool; private
+/// otherwise. An application making one pool for several ports asks this
+/// first.
+///
+/// ```
+/// use sluice::driver::pool_sharing;
+/// use sluice::mempool::Sharing;
+///
+/// assert_eq!(pool_sharing(["null", "pcap:rx=in.pcap"]), Sharing::Private);
+/// assert_eq!(pool_sharing(["null", "virtio:path=/tmp/vm.sock"]), Sharing::Shared);
+/// ```
+pub fn pool_sharing<S: AsRef<str>>(specs: impl IntoIterator<Item = S>) -> Sharing {
+    let shared = specs
+        .into_iter()
+        .any(|spec| PortSpec::parse(spec.as_ref()).is_ok_and(|s| s.driver() == "virtio"));
+    if shared {
+        Sharing::Shared
+    } else {
+        Sharing::Private
+    }
 }
 
 /// Checks a spec string as [`open`] reads it — the syntax, the driver name,

@@ -124,12 +124,12 @@ impl MbufPool {
     /// ```
     /// use sluice::mbuf::{MbufPool, MbufPoolConfig};
     ///
-    /// let pool = MbufPool::new_shared(MbufPoolConfig { size: 255, ..Default::default() })?;
+    /// let pool = MbufPool::new_shared(MbufPoolConfig { size: 1023, ..Default::default() })?;
     /// let shared = pool.shared_memory().expect("a shared pool");
     /// let m = pool.alloc().unwrap();
     /// let at = m.data().as_ptr() as usize;
     /// assert!(at >= shared.base && at < shared.base + shared.len);
-    /// assert!(MbufPool::new(MbufPoolConfig { size: 255, ..Default::default() })?
+    /// assert!(MbufPool::new(MbufPoolConfig { size: 1023, ..Default::default() })?
     ///     .shared_memory()
     ///     .is_none());
     /// # Ok::<(), Box<dyn std::error::Error>>(())

@@ -135,6 +135,8 @@ pub struct VirtioDriver {
     slots: Vec<Arc<VringSlot>>,
     /// The memory table and vring layouts; made at setup.
     table: Option<Arc<Table>>,
+    /// Each Rx queue's pool; known at setup.
+    rx_pools: Vec<MbufPool>,
     link: Option<LinkCounters>,
     control: Option<Control>,
 }
@@ -242,6 +244,7 @@ impl VirtioDriver {
             server,
             slots: Vec::new(),
             table: None,
+            rx_pools: Vec::new(),
             link: None,
             control: None,
         }
@@ -455,6 +458,9 @@ impl PortDriver for VirtioDriver {
             }));
         }
         self.table = Some(table);
+        self.rx_pools = (0..config.rxq.len())
+            .map(|q| config.needed_rx_pool(q).clone())
+            .collect();
         Ok(Queues { rx, tx })
     }
 
@@ -468,6 +474,7 @@ impl PortDriver for VirtioDriver {
         let session = Session {
             table,
             slots: self.slots.clone(),
+            rx_pools: self.rx_pools.clone(),
             link,
         };
         let endpoint = if self.server {
@@ -590,6 +597,8 @@ impl std::fmt::Display for SetupError {
 struct Session {
     table: Arc<Table>,
     slots: Vec<Arc<VringSlot>>,
+    /// Each Rx queue's pool.
+    rx_pools: Vec<MbufPool>,
     link: LinkCounters,
 }
 
@@ -669,12 +678,22 @@ impl Session {
                 let mut queue = DriverQueue::new(Arc::clone(&self.table.mem), *layout, features)
                     .map_err(|_| SetupError::Refused("a vring outside its memory"))?;
                 let _ = queue.disable_interrupts();
-                *guard = Some(Vring::new(
+                let mut ring = Vring::new(
                     queue,
                     kick.try_clone().map_err(VhostUserError::Io)?,
                     has_feature(features, VIRTIO_NET_F_MRG_RXBUF),
                     Arc::clone(&self.table),
-                ));
+                );
+                // An Rx ring is stocked before the backend starts, so the
+                // first frames it sends find buffers.
+                // (Adding a buffer of the pool to a fresh ring cannot fail:
+                // nothing is counted.)
+                if i.is_multiple_of(2)
+                    && let Some(pool) = self.rx_pools.get(i / 2)
+                {
+                    ring.stock(pool, &Counter::new());
+                }
+                *guard = Some(ring);
             }
             front.set_vring_call(index, Some(call.as_fd()))?;
             front.set_vring_num(index, u32::from(layout.size()))?;

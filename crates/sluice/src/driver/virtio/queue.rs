@@ -78,6 +78,44 @@ impl Vring {
         }
     }
 
+    /// Posts a fresh mbuf from `pool` on every free descriptor, as a
+    /// device-writable buffer whose first 12 bytes are the headroom's last
+    /// (the virtio-net header lands there, the frame at the data offset),
+    /// and publishes them. True when the pool ran dry first.
+    pub(super) fn stock(&mut self, pool: &MbufPool, ring_errors: &Counter) -> bool {
+        let mut added = 0;
+        let mut dry = false;
+        for _ in 0..self.queue.num_free() {
+            let Some(mut m) = pool.alloc() else {
+                dry = true;
+                break;
+            };
+            // The headroom holds the header (checked at setup).
+            if m.prepend(HEADER_LEN).is_err() {
+                break;
+            }
+            let segment = Segment {
+                addr: m.data().as_ptr() as u64,
+                len: (HEADER_LEN + usize::from(m.tailroom())) as u32,
+                writable: true,
+            };
+            match self.queue.add_chain(&[segment]) {
+                Ok(head) => {
+                    self.held[usize::from(head)] = Some(m);
+                    added += 1;
+                }
+                Err(_) => {
+                    ring_errors.inc();
+                    break;
+                }
+            }
+        }
+        if added > 0 {
+            self.publish(ring_errors);
+        }
+        dry
+    }
+
     /// Publishes what was added and kicks the backend if it asks for it.
     fn publish(&mut self, ring_errors: &Counter) {
         if self.queue.publish_avail().is_err() {
@@ -186,38 +224,11 @@ impl VirtioRx {
 
     /// Posts fresh mbufs on every free descriptor, once a batch is free.
     fn refill(&self, ring: &mut Vring) {
-        let free = ring.queue.num_free();
-        if free < REFILL_BATCH.min(ring.queue.layout().size()) {
+        if ring.queue.num_free() < REFILL_BATCH.min(ring.queue.layout().size()) {
             return;
         }
-        let mut added = 0;
-        for _ in 0..free {
-            let Some(mut m) = self.pool.alloc() else {
-                self.counters.rx[self.q].nombuf.inc();
-                break;
-            };
-            // The headroom holds the header (checked at setup).
-            if m.prepend(HEADER_LEN).is_err() {
-                break;
-            }
-            let segment = Segment {
-                addr: m.data().as_ptr() as u64,
-                len: (HEADER_LEN + usize::from(m.tailroom())) as u32,
-                writable: true,
-            };
-            match ring.queue.add_chain(&[segment]) {
-                Ok(head) => {
-                    ring.held[usize::from(head)] = Some(m);
-                    added += 1;
-                }
-                Err(_) => {
-                    self.driver.ring_errors.inc();
-                    break;
-                }
-            }
-        }
-        if added > 0 {
-            ring.publish(&self.driver.ring_errors);
+        if ring.stock(&self.pool, &self.driver.ring_errors) {
+            self.counters.rx[self.q].nombuf.inc();
         }
     }
 }
