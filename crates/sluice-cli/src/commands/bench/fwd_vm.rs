@@ -84,9 +84,6 @@ pub struct VmCase {
     pub name: &'static str,
     /// The drivers of Sluice's server and client sides.
     pub drivers: [&'static str; 2],
-    /// Whether each side's pool is in shared memory (a `virtio:` port's
-    /// backend maps the buffers its Rx queue posts).
-    pub shared_pools: [bool; 2],
     /// Sluice's server and client port specs for a socket at the path.
     pub specs: fn(&Path) -> [String; 2],
     /// DPDK's drivers of the server and client sides (`net_memif`, ...).
@@ -100,7 +97,6 @@ pub const CASES: [VmCase; 2] = [
     VmCase {
         name: "memif io (memif peer)",
         drivers: ["memif", "memif"],
-        shared_pools: [false, false],
         specs: |socket| {
             let s = socket.display();
             [
@@ -120,7 +116,6 @@ pub const CASES: [VmCase; 2] = [
     VmCase {
         name: "vhost io (virtio peer)",
         drivers: ["vhost", "virtio"],
-        shared_pools: [false, true],
         specs: |socket| {
             let s = socket.display();
             [format!("vhost:path={s}"), format!("virtio:path={s}")]
@@ -553,13 +548,12 @@ impl SluicePair {
         let specs = (case.specs)(&dir.socket());
         let mut pools = Vec::new();
         let mut ports = Vec::new();
-        let sides = ["server", "client"].into_iter().zip(case.shared_pools);
-        for ((side, shared), spec) in sides.zip(&specs) {
-            let sharing = if shared {
-                Sharing::Shared
-            } else {
-                Sharing::Private
-            };
+        for (side, spec) in ["server", "client"].iter().zip(&specs) {
+            // A `virtio:` port's backend maps the buffers its Rx queue
+            // posts: its pool is shared, on ordinary pages (a `vhost:`
+            // port maps no hugetlbfs region a second time).
+            let sharing = sluice::driver::pool_sharing([spec]);
+            let shared = sharing == Sharing::Shared;
             let config = MbufPoolConfig {
                 name: format!("bench-vm-{side}"),
                 size: POOL_SIZE,
