@@ -24,6 +24,10 @@
 //!   a generator in a namespace, as root (`fwd_afpacket.rs`).
 //! - `afxdp rx|io|recycle (veth)` and a raw-socket receiver: an AF_XDP port
 //!   with a generator in a namespace, as root (`fwd_afxdp.rs`).
+//! - `memif io (memif peer)` and `vhost io (virtio peer)`, 64 and 1500
+//!   bytes: two Sluice ports connected over memif or vhost-user, one core
+//!   each, beside two `dpdk-testpmd` connected the same way in the same
+//!   run (`fwd_vm.rs`).
 
 use std::sync::Arc;
 
@@ -151,6 +155,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     }
     super::fwd_afpacket::run(ctx);
     super::fwd_afxdp::run(ctx);
+    super::fwd_vm::run(ctx);
 }
 
 /// The pool of every case.

@@ -12,6 +12,7 @@ pub mod fwd;
 pub mod fwd_afpacket;
 pub mod fwd_afxdp;
 pub mod fwd_l3;
+pub mod fwd_vm;
 pub mod lpm;
 pub mod mbuf;
 pub mod mempool;
@@ -20,6 +21,7 @@ pub mod pagepool;
 pub mod recycle;
 pub mod ring;
 pub mod telemetry;
+pub mod testpmd;
 pub mod veth;
 
 use clap::{Args, ValueEnum};
