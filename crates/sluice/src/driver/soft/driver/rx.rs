@@ -358,7 +358,7 @@ impl RxQueue for SoftRx {
         let descs = self.regs.descs.as_slice();
         let ring = &self.sw_ring[..];
         assert!(descs.len() == mask as usize + 1 && ring.len() == descs.len());
-        let rearm = self.rearm;
+        let rearm = self.rearm.word();
         let rss_hash = self.rss_hash;
         // Without fragments every armed buffer is plain (no external buffer
         // attached): its header is written without being read.
@@ -420,7 +420,7 @@ impl RxQueue for SoftRx {
             // SAFETY: DD is set (acquire): the device is done with this
             // buffer, which we own (armed by us) and hand to the burst.
             let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
-            h.rearm(rearm);
+            h.rearm_word(rearm);
             if plain {
                 h.set_rx_plain(flags, ptype, len, vlan, hash);
             } else {
