@@ -1,0 +1,307 @@
+//! Vector paths of the soft driver: the Rx write-back parse and the Rx
+//! refill, several descriptors per step, in SSE4.1 registers.
+//!
+//! The descriptor formats are the device's ([`rx`]); only the driver's
+//! loops change. A queue's level ([`VectorLevel`]) is chosen when the port
+//! is set up (spec key `vector=auto|off|sse`) from the CPU's
+//! features, found at run time; the scalar path stays, and is the only one
+//! on other architectures.
+//!
+//! # Rx
+//! A group of descriptors (4 with SSE4.1) is
+//! parsed at once when every one of them is done (`DD`) and none carries a
+//! dropping error; anything else (a partial group, a dropped frame, the
+//! ring's wrap inside the group) takes the scalar step, one descriptor, and
+//! the loop tries a group again after it. Each descriptor's two words give
+//! the 32 bytes of its mbuf header from the rearm word on
+//! (`offset::REARM_DATA..offset::RSS_HASH + 4`): the queue's rearm
+//! template, the offload flags, the packet type, both lengths, the VLAN tag
+//! and the RSS hash. They are computed lane-wise, with shifts and masks, no
+//! branch per descriptor, and written with one 32-byte store per mbuf (two
+//! 16-byte stores with SSE4.1). The scalar path's results are the
+//! reference: the tests check each level against it, and against
+//! `rx_words`, the same computation one descriptor at a time.
+//!
+//! # Refill
+//! A refill run writes each descriptor's read format: the buffer address
+//! (the element's address plus a fixed offset) and a zero word. The vector
+//! writer loads the elements from the software ring, adds the offset and
+//! interleaves the zero words, two or four descriptors per store.
+//!
+//! # Memory
+//! Descriptors are atomic words because the device may run on another
+//! thread. The vector paths read and write them with plain vector accesses
+//! only where no other access can race: a group is read after an acquire
+//! load of each of its status words saw `DD` (the device has written the
+//! descriptor for the last time until the driver rearms it), and a refill
+//! writes descriptors at or past the tail register, which the device does
+//! not read before the doorbell's release store.
+
+use std::fmt;
+
+use crate::driver::soft::hw::desc::rx;
+use crate::mbuf::{MbufHeader, ol};
+
+/// The instruction set a queue's Rx loop and refill run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum VectorLevel {
+    /// One descriptor at a time (every architecture).
+    Scalar,
+    /// SSE4.1: 128-bit registers, groups of 4 descriptors.
+    Sse41,
+}
+
+/// The values of the spec key `vector`.
+pub const VECTOR_CHOICES: &[&str] = &["auto", "off", "sse"];
+
+impl VectorLevel {
+    /// Every level, lowest first.
+    pub const ALL: [VectorLevel; 2] = [VectorLevel::Scalar, VectorLevel::Sse41];
+
+    /// Its name in reports: `scalar`, `sse4.1`.
+    pub fn name(self) -> &'static str {
+        match self {
+            VectorLevel::Scalar => "scalar",
+            VectorLevel::Sse41 => "sse4.1",
+        }
+    }
+
+    /// Whether this CPU has what the level needs.
+    pub fn available(self) -> bool {
+        match self {
+            VectorLevel::Scalar => true,
+            #[cfg(target_arch = "x86_64")]
+            VectorLevel::Sse41 => std::arch::is_x86_feature_detected!("sse4.1"),
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => false,
+        }
+    }
+
+    /// The highest level this CPU has (what `vector=auto` takes).
+    pub fn best() -> VectorLevel {
+        VectorLevel::ALL
+            .into_iter()
+            .rev()
+            .find(|l| l.available())
+            .unwrap_or(VectorLevel::Scalar)
+    }
+
+    /// The level a `vector=` value asks for (`None`: the key is absent,
+    /// as `auto`). A level this CPU lacks is an error saying which it has.
+    pub fn from_choice(choice: Option<&str>) -> Result<VectorLevel, String> {
+        let level = match choice {
+            None | Some("auto") => return Ok(VectorLevel::best()),
+            Some("off") => VectorLevel::Scalar,
+            Some("sse") => VectorLevel::Sse41,
+            Some(other) => {
+                return Err(format!(
+                    "vector={other}: expected one of {}",
+                    VECTOR_CHOICES.join(", ")
+                ));
+            }
+        };
+        if !level.available() {
+            return Err(format!(
+                "vector={}: this CPU has no {} (the highest level it has: {})",
+                choice.unwrap_or_default(),
+                level.name(),
+                VectorLevel::best().name()
+            ));
+        }
+        Ok(level)
+    }
+}
+
+impl fmt::Display for VectorLevel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+// The 32 bytes written per mbuf, as four words from the rearm word on: the
+// header's fields must sit where the words put them.
+const _: () = {
+    use std::mem::offset_of;
+    assert!(offset_of!(MbufHeader, data_off) == 16);
+    assert!(offset_of!(MbufHeader, ol_flags) == 24);
+    assert!(offset_of!(MbufHeader, packet_type) == 32);
+    assert!(offset_of!(MbufHeader, pkt_len) == 36);
+    assert!(offset_of!(MbufHeader, data_len) == 40);
+    assert!(offset_of!(MbufHeader, vlan_tci) == 42);
+    assert!(offset_of!(MbufHeader, rss_hash) == 44);
+};
+
+// The bit moves of the flag computation, checked against the names.
+const _: () = {
+    assert!(rx::VP == 1 << 3 && ol::RX_VLAN == 1 << 0);
+    assert!(rx::IPCS == 1 << 6 && rx::ERR_IP == 1 << 31);
+    assert!(rx::L4CS == 1 << 5 && rx::ERR_L4 == 1 << 30);
+    assert!(ol::RX_IP_CKSUM_GOOD == 1 << 7 && ol::RX_IP_CKSUM_BAD == 1 << 4);
+    assert!(ol::RX_L4_CKSUM_GOOD == 1 << 8 && ol::RX_L4_CKSUM_BAD == 1 << 3);
+    assert!(rx::PTYPE_SHIFT == 4 && rx::PTYPE_MASK == 0xfff);
+    assert!(rx::RSS_TYPE_SHIFT == 0 && rx::RSS_TYPE_MASK == 0xf);
+    assert!(rx::HASH_SHIFT == 32 && rx::LEN_SHIFT == 32 && rx::VLAN_SHIFT == 48);
+};
+
+/// The high half of a word: the RSS hash in qword 0.
+const HIGH: u64 = 0xffff_ffff_0000_0000;
+/// Qword 1's length field, in place.
+const LEN_IN_PLACE: u64 = 0x0000_ffff_0000_0000;
+
+/// What the Rx groups need of their queue.
+#[derive(Debug, Clone, Copy)]
+pub struct RxTemplate {
+    /// The rearm word ([`RearmData::word`](crate::mbuf::RearmData::word)).
+    pub rearm: u64,
+    /// Deliver the RSS hash.
+    pub rss_hash: bool,
+}
+
+/// The header words 16..48 of a delivered descriptor `(q0, q1)` with no
+/// dropping error: rearm word, offload flags, packet type and packet
+/// length, data length with VLAN tag and RSS hash. The vector groups'
+/// computation one descriptor at a time, written as they write it:
+/// shifts and masks, no branch. The tests hold each level to it.
+#[cfg(all(test, not(loom)))]
+pub fn rx_words(q0: u64, q1: u64, t: RxTemplate) -> [u64; 4] {
+    let rss_on = if t.rss_hash { u64::MAX } else { 0 };
+    let has_hash = if q0 & rx::RSS_TYPE_MASK != 0 {
+        rss_on
+    } else {
+        0
+    };
+    let flags = ((q1 >> 3) & 1)
+        | ((q1 << 1) & !(q1 >> 24) & 0x80)
+        | ((q1 << 3) & !(q1 >> 22) & 0x100)
+        | ((q1 >> 2) & (q1 >> 27) & 0x18)
+        | (has_hash & ol::RX_RSS_HASH);
+    let w2 = ((q0 >> 4) & 0xfff) | (q1 & LEN_IN_PLACE);
+    let w3 = (q1 >> 32) | (q0 & HIGH & has_hash);
+    [t.rearm, flags, w2, w3]
+}
+
+#[cfg(target_arch = "x86_64")]
+pub use x86::*;
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use std::arch::x86_64::*;
+
+    use super::{HIGH, LEN_IN_PLACE, RxTemplate};
+    use crate::driver::soft::hw::desc::Desc;
+    use crate::mbuf::{MbufHeader, ol};
+    use crate::mempool::Elem;
+
+    /// Where the 32 bytes of an mbuf's Rx words start: its rearm word
+    /// (an address only).
+    #[inline(always)]
+    fn rx_words_ptr(e: Elem) -> *mut u8 {
+        MbufHeader::rearm_ptr(e.as_ptr().cast()).cast::<u8>()
+    }
+
+    /// Writes the Rx words of 4 delivered descriptors into their mbufs,
+    /// 2 at a time in 128-bit registers.
+    ///
+    /// # Safety
+    /// - The CPU has SSE4.1.
+    /// - `descs` points to 4 consecutive descriptors of a ring, each seen
+    ///   done (`DD`, acquire load) with no dropping error, which the device
+    ///   no longer writes.
+    /// - `elems` points to their 4 software-ring slots: mbuf headers the
+    ///   caller owns, unshared and with no external buffer attached.
+    #[target_feature(enable = "sse4.1")]
+    pub unsafe fn rx_group_sse41(descs: *const Desc, elems: *const Elem, t: RxTemplate) {
+        let rearm = _mm_set1_epi64x(t.rearm as i64);
+        let rss_on = _mm_set1_epi64x(if t.rss_hash { -1 } else { 0 });
+        for pair in 0..2 {
+            // SAFETY: the caller's contract: two descriptors of the four,
+            // not written concurrently.
+            let (da, db) = unsafe {
+                (
+                    _mm_loadu_si128(descs.add(2 * pair).cast()),
+                    _mm_loadu_si128(descs.add(2 * pair + 1).cast()),
+                )
+            };
+            let q0 = _mm_unpacklo_epi64(da, db);
+            let q1 = _mm_unpackhi_epi64(da, db);
+            let no_type =
+                _mm_cmpeq_epi64(_mm_and_si128(q0, _mm_set1_epi64x(0xf)), _mm_setzero_si128());
+            let has_hash = _mm_andnot_si128(no_type, rss_on);
+            let flags = _mm_or_si128(
+                _mm_or_si128(
+                    _mm_and_si128(_mm_srli_epi64::<3>(q1), _mm_set1_epi64x(1)),
+                    _mm_and_si128(
+                        _mm_andnot_si128(_mm_srli_epi64::<24>(q1), _mm_slli_epi64::<1>(q1)),
+                        _mm_set1_epi64x(0x80),
+                    ),
+                ),
+                _mm_or_si128(
+                    _mm_or_si128(
+                        _mm_and_si128(
+                            _mm_andnot_si128(_mm_srli_epi64::<22>(q1), _mm_slli_epi64::<3>(q1)),
+                            _mm_set1_epi64x(0x100),
+                        ),
+                        _mm_and_si128(
+                            _mm_and_si128(_mm_srli_epi64::<2>(q1), _mm_srli_epi64::<27>(q1)),
+                            _mm_set1_epi64x(0x18),
+                        ),
+                    ),
+                    _mm_and_si128(has_hash, _mm_set1_epi64x(ol::RX_RSS_HASH as i64)),
+                ),
+            );
+            let w2 = _mm_or_si128(
+                _mm_and_si128(_mm_srli_epi64::<4>(q0), _mm_set1_epi64x(0xfff)),
+                _mm_and_si128(q1, _mm_set1_epi64x(LEN_IN_PLACE as i64)),
+            );
+            let w3 = _mm_or_si128(
+                _mm_srli_epi64::<32>(q1),
+                _mm_and_si128(_mm_and_si128(q0, _mm_set1_epi64x(HIGH as i64)), has_hash),
+            );
+            // SAFETY: the caller's contract: the slots hold headers we own
+            // exclusively; their Rx words are 32 bytes.
+            unsafe {
+                let a = rx_words_ptr(*elems.add(2 * pair));
+                let b = rx_words_ptr(*elems.add(2 * pair + 1));
+                _mm_storeu_si128(a.cast(), _mm_unpacklo_epi64(rearm, flags));
+                _mm_storeu_si128(a.add(16).cast(), _mm_unpacklo_epi64(w2, w3));
+                _mm_storeu_si128(b.cast(), _mm_unpackhi_epi64(rearm, flags));
+                _mm_storeu_si128(b.add(16).cast(), _mm_unpackhi_epi64(w2, w3));
+            }
+        }
+    }
+
+    /// Writes the read format of `n` descriptors from `descs` (buffer
+    /// address: element address + `offset`, then a zero word), 2 per
+    /// 128-bit step; returns how many it wrote (`n` rounded down to 2).
+    ///
+    /// # Safety
+    /// - The CPU has SSE4.1.
+    /// - `descs` and `elems` point to `n` descriptors and software-ring
+    ///   slots; the device does not read those descriptors until the next
+    ///   doorbell (they are at or past the tail register).
+    #[target_feature(enable = "sse4.1")]
+    pub unsafe fn refill_sse41(
+        descs: *const Desc,
+        elems: *const Elem,
+        n: usize,
+        offset: u64,
+    ) -> usize {
+        let off = _mm_set1_epi64x(offset as i64);
+        let zero = _mm_setzero_si128();
+        let mut k = 0;
+        while k + 2 <= n {
+            // SAFETY: the caller's contract: slots and descriptors `k`,
+            // `k + 1` exist; descriptors are 16-byte aligned and unread by
+            // the device; the ring's words are atomics (`UnsafeCell`), so a
+            // plain store through the shared pointer is allowed.
+            unsafe {
+                let a = _mm_add_epi64(_mm_loadu_si128(elems.add(k).cast()), off);
+                let d = descs.add(k).cast_mut().cast::<__m128i>();
+                _mm_storeu_si128(d, _mm_unpacklo_epi64(a, zero));
+                _mm_storeu_si128(d.add(1), _mm_unpackhi_epi64(a, zero));
+            }
+            k += 2;
+        }
+        k
+    }
+}
