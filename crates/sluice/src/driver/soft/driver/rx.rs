@@ -498,6 +498,22 @@ impl SoftRx {
             unsafe { vector::rx_group_sse41(d, e, t) }
         })
     }
+
+    /// [`receive`](Self::receive) in groups of 4 with AVX2.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; the queue has no fragments.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn receive_avx2(&mut self, slots: &mut [Elem]) -> (usize, u64) {
+        debug_assert!(self.frags.is_none());
+        self.receive::<4>(slots, |d, e, t| {
+            // SAFETY: AVX2 is present (this function's contract); `receive`
+            // passes 4 descriptors seen done and clean and their slots,
+            // plain buffers we own (no fragments).
+            unsafe { vector::rx_group_avx2(d, e, t) }
+        })
+    }
 }
 
 /// Writes the read format of the first descriptors of `descs` from
@@ -514,6 +530,9 @@ fn refill_vector(level: VectorLevel, descs: &[Desc], slots: &[Elem], offset: u64
         // below the doorbell, so the device does not read them.
         #[cfg(target_arch = "x86_64")]
         VectorLevel::Sse41 => unsafe { vector::refill_sse41(d, e, n, offset) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        VectorLevel::Avx2 => unsafe { vector::refill_avx2(d, e, n, offset) },
         #[cfg(not(target_arch = "x86_64"))]
         _ => {
             let _ = (d, e, n, offset);
@@ -544,6 +563,9 @@ impl RxQueue for SoftRx {
             // SAFETY: the level is available on this CPU (checked in `new`).
             #[cfg(target_arch = "x86_64")]
             VectorLevel::Sse41 => unsafe { self.receive_sse41(slots) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            VectorLevel::Avx2 => unsafe { self.receive_avx2(slots) },
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only the scalar level exists here"),
         };

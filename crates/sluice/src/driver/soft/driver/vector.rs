@@ -1,14 +1,15 @@
 //! Vector paths of the soft driver: the Rx write-back parse and the Rx
-//! refill, several descriptors per step, in SSE4.1 registers.
+//! refill, several descriptors per step, in SSE4.1 or AVX2
+//! registers.
 //!
 //! The descriptor formats are the device's ([`rx`]); only the driver's
 //! loops change. A queue's level ([`VectorLevel`]) is chosen when the port
-//! is set up (spec key `vector=auto|off|sse`) from the CPU's
+//! is set up (spec key `vector=auto|off|sse|avx2`) from the CPU's
 //! features, found at run time; the scalar path stays, and is the only one
 //! on other architectures.
 //!
 //! # Rx
-//! A group of descriptors (4 with SSE4.1) is
+//! A group of descriptors (4 with SSE4.1 and AVX2) is
 //! parsed at once when every one of them is done (`DD`) and none carries a
 //! dropping error; anything else (a partial group, a dropped frame, the
 //! ring's wrap inside the group) takes the scalar step, one descriptor, and
@@ -49,20 +50,23 @@ pub enum VectorLevel {
     Scalar,
     /// SSE4.1: 128-bit registers, groups of 4 descriptors.
     Sse41,
+    /// AVX2: 256-bit registers, groups of 4 descriptors.
+    Avx2,
 }
 
 /// The values of the spec key `vector`.
-pub const VECTOR_CHOICES: &[&str] = &["auto", "off", "sse"];
+pub const VECTOR_CHOICES: &[&str] = &["auto", "off", "sse", "avx2"];
 
 impl VectorLevel {
     /// Every level, lowest first.
-    pub const ALL: [VectorLevel; 2] = [VectorLevel::Scalar, VectorLevel::Sse41];
+    pub const ALL: [VectorLevel; 3] = [VectorLevel::Scalar, VectorLevel::Sse41, VectorLevel::Avx2];
 
-    /// Its name in reports: `scalar`, `sse4.1`.
+    /// Its name in reports: `scalar`, `sse4.1`, `avx2`.
     pub fn name(self) -> &'static str {
         match self {
             VectorLevel::Scalar => "scalar",
             VectorLevel::Sse41 => "sse4.1",
+            VectorLevel::Avx2 => "avx2",
         }
     }
 
@@ -72,6 +76,8 @@ impl VectorLevel {
             VectorLevel::Scalar => true,
             #[cfg(target_arch = "x86_64")]
             VectorLevel::Sse41 => std::arch::is_x86_feature_detected!("sse4.1"),
+            #[cfg(target_arch = "x86_64")]
+            VectorLevel::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -93,6 +99,7 @@ impl VectorLevel {
             None | Some("auto") => return Ok(VectorLevel::best()),
             Some("off") => VectorLevel::Scalar,
             Some("sse") => VectorLevel::Sse41,
+            Some("avx2") => VectorLevel::Avx2,
             Some(other) => {
                 return Err(format!(
                     "vector={other}: expected one of {}",
@@ -270,6 +277,94 @@ mod x86 {
         }
     }
 
+    /// The flags, packet-type word and hash word of AVX2 lanes.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    fn rx_lanes_avx2(q0: __m256i, q1: __m256i, rss_on: __m256i) -> [__m256i; 3] {
+        let no_type = _mm256_cmpeq_epi64(
+            _mm256_and_si256(q0, _mm256_set1_epi64x(0xf)),
+            _mm256_setzero_si256(),
+        );
+        let has_hash = _mm256_andnot_si256(no_type, rss_on);
+        let flags = _mm256_or_si256(
+            _mm256_or_si256(
+                _mm256_and_si256(_mm256_srli_epi64::<3>(q1), _mm256_set1_epi64x(1)),
+                _mm256_and_si256(
+                    _mm256_andnot_si256(_mm256_srli_epi64::<24>(q1), _mm256_slli_epi64::<1>(q1)),
+                    _mm256_set1_epi64x(0x80),
+                ),
+            ),
+            _mm256_or_si256(
+                _mm256_or_si256(
+                    _mm256_and_si256(
+                        _mm256_andnot_si256(
+                            _mm256_srli_epi64::<22>(q1),
+                            _mm256_slli_epi64::<3>(q1),
+                        ),
+                        _mm256_set1_epi64x(0x100),
+                    ),
+                    _mm256_and_si256(
+                        _mm256_and_si256(_mm256_srli_epi64::<2>(q1), _mm256_srli_epi64::<27>(q1)),
+                        _mm256_set1_epi64x(0x18),
+                    ),
+                ),
+                _mm256_and_si256(has_hash, _mm256_set1_epi64x(ol::RX_RSS_HASH as i64)),
+            ),
+        );
+        let w2 = _mm256_or_si256(
+            _mm256_and_si256(_mm256_srli_epi64::<4>(q0), _mm256_set1_epi64x(0xfff)),
+            _mm256_and_si256(q1, _mm256_set1_epi64x(LEN_IN_PLACE as i64)),
+        );
+        let w3 = _mm256_or_si256(
+            _mm256_srli_epi64::<32>(q1),
+            _mm256_and_si256(
+                _mm256_and_si256(q0, _mm256_set1_epi64x(HIGH as i64)),
+                has_hash,
+            ),
+        );
+        [flags, w2, w3]
+    }
+
+    /// Writes the Rx words of 4 delivered descriptors into their mbufs,
+    /// one 32-byte store each.
+    ///
+    /// # Safety
+    /// As [`rx_group_sse41`], with AVX2 instead of SSE4.1.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn rx_group_avx2(descs: *const Desc, elems: *const Elem, t: RxTemplate) {
+        // SAFETY: the caller's contract: 4 consecutive descriptors (64
+        // bytes), not written concurrently.
+        let (d01, d23) = unsafe {
+            (
+                _mm256_loadu_si256(descs.cast()),
+                _mm256_loadu_si256(descs.add(2).cast()),
+            )
+        };
+        // Lanes in the order of descriptors 0, 2, 1, 3.
+        let q0 = _mm256_unpacklo_epi64(d01, d23);
+        let q1 = _mm256_unpackhi_epi64(d01, d23);
+        let rss_on = _mm256_set1_epi64x(if t.rss_hash { -1 } else { 0 });
+        let [flags, w2, w3] = rx_lanes_avx2(q0, q1, rss_on);
+        let rearm = _mm256_set1_epi64x(t.rearm as i64);
+        // [rearm, flags] and [w2, w3] of descriptors 0, 1 (low words of
+        // each 128-bit half) and 2, 3 (high words).
+        let a01 = _mm256_unpacklo_epi64(rearm, flags);
+        let b01 = _mm256_unpacklo_epi64(w2, w3);
+        let a23 = _mm256_unpackhi_epi64(rearm, flags);
+        let b23 = _mm256_unpackhi_epi64(w2, w3);
+        let m = [
+            _mm256_permute2x128_si256::<0x20>(a01, b01),
+            _mm256_permute2x128_si256::<0x31>(a01, b01),
+            _mm256_permute2x128_si256::<0x20>(a23, b23),
+            _mm256_permute2x128_si256::<0x31>(a23, b23),
+        ];
+        for (k, words) in m.into_iter().enumerate() {
+            // SAFETY: the caller's contract: slot `k` of the four holds a
+            // header we own exclusively; its Rx words are 32 bytes.
+            unsafe { _mm256_storeu_si256(rx_words_ptr(*elems.add(k)).cast(), words) };
+        }
+    }
+
     /// Writes the read format of `n` descriptors from `descs` (buffer
     /// address: element address + `offset`, then a zero word), 2 per
     /// 128-bit step; returns how many it wrote (`n` rounded down to 2).
@@ -301,6 +396,37 @@ mod x86 {
                 _mm_storeu_si128(d.add(1), _mm_unpackhi_epi64(a, zero));
             }
             k += 2;
+        }
+        k
+    }
+
+    /// [`refill_sse41`] in AVX2, 4 descriptors per step (`n` rounded down
+    /// to 4).
+    ///
+    /// # Safety
+    /// As [`refill_sse41`], with AVX2 instead of SSE4.1.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn refill_avx2(
+        descs: *const Desc,
+        elems: *const Elem,
+        n: usize,
+        offset: u64,
+    ) -> usize {
+        let off = _mm256_set1_epi64x(offset as i64);
+        let zero = _mm256_setzero_si256();
+        let mut k = 0;
+        while k + 4 <= n {
+            // SAFETY: as in `refill_sse41`, for descriptors `k..k + 4`.
+            unsafe {
+                let a = _mm256_add_epi64(_mm256_loadu_si256(elems.add(k).cast()), off);
+                // [a0, 0, a2, 0] and [a1, 0, a3, 0].
+                let lo = _mm256_unpacklo_epi64(a, zero);
+                let hi = _mm256_unpackhi_epi64(a, zero);
+                let d = descs.add(k).cast_mut().cast::<__m256i>();
+                _mm256_storeu_si256(d, _mm256_permute2x128_si256::<0x20>(lo, hi));
+                _mm256_storeu_si256(d.add(1), _mm256_permute2x128_si256::<0x31>(lo, hi));
+            }
+            k += 4;
         }
         k
     }

@@ -323,6 +323,7 @@ proptest! {
                 unsafe {
                     match level {
                         VectorLevel::Sse41 => vector::rx_group_sse41(d.add(at), elems[at..].as_ptr(), t),
+                        VectorLevel::Avx2 => vector::rx_group_avx2(d.add(at), elems[at..].as_ptr(), t),
                         VectorLevel::Scalar => unreachable!(),
                     }
                 }
@@ -386,7 +387,11 @@ fn the_one_descriptor_computation_is_the_scalar_paths() {
 #[test]
 fn vector_key_takes_each_level_the_cpu_has_and_names_what_it_lacks() {
     let pool = TestPool::new(511).build();
-    for (value, level) in [("off", VectorLevel::Scalar), ("sse", VectorLevel::Sse41)] {
+    for (value, level) in [
+        ("off", VectorLevel::Scalar),
+        ("sse", VectorLevel::Sse41),
+        ("avx2", VectorLevel::Avx2),
+    ] {
         let spec =
             format!("soft:gen=udp,flows=4,count=64,tester=vector_key_{value},vector={value}");
         let r = open(
@@ -427,6 +432,9 @@ fn vector_key_takes_each_level_the_cpu_has_and_names_what_it_lacks() {
     .err()
     .unwrap()
     .to_string();
-    assert!(e.contains("vector") && e.contains("auto, off, sse"), "{e}");
+    assert!(
+        e.contains("vector") && e.contains("auto, off, sse, avx2"),
+        "{e}"
+    );
     assert_pool_full(&pool);
 }
