@@ -79,9 +79,9 @@
 //!   port). The Rx pool's data room then goes unused (a pool of small
 //!   elements will do) and Tx→Rx recycling into the queue is refused.
 //!
-//! - `vector=auto|off|sse|avx2` (default auto): the instruction set
+//! - `vector=auto|off|sse|avx2|avx512` (default auto): the instruction set
 //!   of the Rx queues' receive loop and refill (`driver::vector`) — the
-//!   highest this CPU has, scalar, SSE4.1 or AVX2. A level the
+//!   highest this CPU has, scalar, SSE4.1, AVX2 or AVX-512F. A level the
 //!   CPU lacks is an error naming the highest it has; other architectures
 //!   have only `off` (and `auto`, which takes it). Queues with
 //!   `rxbuf=frag` stay scalar. Every level leaves the same mbufs, rings

@@ -514,6 +514,22 @@ impl SoftRx {
             unsafe { vector::rx_group_avx2(d, e, t) }
         })
     }
+
+    /// [`receive`](Self::receive) in groups of 8 with AVX-512F.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; the queue has no fragments.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn receive_avx512(&mut self, slots: &mut [Elem]) -> (usize, u64) {
+        debug_assert!(self.frags.is_none());
+        self.receive::<8>(slots, |d, e, t| {
+            // SAFETY: AVX-512F is present (this function's contract);
+            // `receive` passes 8 descriptors seen done and clean and their
+            // slots, plain buffers we own (no fragments).
+            unsafe { vector::rx_group_avx512(d, e, t) }
+        })
+    }
 }
 
 /// Writes the read format of the first descriptors of `descs` from
@@ -533,6 +549,9 @@ fn refill_vector(level: VectorLevel, descs: &[Desc], slots: &[Elem], offset: u64
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         VectorLevel::Avx2 => unsafe { vector::refill_avx2(d, e, n, offset) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        VectorLevel::Avx512 => unsafe { vector::refill_avx512(d, e, n, offset) },
         #[cfg(not(target_arch = "x86_64"))]
         _ => {
             let _ = (d, e, n, offset);
@@ -566,6 +585,9 @@ impl RxQueue for SoftRx {
             // SAFETY: as above.
             #[cfg(target_arch = "x86_64")]
             VectorLevel::Avx2 => unsafe { self.receive_avx2(slots) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            VectorLevel::Avx512 => unsafe { self.receive_avx512(slots) },
             #[cfg(not(target_arch = "x86_64"))]
             _ => unreachable!("only the scalar level exists here"),
         };

@@ -1,15 +1,15 @@
 //! Vector paths of the soft driver: the Rx write-back parse and the Rx
-//! refill, several descriptors per step, in SSE4.1 or AVX2
+//! refill, several descriptors per step, in SSE4.1, AVX2 or AVX-512
 //! registers.
 //!
 //! The descriptor formats are the device's ([`rx`]); only the driver's
 //! loops change. A queue's level ([`VectorLevel`]) is chosen when the port
-//! is set up (spec key `vector=auto|off|sse|avx2`) from the CPU's
+//! is set up (spec key `vector=auto|off|sse|avx2|avx512`) from the CPU's
 //! features, found at run time; the scalar path stays, and is the only one
 //! on other architectures.
 //!
 //! # Rx
-//! A group of descriptors (4 with SSE4.1 and AVX2) is
+//! A group of descriptors (4 with SSE4.1 and AVX2, 8 with AVX-512) is
 //! parsed at once when every one of them is done (`DD`) and none carries a
 //! dropping error; anything else (a partial group, a dropped frame, the
 //! ring's wrap inside the group) takes the scalar step, one descriptor, and
@@ -52,21 +52,29 @@ pub enum VectorLevel {
     Sse41,
     /// AVX2: 256-bit registers, groups of 4 descriptors.
     Avx2,
+    /// AVX-512 (foundation): 512-bit registers, groups of 8 descriptors.
+    Avx512,
 }
 
 /// The values of the spec key `vector`.
-pub const VECTOR_CHOICES: &[&str] = &["auto", "off", "sse", "avx2"];
+pub const VECTOR_CHOICES: &[&str] = &["auto", "off", "sse", "avx2", "avx512"];
 
 impl VectorLevel {
     /// Every level, lowest first.
-    pub const ALL: [VectorLevel; 3] = [VectorLevel::Scalar, VectorLevel::Sse41, VectorLevel::Avx2];
+    pub const ALL: [VectorLevel; 4] = [
+        VectorLevel::Scalar,
+        VectorLevel::Sse41,
+        VectorLevel::Avx2,
+        VectorLevel::Avx512,
+    ];
 
-    /// Its name in reports: `scalar`, `sse4.1`, `avx2`.
+    /// Its name in reports: `scalar`, `sse4.1`, `avx2`, `avx512`.
     pub fn name(self) -> &'static str {
         match self {
             VectorLevel::Scalar => "scalar",
             VectorLevel::Sse41 => "sse4.1",
             VectorLevel::Avx2 => "avx2",
+            VectorLevel::Avx512 => "avx512",
         }
     }
 
@@ -78,6 +86,8 @@ impl VectorLevel {
             VectorLevel::Sse41 => std::arch::is_x86_feature_detected!("sse4.1"),
             #[cfg(target_arch = "x86_64")]
             VectorLevel::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(target_arch = "x86_64")]
+            VectorLevel::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -100,6 +110,7 @@ impl VectorLevel {
             Some("off") => VectorLevel::Scalar,
             Some("sse") => VectorLevel::Sse41,
             Some("avx2") => VectorLevel::Avx2,
+            Some("avx512") => VectorLevel::Avx512,
             Some(other) => {
                 return Err(format!(
                     "vector={other}: expected one of {}",
@@ -365,6 +376,93 @@ mod x86 {
         }
     }
 
+    /// Writes the Rx words of 8 delivered descriptors into their mbufs,
+    /// one 32-byte store each.
+    ///
+    /// # Safety
+    /// As [`rx_group_sse41`], with AVX-512F instead of SSE4.1, and 8
+    /// descriptors and slots.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn rx_group_avx512(descs: *const Desc, elems: *const Elem, t: RxTemplate) {
+        // SAFETY: the caller's contract: 8 consecutive descriptors (128
+        // bytes), not written concurrently.
+        let (d0, d1) = unsafe {
+            (
+                _mm512_loadu_si512(descs.cast()),
+                _mm512_loadu_si512(descs.add(4).cast()),
+            )
+        };
+        // Lanes in the order of descriptors 0, 4, 1, 5, 2, 6, 3, 7.
+        let q0 = _mm512_unpacklo_epi64(d0, d1);
+        let q1 = _mm512_unpackhi_epi64(d0, d1);
+        let typed = _mm512_test_epi64_mask(q0, _mm512_set1_epi64(0xf));
+        let has_hash: __mmask8 = if t.rss_hash { typed } else { 0 };
+        let flags = _mm512_or_si512(
+            _mm512_or_si512(
+                _mm512_and_si512(_mm512_srli_epi64::<3>(q1), _mm512_set1_epi64(1)),
+                _mm512_and_si512(
+                    _mm512_andnot_si512(_mm512_srli_epi64::<24>(q1), _mm512_slli_epi64::<1>(q1)),
+                    _mm512_set1_epi64(0x80),
+                ),
+            ),
+            _mm512_or_si512(
+                _mm512_or_si512(
+                    _mm512_and_si512(
+                        _mm512_andnot_si512(
+                            _mm512_srli_epi64::<22>(q1),
+                            _mm512_slli_epi64::<3>(q1),
+                        ),
+                        _mm512_set1_epi64(0x100),
+                    ),
+                    _mm512_and_si512(
+                        _mm512_and_si512(_mm512_srli_epi64::<2>(q1), _mm512_srli_epi64::<27>(q1)),
+                        _mm512_set1_epi64(0x18),
+                    ),
+                ),
+                _mm512_maskz_mov_epi64(has_hash, _mm512_set1_epi64(ol::RX_RSS_HASH as i64)),
+            ),
+        );
+        let w2 = _mm512_or_si512(
+            _mm512_and_si512(_mm512_srli_epi64::<4>(q0), _mm512_set1_epi64(0xfff)),
+            _mm512_and_si512(q1, _mm512_set1_epi64(LEN_IN_PLACE as i64)),
+        );
+        let w3 = _mm512_or_si512(
+            _mm512_srli_epi64::<32>(q1),
+            _mm512_maskz_and_epi64(has_hash, q0, _mm512_set1_epi64(HIGH as i64)),
+        );
+        let rearm = _mm512_set1_epi64(t.rearm as i64);
+        // 128-bit lane k: [rearm, flags] and [w2, w3] of descriptor k
+        // (low words) and k + 4 (high words).
+        let a_lo = _mm512_unpacklo_epi64(rearm, flags);
+        let b_lo = _mm512_unpacklo_epi64(w2, w3);
+        let a_hi = _mm512_unpackhi_epi64(rearm, flags);
+        let b_hi = _mm512_unpackhi_epi64(w2, w3);
+        // Two descriptors' 32 bytes each: lanes (k, k) then (k + 1, k + 1).
+        let first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+        let second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+        let pairs = [
+            (0, _mm512_permutex2var_epi64(a_lo, first, b_lo)),
+            (2, _mm512_permutex2var_epi64(a_lo, second, b_lo)),
+            (4, _mm512_permutex2var_epi64(a_hi, first, b_hi)),
+            (6, _mm512_permutex2var_epi64(a_hi, second, b_hi)),
+        ];
+        for (k, words) in pairs {
+            // SAFETY: the caller's contract: slots `k` and `k + 1` of the
+            // eight hold headers we own exclusively; their Rx words are 32
+            // bytes each.
+            unsafe {
+                _mm256_storeu_si256(
+                    rx_words_ptr(*elems.add(k)).cast(),
+                    _mm512_castsi512_si256(words),
+                );
+                _mm256_storeu_si256(
+                    rx_words_ptr(*elems.add(k + 1)).cast(),
+                    _mm512_extracti64x4_epi64::<1>(words),
+                );
+            }
+        }
+    }
+
     /// Writes the read format of `n` descriptors from `descs` (buffer
     /// address: element address + `offset`, then a zero word), 2 per
     /// 128-bit step; returns how many it wrote (`n` rounded down to 2).
@@ -427,6 +525,39 @@ mod x86 {
                 _mm256_storeu_si256(d.add(1), _mm256_permute2x128_si256::<0x31>(lo, hi));
             }
             k += 4;
+        }
+        k
+    }
+
+    /// [`refill_sse41`] in AVX-512, 8 descriptors per step (`n` rounded
+    /// down to 8).
+    ///
+    /// # Safety
+    /// As [`refill_sse41`], with AVX-512F instead of SSE4.1.
+    #[target_feature(enable = "avx512f")]
+    pub unsafe fn refill_avx512(
+        descs: *const Desc,
+        elems: *const Elem,
+        n: usize,
+        offset: u64,
+    ) -> usize {
+        let off = _mm512_set1_epi64(offset as i64);
+        let zero = _mm512_setzero_si512();
+        let first = _mm512_set_epi64(11, 10, 3, 2, 9, 8, 1, 0);
+        let second = _mm512_set_epi64(15, 14, 7, 6, 13, 12, 5, 4);
+        let mut k = 0;
+        while k + 8 <= n {
+            // SAFETY: as in `refill_sse41`, for descriptors `k..k + 8`.
+            unsafe {
+                let a = _mm512_add_epi64(_mm512_loadu_si512(elems.add(k).cast()), off);
+                // 128-bit lane j: [a(2j), 0] and [a(2j + 1), 0].
+                let lo = _mm512_unpacklo_epi64(a, zero);
+                let hi = _mm512_unpackhi_epi64(a, zero);
+                let d = descs.add(k).cast_mut().cast::<__m512i>();
+                _mm512_storeu_si512(d, _mm512_permutex2var_epi64(lo, first, hi));
+                _mm512_storeu_si512(d.add(1), _mm512_permutex2var_epi64(lo, second, hi));
+            }
+            k += 8;
         }
         k
     }

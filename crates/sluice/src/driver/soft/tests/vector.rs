@@ -324,12 +324,17 @@ proptest! {
                     match level {
                         VectorLevel::Sse41 => vector::rx_group_sse41(d.add(at), elems[at..].as_ptr(), t),
                         VectorLevel::Avx2 => vector::rx_group_avx2(d.add(at), elems[at..].as_ptr(), t),
+                        VectorLevel::Avx512 => vector::rx_group_avx512(d.add(at), elems[at..].as_ptr(), t),
                         VectorLevel::Scalar => unreachable!(),
                     }
                 }
             };
-            group(0);
-            group(4);
+            if level == VectorLevel::Avx512 {
+                group(0);
+            } else {
+                group(0);
+                group(4);
+            }
             for (k, m) in mbufs.iter().enumerate() {
                 let p = m.as_header_ptr().cast::<u64>();
                 // SAFETY: the header's words 2..6 (bytes 16..48) of a live
@@ -391,6 +396,7 @@ fn vector_key_takes_each_level_the_cpu_has_and_names_what_it_lacks() {
         ("off", VectorLevel::Scalar),
         ("sse", VectorLevel::Sse41),
         ("avx2", VectorLevel::Avx2),
+        ("avx512", VectorLevel::Avx512),
     ] {
         let spec =
             format!("soft:gen=udp,flows=4,count=64,tester=vector_key_{value},vector={value}");
@@ -433,7 +439,7 @@ fn vector_key_takes_each_level_the_cpu_has_and_names_what_it_lacks() {
     .unwrap()
     .to_string();
     assert!(
-        e.contains("vector") && e.contains("auto, off, sse, avx2"),
+        e.contains("vector") && e.contains("auto, off, sse, avx2, avx512"),
         "{e}"
     );
     assert_pool_full(&pool);
