@@ -80,10 +80,11 @@
 //!   elements will do) and Tx→Rx recycling into the queue is refused.
 //!
 //! - `vector=auto|off|sse|avx2|avx512` (default auto): the instruction set
-//!   of the Rx queues' receive loop and refill (`driver::vector`) — the
-//!   highest this CPU has, scalar, SSE4.1, AVX2 or AVX-512F. A level the
+//!   of the Rx queues' receive loop and refill and of the Tx queues' MPWQE
+//!   data segments (`driver::vector`) — the highest this CPU has, scalar,
+//!   SSE4.1, AVX2 or AVX-512F (whose Tx segments are AVX2's). A level the
 //!   CPU lacks is an error naming the highest it has; other architectures
-//!   have only `off` (and `auto`, which takes it). Queues with
+//!   have only `off` (and `auto`, which takes it). Rx queues with
 //!   `rxbuf=frag` stay scalar. Every level leaves the same mbufs, rings
 //!   and counters.
 //!
@@ -620,6 +621,7 @@ impl PortDriver for SoftDriver {
             inline_mpw: self.settings.inline_mpw,
             comp_wqes: self.settings.tx_comp,
             doorbell_bytes: 4 + self.settings.bus_overhead,
+            vector: self.settings.vector,
         };
         let tx: Vec<Box<dyn TxQueue>> = tx_regs
             .into_iter()

@@ -1,5 +1,5 @@
-//! Vector paths of the soft driver: the Rx write-back parse and the Rx
-//! refill, several descriptors per step, in SSE4.1, AVX2 or AVX-512
+//! Vector paths of the soft driver: the Rx write-back parse, the Rx
+//! refill and the Tx data segments, several descriptors per step, in SSE4.1, AVX2 or AVX-512
 //! registers.
 //!
 //! The descriptor formats are the device's ([`rx`]); only the driver's
@@ -29,6 +29,16 @@
 //! writer loads the elements from the software ring, adds the offset and
 //! interleaves the zero words, two or four descriptors per store.
 //!
+//! # Tx
+//! Inside a multi-packet WQE, a run of packets that each take a data
+//! segment (one buffer, longer than `inline_mpw`, the session's offload
+//! flags) goes in groups of 4: the checks of all four are folded into one
+//! branch, and their data segments — byte count and memory key, then the
+//! address, big-endian — are byte-swapped in a register and written with
+//! one 16-byte store each (SSE4.1) or one 32-byte store per two (AVX2, and
+//! AVX-512, whose foundation has no byte shuffle). Anything else takes the
+//! scalar step.
+//!
 //! # Memory
 //! Descriptors are atomic words because the device may run on another
 //! thread. The vector paths read and write them with plain vector accesses
@@ -36,14 +46,16 @@
 //! load of each of its status words saw `DD` (the device has written the
 //! descriptor for the last time until the driver rearms it), and a refill
 //! writes descriptors at or past the tail register, which the device does
-//! not read before the doorbell's release store.
+//! not read before the doorbell's release store; Tx segments are written in
+//! blocks past the tail register likewise.
 
 use std::fmt;
 
 use crate::driver::soft::hw::desc::rx;
 use crate::mbuf::{MbufHeader, ol};
 
-/// The instruction set a queue's Rx loop and refill run on.
+/// The instruction set a queue's Rx loop, refill and Tx data segments run
+/// on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum VectorLevel {
     /// One descriptor at a time (every architecture).
@@ -87,7 +99,11 @@ impl VectorLevel {
             #[cfg(target_arch = "x86_64")]
             VectorLevel::Avx2 => std::arch::is_x86_feature_detected!("avx2"),
             #[cfg(target_arch = "x86_64")]
-            VectorLevel::Avx512 => std::arch::is_x86_feature_detected!("avx512f"),
+            VectorLevel::Avx512 => {
+                // Its Tx segments take the AVX2 writer.
+                std::arch::is_x86_feature_detected!("avx512f")
+                    && std::arch::is_x86_feature_detected!("avx2")
+            }
             #[cfg(not(target_arch = "x86_64"))]
             _ => false,
         }
@@ -207,6 +223,7 @@ mod x86 {
 
     use super::{HIGH, LEN_IN_PLACE, RxTemplate};
     use crate::driver::soft::hw::desc::Desc;
+    use crate::driver::soft::hw::wqe::LKEY;
     use crate::mbuf::{MbufHeader, ol};
     use crate::mempool::Elem;
 
@@ -560,5 +577,86 @@ mod x86 {
             k += 8;
         }
         k
+    }
+
+    /// The byte shuffle that turns `[byte count, address]` (two
+    /// little-endian words) into a data segment's big-endian fields: the
+    /// count's 4 bytes reversed, 4 zero bytes for the key, the address's 8
+    /// reversed.
+    #[target_feature(enable = "sse4.1")]
+    #[inline]
+    fn dseg_shuffle() -> __m128i {
+        _mm_setr_epi8(3, 2, 1, 0, -1, -1, -1, -1, 15, 14, 13, 12, 11, 10, 9, 8)
+    }
+
+    /// The memory key's bytes in the data segment's first word.
+    const LKEY_WORD: u64 = u64::from_ne_bytes({
+        let k = LKEY.to_be_bytes();
+        [0, 0, 0, 0, k[0], k[1], k[2], k[3]]
+    });
+
+    /// A packet's byte count and data address: what its data segment says.
+    ///
+    /// # Safety
+    /// `e` is an mbuf the caller holds.
+    #[inline(always)]
+    unsafe fn count_and_addr(e: Elem) -> (i64, i64) {
+        // SAFETY: the caller's contract: a live header.
+        let h = unsafe { &*e.as_ptr().cast::<MbufHeader>() };
+        (
+            h.data_len as i64,
+            (h.buf_addr as u64).wrapping_add(h.data_off as u64) as i64,
+        )
+    }
+
+    /// Writes the data segments of 4 packets into segments `segs..segs + 4`,
+    /// one 16-byte store each.
+    ///
+    /// # Safety
+    /// - The CPU has SSE4.1.
+    /// - `elems` points to 4 mbufs the caller holds, each one segment.
+    /// - `segs` points to 4 consecutive segments of a WQE ring in blocks
+    ///   past the tail register (the device does not read them until the
+    ///   next doorbell).
+    #[target_feature(enable = "sse4.1")]
+    pub unsafe fn tx_dsegs_sse41(segs: *const Desc, elems: *const Elem) {
+        let shuffle = dseg_shuffle();
+        let key = _mm_set_epi64x(0, LKEY_WORD as i64);
+        for k in 0..4 {
+            // SAFETY: the caller's contract: slot `k` holds a live mbuf.
+            let (count, addr) = unsafe { count_and_addr(*elems.add(k)) };
+            let seg = _mm_or_si128(_mm_shuffle_epi8(_mm_set_epi64x(addr, count), shuffle), key);
+            // SAFETY: the caller's contract: segment `k` exists and the
+            // device does not read it; the ring's words are atomics
+            // (`UnsafeCell`), so a plain store through the shared pointer
+            // is allowed.
+            unsafe { _mm_storeu_si128(segs.add(k).cast_mut().cast(), seg) };
+        }
+    }
+
+    /// [`tx_dsegs_sse41`] in AVX2: one 32-byte store per two segments.
+    ///
+    /// # Safety
+    /// As [`tx_dsegs_sse41`], with AVX2 instead of SSE4.1.
+    #[target_feature(enable = "avx2")]
+    pub unsafe fn tx_dsegs_avx2(segs: *const Desc, elems: *const Elem) {
+        let shuffle = _mm256_broadcastsi128_si256(dseg_shuffle());
+        let key = _mm256_set_epi64x(0, LKEY_WORD as i64, 0, LKEY_WORD as i64);
+        for k in [0, 2] {
+            // SAFETY: the caller's contract: slots `k`, `k + 1` hold live
+            // mbufs.
+            let ((c0, a0), (c1, a1)) = unsafe {
+                (
+                    count_and_addr(*elems.add(k)),
+                    count_and_addr(*elems.add(k + 1)),
+                )
+            };
+            let two = _mm256_or_si256(
+                _mm256_shuffle_epi8(_mm256_set_epi64x(a1, c1, a0, c0), shuffle),
+                key,
+            );
+            // SAFETY: as in `tx_dsegs_sse41`, for segments `k`, `k + 1`.
+            unsafe { _mm256_storeu_si256(segs.add(k).cast_mut().cast(), two) };
+        }
     }
 }

@@ -1,6 +1,8 @@
-//! The vector Rx paths against the scalar one: an Rx queue at each level
+//! The vector paths against the scalar ones: an Rx queue at each level
 //! this CPU has and a scalar queue take the same descriptor write-backs
-//! and the same bursts, and must leave the same mbufs, rings and counters.
+//! and the same bursts, and must leave the same mbufs, rings and counters;
+//! a Tx queue at each level and a scalar one take the same bursts and
+//! device steps, and must leave the same rings, frames and counters.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -11,13 +13,16 @@ use super::super::device::{
     Bus, EngineCell, PortEngines, QueueEngine, RxEngine, RxEngineParts, RxParams, RxSource,
 };
 use super::super::driver::rx::{RxQueueParts, SoftRx};
+use super::super::driver::tx::{TxMode, TxParams};
 use super::super::driver::vector::{self, RxTemplate, VectorLevel};
 use super::super::frame::RssHasher;
 use super::super::hw::desc::rx;
 use super::super::hw::regs::RxRegs;
+use super::super::wqe::seg_bytes;
+use super::wqe::{Rig, params, udp4};
 use crate::driver::open;
-use crate::mbuf::{Burst, Mbuf, MbufPool, RearmData};
-use crate::port::{PortConfig, PortCounters, RxQueue};
+use crate::mbuf::{Burst, Mbuf, MbufPool, RearmData, TxOffload, ol};
+use crate::port::{PortConfig, PortCounters, RxQueue, TxQueue};
 use crate::test_support::{TestPool, assert_pool_full};
 
 /// One written-back descriptor.
@@ -368,7 +373,6 @@ fn the_one_descriptor_computation_is_the_scalar_paths() {
     );
     let [rearm, flags, w2, w3] = vector::rx_words(q0, q1, t);
     assert_eq!(rearm, t.rearm);
-    use crate::mbuf::ol;
     assert_eq!(
         flags,
         ol::RX_IP_CKSUM_GOOD | ol::RX_L4_CKSUM_BAD | ol::RX_VLAN | ol::RX_RSS_HASH
@@ -443,4 +447,179 @@ fn vector_key_takes_each_level_the_cpu_has_and_names_what_it_lacks() {
         "{e}"
     );
     assert_pool_full(&pool);
+}
+
+/// One packet of a Tx burst.
+#[derive(Debug, Clone, Copy)]
+struct TxPacket {
+    len: usize,
+    /// 0, IPv4 and UDP checksums, or a VLAN tag to insert.
+    flags: u64,
+    /// Cut into two segments at this byte (0: one segment).
+    cut: usize,
+}
+
+fn tx_packet() -> impl Strategy<Value = TxPacket> {
+    let flags = prop::sample::select(vec![
+        0,
+        0,
+        0,
+        ol::TX_IP_CKSUM | ol::TX_UDP_CKSUM | ol::TX_IPV4,
+        ol::TX_VLAN,
+    ]);
+    let cut = prop::sample::select(vec![0usize, 0, 0, 0, 0, 0, 0, 30]);
+    (42usize..=300, flags, cut).prop_map(|(len, flags, cut)| TxPacket { len, flags, cut })
+}
+
+/// What the Tx test does next: a burst, or device steps.
+#[derive(Debug, Clone)]
+enum TxStep {
+    Burst(Vec<TxPacket>),
+    Device(usize),
+}
+
+fn tx_steps() -> impl Strategy<Value = Vec<TxStep>> {
+    let step = prop_oneof![
+        prop::collection::vec(tx_packet(), 0..48).prop_map(TxStep::Burst),
+        (0usize..4).prop_map(TxStep::Device),
+    ];
+    prop::collection::vec(step, 1..40)
+}
+
+/// A Tx queue by hand (the device stepped by the test), with its pool.
+struct TxSide {
+    rig: Rig,
+    pool: MbufPool,
+}
+
+impl TxSide {
+    fn new(params: TxParams) -> TxSide {
+        TxSide {
+            rig: Rig::new(params),
+            pool: TestPool::new(255).build(),
+        }
+    }
+
+    fn packet(&self, p: TxPacket, seed: u8) -> Mbuf {
+        let frame = udp4(p.len, seed);
+        let mut m = if p.cut == 0 {
+            self.pool.alloc_from_slice(&frame).unwrap()
+        } else {
+            let mut m = self.pool.alloc_from_slice(&frame[..p.cut]).unwrap();
+            m.chain(self.pool.alloc_from_slice(&frame[p.cut..]).unwrap())
+                .map_err(|(e, _)| e)
+                .unwrap();
+            m
+        };
+        m.set_ol_flags(p.flags).unwrap();
+        m.set_vlan_tci(0x0abc).unwrap();
+        m.set_tx_offload(TxOffload {
+            l2_len: 14,
+            l3_len: 20,
+            ..TxOffload::default()
+        })
+        .unwrap();
+        m
+    }
+
+    /// Every ring segment, a data segment's address made relative to the
+    /// pool (any big-endian word at bytes 8..16 that falls in the pool's
+    /// memory).
+    fn ring(&self) -> Vec<[u8; 16]> {
+        let base = self.pool.mempool().region().base().as_ptr() as u64;
+        let len = self.pool.mempool().region().len() as u64;
+        self.rig
+            .regs
+            .segs
+            .as_slice()
+            .iter()
+            .map(|d| {
+                let mut b = seg_bytes(d);
+                let addr = u64::from_be_bytes(b[8..].try_into().unwrap());
+                if addr.wrapping_sub(base) < len {
+                    b[8..].copy_from_slice(&(addr - base).to_be_bytes());
+                }
+                b
+            })
+            .collect()
+    }
+}
+
+/// Every counter but the device's cycles (a time).
+fn counts(c: &PortCounters) -> Vec<(String, u64)> {
+    let mut all = c.xstats_snapshot();
+    all.retain(|(name, _)| name != "device_cycles");
+    all
+}
+
+/// Runs `steps` on a scalar Tx queue and one at `level`, comparing after
+/// every step.
+fn tx_same_as_scalar(
+    level: VectorLevel,
+    params: TxParams,
+    steps: &[TxStep],
+) -> Result<(), TestCaseError> {
+    let mut scalar = TxSide::new(params);
+    let mut vec = TxSide::new(TxParams {
+        vector: level,
+        ..params
+    });
+    for (k, step) in steps.iter().enumerate() {
+        match step {
+            TxStep::Burst(packets) => {
+                let mut a: Burst<64> = Burst::new();
+                let mut b: Burst<64> = Burst::new();
+                for (seed, p) in packets.iter().enumerate() {
+                    a.push(scalar.packet(*p, seed as u8)).unwrap();
+                    b.push(vec.packet(*p, seed as u8)).unwrap();
+                }
+                let na = scalar.rig.tx.tx_burst(&mut a);
+                let nb = vec.rig.tx.tx_burst(&mut b);
+                prop_assert_eq!(na, nb, "step {}: packets taken", k);
+            }
+            TxStep::Device(steps) => {
+                for _ in 0..*steps {
+                    prop_assert_eq!(scalar.rig.step(), vec.rig.step(), "step {}", k);
+                }
+                prop_assert_eq!(scalar.rig.captured(), vec.rig.captured(), "step {}", k);
+            }
+        }
+        prop_assert_eq!(scalar.ring(), vec.ring(), "step {}: ring", k);
+        prop_assert_eq!(
+            counts(&scalar.rig.counters),
+            counts(&vec.rig.counters),
+            "step {}: counters",
+            k
+        );
+        prop_assert_eq!(scalar.pool.available(), vec.pool.available(), "step {}", k);
+    }
+    for side in [scalar, vec] {
+        let TxSide { rig, pool } = side;
+        drop(rig);
+        assert_pool_full(&pool);
+    }
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn every_level_leaves_the_scalar_tx_paths_rings_frames_and_counters(
+        steps in tx_steps(),
+        inline_mpw in prop::sample::select(vec![0u32, 0, 64, 200]),
+        mpw_segs in prop::sample::select(vec![6u32, 62]),
+        fast_free in any::<bool>(),
+    ) {
+        let params = TxParams {
+            fast_free,
+            multi_seg: !fast_free,
+            inline_mpw: inline_mpw.min(if mpw_segs < 62 { 0 } else { inline_mpw }),
+            mpw_segs,
+            ..params(TxMode::Mpwqe)
+        };
+        for level in vector_levels() {
+            tx_same_as_scalar(level, params, &steps)?;
+        }
+    }
 }
