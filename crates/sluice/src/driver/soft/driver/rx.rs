@@ -43,7 +43,9 @@ use crate::mempool::Elem;
 use crate::port::{PortCounters, PortError, RecycleRxInfo, RxFrameCheck, RxQueue, TxQueue};
 
 use super::rx_frags::RxFrags;
-use super::vector::{self, RxTemplate, VectorLevel};
+#[cfg(target_arch = "x86_64")]
+use super::vector;
+use super::vector::{RxTemplate, VectorLevel};
 use crate::driver::soft::device::{QueueEngine, RxEngine};
 use crate::driver::soft::hw::desc::{Desc, rx};
 use crate::driver::soft::hw::regs::RxRegs;
@@ -357,7 +359,7 @@ impl SoftRx {
     /// their bytes.
     ///
     /// `group(descs, elems, template)` must write the Rx words of `W`
-    /// descriptors into their mbufs as [`vector::rx_words`] computes them;
+    /// descriptors into their mbufs as `vector::rx_words` computes them;
     /// it is called only under the conditions of
     /// [`vector::rx_group_sse41`]: `descs` and `elems` point to `W`
     /// descriptors seen done with no dropping error and their slots.

@@ -81,7 +81,9 @@ use crate::mempool::{Elem, PoolInner};
 use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
 use super::fast_free::{FastFree, Region};
-use super::vector::{self, VectorLevel};
+#[cfg(target_arch = "x86_64")]
+use super::vector;
+use super::vector::VectorLevel;
 use crate::driver::soft::device::QueueEngine;
 use crate::driver::soft::device::tx_engine::TxEngine;
 use crate::driver::soft::hw::desc::Desc;

@@ -178,8 +178,10 @@ const _: () = {
 };
 
 /// The high half of a word: the RSS hash in qword 0.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const HIGH: u64 = 0xffff_ffff_0000_0000;
 /// Qword 1's length field, in place.
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 const LEN_IN_PLACE: u64 = 0x0000_ffff_0000_0000;
 
 /// What the Rx groups need of their queue.
@@ -244,6 +246,7 @@ mod x86 {
     ///   no longer writes.
     /// - `elems` points to their 4 software-ring slots: mbuf headers the
     ///   caller owns, unshared and with no external buffer attached.
+    #[inline]
     #[target_feature(enable = "sse4.1")]
     pub unsafe fn rx_group_sse41(descs: *const Desc, elems: *const Elem, t: RxTemplate) {
         let rearm = _mm_set1_epi64x(t.rearm as i64);
@@ -358,6 +361,7 @@ mod x86 {
     ///
     /// # Safety
     /// As [`rx_group_sse41`], with AVX2 instead of SSE4.1.
+    #[inline]
     #[target_feature(enable = "avx2")]
     pub unsafe fn rx_group_avx2(descs: *const Desc, elems: *const Elem, t: RxTemplate) {
         // SAFETY: the caller's contract: 4 consecutive descriptors (64
@@ -399,6 +403,7 @@ mod x86 {
     /// # Safety
     /// As [`rx_group_sse41`], with AVX-512F instead of SSE4.1, and 8
     /// descriptors and slots.
+    #[inline]
     #[target_feature(enable = "avx512f")]
     pub unsafe fn rx_group_avx512(descs: *const Desc, elems: *const Elem, t: RxTemplate) {
         // SAFETY: the caller's contract: 8 consecutive descriptors (128
@@ -489,6 +494,7 @@ mod x86 {
     /// - `descs` and `elems` point to `n` descriptors and software-ring
     ///   slots; the device does not read those descriptors until the next
     ///   doorbell (they are at or past the tail register).
+    #[inline]
     #[target_feature(enable = "sse4.1")]
     pub unsafe fn refill_sse41(
         descs: *const Desc,
@@ -520,6 +526,7 @@ mod x86 {
     ///
     /// # Safety
     /// As [`refill_sse41`], with AVX2 instead of SSE4.1.
+    #[inline]
     #[target_feature(enable = "avx2")]
     pub unsafe fn refill_avx2(
         descs: *const Desc,
@@ -551,6 +558,7 @@ mod x86 {
     ///
     /// # Safety
     /// As [`refill_sse41`], with AVX-512F instead of SSE4.1.
+    #[inline]
     #[target_feature(enable = "avx512f")]
     pub unsafe fn refill_avx512(
         descs: *const Desc,
@@ -618,6 +626,7 @@ mod x86 {
     /// - `segs` points to 4 consecutive segments of a WQE ring in blocks
     ///   past the tail register (the device does not read them until the
     ///   next doorbell).
+    #[inline]
     #[target_feature(enable = "sse4.1")]
     pub unsafe fn tx_dsegs_sse41(segs: *const Desc, elems: *const Elem) {
         let shuffle = dseg_shuffle();
@@ -638,6 +647,7 @@ mod x86 {
     ///
     /// # Safety
     /// As [`tx_dsegs_sse41`], with AVX2 instead of SSE4.1.
+    #[inline]
     #[target_feature(enable = "avx2")]
     pub unsafe fn tx_dsegs_avx2(segs: *const Desc, elems: *const Elem) {
         let shuffle = _mm256_broadcastsi128_si256(dseg_shuffle());
