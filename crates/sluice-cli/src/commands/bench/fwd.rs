@@ -129,6 +129,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         ),
     ];
     ctx.section("fwd (io forwarding, two ports, one core)", &notes);
+    ctx.note(&super::fwd_vector::path_note());
     for case in cases() {
         if !DRIVERS.contains(&case.driver) {
             ctx.skip(case.name, &format!("no `{}` driver yet", case.driver));

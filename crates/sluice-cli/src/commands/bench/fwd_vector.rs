@@ -54,6 +54,16 @@ impl PathPair {
     }
 }
 
+/// The line naming the soft driver's path the benchmarks' soft ports run
+/// (their specs leave `vector` at `auto`, except the scalar rows').
+pub fn path_note() -> String {
+    format!(
+        "soft ports run the driver's {} Rx and Tx paths (vector=auto on this CPU; \
+         vector=off is the scalar path; Rx with rxbuf=frag stays scalar)",
+        VectorLevel::best()
+    )
+}
+
 /// Two soft ports at `vector=` `value`, on a tester of their own.
 fn open_pair(pool: &MbufPool, value: &str) -> Result<Vec<Port>, String> {
     let spec = format!(
@@ -133,6 +143,7 @@ mod tests {
         );
         assert_eq!(r.level, VectorLevel::best());
         assert!(r.note().contains(r.level.name()));
+        assert!(path_note().contains(r.level.name()));
         assert!(r.ratio.min <= r.ratio.median && r.ratio.median <= r.ratio.max);
         assert!(r.ratio.min > 0.0);
     }
