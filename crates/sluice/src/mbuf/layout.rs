@@ -76,6 +76,19 @@ pub struct RearmData {
     pub port: u16,
 }
 
+impl RearmData {
+    /// The word as one `u64`, in memory order: what a driver keeps as its
+    /// per-queue template and writes into a header with one 8-byte store.
+    #[inline(always)]
+    pub const fn word(self) -> u64 {
+        let [a, b] = self.data_off.to_ne_bytes();
+        let [c, d] = self.refcnt.to_ne_bytes();
+        let [e, f] = self.nb_segs.to_ne_bytes();
+        let [g, h] = self.port.to_ne_bytes();
+        u64::from_ne_bytes([a, b, c, d, e, f, g, h])
+    }
+}
+
 /// Port value of a buffer that came from no port.
 pub const PORT_NONE: u16 = u16::MAX;
 
@@ -139,6 +152,15 @@ impl MbufHeader {
         // SAFETY: `&mut self` is exclusive (a free buffer the driver owns),
         // so the plain store races with no atomic access of `refcnt`.
         unsafe { MbufHeader::rearm_ptr(self).write(rearm) };
+    }
+
+    /// Writes a rearm template ([`RearmData::word`]) with one 8-byte
+    /// store.
+    #[inline(always)]
+    pub(crate) fn rearm_word(&mut self, word: u64) {
+        // SAFETY: as in `rearm`; the rearm word is 8 bytes at an 8-byte
+        // aligned offset, and any bit pattern is a valid `RearmData`.
+        unsafe { MbufHeader::rearm_ptr(self).cast::<u64>().write(word) };
     }
 
     /// Writes the fields an Rx descriptor's write-back fills — offload

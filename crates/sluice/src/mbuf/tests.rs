@@ -72,6 +72,14 @@ fn rearm_word_is_one_store_of_the_four_fields() {
         (DEFAULT_HEADROOM, 1, 1, 3)
     );
     m.set_port(9).unwrap();
+    // The template word writes the same four fields in one store.
+    let template = pool.rearm_data(5).word();
+    // SAFETY: fresh, unshared buffer.
+    unsafe { &mut *m.as_header_ptr() }.rearm_word(template);
+    assert_eq!(
+        (m.headroom(), m.refcnt(), m.nb_segs(), m.port()),
+        (DEFAULT_HEADROOM, 1, 1, 5)
+    );
     drop(m);
     assert_pool_full(&pool);
 }

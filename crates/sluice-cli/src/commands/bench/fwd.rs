@@ -13,13 +13,18 @@
 //!   whole buffer cycle); DPDK testpmd over `net_null`: ≈ 17 / ≈ 21 cycles.
 //! - `pair io`: the two ends of one `pair` (pointers only, no alloc/free),
 //!   with mbufs preloaded to circulate; testpmd over `net_ring`: ≈ 2.3.
-//! - `soft io (inline)`: two `soft` ports on the built-in tester, the device
-//!   model running inline, its cycles excluded.
-//! - `soft io (inline, l3fwd ports)` and `soft l3fwd-lpm (inline)`: the
-//!   same traffic through `sluice l3fwd`'s poll (header checks, LPM lookup,
-//!   TTL and checksum, MAC rewrite) and through io forwarding, interleaved
-//!   on one pair of ports opened as l3fwd opens them; the l3fwd/io ratio is
-//!   printed. See `fwd_l3.rs`.
+//! - `soft io (inline, scalar)` and `soft io (inline)`: two `soft` ports on
+//!   the built-in tester, the device model running inline, its cycles
+//!   excluded; the driver's scalar path (`vector=off`) and its vector path
+//!   (`vector=auto`, the level named in a note), interleaved, with their
+//!   ratio. See `fwd_vector.rs`.
+//! - `soft io (inline, l3fwd ports)`, `soft l3fwd-lpm (inline)` and
+//!   `soft l3fwd-lpm route (l3fwd - io)`: the same traffic through
+//!   `sluice l3fwd`'s poll (header checks, LPM lookup, TTL and checksum, MAC
+//!   rewrite) and through io forwarding, interleaved on one pair of ports
+//!   opened as l3fwd opens them; the route's own cycles per packet (the
+//!   per-round difference) and the l3fwd/io ratio are printed. See
+//!   `fwd_l3.rs`.
 //! - `afpacket rx|io (veth)` and `raw socket rx (veth)`: a kernel port with
 //!   a generator in a namespace, as root (`fwd_afpacket.rs`).
 //! - `afxdp rx|io|recycle (veth)` and a raw-socket receiver: an AF_XDP port
@@ -78,11 +83,11 @@ pub struct Case {
     pub dpdk: Option<f64>,
 }
 
-/// Every case, whether or not its driver exists; the pair and soft cases
-/// on a link and a tester of their own.
+/// Every case of the table loop, whether or not its driver exists; the
+/// pair case on a link of its own. The soft io cases are measured as a
+/// pair ([`super::fwd_vector`]).
 pub fn cases() -> Vec<Case> {
     let pair = format!("pair:name={}", super::unique_name("bench_fwd"));
-    let soft = soft_spec(&super::unique_name("bench_fwd"));
     vec![
         Case {
             name: "null io",
@@ -108,14 +113,6 @@ pub fn cases() -> Vec<Case> {
             preload: 1024,
             dpdk: Some(2.3),
         },
-        Case {
-            name: "soft io (inline)",
-            driver: "soft",
-            specs: [soft.clone(), soft],
-            engine: Engine::Io,
-            preload: 0,
-            dpdk: None,
-        },
     ]
 }
 
@@ -136,6 +133,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         ),
     ];
     ctx.section("fwd (io forwarding, two ports, one core)", &notes);
+    ctx.note(&super::fwd_vector::path_note());
     for case in cases() {
         if !DRIVERS.contains(&case.driver) {
             ctx.skip(case.name, &format!("no `{}` driver yet", case.driver));
@@ -144,12 +142,24 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         let r = measure(ctx.main_cpu(), &case, ops);
         ctx.report(case.name, r);
     }
+    if DRIVERS.contains(&"soft") {
+        match super::fwd_vector::measure(ctx.main_cpu(), ops) {
+            Ok(paths) => {
+                ctx.note(&paths.note());
+                super::note_contention(ctx);
+                ctx.report(super::fwd_vector::SCALAR_CASE, Ok(paths.scalar));
+                ctx.report(super::fwd_vector::VECTOR_CASE, Ok(paths.vector));
+            }
+            Err(e) => ctx.report(super::fwd_vector::VECTOR_CASE, Err(e)),
+        }
+    }
     match super::fwd_l3::measure(ctx.main_cpu(), ops) {
         Ok(pair) => {
             ctx.note(&pair.note());
             super::note_contention(ctx);
             ctx.report(super::fwd_l3::IO_CASE, Ok(pair.io));
             ctx.report(super::fwd_l3::L3FWD_CASE, Ok(pair.l3));
+            ctx.report(super::fwd_l3::ROUTE_CASE, Ok(pair.route));
         }
         Err(e) => ctx.report(super::fwd_l3::L3FWD_CASE, Err(e)),
     }
@@ -170,7 +180,7 @@ pub(super) fn bench_pool() -> Result<MbufPool, String> {
 }
 
 /// Opens ports 0 and 1 of a case.
-fn open_two(pool: &MbufPool, specs: &[String; 2]) -> Result<Vec<Port>, String> {
+pub(super) fn open_two(pool: &MbufPool, specs: &[String; 2]) -> Result<Vec<Port>, String> {
     let mut ports = Vec::new();
     for (i, spec) in specs.iter().enumerate() {
         let config = PortConfig::new(Some(pool.clone()))

@@ -15,7 +15,10 @@
 //! slice, the order alternating from round to round. Cycles per packet are
 //! medians over rounds; the l3fwd/io ratio is the median of the per-round
 //! ratios, so a change in the machine's load moves both sides of a ratio
-//! alike.
+//! alike. The route's own cycles per packet — what l3fwd adds to io on the
+//! same ports, the driver's share taken out — is the median of the
+//! per-round differences ([`ROUTE_CASE`]): unlike the ratio, it does not
+//! grow when the driver gets faster.
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -25,8 +28,9 @@ use sluice::port::{Offloads, Port, PortConfig, PortCounters};
 use sluice::tsc::rdtsc_ordered;
 
 use super::fwd::{BURST, DESC, bench_pool, device_cycles, finish, forward, soft_spec};
+use sluice::driver::soft::VectorLevel;
 use sluice_bench::interleave;
-use sluice_bench::stats::{Spread, median, ratios};
+use sluice_bench::stats::{Spread, median, mops_per_core, ratios};
 
 use super::{BenchResult, Sample, Stall, on_lcore};
 use crate::app::io::engine::Io;
@@ -41,6 +45,8 @@ use sluice_telemetry::capture::CaptureTaps;
 pub const L3FWD_CASE: &str = "soft l3fwd-lpm (inline)";
 /// The io row's name: io on the l3fwd case's ports.
 pub const IO_CASE: &str = "soft io (inline, l3fwd ports)";
+/// The route's row: l3fwd's cycles per packet minus io's.
+pub const ROUTE_CASE: &str = "soft l3fwd-lpm route (l3fwd - io)";
 /// Timed rounds (each engine forwards one slice per round).
 pub const ROUNDS: usize = 32;
 
@@ -51,17 +57,29 @@ pub struct L3Pair {
     pub io: BenchResult,
     /// l3fwd (medians over rounds).
     pub l3: BenchResult,
+    /// The route's own cycles per packet: the median of the per-round
+    /// differences l3fwd - io.
+    pub route: BenchResult,
     /// The per-round l3fwd/io ratios: median, smallest and largest.
     pub ratio: Spread,
+    /// The per-round differences l3fwd - io: median, smallest and largest.
+    pub route_spread: Spread,
 }
 
 impl L3Pair {
     /// The line giving the ratio.
     pub fn note(&self) -> String {
         format!(
-            "l3fwd / io cycles per packet on the same soft ports, median of {ROUNDS} \
-             interleaved rounds: {:.2} (min-max {:.2}-{:.2})",
-            self.ratio.median, self.ratio.min, self.ratio.max
+            "l3fwd on the same soft ports as io ({} path), median of {ROUNDS} interleaved \
+             rounds: the route's own cycles per packet (l3fwd - io) {:.1} (min-max \
+             {:.1}-{:.1}); l3fwd / io {:.2} (min-max {:.2}-{:.2})",
+            VectorLevel::best(),
+            self.route_spread.median,
+            self.route_spread.min,
+            self.route_spread.max,
+            self.ratio.median,
+            self.ratio.min,
+            self.ratio.max
         )
     }
 }
@@ -136,10 +154,28 @@ pub fn measure(cpu: usize, ops: u64) -> Result<L3Pair, String> {
         lcore_pool.flush_local_cache();
         r
     })?;
+    let differences: Vec<f64> = l3
+        .per_pkt
+        .iter()
+        .zip(&io.per_pkt)
+        .map(|(l3, io)| l3 - io)
+        .collect();
+    let route_spread = Spread::of(&differences);
+    let mut route = BenchResult::new(
+        "fwd",
+        ROUTE_CASE.to_owned(),
+        1,
+        route_spread.median,
+        mops_per_core(route_spread.median),
+    );
+    route.bulk = Some(BURST);
+    route.ops = l3.ops;
     Ok(L3Pair {
         io: io.result(&pool, IO_CASE)?,
         l3: l3.result(&pool, L3FWD_CASE)?,
+        route,
         ratio: Spread::of(&ratios(&l3.per_pkt, &io.per_pkt)),
+        route_spread,
     })
 }
 
@@ -247,7 +283,11 @@ fn l3_slice(
 }
 
 /// io forwarding on both ports until `n` packets have gone through.
-fn io_slice(ports: &mut [Port], counters: &[Arc<PortCounters>], n: u64) -> Result<Timed, String> {
+pub(super) fn io_slice(
+    ports: &mut [Port],
+    counters: &[Arc<PortCounters>],
+    n: u64,
+) -> Result<Timed, String> {
     let mut streams = super::fwd::crossed_streams(ports)?;
     let mut burst: Burst<64> = Burst::new();
     timed(counters, || forward(Io, &mut streams, &mut burst, n))
@@ -271,5 +311,11 @@ mod tests {
         );
         assert!(r.ratio.min <= r.ratio.median && r.ratio.median <= r.ratio.max);
         assert!(r.ratio.min > 0.0);
+        // The route row is the per-round difference's median.
+        assert_eq!(r.route.case, ROUTE_CASE);
+        assert_eq!(r.route.cycles_per_op, r.route_spread.median);
+        assert!(r.route_spread.min <= r.route_spread.median);
+        assert!(r.route_spread.median <= r.route_spread.max);
+        assert!(r.note().contains("l3fwd - io"));
     }
 }

@@ -257,6 +257,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         ),
     ];
     ctx.title("mpwqe (multi-packet Tx WQEs vs one WQE per packet)", &notes);
+    ctx.note(&super::fwd_vector::path_note());
     let groups = groups(sel);
     // The case column fits the longest case name ("txonly 1500B 1 flow,
     // mpwqe inline").

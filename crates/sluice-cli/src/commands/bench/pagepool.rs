@@ -372,6 +372,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         ),
     ];
     ctx.title("pagepool (page pool, fragments, page_frag_cache)", &notes);
+    ctx.note(&super::fwd_vector::path_note());
     if !ctx.json {
         emit(&format!(
             "{:<34} {:>5} {:>10} {:>8} {:>8} {:>8}  {:>9}  detail",

@@ -344,6 +344,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
         "recycle (Tx→Rx buffer recycling: normal vs zero-copy put vs recycle)",
         &notes,
     );
+    ctx.note(&super::fwd_vector::path_note());
     if !ctx.json {
         emit(&format!(
             "{:<30} {:>10} {:>7} {:>8} {:>8} {:>9}  detail",

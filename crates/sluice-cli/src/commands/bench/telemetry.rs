@@ -158,6 +158,7 @@ pub fn run(ctx: &mut Ctx, _sel: Selection) {
         COMMANDS.join(", ")
     )];
     ctx.section("telemetry (reading counters while forwarding)", &notes);
+    ctx.note(&super::fwd_vector::path_note());
     match measure(ctx.main_cpu(), ops) {
         Ok(pair) => {
             ctx.note(&pair.note());

@@ -79,6 +79,15 @@
 //!   port). The Rx pool's data room then goes unused (a pool of small
 //!   elements will do) and Tx→Rx recycling into the queue is refused.
 //!
+//! - `vector=auto|off|sse|avx2|avx512` (default auto): the instruction set
+//!   of the Rx queues' receive loop and refill and of the Tx queues' MPWQE
+//!   data segments (`driver::vector`) — the highest this CPU has, scalar,
+//!   SSE4.1, AVX2 or AVX-512F (whose Tx segments are AVX2's). A level the
+//!   CPU lacks is an error naming the highest it has; other architectures
+//!   have only `off` (and `auto`, which takes it). Rx queues with
+//!   `rxbuf=frag` stay scalar. Every level leaves the same mbufs, rings
+//!   and counters.
+//!
 //! - `panic_at` (1..=2^64-1; fault injection, for tests): the Rx engine
 //!   of queue 0 panics in its Nth step. The engine is poisoned (never run
 //!   again); a threaded device records the panic as the port's fault
@@ -108,6 +117,7 @@ mod hw;
 pub use device::bus;
 #[doc(hidden)]
 pub use device::frame;
+pub use driver::vector::{VECTOR_CHOICES, VectorLevel};
 pub use hw::{desc, wqe};
 
 #[cfg(all(test, not(loom)))]
@@ -161,6 +171,7 @@ const KEYS: &[&str] = &[
     "link",
     "rxbuf",
     "panic_at",
+    "vector",
 ];
 
 /// Where the device runs.
@@ -222,6 +233,8 @@ struct SoftSettings {
     rx_frags: bool,
     /// `panic_at`: the step of Rx queue 0 that panics.
     panic_at: Option<u64>,
+    /// `vector`: the Rx loop's and refill's instruction set.
+    vector: VectorLevel,
 }
 
 impl SoftDriver {
@@ -269,6 +282,8 @@ impl SoftDriver {
         args.choice("link", bus::LINKS)?;
         let rx_frags = args.choice("rxbuf", &["mbuf", "frag"])? == Some("frag");
         let panic_at = args.u64_in("panic_at", 1..=u64::MAX)?;
+        let vector = VectorLevel::from_choice(args.choice("vector", VECTOR_CHOICES)?)
+            .map_err(|m| PortError::config(format!("port spec '{}': {m}", spec.as_str())))?;
         args.finish()?;
         debug_assert!(TESTER_KEYS.iter().all(|k| KEYS.contains(k)));
         if wire_name.is_some() && (tester_config.is_some() || tester_name.is_some()) {
@@ -295,6 +310,7 @@ impl SoftDriver {
                 tx_comp,
                 rx_frags,
                 panic_at,
+                vector,
             },
         })
     }
@@ -572,6 +588,7 @@ impl PortDriver for SoftDriver {
                 doorbell_cost: 4 + self.settings.bus_overhead,
                 frags,
                 mtu: config.mtu,
+                vector: self.settings.vector,
             })));
         }
         let txo = config.tx_offloads;
@@ -604,6 +621,7 @@ impl PortDriver for SoftDriver {
             inline_mpw: self.settings.inline_mpw,
             comp_wqes: self.settings.tx_comp,
             doorbell_bytes: 4 + self.settings.bus_overhead,
+            vector: self.settings.vector,
         };
         let tx: Vec<Box<dyn TxQueue>> = tx_regs
             .into_iter()

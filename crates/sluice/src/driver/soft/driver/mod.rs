@@ -20,3 +20,4 @@ pub mod fast_free;
 pub mod rx;
 pub mod rx_frags;
 pub mod tx;
+pub mod vector;

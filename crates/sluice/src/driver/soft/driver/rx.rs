@@ -43,8 +43,11 @@ use crate::mempool::Elem;
 use crate::port::{PortCounters, PortError, RecycleRxInfo, RxFrameCheck, RxQueue, TxQueue};
 
 use super::rx_frags::RxFrags;
+#[cfg(target_arch = "x86_64")]
+use super::vector;
+use super::vector::{RxTemplate, VectorLevel};
 use crate::driver::soft::device::{QueueEngine, RxEngine};
-use crate::driver::soft::hw::desc::rx;
+use crate::driver::soft::hw::desc::{Desc, rx};
 use crate::driver::soft::hw::regs::RxRegs;
 
 /// What an Rx queue is made of.
@@ -69,6 +72,9 @@ pub struct RxQueueParts {
     pub frags: Option<RxFrags>,
     /// The port's MTU: longer frames are counted as oversize.
     pub mtu: u16,
+    /// The instruction set of the receive loop and the refill (available
+    /// on this CPU: [`VectorLevel::available`]).
+    pub vector: VectorLevel,
 }
 
 /// An Rx queue of a soft port.
@@ -106,6 +112,9 @@ pub struct SoftRx {
     /// The named counters of the frames the device refused (runts and
     /// oversize frames, told apart by the written-back length).
     check: RxFrameCheck,
+    /// The receive loop's and the refill's instruction set; scalar with
+    /// fragments, whose headers keep their attachment flag.
+    vector: VectorLevel,
 }
 
 // SAFETY: the raw buffer addresses in the rings are buffers this queue owns;
@@ -127,7 +136,14 @@ impl SoftRx {
             doorbell_cost,
             frags,
             mtu,
+            vector,
         } = parts;
+        assert!(vector.available(), "soft Rx queue: no {vector} on this CPU");
+        let vector = if frags.is_some() {
+            VectorLevel::Scalar
+        } else {
+            vector
+        };
         let nb = regs.descs.len();
         // What a recycle view of the ring relies on (`recycle_view`).
         assert!(
@@ -166,6 +182,7 @@ impl SoftRx {
             doorbell_cost,
             rx_recycled,
             frags,
+            vector,
         }
     }
 
@@ -223,7 +240,8 @@ impl SoftRx {
         match &self.frags {
             None => {
                 let off = (HEADER_SIZE + self.rearm.data_off as usize) as u64;
-                for (d, e) in descs.iter().zip(slots) {
+                let done = refill_vector(self.vector, descs, slots, off);
+                for (d, e) in descs[done..].iter().zip(&slots[done..]) {
                     d.q0.store(e.as_ptr() as u64 + off, Ordering::Relaxed);
                     d.q1.store(0, Ordering::Relaxed);
                 }
@@ -334,23 +352,24 @@ impl SoftRx {
     }
 }
 
-impl RxQueue for SoftRx {
-    #[inline]
-    fn rx_burst(&mut self, burst: &mut BurstSlice) -> usize {
-        if !self.started {
-            return 0;
-        }
-        if self.committed != 0 || self.due() >= self.free_thresh {
-            if let Some(f) = &mut self.frags {
-                // The polling thread owns the page pool's direct cache.
-                f.bind_once();
-            }
-            self.refill();
-        }
-        self.engine.inline_step();
-        let max = burst.free();
-        let base = burst.len();
-        let slots = burst.spare_slots(max);
+impl SoftRx {
+    /// Receives into `slots` (as many as fit): groups of `W` descriptors
+    /// through `group` while whole groups are done and clean (`W` 0: none),
+    /// the scalar step for anything else; returns the mbufs delivered and
+    /// their bytes.
+    ///
+    /// `group(descs, elems, template)` must write the Rx words of `W`
+    /// descriptors into their mbufs as `vector::rx_words` computes them;
+    /// it is called only under the conditions of
+    /// [`vector::rx_group_sse41`]: `descs` and `elems` point to `W`
+    /// descriptors seen done with no dropping error and their slots.
+    #[inline(always)]
+    fn receive<const W: usize>(
+        &mut self,
+        slots: &mut [Elem],
+        group: impl Fn(*const Desc, *const Elem, RxTemplate),
+    ) -> (usize, u64) {
+        let max = slots.len();
         let mut n = 0;
         let mut bytes = 0u64;
         let mask = self.mask;
@@ -358,8 +377,9 @@ impl RxQueue for SoftRx {
         let descs = self.regs.descs.as_slice();
         let ring = &self.sw_ring[..];
         assert!(descs.len() == mask as usize + 1 && ring.len() == descs.len());
-        let rearm = self.rearm;
+        let rearm = self.rearm.word();
         let rss_hash = self.rss_hash;
+        let template = RxTemplate { rearm, rss_hash };
         // Without fragments every armed buffer is plain (no external buffer
         // attached): its header is written without being read.
         let plain = self.frags.is_none();
@@ -367,7 +387,38 @@ impl RxQueue for SoftRx {
         // Only descriptors handed to the device can be done: past `tail`
         // lie delivered ones, their DD still set until they are rearmed.
         let end = self.tail;
-        while n < max && next != end {
+        loop {
+            // Whole groups while they are done and clean, within the burst,
+            // the armed descriptors and the ring's end.
+            while W != 0 && n + W <= max && end.wrapping_sub(next) >= W as u32 {
+                let i = (next & mask) as usize;
+                let (Some(group_descs), Some(group_elems)) =
+                    (descs.get(i..i + W), ring.get(i..i + W))
+                else {
+                    break;
+                };
+                let mut all = u64::MAX;
+                let mut any = 0;
+                let mut len = 0;
+                for d in group_descs {
+                    let q1 = d.q1.load(Ordering::Acquire);
+                    all &= q1;
+                    any |= q1;
+                    len += (q1 >> rx::LEN_SHIFT) & 0xffff;
+                }
+                if all & rx::DD == 0 || any & rx::ERR_DROP != 0 {
+                    break;
+                }
+                group(group_descs.as_ptr(), group_elems.as_ptr(), template);
+                slots[n..n + W].copy_from_slice(group_elems);
+                n += W;
+                bytes += len;
+                next = next.wrapping_add(W as u32);
+            }
+            // One descriptor.
+            if n >= max || next == end {
+                break;
+            }
             let i = (next & mask) as usize;
             let d = &descs[i];
             let q1 = d.q1.load(Ordering::Acquire);
@@ -420,7 +471,7 @@ impl RxQueue for SoftRx {
             // SAFETY: DD is set (acquire): the device is done with this
             // buffer, which we own (armed by us) and hand to the burst.
             let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
-            h.rearm(rearm);
+            h.rearm_word(rearm);
             if plain {
                 h.set_rx_plain(flags, ptype, len, vlan, hash);
             } else {
@@ -431,6 +482,117 @@ impl RxQueue for SoftRx {
             bytes += len as u64;
         }
         self.next = next;
+        (n, bytes)
+    }
+
+    /// [`receive`](Self::receive) in groups of 4 with SSE4.1.
+    ///
+    /// # Safety
+    /// The CPU has SSE4.1; the queue has no fragments.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "sse4.1")]
+    unsafe fn receive_sse41(&mut self, slots: &mut [Elem]) -> (usize, u64) {
+        debug_assert!(self.frags.is_none());
+        self.receive::<4>(slots, |d, e, t| {
+            // SAFETY: SSE4.1 is present (this function's contract); `receive`
+            // passes 4 descriptors seen done and clean and their slots,
+            // plain buffers we own (no fragments).
+            unsafe { vector::rx_group_sse41(d, e, t) }
+        })
+    }
+
+    /// [`receive`](Self::receive) in groups of 4 with AVX2.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; the queue has no fragments.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn receive_avx2(&mut self, slots: &mut [Elem]) -> (usize, u64) {
+        debug_assert!(self.frags.is_none());
+        self.receive::<4>(slots, |d, e, t| {
+            // SAFETY: AVX2 is present (this function's contract); `receive`
+            // passes 4 descriptors seen done and clean and their slots,
+            // plain buffers we own (no fragments).
+            unsafe { vector::rx_group_avx2(d, e, t) }
+        })
+    }
+
+    /// [`receive`](Self::receive) in groups of 8 with AVX-512F.
+    ///
+    /// # Safety
+    /// The CPU has AVX-512F; the queue has no fragments.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn receive_avx512(&mut self, slots: &mut [Elem]) -> (usize, u64) {
+        debug_assert!(self.frags.is_none());
+        self.receive::<8>(slots, |d, e, t| {
+            // SAFETY: AVX-512F is present (this function's contract);
+            // `receive` passes 8 descriptors seen done and clean and their
+            // slots, plain buffers we own (no fragments).
+            unsafe { vector::rx_group_avx512(d, e, t) }
+        })
+    }
+}
+
+/// Writes the read format of the first descriptors of `descs` from
+/// `slots` at `level` (buffer address: element + `offset`); returns how
+/// many it wrote, the rest left to the scalar loop.
+#[inline(always)]
+fn refill_vector(level: VectorLevel, descs: &[Desc], slots: &[Elem], offset: u64) -> usize {
+    let n = descs.len().min(slots.len());
+    let (d, e) = (descs.as_ptr(), slots.as_ptr());
+    match level {
+        VectorLevel::Scalar => 0,
+        // SAFETY: the level is available (the queue's, checked in `new`);
+        // `n` descriptors and slots exist; the descriptors are being rearmed
+        // below the doorbell, so the device does not read them.
+        #[cfg(target_arch = "x86_64")]
+        VectorLevel::Sse41 => unsafe { vector::refill_sse41(d, e, n, offset) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        VectorLevel::Avx2 => unsafe { vector::refill_avx2(d, e, n, offset) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        VectorLevel::Avx512 => unsafe { vector::refill_avx512(d, e, n, offset) },
+        #[cfg(not(target_arch = "x86_64"))]
+        _ => {
+            let _ = (d, e, n, offset);
+            0
+        }
+    }
+}
+
+impl RxQueue for SoftRx {
+    #[inline]
+    fn rx_burst(&mut self, burst: &mut BurstSlice) -> usize {
+        if !self.started {
+            return 0;
+        }
+        if self.committed != 0 || self.due() >= self.free_thresh {
+            if let Some(f) = &mut self.frags {
+                // The polling thread owns the page pool's direct cache.
+                f.bind_once();
+            }
+            self.refill();
+        }
+        self.engine.inline_step();
+        let max = burst.free();
+        let base = burst.len();
+        let slots = burst.spare_slots(max);
+        let (n, bytes) = match self.vector {
+            VectorLevel::Scalar => self.receive::<0>(slots, |_, _, _| {}),
+            // SAFETY: the level is available on this CPU (checked in `new`).
+            #[cfg(target_arch = "x86_64")]
+            VectorLevel::Sse41 => unsafe { self.receive_sse41(slots) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            VectorLevel::Avx2 => unsafe { self.receive_avx2(slots) },
+            // SAFETY: as above.
+            #[cfg(target_arch = "x86_64")]
+            VectorLevel::Avx512 => unsafe { self.receive_avx512(slots) },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("only the scalar level exists here"),
+        };
         // SAFETY: slots `[base, base + n)` now hold received mbufs we gave
         // up (their ring entries are due for refill).
         unsafe { burst.set_len(base + n) };

@@ -81,8 +81,12 @@ use crate::mempool::{Elem, PoolInner};
 use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
 use super::fast_free::{FastFree, Region};
+#[cfg(target_arch = "x86_64")]
+use super::vector;
+use super::vector::VectorLevel;
 use crate::driver::soft::device::QueueEngine;
 use crate::driver::soft::device::tx_engine::TxEngine;
+use crate::driver::soft::hw::desc::Desc;
 use crate::driver::soft::hw::regs::TxRegs;
 use crate::driver::soft::hw::wqe::{
     CE, CQE_INVALID, CQE_REQ, CqeInfo, Eseg, EsegWords, MAX_DS, MAX_TSO_HEADER, MIN_INLINE, OP_MPW,
@@ -126,6 +130,9 @@ pub struct TxParams {
     pub comp_wqes: u32,
     /// Bus bytes of one doorbell (a 4-byte write and its overhead).
     pub doorbell_bytes: u64,
+    /// The instruction set of the MPWQE data segments (available on this
+    /// CPU: [`VectorLevel::available`]).
+    pub vector: VectorLevel,
 }
 
 /// A WQE that asked for a completion, noted until a CQE names it or a
@@ -418,6 +425,11 @@ impl SoftTx {
             engine,
             counters,
         } = parts;
+        assert!(
+            params.vector.available(),
+            "soft Tx queue: no {} on this CPU",
+            params.vector
+        );
         let x = &counters.xstats;
         let stats = TxCounters {
             doorbells: x.register("bus_doorbells"),
@@ -931,11 +943,88 @@ impl SoftTx {
         i
     }
 
+    /// Mode `mpwqe`, one packet at a time: see
+    /// [`burst_mpw_with`](Self::burst_mpw_with).
+    #[inline(never)]
+    fn burst_mpw<const SCREEN: bool>(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
+        self.burst_mpw_with::<SCREEN, 0>(raw, st, |_, _| {})
+    }
+
+    /// Mode `mpwqe` with SSE4.1 data segments.
+    ///
+    /// # Safety
+    /// The CPU has SSE4.1.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "sse4.1")]
+    #[inline(never)]
+    unsafe fn burst_mpw_sse41<const SCREEN: bool>(
+        &mut self,
+        raw: &[Elem],
+        st: &mut BurstCounts,
+    ) -> usize {
+        self.burst_mpw_with::<SCREEN, 4>(raw, st, |segs, elems| {
+            // SAFETY: SSE4.1 is present (this function's contract);
+            // `burst_mpw_with` passes 4 unpublished segments and 4
+            // single-segment mbufs of the burst.
+            unsafe { vector::tx_dsegs_sse41(segs, elems) }
+        })
+    }
+
+    /// Mode `mpwqe` with AVX2 data segments.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    #[inline(never)]
+    unsafe fn burst_mpw_avx2<const SCREEN: bool>(
+        &mut self,
+        raw: &[Elem],
+        st: &mut BurstCounts,
+    ) -> usize {
+        self.burst_mpw_with::<SCREEN, 4>(raw, st, |segs, elems| {
+            // SAFETY: AVX2 is present (this function's contract);
+            // `burst_mpw_with` passes 4 unpublished segments and 4
+            // single-segment mbufs of the burst.
+            unsafe { vector::tx_dsegs_avx2(segs, elems) }
+        })
+    }
+
+    /// Mode `mpwqe` at the queue's vector level.
+    #[inline(always)]
+    fn burst_mpw_at<const SCREEN: bool>(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
+        match self.params.vector {
+            VectorLevel::Scalar => self.burst_mpw::<SCREEN>(raw, st),
+            // SAFETY: the level is available on this CPU (checked in `new`).
+            #[cfg(target_arch = "x86_64")]
+            VectorLevel::Sse41 => unsafe { self.burst_mpw_sse41::<SCREEN>(raw, st) },
+            // SAFETY: as above; AVX-512 levels have AVX2 too
+            // ([`VectorLevel::available`]).
+            #[cfg(target_arch = "x86_64")]
+            VectorLevel::Avx2 | VectorLevel::Avx512 => unsafe {
+                self.burst_mpw_avx2::<SCREEN>(raw, st)
+            },
+            #[cfg(not(target_arch = "x86_64"))]
+            _ => unreachable!("only the scalar level exists here"),
+        }
+    }
+
     /// Mode `mpwqe`: sessions of packets sharing an eseg, regular WQEs for
     /// the others. Returns the packets taken. `SCREEN`: as in
     /// [`keep`](Self::keep).
-    #[inline(never)]
-    fn burst_mpw<const SCREEN: bool>(&mut self, raw: &[Elem], st: &mut BurstCounts) -> usize {
+    ///
+    /// Inside a session, runs of `W` packets (`W` 0: none) that each take
+    /// a data segment with the session's flags are written by `dsegs`,
+    /// which must write what [`dseg`] gives for each; it is called with
+    /// `W` consecutive segments in blocks past the tail register and `W`
+    /// single-segment mbufs of the burst.
+    #[inline(always)]
+    fn burst_mpw_with<const SCREEN: bool, const W: usize>(
+        &mut self,
+        raw: &[Elem],
+        st: &mut BurstCounts,
+        dsegs: impl Fn(*const Desc, *const Elem),
+    ) -> usize {
         // The sessions' screen, in registers, added to `st` once.
         let screen = st.screen;
         let mut unfit = 0u64;
@@ -1016,6 +1105,51 @@ impl SoftTx {
                 if i == raw.len() || i - start == room as usize {
                     break;
                 }
+                // Groups of `W` data-segment entries with this session's
+                // flags, while they fit the burst, the room and the
+                // session, and do not cross the ring's end.
+                while W != 0
+                    && same_flags_same_eseg
+                    && i + W <= raw.len()
+                    && i - start + W <= room as usize
+                    && ds + W as u32 <= limit
+                {
+                    let seg = (base.wrapping_add(ds) & ring.mask()) as usize;
+                    let (Some(group), Some(segs)) =
+                        (raw.get(i..i + W), ring.as_slice().get(seg..seg + W))
+                    else {
+                        break;
+                    };
+                    let mut fit = true;
+                    let mut group_bytes = 0u64;
+                    for &g in group {
+                        // SAFETY: the burst owns the mbuf; we only read its
+                        // header.
+                        let gh = unsafe { header(g) };
+                        fit &= gh.nb_segs == 1
+                            && gh.ol_flags & ol_mask == f0
+                            && gh.data_len as usize > inline_mpw;
+                        group_bytes += gh.data_len as u64;
+                    }
+                    if !fit {
+                        break;
+                    }
+                    dsegs(segs.as_ptr(), group.as_ptr());
+                    for &g in group {
+                        if SCREEN {
+                            // SAFETY: as above.
+                            unfit |= screen.unfit(g, unsafe { header(g) });
+                        }
+                        self.sw_ring.slots[(eh & mask) as usize] = g;
+                        eh = eh.wrapping_add(1);
+                    }
+                    bytes += group_bytes;
+                    ds += W as u32;
+                    i += W;
+                }
+                if i == raw.len() || i - start == room as usize {
+                    break;
+                }
                 let next = raw[i];
                 // SAFETY: as above.
                 let nh = unsafe { header(next) };
@@ -1070,12 +1204,12 @@ impl TxQueue for SoftTx {
             // SAFETY: the burst's mbufs are ours.
             st.screen = unsafe { self.fast_free.region(raw.first()) };
             match self.params.mode {
-                TxMode::Mpwqe => self.burst_mpw::<true>(raw, &mut st),
+                TxMode::Mpwqe => self.burst_mpw_at::<true>(raw, &mut st),
                 TxMode::Wqe => self.burst_wqe::<true>(raw, &mut st),
             }
         } else {
             match self.params.mode {
-                TxMode::Mpwqe => self.burst_mpw::<false>(raw, &mut st),
+                TxMode::Mpwqe => self.burst_mpw_at::<false>(raw, &mut st),
                 TxMode::Wqe => self.burst_wqe::<false>(raw, &mut st),
             }
         };

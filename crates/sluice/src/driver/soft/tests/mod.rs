@@ -11,6 +11,7 @@ use crate::test_support::TestPool;
 
 mod fast_free;
 mod recycle;
+mod vector;
 mod wqe;
 
 fn pool(size: u32, data_room: u16) -> MbufPool {

@@ -16,6 +16,7 @@ use crate::driver::soft::bus::BusBytes;
 use crate::driver::soft::device::tx_engine::{TxEngine, TxEngineParams};
 use crate::driver::soft::device::{Bus, EngineCell, PortEngines, QueueEngine, TxSink};
 use crate::driver::soft::driver::tx::{SoftTx, TxMode, TxParams, TxQueueParts};
+use crate::driver::soft::driver::vector::VectorLevel;
 use crate::driver::soft::frame::{parse, rx_checksums, tx_checksums, tx_checksums_at};
 use crate::driver::soft::hw::regs::{TxRegs, cq_size};
 use crate::driver::soft::wqe::{
@@ -39,7 +40,7 @@ const ALL_FLAGS: u64 = ol::TX_IP_CKSUM
     | ol::TX_OUTER_IP_CKSUM
     | ol::TX_TCP_SEG;
 
-fn params(mode: TxMode) -> TxParams {
+pub(super) fn params(mode: TxMode) -> TxParams {
     TxParams {
         rs_thresh: 4,
         free_thresh: 4,
@@ -52,20 +53,21 @@ fn params(mode: TxMode) -> TxParams {
         inline_mpw: 0,
         comp_wqes: 0,
         doorbell_bytes: 28,
+        vector: VectorLevel::Scalar,
     }
 }
 
 /// A Tx queue of 64 blocks and its engine (queue 0), the device stepped by
 /// hand, frames captured.
-struct Rig {
-    tx: SoftTx,
-    regs: Arc<TxRegs>,
+pub(super) struct Rig {
+    pub(super) tx: SoftTx,
+    pub(super) regs: Arc<TxRegs>,
     engines: Arc<PortEngines>,
-    counters: Arc<PortCounters>,
+    pub(super) counters: Arc<PortCounters>,
 }
 
 impl Rig {
-    fn new(params: TxParams) -> Rig {
+    pub(super) fn new(params: TxParams) -> Rig {
         let counters = Arc::new(PortCounters::new(1, 1, false));
         let regs = TxRegs::new(64, 64);
         let engines = engines(&regs, &counters);
@@ -85,11 +87,11 @@ impl Rig {
         }
     }
 
-    fn step(&self) -> usize {
+    pub(super) fn step(&self) -> usize {
         self.engines.tx[0].with(|e| e.step()).unwrap()
     }
 
-    fn captured(&self) -> Vec<Vec<u8>> {
+    pub(super) fn captured(&self) -> Vec<Vec<u8>> {
         self.engines.tx[0].with(|e| e.take_captured()).unwrap()
     }
 
@@ -146,7 +148,7 @@ fn engines(regs: &Arc<TxRegs>, counters: &PortCounters) -> Arc<PortEngines> {
 
 /// Ethernet / IPv4 / UDP, `len` bytes (at least 42), payload bytes from
 /// `seed` on, valid checksums.
-fn udp4(len: usize, seed: u8) -> Vec<u8> {
+pub(super) fn udp4(len: usize, seed: u8) -> Vec<u8> {
     let mut f = vec![0u8; len];
     f[..6].copy_from_slice(&[2, 0, 0, 0, 0, 2]);
     f[6..12].copy_from_slice(&[2, 0, 0, 0, 0, 1]);
