@@ -50,7 +50,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 use sluice::driver::DRIVERS;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
-use sluice::mempool::{HugepagePolicy, Sharing};
+use sluice::mempool::HugepagePolicy;
 use sluice::net::MacAddr;
 use sluice::port::{Port, PortConfig, PortCounters, PortError};
 use sluice::tsc::{rdtsc, rdtsc_ordered};
@@ -550,19 +550,15 @@ impl SluicePair {
         let mut ports = Vec::new();
         for (side, spec) in ["server", "client"].iter().zip(&specs) {
             // A `virtio:` port's backend maps the buffers its Rx queue
-            // posts: its pool is shared, on ordinary pages (a `vhost:`
-            // port maps no hugetlbfs region a second time).
+            // posts: its pool is shared. Every pool is on ordinary pages,
+            // as testpmd's memory is (`--no-huge`), so both pairs run on
+            // the same kind of memory.
             let sharing = sluice::driver::pool_sharing([spec]);
-            let shared = sharing == Sharing::Shared;
             let config = MbufPoolConfig {
                 name: format!("bench-vm-{side}"),
                 size: POOL_SIZE,
                 cache_size: CACHE,
-                hugepages: if shared {
-                    HugepagePolicy::Never
-                } else {
-                    HugepagePolicy::default()
-                },
+                hugepages: HugepagePolicy::Never,
                 ..Default::default()
             };
             let pool = MbufPool::with_sharing(config, sharing).map_err(|e| e.to_string())?;

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use crate::driver::open;
 use crate::mbuf::{Burst, Mbuf, MbufPool};
-use crate::mempool::HugepagePolicy;
 use crate::port::{Port, PortConfig};
 use crate::test_support::frames::{test_frame, test_frames};
 use crate::test_support::{TestPool, assert_pool_full};
@@ -29,12 +28,10 @@ fn socket_path() -> PathBuf {
     ))
 }
 
-/// A shared pool on 4 KiB pages: the `vhost` port maps the frontend's
-/// memory twice, which hugetlbfs refuses.
+/// A shared pool: a hugetlbfs memfd when hugepages are reserved, a plain
+/// memfd otherwise; the `vhost` port maps either.
 fn shared_pool(size: u32) -> MbufPool {
-    TestPool::new(size)
-        .hugepages(HugepagePolicy::Never)
-        .build_shared()
+    TestPool::new(size).build_shared()
 }
 
 fn port(spec: &str, pool: &MbufPool, queues: u16) -> Port {
