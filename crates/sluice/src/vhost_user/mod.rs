@@ -75,6 +75,7 @@
 
 pub mod backend;
 mod error;
+pub(crate) mod event;
 pub mod frontend;
 pub mod memory;
 pub mod message;

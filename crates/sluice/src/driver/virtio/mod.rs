@@ -84,7 +84,7 @@ mod queue;
 mod tests;
 
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
@@ -100,6 +100,7 @@ use crate::port::{
     DeviceInfo, Offloads, PortConfig, PortCounters, PortDriver, PortError, PortSpec, Queues,
     RxFrameCheck, RxQueue, SpecArgs, TxQueue,
 };
+use crate::vhost_user::event::{Woken, eventfd, wait};
 use crate::vhost_user::message::{MAX_REGIONS, MemoryRegion, VringAddress};
 use crate::vhost_user::{F_PROTOCOL_FEATURES, Frontend, VhostUserError, protocol_features};
 use crate::virtio::memory::{GuestMemory, Mapping};
@@ -795,57 +796,5 @@ impl Session {
         if let Endpoint::Listen(_, path) = &endpoint {
             let _ = std::fs::remove_file(path);
         }
-    }
-}
-
-/// A fresh non-blocking eventfd.
-fn eventfd() -> io::Result<OwnedFd> {
-    // SAFETY: plain flags.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just created and is owned by nobody else.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// What [`wait`] saw.
-#[derive(PartialEq, Eq)]
-enum Woken {
-    Readable,
-    Stop,
-    Timeout,
-}
-
-/// Waits until `fd` is readable (or hung up), `stop` is signalled, or
-/// `timeout` passes (`None`: no limit).
-fn wait(fd: Option<RawFd>, stop: &OwnedFd, timeout: Option<Duration>) -> Woken {
-    let mut fds = [
-        libc::pollfd {
-            fd: stop.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-        libc::pollfd {
-            fd: fd.unwrap_or(-1),
-            events: libc::POLLIN,
-            revents: 0,
-        },
-    ];
-    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as libc::c_int);
-    loop {
-        // SAFETY: two valid `pollfd`s for the call's duration (a negative
-        // fd is ignored by poll).
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        if n < 0 && io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
-            continue;
-        }
-        if n <= 0 {
-            return if n == 0 { Woken::Timeout } else { Woken::Stop };
-        }
-        if fds[0].revents != 0 {
-            return Woken::Stop;
-        }
-        return Woken::Readable;
     }
 }
