@@ -27,6 +27,8 @@
 //! one page in the run and [`PAGE_BULK`] in the stash: the allocating side
 //! takes others meanwhile. Dropping the [`BulkFree`] flushes it.
 
+use std::ptr::NonNull;
+
 use super::frag::{Frag, page_home};
 use super::meta::{OWNER_PROVIDER, PageMeta};
 use super::pool::{Page, PoolInner};
@@ -88,7 +90,8 @@ impl Default for BulkFree {
 
 impl BulkFree {
     /// An empty context.
-    pub fn new() -> BulkFree {
+    #[inline]
+    pub const fn new() -> BulkFree {
         BulkFree {
             run_meta: std::ptr::null(),
             run_target: 0,
@@ -104,13 +107,25 @@ impl BulkFree {
     #[inline]
     pub fn free_frag(&mut self, frag: Frag) {
         let raw = frag.into_raw();
-        if raw.meta.as_ptr().cast_const() == self.run_meta {
+        // SAFETY: the handle's reference, given up by `into_raw`, once.
+        unsafe { self.free_ref(raw.meta, (raw.len_target >> 32) as u32) };
+    }
+
+    /// [`free_frag`](Self::free_frag) for a reference held without its
+    /// handle: on the page of `meta`, whose fragments carry `target`.
+    ///
+    /// # Safety
+    /// The caller holds one reference on that page and gives it up here; it
+    /// no longer uses the fragment's bytes.
+    #[inline(always)]
+    pub(crate) unsafe fn free_ref(&mut self, meta: NonNull<PageMeta>, target: u32) {
+        if meta.as_ptr().cast_const() == self.run_meta {
             self.run_n += 1;
             return;
         }
         self.end_run();
-        self.run_meta = raw.meta.as_ptr();
-        self.run_target = (raw.len_target >> 32) as u32;
+        self.run_meta = meta.as_ptr();
+        self.run_target = target;
         self.run_n = 1;
     }
 
@@ -124,6 +139,7 @@ impl BulkFree {
     }
 
     /// Gives back the run and sends the stash home.
+    #[inline]
     pub fn flush(&mut self) {
         self.end_run();
         self.flush_pages();

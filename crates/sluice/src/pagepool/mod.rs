@@ -78,7 +78,7 @@ pub use frag_alloc::PageFragAlloc;
 #[cfg(feature = "bench-baselines")]
 pub use frag_cache::PageFragCache;
 pub use mbuf::{FragLayout, attach_frag};
-pub(crate) use mbuf::{attach_frag_fresh, prefetch};
+pub(crate) use mbuf::{attach_frag_fresh, free_ext_bulk, prefetch};
 pub use pool::{
     DEFAULT_CACHE_SIZE, DEFAULT_RING_BATCH, DEFAULT_RING_SIZE, Page, PagePool, PagePoolConfig,
     PagePoolStats,

@@ -801,3 +801,74 @@ fn an_mbuf_over_a_fragment_gives_it_back_with_its_last_reference() {
     drop(pp);
     assert!(provider.is_full());
 }
+
+/// Counts the calls of [`counted_ext_free`].
+static OTHER_EXT_FREED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The free callback of an external buffer that is not a fragment: counts.
+fn counted_ext_free(_buf: std::ptr::NonNull<u8>, _opaque: *mut ()) {
+    OTHER_EXT_FREED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[test]
+fn a_burst_free_gives_fragments_back_a_run_per_page_and_each_page_home_once() {
+    use crate::mbuf::{Burst, ExtSharedInfo};
+    let provider = test_provider(2 << 20);
+    let pp = page_pool(&provider, 3, None);
+    let mut fa = PageFragAlloc::new(pp.clone());
+    let headers = TestPool::new(127).headroom(0).data_room(64).build();
+    let layout = FragLayout::for_mtu(1500);
+    // Three pages of 15: the first two whole, in order, then the third's
+    // interleaved with a plain mbuf and one over another external buffer.
+    let mut burst: Burst<64> = Burst::new();
+    let mut kept = None;
+    for i in 0..45 {
+        let mut m = headers.alloc().unwrap();
+        attach_frag(&mut m, fa.alloc_frag(layout.frag_size()).unwrap(), layout).unwrap();
+        if i == 40 {
+            // A clone outlives the burst: its fragment stays out.
+            kept = Some(m.clone());
+        }
+        burst.push(m).unwrap();
+        if i >= 30 && i % 5 == 0 {
+            burst.push(headers.alloc().unwrap()).unwrap();
+        }
+    }
+    let mut buf = [0u8; 64];
+    // SAFETY: the callback only counts; the info and the buffer outlive
+    // every mbuf attached (they live until the end of the test).
+    let info = unsafe { ExtSharedInfo::new(counted_ext_free, std::ptr::null_mut()) };
+    let mut other = headers.alloc().unwrap();
+    // SAFETY: as above.
+    unsafe {
+        other
+            .attach_extbuf(
+                std::ptr::NonNull::new(buf.as_mut_ptr()).unwrap(),
+                0,
+                64,
+                0,
+                std::ptr::NonNull::from(&info),
+            )
+            .unwrap();
+    }
+    burst.push(other).unwrap();
+    assert_eq!(burst.len(), 45 + 3 + 1);
+    let before = OTHER_EXT_FREED.load(std::sync::atomic::Ordering::SeqCst);
+    drop(fa); // the allocator's own hold on the last page ends
+    burst.clear();
+    assert_eq!(
+        OTHER_EXT_FREED.load(std::sync::atomic::Ordering::SeqCst),
+        before + 1,
+        "the other external buffer's callback ran once"
+    );
+    let s = pp.stats();
+    assert_eq!((s.in_ring, s.in_flight), (2, 1), "{s:?}");
+    // The kept clone's fragment is the third page's last reference.
+    assert_eq!(headers.stats().in_use, 1);
+    drop(kept);
+    let s = pp.stats();
+    assert_eq!((s.in_ring, s.in_flight), (3, 0), "{s:?}");
+    assert_pool_full(&headers);
+    drop(pp);
+    assert!(provider.is_full());
+}
