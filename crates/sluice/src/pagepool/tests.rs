@@ -540,7 +540,7 @@ fn a_page_whose_fragments_are_all_free_is_carved_again_in_place() {
     // 20000 bytes do not fit in what is left: the five never cut are given
     // back, which makes the cache the last holder, so the block starts over.
     let f = fc.alloc_frag(20000).unwrap();
-    assert_eq!(f.as_ptr(), page);
+    assert_eq!(f.page_addr(), page);
     assert_eq!(f.page_target(), 1);
     assert_eq!(provider.stats().allocs[3], 1);
     // Its target reached, the cache holds no reference: the block goes home
@@ -869,6 +869,36 @@ fn a_burst_free_gives_fragments_back_a_run_per_page_and_each_page_home_once() {
     let s = pp.stats();
     assert_eq!((s.in_ring, s.in_flight), (3, 0), "{s:?}");
     assert_pool_full(&headers);
+    drop(pp);
+    assert!(provider.is_full());
+}
+
+#[test]
+fn each_page_starts_its_fragments_one_line_further_within_what_they_leave_over() {
+    let provider = test_provider(2 << 20);
+    let pp = page_pool(&provider, 3, None);
+    let mut fa = PageFragAlloc::new(pp.clone());
+    // 15 fragments of 2112 bytes leave 1088 bytes of a 32 KiB page: 17
+    // lines, so 18 colours.
+    let frags: Vec<Frag> = (0..15 * 20).map(|_| fa.alloc_frag(2090).unwrap()).collect();
+    let firsts: Vec<usize> = frags
+        .chunks(15)
+        .map(|page| {
+            let base = page[0].page_addr() as usize;
+            for f in page {
+                assert_eq!(f.page_addr() as usize, base, "15 to a page");
+                assert!(f.as_ptr() as usize + 2090 <= base + 32768);
+            }
+            page[0].as_ptr() as usize - base
+        })
+        .collect();
+    let lines: Vec<usize> = firsts.iter().map(|&o| o / FRAG_ALIGN).collect();
+    let expected: Vec<usize> = (1..=20).map(|k| k % 18).collect();
+    assert_eq!(lines, expected);
+    assert!(firsts.iter().all(|&o| o % FRAG_ALIGN == 0));
+    assert_eq!(pp.stats().alloc_slow, 20);
+    drop((frags, fa));
+    assert!(pp.all_home());
     drop(pp);
     assert!(provider.is_full());
 }
