@@ -564,7 +564,7 @@ impl PoolInner {
                 // size: `with_init` checks it), so `stack[len - n..len]` is
                 // in bounds; `dst` holds `n`, and a `&mut` overlaps nothing.
                 // No bounds check: a small bulk is a few moves, and the
-                // check would be a fifth of the hit.
+                // check would be a good part of the hit.
                 unsafe { copy_run(stack.as_ptr().add(len - n), dst.as_mut_ptr(), n) };
                 // The new length and one more hit, in one store.
                 cache.state.store(st - n as u64 + HIT, Ordering::Relaxed);
