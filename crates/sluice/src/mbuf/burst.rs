@@ -8,7 +8,7 @@
 use super::handle::{prefree_into, put_bulk_to_pool};
 use super::{Mbuf, MbufHeader};
 use crate::mempool::Elem;
-use crate::pagepool::BulkFree;
+use crate::pagepool::FragRun;
 
 /// Default burst size.
 pub const DEFAULT_BURST: usize = 32;
@@ -394,7 +394,7 @@ unsafe fn take(slots: &[Elem], i: usize) -> Mbuf {
 /// per run of one pool. The slots double as the scratch space: plain buffers
 /// are compacted to the front as they are found (a slot is written only after
 /// it has been read), so no other array is touched. Rx fragments whose last
-/// mbuf goes here are given back a run per page ([`BulkFree`]): a queue
+/// mbuf goes here are given back a run per page ([`FragRun`]): a queue
 /// receives a page's fragments one after another and sends them in that
 /// order, so one count update serves a page's worth instead of one atomic
 /// per packet.
@@ -404,7 +404,7 @@ unsafe fn take(slots: &[Elem], i: usize) -> Mbuf {
 pub(crate) unsafe fn free_bulk(slots: &mut [Elem]) {
     let mut k = 0;
     let mut pool = std::ptr::null();
-    let mut frags = BulkFree::new();
+    let mut frags = FragRun::new();
     for i in 0..slots.len() {
         if let Some(e) = slots.get(i + FREE_AHEAD) {
             // An external buffer's shared info (an Rx fragment's tailroom) was
@@ -436,7 +436,7 @@ pub(crate) unsafe fn free_bulk(slots: &mut [Elem]) {
         }
         k += 1;
     }
-    frags.flush();
+    frags.end();
     // SAFETY: as above.
     unsafe { put_bulk_to_pool(pool, &slots[..k]) };
 }

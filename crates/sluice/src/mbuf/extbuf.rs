@@ -93,9 +93,8 @@ impl ExtSharedInfo {
 
     /// One mbuf detaches. The last gets the free callback back
     /// ([`ExtFree`]), to call for the buffer, or to do its work another way
-    /// (a burst free gives Rx fragments back a run per page,
-    /// [`crate::pagepool::BulkFree`]); the info's memory may be handed on
-    /// once it is done.
+    /// (a burst free gives Rx fragments back a run per page); the info's
+    /// memory may be handed on once it is done.
     ///
     /// Takes a pointer, not `&self`: the info may live inside the buffer it
     /// describes (a page-pool fragment keeps it in its tailroom), and what

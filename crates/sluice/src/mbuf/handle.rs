@@ -25,7 +25,7 @@ use super::MbufError;
 use super::extbuf::ExtSharedInfo;
 use super::layout::{MbufHeader, TxOffload, ol};
 use crate::mempool::{Elem, PoolInner};
-use crate::pagepool::{BulkFree, free_ext_bulk};
+use crate::pagepool::{FragRun, free_ext_bulk};
 
 /// An owned reference to a packet buffer.
 ///
@@ -676,7 +676,7 @@ pub(crate) unsafe fn prefree(ptr: NonNull<MbufHeader>) -> Option<NonNull<MbufHea
     unsafe { prefree_into(ptr, None) }
 }
 
-/// [`prefree`], with a burst's [`BulkFree`]: an Rx fragment whose last
+/// [`prefree`], with a burst's [`FragRun`]: an Rx fragment whose last
 /// attachment goes here joins its run (a run per page, given back in one
 /// count update) instead of going back to its page at once.
 ///
@@ -685,7 +685,7 @@ pub(crate) unsafe fn prefree(ptr: NonNull<MbufHeader>) -> Option<NonNull<MbufHea
 #[inline(always)]
 pub(crate) unsafe fn prefree_into(
     ptr: NonNull<MbufHeader>,
-    frags: Option<&mut BulkFree>,
+    frags: Option<&mut FragRun>,
 ) -> Option<NonNull<MbufHeader>> {
     // SAFETY: the reference keeps the header alive until given up below.
     let h = unsafe { ptr.as_ref() };
@@ -733,7 +733,7 @@ unsafe fn detach_ext(h: &mut MbufHeader) {
 /// # Safety
 /// As [`detach_ext`].
 #[inline(always)]
-unsafe fn detach_ext_into(h: &mut MbufHeader, frags: Option<&mut BulkFree>) {
+unsafe fn detach_ext_into(h: &mut MbufHeader, frags: Option<&mut FragRun>) {
     // SAFETY: attached, so not null.
     let info = unsafe { NonNull::new_unchecked(h.shinfo.cast_mut()) };
     // SAFETY: the external buffer was valid while attached.

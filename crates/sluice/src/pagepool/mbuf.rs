@@ -12,7 +12,7 @@
 use std::ptr::NonNull;
 
 use super::FRAG_ALIGN;
-use super::bulk::BulkFree;
+use super::bulk::FragRun;
 use super::frag::{Frag, RawFrag, put_frag_ref};
 use super::meta::PageMeta;
 use crate::mbuf::{ExtFree, ExtFreeCallback, ExtSharedInfo, Mbuf, MbufError, MbufHeader};
@@ -135,7 +135,7 @@ fn frag_ext_free(_buf: NonNull<u8>, opaque: *mut ()) {
 }
 
 /// Does what the last detachment from an external buffer (`buf`) has to do
-/// (`free`), for a burst: an Rx fragment's reference joins `bulk`'s run on
+/// (`free`), for a burst: an Rx fragment's reference joins `run` if it is of
 /// its page (given back a run per page), anything else's free callback is
 /// called now.
 ///
@@ -143,7 +143,7 @@ fn frag_ext_free(_buf: NonNull<u8>, opaque: *mut ()) {
 /// `free` is what [`ExtSharedInfo::release`] returned for `buf`'s info, and
 /// this does it once.
 #[inline(always)]
-pub(crate) unsafe fn free_ext_bulk(bulk: &mut BulkFree, free: ExtFree, buf: NonNull<u8>) {
+pub(crate) unsafe fn free_ext_bulk(run: &mut FragRun, free: ExtFree, buf: NonNull<u8>) {
     // The same function at another address (a copy in another codegen unit)
     // only takes the callback's way: the same result, one atomic more.
     if std::ptr::fn_addr_eq(free.cb, frag_ext_free as ExtFreeCallback) {
@@ -153,7 +153,7 @@ pub(crate) unsafe fn free_ext_bulk(bulk: &mut BulkFree, free: ExtFree, buf: NonN
         let FragTail { meta, target } = unsafe { free.opaque.cast::<FragTail>().read() };
         // SAFETY: the fragment's reference, which the info held, given up
         // once; its bytes are no longer used.
-        unsafe { bulk.free_ref(meta, target) };
+        unsafe { run.add(meta, target) };
     } else {
         free.call(buf);
     }

@@ -72,6 +72,7 @@ mod tests;
 mod loom_tests;
 
 pub use buddy::TOP_ORDER;
+pub(crate) use bulk::FragRun;
 pub use bulk::{BulkFree, PAGE_BULK};
 pub use frag::Frag;
 pub use frag_alloc::PageFragAlloc;
