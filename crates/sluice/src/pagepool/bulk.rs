@@ -250,8 +250,9 @@ impl FragRun {
     }
 
     /// Gives back the run's references; the page goes home if they were its
-    /// last.
-    #[inline]
+    /// last. Out of line: once per page, and kept out of the burst free's
+    /// loop, which then keeps its own values in registers.
+    #[inline(never)]
     pub(crate) fn end(&mut self) {
         if self.meta.is_null() {
             return;
