@@ -67,6 +67,16 @@ pub fn current() -> Option<usize> {
     }
 }
 
+/// The calling thread's lcore id as an index, or an index past every table
+/// of lcores (`u32::MAX`) when it is not registered: a lookup in a table
+/// of [`MAX_LCORES`] entries then needs one bounds check and no other test.
+///
+/// One thread-local load.
+#[inline(always)]
+pub(crate) fn current_index() -> usize {
+    LCORE_ID.with(Cell::get) as usize
+}
+
 /// Why an lcore could not be registered, pinned or launched.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]

@@ -5,9 +5,10 @@
 //! when it is cleared or dropped is freed — with the puts batched per pool, as
 //! `rte_pktmbuf_free_bulk` does — so no mbuf is ever lost.
 
-use super::handle::{prefree, put_bulk_to_pool};
+use super::handle::{prefree_into, put_bulk_to_pool};
 use super::{Mbuf, MbufHeader};
 use crate::mempool::Elem;
+use crate::pagepool::FragRun;
 
 /// Default burst size.
 pub const DEFAULT_BURST: usize = 32;
@@ -392,13 +393,18 @@ unsafe fn take(slots: &[Elem], i: usize) -> Mbuf {
 /// Gives up the mbufs in `slots`, putting plain buffers back in one bulk put
 /// per run of one pool. The slots double as the scratch space: plain buffers
 /// are compacted to the front as they are found (a slot is written only after
-/// it has been read), so no other array is touched.
+/// it has been read), so no other array is touched. Rx fragments whose last
+/// mbuf goes here are given back a run per page ([`FragRun`]): a queue
+/// receives a page's fragments one after another and sends them in that
+/// order, so one count update serves a page's worth instead of one atomic
+/// per packet.
 ///
 /// # Safety
 /// Every slot holds an owned mbuf that the caller no longer uses or counts.
 pub(crate) unsafe fn free_bulk(slots: &mut [Elem]) {
     let mut k = 0;
     let mut pool = std::ptr::null();
+    let mut frags = FragRun::new();
     for i in 0..slots.len() {
         if let Some(e) = slots.get(i + FREE_AHEAD) {
             // An external buffer's shared info (an Rx fragment's tailroom) was
@@ -412,8 +418,9 @@ pub(crate) unsafe fn free_bulk(slots: &mut [Elem]) {
             }
         }
         let p = slots[i].as_non_null().cast::<MbufHeader>();
-        // SAFETY: we own this reference and give it up.
-        let Some(h) = (unsafe { prefree(p) }) else {
+        // SAFETY: we own this reference and give it up; `frags` is flushed
+        // below.
+        let Some(h) = (unsafe { prefree_into(p, Some(&mut frags)) }) else {
             continue;
         };
         // SAFETY: a live header (its last reference is ours).
@@ -429,6 +436,7 @@ pub(crate) unsafe fn free_bulk(slots: &mut [Elem]) {
         }
         k += 1;
     }
+    frags.end();
     // SAFETY: as above.
     unsafe { put_bulk_to_pool(pool, &slots[..k]) };
 }

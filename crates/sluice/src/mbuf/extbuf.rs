@@ -13,6 +13,23 @@ use std::sync::atomic::{AtomicU32, Ordering};
 /// attached to an external buffer lets go of it.
 pub type ExtFreeCallback = fn(buf: NonNull<u8>, opaque: *mut ());
 
+/// What the last detachment from an external buffer has to do: call the
+/// free callback with the buffer and the opaque value
+/// ([`ExtSharedInfo::release`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ExtFree {
+    pub(crate) cb: ExtFreeCallback,
+    pub(crate) opaque: *mut (),
+}
+
+impl ExtFree {
+    /// Calls the callback for `buf`.
+    #[inline]
+    pub(crate) fn call(self, buf: NonNull<u8>) {
+        (self.cb)(buf, self.opaque);
+    }
+}
+
 /// The shared description of an external buffer.
 ///
 /// Lives at a stable address for as long as any mbuf is attached (typically
@@ -74,45 +91,48 @@ impl ExtSharedInfo {
         self.refcnt.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// One mbuf detaches from `buf`; the last calls the free callback.
+    /// One mbuf detaches. The last gets the free callback back
+    /// ([`ExtFree`]), to call for the buffer, or to do its work another way
+    /// (a burst free gives Rx fragments back a run per page); the info's
+    /// memory may be handed on once it is done.
     ///
     /// Takes a pointer, not `&self`: the info may live inside the buffer it
-    /// describes (a page-pool fragment keeps it in its tailroom), and the
-    /// callback hands that memory on while this function is still running,
-    /// so no reference to the info may be live across the call.
+    /// describes (a page-pool fragment keeps it in its tailroom), and what
+    /// the last detachment frees hands that memory on while the caller is
+    /// still running, so no reference to the info may outlive this call.
     ///
     /// # Safety
-    /// `this` is valid, and the caller held one attachment, given up here.
+    /// `this` is valid, and the caller held one attachment, given up here;
+    /// it does what the returned [`ExtFree`] says, once.
     #[inline]
-    pub(crate) unsafe fn put(this: NonNull<ExtSharedInfo>, buf: NonNull<u8>) {
-        let (free_cb, opaque, last) = {
-            // SAFETY: valid while we hold an attachment (until the decrement).
-            let info = unsafe { this.as_ref() };
-            // Read before the decrement: after it, another holder may free
-            // the info.
-            let (cb, op) = (info.free_cb, info.opaque);
-            // The only attachment (the common case): no atomic write — no one
-            // else can attach without holding one (as `Arc`). Acquire pairs
-            // with the Release decrement of the last other holder, so its
-            // uses of the buffer happen-before the free.
-            let last = info.refcnt.load(Ordering::Acquire) == 1
-                // Release pairs with the Acquire fence of whoever ends up
-                // last, so every holder's use happens-before the free.
-                || info.refcnt.fetch_sub(1, Ordering::Release) == 1;
-            if last {
-                // Back to no attachment (the shortcut left it at 1), before
-                // the callback may hand the info's memory on: an info that
-                // outlives its buffer can be attached again from 0.
-                info.refcnt.store(0, Ordering::Relaxed);
-            }
-            (cb, op, last)
+    pub(crate) unsafe fn release(this: NonNull<ExtSharedInfo>) -> Option<ExtFree> {
+        // SAFETY: valid while we hold an attachment (until the decrement).
+        let info = unsafe { this.as_ref() };
+        // Read before the decrement: after it, another holder may free the
+        // info.
+        let free = ExtFree {
+            cb: info.free_cb,
+            opaque: info.opaque,
         };
-        if last {
-            // Pairs with the Release decrements (a no-op after the Acquire
-            // load above; the RMW path needs it).
-            std::sync::atomic::fence(Ordering::Acquire);
-            free_cb(buf, opaque);
+        // The only attachment (the common case): no atomic write — no one
+        // else can attach without holding one (as `Arc`). Acquire pairs with
+        // the Release decrement of the last other holder, so its uses of the
+        // buffer happen-before the free.
+        let last = info.refcnt.load(Ordering::Acquire) == 1
+            // Release pairs with the Acquire fence of whoever ends up last,
+            // so every holder's use happens-before the free.
+            || info.refcnt.fetch_sub(1, Ordering::Release) == 1;
+        if !last {
+            return None;
         }
+        // Back to no attachment (the shortcut left it at 1), before the
+        // callback may hand the info's memory on: an info that outlives its
+        // buffer can be attached again from 0.
+        info.refcnt.store(0, Ordering::Relaxed);
+        // Pairs with the Release decrements (a no-op after the Acquire load
+        // above; the RMW path needs it).
+        std::sync::atomic::fence(Ordering::Acquire);
+        Some(free)
     }
 
     /// True when more than one mbuf shares the data.

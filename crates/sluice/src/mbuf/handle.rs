@@ -25,6 +25,7 @@ use super::MbufError;
 use super::extbuf::ExtSharedInfo;
 use super::layout::{MbufHeader, TxOffload, ol};
 use crate::mempool::{Elem, PoolInner};
+use crate::pagepool::{FragRun, free_ext_bulk};
 
 /// An owned reference to a packet buffer.
 ///
@@ -671,6 +672,21 @@ impl Drop for Mbuf {
 /// The caller owns one reference to `ptr` and does not use it afterwards.
 #[inline(always)]
 pub(crate) unsafe fn prefree(ptr: NonNull<MbufHeader>) -> Option<NonNull<MbufHeader>> {
+    // SAFETY: forwarded.
+    unsafe { prefree_into(ptr, None) }
+}
+
+/// [`prefree`], with a burst's [`FragRun`]: an Rx fragment whose last
+/// attachment goes here joins its run (a run per page, given back in one
+/// count update) instead of going back to its page at once.
+///
+/// # Safety
+/// As [`prefree`]; the caller flushes `frags` (or drops it) afterwards.
+#[inline(always)]
+pub(crate) unsafe fn prefree_into(
+    ptr: NonNull<MbufHeader>,
+    frags: Option<&mut FragRun>,
+) -> Option<NonNull<MbufHeader>> {
     // SAFETY: the reference keeps the header alive until given up below.
     let h = unsafe { ptr.as_ref() };
     // One reference (the common case): no atomic read-modify-write. Acquire
@@ -691,7 +707,7 @@ pub(crate) unsafe fn prefree(ptr: NonNull<MbufHeader>) -> Option<NonNull<MbufHea
             // here, and the header is a plain buffer for the caller's (bulk)
             // put, not a put of its own.
             // SAFETY: the last reference: the header is ours alone.
-            unsafe { detach_ext(&mut *ptr.as_ptr()) };
+            unsafe { detach_ext_into(&mut *ptr.as_ptr(), frags) };
         }
         return Some(ptr);
     }
@@ -707,6 +723,17 @@ pub(crate) unsafe fn prefree(ptr: NonNull<MbufHeader>) -> Option<NonNull<MbufHea
 /// `h` is a segment with an external buffer, exclusively ours.
 #[inline(always)]
 unsafe fn detach_ext(h: &mut MbufHeader) {
+    // SAFETY: forwarded.
+    unsafe { detach_ext_into(h, None) };
+}
+
+/// [`detach_ext`], handing what the last attachment frees to `frags` when
+/// given ([`free_ext_bulk`]).
+///
+/// # Safety
+/// As [`detach_ext`].
+#[inline(always)]
+unsafe fn detach_ext_into(h: &mut MbufHeader, frags: Option<&mut FragRun>) {
     // SAFETY: attached, so not null.
     let info = unsafe { NonNull::new_unchecked(h.shinfo.cast_mut()) };
     // SAFETY: the external buffer was valid while attached.
@@ -717,9 +744,17 @@ unsafe fn detach_ext(h: &mut MbufHeader) {
     h.shinfo = std::ptr::null();
     h.ol_flags &= !ol::EXTERNAL;
     // SAFETY: `shinfo` is valid while attached (attach contract) and we give
-    // up this segment's attachment; the callback may free it, and we do not
-    // touch it afterwards.
-    unsafe { ExtSharedInfo::put(info, buf) };
+    // up this segment's attachment; what the last one frees may take the
+    // info with it, and we do not touch it afterwards.
+    let Some(free) = (unsafe { ExtSharedInfo::release(info) }) else {
+        return;
+    };
+    match frags {
+        // SAFETY: the last attachment let go of `buf`: what `free` frees is
+        // ours to free, here, once.
+        Some(bulk) => unsafe { free_ext_bulk(bulk, free, buf) },
+        None => free.call(buf),
+    }
 }
 
 /// Frees every segment of a chain whose last reference was just given up.

@@ -13,7 +13,7 @@ use super::{
     Elem, MAX_CACHE_SIZE, MAX_ELT_SIZE, MAX_POOL_SIZE, MempoolConfig, MempoolError, MempoolStats,
     element_stride,
 };
-use crate::copy::copy_slice;
+use crate::copy::{copy_run, copy_slice};
 use crate::lcore::{self, MAX_LCORES};
 use crate::ring::SharedRing;
 use crate::sync::{Mutex, MutexGuard, Ordering};
@@ -545,13 +545,12 @@ impl std::fmt::Debug for Mempool {
 
 impl PoolInner {
     /// The calling thread's cache, if it is an lcore and caches are on.
+    ///
+    /// One compare: a thread that is not an lcore has an index past every
+    /// table of lcores, and a pool without caches has an empty table.
     #[inline(always)]
     fn local_cache(&self) -> Option<&LocalCache> {
-        if self.caches.is_empty() {
-            return None;
-        }
-        let id = lcore::current()?;
-        self.caches.get(id).map(|c| &**c)
+        self.caches.get(lcore::current_index()).map(|c| &**c)
     }
 
     /// Fills all of `dst` or takes nothing.
@@ -566,11 +565,18 @@ impl PoolInner {
             let st = cache.state();
             let len = state_len(st);
             if n <= len {
+                debug_assert!(len <= CACHE_STACK);
                 // SAFETY: `local_cache` returned the caller's own cache, and
                 // this is the only reference into its stack here.
                 let stack = unsafe { stack_mut(cache) };
                 // Pop the top `n`: the most recently freed, so cache-hot.
-                copy_slice(dst, &stack[len - n..len]);
+                // SAFETY: `n <= len <= CACHE_STACK` (a cache's length never
+                // passes its flush threshold, which is below the stack's
+                // size: `with_init` checks it), so `stack[len - n..len]` is
+                // in bounds; `dst` holds `n`, and a `&mut` overlaps nothing.
+                // No bounds check: a small bulk is a few moves, and the
+                // check would be a good part of the hit.
+                unsafe { copy_run(stack.as_ptr().add(len - n), dst.as_mut_ptr(), n) };
                 // The new length and one more hit, in one store.
                 cache.state.store(st - n as u64 + HIT, Ordering::Relaxed);
                 #[cfg(feature = "debug")]
@@ -688,9 +694,13 @@ impl PoolInner {
         for &e in src {
             self.debug_mark(e, false);
         }
+        debug_assert!(len + n <= CACHE_STACK);
         // SAFETY: our own cache, sole reference for this block.
         let stack = unsafe { stack_mut(cache) };
-        copy_slice(&mut stack[len..len + n], src);
+        // SAFETY: `len + n <= flush_thresh`, which is below the stack's size
+        // (`with_init` checks it), so `stack[len..len + n]` is in bounds;
+        // `src` holds `n` and a `&` does not overlap the `&mut` stack.
+        unsafe { copy_run(src.as_ptr(), stack.as_mut_ptr().add(len), n) };
         self.witness_put();
         // Release: this store is the last access to the pool by a put, and it
         // is what the final handle's drop reads (Acquire in `count_free`) to

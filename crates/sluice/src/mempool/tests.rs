@@ -662,3 +662,115 @@ fn cache_counts_name_each_lcores_cache_read_from_another_thread() {
     assert!(pool.cache_counts().is_empty());
     assert_pool_full(&pool);
 }
+
+/// A model of one lcore's view of a pool: the ring's free elements in
+/// order (a FIFO) and the cache's (a stack), moved as the pool's get and put
+/// paths move them.
+struct PoolModel {
+    ring: std::collections::VecDeque<Elem>,
+    cache: Vec<Elem>,
+    cache_size: usize,
+    flush_thresh: usize,
+}
+
+impl PoolModel {
+    fn get(&mut self, n: usize) -> Option<Vec<Elem>> {
+        let len = self.cache.len();
+        if n <= len {
+            return Some(self.cache.split_off(len - n));
+        }
+        let need = self.cache_size + n - len;
+        if n <= self.cache_size && self.ring.len() >= need {
+            self.cache.extend(self.ring.drain(..need));
+            return Some(self.cache.split_off(self.cache_size));
+        }
+        // Past the cache: the ring alone, else the ring's part and the cache.
+        if self.ring.len() >= n {
+            return Some(self.ring.drain(..n).collect());
+        }
+        if len == 0 || self.ring.len() < n - len {
+            return None;
+        }
+        let mut got: Vec<Elem> = self.ring.drain(..n - len).collect();
+        got.append(&mut self.cache);
+        Some(got)
+    }
+
+    fn put(&mut self, src: &[Elem]) {
+        if self.cache.len() + src.len() <= self.flush_thresh {
+            self.cache.extend_from_slice(src);
+        } else if src.len() > self.flush_thresh {
+            self.ring.extend(src);
+        } else {
+            self.ring.extend(self.cache.drain(..));
+            self.cache.extend_from_slice(src);
+        }
+    }
+}
+
+/// Gets and puts of every bulk size from 0 to 64, in a scrambled order,
+/// hand out exactly the elements, in exactly the order, that a model of the
+/// cache and ring predicts (so the small-bulk copies move the right slots),
+/// fail exactly when it says so, and leave the pool full.
+#[test]
+fn bulks_of_0_to_64_match_a_model_of_cache_and_ring() {
+    for cached in [false, true] {
+        let _l = cached.then(|| lcore::register().unwrap());
+        let (size, cache_size) = (200, 32);
+        let pool = test_mempool(size, cache_size);
+        // A fresh pool's ring holds the elements in index order.
+        let mut all = Vec::new();
+        while let Some(e) = pool.get() {
+            all.push(e);
+        }
+        all.sort_by_key(|&e| pool.index_of(e));
+        // SAFETY: every element, got above, put back once.
+        unsafe { pool.put_bulk(&all) };
+        pool.flush_local_cache();
+        let mut model = PoolModel {
+            ring: all.iter().copied().collect(),
+            cache: Vec::new(),
+            cache_size: if cached { cache_size as usize } else { 0 },
+            flush_thresh: if cached {
+                pool.flush_threshold() as usize
+            } else {
+                0
+            },
+        };
+        let mut held: Vec<Elem> = Vec::new();
+        let mut step = 0x9e37_79b9_u32;
+        for round in 0..600 {
+            step = step.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let n = (step >> 8) as usize % 65;
+            // Mostly gets while few are held, mostly puts while many are.
+            let get = (step >> 24) as usize % size as usize >= held.len();
+            if get {
+                let mut dst = vec![Elem::DANGLING; n];
+                let want = model.get(n);
+                match pool.get_bulk(&mut dst) {
+                    Ok(()) => {
+                        assert_eq!(Some(&dst), want.as_ref(), "get of {n}, round {round}");
+                        held.extend_from_slice(&dst);
+                    }
+                    Err(MempoolError::Empty { requested }) => {
+                        assert_eq!(requested, n);
+                        assert!(want.is_none(), "get of {n} failed, round {round}");
+                    }
+                    Err(e) => panic!("{e}"),
+                }
+            } else {
+                let n = n.min(held.len());
+                let src = held.split_off(held.len() - n);
+                model.put(&src);
+                // SAFETY: elements got above and held since, each put back
+                // once.
+                unsafe { pool.put_bulk(&src) };
+            }
+            assert_eq!(pool.local_cache_len(), model.cache.len(), "round {round}");
+        }
+        // SAFETY: as above.
+        unsafe { pool.put_bulk(&held) };
+        pool.flush_local_cache();
+        assert_pool_full(&pool);
+    }
+}

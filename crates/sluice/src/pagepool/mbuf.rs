@@ -12,9 +12,10 @@
 use std::ptr::NonNull;
 
 use super::FRAG_ALIGN;
+use super::bulk::FragRun;
 use super::frag::{Frag, RawFrag, put_frag_ref};
 use super::meta::PageMeta;
-use crate::mbuf::{ExtSharedInfo, Mbuf, MbufError, MbufHeader};
+use crate::mbuf::{ExtFree, ExtFreeCallback, ExtSharedInfo, Mbuf, MbufError, MbufHeader};
 use crate::mempool::Elem;
 
 /// How an Rx fragment is cut: headroom, then the data room (the largest
@@ -131,6 +132,31 @@ fn frag_ext_free(_buf: NonNull<u8>, opaque: *mut ()) {
     // SAFETY: the fragment's reference was given to the shared info, whose
     // last attachment is letting go now: we give it back, once.
     unsafe { put_frag_ref(meta, target) };
+}
+
+/// Does what the last detachment from an external buffer (`buf`) has to do
+/// (`free`), for a burst: an Rx fragment's reference joins `run` if it is of
+/// its page (given back a run per page), anything else's free callback is
+/// called now.
+///
+/// # Safety
+/// `free` is what [`ExtSharedInfo::release`] returned for `buf`'s info, and
+/// this does it once.
+#[inline(always)]
+pub(crate) unsafe fn free_ext_bulk(run: &mut FragRun, free: ExtFree, buf: NonNull<u8>) {
+    // The same function at another address (a copy in another codegen unit)
+    // only takes the callback's way: the same result, one atomic more.
+    if std::ptr::fn_addr_eq(free.cb, frag_ext_free as ExtFreeCallback) {
+        // SAFETY: the fragments' callback: `opaque` is the fragment's tail,
+        // written at attach, in bytes that stay ours until the reference is
+        // given back.
+        let FragTail { meta, target } = unsafe { free.opaque.cast::<FragTail>().read() };
+        // SAFETY: the fragment's reference, which the info held, given up
+        // once; its bytes are no longer used.
+        unsafe { run.add(meta, target) };
+    } else {
+        free.call(buf);
+    }
 }
 
 /// Makes `frag`, cut for `layout`, the data of `m`: empty, at the layout's

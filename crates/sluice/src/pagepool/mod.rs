@@ -72,13 +72,14 @@ mod tests;
 mod loom_tests;
 
 pub use buddy::TOP_ORDER;
+pub(crate) use bulk::FragRun;
 pub use bulk::{BulkFree, PAGE_BULK};
 pub use frag::Frag;
 pub use frag_alloc::PageFragAlloc;
 #[cfg(feature = "bench-baselines")]
 pub use frag_cache::PageFragCache;
 pub use mbuf::{FragLayout, attach_frag};
-pub(crate) use mbuf::{attach_frag_fresh, prefetch};
+pub(crate) use mbuf::{attach_frag_fresh, free_ext_bulk, prefetch};
 pub use pool::{
     DEFAULT_CACHE_SIZE, DEFAULT_RING_BATCH, DEFAULT_RING_SIZE, Page, PagePool, PagePoolConfig,
     PagePoolStats,

@@ -540,7 +540,7 @@ fn a_page_whose_fragments_are_all_free_is_carved_again_in_place() {
     // 20000 bytes do not fit in what is left: the five never cut are given
     // back, which makes the cache the last holder, so the block starts over.
     let f = fc.alloc_frag(20000).unwrap();
-    assert_eq!(f.as_ptr(), page);
+    assert_eq!(f.page_addr(), page);
     assert_eq!(f.page_target(), 1);
     assert_eq!(provider.stats().allocs[3], 1);
     // Its target reached, the cache holds no reference: the block goes home
@@ -797,6 +797,107 @@ fn an_mbuf_over_a_fragment_gives_it_back_with_its_last_reference() {
     );
     drop((short, m2, c, fa));
     assert_pool_full(&headers);
+    assert!(pp.all_home());
+    drop(pp);
+    assert!(provider.is_full());
+}
+
+/// Counts the calls of [`counted_ext_free`].
+static OTHER_EXT_FREED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// The free callback of an external buffer that is not a fragment: counts.
+fn counted_ext_free(_buf: std::ptr::NonNull<u8>, _opaque: *mut ()) {
+    OTHER_EXT_FREED.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+}
+
+#[test]
+fn a_burst_free_gives_fragments_back_a_run_per_page_and_each_page_home_once() {
+    use crate::mbuf::{Burst, ExtSharedInfo};
+    let provider = test_provider(2 << 20);
+    let pp = page_pool(&provider, 3, None);
+    let mut fa = PageFragAlloc::new(pp.clone());
+    let headers = TestPool::new(127).headroom(0).data_room(64).build();
+    let layout = FragLayout::for_mtu(1500);
+    // Three pages of 15: the first two whole, in order, then the third's
+    // interleaved with a plain mbuf and one over another external buffer.
+    let mut burst: Burst<64> = Burst::new();
+    let mut kept = None;
+    for i in 0..45 {
+        let mut m = headers.alloc().unwrap();
+        attach_frag(&mut m, fa.alloc_frag(layout.frag_size()).unwrap(), layout).unwrap();
+        if i == 40 {
+            // A clone outlives the burst: its fragment stays out.
+            kept = Some(m.clone());
+        }
+        burst.push(m).unwrap();
+        if i >= 30 && i % 5 == 0 {
+            burst.push(headers.alloc().unwrap()).unwrap();
+        }
+    }
+    let mut buf = [0u8; 64];
+    // SAFETY: the callback only counts; the info and the buffer outlive
+    // every mbuf attached (they live until the end of the test).
+    let info = unsafe { ExtSharedInfo::new(counted_ext_free, std::ptr::null_mut()) };
+    let mut other = headers.alloc().unwrap();
+    // SAFETY: as above.
+    unsafe {
+        other
+            .attach_extbuf(
+                std::ptr::NonNull::new(buf.as_mut_ptr()).unwrap(),
+                0,
+                64,
+                0,
+                std::ptr::NonNull::from(&info),
+            )
+            .unwrap();
+    }
+    burst.push(other).unwrap();
+    assert_eq!(burst.len(), 45 + 3 + 1);
+    let before = OTHER_EXT_FREED.load(std::sync::atomic::Ordering::SeqCst);
+    drop(fa); // the allocator's own hold on the last page ends
+    burst.clear();
+    assert_eq!(
+        OTHER_EXT_FREED.load(std::sync::atomic::Ordering::SeqCst),
+        before + 1,
+        "the other external buffer's callback ran once"
+    );
+    let s = pp.stats();
+    assert_eq!((s.in_ring, s.in_flight), (2, 1), "{s:?}");
+    // The kept clone's fragment is the third page's last reference.
+    assert_eq!(headers.stats().in_use, 1);
+    drop(kept);
+    let s = pp.stats();
+    assert_eq!((s.in_ring, s.in_flight), (3, 0), "{s:?}");
+    assert_pool_full(&headers);
+    drop(pp);
+    assert!(provider.is_full());
+}
+
+#[test]
+fn each_page_starts_its_fragments_one_line_further_within_what_they_leave_over() {
+    let provider = test_provider(2 << 20);
+    let pp = page_pool(&provider, 3, None);
+    let mut fa = PageFragAlloc::new(pp.clone());
+    // 15 fragments of 2112 bytes leave 1088 bytes of a 32 KiB page: 17
+    // lines, so 18 colours.
+    let frags: Vec<Frag> = (0..15 * 20).map(|_| fa.alloc_frag(2090).unwrap()).collect();
+    let firsts: Vec<usize> = frags
+        .chunks(15)
+        .map(|page| {
+            let base = page[0].page_addr() as usize;
+            for f in page {
+                assert_eq!(f.page_addr() as usize, base, "15 to a page");
+                assert!(f.as_ptr() as usize + 2090 <= base + 32768);
+            }
+            page[0].as_ptr() as usize - base
+        })
+        .collect();
+    let lines: Vec<usize> = firsts.iter().map(|&o| o / FRAG_ALIGN).collect();
+    let expected: Vec<usize> = (1..=20).map(|k| k % 18).collect();
+    assert_eq!(lines, expected);
+    assert!(firsts.iter().all(|&o| o % FRAG_ALIGN == 0));
+    assert_eq!(pp.stats().alloc_slow, 20);
+    drop((frags, fa));
     assert!(pp.all_home());
     drop(pp);
     assert!(provider.is_full());
