@@ -7,6 +7,9 @@
 //! `sluice gen` runs on a vhost port, and `fwd` and `l2fwd` forward between
 //! a vhost port and a memif port.
 //!
+//! Sluice's own `virtio:` port is the frontend of the forwarders' `vhost:`
+//! port (and the other way round), with no foreign tool.
+//!
 //! The vhost tests need `dpdk-testpmd` (Debian: dpdk); without it they say
 //! they are skipped, except under CI (`CI=true`), where it fails them.
 
@@ -138,6 +141,36 @@ fn fwd_l2fwd_and_l3fwd_send_every_frame_back_to_gen_on_a_memif_port() {
         );
         assert_forwarded_all(&summary);
     }
+}
+
+/// Sluice on both sides of vhost-user: `fwd`, `l2fwd` and `l3fwd` on a
+/// `vhost:` port whose frontend is `sluice gen` on a `virtio:` port, then
+/// `fwd` on a listening `virtio:` port whose backend is `gen` on a
+/// connecting `vhost:` port.
+#[test]
+fn forwarders_on_vhost_and_virtio_ports_send_every_frame_back_to_gen() {
+    for command in ["fwd", "l2fwd", "l3fwd"] {
+        let dir = TempDir::new(&format!("vhost-{command}"));
+        let socket = dir.path("vhost.sock");
+        let backend = format!("vhost:path={socket}");
+        let args = forwarder_args(command, &[&backend], &dir.0.join("routes"), 0);
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let forwarder = spawn(&args);
+        wait_for_file(&socket);
+        gen_all_back(&format!("virtio:path={socket}"), "5");
+        let (_, summary) = stop(forwarder);
+        assert_forwarded_all(&summary);
+    }
+    let dir = TempDir::new("virtio-fwd");
+    let socket = dir.path("vhost.sock");
+    let frontend = format!("virtio:path={socket},server=1");
+    let args = forwarder_args("fwd", &[&frontend], &dir.0.join("routes"), 0);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let forwarder = spawn(&args);
+    wait_for_file(&socket);
+    gen_all_back(&format!("vhost:path={socket},server=0"), "5");
+    let (_, summary) = stop(forwarder);
+    assert_forwarded_all(&summary);
 }
 
 #[test]
