@@ -26,9 +26,9 @@ use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
 use sluice::port::{Port, PortConfig};
 use sluice::tester::{Tester, TesterConfig};
 
-mod vhost_testpmd_support;
+mod testpmd_support;
 
-use vhost_testpmd_support::{HugePages, TempDir, remove_eal_runtime, skip, skip_for};
+use testpmd_support::{HugePages, TempDir, remove_eal_runtime, skip, skip_for};
 
 /// How long testpmd may take to come up, and the rings after it (a bound
 /// on the wait, not a measurement).

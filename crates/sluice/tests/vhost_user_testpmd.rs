@@ -18,9 +18,9 @@ use sluice::vhost_user::{
     protocol_features,
 };
 
-mod vhost_testpmd_support;
+mod testpmd_support;
 
-use vhost_testpmd_support::{TempDir, remove_eal_runtime, skip};
+use testpmd_support::{TempDir, remove_eal_runtime, skip};
 
 const VIRTIO_F_VERSION_1: u64 = 1 << 32;
 
