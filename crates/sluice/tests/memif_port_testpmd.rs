@@ -12,15 +12,13 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use sluice::driver;
 use sluice::mbuf::{MbufPool, MbufPoolConfig};
-use sluice::port::{Port, PortConfig};
 
 // Each test file is its own crate and uses only part of the support.
 #[allow(dead_code)]
 mod testpmd_support;
 
-use testpmd_support::{TempDir, Testpmd, echo, skip, wait_link};
+use testpmd_support::{IO_LOOP_ARGS, TempDir, Testpmd, echo, open_port, skip, wait_link};
 
 /// How long testpmd may take to come up, and the link after it.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -46,14 +44,7 @@ fn start_testpmd(socket: &Path, role: &str) -> Testpmd {
     command
         .args(["120", "dpdk-testpmd", "--no-pci", "--no-huge", "-m", "256"])
         .args(["-l", "0-1", "--file-prefix", &prefix, "--vdev", &vdev, "--"])
-        // --no-flush-rx: frames sent before forwarding starts stay in
-        // the ring for it.
-        .args([
-            "--total-num-mbufs=4096",
-            "--forward-mode=io",
-            "--port-topology=loop",
-        ])
-        .args(["--auto-start", "--no-flush-rx"]);
+        .args(IO_LOOP_ARGS);
     let testpmd = Testpmd::spawn(command, &prefix, TIMEOUT);
     // Printed once the port is started.
     testpmd.wait_for("Checking link statuses");
@@ -68,12 +59,6 @@ fn pool() -> MbufPool {
     .unwrap()
 }
 
-fn open(spec: &str, pool: &MbufPool) -> Port {
-    let mut port = driver::open(spec, PortConfig::new(Some(pool.clone()))).unwrap();
-    port.start().unwrap();
-    port
-}
-
 #[test]
 fn the_server_port_echoes_through_a_testpmd_client() {
     if skip(DRIVER) {
@@ -83,7 +68,7 @@ fn the_server_port_echoes_through_a_testpmd_client() {
     let socket = dir.0.join("memif.sock");
     let pool = pool();
     {
-        let mut port = open(
+        let mut port = open_port(
             &format!("memif:socket={},role=server", socket.display()),
             &pool,
         );
@@ -107,7 +92,7 @@ fn the_client_port_echoes_through_a_testpmd_server() {
     let pool = pool();
     {
         let testpmd = start_testpmd(&socket, "server");
-        let mut port = open(
+        let mut port = open_port(
             &format!("memif:socket={},role=client", socket.display()),
             &pool,
         );

@@ -19,15 +19,16 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sluice::driver;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
-use sluice::port::{Port, PortConfig};
+use sluice::port::Port;
 
 // Each test file is its own crate and uses only part of the support.
 #[allow(dead_code)]
 mod testpmd_support;
 
-use testpmd_support::{HugePages, TempDir, Testpmd, echo, skip, skip_for, wait_link};
+use testpmd_support::{
+    HugePages, IO_LOOP_ARGS, TempDir, Testpmd, echo, open_port, skip, skip_for, wait_link,
+};
 
 /// How long testpmd may take to come up, and the rings after it (a bound
 /// on the wait, not a measurement).
@@ -80,16 +81,8 @@ fn start_testpmd(socket: &Path, hugepages: bool, packed: bool) -> Testpmd {
             socket.display(),
             if packed { ",packed_vq=1" } else { "" }
         ))
-        .args([
-            "--",
-            "--total-num-mbufs=4096",
-            "--nb-cores=1",
-            "--forward-mode=io",
-            "--port-topology=loop",
-            // Frames sent before forwarding starts stay in the ring.
-            "--no-flush-rx",
-            "--auto-start",
-        ]);
+        .args(["--", "--nb-cores=1"])
+        .args(IO_LOOP_ARGS);
     Testpmd::spawn(command, &prefix, TIMEOUT)
 }
 
@@ -99,16 +92,6 @@ fn pool() -> MbufPool {
         ..Default::default()
     })
     .unwrap()
-}
-
-fn open(socket: &Path, pool: &MbufPool) -> Port {
-    let mut port = driver::open(
-        &format!("vhost:path={}", socket.display()),
-        PortConfig::new(Some(pool.clone())),
-    )
-    .unwrap();
-    port.start().unwrap();
-    port
 }
 
 /// A frame that is not the tester's: sent until one comes back.
@@ -187,7 +170,7 @@ fn run(name: &str, hugepages: bool, packed: bool) -> String {
     let socket = dir.0.join("vhost.sock");
     let pool = pool();
     let log = {
-        let mut port = open(&socket, &pool);
+        let mut port = open_port(&format!("vhost:path={}", socket.display()), &pool);
         let testpmd = start_testpmd(&socket, hugepages, packed);
         wait_link(&port, &testpmd);
         if hugepages {

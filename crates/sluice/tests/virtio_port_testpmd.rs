@@ -14,15 +14,13 @@ use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sluice::driver;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
-use sluice::port::{Port, PortConfig};
 
 // Each test file is its own crate and uses only part of the support.
 #[allow(dead_code)]
 mod testpmd_support;
 
-use testpmd_support::{TempDir, Testpmd, echo, skip, wait_link};
+use testpmd_support::{IO_LOOP_ARGS, TempDir, Testpmd, echo, open_port, skip, wait_link};
 
 /// How long testpmd may take to come up, and the link after it.
 const TIMEOUT: Duration = Duration::from_secs(60);
@@ -50,14 +48,7 @@ fn start_testpmd(socket: &Path, client: bool) -> Testpmd {
         .args(["120", "dpdk-testpmd", "--no-pci", "--no-huge", "-m", "512"])
         .args(["-l", "0-1", "--no-telemetry", "--file-prefix", &prefix])
         .args(["--vdev", &vdev, "--"])
-        // --no-flush-rx: frames sent before forwarding starts stay in
-        // the ring for it.
-        .args([
-            "--total-num-mbufs=4096",
-            "--forward-mode=io",
-            "--port-topology=loop",
-        ])
-        .args(["--auto-start", "--no-flush-rx"]);
+        .args(IO_LOOP_ARGS);
     let testpmd = Testpmd::spawn(command, &prefix, TIMEOUT);
     // Printed once the port is started.
     testpmd.wait_for("Checking link statuses");
@@ -74,12 +65,6 @@ fn pool() -> MbufPool {
     .unwrap()
 }
 
-fn open(spec: &str, pool: &MbufPool) -> Port {
-    let mut port = driver::open(spec, PortConfig::new(Some(pool.clone()))).unwrap();
-    port.start().unwrap();
-    port
-}
-
 #[test]
 fn the_port_echoes_through_a_listening_testpmd_and_survives_its_end() {
     if skip(DRIVER) {
@@ -90,7 +75,7 @@ fn the_port_echoes_through_a_listening_testpmd_and_survives_its_end() {
     let pool = pool();
     {
         let testpmd = start_testpmd(&socket, false);
-        let mut port = open(&format!("virtio:path={}", socket.display()), &pool);
+        let mut port = open_port(&format!("virtio:path={}", socket.display()), &pool);
         wait_link(&port, &testpmd);
         echo(&mut port, &pool, &testpmd, FRAMES, WINDOW, None);
         // testpmd goes while the port runs: the rings' buffers come home,
@@ -128,7 +113,7 @@ fn the_listening_port_echoes_through_a_connecting_testpmd() {
     let socket = dir.0.join("vhost.sock");
     let pool = pool();
     {
-        let mut port = open(&format!("virtio:path={},server=1", socket.display()), &pool);
+        let mut port = open_port(&format!("virtio:path={},server=1", socket.display()), &pool);
         let testpmd = start_testpmd(&socket, true);
         wait_link(&port, &testpmd);
         echo(&mut port, &pool, &testpmd, FRAMES, WINDOW, None);

@@ -14,8 +14,9 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use sluice::driver;
 use sluice::mbuf::{Burst, MbufPool};
-use sluice::port::Port;
+use sluice::port::{Port, PortConfig};
 use sluice::tester::{Tester, TesterConfig};
 
 /// Whether testpmd and DPDK's driver library `driver` (such as
@@ -144,6 +145,17 @@ impl Drop for HugePages {
     }
 }
 
+/// testpmd's arguments (after `--`) for forwarding in `io` mode on its one
+/// port: every frame it receives goes back out unchanged. Frames sent
+/// before forwarding starts stay in the ring for it (`--no-flush-rx`).
+pub const IO_LOOP_ARGS: [&str; 5] = [
+    "--total-num-mbufs=4096",
+    "--forward-mode=io",
+    "--port-topology=loop",
+    "--auto-start",
+    "--no-flush-rx",
+];
+
 /// testpmd running (under `timeout`, which ends it in any case), its
 /// standard output and error read into a channel; dropping it ends it and
 /// removes its EAL runtime directory.
@@ -233,6 +245,13 @@ impl Drop for Testpmd {
         self.stop();
         remove_eal_runtime(&self.prefix);
     }
+}
+
+/// Opens the port `spec` on `pool` and starts it.
+pub fn open_port(spec: &str, pool: &MbufPool) -> Port {
+    let mut port = driver::open(spec, PortConfig::new(Some(pool.clone()))).unwrap();
+    port.start().unwrap();
+    port
 }
 
 /// Waits (bounded) until `port` is connected to `testpmd`.
