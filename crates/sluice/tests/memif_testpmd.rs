@@ -8,9 +8,8 @@
 //! (librte-net-memif23); without them the test says it is skipped, except
 //! under CI (`CI=true`), where a missing tool fails it.
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::path::Path;
+use std::process::Command;
 use std::thread;
 use std::time::Duration;
 
@@ -19,9 +18,11 @@ use sluice::memif::ring::{Consumer, Producer};
 use sluice::memif::socket::{ControlListener, ControlSocket};
 use sluice::memif::{MemifError, Role};
 
-mod memif_testpmd_support;
+// Each test file is its own crate and uses only part of the support.
+#[allow(dead_code)]
+mod testpmd_support;
 
-use memif_testpmd_support::{TempDir, skip};
+use testpmd_support::{TempDir, Testpmd, skip};
 
 /// How long testpmd may take to come up, and the longest any control
 /// message may take.
@@ -29,36 +30,20 @@ const TIMEOUT: Duration = Duration::from_secs(60);
 
 const PACKETS: u32 = 5_000;
 
-/// testpmd running under `timeout`; dropping it ends it.
-struct Testpmd {
-    child: Child,
-}
-
-impl Drop for Testpmd {
-    fn drop(&mut self) {
-        // testpmd ends on Enter; `timeout` ends it in any case.
-        if let Some(stdin) = self.child.stdin.as_mut() {
-            let _ = stdin.write_all(b"\n");
-        }
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
-    }
-}
+/// The DPDK driver testpmd's port needs.
+const DRIVER: &str = "librte_net_memif.so";
 
 /// Starts testpmd with a memif port of `role` ("server" or "client") at
 /// `socket` and waits until the port is started (a server listens, a
-/// client has connected); returns it, its output so far and the rest to
-/// come.
-fn start_testpmd(
-    socket: &std::path::Path,
-    role: &str,
-) -> (Testpmd, Vec<String>, mpsc::Receiver<String>) {
+/// client has connected); returns it and its output so far.
+fn start_testpmd(socket: &Path, role: &str) -> (Testpmd, Vec<String>) {
     let prefix = format!("sluice-memif-{role}-{}", std::process::id());
     let vdev = format!(
         "net_memif0,role={role},id=0,socket={},socket-abstract=no",
         socket.display()
     );
-    let mut child = Command::new("timeout")
+    let mut command = Command::new("timeout");
+    command
         .args([
             "120",
             "dpdk-testpmd",
@@ -77,37 +62,12 @@ fn start_testpmd(
             "--forward-mode=io",
             "--auto-start",
             "--no-flush-rx",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("dpdk-testpmd starts");
-    let stdout = child.stdout.take().unwrap();
-    let testpmd = Testpmd { child };
-    let (lines_tx, lines) = mpsc::channel();
-    thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if lines_tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    let mut seen = Vec::new();
-    loop {
-        match lines.recv_timeout(TIMEOUT) {
-            Ok(line) => {
-                // Printed once the port is started; testpmd then waits for
-                // the link, i.e. for the handshake.
-                let ready = line.contains("Checking link statuses");
-                seen.push(line);
-                if ready {
-                    return (testpmd, seen, lines);
-                }
-            }
-            Err(_) => panic!("testpmd did not come up:\n{}", seen.join("\n")),
-        }
-    }
+        ]);
+    let testpmd = Testpmd::spawn(command, &prefix, TIMEOUT);
+    // Printed once the port is started; testpmd then waits for the link,
+    // i.e. for the handshake.
+    let seen = testpmd.wait_for("Checking link statuses");
+    (testpmd, seen)
 }
 
 /// The packet with sequence number `seq`: 60 to 1559 bytes.
@@ -123,13 +83,7 @@ fn packet(seq: u32) -> Vec<u8> {
 /// Sends PACKETS packets on `tx` and expects each back on `rx`, in order,
 /// bytes unchanged (testpmd forwards in io mode). On no progress, ends
 /// testpmd and fails with its output.
-fn echo(
-    mut tx: Producer,
-    mut rx: Consumer,
-    testpmd: Testpmd,
-    output: &[String],
-    lines: &mpsc::Receiver<String>,
-) {
+fn echo(mut tx: Producer, mut rx: Consumer, testpmd: Testpmd, output: &[String]) {
     // Fewer packets in flight than either ring holds, so testpmd never
     // finds the return ring full and drops.
     let window = u32::from(tx.ring().size().min(rx.ring().size())) / 2;
@@ -145,12 +99,10 @@ fn echo(
                 rx.ring().head(),
                 rx.ring().tail()
             );
-            drop(testpmd);
-            let rest: Vec<String> = lines.try_iter().collect();
+            let rest = testpmd.end();
             panic!(
-                "no progress: sent {sent}, received {received}; {rings}\n{}\n{}",
+                "no progress: sent {sent}, received {received}; {rings}\n{}\n{rest}",
                 output.join("\n"),
-                rest.join("\n")
             );
         }
         let room = (received + window).min(PACKETS).saturating_sub(sent);
@@ -172,12 +124,12 @@ fn echo(
 
 #[test]
 fn the_client_connects_to_testpmd_and_gets_its_packets_back() {
-    if skip() {
+    if skip(DRIVER) {
         return;
     }
-    let dir = TempDir::new("testpmd-server");
+    let dir = TempDir::new("memif-testpmd-server");
     let path = dir.0.join("memif.sock");
-    let (testpmd, output, lines) = start_testpmd(&path, "server");
+    let (testpmd, output) = start_testpmd(&path, "server");
 
     let socket = ControlSocket::connect(&path)
         .unwrap_or_else(|e| panic!("connect: {e}\n{}", output.join("\n")));
@@ -196,19 +148,19 @@ fn the_client_connects_to_testpmd_and_gets_its_packets_back() {
     let buffer_size = ClientConfig::default().buffer_size;
     let tx = Producer::new(c2s.remove(0).ring, Role::Client, buffer_size);
     let rx = Consumer::new(s2c.remove(0).ring, Role::Client, buffer_size);
-    echo(tx, rx, testpmd, &output, &lines);
+    echo(tx, rx, testpmd, &output);
 }
 
 #[test]
 fn testpmd_connects_to_the_server_and_gets_its_packets_back() {
-    if skip() {
+    if skip(DRIVER) {
         return;
     }
-    let dir = TempDir::new("testpmd-client");
+    let dir = TempDir::new("memif-testpmd-client");
     let path = dir.0.join("memif.sock");
     let listener = ControlListener::bind(&path).unwrap();
     listener.set_timeout(Some(TIMEOUT)).unwrap();
-    let (testpmd, output, lines) = start_testpmd(&path, "client");
+    let (testpmd, output) = start_testpmd(&path, "client");
 
     let socket = listener
         .accept()
@@ -228,5 +180,5 @@ fn testpmd_connects_to_the_server_and_gets_its_packets_back() {
     // The server fills what the client offers, and reads what it sends.
     let tx = Producer::new(s2c.remove(0).ring, Role::Server, 0);
     let rx = Consumer::new(c2s.remove(0).ring, Role::Server, 0);
-    echo(tx, rx, testpmd, &output, &lines);
+    echo(tx, rx, testpmd, &output);
 }

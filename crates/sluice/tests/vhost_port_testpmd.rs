@@ -14,21 +14,21 @@
 //! free, as root); without them a test says it is skipped, except under
 //! CI (`CI=true`), where a missing tool fails it.
 
-use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::Command;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sluice::driver;
 use sluice::mbuf::{Burst, MbufPool, MbufPoolConfig};
-use sluice::port::{Port, PortConfig};
-use sluice::tester::{Tester, TesterConfig};
+use sluice::port::Port;
 
-mod vhost_testpmd_support;
+// Each test file is its own crate and uses only part of the support.
+#[allow(dead_code)]
+mod testpmd_support;
 
-use vhost_testpmd_support::{HugePages, TempDir, remove_eal_runtime, skip, skip_for};
+use testpmd_support::{
+    HugePages, IO_LOOP_ARGS, TempDir, Testpmd, echo, open_port, skip, skip_for, wait_link,
+};
 
 /// How long testpmd may take to come up, and the rings after it (a bound
 /// on the wait, not a measurement).
@@ -37,107 +37,53 @@ const TIMEOUT: Duration = Duration::from_secs(120);
 /// Frames sent through testpmd and back.
 const FRAMES: u64 = 5_000;
 
+/// Fewer frames in flight than either virtqueue holds (256), so testpmd
+/// never finds its way back full and drops.
+const WINDOW: u64 = 64;
+
 /// Megabytes of memory testpmd's EAL takes.
 const EAL_MEMORY_MB: u64 = 128;
 
-/// testpmd under `timeout`, forwarding; dropping it ends it.
-struct Testpmd {
-    child: Child,
-    output: mpsc::Receiver<String>,
-    prefix: String,
-}
+/// The DPDK driver testpmd's port needs.
+const DRIVER: &str = "librte_net_virtio.so";
 
-impl Testpmd {
-    /// Starts testpmd with a virtio_user port on `socket`, its memory on
-    /// hugepages or not, its rings packed or split.
-    fn start(socket: &Path, hugepages: bool, packed: bool) -> Testpmd {
-        let prefix = format!(
-            "sluice-vhost-port-{hugepages}-{packed}-{}",
-            std::process::id()
-        );
-        let memory = EAL_MEMORY_MB.to_string();
-        let mut eal = vec!["--no-pci", "-m", &memory, "--no-telemetry"];
-        if hugepages {
-            // One file per memory segment list instead of one per page:
-            // a few regions in the memory table (vhost-user allows 8);
-            // in memory: no hugepage file outlives testpmd.
-            eal.extend(["--single-file-segments", "--in-memory"]);
-        } else {
-            eal.extend(["--no-huge", "--no-shconf"]);
-        }
-        if packed {
-            // The virtio PMD logs the features it negotiated.
-            eal.push("--log-level=pmd.net.virtio.init:debug");
-        }
-        let mut child = Command::new("timeout")
-            .args(["150", "dpdk-testpmd"])
-            .args(eal)
-            // The main and the forwarding lcore, both on CPU 0: runs on
-            // any machine.
-            .arg("--lcores=0@0,1@0")
-            .arg(format!("--file-prefix={prefix}"))
-            .arg(format!(
-                "--vdev=net_virtio_user0,path={},queues=1{}",
-                socket.display(),
-                if packed { ",packed_vq=1" } else { "" }
-            ))
-            .args([
-                "--",
-                "--total-num-mbufs=4096",
-                "--nb-cores=1",
-                "--forward-mode=io",
-                "--port-topology=loop",
-                // Frames sent before forwarding starts stay in the ring.
-                "--no-flush-rx",
-                "--auto-start",
-            ])
-            // Forwarding runs until a line arrives on its standard input.
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("dpdk-testpmd starts");
-        let (lines_tx, output) = mpsc::channel();
-        let stdout = child.stdout.take().unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let err_tx = lines_tx.clone();
-        thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if err_tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if lines_tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
-        Testpmd {
-            child,
-            output,
-            prefix,
-        }
+/// Starts testpmd with a virtio_user port on `socket`, its memory on
+/// hugepages or not, its rings packed or split.
+fn start_testpmd(socket: &Path, hugepages: bool, packed: bool) -> Testpmd {
+    let prefix = format!(
+        "sluice-vhost-port-{hugepages}-{packed}-{}",
+        std::process::id()
+    );
+    let memory = EAL_MEMORY_MB.to_string();
+    let mut eal = vec!["--no-pci", "-m", &memory, "--no-telemetry"];
+    if hugepages {
+        // One file per memory segment list instead of one per page:
+        // a few regions in the memory table (vhost-user allows 8);
+        // in memory: no hugepage file outlives testpmd.
+        eal.extend(["--single-file-segments", "--in-memory"]);
+    } else {
+        eal.extend(["--no-huge", "--no-shconf"]);
     }
-
-    /// Its output so far.
-    fn output(&self) -> String {
-        self.output.try_iter().collect::<Vec<_>>().join("\n")
+    if packed {
+        // The virtio PMD logs the features it negotiated.
+        eal.push("--log-level=pmd.net.virtio.init:debug");
     }
-}
-
-impl Drop for Testpmd {
-    fn drop(&mut self) {
-        // testpmd ends on Enter; `timeout` ends it in any case.
-        if let Some(stdin) = self.child.stdin.as_mut() {
-            let _ = stdin.write_all(b"\n");
-        }
-        drop(self.child.stdin.take());
-        let _ = self.child.wait();
-        remove_eal_runtime(&self.prefix);
-    }
+    let mut command = Command::new("timeout");
+    command
+        .args(["150", "dpdk-testpmd"])
+        .args(eal)
+        // The main and the forwarding lcore, both on CPU 0: runs on
+        // any machine.
+        .arg("--lcores=0@0,1@0")
+        .arg(format!("--file-prefix={prefix}"))
+        .arg(format!(
+            "--vdev=net_virtio_user0,path={},queues=1{}",
+            socket.display(),
+            if packed { ",packed_vq=1" } else { "" }
+        ))
+        .args(["--", "--nb-cores=1"])
+        .args(IO_LOOP_ARGS);
+    Testpmd::spawn(command, &prefix, TIMEOUT)
 }
 
 fn pool() -> MbufPool {
@@ -146,25 +92,6 @@ fn pool() -> MbufPool {
         ..Default::default()
     })
     .unwrap()
-}
-
-fn open(socket: &Path, pool: &MbufPool) -> Port {
-    let mut port = driver::open(
-        &format!("vhost:path={}", socket.display()),
-        PortConfig::new(Some(pool.clone())),
-    )
-    .unwrap();
-    port.start().unwrap();
-    port
-}
-
-/// Waits (bounded) until testpmd has both rings of the port serving.
-fn wait_link(port: &Port, testpmd: &Testpmd) {
-    let deadline = Instant::now() + TIMEOUT;
-    while port.counters().xstats.get("link_ups").unwrap_or(0) == 0 {
-        assert!(Instant::now() < deadline, "no link:\n{}", testpmd.output());
-        thread::sleep(Duration::from_millis(5));
-    }
 }
 
 /// A frame that is not the tester's: sent until one comes back.
@@ -202,74 +129,18 @@ fn probe(port: &mut Port, pool: &MbufPool, testpmd: &Testpmd) -> u64 {
     }
 }
 
-/// Sends FRAMES tester frames out of `port` and checks each one testpmd
-/// sends back.
-fn echo(port: &mut Port, pool: &MbufPool, testpmd: &Testpmd) {
+/// Sends probes until one comes back, then FRAMES tester frames out of
+/// `port`, and checks each one testpmd sends back.
+fn echo_after_probes(port: &mut Port, pool: &MbufPool, testpmd: &Testpmd) {
     let probes_sent = probe(port, pool, testpmd);
     let probes_before = port.stats().rx_packets;
-    let mut probes_back = 0u64;
-    let tester = Tester::new(TesterConfig {
-        count: Some(FRAMES),
-        flows: 16,
-        ..TesterConfig::default()
-    });
-    let stream = tester.add_stream();
-    let mut generator = tester.generator(stream, (0..16).collect());
-    let mut checker = tester.checker();
-    // Fewer frames in flight than either virtqueue holds (256), so
-    // testpmd never finds its way back full and drops.
-    let window = 64u64;
-    let (mut sent, mut received) = (0u64, 0u64);
-    let mut out: Burst = Burst::new();
-    let mut back: Burst = Burst::new();
-    let mut buf = [0u8; 2048];
-    let deadline = Instant::now() + TIMEOUT;
-    while received < FRAMES {
-        assert!(
-            Instant::now() < deadline,
-            "no progress: sent {sent}, received {received}, port {:?} {:?}\n{}",
-            port.stats(),
-            port.xstats(),
-            testpmd.output()
-        );
-        while out.len() < 32 && sent < (received + window).min(FRAMES) {
-            let len = generator.fill(&mut buf, 0).expect("a frame to send");
-            out.push(pool.alloc_from_slice(&buf[..len]).unwrap())
-                .unwrap();
-            sent += 1;
-        }
-        port.tx_queue(0).unwrap().tx_burst(&mut out);
-        port.rx_queue(0).unwrap().rx_burst(&mut back);
-        let n = back.len();
-        for m in back.drain_front(n) {
-            let mut frame = Vec::new();
-            m.segments().for_each(|s| frame.extend_from_slice(s));
-            if frame[..] == PROBE[..] {
-                probes_back += 1;
-                continue;
-            }
-            checker.check(&frame);
-            received += 1;
-        }
-        thread::yield_now();
-    }
-    let report = tester.report();
-    assert_eq!(
-        (report.sent, report.received, report.lost),
-        (FRAMES, FRAMES, 0)
-    );
-    assert_eq!(
-        (report.reordered, report.duplicates, report.corrupt),
-        (0, 0, 0)
-    );
-    assert!(report.is_clean(), "{report}");
+    let probes_back = echo(port, pool, testpmd, FRAMES, WINDOW, Some(&PROBE));
     let stats = port.stats();
     assert_eq!(
         (stats.tx_packets, stats.rx_packets),
         (FRAMES + probes_sent, FRAMES + probes_before + probes_back)
     );
     assert!(probes_before + probes_back <= probes_sent);
-    assert_eq!((stats.tx_errors, stats.rx_errors), (0, 0));
 }
 
 /// Shared mappings of this process on 2 MiB pages: the frontend's
@@ -295,12 +166,12 @@ fn shared_hugepage_mappings() -> usize {
 /// The port and testpmd on a socket in a fresh directory `name`, tester
 /// frames there and back; returns testpmd's output.
 fn run(name: &str, hugepages: bool, packed: bool) -> String {
-    let dir = TempDir::new(name);
+    let dir = TempDir::new(&format!("vhost-{name}"));
     let socket = dir.0.join("vhost.sock");
     let pool = pool();
     let log = {
-        let mut port = open(&socket, &pool);
-        let testpmd = Testpmd::start(&socket, hugepages, packed);
+        let mut port = open_port(&format!("vhost:path={}", socket.display()), &pool);
+        let testpmd = start_testpmd(&socket, hugepages, packed);
         wait_link(&port, &testpmd);
         if hugepages {
             assert!(
@@ -308,7 +179,7 @@ fn run(name: &str, hugepages: bool, packed: bool) -> String {
                 "the port maps testpmd's hugepages"
             );
         }
-        echo(&mut port, &pool, &testpmd);
+        echo_after_probes(&mut port, &pool, &testpmd);
         let log = testpmd.output();
         drop(testpmd);
         port.stop();
@@ -322,7 +193,7 @@ fn run(name: &str, hugepages: bool, packed: bool) -> String {
 
 #[test]
 fn tester_frames_come_back_through_testpmd() {
-    if skip() {
+    if skip(DRIVER) {
         return;
     }
     run("port", false, false);
@@ -332,7 +203,7 @@ fn tester_frames_come_back_through_testpmd() {
 /// of the negotiated features shows `VIRTIO_F_RING_PACKED` (bit 34).
 #[test]
 fn tester_frames_come_back_through_testpmd_over_packed_rings() {
-    if skip() {
+    if skip(DRIVER) {
         return;
     }
     let log = run("port-packed", false, true);
@@ -350,7 +221,7 @@ fn tester_frames_come_back_through_testpmd_over_packed_rings() {
 
 #[test]
 fn tester_frames_come_back_through_testpmd_on_hugepages() {
-    if skip() {
+    if skip(DRIVER) {
         return;
     }
     // testpmd's memory, and room for a second testpmd test running at
