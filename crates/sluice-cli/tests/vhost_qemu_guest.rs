@@ -263,12 +263,15 @@ fn guest_pings_and_moves_data(memory: Memory, tag: &str) {
         }
     }
     // The guest's driver made no chain, and left no ring, the port found
-    // wrong.
+    // wrong. (`tx_not_ready_errors` is left out: the host's kernel sends on
+    // the TAP device — router solicitations and the like — before the
+    // guest's driver has started the rings and after it has stopped them,
+    // and those frames are dropped and counted, as they must be.)
     let xstats = ports[0]["xstats"].as_array().unwrap();
     assert!(!xstats.is_empty(), "{summary}");
     for x in xstats {
         let (name, value) = (x[0].as_str().unwrap(), x[1].as_u64().unwrap());
-        if name.ends_with("_errors") {
+        if name.ends_with("_errors") && name != "tx_not_ready_errors" {
             assert_eq!(value, 0, "vhost port {name}: {summary}");
         }
     }
