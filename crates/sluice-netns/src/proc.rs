@@ -8,6 +8,7 @@
 use std::fmt;
 use std::io::Read;
 use std::marker::PhantomData;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -98,11 +99,31 @@ impl<'ns> Proc<'ns> {
         let Some((prog, args)) = full.split_first() else {
             return Err(Error::new("empty command"));
         };
-        let mut child = Command::new(prog)
+        let mut command_builder = Command::new(prog);
+        command_builder
             .args(args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
+            .stderr(Stdio::piped());
+        // A test run started in the background by a shell without job
+        // control inherits SIGINT and SIGQUIT ignored, and a shell started
+        // with a signal ignored cannot trap it: the child starts with the
+        // default dispositions, so `stop` (SIGINT) reaches it as it would
+        // from a terminal.
+        // SAFETY: the closure runs in the forked child before exec and calls
+        // only signal(2), which is async-signal-safe; it touches no memory
+        // of the parent.
+        unsafe {
+            command_builder.pre_exec(|| {
+                for sig in [libc::SIGINT, libc::SIGQUIT] {
+                    if libc::signal(sig, libc::SIG_DFL) == libc::SIG_ERR {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let mut child = command_builder
             .spawn()
             .map_err(|e| Error::new(format!("`{command}` could not start: {e}")))?;
         let stdout = reader(child.stdout.take());
