@@ -1,4 +1,5 @@
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::driver;
@@ -712,6 +713,7 @@ fn a_client_vanishing_mid_traffic_is_counted_and_the_next_one_served() {
             let frames: Vec<Vec<u8>> = (0..16).map(frame).collect();
             let slices: Vec<&[u8]> = frames.iter().map(|f| f.as_slice()).collect();
             let counters = server.counters();
+            let seen = &AtomicU64::new(0);
             received += std::thread::scope(|s| {
                 let (rx_queues, _) = server.queues_mut().unwrap();
                 let rxq = &mut rx_queues[0];
@@ -725,13 +727,21 @@ fn a_client_vanishing_mid_traffic_is_counted_and_the_next_one_served() {
                     while counters.xstats.get("link_downs") < Some(round) {
                         assert!(Instant::now() < deadline, "the link stayed up");
                         received += rxq.rx_burst(&mut burst) as u64;
+                        seen.store(received, Ordering::Relaxed);
                         burst.clear();
                     }
                     received
                 });
-                // Traffic flows, then the client is gone without a word,
-                // packets perhaps still in its ring.
-                for _ in 0..20 {
+                // Traffic flows (the first burst seen arriving), then the
+                // client is gone without a word, packets perhaps still in
+                // its ring.
+                producer.send_burst(&slices);
+                let deadline = Instant::now() + Duration::from_secs(10);
+                while seen.load(Ordering::Relaxed) == 0 {
+                    assert!(Instant::now() < deadline, "no frame arrived");
+                    std::thread::yield_now();
+                }
+                for _ in 1..20 {
                     producer.send_burst(&slices);
                 }
                 drop(producer);
