@@ -570,12 +570,12 @@ impl PoolInner {
                 // this is the only reference into its stack here.
                 let stack = unsafe { stack_mut(cache) };
                 // Pop the top `n`: the most recently freed, so cache-hot.
-                // SAFETY: `n <= len <= CACHE_STACK` (a cache's length never
-                // passes its flush threshold, which is below the stack's
-                // size: `with_init` checks it), so `stack[len - n..len]` is
-                // in bounds; `dst` holds `n`, and a `&mut` overlaps nothing.
-                // No bounds check: a small bulk is a few moves, and the
-                // check would be a good part of the hit.
+                // No bounds check: a small bulk is a few moves, and the check
+                // would be a good part of the hit. A cache's length never
+                // passes its flush threshold, below the stack's size
+                // (`with_init` checks it).
+                // SAFETY: `n <= len <= CACHE_STACK`, so `stack[len - n..len]`
+                // is in bounds; `dst` holds `n`; a `&mut` overlaps nothing.
                 unsafe { copy_run(stack.as_ptr().add(len - n), dst.as_mut_ptr(), n) };
                 // The new length and one more hit, in one store.
                 cache.state.store(st - n as u64 + HIT, Ordering::Relaxed);

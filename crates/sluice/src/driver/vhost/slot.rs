@@ -62,11 +62,12 @@ impl SharedMemory {
         let mut regions = Vec::with_capacity(table.regions().len());
         for region in table.regions() {
             let size = usize::try_from(region.size()).map_err(io::Error::other)?;
+            // The returned value keeps `region` alive through `table` until
+            // after the `GuestMemory` built here is gone (see `Drop`); in
+            // this process the table is accessed only through raw pointers
+            // and atomic copies.
             // SAFETY: `host_addr .. + size` is mapped read-write by `region`
-            // (checked when it was mapped), which the returned value keeps
-            // alive through `table` until after the `GuestMemory` built here
-            // is gone (see `Drop`); in this process the table is accessed
-            // only through raw pointers and atomic copies.
+            // (checked when it was mapped) for as long as this mapping lives.
             let mapping = unsafe { Mapping::from_raw(region.host_addr().as_ptr(), size) };
             regions.push((region.guest_phys_addr(), mapping));
         }

@@ -379,14 +379,14 @@ impl VirtioDriver {
         let mappings = regions
             .iter()
             .map(|r| {
-                // SAFETY: each region is a mapping that `Table` keeps alive
-                // (the pools and the ring region are its fields, dropped
-                // after `mem`, and every `Arc` of `mem` is held by a ring of
-                // a slot, which the driver empties before dropping the
-                // table). The driver's queues access the ring memory only
-                // through this table; the pools' bytes are never accessed
-                // through it (a descriptor's buffer is only checked to lie
-                // inside a region), so the mbufs' owners alone touch them.
+                // `Table` keeps each region alive: the pools and the ring
+                // region are its fields, dropped after `mem`, and every `Arc`
+                // of `mem` is held by a ring of a slot, which the driver
+                // empties before dropping the table. The pools' bytes are
+                // never accessed through it (a descriptor's buffer is only
+                // checked to lie inside a region).
+                // SAFETY: each region is a live mapping (above); the queues
+                // touch ring memory only through this table.
                 let mapping = unsafe {
                     Mapping::from_raw(r.userspace_addr as *mut u8, r.memory_size as usize)
                 };

@@ -543,10 +543,11 @@ fn refill_vector(level: VectorLevel, descs: &[Desc], slots: &[Elem], offset: u64
     let (d, e) = (descs.as_ptr(), slots.as_ptr());
     match level {
         VectorLevel::Scalar => 0,
-        // SAFETY: the level is available (the queue's, checked in `new`);
-        // `n` descriptors and slots exist; the descriptors are being rearmed
-        // below the doorbell, so the device does not read them.
+        // The descriptors are being rearmed below the doorbell, so the
+        // device does not read them.
         #[cfg(target_arch = "x86_64")]
+        // SAFETY: the level is available (the queue's, checked in `new`);
+        // `n` descriptors and slots exist, unread by the device.
         VectorLevel::Sse41 => unsafe { vector::refill_sse41(d, e, n, offset) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]

@@ -506,10 +506,10 @@ mod x86 {
         let zero = _mm_setzero_si128();
         let mut k = 0;
         while k + 2 <= n {
+            // The ring's words are atomics (`UnsafeCell`), so a plain store
+            // through the shared pointer is allowed.
             // SAFETY: the caller's contract: slots and descriptors `k`,
-            // `k + 1` exist; descriptors are 16-byte aligned and unread by
-            // the device; the ring's words are atomics (`UnsafeCell`), so a
-            // plain store through the shared pointer is allowed.
+            // `k + 1` exist, 16-byte aligned and unread by the device.
             unsafe {
                 let a = _mm_add_epi64(_mm_loadu_si128(elems.add(k).cast()), off);
                 let d = descs.add(k).cast_mut().cast::<__m128i>();
@@ -635,10 +635,10 @@ mod x86 {
             // SAFETY: the caller's contract: slot `k` holds a live mbuf.
             let (count, addr) = unsafe { count_and_addr(*elems.add(k)) };
             let seg = _mm_or_si128(_mm_shuffle_epi8(_mm_set_epi64x(addr, count), shuffle), key);
-            // SAFETY: the caller's contract: segment `k` exists and the
-            // device does not read it; the ring's words are atomics
-            // (`UnsafeCell`), so a plain store through the shared pointer
-            // is allowed.
+            // The ring's words are atomics (`UnsafeCell`): a plain store
+            // through the shared pointer is allowed.
+            // SAFETY: the caller's contract: segment `k` exists, unread by
+            // the device.
             unsafe { _mm_storeu_si128(segs.add(k).cast_mut().cast(), seg) };
         }
     }
