@@ -129,6 +129,8 @@ pub struct Ctx {
     pub cpus: Vec<usize>,
     header_printed: bool,
     failures: usize,
+    /// Run only the cases whose name contains this text (`--case`).
+    case_filter: Option<String>,
 }
 
 impl Ctx {
@@ -146,7 +148,27 @@ impl Ctx {
             cpus,
             header_printed: false,
             failures: 0,
+            case_filter: None,
         }
+    }
+
+    /// Runs only the cases whose name contains `text` (case-insensitive).
+    pub fn with_case_filter(mut self, text: Option<String>) -> Self {
+        self.case_filter = text.map(|t| t.to_lowercase());
+        self
+    }
+
+    /// Whether the case `name` runs: every case without a filter, else
+    /// those whose name contains the filter's text.
+    pub fn wants(&self, name: &str) -> bool {
+        self.case_filter
+            .as_deref()
+            .is_none_or(|text| name.to_lowercase().contains(text))
+    }
+
+    /// Whether any of `names` runs (a section measuring them together).
+    pub fn wants_any(&self, names: &[&str]) -> bool {
+        names.iter().any(|n| self.wants(n))
     }
 
     /// Whether this is a quick look (fewer operations, and some parts

@@ -135,6 +135,9 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     ctx.section("fwd (io forwarding, two ports, one core)", &notes);
     ctx.note(&super::fwd_vector::path_note());
     for case in cases() {
+        if !ctx.wants(case.name) {
+            continue;
+        }
         if !DRIVERS.contains(&case.driver) {
             ctx.skip(case.name, &format!("no `{}` driver yet", case.driver));
             continue;
@@ -142,7 +145,11 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         let r = measure(ctx.main_cpu(), &case, ops);
         ctx.report(case.name, r);
     }
-    if DRIVERS.contains(&"soft") {
+    let vector_cases = [
+        super::fwd_vector::SCALAR_CASE,
+        super::fwd_vector::VECTOR_CASE,
+    ];
+    if DRIVERS.contains(&"soft") && ctx.wants_any(&vector_cases) {
         match super::fwd_vector::measure(ctx.main_cpu(), ops) {
             Ok(paths) => {
                 ctx.note(&paths.note());
@@ -153,15 +160,22 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
             Err(e) => ctx.report(super::fwd_vector::VECTOR_CASE, Err(e)),
         }
     }
-    match super::fwd_l3::measure(ctx.main_cpu(), ops) {
-        Ok(pair) => {
-            ctx.note(&pair.note());
-            super::note_contention(ctx);
-            ctx.report(super::fwd_l3::IO_CASE, Ok(pair.io));
-            ctx.report(super::fwd_l3::L3FWD_CASE, Ok(pair.l3));
-            ctx.report(super::fwd_l3::ROUTE_CASE, Ok(pair.route));
+    let l3_cases = [
+        super::fwd_l3::IO_CASE,
+        super::fwd_l3::L3FWD_CASE,
+        super::fwd_l3::ROUTE_CASE,
+    ];
+    if ctx.wants_any(&l3_cases) {
+        match super::fwd_l3::measure(ctx.main_cpu(), ops) {
+            Ok(pair) => {
+                ctx.note(&pair.note());
+                super::note_contention(ctx);
+                ctx.report(super::fwd_l3::IO_CASE, Ok(pair.io));
+                ctx.report(super::fwd_l3::L3FWD_CASE, Ok(pair.l3));
+                ctx.report(super::fwd_l3::ROUTE_CASE, Ok(pair.route));
+            }
+            Err(e) => ctx.report(super::fwd_l3::L3FWD_CASE, Err(e)),
         }
-        Err(e) => ctx.report(super::fwd_l3::L3FWD_CASE, Err(e)),
     }
     super::fwd_afpacket::run(ctx);
     super::fwd_afxdp::run(ctx);

@@ -130,6 +130,9 @@ fn raw_socket(iface: &str, ops: u64) -> Result<Measured, String> {
 pub fn run(ctx: &mut Ctx) {
     let ops = ctx.ops(DEFAULT_OPS);
     let cases = RECEIVERS.map(Receiver::name);
+    if !ctx.wants_any(&cases) {
+        return;
+    }
     let Some(bench) = VethBench::start(
         ctx,
         &cases,

@@ -163,6 +163,9 @@ impl Plan {
 
 /// Runs the VM cases after the other fwd cases.
 pub fn run(ctx: &mut Ctx) {
+    if !ctx.wants_any(&CASES.map(|c| c.name)) {
+        return;
+    }
     let plan = Plan::new(ctx.quick());
     let notes = vec![
         format!(
@@ -200,7 +203,9 @@ pub fn run(ctx: &mut Ctx) {
         ));
     }
     for case in CASES {
-        run_case(ctx, case, cpus, plan);
+        if ctx.wants(case.name) {
+            run_case(ctx, case, cpus, plan);
+        }
     }
 }
 

@@ -50,6 +50,10 @@ pub struct BenchArgs {
     /// A quick look: 16x fewer operations per case (noisier figures).
     #[arg(long)]
     pub quick: bool,
+    /// `fwd` only: run just the cases whose name contains TEXT
+    /// (case-insensitive), e.g. `--case vhost`.
+    #[arg(long, value_name = "TEXT")]
+    pub case: Option<String>,
     #[command(flatten)]
     pub recycle: recycle::RecycleArgs,
 }
@@ -125,7 +129,10 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    let mut ctx = Ctx::new(args.json, args.iters, args.quick);
+    if args.case.is_some() && args.part != Part::Fwd {
+        return Err("--case applies to `sluice bench fwd` only".into());
+    }
+    let mut ctx = Ctx::new(args.json, args.iters, args.quick).with_case_filter(args.case.clone());
     let parts: &[Part] = match args.part {
         Part::All => &[
             Part::Ring,
