@@ -47,7 +47,7 @@ const DEFAULT_OPS: u64 = 1 << 23;
 /// Elements per core per case in the summary of `sluice` with no arguments.
 const SUMMARY_OPS: u64 = 1 << 23;
 /// Interleaved rounds per case: at most this many, ...
-const MAX_ROUNDS: u64 = 8;
+const MAX_ROUNDS: u64 = 32;
 /// ... each slice timing at least this many elements per core (fewer rounds
 /// when the case has fewer elements).
 const MIN_SLICE: u64 = 1 << 16;
