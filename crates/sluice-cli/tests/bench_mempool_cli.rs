@@ -1,6 +1,7 @@
 //! `sluice bench mempool` end to end: a JSON row per case, and beside
 //! Sluice's figure the same case on DPDK's `rte_mempool` measured in the
-//! same run ("DPDK here"). That needs a C compiler and Debian's `dpdk-dev`
+//! same run ("DPDK here"), with the bulk size a run-time value and a
+//! compile-time constant. That needs a C compiler and Debian's `dpdk-dev`
 //! (`pkg-config libdpdk`); without them the column is empty with a note, and
 //! this test checks that instead, except under CI (`CI=true`), where they
 //! must be there.
@@ -44,7 +45,10 @@ fn bench_mempool_reports_every_case_with_dpdk_measured_beside_it() {
     for r in &rows {
         assert_eq!(r["bench"], "mempool", "{r}");
         assert!(r["mops"].as_f64().unwrap() > 0.0, "{r}");
-        let (min, max) = (r["mops_min"].as_f64().unwrap(), r["mops_max"].as_f64().unwrap());
+        let (min, max) = (
+            r["mops_min"].as_f64().unwrap(),
+            r["mops_max"].as_f64().unwrap(),
+        );
         assert!(0.0 < min && min <= max, "{r}");
         assert!(r["rounds"].as_u64().unwrap() >= 1, "{r}");
     }
@@ -63,9 +67,15 @@ fn bench_mempool_reports_every_case_with_dpdk_measured_beside_it() {
     }
     for r in &rows {
         let here = r["dpdk_here_mops"].as_f64();
-        assert!(here.is_some_and(|m| m > 0.0), "no DPDK-here figure: {r}\n{stderr}");
+        assert!(
+            here.is_some_and(|m| m > 0.0),
+            "no DPDK-here figure: {r}\n{stderr}"
+        );
         assert!(r["dpdk_here_cycles_per_op"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["vs_dpdk_here"].as_f64().unwrap() > 0.0, "{r}");
+        // Bulk 1, 4 and 32 all have DPDK's compile-time form too.
+        assert!(r["dpdk_here_const_mops"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["vs_dpdk_here_const"].as_f64().unwrap() > 0.0, "{r}");
     }
     let one_core: Vec<&str> = rows
         .iter()

@@ -27,7 +27,8 @@ use sluice::tsc::rdtsc_ordered;
 use sluice_bench::round_order;
 use sluice_bench::stats::{Spread, median, ratios};
 
-use super::dpdk::{Program, mempool_perf};
+use super::dpdk::Program;
+use super::dpdk::mempool_perf::{self, BulkForm};
 use super::{
     BenchResult, Ctx, Sample, Selection, SpinBarrier, Worker, emit, mops, on_lcore, on_lcores,
 };
@@ -86,8 +87,8 @@ struct MempoolRow {
     /// Sluice's slowest and fastest round, in Mops.
     mops_min: f64,
     mops_max: f64,
-    /// DPDK's `rte_mempool` in the same rounds: the median of its rounds'
-    /// Mops, ...
+    /// DPDK's `rte_mempool` in the same rounds, the bulk size a run-time
+    /// value as on Sluice's side: the median of its rounds' Mops, ...
     #[serde(skip_serializing_if = "Option::is_none")]
     dpdk_here_mops: Option<f64>,
     /// ... its slowest and fastest round, ...
@@ -101,7 +102,49 @@ struct MempoolRow {
     /// Sluice's Mops over DPDK's: the median of the per-round ratios.
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_dpdk_here: Option<f64>,
+    /// The same for DPDK with the bulk size a compile-time constant.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dpdk_here_const_mops: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dpdk_here_const_mops_min: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dpdk_here_const_mops_max: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dpdk_here_const_cycles_per_op: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vs_dpdk_here_const: Option<f64>,
 }
+
+/// DPDK's figures for one form of the bulk size, against Sluice's.
+#[derive(Debug, Clone, Copy)]
+struct HereFigures {
+    mops: Spread,
+    cycles_per_op: f64,
+    /// Median of the per-round Sluice / DPDK Mops.
+    ratio: f64,
+}
+
+impl HereFigures {
+    /// From DPDK's rounds and Sluice's Mops of the same rounds; `None`
+    /// without rounds.
+    fn of(dpdk: &Rounds, sluice_mops: &[f64]) -> Option<HereFigures> {
+        if dpdk.is_empty() {
+            return None;
+        }
+        let dpdk_mops: Vec<f64> = dpdk.iter().map(|r| r.1).collect();
+        Some(HereFigures {
+            mops: Spread::of(&dpdk_mops),
+            cycles_per_op: median(&dpdk.iter().map(|r| r.0).collect::<Vec<_>>()),
+            ratio: median(&ratios(sluice_mops, &dpdk_mops)),
+        })
+    }
+}
+
+/// The two forms of DPDK's loop, in the order of [`DpdkRounds`].
+const FORMS: [BulkForm; 2] = [BulkForm::Variable, BulkForm::Constant];
+
+/// DPDK's per-round figures for each of [`FORMS`].
+type DpdkRounds = [Rounds; 2];
 
 /// Per-round figures of one side: (cycles per op per core, total Mops).
 type Rounds = Vec<(f64, f64)>;
@@ -140,12 +183,13 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     notes.push(match &program {
         Ok(_) => format!(
             "DPDK here: DPDK {}'s rte_mempool on this machine in the same run: \
-             mempool_perf_autotest's loop (bulk a run-time value, as constant_n=0) built \
-             here with cc -O3 against libdpdk, ring_mp_mc handler, the same pool, element, \
-             cache and bulk sizes and CPUs as Sluice's case, and the same kind of memory \
-             (hugepages: EAL {}; 4 KiB pages: {}); its slices alternate with Sluice's in \
-             each round. ratio: Sluice's Mops over DPDK here's, the median of the per-round \
-             ratios.",
+             mempool_perf_autotest's loop built here with cc -O3 and libdpdk's flags, \
+             ring_mp_mc handler, the same pool, element, cache and bulk sizes and CPUs as \
+             Sluice's case, and the same kind of memory (hugepages: EAL {}; 4 KiB pages: \
+             {}); its slices take turns with Sluice's in each round. DPDK here: the bulk \
+             size a run-time value, as Sluice's side passes it (the autotest's \
+             constant_n=0); const: a compile-time constant (constant_n=1). ratio: Sluice's \
+             Mops over DPDK's, the median of the per-round ratios.",
             super::dpdk::version().unwrap_or_else(|| "(version unknown)".to_owned()),
             mempool_perf::memory_options(sluice::mempool::Backing::Hugepages),
             mempool_perf::memory_options(sluice::mempool::Backing::Anonymous),
@@ -159,8 +203,16 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     super::note_contention(ctx);
     if !ctx.json {
         emit(&format!(
-            "{:<28} {:>5} {:>10} {:>10} {:>10} {:>6}  {:<9} detail",
-            "case", "cores", "cycles/op", "Mops", "DPDK here", "ratio", "DPDK ref"
+            "{:<24} {:>5} {:>9} {:>8} {:>9} {:>5} {:>8} {:>5}  {:<8} detail (Mops range)",
+            "case",
+            "cores",
+            "cycles/op",
+            "Mops",
+            "DPDK here",
+            "ratio",
+            "const",
+            "ratio",
+            "DPDK ref"
         ));
     }
     for cores in [1u32, 2] {
@@ -241,10 +293,11 @@ fn config(cache: u32) -> MempoolConfig {
 }
 
 /// Measures one case in `rounds` interleaved rounds of `slice_ops` elements
-/// per core: Sluice's slices, and DPDK's beside them when `dpdk` gives the
-/// program and its case. Returns each side's per-round figures (DPDK's
-/// empty when it has none: why is noted). An error of Sluice's side fails
-/// the case; one of DPDK's side is a note.
+/// per core: Sluice's slices, and DPDK's beside them (one slice for each
+/// form of the bulk size that fits it) when `dpdk` gives the program and its
+/// case. Returns each side's per-round figures (DPDK's empty when it has
+/// none: why is noted). An error of Sluice's side fails the case; one of
+/// DPDK's side is a note.
 fn measure_case(
     ctx: &Ctx,
     pool: &Mempool,
@@ -252,7 +305,7 @@ fn measure_case(
     cores: u32,
     (slice_ops, rounds): (u64, usize),
     dpdk: Option<(&Program, &mempool_perf::Case)>,
-) -> Result<(Rounds, Rounds), String> {
+) -> Result<(Rounds, DpdkRounds), String> {
     let case = case_name(pool.cache_size(), bulk, cores);
     let mut peer =
         match dpdk.map(|(program, c)| mempool_perf::MempoolPerf::spawn(program.path(), c)) {
@@ -266,8 +319,10 @@ fn measure_case(
     let timed_rounds = slice_ops.div_ceil(KEEP as u64).max(1);
     let warmup_rounds = (timed_rounds / 16).max(1);
     let mut sluice = Vec::with_capacity(rounds);
-    let mut dpdk_figures = Vec::with_capacity(rounds);
-    let sides = if peer.is_some() { 2 } else { 1 };
+    let mut dpdk_figures: DpdkRounds = Default::default();
+    // Side 0 is Sluice's; side 1 + i is DPDK's form FORMS[i].
+    let forms: Vec<BulkForm> = FORMS.into_iter().filter(|f| f.fits(bulk)).collect();
+    let sides = if peer.is_some() { 1 + forms.len() } else { 1 };
     for round in 0..rounds {
         for side in round_order(round, sides) {
             if side == 0 {
@@ -276,12 +331,13 @@ fn measure_case(
                 continue;
             }
             let Some(p) = peer.as_mut() else { continue };
-            match p.slice(warmup_rounds, timed_rounds) {
-                Ok(samples) => dpdk_figures.push(figures(&samples)),
+            let form = forms[side - 1];
+            match p.slice(warmup_rounds, timed_rounds, form) {
+                Ok(samples) => dpdk_figures[form as usize].push(figures(&samples)),
                 Err(e) => {
                     ctx.note(&format!("{case}: DPDK here: {e}"));
                     peer = None;
-                    dpdk_figures.clear();
+                    dpdk_figures = Default::default();
                 }
             }
         }
@@ -314,7 +370,7 @@ fn row(
     pool: &Mempool,
     slice_ops: u64,
     sluice: &Rounds,
-    dpdk: &Rounds,
+    dpdk: &DpdkRounds,
 ) -> MempoolRow {
     let sluice_mops: Vec<f64> = sluice.iter().map(|r| r.1).collect();
     let spread = Spread::of(&sluice_mops);
@@ -329,23 +385,23 @@ fn row(
         * sluice.len() as u64;
     result.backing = Some(pool.backing().to_string());
     result.dpdk_mops = dpdk_ref(cache, bulk, cores);
-    let here = (!dpdk.is_empty()).then(|| {
-        let dpdk_mops: Vec<f64> = dpdk.iter().map(|r| r.1).collect();
-        let dpdk_spread = Spread::of(&dpdk_mops);
-        let dpdk_cycles = median(&dpdk.iter().map(|r| r.0).collect::<Vec<_>>());
-        let ratio = median(&ratios(&sluice_mops, &dpdk_mops));
-        (dpdk_spread, dpdk_cycles, ratio)
-    });
+    let here = HereFigures::of(&dpdk[BulkForm::Variable as usize], &sluice_mops);
+    let constant = HereFigures::of(&dpdk[BulkForm::Constant as usize], &sluice_mops);
     MempoolRow {
         result,
         rounds: sluice.len(),
         mops_min: spread.min,
         mops_max: spread.max,
-        dpdk_here_mops: here.map(|h| h.0.median),
-        dpdk_here_mops_min: here.map(|h| h.0.min),
-        dpdk_here_mops_max: here.map(|h| h.0.max),
-        dpdk_here_cycles_per_op: here.map(|h| h.1),
-        vs_dpdk_here: here.map(|h| h.2),
+        dpdk_here_mops: here.map(|h| h.mops.median),
+        dpdk_here_mops_min: here.map(|h| h.mops.min),
+        dpdk_here_mops_max: here.map(|h| h.mops.max),
+        dpdk_here_cycles_per_op: here.map(|h| h.cycles_per_op),
+        vs_dpdk_here: here.map(|h| h.ratio),
+        dpdk_here_const_mops: constant.map(|h| h.mops.median),
+        dpdk_here_const_mops_min: constant.map(|h| h.mops.min),
+        dpdk_here_const_mops_max: constant.map(|h| h.mops.max),
+        dpdk_here_const_cycles_per_op: constant.map(|h| h.cycles_per_op),
+        vs_dpdk_here_const: constant.map(|h| h.ratio),
     }
 }
 
@@ -363,17 +419,22 @@ fn print_row(ctx: &Ctx, row: &MempoolRow) {
     if let (Some(lo), Some(hi)) = (row.dpdk_here_mops_min, row.dpdk_here_mops_max) {
         detail.push(format!("DPDK here {lo:.0}-{hi:.0}"));
     }
+    if let (Some(lo), Some(hi)) = (row.dpdk_here_const_mops_min, row.dpdk_here_const_mops_max) {
+        detail.push(format!("const {lo:.0}-{hi:.0}"));
+    }
     if let Some(b) = &r.backing {
         detail.push(b.clone());
     }
     let line = format!(
-        "{:<28} {:>5} {:>10.2} {:>10.1} {:>10} {:>6}  {:<9} {}",
+        "{:<24} {:>5} {:>9.2} {:>8.1} {:>9} {:>5} {:>8} {:>5}  {:<8} {}",
         r.case,
         r.cores,
         r.cycles_per_op,
         r.mops,
         or_dash(row.dpdk_here_mops, 1),
         or_dash(row.vs_dpdk_here, 2),
+        or_dash(row.dpdk_here_const_mops, 1),
+        or_dash(row.vs_dpdk_here_const, 2),
         or_dash(r.dpdk_mops, 0),
         detail.join(", ")
     );
@@ -507,8 +568,18 @@ mod tests {
     fn rows_take_medians_and_per_round_ratios() {
         let pool = Mempool::new(config(0)).unwrap();
         let sluice = vec![(10.0, 200.0), (12.0, 150.0), (11.0, 300.0)];
-        let dpdk = vec![(9.0, 100.0), (8.0, 300.0), (20.0, 100.0)];
-        let r = row("cache 0 bulk 4", 0, 4, 1, &pool, 64, &sluice, &dpdk);
+        let variable = vec![(9.0, 100.0), (8.0, 300.0), (20.0, 100.0)];
+        let constant = vec![(4.0, 400.0), (5.0, 300.0), (6.0, 200.0)];
+        let r = row(
+            "cache 0 bulk 4",
+            0,
+            4,
+            1,
+            &pool,
+            64,
+            &sluice,
+            &[variable, constant],
+        );
         assert_eq!((r.result.cycles_per_op, r.result.mops), (11.0, 200.0));
         assert_eq!((r.mops_min, r.mops_max, r.rounds), (150.0, 300.0, 3));
         assert_eq!(r.result.ops, 3 * 64);
@@ -520,15 +591,29 @@ mod tests {
         assert_eq!(r.dpdk_here_cycles_per_op, Some(9.0));
         // Per-round ratios 2.0, 0.5, 3.0: their median, not 200 / 100.
         assert_eq!(r.vs_dpdk_here, Some(2.0));
+        // Ratios 0.5, 0.5, 1.5.
+        assert_eq!(r.dpdk_here_const_mops, Some(300.0));
+        assert_eq!(r.dpdk_here_const_cycles_per_op, Some(5.0));
+        assert_eq!(r.vs_dpdk_here_const, Some(0.5));
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["bench"], "mempool");
         assert_eq!(v["dpdk_here_mops"], 100.0);
         assert_eq!(v["dpdk_mops"], 251.0);
 
-        let alone = row("cache 0 bulk 4", 0, 4, 1, &pool, 64, &sluice, &Vec::new());
+        let alone = row(
+            "cache 0 bulk 4",
+            0,
+            4,
+            1,
+            &pool,
+            64,
+            &sluice,
+            &Default::default(),
+        );
         let v = serde_json::to_value(&alone).unwrap();
         assert!(v.get("dpdk_here_mops").is_none(), "{v}");
         assert!(v.get("vs_dpdk_here").is_none(), "{v}");
+        assert!(v.get("dpdk_here_const_mops").is_none(), "{v}");
         assert_eq!(v["mops"], 200.0);
         assert!(pool.is_full());
     }

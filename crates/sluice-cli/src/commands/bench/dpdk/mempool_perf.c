@@ -16,11 +16,14 @@
  *
  * Commands on standard input, one a line:
  *
- *   run WARMUP ROUNDS
+ *   run WARMUP ROUNDS [const]
  *       On every lcore: get KEEP elements in calls of BULK
  *       (rte_mempool_generic_get() with the lcore's default cache), then put
  *       them back the same way (rte_mempool_generic_put()), WARMUP times
  *       untimed; then, once every lcore has warmed up, ROUNDS times timed.
+ *       BULK is a run-time value (the autotest's constant_n=0), or with
+ *       "const" a compile-time constant (constant_n=1: the calls inlined for
+ *       that size; BULK 1, 4, 8 or 32).
  *       Answer: "slice" followed by "OPS START END" for each lcore, main
  *       lcore first: the elements it got and put back while timed, and the
  *       TSC at the start and at the end of its timed loop.
@@ -30,9 +33,7 @@
  *
  * Other answers: "ready" once the pool exists; "error: TEXT" when something
  * fails, after which the program ends with status 1. The EAL's own log
- * lines go to standard output too; they start with neither word.
- *
- * BULK is a run-time value, as in the autotest's runs with constant_n=0.
+ * lines go to standard output too; they start with none of these words.
  */
 
 #include <errno.h>
@@ -68,6 +69,7 @@ static unsigned int bulk;
 static unsigned int keep;
 
 /* The slice being run: set by the main lcore before it launches the workers. */
+static int constant_bulk;
 static uint64_t warmup_rounds;
 static uint64_t timed_rounds;
 /* Lcores past their warm-up in this slice. */
@@ -90,11 +92,12 @@ init_element(struct rte_mempool *mp, void *arg, void *obj, unsigned int index)
 /*
  * Gets `n_keep` elements in calls of `n_bulk`, then puts them back the same
  * way, `rounds` times. Returns 0, or -1 when a get fails: the elements got in
- * that round are put back first.
+ * that round are put back first. Inlined into its callers, so that a
+ * constant `n_bulk` is one in the mempool calls too.
  */
-static __rte_noinline int
-get_put_rounds(struct rte_mempool *mp, struct rte_mempool_cache *cache,
-	       unsigned int n_keep, unsigned int n_bulk, uint64_t rounds)
+static __rte_always_inline int
+get_put_loop(struct rte_mempool *mp, struct rte_mempool_cache *cache,
+	     unsigned int n_keep, unsigned int n_bulk, uint64_t rounds)
 {
 	void *table[MAX_KEEP] __rte_cache_aligned;
 	unsigned int idx;
@@ -113,6 +116,53 @@ get_put_rounds(struct rte_mempool *mp, struct rte_mempool_cache *cache,
 			rte_mempool_generic_put(mp, &table[idx], n_bulk, cache);
 	}
 	return 0;
+}
+
+/* The loop with the bulk size a run-time value. */
+static __rte_noinline int
+get_put_variable(struct rte_mempool *mp, struct rte_mempool_cache *cache,
+		 unsigned int n_keep, unsigned int n_bulk, uint64_t rounds)
+{
+	return get_put_loop(mp, cache, n_keep, n_bulk, rounds);
+}
+
+/* Whether the loop has a compile-time form for `n_bulk`. */
+static int
+has_constant_form(unsigned int n_bulk)
+{
+	return n_bulk == 1 || n_bulk == 4 || n_bulk == 8 || n_bulk == 32;
+}
+
+/*
+ * The loop with the bulk size a compile-time constant: one copy per size
+ * of has_constant_form(); -1 for another size.
+ */
+static __rte_noinline int
+get_put_constant(struct rte_mempool *mp, struct rte_mempool_cache *cache,
+		 unsigned int n_keep, unsigned int n_bulk, uint64_t rounds)
+{
+	switch (n_bulk) {
+	case 1:
+		return get_put_loop(mp, cache, n_keep, 1, rounds);
+	case 4:
+		return get_put_loop(mp, cache, n_keep, 4, rounds);
+	case 8:
+		return get_put_loop(mp, cache, n_keep, 8, rounds);
+	case 32:
+		return get_put_loop(mp, cache, n_keep, 32, rounds);
+	default:
+		return -1;
+	}
+}
+
+/* The loop in the form the slice asks for. */
+static int
+get_put_rounds(struct rte_mempool *mp, struct rte_mempool_cache *cache,
+	       unsigned int n_keep, unsigned int n_bulk, uint64_t rounds)
+{
+	if (constant_bulk)
+		return get_put_constant(mp, cache, n_keep, n_bulk, rounds);
+	return get_put_variable(mp, cache, n_keep, n_bulk, rounds);
 }
 
 /* One lcore's part of a slice (launched on every lcore). */
@@ -152,11 +202,12 @@ run_slice(void *arg)
 
 /* Runs one slice on every lcore and prints its figures; -1 on failure. */
 static int
-slice(uint64_t warmup, uint64_t rounds)
+slice(uint64_t warmup, uint64_t rounds, int constant)
 {
 	unsigned int lcore;
 	int failed = 0;
 
+	constant_bulk = constant;
 	warmup_rounds = warmup;
 	timed_rounds = rounds;
 	__atomic_store_n(&warmed_up, 0, __ATOMIC_RELEASE);
@@ -269,16 +320,25 @@ main(int argc, char **argv)
 
 	while (fgets(line, sizeof(line), stdin) != NULL) {
 		uint64_t warmup, rounds;
+		char form[8] = "";
+		int fields;
 
 		line[strcspn(line, "\n")] = '\0';
 		if (strcmp(line, "quit") == 0)
 			break;
-		if (sscanf(line, "run %" SCNu64 " %" SCNu64, &warmup, &rounds) != 2 ||
-		    rounds == 0) {
+		fields = sscanf(line, "run %" SCNu64 " %" SCNu64 " %7s", &warmup,
+				&rounds, form);
+		if (fields < 2 || rounds == 0 ||
+		    (fields == 3 && strcmp(form, "const") != 0)) {
 			printf("error: not a command: %s\n", line);
 			return finish(1);
 		}
-		if (slice(warmup, rounds) < 0)
+		if (fields == 3 && !has_constant_form(bulk)) {
+			printf("error: no compile-time form for bulk %u (1, 4, 8, 32)\n",
+			       bulk);
+			return finish(1);
+		}
+		if (slice(warmup, rounds, fields == 3) < 0)
 			return finish(1);
 	}
 	return finish(0);

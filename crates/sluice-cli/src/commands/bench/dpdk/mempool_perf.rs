@@ -113,6 +113,27 @@ pub fn parse_slice(line: &str, lcores: usize) -> Result<Vec<Sample>, String> {
         .collect())
 }
 
+/// How the program's loop passes the bulk size to DPDK's get and put.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BulkForm {
+    /// A run-time value (the autotest's `constant_n=0`), as Sluice's side
+    /// passes it.
+    Variable = 0,
+    /// A compile-time constant (`constant_n=1`): DPDK's inline get and put
+    /// specialised for the size.
+    Constant = 1,
+}
+
+impl BulkForm {
+    /// Whether the program has this form for `bulk`.
+    pub fn fits(self, bulk: usize) -> bool {
+        match self {
+            BulkForm::Variable => true,
+            BulkForm::Constant => matches!(bulk, 1 | 4 | 8 | 32),
+        }
+    }
+}
+
 /// The program running one case; dropping it ends it.
 pub struct MempoolPerf {
     peer: Peer,
@@ -141,10 +162,20 @@ impl MempoolPerf {
     }
 
     /// Runs one slice: every lcore gets and puts back its `keep` elements
-    /// `warmup` times untimed, then `rounds` times timed; returns each
-    /// lcore's timed figures, the main lcore's first.
-    pub fn slice(&mut self, warmup: u64, rounds: u64) -> Result<Vec<Sample>, String> {
-        self.peer.send(&format!("run {warmup} {rounds}"))?;
+    /// `warmup` times untimed, then `rounds` times timed, with the bulk size
+    /// in `form`; returns each lcore's timed figures, the main lcore's
+    /// first.
+    pub fn slice(
+        &mut self,
+        warmup: u64,
+        rounds: u64,
+        form: BulkForm,
+    ) -> Result<Vec<Sample>, String> {
+        let suffix = match form {
+            BulkForm::Variable => "",
+            BulkForm::Constant => " const",
+        };
+        self.peer.send(&format!("run {warmup} {rounds}{suffix}"))?;
         let elements = (warmup + rounds).saturating_mul(self.keep as u64);
         let timeout = SLICE_TIMEOUT_BASE
             + SLICE_TIMEOUT_PER_ELEMENT.saturating_mul(u32::try_from(elements).unwrap_or(u32::MAX));
@@ -242,8 +273,8 @@ mod tests {
             memory: Backing::Anonymous,
         };
         let mut perf = MempoolPerf::spawn(program.path(), &c).unwrap();
-        for rounds in [1, 10] {
-            let samples = perf.slice(2, rounds).unwrap();
+        for (rounds, form) in [(1, BulkForm::Variable), (10, BulkForm::Constant)] {
+            let samples = perf.slice(2, rounds, form).unwrap();
             assert_eq!(samples.len(), 1);
             assert_eq!(samples[0].ops, rounds * 32);
             assert!(samples[0].end > samples[0].start, "{samples:?}");
@@ -281,8 +312,27 @@ mod tests {
             ..case(Backing::Anonymous, vec![])
         };
         let mut perf = MempoolPerf::spawn(program.path(), &c).unwrap();
-        let err = perf.slice(1, 1).unwrap_err();
+        let err = perf.slice(1, 1, BulkForm::Variable).unwrap_err();
         assert!(err.contains("ran out of elements"), "{err}");
+    }
+
+    #[test]
+    fn a_bulk_without_a_constant_form_is_refused_with_a_reason() {
+        if !toolchain_here() {
+            return;
+        }
+        assert!(BulkForm::Constant.fits(32) && !BulkForm::Constant.fits(2));
+        assert!(BulkForm::Variable.fits(2));
+        let program = build().unwrap();
+        let c = Case {
+            bulk: 2,
+            cpus: vec![sluice::lcore::available_cpus()[0]],
+            ..case(Backing::Anonymous, vec![])
+        };
+        let mut perf = MempoolPerf::spawn(program.path(), &c).unwrap();
+        assert_eq!(perf.slice(1, 3, BulkForm::Variable).unwrap()[0].ops, 96);
+        let err = perf.slice(1, 1, BulkForm::Constant).unwrap_err();
+        assert!(err.contains("no compile-time form for bulk 2"), "{err}");
     }
 
     #[test]
