@@ -59,7 +59,6 @@ struct lcore_figures {
 	uint64_t ops;
 	uint64_t start;
 	uint64_t end;
-	int failed;
 } __rte_cache_aligned;
 
 /* The case, fixed at start. */
@@ -184,18 +183,13 @@ run_slice(void *arg)
 	__atomic_add_fetch(&warmed_up, 1, __ATOMIC_ACQ_REL);
 	while (__atomic_load_n(&warmed_up, __ATOMIC_ACQUIRE) < rte_lcore_count())
 		rte_pause();
-	if (ret < 0) {
-		mine->failed = 1;
+	if (ret < 0)
 		return -1;
-	}
 	mine->start = rte_rdtsc_precise();
 	ret = get_put_rounds(pool, cache, keep, bulk, timed_rounds);
 	mine->end = rte_rdtsc_precise();
-	if (ret < 0) {
-		mine->failed = 1;
+	if (ret < 0)
 		return -1;
-	}
-	mine->failed = 0;
 	mine->ops = timed_rounds * keep;
 	return 0;
 }
