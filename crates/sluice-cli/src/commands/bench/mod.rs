@@ -8,6 +8,7 @@
 //! progress on stderr (`app::progress`).
 
 pub mod distributor;
+pub mod dpdk;
 pub mod fwd;
 pub mod fwd_afpacket;
 pub mod fwd_afxdp;
