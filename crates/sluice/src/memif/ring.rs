@@ -524,6 +524,9 @@ pub struct Consumer {
     offered: u16,
     max_segments: usize,
     max_packet_len: usize,
+    /// The segments of the packet being received.
+    segments: Vec<Segment>,
+    /// The copy [`recv_burst`](Self::recv_burst) hands over.
     scratch: Vec<u8>,
     errors: RingErrors,
 }
@@ -543,6 +546,7 @@ impl Consumer {
             offered,
             max_segments: DEFAULT_MAX_SEGMENTS,
             max_packet_len: DEFAULT_MAX_PACKET_LEN,
+            segments: Vec::with_capacity(DEFAULT_MAX_SEGMENTS),
             scratch: Vec::new(),
             errors: RingErrors::default(),
         };
@@ -589,6 +593,24 @@ impl Consumer {
     /// chains are counted in [`errors`](Self::errors) and their packets
     /// dropped; the ring moves past them.
     pub fn recv_burst(&mut self, max: usize, mut deliver: impl FnMut(&[u8])) -> usize {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let delivered = self.recv_packets(max, |packet| {
+            scratch.clear();
+            scratch.resize(packet.len(), 0);
+            packet.copy_to(0, &mut scratch);
+            deliver(&scratch);
+        });
+        self.scratch = scratch;
+        delivered
+    }
+
+    /// Hands up to `max` packets to `deliver`, in ring order, each as the
+    /// checked segments it lies in, for the caller to copy out where it
+    /// wants them (one copy from the ring to the caller's buffers); returns
+    /// how many it delivered. Bad descriptors and chains are counted in
+    /// [`errors`](Self::errors) and their packets dropped; the ring moves
+    /// past them. The slots go back to the peer after the last `deliver`.
+    pub fn recv_packets(&mut self, max: usize, mut deliver: impl FnMut(&RingPacket<'_>)) -> usize {
         let published = match self.role {
             Role::Server => self.ring.head(),
             Role::Client => self.ring.tail(),
@@ -602,41 +624,29 @@ impl Consumer {
         let end = published;
         let mut delivered = 0;
         while delivered < max && slot != end {
-            self.scratch.clear();
-            let mut segments = 0;
+            self.segments.clear();
+            let mut len = 0usize;
             let mut dropped = false;
             loop {
                 let d = self.ring.descriptor(slot);
                 slot = slot.wrapping_add(1);
-                segments += 1;
                 let more = d.flags & DESC_FLAG_NEXT != 0;
                 if !dropped {
-                    if segments > self.max_segments
-                        || self.scratch.len() + d.length as usize > self.max_packet_len
+                    if self.segments.len() == self.max_segments
+                        || len + d.length as usize > self.max_packet_len
                     {
                         self.errors.too_long += 1;
                         dropped = true;
+                    } else if self.ring.buffer(&d, d.length).is_ok() {
+                        self.segments.push(Segment {
+                            region: d.region,
+                            offset: d.offset,
+                            len: d.length,
+                        });
+                        len += d.length as usize;
                     } else {
-                        match self.ring.buffer(&d, d.length) {
-                            Ok(src) => {
-                                let at = self.scratch.len();
-                                self.scratch.resize(at + d.length as usize, 0);
-                                // The slot is published to this side.
-                                // SAFETY: `src` has `d.length` bytes in the
-                                // mapping (checked by `buffer`).
-                                unsafe {
-                                    ptr::copy_nonoverlapping(
-                                        src,
-                                        self.scratch.as_mut_ptr().add(at),
-                                        d.length as usize,
-                                    );
-                                }
-                            }
-                            Err(_) => {
-                                self.errors.bad_descriptor += 1;
-                                dropped = true;
-                            }
-                        }
+                        self.errors.bad_descriptor += 1;
+                        dropped = true;
                     }
                 }
                 if !more {
@@ -651,7 +661,11 @@ impl Consumer {
                 }
             }
             if !dropped {
-                deliver(&self.scratch);
+                deliver(&RingPacket {
+                    regions: &self.ring.regions,
+                    segments: &self.segments,
+                    len,
+                });
                 delivered += 1;
             }
         }
@@ -663,6 +677,68 @@ impl Consumer {
         }
         self.refill();
         delivered
+    }
+}
+
+/// One segment of a received packet, checked to lie inside its region.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    region: u16,
+    offset: u32,
+    len: u32,
+}
+
+/// A packet in a ring, as [`Consumer::recv_packets`] hands it over: its
+/// segments, each checked to lie inside its region. The peer may still
+/// write the bytes while they are copied out; it can change the packet's
+/// contents, never where they are read from.
+#[derive(Debug)]
+pub struct RingPacket<'a> {
+    regions: &'a [Region],
+    segments: &'a [Segment],
+    len: usize,
+}
+
+impl RingPacket<'_> {
+    /// The packet's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the packet has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the packet's bytes from `offset` on into `dst`, as many as
+    /// fit; returns how many it copied.
+    pub fn copy_to(&self, mut offset: usize, dst: &mut [u8]) -> usize {
+        let mut copied = 0;
+        for seg in self.segments {
+            let seg_len = seg.len as usize;
+            if offset >= seg_len {
+                offset -= seg_len;
+                continue;
+            }
+            let k = (seg_len - offset).min(dst.len() - copied);
+            if k == 0 {
+                break;
+            }
+            let start = seg.offset as usize + offset;
+            // The segment was checked to lie inside its region when the
+            // packet was read, and the regions stay mapped while `self`
+            // borrows them; the peer may write the bytes meanwhile, which
+            // changes only what is copied.
+            // SAFETY: `start + k <= seg.offset + seg.len`, inside the mapping
+            // of `regions[seg.region]`; `dst[copied..copied + k]` is ours.
+            unsafe {
+                let src = self.regions[usize::from(seg.region)].as_ptr().add(start);
+                ptr::copy_nonoverlapping(src, dst.as_mut_ptr().add(copied), k);
+            }
+            copied += k;
+            offset = 0;
+        }
+        copied
     }
 }
 
@@ -784,6 +860,37 @@ mod tests {
             assert_eq!(tx.errors(), RingErrors::default());
             assert_eq!(rx.errors(), RingErrors::default());
         }
+    }
+
+    #[test]
+    fn a_received_packet_copies_out_from_any_offset() {
+        let (regions, layout) = rings(4);
+        let dir = Direction::ClientToServer;
+        let mut rx = Consumer::new(ring(&regions, &layout, dir), Role::Server, 256);
+        let mut tx = Producer::new(ring(&regions, &layout, dir), Role::Client, 256);
+        // 600 bytes: segments of 256, 256, 88.
+        let big: Vec<u8> = (0..600).map(|i| (i % 253) as u8).collect();
+        assert_eq!(tx.send_burst(&[&big]), 1);
+        let mut pieces = Vec::new();
+        let n = rx.recv_packets(4, |packet| {
+            assert_eq!(packet.len(), 600);
+            // Pieces of 100 bytes cross both segment boundaries.
+            let mut at = 0;
+            while at < packet.len() {
+                let mut piece = [0u8; 100];
+                let k = packet.copy_to(at, &mut piece);
+                pieces.push(piece[..k].to_vec());
+                at += k;
+            }
+            assert_eq!(
+                packet.copy_to(600, &mut [0u8; 8]),
+                0,
+                "nothing past the end"
+            );
+        });
+        assert_eq!(n, 1);
+        assert_eq!(pieces.len(), 6);
+        assert_eq!(pieces.concat(), big);
     }
 
     #[test]
