@@ -283,6 +283,10 @@ impl RxQueue for MemifRx {
                 if max == 0 {
                     break;
                 }
+                // The buffers the copies go to (taken from the end).
+                for m in spare.iter().rev().take(max) {
+                    m.prefetch_data();
+                }
                 let errors = &self.errors;
                 let mut got = 0;
                 let dropped = slot.with(|ring| {
