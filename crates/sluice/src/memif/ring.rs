@@ -944,6 +944,19 @@ mod tests {
     }
 
     #[test]
+    fn copy_bytes_copies_every_length_exactly() {
+        let src: Vec<u8> = (0..300).map(|i| (i * 7 + 3) as u8).collect();
+        for len in 0..=200 {
+            let mut dst = vec![0xeeu8; 260];
+            // SAFETY: `src` has 300 bytes, `dst[8..]` 252, `len <= 200`.
+            unsafe { copy_bytes(src.as_ptr().add(5), dst.as_mut_ptr().add(8), len) };
+            assert_eq!(&dst[8..8 + len], &src[5..5 + len], "length {len}");
+            assert!(dst[..8].iter().all(|&b| b == 0xee), "before, length {len}");
+            assert!(dst[8 + len..].iter().all(|&b| b == 0xee), "after, length {len}");
+        }
+    }
+
+    #[test]
     fn a_received_packet_copies_out_from_any_offset() {
         let (regions, layout) = rings(4);
         let dir = Direction::ClientToServer;
