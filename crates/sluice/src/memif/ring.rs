@@ -648,6 +648,22 @@ impl Consumer {
         self.errors
     }
 
+    /// Slots the peer has published that this side has not read yet: a
+    /// hint, since the peer may publish more at any time; 0 when head and
+    /// tail are further apart than the ring (counted by the next receive).
+    pub fn ready(&self) -> usize {
+        let published = match self.role {
+            Role::Server => self.ring.head(),
+            Role::Client => self.ring.tail(),
+        };
+        let ready = published.wrapping_sub(self.cursor);
+        if ready > self.ring.size() {
+            0
+        } else {
+            usize::from(ready)
+        }
+    }
+
     /// The client offers every slot it has read back to the server.
     fn refill(&mut self) {
         if self.role != Role::Client {
@@ -952,7 +968,10 @@ mod tests {
             unsafe { copy_bytes(src.as_ptr().add(5), dst.as_mut_ptr().add(8), len) };
             assert_eq!(&dst[8..8 + len], &src[5..5 + len], "length {len}");
             assert!(dst[..8].iter().all(|&b| b == 0xee), "before, length {len}");
-            assert!(dst[8 + len..].iter().all(|&b| b == 0xee), "after, length {len}");
+            assert!(
+                dst[8 + len..].iter().all(|&b| b == 0xee),
+                "after, length {len}"
+            );
         }
     }
 
@@ -964,7 +983,9 @@ mod tests {
         let mut tx = Producer::new(ring(&regions, &layout, dir), Role::Client, 256);
         // 600 bytes: segments of 256, 256, 88.
         let big: Vec<u8> = (0..600).map(|i| (i % 253) as u8).collect();
+        assert_eq!(rx.ready(), 0);
         assert_eq!(tx.send_burst(&[&big]), 1);
+        assert_eq!(rx.ready(), 3, "one packet in three slots");
         let mut pieces = Vec::new();
         let n = rx.recv_packets(4, |packet| {
             assert_eq!(packet.len(), 600);
@@ -983,6 +1004,7 @@ mod tests {
             );
         });
         assert_eq!(n, 1);
+        assert_eq!(rx.ready(), 0);
         assert_eq!(pieces.len(), 6);
         assert_eq!(pieces.concat(), big);
     }

@@ -283,13 +283,15 @@ impl RxQueue for MemifRx {
                 if max == 0 {
                     break;
                 }
-                // The buffers the copies go to (taken from the end).
-                for m in spare.iter().rev().take(max) {
-                    m.prefetch_data();
-                }
                 let errors = &self.errors;
                 let mut got = 0;
                 let dropped = slot.with(|ring| {
+                    // The buffers the copies go to (taken from the end), one
+                    // per packet waiting: an empty poll touches none.
+                    let ready = ring.consumer.ready().min(max);
+                    for m in spare.iter().rev().take(ready) {
+                        m.prefetch_data();
+                    }
                     got = ring.consumer.recv_packets(max, |packet| {
                         // One spare per delivered packet: at most `max`.
                         let Some(head) = spare.pop() else { return };
