@@ -321,6 +321,27 @@ impl Ring {
             .store(length.to_le(), Ordering::Relaxed);
     }
 
+    /// Asks the CPU for the first cache line of the buffer that `slot`'s
+    /// descriptor names, so its miss overlaps other work. The descriptor is
+    /// not checked: a prefetch never faults, whatever the address.
+    ///
+    /// `write`: the line is asked for to be written (x86's PREFETCHW), so a
+    /// copy of it in the peer's cache is given up at once rather than on the
+    /// first store.
+    fn prefetch_buffer(&self, slot: u16, write: bool) {
+        let at = self.desc_offset(slot);
+        let region = u16::from_le(self.u16_at(at + desc::REGION).load(Ordering::Relaxed));
+        let offset = u32::from_le(self.u32_at(at + desc::OFFSET).load(Ordering::Relaxed));
+        if let Some(region) = self.regions.get(usize::from(region)) {
+            let line = region.as_ptr().wrapping_add(offset as usize);
+            if write {
+                prefetch_for_write(line);
+            } else {
+                crate::pagepool::prefetch(line);
+            }
+        }
+    }
+
     /// The start of the `len` bytes at `d`'s region and offset, checked to
     /// lie inside that region.
     pub fn buffer(&self, d: &Descriptor, len: u32) -> Result<*mut u8, MemifError> {
@@ -339,6 +360,57 @@ impl Ring {
         }
         // SAFETY: `offset + len` lies inside the region's mapping.
         Ok(unsafe { region.as_ptr().add(d.offset as usize) })
+    }
+}
+
+/// Asks the CPU for the cache line at `p`, to be written (x86's PREFETCHW;
+/// a read prefetch elsewhere).
+#[inline(always)]
+fn prefetch_for_write(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // PREFETCHW is a hint: it never faults and changes no register, flag or
+    // memory; CPUs without it run it as a no-op.
+    // SAFETY: no memory is read or written architecturally, whatever `p` is.
+    unsafe {
+        std::arch::asm!("prefetchw [{line}]", line = in(reg) p, options(nostack, preserves_flags, readonly));
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    crate::pagepool::prefetch(p);
+}
+
+/// Copies `len` packet bytes from `src` to `dst`. Up to 128 bytes (a small
+/// frame, one or two cache lines) go as two overlapping fixed-size moves
+/// inlined here, not through `memcpy`'s call and size dispatch; longer
+/// copies call `memcpy`.
+///
+/// # Safety
+/// As `ptr::copy_nonoverlapping(src, dst, len)`.
+#[inline(always)]
+unsafe fn copy_bytes(src: *const u8, dst: *mut u8, len: usize) {
+    /// Copies the first and the last `N` bytes of the `len` (`N..=2N`).
+    ///
+    /// # Safety
+    /// As `copy_bytes`, with `N <= len <= 2 * N`.
+    #[inline(always)]
+    unsafe fn ends<const N: usize>(src: *const u8, dst: *mut u8, len: usize) {
+        // SAFETY: `N <= len`: both blocks lie inside the `len` bytes of
+        // `src` and of `dst` (the caller's contract).
+        unsafe {
+            let head = src.cast::<[u8; N]>().read_unaligned();
+            let tail = src.add(len - N).cast::<[u8; N]>().read_unaligned();
+            dst.cast::<[u8; N]>().write_unaligned(head);
+            dst.add(len - N).cast::<[u8; N]>().write_unaligned(tail);
+        }
+    }
+    // SAFETY: the caller's contract; each arm's length range is the one its
+    // `ends` asks for.
+    unsafe {
+        match len {
+            16..=32 => ends::<16>(src, dst, len),
+            33..=64 => ends::<32>(src, dst, len),
+            65..=128 => ends::<64>(src, dst, len),
+            _ => ptr::copy_nonoverlapping(src, dst, len),
+        }
     }
 }
 
@@ -439,6 +511,11 @@ impl Producer {
     pub fn send_burst(&mut self, packets: &[&[u8]]) -> usize {
         let mut free = self.free_slots();
         let mut slot = self.cursor;
+        // The buffers about to be written, asked for at once: their misses
+        // overlap instead of each waiting in turn.
+        for ahead in 0..usize::from(free).min(packets.len()) as u16 {
+            self.ring.prefetch_buffer(slot.wrapping_add(ahead), true);
+        }
         let mut taken = 0;
         'packets: for packet in packets {
             let start = slot;
@@ -484,7 +561,7 @@ impl Producer {
                 }
                 // The slot is this side's until it publishes it; `rest` is ours.
                 // SAFETY: `dst` has `len` bytes in the mapping (checked by `buffer`).
-                unsafe { ptr::copy_nonoverlapping(rest.as_ptr(), dst, len as usize) };
+                unsafe { copy_bytes(rest.as_ptr(), dst, len as usize) };
                 rest = &rest[len as usize..];
                 let flags = if rest.is_empty() { 0 } else { DESC_FLAG_NEXT };
                 self.ring.set_flags_length(slot, flags, len);
@@ -524,6 +601,9 @@ pub struct Consumer {
     offered: u16,
     max_segments: usize,
     max_packet_len: usize,
+    /// The segments of the packet being received.
+    segments: Vec<Segment>,
+    /// The copy [`recv_burst`](Self::recv_burst) hands over.
     scratch: Vec<u8>,
     errors: RingErrors,
 }
@@ -543,6 +623,7 @@ impl Consumer {
             offered,
             max_segments: DEFAULT_MAX_SEGMENTS,
             max_packet_len: DEFAULT_MAX_PACKET_LEN,
+            segments: Vec::with_capacity(DEFAULT_MAX_SEGMENTS),
             scratch: Vec::new(),
             errors: RingErrors::default(),
         };
@@ -567,6 +648,22 @@ impl Consumer {
         self.errors
     }
 
+    /// Slots the peer has published that this side has not read yet: a
+    /// hint, since the peer may publish more at any time; 0 when head and
+    /// tail are further apart than the ring (counted by the next receive).
+    pub fn ready(&self) -> usize {
+        let published = match self.role {
+            Role::Server => self.ring.head(),
+            Role::Client => self.ring.tail(),
+        };
+        let ready = published.wrapping_sub(self.cursor);
+        if ready > self.ring.size() {
+            0
+        } else {
+            usize::from(ready)
+        }
+    }
+
     /// The client offers every slot it has read back to the server.
     fn refill(&mut self) {
         if self.role != Role::Client {
@@ -589,6 +686,24 @@ impl Consumer {
     /// chains are counted in [`errors`](Self::errors) and their packets
     /// dropped; the ring moves past them.
     pub fn recv_burst(&mut self, max: usize, mut deliver: impl FnMut(&[u8])) -> usize {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        let delivered = self.recv_packets(max, |packet| {
+            scratch.clear();
+            scratch.resize(packet.len(), 0);
+            packet.copy_to(0, &mut scratch);
+            deliver(&scratch);
+        });
+        self.scratch = scratch;
+        delivered
+    }
+
+    /// Hands up to `max` packets to `deliver`, in ring order, each as the
+    /// checked segments it lies in, for the caller to copy out where it
+    /// wants them (one copy from the ring to the caller's buffers); returns
+    /// how many it delivered. Bad descriptors and chains are counted in
+    /// [`errors`](Self::errors) and their packets dropped; the ring moves
+    /// past them. The slots go back to the peer after the last `deliver`.
+    pub fn recv_packets(&mut self, max: usize, mut deliver: impl FnMut(&RingPacket<'_>)) -> usize {
         let published = match self.role {
             Role::Server => self.ring.head(),
             Role::Client => self.ring.tail(),
@@ -600,43 +715,35 @@ impl Consumer {
         }
         let mut slot = self.cursor;
         let end = published;
+        // The buffers about to be read, asked for at once.
+        for ahead in 0..usize::from(available).min(max) as u16 {
+            self.ring.prefetch_buffer(slot.wrapping_add(ahead), false);
+        }
         let mut delivered = 0;
         while delivered < max && slot != end {
-            self.scratch.clear();
-            let mut segments = 0;
+            self.segments.clear();
+            let mut len = 0usize;
             let mut dropped = false;
             loop {
                 let d = self.ring.descriptor(slot);
                 slot = slot.wrapping_add(1);
-                segments += 1;
                 let more = d.flags & DESC_FLAG_NEXT != 0;
                 if !dropped {
-                    if segments > self.max_segments
-                        || self.scratch.len() + d.length as usize > self.max_packet_len
+                    if self.segments.len() == self.max_segments
+                        || len + d.length as usize > self.max_packet_len
                     {
                         self.errors.too_long += 1;
                         dropped = true;
+                    } else if self.ring.buffer(&d, d.length).is_ok() {
+                        self.segments.push(Segment {
+                            region: d.region,
+                            offset: d.offset,
+                            len: d.length,
+                        });
+                        len += d.length as usize;
                     } else {
-                        match self.ring.buffer(&d, d.length) {
-                            Ok(src) => {
-                                let at = self.scratch.len();
-                                self.scratch.resize(at + d.length as usize, 0);
-                                // The slot is published to this side.
-                                // SAFETY: `src` has `d.length` bytes in the
-                                // mapping (checked by `buffer`).
-                                unsafe {
-                                    ptr::copy_nonoverlapping(
-                                        src,
-                                        self.scratch.as_mut_ptr().add(at),
-                                        d.length as usize,
-                                    );
-                                }
-                            }
-                            Err(_) => {
-                                self.errors.bad_descriptor += 1;
-                                dropped = true;
-                            }
-                        }
+                        self.errors.bad_descriptor += 1;
+                        dropped = true;
                     }
                 }
                 if !more {
@@ -651,7 +758,11 @@ impl Consumer {
                 }
             }
             if !dropped {
-                deliver(&self.scratch);
+                deliver(&RingPacket {
+                    regions: &self.ring.regions,
+                    segments: &self.segments,
+                    len,
+                });
                 delivered += 1;
             }
         }
@@ -663,6 +774,68 @@ impl Consumer {
         }
         self.refill();
         delivered
+    }
+}
+
+/// One segment of a received packet, checked to lie inside its region.
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    region: u16,
+    offset: u32,
+    len: u32,
+}
+
+/// A packet in a ring, as [`Consumer::recv_packets`] hands it over: its
+/// segments, each checked to lie inside its region. The peer may still
+/// write the bytes while they are copied out; it can change the packet's
+/// contents, never where they are read from.
+#[derive(Debug)]
+pub struct RingPacket<'a> {
+    regions: &'a [Region],
+    segments: &'a [Segment],
+    len: usize,
+}
+
+impl RingPacket<'_> {
+    /// The packet's length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the packet has no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Copies the packet's bytes from `offset` on into `dst`, as many as
+    /// fit; returns how many it copied.
+    pub fn copy_to(&self, mut offset: usize, dst: &mut [u8]) -> usize {
+        let mut copied = 0;
+        for seg in self.segments {
+            let seg_len = seg.len as usize;
+            if offset >= seg_len {
+                offset -= seg_len;
+                continue;
+            }
+            let k = (seg_len - offset).min(dst.len() - copied);
+            if k == 0 {
+                break;
+            }
+            let start = seg.offset as usize + offset;
+            // The segment was checked to lie inside its region when the
+            // packet was read, and the regions stay mapped while `self`
+            // borrows them; the peer may write the bytes meanwhile, which
+            // changes only what is copied.
+            // SAFETY: `start + k <= seg.offset + seg.len`, inside the mapping
+            // of `regions[seg.region]`; `dst[copied..copied + k]` is ours.
+            unsafe {
+                let src = self.regions[usize::from(seg.region)].as_ptr().add(start);
+                copy_bytes(src, dst.as_mut_ptr().add(copied), k);
+            }
+            copied += k;
+            offset = 0;
+        }
+        copied
     }
 }
 
@@ -784,6 +957,56 @@ mod tests {
             assert_eq!(tx.errors(), RingErrors::default());
             assert_eq!(rx.errors(), RingErrors::default());
         }
+    }
+
+    #[test]
+    fn copy_bytes_copies_every_length_exactly() {
+        let src: Vec<u8> = (0..300).map(|i| (i * 7 + 3) as u8).collect();
+        for len in 0..=200 {
+            let mut dst = vec![0xeeu8; 260];
+            // SAFETY: `src` has 300 bytes, `dst[8..]` 252, `len <= 200`.
+            unsafe { copy_bytes(src.as_ptr().add(5), dst.as_mut_ptr().add(8), len) };
+            assert_eq!(&dst[8..8 + len], &src[5..5 + len], "length {len}");
+            assert!(dst[..8].iter().all(|&b| b == 0xee), "before, length {len}");
+            assert!(
+                dst[8 + len..].iter().all(|&b| b == 0xee),
+                "after, length {len}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_received_packet_copies_out_from_any_offset() {
+        let (regions, layout) = rings(4);
+        let dir = Direction::ClientToServer;
+        let mut rx = Consumer::new(ring(&regions, &layout, dir), Role::Server, 256);
+        let mut tx = Producer::new(ring(&regions, &layout, dir), Role::Client, 256);
+        // 600 bytes: segments of 256, 256, 88.
+        let big: Vec<u8> = (0..600).map(|i| (i % 253) as u8).collect();
+        assert_eq!(rx.ready(), 0);
+        assert_eq!(tx.send_burst(&[&big]), 1);
+        assert_eq!(rx.ready(), 3, "one packet in three slots");
+        let mut pieces = Vec::new();
+        let n = rx.recv_packets(4, |packet| {
+            assert_eq!(packet.len(), 600);
+            // Pieces of 100 bytes cross both segment boundaries.
+            let mut at = 0;
+            while at < packet.len() {
+                let mut piece = [0u8; 100];
+                let k = packet.copy_to(at, &mut piece);
+                pieces.push(piece[..k].to_vec());
+                at += k;
+            }
+            assert_eq!(
+                packet.copy_to(600, &mut [0u8; 8]),
+                0,
+                "nothing past the end"
+            );
+        });
+        assert_eq!(n, 1);
+        assert_eq!(rx.ready(), 0);
+        assert_eq!(pieces.len(), 6);
+        assert_eq!(pieces.concat(), big);
     }
 
     #[test]

@@ -61,6 +61,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::counter::Counter;
+use crate::mbuf::Burst;
 use crate::memif::handshake::{self, ClientConfig, Connected, ServerConfig};
 use crate::memif::message::Message;
 use crate::memif::ring::{Consumer, Producer};
@@ -254,7 +255,7 @@ impl PortDriver for MemifDriver {
             rx.push(Box::new(MemifRx {
                 link: Arc::clone(&link),
                 pool: config.needed_rx_pool(q).clone(),
-                spare: Vec::new(),
+                spare: Burst::new(),
                 port_id: config.port_id,
                 errors: ErrorCounters::register(counters, "rx"),
                 counters: Arc::clone(counters),

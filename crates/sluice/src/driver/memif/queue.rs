@@ -15,9 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::counter::Counter;
-use crate::mbuf::{BurstSlice, Mbuf, MbufPool};
+use crate::mbuf::{Burst, BurstSlice, Mbuf, MbufPool};
 use crate::memif::RING_FLAG_MASK_INT;
-use crate::memif::ring::{Consumer, Producer, RingErrors};
+use crate::memif::ring::{Consumer, Producer, RingErrors, RingPacket};
 use crate::port::{PortCounters, PortError, RxQueue, TxQueue};
 
 /// Packets a Tx queue hands the producer at once.
@@ -207,25 +207,27 @@ pub(super) struct Link {
     pub(super) tx: Box<[Slot<TxRing>]>,
 }
 
-/// Copies `data` into `head`, a fresh mbuf, chaining more from `pool`
+/// Copies `packet` into `head`, a fresh mbuf, chaining more from `pool`
 /// when it does not fit; `None` (the buffers freed) if the pool runs dry.
-fn copy_in(pool: &MbufPool, mut head: Mbuf, port_id: u16, data: &[u8]) -> Option<Mbuf> {
+fn copy_in(pool: &MbufPool, mut head: Mbuf, port_id: u16, packet: &RingPacket<'_>) -> Option<Mbuf> {
     let _ = head.set_port(port_id);
-    let k = data.len().min(head.tailroom() as usize);
-    head.append(k).ok()?.copy_from_slice(&data[..k]);
-    let mut rest = &data[k..];
-    while !rest.is_empty() {
+    let len = packet.len();
+    let k = len.min(head.tailroom() as usize);
+    let mut copied = packet.copy_to(0, head.append(k).ok()?);
+    while copied < len {
         let mut seg = pool.alloc()?;
-        let k = rest.len().min(seg.tailroom() as usize);
+        let k = (len - copied).min(seg.tailroom() as usize);
         if k == 0 {
             return None;
         }
-        seg.append(k).ok()?.copy_from_slice(&rest[..k]);
-        rest = &rest[k..];
+        copied += packet.copy_to(copied, seg.append(k).ok()?);
         head.chain(seg).ok()?;
     }
     Some(head)
 }
+
+/// Buffers an Rx queue keeps taken from the pool for its next packets.
+const RX_SPARE: usize = 64;
 
 /// Rx queue `q` of a memif port: copies packets out of its ring into mbufs.
 pub(super) struct MemifRx {
@@ -234,7 +236,7 @@ pub(super) struct MemifRx {
     /// Buffers taken from the pool for the next packets, so a packet leaves
     /// the ring only when there is a buffer for it (the census counts them
     /// as posted).
-    pub(super) spare: Vec<Mbuf>,
+    pub(super) spare: Burst<RX_SPARE>,
     pub(super) port_id: u16,
     pub(super) errors: ErrorCounters,
     pub(super) counters: Arc<PortCounters>,
@@ -242,44 +244,76 @@ pub(super) struct MemifRx {
     pub(super) started: bool,
 }
 
+/// Tops `spare` up to `want` buffers (at most [`RX_SPARE`]): one bulk get,
+/// or one at a time when the pool is short of a bulk. Returns whether the
+/// pool ran short.
+fn refill_spare(pool: &MbufPool, spare: &mut Burst<RX_SPARE>, want: usize) -> bool {
+    let want = want.min(RX_SPARE);
+    let missing = want.saturating_sub(spare.len());
+    if missing == 0 || pool.alloc_bulk(spare, missing).is_ok() {
+        return false;
+    }
+    while spare.len() < want {
+        match pool.alloc() {
+            // Room: below `want`, at most the capacity.
+            Some(m) => drop(spare.push(m)),
+            None => return true,
+        }
+    }
+    false
+}
+
 impl RxQueue for MemifRx {
     fn rx_burst(&mut self, burst: &mut BurstSlice) -> usize {
         let stats = &self.counters.rx[self.q];
-        let free = burst.free();
         let (mut n, mut bytes, mut nombuf) = (0usize, 0u64, 0u64);
         let slot = &self.link.rx[self.q];
-        if self.started && free != 0 && slot.is_ready() {
-            while self.spare.len() < free {
-                match self.pool.alloc() {
-                    Some(m) => self.spare.push(m),
-                    None => {
-                        // The packets wait in the ring for buffers.
-                        stats.nombuf.inc();
-                        break;
-                    }
+        let (pool, spare, port_id) = (&self.pool, &mut self.spare, self.port_id);
+        if self.started && burst.free() != 0 && slot.is_ready() {
+            // Rounds of at most RX_SPARE packets while the ring has them,
+            // up to the burst's room in packets taken off the ring.
+            let mut budget = burst.free();
+            loop {
+                let free = burst.free().min(budget);
+                if refill_spare(pool, spare, free) {
+                    // The packets wait in the ring for buffers.
+                    stats.nombuf.inc();
                 }
-            }
-            let max = free.min(self.spare.len());
-            let (pool, spare, port_id) = (&self.pool, &mut self.spare, self.port_id);
-            let errors = &self.errors;
-            let dropped = slot.with(|ring| {
-                ring.consumer.recv_burst(max, |data| {
-                    // One spare per delivered packet: at most `max`.
-                    let Some(head) = spare.pop() else { return };
-                    match copy_in(pool, head, port_id, data) {
-                        Some(m) => {
-                            bytes += data.len() as u64;
-                            n += 1;
-                            // Room: at most `free` packets are delivered.
-                            let _ = burst.push(m);
-                        }
-                        None => nombuf += 1,
+                let max = free.min(spare.len());
+                if max == 0 {
+                    break;
+                }
+                let errors = &self.errors;
+                let mut got = 0;
+                let dropped = slot.with(|ring| {
+                    // The buffers the copies go to (taken from the end), one
+                    // per packet waiting: an empty poll touches none.
+                    let ready = ring.consumer.ready().min(max);
+                    for m in spare.iter().rev().take(ready) {
+                        m.prefetch_data();
                     }
+                    got = ring.consumer.recv_packets(max, |packet| {
+                        // One spare per delivered packet: at most `max`.
+                        let Some(head) = spare.pop() else { return };
+                        match copy_in(pool, head, port_id, packet) {
+                            Some(m) => {
+                                bytes += packet.len() as u64;
+                                n += 1;
+                                // Room: at most `free` packets are delivered.
+                                let _ = burst.push(m);
+                            }
+                            None => nombuf += 1,
+                        }
+                    });
+                    errors.publish(&mut ring.published, ring.consumer.errors())
                 });
-                errors.publish(&mut ring.published, ring.consumer.errors())
-            });
-            if let Some(dropped) = dropped.filter(|d| *d != 0) {
-                stats.errors.add(dropped);
+                if let Some(dropped) = dropped.filter(|d| *d != 0) {
+                    stats.errors.add(dropped);
+                }
+                budget -= got;
+                if got < max || burst.free() == 0 || budget == 0 {
+                    break;
+                }
             }
         }
         if nombuf != 0 {
@@ -289,7 +323,7 @@ impl RxQueue for MemifRx {
             stats.missed.add(nombuf);
         }
         stats.record_burst(n, bytes);
-        stats.posted.set(self.spare.len() as u64);
+        stats.posted.set(spare.len() as u64);
         n
     }
 
