@@ -101,6 +101,14 @@ impl DeviceRing {
         }
     }
 
+    /// Prefetches the buffer of the chain `ahead` entries after the next
+    /// one taken (split rings; a packed ring is not looked ahead in).
+    pub(super) fn prefetch_ahead(&self, ahead: u16) {
+        if let DeviceRing::Split(queue) = self {
+            queue.prefetch_ahead(ahead);
+        }
+    }
+
     /// Returns the chain at `head` (the oldest taken, for a packed ring)
     /// with `len` bytes written.
     pub(super) fn push_used(&mut self, head: u16, len: u32) -> Result<(), VirtioError> {
