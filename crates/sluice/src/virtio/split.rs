@@ -1189,6 +1189,19 @@ impl DriverQueue {
         Ok(Some(Used { head, len }))
     }
 
+    /// The id of the used entry `ahead` entries after the next one
+    /// [`pop_used`](Self::pop_used) reads, when the device has published it
+    /// already: for prefetching what the driver keeps for that chain. A
+    /// hint, checked when the entry is popped.
+    pub fn peek_used_id(&self, ahead: u16) -> Option<u16> {
+        if self.used_shadow.wrapping_sub(self.last_used) <= ahead {
+            return None;
+        }
+        let entry = self.layout.used_entry(self.last_used.wrapping_add(ahead));
+        let id = u32::from_le(self.mem.read_obj::<u32>(entry).ok()?);
+        u16::try_from(id).ok().filter(|&id| id < self.layout.size)
+    }
+
     /// Puts the `descs` descriptors of the chain at `head` back on the free
     /// list, following the driver's own links.
     fn reclaim(&mut self, head: u16, descs: u16) {
