@@ -101,11 +101,12 @@ impl DeviceRing {
         }
     }
 
-    /// Prefetches the buffer of the chain `ahead` entries after the next
-    /// one taken (split rings; a packed ring is not looked ahead in).
-    pub(super) fn prefetch_ahead(&self, ahead: u16) {
+    /// Prefetches the buffer and the descriptor of chains ahead of the next
+    /// one taken, as [`DeviceQueue::prefetch_ahead`] (split rings; a packed
+    /// ring is not looked ahead in).
+    pub(super) fn prefetch_ahead(&self, buf_ahead: u16, desc_ahead: u16) {
         if let DeviceRing::Split(queue) = self {
-            queue.prefetch_ahead(ahead);
+            queue.prefetch_ahead(buf_ahead, desc_ahead);
         }
     }
 
