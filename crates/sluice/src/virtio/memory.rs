@@ -551,6 +551,29 @@ impl GuestMemory {
         let _ = gpa;
     }
 
+    /// As [`prefetch`](Self::prefetch), for a line about to be written: the
+    /// line is asked for in the exclusive state (`prefetchw`), so the store
+    /// does not wait for the other side's copy to be invalidated.
+    #[inline]
+    pub fn prefetch_write(&self, gpa: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        if let Ok((region, offset)) = self.locate(gpa, 1) {
+            let line = region.mapping.storage.ptr.wrapping_add(offset);
+            // SAFETY: `prefetchw` is a hint that cannot fault or change
+            // memory; processors without it execute it as a no-op (its
+            // opcode is in the hint space of every x86-64 processor).
+            unsafe {
+                std::arch::asm!(
+                    "prefetchw [{line}]",
+                    line = in(reg) line,
+                    options(nostack, preserves_flags, readonly)
+                )
+            };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = gpa;
+    }
+
     /// Reads a `T` (in this machine's byte order) at `gpa`; any alignment.
     pub fn read_obj<T: Pod>(&self, gpa: u64) -> Result<T, VirtioError> {
         let mut value = MaybeUninit::<T>::zeroed();

@@ -669,10 +669,11 @@ impl DeviceQueue {
     /// the chain `desc_ahead` entries after the next one taken, and the
     /// first bytes of the buffer of the chain `buf_ahead` entries after it
     /// (whose descriptor an earlier call prefetched), so that their cache
-    /// misses overlap the work on the chains before. A hint: nothing is
-    /// taken or checked, and an entry or descriptor that makes no sense is
-    /// ignored (a chain is checked in full when it is taken).
-    pub fn prefetch_ahead(&self, buf_ahead: u16, desc_ahead: u16) {
+    /// misses overlap the work on the chains before; `write` when the
+    /// buffer is to be written (a device-writable chain). A hint: nothing
+    /// is taken or checked, and an entry or descriptor that makes no sense
+    /// is ignored (a chain is checked in full when it is taken).
+    pub fn prefetch_ahead(&self, buf_ahead: u16, desc_ahead: u16, write: bool) {
         let ready = self.avail_shadow.wrapping_sub(self.last_avail);
         // Relaxed loads of entries below the index loaded with Acquire.
         let head_at = |ahead: u16| {
@@ -692,8 +693,13 @@ impl DeviceQueue {
             // A descriptor starts with its 8-byte little-endian address.
             && let Ok(addr) = self.mem.load_u64(self.layout.desc(head))
         {
-            self.mem.prefetch(addr);
-            self.mem.prefetch(addr.wrapping_add(64));
+            for line in [addr, addr.wrapping_add(64)] {
+                if write {
+                    self.mem.prefetch_write(line);
+                } else {
+                    self.mem.prefetch(line);
+                }
+            }
         }
     }
 

@@ -119,9 +119,10 @@ impl RxQueue for VhostRx {
                     }
                 };
                 match ring.queue.pop_avail_into(&mut self.chain) {
-                    Ok(true) => ring
-                        .queue
-                        .prefetch_ahead(PREFETCH_BUF_AHEAD, PREFETCH_DESC_AHEAD),
+                    Ok(true) => {
+                        ring.queue
+                            .prefetch_ahead(PREFETCH_BUF_AHEAD, PREFETCH_DESC_AHEAD, false)
+                    }
                     Ok(false) => {
                         self.spare = Some(first);
                         break;
@@ -229,7 +230,12 @@ enum Placed {
 /// Writes the packet `m` into the guest's receive ring, taking chains into
 /// `chains`: the header, then each of the mbuf's segments, copied straight
 /// from the segments into the guest's buffers.
-fn place(chains: &mut Vec<Chain>, driver: &TxCounters, ring: &mut ActiveRing, m: &Mbuf) -> Placed {
+fn place(
+    chains: &mut Vec<Chain>,
+    driver: &TxCounters,
+    ring: &mut ActiveRing,
+    m: &mut Mbuf,
+) -> Placed {
     let frame_len = m.pkt_len() as usize;
     let need = (ring.hdr_len + frame_len) as u64;
     let mut have = 0u64;
@@ -241,7 +247,7 @@ fn place(chains: &mut Vec<Chain>, driver: &TxCounters, ring: &mut ActiveRing, m:
         match ring.queue.pop_avail_into(&mut chains[taken]) {
             Ok(true) => {
                 ring.queue
-                    .prefetch_ahead(PREFETCH_BUF_AHEAD, PREFETCH_DESC_AHEAD);
+                    .prefetch_ahead(PREFETCH_BUF_AHEAD, PREFETCH_DESC_AHEAD, true);
                 have += chains[taken].writable_len();
                 taken += 1;
             }
@@ -280,6 +286,13 @@ fn place(chains: &mut Vec<Chain>, driver: &TxCounters, ring: &mut ActiveRing, m:
         header[10..12].copy_from_slice(&(taken as u16).to_le_bytes());
     }
     let header = &header[..ring.hdr_len];
+    // A one-segment packet of its own gets the header in its headroom, so
+    // header and frame go out in one copy (the mbuf is freed once sent).
+    let joined = m.nb_segs() == 1
+        && m.prepend(header.len())
+            .map(|room| room.copy_from_slice(header))
+            .is_ok();
+    let header: &[u8] = if joined { &[] } else { header };
     // Bytes written into each chain taken, returned with it below.
     let mut written_lens = [0u32; MAX_MERGED_CHAINS];
     let mut failed = false;
@@ -343,11 +356,12 @@ impl TxQueue for VhostTx {
             return n;
         };
         let (mut taken, mut sent, mut bytes, mut dropped) = (0usize, 0usize, 0u64, 0u64);
-        for m in burst.as_slice() {
+        for m in burst.as_mut_slice() {
+            let len = u64::from(m.pkt_len());
             match place(&mut self.chains, &self.driver, ring, m) {
                 Placed::Sent => {
                     sent += 1;
-                    bytes += u64::from(m.pkt_len());
+                    bytes += len;
                 }
                 Placed::Dropped => dropped += 1,
                 Placed::NoRoom => break,

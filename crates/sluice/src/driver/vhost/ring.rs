@@ -104,9 +104,9 @@ impl DeviceRing {
     /// Prefetches the buffer and the descriptor of chains ahead of the next
     /// one taken, as [`DeviceQueue::prefetch_ahead`] (split rings; a packed
     /// ring is not looked ahead in).
-    pub(super) fn prefetch_ahead(&self, buf_ahead: u16, desc_ahead: u16) {
+    pub(super) fn prefetch_ahead(&self, buf_ahead: u16, desc_ahead: u16, write: bool) {
         if let DeviceRing::Split(queue) = self {
-            queue.prefetch_ahead(buf_ahead, desc_ahead);
+            queue.prefetch_ahead(buf_ahead, desc_ahead, write);
         }
     }
 
