@@ -28,8 +28,9 @@
 //! with the ordering the queue protocol needs.
 //!
 //! The copies access each shared byte as a relaxed atomic would — on
-//! x86-64 one `rep movsb` per copy, elsewhere atomic loads and stores 8
-//! bytes at a time where the addresses allow — so a copy racing a write of
+//! x86-64 in `movdqu` moves or one `rep movsb` the compiler cannot see
+//! into, elsewhere atomic loads and stores 8 bytes at a time where the
+//! addresses allow — so a copy racing a write of
 //! the other side reads some mix of old and new bytes, as the hardware
 //! does, instead of being undefined behaviour. (The other side
 //! may access the same bytes with another width; the Rust memory model does
@@ -297,13 +298,17 @@ impl Storage {
 /// written as a relaxed atomic access of that byte (module docs), never as
 /// a plain Rust load or store the compiler could split, merge or repeat.
 ///
-/// On x86-64 the copy is one `rep movsb`: the string instruction accesses
-/// each byte with a single load and a single store (in wider pieces where
-/// the hardware chooses, each byte still read and written once), which is
-/// what a loop of `AtomicU8` loads and stores would do, at the speed of the
-/// fast-string microcode (`erms`/`fsrm`) for short and long copies alike.
-/// Elsewhere the copy is that loop, 8 bytes at a time where both
-/// addresses allow it.
+/// On x86-64 the copy is machine code the compiler cannot see into: up to
+/// [`STRING_COPY_MIN`] bytes, 16-byte `movdqu` loads and stores (the last
+/// one overlapping the one before when the length is not a multiple of
+/// 16; shorter copies use 8-, 4- and 1-byte moves the same way), which go
+/// through the store buffer like any store, so a copy into lines the other
+/// side owns does not hold the core up while they come over; longer
+/// copies are one `rep movsb`. Each instruction reads and writes every
+/// byte it covers once (a byte covered by two overlapping moves is
+/// written twice with what was read), which is what `AtomicU8` loads and
+/// stores would do. Elsewhere the copy is such a loop of atomics, 8 bytes
+/// at a time where both addresses allow it.
 ///
 /// # Safety
 /// `src..src + len` is readable and `dst..dst + len` writable for the
@@ -312,18 +317,41 @@ impl Storage {
 #[inline]
 unsafe fn copy_shared(src: *const u8, dst: *mut u8, len: usize) {
     #[cfg(target_arch = "x86_64")]
-    // SAFETY: the ranges are valid and disjoint (the caller's contract);
-    // `rep movsb` reads `rcx` bytes from `rsi` and writes them to `rdi`,
-    // touching nothing else, with the direction flag clear as Rust
-    // guarantees on entry to `asm!`; it changes no flags.
+    // SAFETY: the ranges are valid and disjoint (the caller's contract),
+    // and each move below stays inside them.
     unsafe {
-        std::arch::asm!(
-            "rep movsb",
-            inout("rcx") len => _,
-            inout("rsi") src => _,
-            inout("rdi") dst => _,
-            options(nostack, preserves_flags)
-        );
+        use x86_moves::{move1, move4, move8, move16};
+        if len >= STRING_COPY_MIN {
+            // `rep movsb` reads `rcx` bytes from `rsi` and writes them to
+            // `rdi`, touching nothing else, with the direction flag clear
+            // as Rust guarantees on entry to `asm!`; it changes no flags.
+            std::arch::asm!(
+                "rep movsb",
+                inout("rcx") len => _,
+                inout("rsi") src => _,
+                inout("rdi") dst => _,
+                options(nostack, preserves_flags)
+            );
+        } else if len >= 16 {
+            let mut at = 0;
+            while at + 16 <= len {
+                move16(src.add(at), dst.add(at));
+                at += 16;
+            }
+            if at < len {
+                move16(src.add(len - 16), dst.add(len - 16));
+            }
+        } else if len >= 8 {
+            move8(src, dst);
+            move8(src.add(len - 8), dst.add(len - 8));
+        } else if len >= 4 {
+            move4(src, dst);
+            move4(src.add(len - 4), dst.add(len - 4));
+        } else {
+            for at in 0..len {
+                move1(src.add(at), dst.add(at));
+            }
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
@@ -352,6 +380,84 @@ unsafe fn copy_shared(src: *const u8, dst: *mut u8, len: usize) {
             // SAFETY: as above.
             unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(byte, Ordering::Relaxed);
             i += 1;
+        }
+    }
+}
+
+/// Copies at least this long are one `rep movsb` (see [`copy_shared`]).
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+const STRING_COPY_MIN: usize = 512;
+
+/// The single moves [`copy_shared`] is made of: each loads `N` bytes at
+/// `src` and stores them at `dst` in one instruction each way.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+mod x86_moves {
+    /// # Safety
+    /// `src..src + 16` readable, `dst..dst + 16` writable.
+    #[inline(always)]
+    pub(super) unsafe fn move16(src: *const u8, dst: *mut u8) {
+        // SAFETY: the caller's contract; SSE2 is part of the x86-64
+        // baseline; the moves touch only those 32 bytes and no flags.
+        unsafe {
+            std::arch::asm!(
+                "movdqu {t}, xmmword ptr [{s}]",
+                "movdqu xmmword ptr [{d}], {t}",
+                s = in(reg) src,
+                d = in(reg) dst,
+                t = out(xmm_reg) _,
+                options(nostack, preserves_flags)
+            );
+        }
+    }
+
+    /// # Safety
+    /// `src..src + 8` readable, `dst..dst + 8` writable.
+    #[inline(always)]
+    pub(super) unsafe fn move8(src: *const u8, dst: *mut u8) {
+        // SAFETY: the caller's contract; the moves touch only those bytes.
+        unsafe {
+            std::arch::asm!(
+                "mov {t}, qword ptr [{s}]",
+                "mov qword ptr [{d}], {t}",
+                s = in(reg) src,
+                d = in(reg) dst,
+                t = out(reg) _,
+                options(nostack, preserves_flags)
+            );
+        }
+    }
+
+    /// # Safety
+    /// `src..src + 4` readable, `dst..dst + 4` writable.
+    #[inline(always)]
+    pub(super) unsafe fn move4(src: *const u8, dst: *mut u8) {
+        // SAFETY: the caller's contract; the moves touch only those bytes.
+        unsafe {
+            std::arch::asm!(
+                "mov {t:e}, dword ptr [{s}]",
+                "mov dword ptr [{d}], {t:e}",
+                s = in(reg) src,
+                d = in(reg) dst,
+                t = out(reg) _,
+                options(nostack, preserves_flags)
+            );
+        }
+    }
+
+    /// # Safety
+    /// `src` readable, `dst` writable.
+    #[inline(always)]
+    pub(super) unsafe fn move1(src: *const u8, dst: *mut u8) {
+        // SAFETY: the caller's contract; the moves touch only that byte.
+        unsafe {
+            std::arch::asm!(
+                "movzx {t:e}, byte ptr [{s}]",
+                "mov byte ptr [{d}], {t:l}",
+                s = in(reg) src,
+                d = in(reg) dst,
+                t = out(reg) _,
+                options(nostack, preserves_flags)
+            );
         }
     }
 }
