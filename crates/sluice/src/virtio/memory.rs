@@ -27,10 +27,12 @@
 //! ([`load_u16`](GuestMemory::load_u16), [`store_u16`](GuestMemory::store_u16))
 //! with the ordering the queue protocol needs.
 //!
-//! The copies are relaxed atomic accesses — 8 bytes at a time where the
-//! address is 8-aligned, single bytes at the unaligned ends — so a copy
-//! racing a write of the other side reads some mix of old and new bytes, as
-//! the hardware does, instead of being undefined behaviour. (The other side
+//! The copies access each shared byte as a relaxed atomic would — on
+//! x86-64 in `movdqu` moves or one `rep movsb` the compiler cannot see
+//! into, elsewhere atomic loads and stores 8 bytes at a time where the
+//! addresses allow — so a copy racing a write of
+//! the other side reads some mix of old and new bytes, as the hardware
+//! does, instead of being undefined behaviour. (The other side
 //! may access the same bytes with another width; the Rust memory model does
 //! not describe such mixed-size races, but on the targets the library runs
 //! on each access is one plain load or store of its width.) The queue
@@ -218,57 +220,24 @@ impl Storage {
     /// Copies `dst.len()` bytes at `offset` into `dst`.
     /// The caller has checked `offset + dst.len() <= self.len`.
     fn read(&self, offset: usize, dst: &mut [u8]) {
-        use std::sync::atomic::{AtomicU8, AtomicU64};
         debug_assert!(offset + dst.len() <= self.len);
         // SAFETY: in bounds (checked by the caller), so the pointer stays
         // inside the mapping.
-        let base = unsafe { self.ptr.add(offset) };
-        let n = dst.len();
-        let mut i = 0;
-        while i < n && !(base as usize + i).is_multiple_of(8) {
-            // SAFETY: `base + i` is inside the mapping, valid for the
-            // mapping's life, and accessed in this process only atomically.
-            dst[i] = unsafe { AtomicU8::from_ptr(base.add(i)) }.load(Ordering::Relaxed);
-            i += 1;
-        }
-        while n - i >= 8 {
-            // SAFETY: 8-aligned (by the loop above) and 8 bytes in bounds;
-            // accessed only atomically, as above.
-            let word = unsafe { AtomicU64::from_ptr(base.add(i).cast()) }.load(Ordering::Relaxed);
-            dst[i..i + 8].copy_from_slice(&word.to_ne_bytes());
-            i += 8;
-        }
-        while i < n {
-            // SAFETY: in bounds, accessed only atomically, as above.
-            dst[i] = unsafe { AtomicU8::from_ptr(base.add(i)) }.load(Ordering::Relaxed);
-            i += 1;
-        }
+        let src = unsafe { self.ptr.add(offset) };
+        // SAFETY: `src..src + len` is inside the mapping (above), which
+        // lives as long as `self`; `dst` is a distinct, writable slice of
+        // this process, so the two ranges do not overlap.
+        unsafe { copy_shared(src, dst.as_mut_ptr(), dst.len()) };
     }
 
     /// Copies `src` to `offset`. The caller has checked the bounds.
     fn write(&self, offset: usize, src: &[u8]) {
-        use std::sync::atomic::{AtomicU8, AtomicU64};
         debug_assert!(offset + src.len() <= self.len);
         // SAFETY: in bounds (checked by the caller).
-        let base = unsafe { self.ptr.add(offset) };
-        let n = src.len();
-        let mut i = 0;
-        while i < n && !(base as usize + i).is_multiple_of(8) {
-            // SAFETY: in bounds, accessed only atomically (see `read`).
-            unsafe { AtomicU8::from_ptr(base.add(i)) }.store(src[i], Ordering::Relaxed);
-            i += 1;
-        }
-        while n - i >= 8 {
-            let word = u64::from_ne_bytes(src[i..i + 8].try_into().expect("8 bytes"));
-            // SAFETY: 8-aligned and in bounds, accessed only atomically.
-            unsafe { AtomicU64::from_ptr(base.add(i).cast()) }.store(word, Ordering::Relaxed);
-            i += 8;
-        }
-        while i < n {
-            // SAFETY: in bounds, accessed only atomically.
-            unsafe { AtomicU8::from_ptr(base.add(i)) }.store(src[i], Ordering::Relaxed);
-            i += 1;
-        }
+        let dst = unsafe { self.ptr.add(offset) };
+        // SAFETY: `dst..dst + len` is inside the mapping (above) and `src`
+        // is a slice of this process's own memory, so they do not overlap.
+        unsafe { copy_shared(src.as_ptr(), dst, src.len()) };
     }
 
     /// Loads the 2-byte word at `offset` (2-aligned in GPA terms; the
@@ -287,8 +256,209 @@ impl Storage {
             .store(value, order);
     }
 
+    /// Loads the 4-byte word at `offset`, relaxed (4-aligned in GPA terms,
+    /// in bounds: checked by the caller; see `load_u16`).
+    fn load_u32(&self, offset: usize) -> u32 {
+        // SAFETY: in bounds and 4-aligned (checked by the caller); shared
+        // words are accessed in this process only atomically.
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.ptr.add(offset).cast()) }
+            .load(Ordering::Relaxed)
+    }
+
+    /// Stores the 4-byte word at `offset`, relaxed (see `load_u32`).
+    fn store_u32(&self, offset: usize, value: u32) {
+        // SAFETY: as in `load_u32`.
+        unsafe { std::sync::atomic::AtomicU32::from_ptr(self.ptr.add(offset).cast()) }
+            .store(value, Ordering::Relaxed);
+    }
+
+    /// Loads the 8-byte word at `offset`, relaxed (8-aligned in GPA terms,
+    /// in bounds: checked by the caller).
+    fn load_u64(&self, offset: usize) -> u64 {
+        // SAFETY: in bounds and 8-aligned (checked by the caller); shared
+        // words are accessed in this process only atomically.
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.ptr.add(offset).cast()) }
+            .load(Ordering::Relaxed)
+    }
+
+    /// Stores the 8-byte word at `offset`, relaxed (see `load_u64`).
+    fn store_u64(&self, offset: usize, value: u64) {
+        // SAFETY: as in `load_u64`.
+        unsafe { std::sync::atomic::AtomicU64::from_ptr(self.ptr.add(offset).cast()) }
+            .store(value, Ordering::Relaxed);
+    }
+
     fn is_host_aligned(&self) -> bool {
         (self.ptr as usize).is_multiple_of(8)
+    }
+}
+
+/// Copies `len` bytes from `src` to `dst` where one side is shared memory
+/// the other process may write at the same time: every byte is read and
+/// written as a relaxed atomic access of that byte (module docs), never as
+/// a plain Rust load or store the compiler could split, merge or repeat.
+///
+/// On x86-64 the copy is machine code the compiler cannot see into: up to
+/// [`STRING_COPY_MIN`] bytes, 16-byte `movdqu` loads and stores (the last
+/// one overlapping the one before when the length is not a multiple of
+/// 16; shorter copies use 8-, 4- and 1-byte moves the same way), which go
+/// through the store buffer like any store, so a copy into lines the other
+/// side owns does not hold the core up while they come over; longer
+/// copies are one `rep movsb`. Each instruction reads and writes every
+/// byte it covers once (a byte covered by two overlapping moves is
+/// written twice with what was read), which is what `AtomicU8` loads and
+/// stores would do. Elsewhere the copy is such a loop of atomics, 8 bytes
+/// at a time where both addresses allow it.
+///
+/// # Safety
+/// `src..src + len` is readable and `dst..dst + len` writable for the
+/// whole call, and the two ranges do not overlap.
+#[cfg(not(loom))]
+#[inline]
+unsafe fn copy_shared(src: *const u8, dst: *mut u8, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: the ranges are valid and disjoint (the caller's contract),
+    // and each move below stays inside them.
+    unsafe {
+        use x86_moves::{move1, move4, move8, move16};
+        if len >= STRING_COPY_MIN {
+            // `rep movsb` reads `rcx` bytes from `rsi` and writes them to
+            // `rdi`, touching nothing else, with the direction flag clear
+            // as Rust guarantees on entry to `asm!`; it changes no flags.
+            std::arch::asm!(
+                "rep movsb",
+                inout("rcx") len => _,
+                inout("rsi") src => _,
+                inout("rdi") dst => _,
+                options(nostack, preserves_flags)
+            );
+        } else if len >= 16 {
+            let mut at = 0;
+            while at + 16 <= len {
+                move16(src.add(at), dst.add(at));
+                at += 16;
+            }
+            if at < len {
+                move16(src.add(len - 16), dst.add(len - 16));
+            }
+        } else if len >= 8 {
+            move8(src, dst);
+            move8(src.add(len - 8), dst.add(len - 8));
+        } else if len >= 4 {
+            move4(src, dst);
+            move4(src.add(len - 4), dst.add(len - 4));
+        } else {
+            for at in 0..len {
+                move1(src.add(at), dst.add(at));
+            }
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        use std::sync::atomic::{AtomicU8, AtomicU64};
+        let mut i = 0;
+        let aligned = (src as usize) % 8 == (dst as usize) % 8;
+        while i < len && !(aligned && (src as usize + i).is_multiple_of(8)) {
+            // SAFETY: in bounds (the caller's contract); shared bytes are
+            // accessed only atomically.
+            let byte = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
+            // SAFETY: as above.
+            unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(byte, Ordering::Relaxed);
+            i += 1;
+        }
+        while aligned && len - i >= 8 {
+            // SAFETY: both 8-aligned here and 8 bytes in bounds.
+            let word = unsafe { AtomicU64::from_ptr(src.add(i).cast_mut().cast()) }
+                .load(Ordering::Relaxed);
+            // SAFETY: as above.
+            unsafe { AtomicU64::from_ptr(dst.add(i).cast()) }.store(word, Ordering::Relaxed);
+            i += 8;
+        }
+        while i < len {
+            // SAFETY: in bounds; accessed only atomically, as above.
+            let byte = unsafe { AtomicU8::from_ptr(src.add(i).cast_mut()) }.load(Ordering::Relaxed);
+            // SAFETY: as above.
+            unsafe { AtomicU8::from_ptr(dst.add(i)) }.store(byte, Ordering::Relaxed);
+            i += 1;
+        }
+    }
+}
+
+/// Copies at least this long are one `rep movsb` (see [`copy_shared`]).
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+const STRING_COPY_MIN: usize = 512;
+
+/// The single moves [`copy_shared`] is made of: each loads `N` bytes at
+/// `src` and stores them at `dst` in one instruction each way.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+mod x86_moves {
+    /// # Safety
+    /// `src..src + 16` readable, `dst..dst + 16` writable.
+    #[inline(always)]
+    pub(super) unsafe fn move16(src: *const u8, dst: *mut u8) {
+        // SAFETY: the caller's contract; SSE2 is part of the x86-64
+        // baseline; the moves touch only those 32 bytes and no flags.
+        unsafe {
+            std::arch::asm!(
+                "movdqu {t}, xmmword ptr [{s}]",
+                "movdqu xmmword ptr [{d}], {t}",
+                s = in(reg) src,
+                d = in(reg) dst,
+                t = out(xmm_reg) _,
+                options(nostack, preserves_flags)
+            );
+        }
+    }
+
+    /// # Safety
+    /// `src..src + 8` readable, `dst..dst + 8` writable.
+    #[inline(always)]
+    pub(super) unsafe fn move8(src: *const u8, dst: *mut u8) {
+        // SAFETY: the caller's contract; the moves touch only those bytes.
+        unsafe {
+            std::arch::asm!(
+                "mov {t}, qword ptr [{s}]",
+                "mov qword ptr [{d}], {t}",
+                s = in(reg) src,
+                d = in(reg) dst,
+                t = out(reg) _,
+                options(nostack, preserves_flags)
+            );
+        }
+    }
+
+    /// # Safety
+    /// `src..src + 4` readable, `dst..dst + 4` writable.
+    #[inline(always)]
+    pub(super) unsafe fn move4(src: *const u8, dst: *mut u8) {
+        // SAFETY: the caller's contract; the moves touch only those bytes.
+        unsafe {
+            std::arch::asm!(
+                "mov {t:e}, dword ptr [{s}]",
+                "mov dword ptr [{d}], {t:e}",
+                s = in(reg) src,
+                d = in(reg) dst,
+                t = out(reg) _,
+                options(nostack, preserves_flags)
+            );
+        }
+    }
+
+    /// # Safety
+    /// `src` readable, `dst` writable.
+    #[inline(always)]
+    pub(super) unsafe fn move1(src: *const u8, dst: *mut u8) {
+        // SAFETY: the caller's contract; the moves touch only that byte.
+        unsafe {
+            std::arch::asm!(
+                "movzx {t:e}, byte ptr [{s}]",
+                "mov byte ptr [{d}], {t:l}",
+                s = in(reg) src,
+                d = in(reg) dst,
+                t = out(reg) _,
+                options(nostack, preserves_flags)
+            );
+        }
     }
 }
 
@@ -336,6 +506,27 @@ impl Storage {
 
     fn store_u16(&self, offset: usize, value: u16, order: Ordering) {
         self.words[offset / 2].store(value, order);
+    }
+
+    // Wider words are bytes under loom, as the copies see them.
+    fn load_u32(&self, offset: usize) -> u32 {
+        let mut raw = [0u8; 4];
+        self.read(offset, &mut raw);
+        u32::from_ne_bytes(raw)
+    }
+
+    fn store_u32(&self, offset: usize, value: u32) {
+        self.write(offset, &value.to_ne_bytes());
+    }
+
+    fn load_u64(&self, offset: usize) -> u64 {
+        let mut raw = [0u8; 8];
+        self.read(offset, &mut raw);
+        u64::from_ne_bytes(raw)
+    }
+
+    fn store_u64(&self, offset: usize, value: u64) {
+        self.write(offset, &value.to_ne_bytes());
     }
 
     fn is_host_aligned(&self) -> bool {
@@ -445,6 +636,50 @@ impl GuestMemory {
         Ok(())
     }
 
+    /// Asks the CPU to bring the cache line at `gpa` closer, ahead of a copy
+    /// that will need it. A hint only: nothing is read or written in the
+    /// memory model's sense, and an address outside memory is ignored.
+    #[inline]
+    pub fn prefetch(&self, gpa: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        if let Ok((region, offset)) = self.locate(gpa, 1) {
+            let line = region.mapping.storage.ptr.wrapping_add(offset);
+            // SAFETY: a prefetch is a hint that cannot fault or change
+            // memory; SSE, which `prefetcht0` belongs to, is part of the
+            // x86-64 baseline.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    line.cast_const().cast(),
+                )
+            };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = gpa;
+    }
+
+    /// As [`prefetch`](Self::prefetch), for a line about to be written: the
+    /// line is asked for in the exclusive state (`prefetchw`), so the store
+    /// does not wait for the other side's copy to be invalidated.
+    #[inline]
+    pub fn prefetch_write(&self, gpa: u64) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        if let Ok((region, offset)) = self.locate(gpa, 1) {
+            let line = region.mapping.storage.ptr.wrapping_add(offset);
+            // SAFETY: `prefetchw` is a hint that cannot fault or change
+            // memory; processors without it execute it as a no-op (its
+            // opcode is in the hint space of every x86-64 processor).
+            unsafe {
+                std::arch::asm!(
+                    "prefetchw [{line}]",
+                    line = in(reg) line,
+                    options(nostack, preserves_flags, readonly)
+                )
+            };
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = gpa;
+    }
+
     /// Reads a `T` (in this machine's byte order) at `gpa`; any alignment.
     pub fn read_obj<T: Pod>(&self, gpa: u64) -> Result<T, VirtioError> {
         let mut value = MaybeUninit::<T>::zeroed();
@@ -488,10 +723,46 @@ impl GuestMemory {
     }
 
     fn locate_u16(&self, gpa: u64) -> Result<(&Region, usize), VirtioError> {
-        if !gpa.is_multiple_of(2) {
-            return Err(VirtioError::Misaligned { gpa, align: 2 });
+        self.locate_aligned(gpa, 2)
+    }
+
+    /// The region and offset of the `size`-byte, `size`-aligned word at
+    /// `gpa`.
+    fn locate_aligned(&self, gpa: u64, size: u64) -> Result<(&Region, usize), VirtioError> {
+        if !gpa.is_multiple_of(size) {
+            return Err(VirtioError::Misaligned { gpa, align: size });
         }
-        self.locate(gpa, 2)
+        self.locate(gpa, size)
+    }
+
+    /// The 4-byte-aligned little-endian word at `gpa`, loaded as one
+    /// relaxed atomic access (ring entries: ordered by the index loads).
+    pub fn load_u32(&self, gpa: u64) -> Result<u32, VirtioError> {
+        let (region, offset) = self.locate_aligned(gpa, 4)?;
+        Ok(u32::from_le(region.mapping.storage.load_u32(offset)))
+    }
+
+    /// Stores `value` little-endian at the 4-byte-aligned `gpa`, one
+    /// relaxed atomic access.
+    pub fn store_u32(&self, gpa: u64, value: u32) -> Result<(), VirtioError> {
+        let (region, offset) = self.locate_aligned(gpa, 4)?;
+        region.mapping.storage.store_u32(offset, value.to_le());
+        Ok(())
+    }
+
+    /// The 8-byte-aligned little-endian word at `gpa`, loaded as one
+    /// relaxed atomic access.
+    pub fn load_u64(&self, gpa: u64) -> Result<u64, VirtioError> {
+        let (region, offset) = self.locate_aligned(gpa, 8)?;
+        Ok(u64::from_le(region.mapping.storage.load_u64(offset)))
+    }
+
+    /// Stores `value` little-endian at the 8-byte-aligned `gpa`, one
+    /// relaxed atomic access.
+    pub fn store_u64(&self, gpa: u64, value: u64) -> Result<(), VirtioError> {
+        let (region, offset) = self.locate_aligned(gpa, 8)?;
+        region.mapping.storage.store_u64(offset, value.to_le());
+        Ok(())
     }
 }
 

@@ -218,6 +218,33 @@ impl Descriptor {
     }
 }
 
+/// Reads the descriptor at `gpa`: two relaxed 8-byte loads where it is
+/// 8-aligned (a queue's table always is; an indirect table may not be),
+/// a copy otherwise.
+fn read_desc(mem: &GuestMemory, gpa: u64) -> Result<Descriptor, VirtioError> {
+    if gpa.is_multiple_of(8) {
+        let addr = mem.load_u64(gpa)?;
+        let rest = mem.load_u64(gpa + 8)?;
+        return Ok(Descriptor {
+            addr,
+            len: rest as u32,
+            flags: (rest >> 32) as u16,
+            next: (rest >> 48) as u16,
+        });
+    }
+    let mut raw = [0u8; 16];
+    mem.read_into(gpa, &mut raw)?;
+    Ok(Descriptor::from_bytes(raw))
+}
+
+/// Writes `desc` at the 16-aligned `gpa` of a queue's table: two relaxed
+/// 8-byte stores, published by the avail index's Release store.
+fn write_desc(mem: &GuestMemory, gpa: u64, desc: Descriptor) -> Result<(), VirtioError> {
+    let rest = u64::from(desc.len) | (u64::from(desc.flags) << 32) | (u64::from(desc.next) << 48);
+    mem.store_u64(gpa, desc.addr)?;
+    mem.store_u64(gpa + 8, rest)
+}
+
 /// Where a split virtqueue's three areas are, and its size.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct QueueLayout {
@@ -617,10 +644,10 @@ impl DeviceQueue {
                 return Ok(false);
             }
         }
-        let mut raw = [0u8; 2];
-        self.mem
-            .read_into(self.layout.avail_entry(self.last_avail), &mut raw)?;
-        let head = u16::from_le_bytes(raw);
+        // Relaxed: the entry is below the index loaded with Acquire.
+        let head = self
+            .mem
+            .load_u16(self.layout.avail_entry(self.last_avail), Ordering::Relaxed)?;
         self.last_avail = self.last_avail.wrapping_add(1);
         match self.walk(head, chain) {
             Ok(()) => {
@@ -633,6 +660,45 @@ impl DeviceQueue {
                 chain.clear(head);
                 self.write_used(head, 0)?;
                 Err(VirtioError::Chain(ChainError { head, reason }))
+            }
+        }
+    }
+
+    /// Prefetches ahead of [`pop_avail_into`](Self::pop_avail_into), among
+    /// the chains the driver has already made available: the descriptor of
+    /// the chain `desc_ahead` entries after the next one taken, and the
+    /// first bytes of the buffer of the chain `buf_ahead` entries after it
+    /// (whose descriptor an earlier call prefetched), so that their cache
+    /// misses overlap the work on the chains before; `write` when the
+    /// buffer is to be written (a device-writable chain). A hint: nothing
+    /// is taken or checked, and an entry or descriptor that makes no sense
+    /// is ignored (a chain is checked in full when it is taken).
+    pub fn prefetch_ahead(&self, buf_ahead: u16, desc_ahead: u16, write: bool) {
+        let ready = self.avail_shadow.wrapping_sub(self.last_avail);
+        // Relaxed loads of entries below the index loaded with Acquire.
+        let head_at = |ahead: u16| {
+            let entry = self.layout.avail_entry(self.last_avail.wrapping_add(ahead));
+            self.mem
+                .load_u16(entry, Ordering::Relaxed)
+                .ok()
+                .filter(|&head| head < self.layout.size)
+        };
+        if ready > desc_ahead
+            && let Some(head) = head_at(desc_ahead)
+        {
+            self.mem.prefetch(self.layout.desc(head));
+        }
+        if ready > buf_ahead
+            && let Some(head) = head_at(buf_ahead)
+            // A descriptor starts with its 8-byte little-endian address.
+            && let Ok(addr) = self.mem.load_u64(self.layout.desc(head))
+        {
+            for line in [addr, addr.wrapping_add(64)] {
+                if write {
+                    self.mem.prefetch_write(line);
+                } else {
+                    self.mem.prefetch(line);
+                }
             }
         }
     }
@@ -668,10 +734,8 @@ impl DeviceQueue {
             if steps > table_len {
                 return Err(Loop);
             }
-            let mut raw = [0u8; 16];
-            mem.read_into(table + DESC_SIZE * u64::from(idx), &mut raw)
-                .map_err(|_| OutsideMemory)?;
-            let desc = Descriptor::from_bytes(raw);
+            let desc =
+                read_desc(mem, table + DESC_SIZE * u64::from(idx)).map_err(|_| OutsideMemory)?;
             if desc.flags & VIRTQ_DESC_F_INDIRECT != 0 {
                 if in_indirect {
                     return Err(NestedIndirect);
@@ -730,11 +794,10 @@ impl DeviceQueue {
 
     /// Writes a used entry (not yet published).
     fn write_used(&mut self, head: u16, len: u32) -> Result<(), VirtioError> {
-        let mut entry = [0u8; 8];
-        entry[..4].copy_from_slice(&u32::from(head).to_le_bytes());
-        entry[4..].copy_from_slice(&len.to_le_bytes());
-        self.mem
-            .write_from(self.layout.used_entry(self.next_used), &entry)?;
+        // Two 4-byte words (a used entry is 4-aligned): its id, its length.
+        let entry = self.layout.used_entry(self.next_used);
+        self.mem.store_u32(entry, u32::from(head))?;
+        self.mem.store_u32(entry + 4, len)?;
         self.next_used = self.next_used.wrapping_add(1);
         Ok(())
     }
@@ -1001,8 +1064,7 @@ impl DriverQueue {
                 flags,
                 next: if last { 0 } else { next },
             };
-            self.mem
-                .write_from(self.layout.desc(idx), &desc.to_bytes())?;
+            write_desc(&self.mem, self.layout.desc(idx), desc)?;
             if !last {
                 idx = next;
             }
@@ -1054,8 +1116,7 @@ impl DriverQueue {
             flags: VIRTQ_DESC_F_INDIRECT,
             next: 0,
         };
-        self.mem
-            .write_from(self.layout.desc(head), &desc.to_bytes())?;
+        write_desc(&self.mem, self.layout.desc(head), desc)?;
         self.free_head = self.next[usize::from(head)];
         self.num_free -= 1;
         self.start_chain(head, 1, writable)
@@ -1068,8 +1129,12 @@ impl DriverQueue {
         self.chain_writable[usize::from(head)] = writable;
         self.in_flight += 1;
         self.stats.added += 1;
-        self.mem
-            .write_from(self.layout.avail_entry(self.avail_idx), &head.to_le_bytes())?;
+        // Relaxed: published by the Release store of the index.
+        self.mem.store_u16(
+            self.layout.avail_entry(self.avail_idx),
+            head,
+            Ordering::Relaxed,
+        )?;
         self.avail_idx = self.avail_idx.wrapping_add(1);
         Ok(head)
     }
@@ -1131,12 +1196,11 @@ impl DriverQueue {
                 return Ok(None);
             }
         }
-        let mut entry = [0u8; 8];
-        self.mem
-            .read_into(self.layout.used_entry(self.last_used), &mut entry)?;
+        // Relaxed: the entry is below the index loaded with Acquire.
+        let entry = self.layout.used_entry(self.last_used);
+        let id = self.mem.load_u32(entry)?;
+        let len = self.mem.load_u32(entry + 4)?;
         self.last_used = self.last_used.wrapping_add(1);
-        let id = u32::from_le_bytes(entry[..4].try_into().expect("4 bytes"));
-        let len = u32::from_le_bytes(entry[4..].try_into().expect("4 bytes"));
         let descs = usize::try_from(id)
             .ok()
             .and_then(|i| self.chain_descs.get(i))
@@ -1158,6 +1222,19 @@ impl DriverQueue {
             });
         }
         Ok(Some(Used { head, len }))
+    }
+
+    /// The id of the used entry `ahead` entries after the next one
+    /// [`pop_used`](Self::pop_used) reads, when the device has published it
+    /// already: for prefetching what the driver keeps for that chain. A
+    /// hint, checked when the entry is popped.
+    pub fn peek_used_id(&self, ahead: u16) -> Option<u16> {
+        if self.used_shadow.wrapping_sub(self.last_used) <= ahead {
+            return None;
+        }
+        let entry = self.layout.used_entry(self.last_used.wrapping_add(ahead));
+        let id = self.mem.load_u32(entry).ok()?;
+        u16::try_from(id).ok().filter(|&id| id < self.layout.size)
     }
 
     /// Puts the `descs` descriptors of the chain at `head` back on the free

@@ -281,7 +281,6 @@ impl PortDriver for VhostDriver {
                 },
                 q,
                 chains: Vec::new(),
-                scratch: Vec::new(),
                 started: false,
             }));
         }

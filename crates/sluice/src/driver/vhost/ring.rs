@@ -101,6 +101,15 @@ impl DeviceRing {
         }
     }
 
+    /// Prefetches the buffer and the descriptor of chains ahead of the next
+    /// one taken, as [`DeviceQueue::prefetch_ahead`] (split rings; a packed
+    /// ring is not looked ahead in).
+    pub(super) fn prefetch_ahead(&self, buf_ahead: u16, desc_ahead: u16, write: bool) {
+        if let DeviceRing::Split(queue) = self {
+            queue.prefetch_ahead(buf_ahead, desc_ahead, write);
+        }
+    }
+
     /// Returns the chain at `head` (the oldest taken, for a packed ring)
     /// with `len` bytes written.
     pub(super) fn push_used(&mut self, head: u16, len: u32) -> Result<(), VirtioError> {

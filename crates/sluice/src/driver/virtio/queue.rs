@@ -18,6 +18,9 @@ use super::Table;
 
 /// Free descriptors an Rx ring gathers before it is refilled.
 const REFILL_BATCH: u16 = 32;
+/// How far past the frame being taken the next returned buffer is
+/// prefetched (its header is read, and the application reads the frame).
+const PREFETCH_AHEAD: u16 = 1;
 
 /// A vring a queue drives, behind the lock the control thread installs it
 /// with and takes it back through.
@@ -246,7 +249,14 @@ impl RxQueue for VirtioRx {
         if let Some(ring) = guard.as_mut().and_then(|g| g.as_mut()) {
             while burst.free() > 0 {
                 let used = match ring.queue.pop_used() {
-                    Ok(Some(used)) => used,
+                    Ok(Some(used)) => {
+                        if let Some(next) = ring.queue.peek_used_id(PREFETCH_AHEAD)
+                            && let Some(m) = &ring.held[usize::from(next)]
+                        {
+                            m.prefetch_data();
+                        }
+                        used
+                    }
                     Ok(None) => break,
                     Err(VirtioError::BadUsedId { .. }) => {
                         self.driver.bad_used_id.inc();
