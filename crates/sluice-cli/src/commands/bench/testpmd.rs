@@ -232,7 +232,7 @@ impl Testpmd {
         };
         // `show port stats` answers once `start` has returned.
         self.send(&[&set, &start, "show port stats all"])?;
-        self.wait_for("an answer to start", COMMAND_TIMEOUT, |l| {
+        self.wait_for("answer to start", COMMAND_TIMEOUT, |l| {
             l.contains("Tx-pps:")
         })
         .map(drop)
