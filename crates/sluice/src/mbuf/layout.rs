@@ -218,6 +218,30 @@ impl MbufHeader {
         self.write_rx(ol_flags, packet_type, len, vlan_tci, rss_hash);
     }
 
+    /// [`set_rx`](Self::set_rx) for a buffer the caller knows has an
+    /// external buffer attached (an Rx queue armed with page fragments):
+    /// the attachment flag is written with the others, so the header line is
+    /// only written, never read, as [`set_rx_plain`](Self::set_rx_plain)
+    /// writes it.
+    #[inline(always)]
+    pub(crate) fn set_rx_attached(
+        &mut self,
+        ol_flags: u64,
+        packet_type: u32,
+        len: u16,
+        vlan_tci: u16,
+        rss_hash: u32,
+    ) {
+        debug_assert_ne!(self.ol_flags & ol::EXTERNAL, 0, "a plain buffer");
+        self.write_rx(
+            ol_flags | ol::EXTERNAL,
+            packet_type,
+            len,
+            vlan_tci,
+            rss_hash,
+        );
+    }
+
     /// The Rx fields of [`set_rx`](Self::set_rx), written as given.
     #[inline(always)]
     fn write_rx(
