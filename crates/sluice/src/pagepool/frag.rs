@@ -9,15 +9,20 @@
 //! the carver's own fields: no atomic, no shared cache line.
 //!
 //! The first fragment starts a whole number of cache lines into the page,
-//! one line further on each page the carver takes, up to the room the
-//! target leaves over (a page's *colour*). Pages are aligned to their size,
-//! so without it the `k`-th fragment of every page starts at the same
-//! offset and in the same cache sets: the lines a queue touches per packet
-//! (a fragment's first data line, its shared-info line) of the tens of
-//! pages a queue has in flight would crowd into a few sets of each cache and
-//! evict one another long before it is full, as a mempool's elements would at an even
-//! stride ([`element_stride`](crate::mempool::element_stride)). A 32 KiB
-//! page of 2112-byte fragments has 17 lines left over: 18 colours.
+//! within the room the target leaves over: the page's *colour*, its number
+//! (IO address over page size) modulo the colours there are. Pages are aligned
+//! to their size, so without it the `k`-th fragment of every page starts at
+//! the same offset and in the same cache sets: the lines touched per packet
+//! (a fragment's first data line) of the tens of pages a queue has in
+//! flight would crowd into a few sets of each cache and evict one another
+//! long before it is full, as a mempool's elements would at an even stride
+//! ([`element_stride`](crate::mempool::element_stride)). A 32 KiB page of
+//! 2112-byte fragments has 17 lines left over: 18 colours. The colour
+//! follows the page, not the order pages are taken in: a page recycled and
+//! cut again for the same size has its fragments where they were, so a
+//! page that comes back hot (its fragments freed a moment ago) is reused in
+//! the lines that are still in the cache, as a mempool's most recently
+//! freed element is.
 //!
 //! When the next fragment does not fit, or the target is reached, the carver
 //! leaves the page: if it cut fewer fragments than the target, it gives the
@@ -297,9 +302,6 @@ pub(crate) struct Carver {
     /// Colours for that stride: the lines a page cut into `last_target`
     /// fragments has left over, plus one.
     colours: u32,
-    /// The colour of the current page: its first fragment starts this many
-    /// lines into it.
-    colour: u32,
 }
 
 // SAFETY: the carver's page is held through its count, which is atomic; the
@@ -319,7 +321,6 @@ impl Carver {
             last_stride: 0,
             last_target: 0,
             colours: 1,
-            colour: 0,
         }
     }
 
@@ -427,12 +428,14 @@ impl Carver {
             self.colours = left / FRAG_ALIGN as u32 + 1;
         }
         self.target = self.last_target;
-        // The next colour: `target` fragments from its offset still fit.
-        self.colour += 1;
-        if self.colour >= self.colours {
-            self.colour = 0;
-        }
-        self.offset = self.colour * FRAG_ALIGN as u32;
+        // The page's colour: `target` fragments from its offset still fit.
+        // Numbered by its IO address (its offset in the provider's region,
+        // whose start is aligned to a page or more), so a provider's pages
+        // take the same colours wherever the region is mapped.
+        // SAFETY: the metadata lives as long as the page, which we hold.
+        let iova = unsafe { &*self.meta }.iova;
+        let colour = (iova / self.page_bytes as u64 % self.colours as u64) as u32;
+        self.offset = colour * FRAG_ALIGN as u32;
     }
 
     /// Leaves the current page (if any): gives back the references of the

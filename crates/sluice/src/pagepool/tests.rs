@@ -976,29 +976,32 @@ fn a_burst_free_gives_fragments_back_a_run_per_page_and_each_page_home_once() {
 }
 
 #[test]
-fn each_page_starts_its_fragments_one_line_further_within_what_they_leave_over() {
+fn each_page_starts_its_fragments_at_its_own_colour_within_what_they_leave_over() {
     let provider = test_provider(2 << 20);
     let pp = page_pool(&provider, 3, None);
     let mut fa = PageFragAlloc::new(pp.clone());
     // 15 fragments of 2112 bytes leave 1088 bytes of a 32 KiB page: 17
-    // lines, so 18 colours.
+    // lines, so 18 colours: the page's number (IO address over 32 KiB)
+    // modulo 18.
     let frags: Vec<Frag> = (0..15 * 20).map(|_| fa.alloc_frag(2090).unwrap()).collect();
-    let firsts: Vec<usize> = frags
-        .chunks(15)
-        .map(|page| {
-            let base = page[0].page_addr() as usize;
-            for f in page {
-                assert_eq!(f.page_addr() as usize, base, "15 to a page");
-                assert!(f.as_ptr() as usize + 2090 <= base + 32768);
-            }
-            page[0].as_ptr() as usize - base
-        })
-        .collect();
-    let lines: Vec<usize> = firsts.iter().map(|&o| o / FRAG_ALIGN).collect();
-    let expected: Vec<usize> = (1..=20).map(|k| k % 18).collect();
-    assert_eq!(lines, expected);
-    assert!(firsts.iter().all(|&o| o % FRAG_ALIGN == 0));
+    let colour_of = |f: &Frag| ((f.iova() as usize & !32767) / 32768) % 18;
+    let mut colours = std::collections::BTreeSet::new();
+    for page in frags.chunks(15) {
+        let base = page[0].page_addr() as usize;
+        for (k, f) in page.iter().enumerate() {
+            assert_eq!(f.page_addr() as usize, base, "15 to a page");
+            assert_eq!(
+                f.as_ptr() as usize - base,
+                colour_of(&page[0]) * FRAG_ALIGN + k * 2112
+            );
+            assert!(f.as_ptr() as usize + 2090 <= base + 32768);
+        }
+        colours.insert(colour_of(&page[0]));
+    }
+    assert_eq!(colours.len(), 18, "20 pages in a row take every colour");
     assert_eq!(pp.stats().alloc_slow, 20);
+    // The offsets follow from the page's IO address alone, so a page recycled
+    // and cut again for the same size has its fragments where they were.
     drop((frags, fa));
     assert!(pp.all_home());
     drop(pp);
