@@ -6,6 +6,7 @@
 //! `rte_pktmbuf_free_bulk` does — so no mbuf is ever lost.
 
 use super::handle::{prefree_into, put_bulk_to_pool};
+use super::layout::EXT_PAGE_FRAG;
 use super::{Mbuf, MbufHeader};
 use crate::mempool::Elem;
 use crate::pagepool::FragRun;
@@ -407,13 +408,14 @@ pub(crate) unsafe fn free_bulk(slots: &mut [Elem]) {
     let mut frags = FragRun::new();
     for i in 0..slots.len() {
         if let Some(e) = slots.get(i + FREE_AHEAD) {
-            // An external buffer's shared info (an Rx fragment's tailroom) was
-            // last touched when the buffer was armed, long ago: ask for it a
-            // few mbufs ahead so its miss overlaps the frees before it.
+            // An external buffer's shared info was last touched when the
+            // buffer was attached, maybe long ago: ask for it a few mbufs
+            // ahead so its miss overlaps the frees before it. (A page
+            // fragment has none: what its free needs is in the header.)
             // SAFETY: we own a reference to that header: its `shinfo` is
             // written only by a holder of the last one.
             let s = unsafe { (*e.as_ptr().cast::<MbufHeader>()).shinfo };
-            if !s.is_null() {
+            if !s.is_null() && s as usize & EXT_PAGE_FRAG == 0 {
                 crate::pagepool::prefetch(s.cast());
             }
         }

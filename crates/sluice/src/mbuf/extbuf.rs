@@ -1,10 +1,12 @@
 //! External buffers: packet data that lives outside the mbuf's own element
-//! (a page-pool fragment, an application buffer), attached to an mbuf header.
+//! (an application buffer, a page-pool fragment), attached to an mbuf header.
 //!
 //! The memory is described by an [`ExtSharedInfo`], which counts the mbufs
 //! attached to it and calls its free callback when the last one detaches —
-//! on whichever thread that happens. Detaching restores the mbuf's own buffer,
-//! so the header goes back to its pool as a normal buffer.
+//! on whichever thread that happens. (A page-pool fragment needs none: it is
+//! attached to one header, which keeps the fragment's page reference
+//! itself, see `pagepool::attach_frag`.) Detaching restores the mbuf's own
+//! buffer, so the header goes back to its pool as a normal buffer.
 
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -18,8 +20,8 @@ pub type ExtFreeCallback = fn(buf: NonNull<u8>, opaque: *mut ());
 /// ([`ExtSharedInfo::release`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ExtFree {
-    pub(crate) cb: ExtFreeCallback,
-    pub(crate) opaque: *mut (),
+    cb: ExtFreeCallback,
+    opaque: *mut (),
 }
 
 impl ExtFree {
@@ -64,20 +66,6 @@ impl ExtSharedInfo {
         }
     }
 
-    /// A shared info whose one attachment is about to be made with
-    /// `Mbuf::attach_extbuf_fresh` (no atomic needed for it).
-    ///
-    /// # Safety
-    /// As [`new`](Self::new), and it is attached to exactly one mbuf that
-    /// way before anything else sees it.
-    pub(crate) const unsafe fn new_attached(free_cb: ExtFreeCallback, opaque: *mut ()) -> Self {
-        ExtSharedInfo {
-            free_cb,
-            opaque,
-            refcnt: AtomicU32::new(1),
-        }
-    }
-
     /// Mbufs attached now (a snapshot).
     pub fn refcnt(&self) -> u32 {
         self.refcnt.load(Ordering::Relaxed)
@@ -92,12 +80,11 @@ impl ExtSharedInfo {
     }
 
     /// One mbuf detaches. The last gets the free callback back
-    /// ([`ExtFree`]), to call for the buffer, or to do its work another way
-    /// (a burst free gives Rx fragments back a run per page); the info's
-    /// memory may be handed on once it is done.
+    /// ([`ExtFree`]), to call for the buffer; the info's memory may be
+    /// handed on once it is done.
     ///
     /// Takes a pointer, not `&self`: the info may live inside the buffer it
-    /// describes (a page-pool fragment keeps it in its tailroom), and what
+    /// describes, and what
     /// the last detachment frees hands that memory on while the caller is
     /// still running, so no reference to the info may outlive this call.
     ///

@@ -23,9 +23,9 @@ use std::sync::atomic::Ordering;
 
 use super::MbufError;
 use super::extbuf::ExtSharedInfo;
-use super::layout::{MbufHeader, TxOffload, ol};
+use super::layout::{EXT_PAGE_FRAG, MbufHeader, TxOffload, ol};
 use crate::mempool::{Elem, PoolInner};
-use crate::pagepool::{FragRun, free_ext_bulk};
+use crate::pagepool::{FragRun, PageMeta, put_frag_ref};
 
 /// An owned reference to a packet buffer.
 ///
@@ -357,10 +357,17 @@ impl Mbuf {
         self.ol_flags() & ol::EXTERNAL != 0
     }
 
+    /// The attached external buffer's shared info: `None` with the own
+    /// buffer, and with a page fragment (attached to this header alone, so
+    /// shared only through the header's count).
     fn shinfo(&self) -> Option<&ExtSharedInfo> {
-        // SAFETY: a non-null shinfo lives while an mbuf is attached to it
-        // (`attach_extbuf`'s contract).
-        unsafe { self.header().shinfo.as_ref() }
+        let word = self.header().shinfo;
+        if word as usize & EXT_PAGE_FRAG != 0 {
+            return None;
+        }
+        // SAFETY: an untagged non-null shinfo lives while an mbuf is attached
+        // to it (`attach_extbuf`'s contract).
+        unsafe { word.as_ref() }
     }
 
     // ---- writing ---------------------------------------------------------
@@ -544,27 +551,33 @@ impl Mbuf {
         self.check_attach(len, headroom)?;
         // SAFETY: valid per the caller's contract.
         unsafe { shinfo.as_ref() }.get();
-        self.set_extbuf(buf, iova, len, headroom, shinfo);
+        self.set_extbuf(buf, iova, len, headroom, shinfo.as_ptr());
         Ok(())
     }
 
-    /// [`attach_extbuf`](Self::attach_extbuf) for a shared info made with
-    /// [`ExtSharedInfo::new_attached`]: its count already includes this
-    /// mbuf, so attaching needs no atomic.
+    /// Attaches a page-pool fragment as this mbuf's data (empty, at offset
+    /// `headroom` in it): the header takes over the fragment's page
+    /// reference, recorded as its page's metadata `meta` and target
+    /// `target` (the header's `shinfo` word tagged with
+    /// [`EXT_PAGE_FRAG`]); freeing the mbuf's last reference gives it back.
     ///
     /// # Safety
-    /// As `attach_extbuf`, and `shinfo` is a fresh info whose one attachment
-    /// this is (no other mbuf is, or will be without a clone of this one).
-    pub(crate) unsafe fn attach_extbuf_fresh(
+    /// `buf` is a fragment of `len` bytes at IO address `iova` on the page of
+    /// `meta`, cut for `target` fragments; the caller owns its reference
+    /// and hands it over here (on success), and nothing else uses its bytes.
+    pub(crate) unsafe fn attach_page_frag(
         &mut self,
         buf: NonNull<u8>,
         iova: u64,
         len: u16,
         headroom: u16,
-        shinfo: NonNull<ExtSharedInfo>,
+        meta: NonNull<PageMeta>,
+        target: u32,
     ) -> Result<(), MbufError> {
         self.check_attach(len, headroom)?;
-        self.set_extbuf(buf, iova, len, headroom, shinfo);
+        let word = (meta.as_ptr() as usize | EXT_PAGE_FRAG) as *const ExtSharedInfo;
+        self.set_extbuf(buf, iova, len, headroom, word);
+        self.header_mut().frag_target = target;
         Ok(())
     }
 
@@ -584,13 +597,15 @@ impl Mbuf {
         Ok(())
     }
 
+    /// Points the header at an external buffer; `shinfo` is the word the
+    /// header keeps (a shared info, or a tagged page fragment's metadata).
     fn set_extbuf(
         &mut self,
         buf: NonNull<u8>,
         iova: u64,
         len: u16,
         headroom: u16,
-        shinfo: NonNull<ExtSharedInfo>,
+        shinfo: *const ExtSharedInfo,
     ) {
         let h = self.header_mut();
         h.buf_addr = buf.as_ptr();
@@ -599,7 +614,7 @@ impl Mbuf {
         h.data_off = headroom;
         h.data_len = 0;
         h.pkt_len = 0;
-        h.shinfo = shinfo.as_ptr();
+        h.shinfo = shinfo;
         h.ol_flags |= ol::EXTERNAL;
     }
 }
@@ -727,15 +742,14 @@ unsafe fn detach_ext(h: &mut MbufHeader) {
     unsafe { detach_ext_into(h, None) };
 }
 
-/// [`detach_ext`], handing what the last attachment frees to `frags` when
-/// given ([`free_ext_bulk`]).
+/// [`detach_ext`], adding a page fragment's reference to `frags` when given
+/// (a run per page, given back in one count update).
 ///
 /// # Safety
-/// As [`detach_ext`].
+/// As [`detach_ext`]; the caller ends `frags` (or drops it) afterwards.
 #[inline(always)]
 unsafe fn detach_ext_into(h: &mut MbufHeader, frags: Option<&mut FragRun>) {
-    // SAFETY: attached, so not null.
-    let info = unsafe { NonNull::new_unchecked(h.shinfo.cast_mut()) };
+    let word = h.shinfo;
     // SAFETY: the external buffer was valid while attached.
     let buf = unsafe { NonNull::new_unchecked(h.buf_addr) };
     h.buf_addr = h.own_buf_addr;
@@ -743,17 +757,29 @@ unsafe fn detach_ext_into(h: &mut MbufHeader, frags: Option<&mut FragRun>) {
     h.buf_len = h.own_buf_len;
     h.shinfo = std::ptr::null();
     h.ol_flags &= !ol::EXTERNAL;
+    if word as usize & EXT_PAGE_FRAG != 0 {
+        // A page fragment: the header held its one page reference (clones
+        // share the header, and this is its last reference).
+        // SAFETY: the tagged word is the page's metadata, not null.
+        let meta =
+            unsafe { NonNull::new_unchecked((word as usize & !EXT_PAGE_FRAG) as *mut PageMeta) };
+        let target = h.frag_target;
+        match frags {
+            // SAFETY: the fragment's reference, given up once; its bytes
+            // are no longer used (the header's last reference is going).
+            Some(run) => unsafe { run.add(meta, target) },
+            // SAFETY: as above.
+            None => unsafe { put_frag_ref(meta, target) },
+        }
+        return;
+    }
+    // SAFETY: attached, so not null.
+    let info = unsafe { NonNull::new_unchecked(word.cast_mut()) };
     // SAFETY: `shinfo` is valid while attached (attach contract) and we give
     // up this segment's attachment; what the last one frees may take the
     // info with it, and we do not touch it afterwards.
-    let Some(free) = (unsafe { ExtSharedInfo::release(info) }) else {
-        return;
-    };
-    match frags {
-        // SAFETY: the last attachment let go of `buf`: what `free` frees is
-        // ours to free, here, once.
-        Some(bulk) => unsafe { free_ext_bulk(bulk, free, buf) },
-        None => free.call(buf),
+    if let Some(free) = unsafe { ExtSharedInfo::release(info) } {
+        free.call(buf);
     }
 }
 

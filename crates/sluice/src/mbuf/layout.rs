@@ -58,9 +58,19 @@ pub mod offset {
     pub const POOL: usize = 72;
     /// Tx offload lengths, packed.
     pub const TX_OFFLOAD: usize = 80;
-    /// Shared info of an attached external buffer, or null.
+    /// Shared info of an attached external buffer, or null (for an attached
+    /// page-pool fragment: its page's metadata, with bit 0 set).
     pub const SHINFO: usize = 88;
 }
+
+/// Tag bit of the header's `shinfo` word: the attached external buffer is a
+/// page-pool fragment, and the word (tag cleared) is its page's metadata,
+/// not an [`ExtSharedInfo`]. The fragment's one page reference belongs to
+/// the header (shared by its clones, which share the header), so it needs
+/// no shared info of its own: detaching gives the reference back, with the
+/// page's target kept beside it in the header (`frag_target`). Nothing of
+/// the fragment's own memory is written at attach nor read at the free.
+pub(crate) const EXT_PAGE_FRAG: usize = 1;
 
 /// The rearm word: what a driver resets on every Rx refill, with one store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -120,6 +130,9 @@ pub struct MbufHeader {
     pub(crate) next: *mut MbufHeader,
     pub(crate) pool: *const PoolInner,
     pub(crate) tx_offload: u64,
+    /// The attached external buffer's shared info, or its page's metadata
+    /// tagged with [`EXT_PAGE_FRAG`] for a page fragment; null with the own
+    /// buffer.
     pub(crate) shinfo: *const ExtSharedInfo,
     /// The buffer's own address, IOVA and length, to restore when an
     /// external buffer is detached.
@@ -128,7 +141,10 @@ pub struct MbufHeader {
     pub(crate) own_buf_len: u16,
     /// Headroom a fresh buffer starts with.
     pub(crate) default_headroom: u16,
-    _reserved: [u8; 12],
+    /// An attached page fragment's page target (what its reference is given
+    /// back against); meaningless otherwise.
+    pub(crate) frag_target: u32,
+    _reserved: [u8; 8],
 }
 
 const _: () = assert!(std::mem::size_of::<MbufHeader>() == HEADER_SIZE);
@@ -202,6 +218,30 @@ impl MbufHeader {
         self.write_rx(ol_flags, packet_type, len, vlan_tci, rss_hash);
     }
 
+    /// [`set_rx`](Self::set_rx) for a buffer the caller knows has an
+    /// external buffer attached (an Rx queue armed with page fragments):
+    /// the attachment flag is written with the others, so the header line is
+    /// only written, never read, as [`set_rx_plain`](Self::set_rx_plain)
+    /// writes it.
+    #[inline(always)]
+    pub(crate) fn set_rx_attached(
+        &mut self,
+        ol_flags: u64,
+        packet_type: u32,
+        len: u16,
+        vlan_tci: u16,
+        rss_hash: u32,
+    ) {
+        debug_assert_ne!(self.ol_flags & ol::EXTERNAL, 0, "a plain buffer");
+        self.write_rx(
+            ol_flags | ol::EXTERNAL,
+            packet_type,
+            len,
+            vlan_tci,
+            rss_hash,
+        );
+    }
+
     /// The Rx fields of [`set_rx`](Self::set_rx), written as given.
     #[inline(always)]
     fn write_rx(
@@ -254,7 +294,8 @@ impl MbufHeader {
             own_buf_iova: buf_iova,
             own_buf_len: buf_len,
             default_headroom: headroom,
-            _reserved: [0; 12],
+            frag_target: 0,
+            _reserved: [0; 8],
         };
         // SAFETY: the caller passes the start of a fresh pool element, which
         // is 64-byte aligned and at least `HEADER_SIZE` bytes long.

@@ -42,7 +42,6 @@ pub use burst::{Burst, BurstSlice, DEFAULT_BURST, DrainFront};
 // For drivers: free owned mbufs given as raw addresses, batched per pool;
 // put plain buffers of one pool back in one bulk put (fast free).
 pub(crate) use burst::free_bulk;
-pub(crate) use extbuf::ExtFree;
 pub use extbuf::{ExtFreeCallback, ExtSharedInfo};
 pub(crate) use handle::put_bulk_to_pool;
 pub use handle::{Mbuf, Segments};

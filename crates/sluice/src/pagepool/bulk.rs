@@ -111,6 +111,8 @@ impl BulkFree {
             return;
         }
         self.end_run();
+        // Read when the run ends: asked for now (see `FragRun::add`).
+        super::prefetch(raw.meta.as_ptr().cast());
         self.run_meta = raw.meta.as_ptr();
         self.run_target = (raw.len_target >> 32) as u32;
         self.run_n = 1;
@@ -244,6 +246,9 @@ impl FragRun {
             return;
         }
         self.end();
+        // The page's count is read when the run ends, a page's worth of
+        // frees later: ask for its line now, so the miss overlaps them.
+        super::prefetch(meta.as_ptr().cast());
         self.meta = meta.as_ptr();
         self.target = target;
         self.n = 1;

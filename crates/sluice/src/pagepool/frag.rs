@@ -9,15 +9,20 @@
 //! the carver's own fields: no atomic, no shared cache line.
 //!
 //! The first fragment starts a whole number of cache lines into the page,
-//! one line further on each page the carver takes, up to the room the
-//! target leaves over (a page's *colour*). Pages are aligned to their size,
-//! so without it the `k`-th fragment of every page starts at the same
-//! offset and in the same cache sets: the lines a queue touches per packet
-//! (a fragment's first data line, its shared-info line) of the tens of
-//! pages a queue has in flight would crowd into a few sets of each cache and
-//! evict one another long before it is full, as a mempool's elements would at an even
-//! stride ([`element_stride`](crate::mempool::element_stride)). A 32 KiB
-//! page of 2112-byte fragments has 17 lines left over: 18 colours.
+//! within the room the target leaves over: the page's *colour*, its number
+//! (IO address over page size) modulo the colours there are. Pages are aligned
+//! to their size, so without it the `k`-th fragment of every page starts at
+//! the same offset and in the same cache sets: the lines touched per packet
+//! (a fragment's first data line) of the tens of pages a queue has in
+//! flight would crowd into a few sets of each cache and evict one another
+//! long before it is full, as a mempool's elements would at an even stride
+//! ([`element_stride`](crate::mempool::element_stride)). A 32 KiB page of
+//! 2112-byte fragments has 17 lines left over: 18 colours. The colour
+//! follows the page, not the order pages are taken in: a page recycled and
+//! cut again for the same size has its fragments where they were, so a
+//! page that comes back hot (its fragments freed a moment ago) is reused in
+//! the lines that are still in the cache, as a mempool's most recently
+//! freed element is.
 //!
 //! When the next fragment does not fit, or the target is reached, the carver
 //! leaves the page: if it cut fewer fragments than the target, it gives the
@@ -197,6 +202,83 @@ pub(crate) unsafe fn page_home(m: &PageMeta) {
     }
 }
 
+/// A run of fragments cut from one page at once ([`Carver::cut_run`]),
+/// handed out in address order as [`Frag`]s by iterating. It holds the
+/// references of those not handed out yet: dropping it early (a consumer
+/// that panics) gives them back as their frees would, so none is lost and
+/// the page still goes home once.
+#[derive(Debug)]
+pub(crate) struct FragCuts {
+    /// The next fragment's address.
+    next: usize,
+    /// Bytes from one fragment to the next.
+    room: usize,
+    /// What every fragment of the run carries: length and page target.
+    len_target: u64,
+    /// The page's metadata.
+    meta: NonNull<PageMeta>,
+    /// Fragments (references) not handed out yet.
+    left: u32,
+}
+
+impl FragCuts {
+    /// Fragments not handed out yet.
+    #[inline(always)]
+    pub(crate) fn remaining(&self) -> usize {
+        self.left as usize
+    }
+}
+
+impl Iterator for FragCuts {
+    type Item = Frag;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<Frag> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let ptr = self.next;
+        self.next += self.room;
+        Some(Frag {
+            // SAFETY: inside the page, which is in the region: not null.
+            ptr: unsafe { NonNull::new_unchecked(ptr as *mut u8) },
+            len_target: self.len_target,
+            meta: self.meta,
+        })
+    }
+
+    #[inline(always)]
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left as usize, Some(self.left as usize))
+    }
+}
+
+impl ExactSizeIterator for FragCuts {}
+
+impl Drop for FragCuts {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.left != 0 {
+            give_back_uncut(self.meta, self.left, (self.len_target >> 32) as u32);
+        }
+    }
+}
+
+/// Gives back `n` references of a run never handed out (a run dropped
+/// early); the last sends the page home.
+#[cold]
+#[inline(never)]
+fn give_back_uncut(meta: NonNull<PageMeta>, n: u32, target: u32) {
+    // SAFETY: the run held those references on a page whose metadata lives
+    // as long as the provider; nothing uses their bytes.
+    let m = unsafe { meta.as_ref() };
+    if m.put_refs(n, target) {
+        // SAFETY: those were the last references: the page is ours alone.
+        unsafe { page_home(m) };
+    }
+}
+
 /// The carving state: one page at a time (see the module docs).
 #[derive(Debug)]
 pub(crate) struct Carver {
@@ -220,9 +302,6 @@ pub(crate) struct Carver {
     /// Colours for that stride: the lines a page cut into `last_target`
     /// fragments has left over, plus one.
     colours: u32,
-    /// The colour of the current page: its first fragment starts this many
-    /// lines into it.
-    colour: u32,
 }
 
 // SAFETY: the carver's page is held through its count, which is atomic; the
@@ -242,7 +321,6 @@ impl Carver {
             last_stride: 0,
             last_target: 0,
             colours: 1,
-            colour: 0,
         }
     }
 
@@ -297,6 +375,38 @@ impl Carver {
         }
     }
 
+    /// Cuts up to `want` (at least 1) fragments of `size` bytes (1..=page
+    /// size) from the current page, which [`fits`](Self::fits) one: as many
+    /// as the page's target and its room leave, at most `want`. They lie
+    /// one stride apart, as [`cut`](Self::cut) would cut them one by one,
+    /// and are counted as cut at once: the carver's fields are written once
+    /// per run, and the run hands the fragments out from registers.
+    #[inline(always)]
+    pub(crate) fn cut_run(&mut self, size: usize, want: usize) -> FragCuts {
+        debug_assert!(self.size_ok(size) && self.fits(size) && want >= 1);
+        let room = (size as u32).next_multiple_of(FRAG_ALIGN as u32);
+        let uncut = self.target - self.carved;
+        // Every fragment left fits (the page was cut for this size; no
+        // division then), or as many as its room holds.
+        let fit = if self.offset as u64 + uncut as u64 * room as u64 <= self.page_bytes as u64 {
+            uncut
+        } else {
+            (self.page_bytes - self.offset) / room
+        };
+        let count = fit.min(want.min(u32::MAX as usize) as u32);
+        let first = self.page + self.offset as usize;
+        self.offset += count * room;
+        self.carved += count;
+        FragCuts {
+            next: first,
+            room: room as usize,
+            len_target: size as u64 | (self.target as u64) << 32,
+            // SAFETY: set with the page, never null then.
+            meta: unsafe { NonNull::new_unchecked(self.meta.cast_mut()) },
+            left: count,
+        }
+    }
+
     /// Starts cutting the page at `page` (metadata `meta`, owner set, count
     /// 0: at rest) into fragments of `size` bytes (1..=page size) and about
     /// that size. The carver holds no page.
@@ -318,12 +428,14 @@ impl Carver {
             self.colours = left / FRAG_ALIGN as u32 + 1;
         }
         self.target = self.last_target;
-        // The next colour: `target` fragments from its offset still fit.
-        self.colour += 1;
-        if self.colour >= self.colours {
-            self.colour = 0;
-        }
-        self.offset = self.colour * FRAG_ALIGN as u32;
+        // The page's colour: `target` fragments from its offset still fit.
+        // Numbered by its IO address (its offset in the provider's region,
+        // whose start is aligned to a page or more), so a provider's pages
+        // take the same colours wherever the region is mapped.
+        // SAFETY: the metadata lives as long as the page, which we hold.
+        let iova = unsafe { &*self.meta }.iova;
+        let colour = (iova / self.page_bytes as u64 % self.colours as u64) as u32;
+        self.offset = colour * FRAG_ALIGN as u32;
     }
 
     /// Leaves the current page (if any): gives back the references of the

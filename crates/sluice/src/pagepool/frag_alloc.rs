@@ -63,6 +63,46 @@ impl PageFragAlloc {
         Ok(self.carver.cut(size))
     }
 
+    /// `n` fragments of `size` bytes (1..=page size), each handed to `each`
+    /// in turn: the same fragments, in the same order, as `n` calls of
+    /// [`alloc_frag`](Self::alloc_frag), but cut a page's run at a time
+    /// (one fit check and one update of the carving state per run, not per
+    /// fragment). On an error (no page to be had, a bad size) the fragments
+    /// handed out before it stay the caller's; if `each` panics, the
+    /// fragments of the run not yet handed out are given back.
+    ///
+    /// ```
+    /// use sluice::pagepool::{BlockProvider, PageFragAlloc, PagePool, PagePoolConfig, ProviderConfig};
+    ///
+    /// let provider = BlockProvider::new(ProviderConfig { size: 2 << 20, ..Default::default() }).unwrap();
+    /// let pool = PagePool::new(&provider, PagePoolConfig { order: 3, ..Default::default() }).unwrap();
+    /// let mut frags = PageFragAlloc::new(pool.clone());
+    /// let mut held = Vec::new();
+    /// frags.alloc_frags(2090, 20, |f| held.push(f)).unwrap();
+    /// assert_eq!(pool.stats().alloc_slow, 2); // 15 from the first page, 5 from the second
+    /// assert_eq!(held[1].as_ptr() as usize - held[0].as_ptr() as usize, 2112);
+    /// drop((held, frags));
+    /// assert!(pool.all_home());
+    /// ```
+    #[inline(always)]
+    pub fn alloc_frags(
+        &mut self,
+        size: usize,
+        n: usize,
+        mut each: impl FnMut(Frag),
+    ) -> Result<(), PagePoolError> {
+        let mut left = n;
+        while left != 0 {
+            if !(self.carver.size_ok(size) && self.carver.fits(size)) {
+                self.refill(size)?;
+            }
+            let run = self.carver.cut_run(size, left);
+            left -= run.remaining();
+            run.for_each(&mut each);
+        }
+        Ok(())
+    }
+
     /// Makes the carver able to cut `size` bytes: checks the size, then
     /// starts the current page over if it is free, else takes a new one.
     #[inline(never)]

@@ -26,9 +26,9 @@
 //! - [`BulkFree`] (`bulk.rs`): frees fragments and pages in bulk — one
 //!   count update per run of a page's fragments, pages home in stashes of
 //!   [`PAGE_BULK`] (Linux's `xdp_frame_bulk`).
-//! - `mbuf.rs`: an mbuf whose data is a fragment ([`attach_frag`]), the
-//!   external buffer's free callback returning the fragment; [`FragLayout`]
-//!   sizes an Rx fragment from the MTU.
+//! - `mbuf.rs`: an mbuf whose data is a fragment ([`attach_frag`]), its page
+//!   reference held by the header and given back by the header's last free;
+//!   [`FragLayout`] sizes an Rx fragment from the MTU.
 //!
 //! # Sizes
 //!
@@ -75,11 +75,13 @@ pub use buddy::TOP_ORDER;
 pub(crate) use bulk::FragRun;
 pub use bulk::{BulkFree, PAGE_BULK};
 pub use frag::Frag;
+pub(crate) use frag::put_frag_ref;
 pub use frag_alloc::PageFragAlloc;
 #[cfg(feature = "bench-baselines")]
 pub use frag_cache::PageFragCache;
 pub use mbuf::{FragLayout, attach_frag};
-pub(crate) use mbuf::{attach_frag_fresh, free_ext_bulk, prefetch};
+pub(crate) use mbuf::{attach_frag_fresh, prefetch};
+pub(crate) use meta::PageMeta;
 pub use pool::{
     DEFAULT_CACHE_SIZE, DEFAULT_RING_BATCH, DEFAULT_RING_SIZE, Page, PagePool, PagePoolConfig,
     PagePoolStats,

@@ -462,6 +462,108 @@ fn frag_cache_fragments_are_aligned_in_bounds_and_disjoint() {
     assert!(provider.is_full());
 }
 
+/// What a fragment says of itself, its address made an offset in its
+/// provider (two allocators over twin providers compare equal).
+fn frag_seen(f: &Frag) -> (u64, usize, u32) {
+    (f.iova(), f.len(), f.page_target())
+}
+
+#[test]
+fn cutting_runs_gives_what_one_at_a_time_gives() {
+    // Twin providers and pools: one allocator cuts runs (`alloc_frags`),
+    // the other one fragment per call; random sizes and counts, random
+    // frees of the same fragments on both sides. Every fragment, the pools'
+    // counters and the pages' way home must match.
+    let mut rng = Rng(0x5eed_f4a9);
+    let (pa, pb) = (test_provider(8 << 20), test_provider(8 << 20));
+    let (ppa, ppb) = (page_pool(&pa, 3, None), page_pool(&pb, 3, None));
+    let (mut fa, mut fb) = (
+        PageFragAlloc::new(ppa.clone()),
+        PageFragAlloc::new(ppb.clone()),
+    );
+    let mut held: Vec<(Frag, Frag)> = Vec::new();
+    for step in 0..3000 {
+        let size = match rng.below(5) {
+            0 => 1 + rng.below(32768) as usize,
+            1 | 2 => 2094,
+            3 => 8590,
+            _ => 1 + rng.below(300) as usize,
+        };
+        let n = rng.below(40) as usize;
+        let mut runs = Vec::new();
+        fa.alloc_frags(size, n, |f| runs.push(f)).unwrap();
+        assert_eq!(runs.len(), n, "step {step}");
+        for f in runs {
+            let g = fb.alloc_frag(size).unwrap();
+            assert_eq!(frag_seen(&f), frag_seen(&g), "step {step}, size {size}");
+            held.push((f, g));
+        }
+        while held.len() > 200 || (rng.below(3) == 0 && !held.is_empty()) {
+            let k = rng.below(held.len() as u64) as usize;
+            drop(held.swap_remove(k));
+        }
+        assert_eq!(ppa.stats(), ppb.stats(), "step {step}");
+    }
+    // A bad size is refused either way, with nothing handed out.
+    let mut got = 0;
+    assert_eq!(
+        fa.alloc_frags(0, 3, |_| got += 1).unwrap_err(),
+        fb.alloc_frag(0).unwrap_err()
+    );
+    assert_eq!(got, 0);
+    drop(held);
+    drop((fa, fb));
+    assert!(ppa.all_home() && ppb.all_home());
+    drop((ppa, ppb));
+    assert!(pa.is_full() && pb.is_full());
+}
+
+#[test]
+fn a_run_whose_consumer_panics_gives_back_what_it_did_not_hand_out() {
+    let provider = test_provider(1 << 20);
+    let pp = page_pool(&provider, 3, None);
+    let mut fa = PageFragAlloc::new(pp.clone());
+    let mut kept = Vec::new();
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        fa.alloc_frags(2094, 12, |f| {
+            if kept.len() == 5 {
+                panic!("consumer fails");
+            }
+            kept.push(f);
+        })
+    }));
+    assert!(r.is_err());
+    assert_eq!(kept.len(), 5);
+    // The allocator goes on from where the run ended: a fragment after the
+    // twelve cut, on the same page.
+    let next = fa.alloc_frag(2094).unwrap();
+    assert_eq!(
+        next.as_ptr() as usize - kept[0].as_ptr() as usize,
+        12 * 2112
+    );
+    drop((kept, next, fa));
+    // Every reference came back once: the page is home, nothing lost.
+    assert!(pp.all_home(), "{:?}", pp.stats());
+    drop(pp);
+    assert!(provider.is_full());
+}
+
+#[test]
+fn a_pool_out_of_pages_stops_a_run_with_what_it_cut_handed_out() {
+    // Room for two 32 KiB pages: 30 fragments of 2094 bytes, then an error.
+    let provider = test_provider(64 << 10);
+    let pp = page_pool(&provider, 3, None);
+    let mut fa = PageFragAlloc::new(pp.clone());
+    let mut got = Vec::new();
+    let e = fa.alloc_frags(2094, 40, |f| got.push(f)).unwrap_err();
+    assert!(matches!(e, PagePoolError::Exhausted { .. }), "{e}");
+    assert_eq!(got.len(), 30);
+    drop((got, fa));
+    assert!(pp.all_home());
+    drop(pp);
+    assert!(provider.is_full());
+}
+
 #[cfg(feature = "bench-baselines")]
 #[test]
 fn bad_fragment_sizes_are_errors() {
@@ -874,29 +976,32 @@ fn a_burst_free_gives_fragments_back_a_run_per_page_and_each_page_home_once() {
 }
 
 #[test]
-fn each_page_starts_its_fragments_one_line_further_within_what_they_leave_over() {
+fn each_page_starts_its_fragments_at_its_own_colour_within_what_they_leave_over() {
     let provider = test_provider(2 << 20);
     let pp = page_pool(&provider, 3, None);
     let mut fa = PageFragAlloc::new(pp.clone());
     // 15 fragments of 2112 bytes leave 1088 bytes of a 32 KiB page: 17
-    // lines, so 18 colours.
+    // lines, so 18 colours: the page's number (IO address over 32 KiB)
+    // modulo 18.
     let frags: Vec<Frag> = (0..15 * 20).map(|_| fa.alloc_frag(2090).unwrap()).collect();
-    let firsts: Vec<usize> = frags
-        .chunks(15)
-        .map(|page| {
-            let base = page[0].page_addr() as usize;
-            for f in page {
-                assert_eq!(f.page_addr() as usize, base, "15 to a page");
-                assert!(f.as_ptr() as usize + 2090 <= base + 32768);
-            }
-            page[0].as_ptr() as usize - base
-        })
-        .collect();
-    let lines: Vec<usize> = firsts.iter().map(|&o| o / FRAG_ALIGN).collect();
-    let expected: Vec<usize> = (1..=20).map(|k| k % 18).collect();
-    assert_eq!(lines, expected);
-    assert!(firsts.iter().all(|&o| o % FRAG_ALIGN == 0));
+    let colour_of = |f: &Frag| ((f.iova() as usize & !32767) / 32768) % 18;
+    let mut colours = std::collections::BTreeSet::new();
+    for page in frags.chunks(15) {
+        let base = page[0].page_addr() as usize;
+        for (k, f) in page.iter().enumerate() {
+            assert_eq!(f.page_addr() as usize, base, "15 to a page");
+            assert_eq!(
+                f.as_ptr() as usize - base,
+                colour_of(&page[0]) * FRAG_ALIGN + k * 2112
+            );
+            assert!(f.as_ptr() as usize + 2090 <= base + 32768);
+        }
+        colours.insert(colour_of(&page[0]));
+    }
+    assert_eq!(colours.len(), 18, "20 pages in a row take every colour");
     assert_eq!(pp.stats().alloc_slow, 20);
+    // The offsets follow from the page's IO address alone, so a page recycled
+    // and cut again for the same size has its fragments where they were.
     drop((frags, fa));
     assert!(pp.all_home());
     drop(pp);

@@ -59,7 +59,7 @@ impl PathPair {
 pub fn path_note() -> String {
     format!(
         "soft ports run the driver's {} Rx and Tx paths (vector=auto on this CPU; \
-         vector=off is the scalar path; Rx with rxbuf=frag stays scalar)",
+         vector=off is the scalar path; with rxbuf=frag the Rx refill stays scalar)",
         VectorLevel::best()
     )
 }

@@ -84,9 +84,9 @@
 //!   data segments (`driver::vector`) — the highest this CPU has, scalar,
 //!   SSE4.1, AVX2 or AVX-512F (whose Tx segments are AVX2's). A level the
 //!   CPU lacks is an error naming the highest it has; other architectures
-//!   have only `off` (and `auto`, which takes it). Rx queues with
-//!   `rxbuf=frag` stay scalar. Every level leaves the same mbufs, rings
-//!   and counters.
+//!   have only `off` (and `auto`, which takes it). With `rxbuf=frag` the
+//!   receive loop takes the level and the refill stays scalar. Every level
+//!   leaves the same mbufs, rings and counters.
 //!
 //! - `panic_at` (1..=2^64-1; fault injection, for tests): the Rx engine
 //!   of queue 0 panics in its Nth step. The engine is poisoned (never run

@@ -112,8 +112,8 @@ pub struct SoftRx {
     /// The named counters of the frames the device refused (runts and
     /// oversize frames, told apart by the written-back length).
     check: RxFrameCheck,
-    /// The receive loop's and the refill's instruction set; scalar with
-    /// fragments, whose headers keep their attachment flag.
+    /// The receive loop's and the refill's instruction set (with
+    /// fragments, the refill reads each header's buffer address: scalar).
     vector: VectorLevel,
 }
 
@@ -139,11 +139,6 @@ impl SoftRx {
             vector,
         } = parts;
         assert!(vector.available(), "soft Rx queue: no {vector} on this CPU");
-        let vector = if frags.is_some() {
-            VectorLevel::Scalar
-        } else {
-            vector
-        };
         let nb = regs.descs.len();
         // What a recycle view of the ring relies on (`recycle_view`).
         assert!(
@@ -379,10 +374,15 @@ impl SoftRx {
         assert!(descs.len() == mask as usize + 1 && ring.len() == descs.len());
         let rearm = self.rearm.word();
         let rss_hash = self.rss_hash;
-        let template = RxTemplate { rearm, rss_hash };
         // Without fragments every armed buffer is plain (no external buffer
-        // attached): its header is written without being read.
+        // attached), with fragments every one is attached: either way its
+        // header is written without being read.
         let plain = self.frags.is_none();
+        let template = RxTemplate {
+            rearm,
+            rss_hash,
+            ol_flags: if plain { 0 } else { ol::EXTERNAL },
+        };
         let mut next = self.next;
         // Only descriptors handed to the device can be done: past `tail`
         // lie delivered ones, their DD still set until they are rearmed.
@@ -475,7 +475,7 @@ impl SoftRx {
             if plain {
                 h.set_rx_plain(flags, ptype, len, vlan, hash);
             } else {
-                h.set_rx(flags, ptype, len, vlan, hash);
+                h.set_rx_attached(flags, ptype, len, vlan, hash);
             }
             slots[n] = e;
             n += 1;
@@ -488,15 +488,14 @@ impl SoftRx {
     /// [`receive`](Self::receive) in groups of 4 with SSE4.1.
     ///
     /// # Safety
-    /// The CPU has SSE4.1; the queue has no fragments.
+    /// The CPU has SSE4.1.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "sse4.1")]
     unsafe fn receive_sse41(&mut self, slots: &mut [Elem]) -> (usize, u64) {
-        debug_assert!(self.frags.is_none());
         self.receive::<4>(slots, |d, e, t| {
             // SAFETY: SSE4.1 is present (this function's contract); `receive`
             // passes 4 descriptors seen done and clean and their slots,
-            // plain buffers we own (no fragments).
+            // headers we own, attached exactly when the template says so.
             unsafe { vector::rx_group_sse41(d, e, t) }
         })
     }
@@ -504,15 +503,14 @@ impl SoftRx {
     /// [`receive`](Self::receive) in groups of 4 with AVX2.
     ///
     /// # Safety
-    /// The CPU has AVX2; the queue has no fragments.
+    /// The CPU has AVX2.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
     unsafe fn receive_avx2(&mut self, slots: &mut [Elem]) -> (usize, u64) {
-        debug_assert!(self.frags.is_none());
         self.receive::<4>(slots, |d, e, t| {
             // SAFETY: AVX2 is present (this function's contract); `receive`
             // passes 4 descriptors seen done and clean and their slots,
-            // plain buffers we own (no fragments).
+            // headers we own, attached exactly when the template says so.
             unsafe { vector::rx_group_avx2(d, e, t) }
         })
     }
@@ -520,15 +518,15 @@ impl SoftRx {
     /// [`receive`](Self::receive) in groups of 8 with AVX-512F.
     ///
     /// # Safety
-    /// The CPU has AVX-512F; the queue has no fragments.
+    /// The CPU has AVX-512F.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
     unsafe fn receive_avx512(&mut self, slots: &mut [Elem]) -> (usize, u64) {
-        debug_assert!(self.frags.is_none());
         self.receive::<8>(slots, |d, e, t| {
             // SAFETY: AVX-512F is present (this function's contract);
             // `receive` passes 8 descriptors seen done and clean and their
-            // slots, plain buffers we own (no fragments).
+            // slots, headers we own, attached exactly when the template says
+            // so.
             unsafe { vector::rx_group_avx512(d, e, t) }
         })
     }

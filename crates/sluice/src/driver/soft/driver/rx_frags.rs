@@ -12,7 +12,7 @@
 //! the others through the pool's ring.
 //!
 //! Ownership: a header armed on the ring has its fragment attached (the
-//! external buffer holds the fragment's reference); freeing the mbuf —
+//! header holds the fragment's page reference); freeing the mbuf —
 //! wherever that happens — detaches it, which gives the fragment back, and
 //! returns the header to its mempool.
 
@@ -22,9 +22,6 @@ use crate::pagepool::{
     BlockProvider, FragLayout, PageFragAlloc, PagePool, PagePoolConfig, attach_frag_fresh,
 };
 use crate::port::PortError;
-
-/// Fragments ahead whose shared-info line a refill prefetches.
-const PREFETCH_AHEAD: usize = 2;
 
 /// Page order of Rx fragment pages (32 KiB).
 pub const RX_PAGE_ORDER: u32 = 3;
@@ -99,35 +96,35 @@ impl RxFrags {
     /// Fills every slot with a header from `pool` carrying a fresh
     /// fragment, or takes nothing (false: no header or no page).
     ///
-    /// Headers first (one bulk get), then per slot a fragment cut and
-    /// attached at once, its handle never leaving registers; the shared-info
-    /// line of the fragment [`PREFETCH_AHEAD`] further is asked for meanwhile.
+    /// Headers first (one bulk get), then the fragments, cut a page's run at
+    /// a time ([`PageFragAlloc::alloc_frags`]), each attached to the next
+    /// header as it is cut, its handle never leaving registers: only the
+    /// headers' lines are written, none of the fragments'.
     pub fn fill(&mut self, pool: &MbufPool, slots: &mut [Elem]) -> bool {
         if pool.mempool().get_bulk(slots).is_err() {
             return false;
         }
-        let size = self.layout.frag_size();
-        for i in 0..slots.len() {
-            match self.alloc.alloc_frag(size) {
-                Ok(f) => {
-                    self.layout.prefetch_shinfo(&f, PREFETCH_AHEAD);
-                    // SAFETY: a header just taken from the queue's mbuf pool,
-                    // ours; the layout was checked in `new`; the fragment is
-                    // of its size.
-                    unsafe { attach_frag_fresh(slots[i], f, self.layout) };
-                }
-                Err(_) => {
-                    for &e in &slots[..i] {
-                        // SAFETY: headers of this batch, attached above, each
-                        // rebuilt once: dropping detaches their fragments.
-                        drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
-                    }
-                    // SAFETY: the rest of the batch: plain headers from
-                    // `pool`, ours.
-                    unsafe { pool.mempool().put_bulk(&slots[i..]) };
-                    return false;
-                }
+        let layout = self.layout;
+        let mut done = 0;
+        let cut = self
+            .alloc
+            .alloc_frags(layout.frag_size(), slots.len(), |f| {
+                // SAFETY: a header just taken from the queue's mbuf pool,
+                // ours, each given one fragment (`alloc_frags` hands out
+                // `slots.len()` at most); the layout was checked in `new`;
+                // the fragment is of its size.
+                unsafe { attach_frag_fresh(slots[done], f, layout) };
+                done += 1;
+            });
+        if cut.is_err() {
+            for &e in &slots[..done] {
+                // SAFETY: headers of this batch, attached above, each rebuilt
+                // once: dropping detaches their fragments.
+                drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
             }
+            // SAFETY: the rest of the batch: plain headers from `pool`, ours.
+            unsafe { pool.mempool().put_bulk(&slots[done..]) };
+            return false;
         }
         true
     }

@@ -191,6 +191,10 @@ pub struct RxTemplate {
     pub rearm: u64,
     /// Deliver the RSS hash.
     pub rss_hash: bool,
+    /// Offload flags every delivered mbuf carries besides the write-back's:
+    /// [`ol::EXTERNAL`] on a queue armed with page fragments (every armed
+    /// header has one attached), 0 on one armed with plain buffers.
+    pub ol_flags: u64,
 }
 
 /// The header words 16..48 of a delivered descriptor `(q0, q1)` with no
@@ -210,7 +214,8 @@ pub fn rx_words(q0: u64, q1: u64, t: RxTemplate) -> [u64; 4] {
         | ((q1 << 1) & !(q1 >> 24) & 0x80)
         | ((q1 << 3) & !(q1 >> 22) & 0x100)
         | ((q1 >> 2) & (q1 >> 27) & 0x18)
-        | (has_hash & ol::RX_RSS_HASH);
+        | (has_hash & ol::RX_RSS_HASH)
+        | t.ol_flags;
     let w2 = ((q0 >> 4) & 0xfff) | (q1 & LEN_IN_PLACE);
     let w3 = (q1 >> 32) | (q0 & HIGH & has_hash);
     [t.rearm, flags, w2, w3]
@@ -245,12 +250,14 @@ mod x86 {
     ///   done (`DD`, acquire load) with no dropping error, which the device
     ///   no longer writes.
     /// - `elems` points to their 4 software-ring slots: mbuf headers the
-    ///   caller owns, unshared and with no external buffer attached.
+    ///   caller owns, unshared, with an external buffer attached exactly
+    ///   when `t.ol_flags` has [`ol::EXTERNAL`].
     #[inline]
     #[target_feature(enable = "sse4.1")]
     pub unsafe fn rx_group_sse41(descs: *const Desc, elems: *const Elem, t: RxTemplate) {
         let rearm = _mm_set1_epi64x(t.rearm as i64);
         let rss_on = _mm_set1_epi64x(if t.rss_hash { -1 } else { 0 });
+        let ol_base = _mm_set1_epi64x(t.ol_flags as i64);
         for pair in 0..2 {
             // SAFETY: the caller's contract: two descriptors of the four,
             // not written concurrently.
@@ -284,7 +291,10 @@ mod x86 {
                             _mm_set1_epi64x(0x18),
                         ),
                     ),
-                    _mm_and_si128(has_hash, _mm_set1_epi64x(ol::RX_RSS_HASH as i64)),
+                    _mm_or_si128(
+                        _mm_and_si128(has_hash, _mm_set1_epi64x(ol::RX_RSS_HASH as i64)),
+                        ol_base,
+                    ),
                 ),
             );
             let w2 = _mm_or_si128(
@@ -377,6 +387,7 @@ mod x86 {
         let q1 = _mm256_unpackhi_epi64(d01, d23);
         let rss_on = _mm256_set1_epi64x(if t.rss_hash { -1 } else { 0 });
         let [flags, w2, w3] = rx_lanes_avx2(q0, q1, rss_on);
+        let flags = _mm256_or_si256(flags, _mm256_set1_epi64x(t.ol_flags as i64));
         let rearm = _mm256_set1_epi64x(t.rearm as i64);
         // [rearm, flags] and [w2, w3] of descriptors 0, 1 (low words of
         // each 128-bit half) and 2, 3 (high words).
@@ -441,7 +452,10 @@ mod x86 {
                         _mm512_set1_epi64(0x18),
                     ),
                 ),
-                _mm512_maskz_mov_epi64(has_hash, _mm512_set1_epi64(ol::RX_RSS_HASH as i64)),
+                _mm512_or_si512(
+                    _mm512_maskz_mov_epi64(has_hash, _mm512_set1_epi64(ol::RX_RSS_HASH as i64)),
+                    _mm512_set1_epi64(t.ol_flags as i64),
+                ),
             ),
         );
         let w2 = _mm512_or_si512(

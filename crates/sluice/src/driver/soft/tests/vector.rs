@@ -1,6 +1,7 @@
 //! The vector paths against the scalar ones: an Rx queue at each level
 //! this CPU has and a scalar queue take the same descriptor write-backs
-//! and the same bursts, and must leave the same mbufs, rings and counters;
+//! and the same bursts, and must leave the same mbufs, rings and counters
+//! (armed with plain buffers, and with page-pool fragments);
 //! a Tx queue at each level and a scalar one take the same bursts and
 //! device steps, and must leave the same rings, frames and counters.
 
@@ -13,6 +14,7 @@ use super::super::device::{
     Bus, EngineCell, PortEngines, QueueEngine, RxEngine, RxEngineParts, RxParams, RxSource,
 };
 use super::super::driver::rx::{RxQueueParts, SoftRx};
+use super::super::driver::rx_frags::RxFrags;
 use super::super::driver::tx::{TxMode, TxParams};
 use super::super::driver::vector::{self, RxTemplate, VectorLevel};
 use super::super::frame::RssHasher;
@@ -22,6 +24,8 @@ use super::super::wqe::seg_bytes;
 use super::wqe::{Rig, params, udp4};
 use crate::driver::open;
 use crate::mbuf::{Burst, Mbuf, MbufPool, RearmData, TxOffload, ol};
+use crate::mempool::HugepagePolicy;
+use crate::pagepool::{BlockProvider, FragLayout, ProviderConfig};
 use crate::port::{PortConfig, PortCounters, RxQueue, TxQueue};
 use crate::test_support::{TestPool, assert_pool_full};
 
@@ -112,13 +116,32 @@ struct Queue {
     regs: Arc<RxRegs>,
     counters: Arc<PortCounters>,
     pool: MbufPool,
+    /// With fragments: their provider, and the address of its region's
+    /// start (armed addresses are compared as offsets in it).
+    frags: Option<(BlockProvider, u64)>,
     /// The next descriptor the test writes back.
     head: u32,
 }
 
 impl Queue {
-    fn new(level: VectorLevel, nb: usize, free_thresh: u32, rss_hash: bool) -> Queue {
+    fn new(level: VectorLevel, nb: usize, free_thresh: u32, rss_hash: bool, frags: bool) -> Queue {
         let pool = TestPool::new(2 * nb as u32 + 63).build();
+        let provider = frags.then(|| {
+            let provider = BlockProvider::new(ProviderConfig {
+                name: "vector-frags".into(),
+                size: 4 << 20,
+                hugepages: HugepagePolicy::Never,
+            })
+            .unwrap();
+            // The region's start: a block's address less its offset.
+            let block = provider.alloc(0).unwrap();
+            let base = block.as_ptr() as u64 - block.iova();
+            drop(block);
+            (provider, base)
+        });
+        let rx_frags = provider.as_ref().map(|(p, _)| {
+            RxFrags::new(p, "soft:vector-frags", 0, FragLayout::for_mtu(1500)).unwrap()
+        });
         let regs = RxRegs::new(nb);
         let counters = Arc::new(PortCounters::new(1, 0, false));
         let engine = RxEngine::new(RxEngineParts {
@@ -150,7 +173,7 @@ impl Queue {
             engine: QueueEngine::new(engines, 0, false),
             counters: Arc::clone(&counters),
             doorbell_cost: 28,
-            frags: None,
+            frags: rx_frags,
             mtu: 1500,
             vector: level,
         });
@@ -160,6 +183,7 @@ impl Queue {
             regs,
             counters,
             pool,
+            frags: provider,
             head: 0,
         }
     }
@@ -183,9 +207,12 @@ impl Queue {
     }
 
     /// Every descriptor's words, buffer addresses made relative to the
-    /// pool.
+    /// pool (or the fragments' provider).
     fn ring(&self) -> Vec<(u64, u64)> {
-        let base = self.base();
+        let base = match &self.frags {
+            Some((_, base)) => *base,
+            None => self.base(),
+        };
         self.regs
             .descs
             .as_slice()
@@ -220,10 +247,11 @@ fn same_as_scalar(
     nb: usize,
     free_thresh: u32,
     rss_hash: bool,
+    frags: bool,
     steps: &[Step],
 ) -> Result<(), TestCaseError> {
-    let mut scalar = Queue::new(VectorLevel::Scalar, nb, free_thresh, rss_hash);
-    let mut vec = Queue::new(level, nb, free_thresh, rss_hash);
+    let mut scalar = Queue::new(VectorLevel::Scalar, nb, free_thresh, rss_hash, frags);
+    let mut vec = Queue::new(level, nb, free_thresh, rss_hash, frags);
     prop_assert_eq!(scalar.ring(), vec.ring(), "after start");
     let mut a: Burst<64> = Burst::new();
     let mut b: Burst<64> = Burst::new();
@@ -258,6 +286,10 @@ fn same_as_scalar(
     drop((scalar.rx, vec.rx));
     assert_pool_full(&scalar.pool);
     assert_pool_full(&vec.pool);
+    for (provider, _) in [scalar.frags, vec.frags].into_iter().flatten() {
+        // Every fragment went home, and the page pool with the queue.
+        assert!(provider.is_full(), "{:?}", provider.stats());
+    }
     Ok(())
 }
 
@@ -279,10 +311,11 @@ proptest! {
         rss_hash in any::<bool>(),
         small_ring in any::<bool>(),
         free_thresh in prop::sample::select(vec![4u32, 8, 32]),
+        frags in any::<bool>(),
     ) {
         let nb = if small_ring { 32 } else { 64 };
         for level in vector_levels() {
-            same_as_scalar(level, nb, free_thresh, rss_hash, &steps)?;
+            same_as_scalar(level, nb, free_thresh, rss_hash, frags, &steps)?;
         }
     }
 
@@ -297,6 +330,7 @@ proptest! {
         let t = RxTemplate {
             rearm: RearmData { data_off: 128, refcnt: 1, nb_segs: 1, port }.word(),
             rss_hash,
+            ol_flags: 0,
         };
         // Groups take only clean descriptors.
         let wbs: Vec<WriteBack> = wbs
@@ -364,6 +398,7 @@ fn the_one_descriptor_computation_is_the_scalar_paths() {
         }
         .word(),
         rss_hash: true,
+        ol_flags: 0,
     };
     let q0 = rx::wb0(rx::RSS_IPV4_L4, 0x211, 0xdead_beef);
     let q1 = rx::wb1(
