@@ -364,7 +364,17 @@ impl Mempool {
     /// ```
     #[inline]
     pub fn get_array<const N: usize>(&self) -> Result<[Elem; N], MempoolError> {
-        self.inner().get_array()
+        let mut out = [Elem::DANGLING; N];
+        self.inner().get_array_into(&mut out).map(|()| out)
+    }
+
+    /// [`get_array`](Self::get_array) into the caller's array: fills all of
+    /// `dst` or takes none. The elements go straight from the cache to
+    /// `dst`, where a returned array may be copied again on its way to
+    /// where the caller keeps it.
+    #[inline]
+    pub fn get_array_into<const N: usize>(&self, dst: &mut [Elem; N]) -> Result<(), MempoolError> {
+        self.inner().get_array_into(dst)
     }
 
     /// Puts one element back.
@@ -620,14 +630,17 @@ impl PoolInner {
         self.get_bulk_slow(dst)
     }
 
-    /// Gets `N` elements or none, `N` fixed at compile time.
+    /// Fills all of `dst` or takes nothing, `N` fixed at compile time.
     ///
     /// The cache hit is [`get_bulk`](Self::get_bulk)'s, with the top `N`
-    /// of the stack read as one `[Elem; N]`: a copy of known size, which
+    /// of the stack copied as one `[Elem; N]`: a copy of known size, which
     /// the compiler unrolls into a few vector moves. The miss goes to the
     /// same outlined path as `get_bulk`'s.
     #[inline(always)]
-    pub(crate) fn get_array<const N: usize>(&self) -> Result<[Elem; N], MempoolError> {
+    pub(crate) fn get_array_into<const N: usize>(
+        &self,
+        dst: &mut [Elem; N],
+    ) -> Result<(), MempoolError> {
         if let Some(cache) = self.local_cache() {
             let st = cache.state();
             let len = state_len(st);
@@ -638,20 +651,21 @@ impl PoolInner {
                 let stack = unsafe { stack_mut(cache) };
                 // SAFETY: `N <= len <= CACHE_STACK` (a cache's length never
                 // passes its flush threshold, below the stack's size), so
-                // `stack[len - N..len]` is in bounds and initialised; an
-                // `[Elem; N]` has `Elem`'s alignment.
-                let out = unsafe { stack.as_ptr().add(len - N).cast::<[Elem; N]>().read() };
+                // `stack[len - N..len]` is in bounds; `dst` holds `N`; a
+                // `&mut` overlaps nothing.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(stack.as_ptr().add(len - N), dst.as_mut_ptr(), N)
+                };
                 // The new length and one more hit, in one store.
                 cache.state.store(st - N as u64 + HIT, Ordering::Relaxed);
                 #[cfg(feature = "debug")]
-                for &e in out.iter() {
+                for &e in dst.iter() {
                     self.debug_mark(e, true);
                 }
-                return Ok(out);
+                return Ok(());
             }
         }
-        let mut out = [Elem::DANGLING; N];
-        self.get_bulk_slow(&mut out).map(|()| out)
+        self.get_bulk_slow(dst)
     }
 
     /// A get the caller's cache cannot serve alone, or a get by a caller

@@ -577,7 +577,7 @@ fn get_put_rounds(
 }
 
 /// [`get_put_rounds`] with the bulk size `B` a compile-time constant:
-/// `get_array::<B>` and `put_array`.
+/// `get_array_into::<B>` and `put_array`.
 #[inline(never)]
 fn get_put_rounds_const<const B: usize>(
     pool: &Mempool,
@@ -587,14 +587,11 @@ fn get_put_rounds_const<const B: usize>(
     for _ in 0..rounds {
         let (chunks, _) = table.as_chunks_mut::<B>();
         for got in 0..chunks.len() {
-            match pool.get_array::<B>() {
-                Ok(batch) => chunks[got] = batch,
-                Err(_) => {
-                    // SAFETY: `chunks[..got]` are elements just got from
-                    // `pool` and not yet put back.
-                    unsafe { pool.put_bulk(chunks[..got].as_flattened()) };
-                    return Err(format!("the pool ran out of elements (bulk get of {B})"));
-                }
+            if pool.get_array_into(&mut chunks[got]).is_err() {
+                // SAFETY: `chunks[..got]` are elements just got from `pool`
+                // and not yet put back.
+                unsafe { pool.put_bulk(chunks[..got].as_flattened()) };
+                return Err(format!("the pool ran out of elements (bulk get of {B})"));
             }
         }
         black_box(&mut *table);
