@@ -358,7 +358,7 @@ impl Mempool {
     /// let pool = Mempool::new(MempoolConfig { size: 63, cache_size: 0, ..Default::default() })?;
     /// let batch = pool.get_array::<4>()?;
     /// // SAFETY: the elements came from this pool and go back once.
-    /// unsafe { pool.put_array(batch) };
+    /// unsafe { pool.put_array(&batch) };
     /// assert!(pool.is_full());
     /// # Ok::<(), sluice::mempool::MempoolError>(())
     /// ```
@@ -405,7 +405,7 @@ impl Mempool {
     /// # Safety
     /// As [`put_bulk`](Self::put_bulk).
     #[inline]
-    pub unsafe fn put_array<const N: usize>(&self, src: [Elem; N]) {
+    pub unsafe fn put_array<const N: usize>(&self, src: &[Elem; N]) {
         // SAFETY: forwarded.
         unsafe { self.inner().put_array(src) }
     }
@@ -793,7 +793,7 @@ impl PoolInner {
     /// # Safety
     /// As [`put_bulk`](Self::put_bulk).
     #[inline(always)]
-    pub(crate) unsafe fn put_array<const N: usize>(&self, src: [Elem; N]) {
+    pub(crate) unsafe fn put_array<const N: usize>(&self, src: &[Elem; N]) {
         let Some(cache) = self.local_cache() else {
             // No cache for this caller: the ring directly.
             #[cfg(feature = "debug")]
@@ -801,7 +801,7 @@ impl PoolInner {
                 self.debug_mark(e, false);
             }
             self.witness_put();
-            self.ring_put(&src);
+            self.ring_put(src);
             return;
         };
         let st = cache.state();
@@ -810,7 +810,7 @@ impl PoolInner {
         // an object, so `N` is below `isize::MAX / 8`.
         if len + N > self.flush_thresh as usize {
             // SAFETY: forwarded.
-            unsafe { self.put_bulk_slow(cache, &src) };
+            unsafe { self.put_bulk_slow(cache, src) };
             return;
         }
         #[cfg(feature = "debug")]
@@ -822,8 +822,8 @@ impl PoolInner {
         let stack = unsafe { stack_mut(cache) };
         // SAFETY: `len + N <= flush_thresh`, below the stack's size
         // (`with_init` checks it), so `stack[len..len + N]` is in bounds;
-        // an `[Elem; N]` has `Elem`'s alignment.
-        unsafe { stack.as_mut_ptr().add(len).cast::<[Elem; N]>().write(src) };
+        // `src` holds `N`; a `&` does not overlap the `&mut` stack.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), stack.as_mut_ptr().add(len), N) };
         self.witness_put();
         // Release: see `put_bulk`.
         cache.state.store(st + N as u64, Ordering::Release);

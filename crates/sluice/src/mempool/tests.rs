@@ -797,7 +797,7 @@ unsafe fn put_array_of(pool: &Mempool, src: &[Elem]) {
     // SAFETY: forwarded, for each size.
     unsafe {
         match src.len() {
-            0 => pool.put_array::<0>([]),
+            0 => pool.put_array::<0>(&[]),
             1 => pool.put_array::<1>(src.try_into().unwrap()),
             2 => pool.put_array::<2>(src.try_into().unwrap()),
             4 => pool.put_array::<4>(src.try_into().unwrap()),

@@ -595,7 +595,7 @@ fn get_put_rounds_const<const B: usize>(
             }
         }
         black_box(&mut *table);
-        for &batch in table.as_chunks::<B>().0 {
+        for batch in table.as_chunks::<B>().0 {
             // SAFETY: got from `pool` above, each put back once.
             unsafe { pool.put_array(batch) };
         }
