@@ -348,6 +348,35 @@ impl Mempool {
         self.inner().get_bulk(dst)
     }
 
+    /// Gets `N` elements, a count fixed at compile time, or none: what
+    /// [`get_bulk`](Self::get_bulk) does for a slice of `N`, with the cache
+    /// hit a fixed-size copy the compiler unrolls (DPDK's
+    /// `rte_mempool_get_bulk` with a constant count).
+    ///
+    /// ```
+    /// # use sluice::mempool::{Mempool, MempoolConfig};
+    /// let pool = Mempool::new(MempoolConfig { size: 63, cache_size: 0, ..Default::default() })?;
+    /// let batch = pool.get_array::<4>()?;
+    /// // SAFETY: the elements came from this pool and go back once.
+    /// unsafe { pool.put_array(&batch) };
+    /// assert!(pool.is_full());
+    /// # Ok::<(), sluice::mempool::MempoolError>(())
+    /// ```
+    #[inline]
+    pub fn get_array<const N: usize>(&self) -> Result<[Elem; N], MempoolError> {
+        let mut out = [Elem::DANGLING; N];
+        self.inner().get_array_into(&mut out).map(|()| out)
+    }
+
+    /// [`get_array`](Self::get_array) into the caller's array: fills all of
+    /// `dst` or takes none. The elements go straight from the cache to
+    /// `dst`, where a returned array may be copied again on its way to
+    /// where the caller keeps it.
+    #[inline]
+    pub fn get_array_into<const N: usize>(&self, dst: &mut [Elem; N]) -> Result<(), MempoolError> {
+        self.inner().get_array_into(dst)
+    }
+
     /// Puts one element back.
     ///
     /// # Safety
@@ -367,6 +396,18 @@ impl Mempool {
     pub unsafe fn put_bulk(&self, src: &[Elem]) {
         // SAFETY: forwarded.
         unsafe { self.inner().put_bulk(src) }
+    }
+
+    /// Puts back `N` elements, a count fixed at compile time: what
+    /// [`put_bulk`](Self::put_bulk) does for a slice of `N`, with the cache
+    /// hit a fixed-size copy.
+    ///
+    /// # Safety
+    /// As [`put_bulk`](Self::put_bulk).
+    #[inline]
+    pub unsafe fn put_array<const N: usize>(&self, src: &[Elem; N]) {
+        // SAFETY: forwarded.
+        unsafe { self.inner().put_array(src) }
     }
 
     /// Reserves `n` slots at the top of the calling lcore's cache (flushing it
@@ -589,6 +630,44 @@ impl PoolInner {
         self.get_bulk_slow(dst)
     }
 
+    /// Fills all of `dst` or takes nothing, `N` fixed at compile time.
+    ///
+    /// The cache hit is [`get_bulk`](Self::get_bulk)'s, with the top `N`
+    /// of the stack copied as one `[Elem; N]`: a copy of known size, which
+    /// the compiler unrolls into a few vector moves. The miss goes to the
+    /// same outlined path as `get_bulk`'s.
+    #[inline(always)]
+    pub(crate) fn get_array_into<const N: usize>(
+        &self,
+        dst: &mut [Elem; N],
+    ) -> Result<(), MempoolError> {
+        if let Some(cache) = self.local_cache() {
+            let st = cache.state();
+            let len = state_len(st);
+            if N <= len {
+                debug_assert!(len <= CACHE_STACK);
+                // SAFETY: `local_cache` returned the caller's own cache, and
+                // this is the only reference into its stack here.
+                let stack = unsafe { stack_mut(cache) };
+                // SAFETY: `N <= len <= CACHE_STACK` (a cache's length never
+                // passes its flush threshold, below the stack's size), so
+                // `stack[len - N..len]` is in bounds; `dst` holds `N`; a
+                // `&mut` overlaps nothing.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(stack.as_ptr().add(len - N), dst.as_mut_ptr(), N)
+                };
+                // The new length and one more hit, in one store.
+                cache.state.store(st - N as u64 + HIT, Ordering::Relaxed);
+                #[cfg(feature = "debug")]
+                for &e in dst.iter() {
+                    self.debug_mark(e, true);
+                }
+                return Ok(());
+            }
+        }
+        self.get_bulk_slow(dst)
+    }
+
     /// A get the caller's cache cannot serve alone, or a get by a caller
     /// without one. (It looks the cache up again rather than taking it from
     /// the inlined part: carrying it across costs the hit path a register.)
@@ -706,6 +785,48 @@ impl PoolInner {
         // is what the final handle's drop reads (Acquire in `count_free`) to
         // decide the pool may be freed.
         cache.state.store(st + n as u64, Ordering::Release);
+    }
+
+    /// Puts `src` back, `N` fixed at compile time: [`put_bulk`](Self::put_bulk)
+    /// with the cache hit one write of an `[Elem; N]`.
+    ///
+    /// # Safety
+    /// As [`put_bulk`](Self::put_bulk).
+    #[inline(always)]
+    pub(crate) unsafe fn put_array<const N: usize>(&self, src: &[Elem; N]) {
+        let Some(cache) = self.local_cache() else {
+            // No cache for this caller: the ring directly.
+            #[cfg(feature = "debug")]
+            for &e in src.iter() {
+                self.debug_mark(e, false);
+            }
+            self.witness_put();
+            self.ring_put(src);
+            return;
+        };
+        let st = cache.state();
+        let len = state_len(st);
+        // No overflow: `len` is below `CACHE_STACK`, and an `[Elem; N]` is
+        // an object, so `N` is below `isize::MAX / 8`.
+        if len + N > self.flush_thresh as usize {
+            // SAFETY: forwarded.
+            unsafe { self.put_bulk_slow(cache, src) };
+            return;
+        }
+        #[cfg(feature = "debug")]
+        for &e in src.iter() {
+            self.debug_mark(e, false);
+        }
+        debug_assert!(len + N <= CACHE_STACK);
+        // SAFETY: our own cache, sole reference for this block.
+        let stack = unsafe { stack_mut(cache) };
+        // SAFETY: `len + N <= flush_thresh`, below the stack's size
+        // (`with_init` checks it), so `stack[len..len + N]` is in bounds;
+        // `src` holds `N`; a `&` does not overlap the `&mut` stack.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), stack.as_mut_ptr().add(len), N) };
+        self.witness_put();
+        // Release: see `put_bulk`.
+        cache.state.store(st + N as u64, Ordering::Release);
     }
 
     /// A put that flushes the caller's cache (`cache`, found by the inlined

@@ -774,3 +774,139 @@ fn bulks_of_0_to_64_match_a_model_of_cache_and_ring() {
         assert_pool_full(&pool);
     }
 }
+
+/// `get_array::<N>` of the sizes the tests use, as a `Vec`.
+fn get_array_of(pool: &Mempool, n: usize) -> Result<Vec<Elem>, MempoolError> {
+    match n {
+        0 => pool.get_array::<0>().map(Vec::from),
+        1 => pool.get_array::<1>().map(Vec::from),
+        2 => pool.get_array::<2>().map(Vec::from),
+        4 => pool.get_array::<4>().map(Vec::from),
+        8 => pool.get_array::<8>().map(Vec::from),
+        32 => pool.get_array::<32>().map(Vec::from),
+        64 => pool.get_array::<64>().map(Vec::from),
+        _ => unreachable!("no array size {n}"),
+    }
+}
+
+/// `put_array::<N>` of the sizes the tests use.
+///
+/// # Safety
+/// As [`Mempool::put_bulk`].
+unsafe fn put_array_of(pool: &Mempool, src: &[Elem]) {
+    // SAFETY: forwarded, for each size.
+    unsafe {
+        match src.len() {
+            0 => pool.put_array::<0>(&[]),
+            1 => pool.put_array::<1>(src.try_into().unwrap()),
+            2 => pool.put_array::<2>(src.try_into().unwrap()),
+            4 => pool.put_array::<4>(src.try_into().unwrap()),
+            8 => pool.put_array::<8>(src.try_into().unwrap()),
+            32 => pool.put_array::<32>(src.try_into().unwrap()),
+            64 => pool.put_array::<64>(src.try_into().unwrap()),
+            n => unreachable!("no array size {n}"),
+        }
+    }
+}
+
+/// Sizes `get_array_of` and `put_array_of` take: small bulks, one past a
+/// 32-element cache, and two of them.
+const ARRAY_SIZES: [usize; 7] = [0, 1, 2, 4, 8, 32, 64];
+
+mod arrays {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// One step: a get or a put, of one of [`ARRAY_SIZES`], with the
+    /// compile-time form or the run-time one.
+    #[derive(Debug, Clone, Copy)]
+    struct Step {
+        get: bool,
+        size: usize,
+        array: bool,
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        (
+            any::<bool>(),
+            prop::sample::select(&ARRAY_SIZES[..]),
+            any::<bool>(),
+        )
+            .prop_map(|(get, size, array)| Step { get, size, array })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+
+        /// Random sequences of compile-time and run-time gets and puts, on
+        /// an lcore or not and with small pools that run dry, hand out
+        /// exactly what the model of cache and ring predicts, fail exactly
+        /// when it says so (taking nothing), and leave the pool full.
+        #[test]
+        fn array_gets_and_puts_match_the_model(
+            cached in any::<bool>(),
+            cache_size in prop::sample::select(&[0u32, 8, 32][..]),
+            size in 60u32..200,
+            steps in prop::collection::vec(step(), 1..120),
+        ) {
+            let _l = cached.then(|| lcore::register().unwrap());
+            let pool = test_mempool(size, cache_size);
+            let mut all = Vec::new();
+            while let Some(e) = pool.get() {
+                all.push(e);
+            }
+            prop_assert_eq!(all.len(), size as usize);
+            all.sort_by_key(|&e| pool.index_of(e));
+            // SAFETY: every element, got above, put back once.
+            unsafe { pool.put_bulk(&all) };
+            pool.flush_local_cache();
+            let on_cache = cached && cache_size > 0;
+            let mut model = PoolModel {
+                ring: all.iter().copied().collect(),
+                cache: Vec::new(),
+                cache_size: if on_cache { cache_size as usize } else { 0 },
+                flush_thresh: if on_cache { pool.flush_threshold() as usize } else { 0 },
+            };
+            let mut held: Vec<Elem> = Vec::new();
+            for (i, s) in steps.iter().enumerate() {
+                if s.get {
+                    let want = model.get(s.size);
+                    let got = if s.array {
+                        get_array_of(&pool, s.size)
+                    } else {
+                        let mut dst = vec![Elem::DANGLING; s.size];
+                        pool.get_bulk(&mut dst).map(|()| dst)
+                    };
+                    match got {
+                        Ok(dst) => {
+                            prop_assert_eq!(Some(&dst), want.as_ref(), "step {} {:?}", i, s);
+                            held.extend_from_slice(&dst);
+                        }
+                        Err(MempoolError::Empty { requested }) => {
+                            prop_assert_eq!(requested, s.size);
+                            prop_assert!(want.is_none(), "step {} {:?} failed", i, s);
+                        }
+                        Err(e) => panic!("{e}"),
+                    }
+                } else if s.size <= held.len() {
+                    let src = held.split_off(held.len() - s.size);
+                    model.put(&src);
+                    if s.array {
+                        // SAFETY: got above and held since, each put back once.
+                        unsafe { put_array_of(&pool, &src) };
+                    } else {
+                        // SAFETY: as above.
+                        unsafe { pool.put_bulk(&src) };
+                    }
+                }
+                prop_assert_eq!(pool.local_cache_len(), model.cache.len(), "step {}", i);
+                let distinct: HashSet<Elem> = held.iter().copied().collect();
+                prop_assert_eq!(distinct.len(), held.len(), "an element handed out twice");
+            }
+            // SAFETY: as above.
+            unsafe { pool.put_bulk(&held) };
+            pool.flush_local_cache();
+            assert_pool_full(&pool);
+        }
+    }
+}

@@ -3,6 +3,8 @@
 //! One op is one element got and put back, so Mops compares directly with
 //! DPDK's rate. Each worker lcore repeatedly gets [`KEEP`] elements in calls of
 //! `bulk` (`get` for 1, `get_bulk` otherwise), then puts them back the same way.
+//! On one core Sluice is also measured with the bulk size a compile-time
+//! constant (`get_array::<N>` and `put_array`), beside DPDK's constant form.
 //! Cache sizes 0 (no cache: every call goes to the pool's ring), 32, 256 and
 //! 512 × bulk 1, 4 and 32, on one core and on two cores at once.
 //!
@@ -13,8 +15,8 @@
 //! The "DPDK here" column is DPDK's `rte_mempool` measured in the same run:
 //! `dpdk/mempool_perf.c` runs the autotest's loop for one case on the same
 //! CPUs, with the same pool size, element size, cache, bulk and kind of
-//! memory. Each case is measured in interleaved rounds, one slice of
-//! Sluice's and one of DPDK's per round (`sluice_bench::round_order`), so both
+//! memory. Each case is measured in interleaved rounds, one slice of each
+//! form of Sluice's and of DPDK's per round (`sluice_bench::round_order`), so both
 //! figures come from the same stretch of time; each figure is the median of
 //! its rounds, and the ratio the median of the per-round ratios.
 
@@ -102,7 +104,8 @@ struct MempoolRow {
     /// Sluice's Mops over DPDK's: the median of the per-round ratios.
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_dpdk_here: Option<f64>,
-    /// The same for DPDK with the bulk size a compile-time constant.
+    /// The same for DPDK with the bulk size a compile-time constant
+    /// (`vs_dpdk_here_const`: Sluice's run-time form over it).
     #[serde(skip_serializing_if = "Option::is_none")]
     dpdk_here_const_mops: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -113,6 +116,22 @@ struct MempoolRow {
     dpdk_here_const_cycles_per_op: Option<f64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     vs_dpdk_here_const: Option<f64>,
+    /// Sluice with the bulk size a compile-time constant (one-core cases):
+    /// the median of its rounds' Mops, ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    const_mops: Option<f64>,
+    /// ... its slowest and fastest round, ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    const_mops_min: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    const_mops_max: Option<f64>,
+    /// ... the median of its cycles per op, ...
+    #[serde(skip_serializing_if = "Option::is_none")]
+    const_cycles_per_op: Option<f64>,
+    /// ... and its Mops over DPDK's constant form: the median of the
+    /// per-round ratios.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    const_vs_dpdk_here_const: Option<f64>,
 }
 
 /// DPDK's figures for one form of the bulk size, against Sluice's.
@@ -145,6 +164,17 @@ const FORMS: [BulkForm; 2] = [BulkForm::Variable, BulkForm::Constant];
 
 /// DPDK's per-round figures for each of [`FORMS`].
 type DpdkRounds = [Rounds; 2];
+
+/// Sluice's per-round figures for each of [`FORMS`] (the constant form's
+/// empty where it is not measured).
+type SluiceRounds = [Rounds; 2];
+
+/// One slice of a round: a side and the form of the bulk size it uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Side {
+    Sluice(BulkForm),
+    Dpdk(BulkForm),
+}
 
 /// Per-round figures of one side: (cycles per op per core, total Mops).
 type Rounds = Vec<(f64, f64)>;
@@ -186,11 +216,11 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
              mempool_perf_autotest's loop built here with cc -O3 and libdpdk's flags, \
              ring_mp_mc handler, the same pool, element, cache and bulk sizes and CPUs as \
              Sluice's case, and the same kind of memory (hugepages: EAL {}; 4 KiB pages: \
-             {}); its slices take turns with Sluice's in each round. DPDK here: the bulk \
-             size a run-time value, as Sluice's side passes it (the autotest's \
-             constant_n=0); const (one-core cases): a compile-time constant \
-             (constant_n=1). ratio: Sluice's Mops over DPDK's, the median of the per-round \
-             ratios.",
+             {}); its slices take turns with Sluice's in each round. Mops and DPDK here: \
+             the bulk size a run-time value (get_bulk; the autotest's constant_n=0); \
+             const and DPDK const (one-core cases): a compile-time constant \
+             (get_array::<N>; constant_n=1). ratio: Sluice's Mops over DPDK's of the same \
+             form, the median of the per-round ratios.",
             super::dpdk::version().unwrap_or_else(|| "(version unknown)".to_owned()),
             mempool_perf::memory_options(sluice::mempool::Backing::Hugepages),
             mempool_perf::memory_options(sluice::mempool::Backing::Anonymous),
@@ -204,7 +234,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     super::note_contention(ctx);
     if !ctx.json {
         emit(&format!(
-            "{:<24} {:>5} {:>9} {:>8} {:>9} {:>5} {:>8} {:>5}  {:<8} detail (Mops range)",
+            "{:<24} {:>5} {:>9} {:>8} {:>9} {:>5} {:>8} {:>10} {:>5}  {:<8} detail (Mops range)",
             "case",
             "cores",
             "cycles/op",
@@ -212,6 +242,7 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
             "DPDK here",
             "ratio",
             "const",
+            "DPDK const",
             "ratio",
             "DPDK ref"
         ));
@@ -294,11 +325,11 @@ fn config(cache: u32) -> MempoolConfig {
 }
 
 /// Measures one case in `rounds` interleaved rounds of `slice_ops` elements
-/// per core: Sluice's slices, and DPDK's beside them (on one core one slice
-/// for each form of the bulk size that fits it, on two the run-time form)
-/// when `dpdk` gives the program and its case. Returns each side's per-round figures (DPDK's empty when it has
-/// none: why is noted). An error of Sluice's side fails the case; one of
-/// DPDK's side is a note.
+/// per core: one slice of Sluice's and, when `dpdk` gives the program and
+/// its case, one of DPDK's for each form of the bulk size (on one core each
+/// form that fits the bulk, on two the run-time form). Returns each side's
+/// per-round figures (DPDK's empty when it has none: why is noted). An
+/// error of Sluice's side fails the case; one of DPDK's side is a note.
 fn measure_case(
     ctx: &Ctx,
     pool: &Mempool,
@@ -306,7 +337,7 @@ fn measure_case(
     cores: u32,
     (slice_ops, rounds): (u64, usize),
     dpdk: Option<(&Program, &mempool_perf::Case)>,
-) -> Result<(Rounds, DpdkRounds), String> {
+) -> Result<(SluiceRounds, DpdkRounds), String> {
     let case = case_name(pool.cache_size(), bulk, cores);
     let mut peer =
         match dpdk.map(|(program, c)| mempool_perf::MempoolPerf::spawn(program.path(), c)) {
@@ -319,26 +350,30 @@ fn measure_case(
         };
     let timed_rounds = slice_ops.div_ceil(KEEP as u64).max(1);
     let warmup_rounds = (timed_rounds / 16).max(1);
-    let mut sluice = Vec::with_capacity(rounds);
+    let mut sluice: SluiceRounds = Default::default();
     let mut dpdk_figures: DpdkRounds = Default::default();
-    // Side 0 is Sluice's; side 1 + i is DPDK's form `forms[i]`. Two-core
-    // cases measure the run-time form only: on a crowded host their
-    // no-cache cases run a hundred times slower than on a quiet one, and a
-    // third side would make them the better part of the run.
+    // Two-core cases measure the run-time form only: on a crowded host
+    // their no-cache cases run a hundred times slower than on a quiet one,
+    // and more sides would make them the better part of the run.
     let forms: Vec<BulkForm> = FORMS
         .into_iter()
         .filter(|f| f.fits(bulk) && (cores == 1 || *f == BulkForm::Variable))
         .collect();
-    let sides = if peer.is_some() { 1 + forms.len() } else { 1 };
+    let mut sides: Vec<Side> = forms.iter().map(|&f| Side::Sluice(f)).collect();
+    if peer.is_some() {
+        sides.extend(forms.iter().map(|&f| Side::Dpdk(f)));
+    }
     for round in 0..rounds {
-        for side in round_order(round, sides) {
-            if side == 0 {
-                let samples = sluice_slice(ctx, pool, bulk, cores, slice_ops)?;
-                sluice.push(figures(&samples));
-                continue;
-            }
+        for side in round_order(round, sides.len()) {
+            let form = match sides[side] {
+                Side::Sluice(form) => {
+                    let samples = sluice_slice(ctx, pool, bulk, form, cores, slice_ops)?;
+                    sluice[form as usize].push(figures(&samples));
+                    continue;
+                }
+                Side::Dpdk(form) => form,
+            };
             let Some(p) = peer.as_mut() else { continue };
-            let form = forms[side - 1];
             match p.slice(warmup_rounds, timed_rounds, form) {
                 Ok(samples) => dpdk_figures[form as usize].push(figures(&samples)),
                 Err(e) => {
@@ -376,9 +411,10 @@ fn row(
     cores: u32,
     pool: &Mempool,
     slice_ops: u64,
-    sluice: &Rounds,
+    sluice_forms: &SluiceRounds,
     dpdk: &DpdkRounds,
 ) -> MempoolRow {
+    let sluice = &sluice_forms[BulkForm::Variable as usize];
     let sluice_mops: Vec<f64> = sluice.iter().map(|r| r.1).collect();
     let spread = Spread::of(&sluice_mops);
     let cycles = median(&sluice.iter().map(|r| r.0).collect::<Vec<_>>());
@@ -394,6 +430,11 @@ fn row(
     result.dpdk_mops = dpdk_ref(cache, bulk, cores);
     let here = HereFigures::of(&dpdk[BulkForm::Variable as usize], &sluice_mops);
     let constant = HereFigures::of(&dpdk[BulkForm::Constant as usize], &sluice_mops);
+    let sluice_const = &sluice_forms[BulkForm::Constant as usize];
+    let const_mops: Vec<f64> = sluice_const.iter().map(|r| r.1).collect();
+    let const_spread = (!const_mops.is_empty()).then(|| Spread::of(&const_mops));
+    let const_vs_const = HereFigures::of(&dpdk[BulkForm::Constant as usize], &const_mops)
+        .filter(|_| !const_mops.is_empty());
     MempoolRow {
         result,
         rounds: sluice.len(),
@@ -409,6 +450,12 @@ fn row(
         dpdk_here_const_mops_max: constant.map(|h| h.mops.max),
         dpdk_here_const_cycles_per_op: constant.map(|h| h.cycles_per_op),
         vs_dpdk_here_const: constant.map(|h| h.ratio),
+        const_mops: const_spread.map(|s| s.median),
+        const_mops_min: const_spread.map(|s| s.min),
+        const_mops_max: const_spread.map(|s| s.max),
+        const_cycles_per_op: (!sluice_const.is_empty())
+            .then(|| median(&sluice_const.iter().map(|r| r.0).collect::<Vec<_>>())),
+        const_vs_dpdk_here_const: const_vs_const.map(|h| h.ratio),
     }
 }
 
@@ -426,22 +473,26 @@ fn print_row(ctx: &Ctx, row: &MempoolRow) {
     if let (Some(lo), Some(hi)) = (row.dpdk_here_mops_min, row.dpdk_here_mops_max) {
         detail.push(format!("DPDK here {lo:.0}-{hi:.0}"));
     }
-    if let (Some(lo), Some(hi)) = (row.dpdk_here_const_mops_min, row.dpdk_here_const_mops_max) {
+    if let (Some(lo), Some(hi)) = (row.const_mops_min, row.const_mops_max) {
         detail.push(format!("const {lo:.0}-{hi:.0}"));
+    }
+    if let (Some(lo), Some(hi)) = (row.dpdk_here_const_mops_min, row.dpdk_here_const_mops_max) {
+        detail.push(format!("DPDK const {lo:.0}-{hi:.0}"));
     }
     if let Some(b) = &r.backing {
         detail.push(b.clone());
     }
     let line = format!(
-        "{:<24} {:>5} {:>9.2} {:>8.1} {:>9} {:>5} {:>8} {:>5}  {:<8} {}",
+        "{:<24} {:>5} {:>9.2} {:>8.1} {:>9} {:>5} {:>8} {:>10} {:>5}  {:<8} {}",
         r.case,
         r.cores,
         r.cycles_per_op,
         r.mops,
         or_dash(row.dpdk_here_mops, 1),
         or_dash(row.vs_dpdk_here, 2),
+        or_dash(row.const_mops, 1),
         or_dash(row.dpdk_here_const_mops, 1),
-        or_dash(row.vs_dpdk_here_const, 2),
+        or_dash(row.const_vs_dpdk_here_const, 2),
         or_dash(r.dpdk_mops, 0),
         detail.join(", ")
     );
@@ -453,13 +504,14 @@ fn sluice_slice(
     ctx: &Ctx,
     pool: &Mempool,
     bulk: usize,
+    form: BulkForm,
     cores: u32,
     ops: u64,
 ) -> Result<Vec<Sample>, String> {
     if cores == 1 {
         let pool = pool.clone();
         return Ok(vec![on_lcore(ctx.main_cpu(), move || {
-            worker(&pool, bulk, ops, None)
+            worker(&pool, bulk, form, ops, None)
         })?]);
     }
     let (a, b) = ctx.cpu_pair().ok_or_else(|| "needs two CPUs".to_owned())?;
@@ -469,7 +521,8 @@ fn sluice_slice(
         .map(|cpu| {
             let pool = pool.clone();
             let barrier = Arc::clone(&barrier);
-            let job: Worker<Sample> = Box::new(move || worker(&pool, bulk, ops, Some(&barrier)));
+            let job: Worker<Sample> =
+                Box::new(move || worker(&pool, bulk, form, ops, Some(&barrier)));
             (cpu, job)
         })
         .collect();
@@ -523,26 +576,73 @@ fn get_put_rounds(
     Ok(())
 }
 
+/// [`get_put_rounds`] with the bulk size `B` a compile-time constant:
+/// `get_array_into::<B>` and `put_array`.
+#[inline(never)]
+fn get_put_rounds_const<const B: usize>(
+    pool: &Mempool,
+    rounds: u64,
+    table: &mut [Elem; KEEP],
+) -> Result<(), String> {
+    for _ in 0..rounds {
+        let (chunks, _) = table.as_chunks_mut::<B>();
+        for got in 0..chunks.len() {
+            if pool.get_array_into(&mut chunks[got]).is_err() {
+                // SAFETY: `chunks[..got]` are elements just got from `pool`
+                // and not yet put back.
+                unsafe { pool.put_bulk(chunks[..got].as_flattened()) };
+                return Err(format!("the pool ran out of elements (bulk get of {B})"));
+            }
+        }
+        black_box(&mut *table);
+        for batch in table.as_chunks::<B>().0 {
+            // SAFETY: got from `pool` above, each put back once.
+            unsafe { pool.put_array(batch) };
+        }
+    }
+    Ok(())
+}
+
+/// `rounds` rounds of a case: the bulk size a run-time value, or a
+/// constant (the sizes DPDK's program has a constant form for).
+fn run_rounds(
+    pool: &Mempool,
+    bulk: usize,
+    form: BulkForm,
+    rounds: u64,
+    table: &mut [Elem; KEEP],
+) -> Result<(), String> {
+    match (form, bulk) {
+        (BulkForm::Variable, _) => get_put_rounds(pool, black_box(bulk), rounds, table),
+        (BulkForm::Constant, 1) => get_put_rounds_const::<1>(pool, rounds, table),
+        (BulkForm::Constant, 4) => get_put_rounds_const::<4>(pool, rounds, table),
+        (BulkForm::Constant, 8) => get_put_rounds_const::<8>(pool, rounds, table),
+        (BulkForm::Constant, 32) => get_put_rounds_const::<32>(pool, rounds, table),
+        (BulkForm::Constant, _) => Err(format!("no constant form for bulk {bulk}")),
+    }
+}
+
 /// One worker: warm up, wait at `barrier` (if any), then get and put `ops`
-/// elements (rounded up to whole rounds of [`KEEP`]).
+/// elements (rounded up to whole rounds of [`KEEP`]), the bulk size in
+/// `form`.
 fn worker(
     pool: &Mempool,
     bulk: usize,
+    form: BulkForm,
     ops: u64,
     barrier: Option<&SpinBarrier>,
 ) -> Result<Sample, String> {
     if bulk == 0 || !KEEP.is_multiple_of(bulk) {
         return Err(format!("bulk {bulk} does not divide {KEEP}"));
     }
-    let bulk = black_box(bulk);
     let rounds = ops.div_ceil(KEEP as u64).max(1);
     let mut table = [Elem::DANGLING; KEEP];
-    get_put_rounds(pool, bulk, (rounds / 16).max(1), &mut table)?;
+    run_rounds(pool, bulk, form, (rounds / 16).max(1), &mut table)?;
     if let Some(b) = barrier {
         b.wait()?;
     }
     let start = rdtsc_ordered();
-    get_put_rounds(pool, bulk, rounds, &mut table)?;
+    run_rounds(pool, bulk, form, rounds, &mut table)?;
     let end = rdtsc_ordered();
     // Hand the cached elements back before the lcore goes away.
     pool.flush_local_cache();
@@ -563,9 +663,12 @@ mod tests {
         for cache in [0, 32] {
             let pool = Mempool::new(config(cache)).unwrap();
             for bulk in BULKS {
-                let lcore_pool = pool.clone();
-                let s = on_lcore(cpu, move || worker(&lcore_pool, bulk, 100, None)).unwrap();
-                assert_eq!(s.ops, 128);
+                for form in FORMS {
+                    let lcore_pool = pool.clone();
+                    let s =
+                        on_lcore(cpu, move || worker(&lcore_pool, bulk, form, 100, None)).unwrap();
+                    assert_eq!(s.ops, 128);
+                }
             }
             assert!(pool.is_full());
         }
@@ -584,7 +687,10 @@ mod tests {
             1,
             &pool,
             64,
-            &sluice,
+            &[
+                sluice.clone(),
+                vec![(3.0, 600.0), (3.5, 300.0), (2.5, 300.0)],
+            ],
             &[variable, constant],
         );
         assert_eq!((r.result.cycles_per_op, r.result.mops), (11.0, 200.0));
@@ -602,6 +708,14 @@ mod tests {
         assert_eq!(r.dpdk_here_const_mops, Some(300.0));
         assert_eq!(r.dpdk_here_const_cycles_per_op, Some(5.0));
         assert_eq!(r.vs_dpdk_here_const, Some(0.5));
+        // Sluice's constant form: ratios 1.5, 1.0, 1.5.
+        assert_eq!(r.const_mops, Some(300.0));
+        assert_eq!(
+            (r.const_mops_min, r.const_mops_max),
+            (Some(300.0), Some(600.0))
+        );
+        assert_eq!(r.const_cycles_per_op, Some(3.0));
+        assert_eq!(r.const_vs_dpdk_here_const, Some(1.5));
         let v = serde_json::to_value(&r).unwrap();
         assert_eq!(v["bench"], "mempool");
         assert_eq!(v["dpdk_here_mops"], 100.0);
@@ -614,13 +728,14 @@ mod tests {
             1,
             &pool,
             64,
-            &sluice,
+            &[sluice, Vec::new()],
             &Default::default(),
         );
         let v = serde_json::to_value(&alone).unwrap();
         assert!(v.get("dpdk_here_mops").is_none(), "{v}");
         assert!(v.get("vs_dpdk_here").is_none(), "{v}");
         assert!(v.get("dpdk_here_const_mops").is_none(), "{v}");
+        assert!(v.get("const_mops").is_none(), "{v}");
         assert_eq!(v["mops"], 200.0);
         assert!(pool.is_full());
     }
@@ -628,7 +743,7 @@ mod tests {
     #[test]
     fn bad_bulk_is_an_error() {
         let pool = Mempool::new(config(0)).unwrap();
-        let err = worker(&pool, 5, 100, None).unwrap_err();
+        let err = worker(&pool, 5, BulkForm::Variable, 100, None).unwrap_err();
         assert!(err.contains("bulk 5"), "{err}");
         assert!(pool.is_full());
     }
@@ -641,8 +756,10 @@ mod tests {
             ..config(0)
         })
         .unwrap();
-        let err = worker(&pool, 4, 100, None).unwrap_err();
-        assert!(err.contains("ran out"), "{err}");
+        for form in FORMS {
+            let err = worker(&pool, 4, form, 100, None).unwrap_err();
+            assert!(err.contains("ran out"), "{err}");
+        }
         assert!(pool.is_full());
     }
 }
