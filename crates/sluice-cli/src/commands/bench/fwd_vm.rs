@@ -71,6 +71,10 @@ pub const POPULATION: u64 = 8 * BURST as u64;
 const POOL_SIZE: u32 = 4095;
 /// Per-lcore mempool cache.
 const CACHE: u32 = 256;
+/// The virtqueue size of the vhost-user pair: `net_virtio_user`'s
+/// default `queue_size`, which sets testpmd's rings whatever `--rxd`
+/// asks, so both pairs keep the same number of buffers in flight.
+const VIRTQUEUE_SIZE: u16 = 256;
 /// Longest Sluice's two ports may take to connect: less than the 10 s
 /// the server side waits without a frame before it gives up.
 const LINK_TIMEOUT: Duration = Duration::from_secs(8);
@@ -567,9 +571,14 @@ impl SluicePair {
                 ..Default::default()
             };
             let pool = MbufPool::with_sharing(config, sharing).map_err(|e| e.to_string())?;
+            let desc = if spec.starts_with("virtio:") || spec.starts_with("vhost:") {
+                VIRTQUEUE_SIZE
+            } else {
+                DESC
+            };
             let config = PortConfig::new(Some(pool.clone()))
-                .nb_rxd(DESC)
-                .nb_txd(DESC);
+                .nb_rxd(desc)
+                .nb_txd(desc);
             let mut port =
                 sluice::driver::open(spec, config).map_err(|e| format!("{spec}: {e}"))?;
             port.start().map_err(|e| format!("{spec}: {e}"))?;
