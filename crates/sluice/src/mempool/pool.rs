@@ -649,10 +649,10 @@ impl PoolInner {
                 // SAFETY: `local_cache` returned the caller's own cache, and
                 // this is the only reference into its stack here.
                 let stack = unsafe { stack_mut(cache) };
-                // SAFETY: `N <= len <= CACHE_STACK` (a cache's length never
-                // passes its flush threshold, below the stack's size), so
-                // `stack[len - N..len]` is in bounds; `dst` holds `N`; a
-                // `&mut` overlaps nothing.
+                // A cache's length never passes its flush threshold, below
+                // the stack's size; a `&mut` overlaps nothing.
+                // SAFETY: `N <= len <= CACHE_STACK`: `stack[len - N..len]`
+                // is in bounds and `dst` holds `N`.
                 unsafe {
                     std::ptr::copy_nonoverlapping(stack.as_ptr().add(len - N), dst.as_mut_ptr(), N)
                 };

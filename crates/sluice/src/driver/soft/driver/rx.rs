@@ -523,10 +523,9 @@ impl SoftRx {
     #[target_feature(enable = "avx512f")]
     unsafe fn receive_avx512(&mut self, slots: &mut [Elem]) -> (usize, u64) {
         self.receive::<8>(slots, |d, e, t| {
-            // SAFETY: AVX-512F is present (this function's contract);
             // `receive` passes 8 descriptors seen done and clean and their
-            // slots, headers we own, attached exactly when the template says
-            // so.
+            // slots, headers we own, attached exactly as the template says.
+            // SAFETY: AVX-512F is present (this function's contract).
             unsafe { vector::rx_group_avx512(d, e, t) }
         })
     }

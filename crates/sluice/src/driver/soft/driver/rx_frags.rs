@@ -109,10 +109,9 @@ impl RxFrags {
         let cut = self
             .alloc
             .alloc_frags(layout.frag_size(), slots.len(), |f| {
-                // SAFETY: a header just taken from the queue's mbuf pool,
-                // ours, each given one fragment (`alloc_frags` hands out
-                // `slots.len()` at most); the layout was checked in `new`;
-                // the fragment is of its size.
+                // `alloc_frags` hands out `slots.len()` fragments at most,
+                // each of the layout's size (checked in `new`).
+                // SAFETY: a fresh header of ours, given exactly one fragment.
                 unsafe { attach_frag_fresh(slots[done], f, layout) };
                 done += 1;
             });
