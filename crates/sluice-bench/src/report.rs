@@ -56,6 +56,15 @@ pub struct BenchResult {
     /// DPDK 22.11's figure for the same case in Mops (as above).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dpdk_mops: Option<f64>,
+    /// DPDK's cycles per op for the counterpart of this case measured in the
+    /// same run, in rounds interleaved with it (`fwd`: dpdk-testpmd over
+    /// `net_null`): the median over rounds.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dpdk_same_run_cycles_per_op: Option<f64>,
+    /// This case's cycles per op over [`BenchResult::dpdk_same_run_cycles_per_op`]:
+    /// the median of the per-round ratios.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub vs_dpdk_same_run: Option<f64>,
 }
 
 impl BenchResult {
@@ -84,6 +93,8 @@ impl BenchResult {
             backing: None,
             dpdk_cycles_per_op: None,
             dpdk_mops: None,
+            dpdk_same_run_cycles_per_op: None,
+            vs_dpdk_same_run: None,
         }
     }
 }
@@ -298,6 +309,9 @@ impl Ctx {
         }
         if let (Some(p), Some(c)) = (r.producer_waits, r.consumer_waits) {
             detail.push(format!("waits/call: full {p:.2}, empty {c:.2}"));
+        }
+        if let (Some(c), Some(x)) = (r.dpdk_same_run_cycles_per_op, r.vs_dpdk_same_run) {
+            detail.push(format!("{x:.2}x DPDK same run ({c:.1} cyc)"));
         }
         if let Some(b) = &r.backing {
             detail.push(b.clone());

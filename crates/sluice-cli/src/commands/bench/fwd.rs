@@ -10,14 +10,19 @@
 //!
 //! Cases, each only if its driver exists (`sluice::driver::DRIVERS`):
 //! - `null io` / `null mac`: two `null` ports (Rx allocates, Tx frees: the
-//!   whole buffer cycle); DPDK testpmd over `net_null`: ≈ 17 / ≈ 21 cycles.
+//!   whole buffer cycle); DPDK testpmd over `net_null`: ≈ 17 / ≈ 21 cycles
+//!   as a fixed reference, and measured in the same run.
+//! - `testpmd null io (same run)` / `testpmd null mac (same run)`:
+//!   `dpdk-testpmd` over two `net_null` ports, in the same interleaved
+//!   rounds as the null and soft io cases, which carry their ratio to it
+//!   (`fwd_testpmd.rs`).
 //! - `pair io`: the two ends of one `pair` (pointers only, no alloc/free),
 //!   with mbufs preloaded to circulate; testpmd over `net_ring`: ≈ 2.3.
 //! - `soft io (inline, scalar)` and `soft io (inline)`: two `soft` ports on
 //!   the built-in tester, the device model running inline, its cycles
 //!   excluded; the driver's scalar path (`vector=off`) and its vector path
 //!   (`vector=auto`, the level named in a note), interleaved, with their
-//!   ratio. See `fwd_vector.rs`.
+//!   ratio, and each one's ratio to testpmd null io. See `fwd_vector.rs`.
 //! - `soft io (inline, l3fwd ports)`, `soft l3fwd-lpm (inline)` and
 //!   `soft l3fwd-lpm route (l3fwd - io)`: the same traffic through
 //!   `sluice l3fwd`'s poll (header checks, LPM lookup, TTL and checksum, MAC
@@ -48,7 +53,7 @@ use crate::app::options::Engine;
 /// Packets asked per Rx call.
 pub(super) const BURST: usize = 32;
 /// Per-lcore mempool cache.
-const CACHE: u32 = 256;
+pub(super) const CACHE: u32 = 256;
 /// Mbufs in the pool.
 const POOL_SIZE: u32 = 8191;
 /// Descriptors per queue.
@@ -83,9 +88,10 @@ pub struct Case {
     pub dpdk: Option<f64>,
 }
 
-/// Every case of the table loop, whether or not its driver exists; the
-/// pair case on a link of its own. The soft io cases are measured as a
-/// pair ([`super::fwd_vector`]).
+/// The cases measured one at a time, whether or not their driver exists;
+/// the pair case on a link of its own. `bench fwd` measures the null ones
+/// in the rounds of [`super::fwd_testpmd`] instead, beside testpmd, with
+/// the soft io cases ([`super::fwd_vector`]).
 pub fn cases() -> Vec<Case> {
     let pair = format!("pair:name={}", super::unique_name("bench_fwd"));
     vec![
@@ -134,8 +140,10 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
     ];
     ctx.section("fwd (io forwarding, two ports, one core)", &notes);
     ctx.note(&super::fwd_vector::path_note());
+    // The null and soft io cases, with testpmd over net_null beside them.
+    super::fwd_testpmd::run(ctx, ops);
     for case in cases() {
-        if !ctx.wants(case.name) {
+        if case.driver == "null" || !ctx.wants(case.name) {
             continue;
         }
         if !DRIVERS.contains(&case.driver) {
@@ -144,21 +152,6 @@ pub fn run(ctx: &mut Ctx, sel: Selection) {
         }
         let r = measure(ctx.main_cpu(), &case, ops);
         ctx.report(case.name, r);
-    }
-    let vector_cases = [
-        super::fwd_vector::SCALAR_CASE,
-        super::fwd_vector::VECTOR_CASE,
-    ];
-    if DRIVERS.contains(&"soft") && ctx.wants_any(&vector_cases) {
-        match super::fwd_vector::measure(ctx.main_cpu(), ops) {
-            Ok(paths) => {
-                ctx.note(&paths.note());
-                super::note_contention(ctx);
-                ctx.report(super::fwd_vector::SCALAR_CASE, Ok(paths.scalar));
-                ctx.report(super::fwd_vector::VECTOR_CASE, Ok(paths.vector));
-            }
-            Err(e) => ctx.report(super::fwd_vector::VECTOR_CASE, Err(e)),
-        }
     }
     let l3_cases = [
         super::fwd_l3::IO_CASE,

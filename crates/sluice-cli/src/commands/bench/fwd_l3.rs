@@ -227,7 +227,7 @@ fn measure_rounds(
 pub(super) type Timed = (u64, u64, u64);
 
 /// Times `run` (which forwards at least `n` packets) on the ports.
-fn timed(
+pub(super) fn timed(
     counters: &[Arc<PortCounters>],
     run: impl FnOnce() -> Result<u64, String>,
 ) -> Result<Timed, String> {

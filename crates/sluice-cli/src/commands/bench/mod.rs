@@ -13,6 +13,7 @@ pub mod fwd;
 pub mod fwd_afpacket;
 pub mod fwd_afxdp;
 pub mod fwd_l3;
+pub mod fwd_testpmd;
 pub mod fwd_vector;
 pub mod fwd_vm;
 pub mod lpm;

@@ -2,11 +2,12 @@
 //! mode with its commands written to its standard input and its output read
 //! line by line (through `stdbuf -oL`, so each line arrives as it is
 //! printed), for the DPDK pairings of `sluice bench fwd`'s VM cases
-//! (`fwd_vm.rs`).
+//! (`fwd_vm.rs`) and its testpmd over `net_null` (`fwd_testpmd.rs`).
 //!
-//! One process has one port (a `--vdev`) and one forwarding lcore, io
-//! forwarding with `--port-topology=loop` (every frame received goes back
-//! out of the same port) and `--record-core-cycles`. A timed window is
+//! A VM pairing's process has one port (a `--vdev`) and one forwarding
+//! lcore, io forwarding with `--port-topology=loop` (every frame received
+//! goes back out of the same port) and `--record-core-cycles`; the
+//! `net_null` process has two ports, paired. A timed window is
 //! `clear fwd stats all` and `show port stats all` at its start, `show
 //! port stats all` and `stop` at its end: the second `show port stats`
 //! gives the port's received packets a second over the window (`Rx-pps`,
@@ -21,6 +22,8 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use sluice::mempool::Backing;
 
 /// Longest testpmd may take to come up (EAL start on a busy machine).
 const START_TIMEOUT: Duration = Duration::from_secs(60);
@@ -89,19 +92,47 @@ impl Testpmd {
     /// both on `cpu` (the main lcore waits on its input), and waits until
     /// it answers commands.
     pub fn spawn(name: &'static str, cpu: usize, vdev: &str) -> Result<Testpmd, String> {
+        Testpmd::spawn_ports(
+            name,
+            cpu,
+            &[vdev],
+            Backing::Anonymous,
+            &["--port-topology=loop"],
+        )
+    }
+
+    /// Starts testpmd as [`Testpmd::spawn`] does, with a port for each of
+    /// `vdevs`, its memory on `memory` (hugepages: `--in-memory`; 4 KiB
+    /// pages: `--no-huge`), and `options` added to testpmd's own (after
+    /// `--`: the port topology, `--no-flush-rx`, ...).
+    pub fn spawn_ports(
+        name: &'static str,
+        cpu: usize,
+        vdevs: &[&str],
+        memory: Backing,
+        options: &[&str],
+    ) -> Result<Testpmd, String> {
+        let memory: &[&str] = match memory {
+            // Hugepages taken as needed, in memory files no other process
+            // sees.
+            Backing::Hugepages => &["--in-memory"],
+            Backing::Anonymous => &["--no-huge", "-m", "512", "--no-shconf"],
+        };
         let prefix = format!(
             "sluice-bench-{name}-{}-{}",
             std::process::id(),
             super::unique_name("testpmd")
         );
         let mut child = Command::new("stdbuf")
-            .args(["-oL", "dpdk-testpmd", "--no-pci", "--no-huge", "-m", "512"])
-            .args(["--no-shconf", "--no-telemetry"])
+            .args(["-oL", "dpdk-testpmd", "--no-pci"])
+            .args(memory)
+            .arg("--no-telemetry")
             .arg(format!("--lcores=0@{cpu},1@{cpu}"))
             .arg(format!("--file-prefix={prefix}"))
-            .arg(format!("--vdev={vdev}"))
+            .args(vdevs.iter().map(|vdev| format!("--vdev={vdev}")))
             .args(["--", "-i", "--nb-cores=1", "--forward-mode=io"])
-            .args(["--port-topology=loop", "--record-core-cycles"])
+            .args(options)
+            .arg("--record-core-cycles")
             .args(["--burst=32", "--rxd=1024", "--txd=1024", "--mbcache=256"])
             .arg("--total-num-mbufs=8192")
             .stdin(Stdio::piped())
@@ -262,16 +293,26 @@ impl Testpmd {
     /// Waits for the answer to [`Testpmd::close_window`]: the window's
     /// figures.
     pub fn window_closed(&mut self) -> Result<WindowFigures, String> {
+        self.window_closed_counted().map(|(figures, _)| figures)
+    }
+
+    /// [`Testpmd::window_closed`], with the packets the cycles were counted
+    /// over (all ports' received packets) beside the figures.
+    pub fn window_closed_counted(&mut self) -> Result<(WindowFigures, u64), String> {
         let lines = self.wait_for("the end of forwarding", COMMAND_TIMEOUT, |l| {
             l.trim() == "Done."
         })?;
         let rx_pps = lines.iter().find_map(|l| parse_rx_pps(l));
         let cycles = lines.iter().rev().find_map(|l| parse_cycles_per_packet(l));
-        match (rx_pps, cycles) {
-            (Some(rx_pps), Some(cycles_per_packet)) => Ok(WindowFigures {
-                rx_pps,
-                cycles_per_packet,
-            }),
+        let packets = lines.iter().rev().find_map(|l| parse_cycled_packets(l));
+        match (rx_pps, cycles, packets) {
+            (Some(rx_pps), Some(cycles_per_packet), Some(packets)) => Ok((
+                WindowFigures {
+                    rx_pps,
+                    cycles_per_packet,
+                },
+                packets,
+            )),
             _ => Err(format!(
                 "testpmd ({}): no Rx-pps or no CPU cycles/packet (nothing forwarded?):\n{}",
                 self.name,
@@ -319,6 +360,18 @@ pub fn parse_cycles_per_packet(line: &str) -> Option<f64> {
     rest.split_whitespace().next()?.parse().ok()
 }
 
+/// The packets of a `CPU cycles/packet=` line of testpmd's forwarding
+/// statistics: the `total ... packets=` its cycles were divided by.
+pub fn parse_cycled_packets(line: &str) -> Option<u64> {
+    let line = line.trim();
+    line.strip_prefix("CPU cycles/packet=")?;
+    let (_, rest) = line.split_once(" packets=")?;
+    rest.split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,6 +394,14 @@ mod tests {
             ),
             Some(1579.73)
         );
+        assert_eq!(
+            parse_cycled_packets(
+                "  CPU cycles/packet=17.10 (total cycles=75060459 / total mac \
+                 packets=4351008) at 2450 MHz Clock"
+            ),
+            Some(4351008)
+        );
+        assert_eq!(parse_cycled_packets("  RX-packets: 372256"), None);
         assert_eq!(parse_cycles_per_packet("  RX-packets: 372256"), None);
         assert_eq!(parse_cycles_per_packet("CPU cycles/packet=x"), None);
     }
