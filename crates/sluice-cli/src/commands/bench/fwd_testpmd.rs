@@ -468,8 +468,8 @@ fn engine_slice(
     })
 }
 
-/// Why testpmd's cases cannot run here, if they cannot: `Err` under CI
-/// (`CI=true`), where a missing testpmd is a failure.
+/// Why testpmd's cases cannot run here, if they cannot, and whether this
+/// is a CI run (`CI=true`), where that is a failure.
 fn testpmd_missing() -> Option<(String, bool)> {
     let why = super::testpmd::missing(&PMDS)?;
     Some((why, std::env::var("CI").as_deref() == Ok("true")))
