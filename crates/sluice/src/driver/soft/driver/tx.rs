@@ -53,10 +53,14 @@
 //! buffers from one pool, reference count 1, one segment) a batch is one
 //! bulk put into the queue's pool — the promise checked packet by packet at
 //! `tx_burst`, and a batch that may hold one breaking it freed the normal
-//! way ([`super::fast_free`]); otherwise each mbuf is freed normally
-//! (reference counts, chains), puts batched per pool. With
-//! `tx_free=zc` a batch of plain buffers of one pool is written straight
-//! into reserved slots of the lcore's mempool cache instead (zero-copy put).
+//! way ([`super::fast_free`]). Without the offload, a batch whose buffers
+//! are all plain buffers of the queue's pool — checked as it is freed, on
+//! their first header lines, which `tx_burst` read, and by address — is
+//! one bulk put as well; any other batch is freed mbuf by mbuf (reference
+//! counts, chains, external buffers; its second header lines read), puts
+//! batched per pool. With `tx_free=zc` a batch of plain buffers of the
+//! queue's pool is written straight into reserved slots of the lcore's
+//! mempool cache instead (zero-copy put).
 //!
 //! # Recycling
 //! `recycle_tx_mbufs` retires completed batches into an Rx queue's software
@@ -379,17 +383,6 @@ unsafe fn header<'a>(e: Elem) -> &'a MbufHeader {
     unsafe { &*e.as_ptr().cast::<MbufHeader>() }
 }
 
-/// Whether the mbuf in `e` is a plain buffer of `pool` whose last
-/// reference we hold: what may go back to that pool as it is.
-///
-/// # Safety
-/// As [`header`]; the device is done with the buffer.
-#[inline(always)]
-unsafe fn plain_of(e: Elem, pool: *const PoolInner) -> bool {
-    // SAFETY: forwarded (`DANGLING` is not looked at).
-    e != Elem::DANGLING && unsafe { header(e).pool == pool && plain_line0(e) }
-}
-
 /// A segment's data: its address and bytes.
 ///
 /// # Safety
@@ -557,14 +550,20 @@ impl SoftTx {
             }
             return rs;
         }
-        if self.params.zc_free {
-            // SAFETY: as above; `plain_of` checks what fast free assumes.
+        // Without the promise (or with a batch it may not hold for): plain
+        // buffers of the queue's pool, checked on their first header lines
+        // now, go back in one bulk put all the same.
+        // SAFETY: the batch is complete: mbufs we own, the device done with
+        // them.
+        if let Some(pool) = unsafe { self.fast_free.plain_pool(batch) } {
+            // SAFETY: every buffer of the batch is a plain buffer of `pool`
+            // whose one reference is ours, now given up.
             unsafe {
-                let pool = header(batch[0]).pool;
-                if batch.iter().all(|&e| plain_of(e, pool)) && zc_put(pool, batch) {
-                    return rs;
+                if !(self.params.zc_free && zc_put(pool, batch)) {
+                    put_bulk_to_pool(pool, batch);
                 }
             }
+            return rs;
         }
         // SAFETY: the batch is complete; every slot holds an mbuf we own
         // (one per packet), now given up.
@@ -1423,7 +1422,9 @@ impl SoftTx {
 unsafe fn plain_line0(e: Elem) -> bool {
     // SAFETY: forwarded.
     let h = unsafe { header(e) };
-    // Acquire: as in `plain_of`.
+    // Acquire: a clone dropped on another thread released its uses of the
+    // buffer with its decrement; reading 1 makes them happen-before what
+    // this allows.
     h.nb_segs == 1
         && h.buf_addr.cast_const() == e.as_ptr().wrapping_add(HEADER_SIZE).cast_const()
         && h.refcnt.load(Ordering::Acquire) == 1
