@@ -397,7 +397,7 @@ unsafe fn seg_data<'a>(h: &MbufHeader) -> &'a [u8] {
 /// Asks for the cache line at `p` ahead of a write (a hint: no memory
 /// effect, any address).
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(super) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing architecturally and never faults;
     // SSE, which it needs, is part of every x86-64 target.
