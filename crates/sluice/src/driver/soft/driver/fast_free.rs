@@ -32,7 +32,7 @@
 //!   checks too — and free of cost on the fast path: one compare per batch.
 //!
 //! The learnt pool serves queues without the offload too
-//! ([`FastFree::plain_pool`]): a completed batch whose buffers are plain
+//! (`FastFree::plain_pool`): a completed batch whose buffers are plain
 //! buffers of it, checked then on their first header lines, goes back in
 //! one bulk put without the second line the full free reads.
 
