@@ -30,6 +30,11 @@
 //!   starting at or after it the fast way. The mark is conservative — the
 //!   clean batches between the last fast one and a failing packet take the
 //!   checks too — and free of cost on the fast path: one compare per batch.
+//!
+//! The learnt pool serves queues without the offload too
+//! (`FastFree::plain_pool`): a completed batch whose buffers are plain
+//! buffers of it, checked then on their first header lines, goes back in
+//! one bulk put without the second line the full free reads.
 
 use crate::mbuf::{HEADER_SIZE, MbufHeader};
 use crate::mempool::{Elem, Mempool, PoolInner};
@@ -133,6 +138,32 @@ impl FastFree {
         }
         // A slot was posted clean only with a pool learnt.
         (!self.inner.is_null()).then_some(self.inner)
+    }
+
+    /// The queue's pool if every buffer of `batch` is a plain buffer of it
+    /// now, learning the pool from the first buffer if none is learnt yet;
+    /// `None` if one is not (the batch then takes the full free, buffer by
+    /// buffer). This is the free path's check without the fast-free
+    /// promise: it reads the buffers' first header lines only, the lines
+    /// `tx_burst` read, where the full free reads the second line too (next
+    /// segment, pool, external buffer) — a line no one has touched since
+    /// the buffer last went back to its pool.
+    ///
+    /// # Safety
+    /// `batch` holds mbufs the caller owns, one reference each, that the
+    /// device no longer reads.
+    #[inline(always)]
+    pub(super) unsafe fn plain_pool(&mut self, batch: &[Elem]) -> Option<*const PoolInner> {
+        // SAFETY: the first is an mbuf the caller owns.
+        let region = unsafe { self.region(batch.first()) };
+        let mut unfit = 0;
+        for &e in batch {
+            // SAFETY: an mbuf the caller owns: its header is readable.
+            unfit |= region.unfit(e, unsafe { &*e.as_ptr().cast::<MbufHeader>() });
+        }
+        // A reference count of 1 read now is ours alone: no clone is left
+        // to take another, so the buffer stays plain until it is put.
+        (unfit == 0 && !self.inner.is_null()).then_some(self.inner)
     }
 
     /// Forgets the pool and the mark: the queue holds no buffer (stopped,

@@ -53,10 +53,16 @@
 //! buffers from one pool, reference count 1, one segment) a batch is one
 //! bulk put into the queue's pool — the promise checked packet by packet at
 //! `tx_burst`, and a batch that may hold one breaking it freed the normal
-//! way ([`super::fast_free`]); otherwise each mbuf is freed normally
-//! (reference counts, chains), puts batched per pool. With
-//! `tx_free=zc` a batch of plain buffers of one pool is written straight
-//! into reserved slots of the lcore's mempool cache instead (zero-copy put).
+//! way ([`super::fast_free`]). Without the offload, a batch whose buffers
+//! are all plain buffers of the queue's pool — checked as it is freed, on
+//! their first header lines, which `tx_burst` read, and by address — is
+//! one bulk put as well; any other batch is freed mbuf by mbuf (reference
+//! counts, chains, external buffers; its second header lines read), puts
+//! batched per pool. With `tx_free=zc` a batch of plain buffers of the
+//! queue's pool is written straight into reserved slots of the lcore's
+//! mempool cache instead (zero-copy put). Without fast free, freeing a
+//! batch asks for the first header lines of the next one (prefetch hints),
+//! which its free reads.
 //!
 //! # Recycling
 //! `recycle_tx_mbufs` retires completed batches into an Rx queue's software
@@ -379,17 +385,6 @@ unsafe fn header<'a>(e: Elem) -> &'a MbufHeader {
     unsafe { &*e.as_ptr().cast::<MbufHeader>() }
 }
 
-/// Whether the mbuf in `e` is a plain buffer of `pool` whose last
-/// reference we hold: what may go back to that pool as it is.
-///
-/// # Safety
-/// As [`header`]; the device is done with the buffer.
-#[inline(always)]
-unsafe fn plain_of(e: Elem, pool: *const PoolInner) -> bool {
-    // SAFETY: forwarded (`DANGLING` is not looked at).
-    e != Elem::DANGLING && unsafe { header(e).pool == pool && plain_line0(e) }
-}
-
 /// A segment's data: its address and bytes.
 ///
 /// # Safety
@@ -404,7 +399,7 @@ unsafe fn seg_data<'a>(h: &MbufHeader) -> &'a [u8] {
 /// Asks for the cache line at `p` ahead of a write (a hint: no memory
 /// effect, any address).
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(super) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads nothing architecturally and never faults;
     // SSE, which it needs, is part of every x86-64 target.
@@ -557,14 +552,20 @@ impl SoftTx {
             }
             return rs;
         }
-        if self.params.zc_free {
-            // SAFETY: as above; `plain_of` checks what fast free assumes.
+        // Without the promise (or with a batch it may not hold for): plain
+        // buffers of the queue's pool, checked on their first header lines
+        // now, go back in one bulk put all the same.
+        // SAFETY: the batch is complete: mbufs we own, the device done with
+        // them.
+        if let Some(pool) = unsafe { self.fast_free.plain_pool(batch) } {
+            // SAFETY: every buffer of the batch is a plain buffer of `pool`
+            // whose one reference is ours, now given up.
             unsafe {
-                let pool = header(batch[0]).pool;
-                if batch.iter().all(|&e| plain_of(e, pool)) && zc_put(pool, batch) {
-                    return rs;
+                if !(self.params.zc_free && zc_put(pool, batch)) {
+                    put_bulk_to_pool(pool, batch);
                 }
             }
+            return rs;
         }
         // SAFETY: the batch is complete; every slot holds an mbuf we own
         // (one per packet), now given up.
@@ -579,7 +580,27 @@ impl SoftTx {
         let first = self.done_batch()?;
         let k = self.free_slots(first);
         self.retire();
+        self.prefetch_next_batch();
         Some(k)
+    }
+
+    /// Asks for the first header lines of the next batch to free, if it is
+    /// posted and the free reads them (no fast free) (hints). The free
+    /// reads them — reference count, segments, buffer address — about a
+    /// ring of packets after `tx_burst` did, so they have left the cache;
+    /// asked for one batch ahead, they arrive before the next free.
+    #[inline(always)]
+    fn prefetch_next_batch(&self) {
+        let rs = self.params.rs_thresh;
+        if self.params.fast_free || self.sw_ring.posted.wrapping_sub(self.sw_ring.retired) < rs {
+            return;
+        }
+        // A batch never wraps: `retired` is a multiple of `rs`, which
+        // divides the ring.
+        let first = (self.sw_ring.retired & self.sw_ring.mask) as usize;
+        for &e in &self.sw_ring.slots[first..first + rs as usize] {
+            prefetch(e.as_ptr());
+        }
     }
 
     /// Asks for the software-ring lines of the next `n` packets to post
@@ -1423,7 +1444,9 @@ impl SoftTx {
 unsafe fn plain_line0(e: Elem) -> bool {
     // SAFETY: forwarded.
     let h = unsafe { header(e) };
-    // Acquire: as in `plain_of`.
+    // Acquire: a clone dropped on another thread released its uses of the
+    // buffer with its decrement; reading 1 makes them happen-before what
+    // this allows.
     h.nb_segs == 1
         && h.buf_addr.cast_const() == e.as_ptr().wrapping_add(HEADER_SIZE).cast_const()
         && h.refcnt.load(Ordering::Acquire) == 1
