@@ -38,8 +38,11 @@
 //! next backend: it connects again every 100 ms, or accepts the next one
 //! (`server=true`). Stopping the port sends GET_VRING_BASE for each vring,
 //! so the backend stops using it, before the rings are taken back. Each
-//! vring sits behind a lock that the queue takes, without waiting, once per
-//! burst and the control thread only to install or take back the ring.
+//! vring sits in a slot of one atomic byte saying who holds it: the queue
+//! claims it once per burst with one compare-exchange and never waits (a
+//! failed claim moves nothing that burst); the control thread claims it
+//! only to install or take back the ring, waiting for the queue's burst to
+//! end.
 //!
 //! Rx queue `i` drives vring `2i`: it posts mbufs from its pool as
 //! device-writable buffers starting 12 bytes into the headroom, so the
@@ -88,7 +91,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::{Arc, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -111,7 +114,7 @@ use crate::virtio::{
     has_feature,
 };
 
-use queue::{RxCounters, TxCounters, VirtioRx, VirtioTx, Vring, VringSlot};
+use queue::{RxCounters, SlotGuard, TxCounters, VirtioRx, VirtioTx, Vring, VringSlot};
 
 /// Spec keys.
 const KEYS: &[&str] = &["path", "server", "queues"];
@@ -204,10 +207,12 @@ struct Control {
     thread: JoinHandle<()>,
 }
 
-/// Locks a slot whatever a panicking holder left: the ring state is valid
-/// between any two statements of its users.
-fn lock(slot: &VringSlot) -> MutexGuard<'_, Option<Vring>> {
-    slot.ring.lock().unwrap_or_else(PoisonError::into_inner)
+/// Holds a slot for the control thread, once the queue's burst is over. A
+/// burst that panicked gave the slot back on its way out and left the ring
+/// consistent between two statements; the buffers it held are still
+/// accounted for.
+fn lock(slot: &VringSlot) -> SlotGuard<'_> {
+    slot.control()
 }
 
 impl VirtioDriver {

@@ -4,8 +4,11 @@
 //! returns them. No frame is copied, except a Tx packet in memory the
 //! backend does not map.
 
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 use crate::counter::Counter;
 use crate::mbuf::{Burst, BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, MbufPool, RearmData};
@@ -25,28 +28,113 @@ const REFILL_BATCH: u16 = 32;
 /// the application reads the frame).
 const PREFETCH_AHEAD: u16 = 1;
 
-/// A vring a queue drives, behind the lock the control thread installs it
-/// with and takes it back through.
+/// The queue holds the slot (inside a burst).
+const BUSY: u8 = 1;
+/// The control thread holds the slot.
+const CONTROL: u8 = 2;
+
+/// A vring a queue drives, and who may touch it: the queue claims it once
+/// per burst with one compare-exchange (`0 -> BUSY`) and gives it back with
+/// a plain store; a claim that fails moves nothing that burst and never
+/// waits. The control thread, to install a ring or take it back, claims
+/// it (`0 -> CONTROL`) once the queue's burst is over; while it waits, the
+/// queue makes no new claims, so a polling loop cannot keep it out.
 pub(super) struct VringSlot {
-    pub(super) ring: Mutex<Option<Vring>>,
+    /// 0, [`BUSY`] or [`CONTROL`]: who holds `ring`.
+    state: AtomicU8,
+    /// Control claims waiting or held: the queue leaves the slot alone
+    /// meanwhile (a hint for fairness; `state` alone decides who holds it).
+    wanted: AtomicU32,
+    ring: UnsafeCell<Option<Vring>>,
 }
+
+// SAFETY: `ring` is touched only by the holder of `state` — the queue
+// between its `0 -> BUSY` exchange and storing 0, the control thread
+// between its `0 -> CONTROL` exchange and storing 0 — so never by two
+// threads at once; the Acquire exchanges and Release stores order those
+// accesses. `Vring` is `Send`.
+unsafe impl Sync for VringSlot {}
 
 impl VringSlot {
     pub(super) fn new() -> VringSlot {
         VringSlot {
-            ring: Mutex::new(None),
+            state: AtomicU8::new(0),
+            wanted: AtomicU32::new(0),
+            ring: UnsafeCell::new(None),
         }
     }
 
     /// The ring for one burst, without waiting: `None` while the control
-    /// thread holds it (installing or taking it back).
-    fn enter(&self) -> Option<MutexGuard<'_, Option<Vring>>> {
-        match self.ring.try_lock() {
-            Ok(guard) => Some(guard),
-            // A burst that panicked left the ring consistent between two
-            // statements; the buffers it held are still accounted for.
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
+    /// thread holds it or waits for it (installing or taking it back).
+    #[inline]
+    fn enter(&self) -> Option<SlotGuard<'_>> {
+        if self.wanted.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        self.state
+            .compare_exchange(0, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| SlotGuard {
+                slot: self,
+                control: false,
+            })
+    }
+
+    /// The control thread's hold on the ring: waits for the queue's burst
+    /// to end (a burst is bounded; the queue claims nothing new meanwhile).
+    pub(super) fn control(&self) -> SlotGuard<'_> {
+        self.wanted.fetch_add(1, Ordering::Relaxed);
+        while self
+            .state
+            .compare_exchange(0, CONTROL, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
+        }
+        SlotGuard {
+            slot: self,
+            control: true,
+        }
+    }
+}
+
+/// A hold on a [`VringSlot`]'s ring: the queue's for one burst, or the
+/// control thread's.
+pub(super) struct SlotGuard<'a> {
+    slot: &'a VringSlot,
+    control: bool,
+}
+
+impl Deref for SlotGuard<'_> {
+    type Target = Option<Vring>;
+
+    #[inline]
+    fn deref(&self) -> &Option<Vring> {
+        // SAFETY: this guard holds the slot's state (`VringSlot` docs): no
+        // other access to the cell until it is dropped, and the borrow
+        // cannot outlive it.
+        unsafe { &*self.slot.ring.get() }
+    }
+}
+
+impl DerefMut for SlotGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Option<Vring> {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only borrow
+        // through the guard.
+        unsafe { &mut *self.slot.ring.get() }
+    }
+}
+
+impl Drop for SlotGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: what the holder did to the ring happens before the next
+        // holder's Acquire exchange. Nobody else changes `state` while it
+        // is held, so a plain store gives it back.
+        self.slot.state.store(0, Ordering::Release);
+        if self.control {
+            self.slot.wanted.fetch_sub(1, Ordering::Relaxed);
         }
     }
 }
