@@ -585,7 +585,8 @@ fn reclaim(ring: &mut Vring, driver: &TxCounters, done: &mut Burst) -> usize {
             freed += 1;
             if let Err(m) = done.push(m) {
                 done.clear();
-                drop(m);
+                // Room: just emptied.
+                let _ = done.push(m);
             }
         }
     }
@@ -593,12 +594,21 @@ fn reclaim(ring: &mut Vring, driver: &TxCounters, done: &mut Burst) -> usize {
     freed
 }
 
-impl VirtioTx {
+/// What [`place`] works with: the queue's fields besides its slot, which
+/// the burst holds meanwhile.
+struct Placing<'a> {
+    table: &'a Table,
+    copy_pool: Option<&'a MbufPool>,
+    driver: &'a TxCounters,
+    segments: &'a mut Vec<Segment>,
+}
+
+impl Placing<'_> {
     /// Adds `m` to the ring, zero copy when its memory is the backend's.
     fn place(&mut self, ring: &mut Vring, m: &mut Mbuf) -> Placed {
         let size = usize::from(ring.queue.layout().size());
         let free = usize::from(ring.queue.num_free());
-        let table = &self.table;
+        let table = self.table;
         let visible = m
             .segments()
             .all(|s| table.holds(s.as_ptr() as usize, s.len()));
@@ -639,7 +649,7 @@ impl VirtioTx {
             if free == 0 {
                 return Placed::NoRoom;
             }
-            let Some(mut c) = self.copy_pool.as_ref().and_then(|p| p.alloc()) else {
+            let Some(mut c) = self.copy_pool.and_then(|p| p.alloc()) else {
                 return Placed::NoRoom;
             };
             let len = m.pkt_len() as usize;
@@ -674,9 +684,7 @@ impl VirtioTx {
 
 impl TxQueue for VirtioTx {
     fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize {
-        // The slot is borrowed from a clone: `place` needs the queue.
-        let slot = Arc::clone(&self.slot);
-        let mut guard = slot.enter();
+        let mut guard = self.slot.enter();
         let Some(ring) = guard.as_mut().and_then(|g| g.as_mut()) else {
             drop(guard);
             // Nobody to send to: dropped and counted, as by a port whose
@@ -694,10 +702,16 @@ impl TxQueue for VirtioTx {
         }
         let (mut taken, mut sent, mut bytes, mut dropped) = (0usize, 0usize, 0u64, 0u64);
         self.placed.clear();
+        let mut placing = Placing {
+            table: &self.table,
+            copy_pool: self.copy_pool.as_ref(),
+            driver: &self.driver,
+            segments: &mut self.segments,
+        };
         for i in 0..burst.len() {
             let m = &mut burst.as_mut_slice()[i];
             let len = u64::from(m.pkt_len());
-            match self.place(ring, m) {
+            match placing.place(ring, m) {
                 Placed::Sent(head, copy) => {
                     self.placed.push((Some(head), copy));
                     sent += 1;
