@@ -67,7 +67,7 @@ impl VringSlot {
     /// The ring for one burst, without waiting: `None` while the control
     /// thread holds it or waits for it (installing or taking it back).
     #[inline]
-    fn enter(&self) -> Option<SlotGuard<'_>> {
+    pub(super) fn enter(&self) -> Option<SlotGuard<'_>> {
         if self.wanted.load(Ordering::Relaxed) != 0 {
             return None;
         }
@@ -460,11 +460,14 @@ impl RxQueue for VirtioRx {
                     Ok(Some(used)) => used,
                     Ok(None) => break,
                     Err(VirtioError::BadUsedId { .. }) => {
+                        // A frame being gathered lost a buffer: dropped.
+                        ring.pending = None;
                         self.driver.bad_used_id.inc();
                         stats.errors.inc();
                         continue;
                     }
                     Err(VirtioError::BadUsedLen { head, .. }) => {
+                        ring.pending = None;
                         // The chain is reclaimed: its buffer goes home.
                         if let Some(e) = ring.posted.slots[usize::from(head)].take() {
                             // SAFETY: posted by this ring, returned by the
