@@ -773,6 +773,8 @@ impl GuestMemory {
 /// access.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Area {
+    /// Its first guest physical address.
+    gpa: u64,
     /// The region's index in the table.
     region: usize,
     /// The area's offset in the region.
@@ -791,6 +793,7 @@ impl GuestMemory {
             .position(|r| std::ptr::eq(r, region))
             .expect("a region of this table");
         Ok(Area {
+            gpa,
             region: index,
             offset,
             len: len as usize,
@@ -828,6 +831,22 @@ impl GuestMemory {
             });
         }
         Ok((region, offset))
+    }
+
+    /// Whether `gpa..gpa + len` lies inside `area`, an area of this table:
+    /// [`check_range`](Self::check_range) for a range known to be near
+    /// (a buffer of a pool whose area was found once), without a region
+    /// search.
+    #[inline]
+    pub fn area_holds(&self, area: &Area, gpa: u64, len: u64) -> bool {
+        let ours = self.regions.get(area.region).is_some_and(|r| {
+            r.gpa.checked_add(area.offset as u64) == Some(area.gpa)
+                && area.offset + area.len <= r.mapping.len()
+        });
+        ours && gpa >= area.gpa
+            && (gpa - area.gpa)
+                .checked_add(len)
+                .is_some_and(|end| end <= area.len as u64)
     }
 
     /// [`load_u16`](Self::load_u16) of the word `at` bytes into `area`.
@@ -952,6 +971,16 @@ mod tests {
             mem.area_load_u32(&area, 2),
             Err(VirtioError::Misaligned { align: 4, .. })
         ));
+        // Ranges inside the area, and not.
+        assert!(mem.area_holds(&area, gpa + 16, 32));
+        assert!(mem.area_holds(&area, gpa + 40, 8));
+        assert!(!mem.area_holds(&area, gpa + 40, 9));
+        assert!(!mem.area_holds(&area, gpa + 8, 8));
+        assert!(!mem.area_holds(&area, u64::MAX, 2));
+        // An area of another table is not this one's.
+        let other = GuestMemory::new(vec![(0x8000, Mapping::anonymous(0x1000).unwrap())]).unwrap();
+        let theirs = other.area(0x8000, 0x1000).unwrap();
+        assert!(!mem.area_holds(&theirs, 0x8000, 16));
         // An area crossing a region's end is not one.
         let (first, len) = mem.regions().next().unwrap();
         assert!(mem.area(first + len - 8, 16).is_err());

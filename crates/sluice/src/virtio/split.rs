@@ -1085,6 +1085,42 @@ impl DriverQueue {
         self.start_chain(head, segments.len() as u16, writable)
     }
 
+    /// Adds one buffer of `len` bytes at `addr`, inside `area` (an area of
+    /// this queue's memory, found once for many buffers: the buffers of a
+    /// pool), as a chain of one descriptor; returns its head. What
+    /// [`add_chain`](Self::add_chain) does for one segment, without a
+    /// region search per buffer. Refused, with nothing written: a buffer
+    /// outside `area`, an area of another memory, no free descriptor.
+    #[inline]
+    pub fn add_buffer(
+        &mut self,
+        area: &Area,
+        addr: u64,
+        len: u32,
+        writable: bool,
+    ) -> Result<u16, VirtioError> {
+        if !self.mem.area_holds(area, addr, u64::from(len)) {
+            return Err(VirtioError::OutsideMemory {
+                gpa: addr,
+                len: u64::from(len),
+            });
+        }
+        if self.num_free == 0 {
+            return Err(VirtioError::NoFreeDescriptors { need: 1, free: 0 });
+        }
+        let head = self.free_head;
+        let desc = Descriptor {
+            addr,
+            len,
+            flags: if writable { VIRTQ_DESC_F_WRITE } else { 0 },
+            next: 0,
+        };
+        self.write_desc(head, desc)?;
+        self.free_head = self.next[usize::from(head)];
+        self.num_free -= 1;
+        self.start_chain(head, 1, if writable { u64::from(len) } else { 0 })
+    }
+
     /// Adds a chain of `segments` as an indirect table written at `table`
     /// (16 bytes per segment, memory the caller owns until the chain comes
     /// back), using one descriptor of the queue; returns its head. Needs

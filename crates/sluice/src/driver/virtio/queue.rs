@@ -242,6 +242,15 @@ impl Vring {
             return false;
         };
         let len = (HEADER_LEN + usize::from(pool.data_room())) as u32;
+        // The pool's memory, found once: each buffer is checked against it
+        // alone.
+        let Some(area) = pool
+            .shared_memory()
+            .and_then(|m| self.queue.memory().area(m.base as u64, m.len as u64).ok())
+        else {
+            ring_errors.inc();
+            return false;
+        };
         let mempool = pool.mempool();
         let mut batch = [Elem::DANGLING; REFILL_BATCH as usize];
         let mut added = 0;
@@ -265,12 +274,8 @@ impl Vring {
                 break;
             };
             for (i, &e) in batch[..n].iter().enumerate() {
-                let segment = Segment {
-                    addr: e.as_ptr() as u64 + offset as u64,
-                    len,
-                    writable: true,
-                };
-                match self.queue.add_chain(&[segment]) {
+                let addr = e.as_ptr() as u64 + offset as u64;
+                match self.queue.add_buffer(&area, addr, len, true) {
                     Ok(head) => {
                         let slot = &mut self.posted.slots[usize::from(head)];
                         debug_assert!(slot.is_none(), "a free head holds a buffer");
