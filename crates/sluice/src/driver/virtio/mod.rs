@@ -106,7 +106,7 @@ use crate::port::{
 use crate::vhost_user::event::{Woken, eventfd, wait};
 use crate::vhost_user::message::{MAX_REGIONS, MemoryRegion, VringAddress};
 use crate::vhost_user::{F_PROTOCOL_FEATURES, Frontend, VhostUserError, protocol_features};
-use crate::virtio::memory::{GuestMemory, Mapping};
+use crate::virtio::memory::{Area, GuestMemory, Mapping};
 use crate::virtio::net_hdr::HEADER_LEN;
 use crate::virtio::split::{DriverQueue, QueueLayout};
 use crate::virtio::{
@@ -163,6 +163,9 @@ pub(super) struct Table {
     zero_header: u64,
     /// The pools whose regions are in the table (kept mapped while it is).
     pools: Vec<MbufPool>,
+    /// Each pool's region as an area of `mem`, in `pools` order: a Tx
+    /// buffer is checked against the one holding it alone.
+    pool_areas: Vec<Area>,
 }
 
 impl Table {
@@ -179,10 +182,18 @@ impl Table {
 
     /// Whether `len` bytes at address `at` lie inside one pool region.
     pub(super) fn holds(&self, at: usize, len: usize) -> bool {
-        self.regions[..self.pools.len()].iter().any(|r| {
-            let start = r.userspace_addr as usize;
-            at >= start && at + len <= start + r.memory_size as usize
-        })
+        self.pool_area(at, len).is_some()
+    }
+
+    /// The area of the pool region holding `len` bytes at address `at`.
+    pub(super) fn pool_area(&self, at: usize, len: usize) -> Option<&Area> {
+        self.regions[..self.pools.len()]
+            .iter()
+            .position(|r| {
+                let start = r.userspace_addr as usize;
+                at >= start && at.saturating_add(len) <= start + r.memory_size as usize
+            })
+            .map(|i| &self.pool_areas[i])
     }
 
     /// Zeroes vring `i`'s areas, as a fresh ring is.
@@ -399,6 +410,11 @@ impl VirtioDriver {
             })
             .collect();
         let mem = Arc::new(GuestMemory::new(mappings).map_err(|e| self.error(e))?);
+        let pool_areas = regions[..pools.len()]
+            .iter()
+            .map(|r| mem.area(r.guest_phys_addr, r.memory_size))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.error(e))?;
         Ok(Table {
             mem,
             layouts,
@@ -406,6 +422,7 @@ impl VirtioDriver {
             zero_header: ring_base,
             rings,
             pools,
+            pool_areas,
         })
     }
 }
