@@ -26,7 +26,7 @@ const REFILL_BATCH: u16 = 32;
 /// How far past the frame being taken the next returned buffer is
 /// prefetched (its virtio-net header is read, its mbuf header written, and
 /// the application reads the frame).
-const PREFETCH_AHEAD: u16 = 1;
+const PREFETCH_AHEAD: u16 = 2;
 
 /// The queue holds the slot (inside a burst).
 const BUSY: u8 = 1;
