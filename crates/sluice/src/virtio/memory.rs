@@ -766,6 +766,129 @@ impl GuestMemory {
     }
 }
 
+/// A range of guest memory looked up once ([`GuestMemory::area`]): the
+/// region holding it and where in it. A queue finds its rings' areas when
+/// it starts and then reaches their words through them, checked against
+/// the area's bounds alone instead of searching the region table on every
+/// access.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Area {
+    /// Its first guest physical address.
+    gpa: u64,
+    /// The region's index in the table.
+    region: usize,
+    /// The area's offset in the region.
+    offset: usize,
+    /// Its length in bytes.
+    len: usize,
+}
+
+impl GuestMemory {
+    /// The area `gpa..gpa + len`, which must lie inside one region.
+    pub fn area(&self, gpa: u64, len: u64) -> Result<Area, VirtioError> {
+        let (region, offset) = self.locate(gpa, len)?;
+        let index = self
+            .regions
+            .iter()
+            .position(|r| std::ptr::eq(r, region))
+            .expect("a region of this table");
+        Ok(Area {
+            gpa,
+            region: index,
+            offset,
+            len: len as usize,
+        })
+    }
+
+    /// The region and offset of the `size`-byte word `at` bytes into
+    /// `area`: inside it and aligned to its size (a region's host start is
+    /// 8-aligned, so the offset's alignment is the address's). An area of
+    /// another table is checked against this one's regions all the same.
+    #[inline]
+    fn area_word(
+        &self,
+        area: &Area,
+        at: u64,
+        size: usize,
+    ) -> Result<(&Region, usize), VirtioError> {
+        let outside = VirtioError::OutsideMemory {
+            gpa: at,
+            len: size as u64,
+        };
+        let at = usize::try_from(at).map_err(|_| outside)?;
+        if at.checked_add(size).is_none_or(|end| end > area.len) {
+            return Err(outside);
+        }
+        let region = self.regions.get(area.region).ok_or(outside)?;
+        let offset = area.offset + at;
+        if offset + size > region.mapping.len() {
+            return Err(outside);
+        }
+        if !offset.is_multiple_of(size) {
+            return Err(VirtioError::Misaligned {
+                gpa: region.gpa + offset as u64,
+                align: size as u64,
+            });
+        }
+        Ok((region, offset))
+    }
+
+    /// Whether `gpa..gpa + len` lies inside `area`, an area of this table:
+    /// [`check_range`](Self::check_range) for a range known to be near
+    /// (a buffer of a pool whose area was found once), without a region
+    /// search.
+    #[inline]
+    pub fn area_holds(&self, area: &Area, gpa: u64, len: u64) -> bool {
+        let ours = self.regions.get(area.region).is_some_and(|r| {
+            r.gpa.checked_add(area.offset as u64) == Some(area.gpa)
+                && area.offset + area.len <= r.mapping.len()
+        });
+        ours && gpa >= area.gpa
+            && (gpa - area.gpa)
+                .checked_add(len)
+                .is_some_and(|end| end <= area.len as u64)
+    }
+
+    /// [`load_u16`](Self::load_u16) of the word `at` bytes into `area`.
+    #[inline]
+    pub fn area_load_u16(&self, area: &Area, at: u64, order: Ordering) -> Result<u16, VirtioError> {
+        let (region, offset) = self.area_word(area, at, 2)?;
+        Ok(u16::from_le(region.mapping.storage.load_u16(offset, order)))
+    }
+
+    /// [`store_u16`](Self::store_u16) of the word `at` bytes into `area`.
+    #[inline]
+    pub fn area_store_u16(
+        &self,
+        area: &Area,
+        at: u64,
+        value: u16,
+        order: Ordering,
+    ) -> Result<(), VirtioError> {
+        let (region, offset) = self.area_word(area, at, 2)?;
+        region
+            .mapping
+            .storage
+            .store_u16(offset, value.to_le(), order);
+        Ok(())
+    }
+
+    /// [`load_u32`](Self::load_u32) of the word `at` bytes into `area`.
+    #[inline]
+    pub fn area_load_u32(&self, area: &Area, at: u64) -> Result<u32, VirtioError> {
+        let (region, offset) = self.area_word(area, at, 4)?;
+        Ok(u32::from_le(region.mapping.storage.load_u32(offset)))
+    }
+
+    /// [`store_u64`](Self::store_u64) of the word `at` bytes into `area`.
+    #[inline]
+    pub fn area_store_u64(&self, area: &Area, at: u64, value: u64) -> Result<(), VirtioError> {
+        let (region, offset) = self.area_word(area, at, 8)?;
+        region.mapping.storage.store_u64(offset, value.to_le());
+        Ok(())
+    }
+}
+
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
@@ -821,6 +944,47 @@ mod tests {
                 assert_eq!(back[len..], [0, 0], "nothing written past the end");
             }
         }
+    }
+
+    #[test]
+    fn area_words_are_the_table_words_and_stay_inside_the_area() {
+        let mem = two_regions();
+        let (gpa, _) = mem.regions().nth(1).unwrap();
+        let area = mem.area(gpa + 16, 32).unwrap();
+        mem.area_store_u64(&area, 8, 0x0102_0304_0506_0708).unwrap();
+        assert_eq!(mem.load_u64(gpa + 24).unwrap(), 0x0102_0304_0506_0708);
+        mem.area_store_u16(&area, 30, 0xbeef, Ordering::Release)
+            .unwrap();
+        assert_eq!(mem.load_u16(gpa + 46, Ordering::Acquire).unwrap(), 0xbeef);
+        mem.store_u32(gpa + 20, 77).unwrap();
+        assert_eq!(mem.area_load_u32(&area, 4).unwrap(), 77);
+        assert_eq!(
+            mem.area_load_u16(&area, 30, Ordering::Relaxed).unwrap(),
+            0xbeef
+        );
+        // Past the area's end, though inside the region: refused.
+        assert!(mem.area_load_u16(&area, 32, Ordering::Relaxed).is_err());
+        assert!(mem.area_store_u64(&area, 28, 0).is_err());
+        assert!(mem.area_load_u32(&area, u64::MAX - 1).is_err());
+        // Misaligned: refused.
+        assert!(matches!(
+            mem.area_load_u32(&area, 2),
+            Err(VirtioError::Misaligned { align: 4, .. })
+        ));
+        // Ranges inside the area, and not.
+        assert!(mem.area_holds(&area, gpa + 16, 32));
+        assert!(mem.area_holds(&area, gpa + 40, 8));
+        assert!(!mem.area_holds(&area, gpa + 40, 9));
+        assert!(!mem.area_holds(&area, gpa + 8, 8));
+        assert!(!mem.area_holds(&area, u64::MAX, 2));
+        // An area of another table is not this one's.
+        let other = GuestMemory::new(vec![(0x8000, Mapping::anonymous(0x1000).unwrap())]).unwrap();
+        let theirs = other.area(0x8000, 0x1000).unwrap();
+        assert!(!mem.area_holds(&theirs, 0x8000, 16));
+        // An area crossing a region's end is not one.
+        let (first, len) = mem.regions().next().unwrap();
+        assert!(mem.area(first + len - 8, 16).is_err());
+        assert!(mem.area(first + len - 8, 8).is_ok());
     }
 
     #[test]

@@ -90,7 +90,7 @@
 //! A buffer must lie inside one guest memory region (see
 //! [`memory`](super::memory)).
 
-use super::memory::GuestMemory;
+use super::memory::{Area, GuestMemory};
 use super::{
     ChainError, ChainErrorReason, VIRTIO_F_EVENT_IDX, VIRTIO_F_INDIRECT_DESC, VirtioError,
     has_feature,
@@ -927,6 +927,11 @@ pub struct DriverQueueStats {
 pub struct DriverQueue {
     mem: Arc<GuestMemory>,
     layout: QueueLayout,
+    /// The descriptor table, the available ring and the used ring, found in
+    /// `mem` once: their words are reached without a region search.
+    desc_area: Area,
+    avail_area: Area,
+    used_area: Area,
     event_idx: bool,
     indirect: bool,
     /// The free list's links and, for a chain in flight, its own links (the
@@ -964,6 +969,9 @@ impl DriverQueue {
     ) -> Result<DriverQueue, VirtioError> {
         layout.check_memory(&mem)?;
         let size = layout.size;
+        let desc_area = mem.area(layout.desc_table, QueueLayout::desc_table_len(size))?;
+        let avail_area = mem.area(layout.avail_ring, QueueLayout::avail_ring_len(size))?;
+        let used_area = mem.area(layout.used_ring, QueueLayout::used_ring_len(size))?;
         for gpa in [
             layout.avail_flags(),
             layout.avail_idx(),
@@ -974,6 +982,9 @@ impl DriverQueue {
         Ok(DriverQueue {
             mem,
             layout,
+            desc_area,
+            avail_area,
+            used_area,
             event_idx: has_feature(features, VIRTIO_F_EVENT_IDX),
             indirect: has_feature(features, VIRTIO_F_INDIRECT_DESC),
             next: (1..=size).collect(),
@@ -1064,7 +1075,7 @@ impl DriverQueue {
                 flags,
                 next: if last { 0 } else { next },
             };
-            write_desc(&self.mem, self.layout.desc(idx), desc)?;
+            self.write_desc(idx, desc)?;
             if !last {
                 idx = next;
             }
@@ -1072,6 +1083,42 @@ impl DriverQueue {
         self.free_head = self.next[usize::from(idx)];
         self.num_free -= segments.len() as u16;
         self.start_chain(head, segments.len() as u16, writable)
+    }
+
+    /// Adds one buffer of `len` bytes at `addr`, inside `area` (an area of
+    /// this queue's memory, found once for many buffers: the buffers of a
+    /// pool), as a chain of one descriptor; returns its head. What
+    /// [`add_chain`](Self::add_chain) does for one segment, without a
+    /// region search per buffer. Refused, with nothing written: a buffer
+    /// outside `area`, an area of another memory, no free descriptor.
+    #[inline]
+    pub fn add_buffer(
+        &mut self,
+        area: &Area,
+        addr: u64,
+        len: u32,
+        writable: bool,
+    ) -> Result<u16, VirtioError> {
+        if !self.mem.area_holds(area, addr, u64::from(len)) {
+            return Err(VirtioError::OutsideMemory {
+                gpa: addr,
+                len: u64::from(len),
+            });
+        }
+        if self.num_free == 0 {
+            return Err(VirtioError::NoFreeDescriptors { need: 1, free: 0 });
+        }
+        let head = self.free_head;
+        let desc = Descriptor {
+            addr,
+            len,
+            flags: if writable { VIRTQ_DESC_F_WRITE } else { 0 },
+            next: 0,
+        };
+        self.write_desc(head, desc)?;
+        self.free_head = self.next[usize::from(head)];
+        self.num_free -= 1;
+        self.start_chain(head, 1, if writable { u64::from(len) } else { 0 })
     }
 
     /// Adds a chain of `segments` as an indirect table written at `table`
@@ -1130,13 +1177,29 @@ impl DriverQueue {
         self.in_flight += 1;
         self.stats.added += 1;
         // Relaxed: published by the Release store of the index.
-        self.mem.store_u16(
-            self.layout.avail_entry(self.avail_idx),
-            head,
-            Ordering::Relaxed,
-        )?;
+        let entry = 4 + 2 * u64::from(self.avail_idx & self.layout.mask());
+        self.mem
+            .area_store_u16(&self.avail_area, entry, head, Ordering::Relaxed)?;
         self.avail_idx = self.avail_idx.wrapping_add(1);
         Ok(head)
+    }
+
+    /// Writes descriptor `i` of the table (below the size): two relaxed
+    /// 8-byte stores, published by the avail index's Release store.
+    #[inline]
+    fn write_desc(&self, i: u16, desc: Descriptor) -> Result<(), VirtioError> {
+        let rest =
+            u64::from(desc.len) | (u64::from(desc.flags) << 32) | (u64::from(desc.next) << 48);
+        let at = DESC_SIZE * u64::from(i);
+        self.mem.area_store_u64(&self.desc_area, at, desc.addr)?;
+        self.mem.area_store_u64(&self.desc_area, at + 8, rest)
+    }
+
+    /// The offset of the used ring entry for free-running index `idx` in
+    /// the used ring.
+    #[inline]
+    fn used_entry_at(&self, idx: u16) -> u64 {
+        4 + USED_ELEM_SIZE * u64::from(idx & self.layout.mask())
     }
 
     /// Publishes the chains added since the last call: one store of
@@ -1183,7 +1246,7 @@ impl DriverQueue {
             // so the entries and the buffers' contents are complete.
             let idx = self
                 .mem
-                .load_u16(self.layout.used_idx(), Ordering::Acquire)?;
+                .area_load_u16(&self.used_area, 2, Ordering::Acquire)?;
             if idx.wrapping_sub(self.last_used) > self.in_flight {
                 self.stats.index_errors += 1;
                 return Err(VirtioError::UsedIndexJump {
@@ -1197,9 +1260,9 @@ impl DriverQueue {
             }
         }
         // Relaxed: the entry is below the index loaded with Acquire.
-        let entry = self.layout.used_entry(self.last_used);
-        let id = self.mem.load_u32(entry)?;
-        let len = self.mem.load_u32(entry + 4)?;
+        let entry = self.used_entry_at(self.last_used);
+        let id = self.mem.area_load_u32(&self.used_area, entry)?;
+        let len = self.mem.area_load_u32(&self.used_area, entry + 4)?;
         self.last_used = self.last_used.wrapping_add(1);
         let descs = usize::try_from(id)
             .ok()
@@ -1232,8 +1295,8 @@ impl DriverQueue {
         if self.used_shadow.wrapping_sub(self.last_used) <= ahead {
             return None;
         }
-        let entry = self.layout.used_entry(self.last_used.wrapping_add(ahead));
-        let id = self.mem.load_u32(entry).ok()?;
+        let entry = self.used_entry_at(self.last_used.wrapping_add(ahead));
+        let id = self.mem.area_load_u32(&self.used_area, entry).ok()?;
         u16::try_from(id).ok().filter(|&id| id < self.layout.size)
     }
 

@@ -38,8 +38,11 @@
 //! next backend: it connects again every 100 ms, or accepts the next one
 //! (`server=true`). Stopping the port sends GET_VRING_BASE for each vring,
 //! so the backend stops using it, before the rings are taken back. Each
-//! vring sits behind a lock that the queue takes, without waiting, once per
-//! burst and the control thread only to install or take back the ring.
+//! vring sits in a slot of one atomic byte saying who holds it: the queue
+//! claims it once per burst with one compare-exchange and never waits (a
+//! failed claim moves nothing that burst); the control thread claims it
+//! only to install or take back the ring, waiting for the queue's burst to
+//! end.
 //!
 //! Rx queue `i` drives vring `2i`: it posts mbufs from its pool as
 //! device-writable buffers starting 12 bytes into the headroom, so the
@@ -88,7 +91,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
-use std::sync::{Arc, MutexGuard, PoisonError};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -103,7 +106,7 @@ use crate::port::{
 use crate::vhost_user::event::{Woken, eventfd, wait};
 use crate::vhost_user::message::{MAX_REGIONS, MemoryRegion, VringAddress};
 use crate::vhost_user::{F_PROTOCOL_FEATURES, Frontend, VhostUserError, protocol_features};
-use crate::virtio::memory::{GuestMemory, Mapping};
+use crate::virtio::memory::{Area, GuestMemory, Mapping};
 use crate::virtio::net_hdr::HEADER_LEN;
 use crate::virtio::split::{DriverQueue, QueueLayout};
 use crate::virtio::{
@@ -111,7 +114,7 @@ use crate::virtio::{
     has_feature,
 };
 
-use queue::{RxCounters, TxCounters, VirtioRx, VirtioTx, Vring, VringSlot};
+use queue::{RxCounters, SlotGuard, TxCounters, VirtioRx, VirtioTx, Vring, VringSlot};
 
 /// Spec keys.
 const KEYS: &[&str] = &["path", "server", "queues"];
@@ -160,6 +163,9 @@ pub(super) struct Table {
     zero_header: u64,
     /// The pools whose regions are in the table (kept mapped while it is).
     pools: Vec<MbufPool>,
+    /// Each pool's region as an area of `mem`, in `pools` order: a Tx
+    /// buffer is checked against the one holding it alone.
+    pool_areas: Vec<Area>,
 }
 
 impl Table {
@@ -176,10 +182,18 @@ impl Table {
 
     /// Whether `len` bytes at address `at` lie inside one pool region.
     pub(super) fn holds(&self, at: usize, len: usize) -> bool {
-        self.regions[..self.pools.len()].iter().any(|r| {
-            let start = r.userspace_addr as usize;
-            at >= start && at + len <= start + r.memory_size as usize
-        })
+        self.pool_area(at, len).is_some()
+    }
+
+    /// The area of the pool region holding `len` bytes at address `at`.
+    pub(super) fn pool_area(&self, at: usize, len: usize) -> Option<&Area> {
+        self.regions[..self.pools.len()]
+            .iter()
+            .position(|r| {
+                let start = r.userspace_addr as usize;
+                at >= start && at.saturating_add(len) <= start + r.memory_size as usize
+            })
+            .map(|i| &self.pool_areas[i])
     }
 
     /// Zeroes vring `i`'s areas, as a fresh ring is.
@@ -204,10 +218,12 @@ struct Control {
     thread: JoinHandle<()>,
 }
 
-/// Locks a slot whatever a panicking holder left: the ring state is valid
-/// between any two statements of its users.
-fn lock(slot: &VringSlot) -> MutexGuard<'_, Option<Vring>> {
-    slot.ring.lock().unwrap_or_else(PoisonError::into_inner)
+/// Holds a slot for the control thread, once the queue's burst is over. A
+/// burst that panicked gave the slot back on its way out and left the ring
+/// consistent between two statements; the buffers it held are still
+/// accounted for.
+fn lock(slot: &VringSlot) -> SlotGuard<'_> {
+    slot.control()
 }
 
 impl VirtioDriver {
@@ -394,6 +410,11 @@ impl VirtioDriver {
             })
             .collect();
         let mem = Arc::new(GuestMemory::new(mappings).map_err(|e| self.error(e))?);
+        let pool_areas = regions[..pools.len()]
+            .iter()
+            .map(|r| mem.area(r.guest_phys_addr, r.memory_size))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| self.error(e))?;
         Ok(Table {
             mem,
             layouts,
@@ -401,6 +422,7 @@ impl VirtioDriver {
             zero_header: ring_base,
             rings,
             pools,
+            pool_areas,
         })
     }
 }

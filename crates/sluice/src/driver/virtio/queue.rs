@@ -4,11 +4,15 @@
 //! returns them. No frame is copied, except a Tx packet in memory the
 //! backend does not map.
 
+use std::cell::UnsafeCell;
+use std::ops::{Deref, DerefMut};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, Ordering};
 
 use crate::counter::Counter;
-use crate::mbuf::{Burst, BurstSlice, Mbuf, MbufPool};
+use crate::mbuf::{Burst, BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, MbufPool, RearmData};
+use crate::mempool::Elem;
 use crate::port::{PortCounters, PortError, RxFrameCheck, RxQueue, TxQueue};
 use crate::virtio::VirtioError;
 use crate::virtio::net_hdr::HEADER_LEN;
@@ -16,36 +20,174 @@ use crate::virtio::split::{DriverQueue, Segment};
 
 use super::Table;
 
-/// Free descriptors an Rx ring gathers before it is refilled.
+/// Free descriptors an Rx ring gathers before it is refilled, and the
+/// buffers taken from the pool at once.
 const REFILL_BATCH: u16 = 32;
 /// How far past the frame being taken the next returned buffer is
-/// prefetched (its header is read, and the application reads the frame).
-const PREFETCH_AHEAD: u16 = 1;
+/// prefetched (its virtio-net header is read, its mbuf header written, and
+/// the application reads the frame).
+const PREFETCH_AHEAD: u16 = 2;
 
-/// A vring a queue drives, behind the lock the control thread installs it
-/// with and takes it back through.
+/// The queue holds the slot (inside a burst).
+const BUSY: u8 = 1;
+/// The control thread holds the slot.
+const CONTROL: u8 = 2;
+
+/// A vring a queue drives, and who may touch it: the queue claims it once
+/// per burst with one compare-exchange (`0 -> BUSY`) and gives it back with
+/// a plain store; a claim that fails moves nothing that burst and never
+/// waits. The control thread, to install a ring or take it back, claims
+/// it (`0 -> CONTROL`) once the queue's burst is over; while it waits, the
+/// queue makes no new claims, so a polling loop cannot keep it out.
 pub(super) struct VringSlot {
-    pub(super) ring: Mutex<Option<Vring>>,
+    /// 0, [`BUSY`] or [`CONTROL`]: who holds `ring`.
+    state: AtomicU8,
+    /// Control claims waiting or held: the queue leaves the slot alone
+    /// meanwhile (a hint for fairness; `state` alone decides who holds it).
+    wanted: AtomicU32,
+    ring: UnsafeCell<Option<Vring>>,
 }
+
+// SAFETY: `ring` is touched only by the holder of `state` — the queue
+// between its `0 -> BUSY` exchange and storing 0, the control thread
+// between its `0 -> CONTROL` exchange and storing 0 — so never by two
+// threads at once; the Acquire exchanges and Release stores order those
+// accesses. `Vring` is `Send`.
+unsafe impl Sync for VringSlot {}
 
 impl VringSlot {
     pub(super) fn new() -> VringSlot {
         VringSlot {
-            ring: Mutex::new(None),
+            state: AtomicU8::new(0),
+            wanted: AtomicU32::new(0),
+            ring: UnsafeCell::new(None),
         }
     }
 
     /// The ring for one burst, without waiting: `None` while the control
-    /// thread holds it (installing or taking it back).
-    fn enter(&self) -> Option<MutexGuard<'_, Option<Vring>>> {
-        match self.ring.try_lock() {
-            Ok(guard) => Some(guard),
-            // A burst that panicked left the ring consistent between two
-            // statements; the buffers it held are still accounted for.
-            Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
-            Err(TryLockError::WouldBlock) => None,
+    /// thread holds it or waits for it (installing or taking it back).
+    #[inline]
+    pub(super) fn enter(&self) -> Option<SlotGuard<'_>> {
+        if self.wanted.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        self.state
+            .compare_exchange(0, BUSY, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| SlotGuard {
+                slot: self,
+                control: false,
+            })
+    }
+
+    /// The control thread's hold on the ring: waits for the queue's burst
+    /// to end (a burst is bounded; the queue claims nothing new meanwhile).
+    pub(super) fn control(&self) -> SlotGuard<'_> {
+        self.wanted.fetch_add(1, Ordering::Relaxed);
+        while self
+            .state
+            .compare_exchange(0, CONTROL, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            std::thread::yield_now();
+        }
+        SlotGuard {
+            slot: self,
+            control: true,
         }
     }
+}
+
+/// A hold on a [`VringSlot`]'s ring: the queue's for one burst, or the
+/// control thread's.
+pub(super) struct SlotGuard<'a> {
+    slot: &'a VringSlot,
+    control: bool,
+}
+
+impl Deref for SlotGuard<'_> {
+    type Target = Option<Vring>;
+
+    #[inline]
+    fn deref(&self) -> &Option<Vring> {
+        // SAFETY: this guard holds the slot's state (`VringSlot` docs): no
+        // other access to the cell until it is dropped, and the borrow
+        // cannot outlive it.
+        unsafe { &*self.slot.ring.get() }
+    }
+}
+
+impl DerefMut for SlotGuard<'_> {
+    #[inline]
+    fn deref_mut(&mut self) -> &mut Option<Vring> {
+        // SAFETY: as in `deref`, and `&mut self` makes this the only borrow
+        // through the guard.
+        unsafe { &mut *self.slot.ring.get() }
+    }
+}
+
+impl Drop for SlotGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // Release: what the holder did to the ring happens before the next
+        // holder's Acquire exchange. Nobody else changes `state` while it
+        // is held, so a plain store gives it back.
+        self.slot.state.store(0, Ordering::Release);
+        if self.control {
+            self.slot.wanted.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The buffers an Rx vring posted, per head: plain free buffers of the
+/// queue's pool, taken from its mempool without their headers being read
+/// or written. A free buffer has its own memory, [`HEADER_SIZE`] bytes into
+/// its element (the free-buffer invariants), so the address a descriptor
+/// holds follows from the element's, and so does the address to prefetch
+/// a burst ahead; the header is written when a frame arrives in the buffer,
+/// only the cache line a received frame's fields live in, without reading
+/// it (as the soft driver's Rx does). Dropping it gives them back.
+struct RxBuffers {
+    slots: Vec<Option<Elem>>,
+}
+
+impl RxBuffers {
+    fn new(size: usize) -> RxBuffers {
+        RxBuffers {
+            slots: vec![None; size],
+        }
+    }
+}
+
+impl Drop for RxBuffers {
+    fn drop(&mut self) {
+        for e in self.slots.iter_mut().filter_map(Option::take) {
+            // SAFETY: a buffer this ring took from its pool and owns, out of
+            // the device's hands (the ring is being dropped), given back once.
+            unsafe { give_back(e) };
+        }
+    }
+}
+
+/// Gives a posted buffer back to its pool.
+///
+/// # Safety
+/// `e` is an element of an mbuf pool, taken from its mempool and owned by
+/// the caller, who no longer uses it; the device no longer uses it either.
+unsafe fn give_back(e: Elem) {
+    // SAFETY: as the caller promises: a free buffer of an mbuf pool (its
+    // header stale but within the free-buffer invariants), ours alone.
+    let mut m = unsafe { Mbuf::from_elem(e) };
+    m.reset();
+    drop(m);
+}
+
+/// Where in its element a posted Rx buffer starts: past the mbuf header, 12
+/// bytes before the default headroom's end, so the virtio-net header lands
+/// at the end of the headroom and the frame at the data offset.
+fn rx_buffer_offset(pool: &MbufPool) -> Option<usize> {
+    let headroom = usize::from(pool.headroom());
+    (headroom >= HEADER_LEN).then(|| HEADER_SIZE + headroom - HEADER_LEN)
 }
 
 /// A started vring: the driver side of the virtqueue and the mbufs of the
@@ -53,8 +195,10 @@ impl VringSlot {
 pub(super) struct Vring {
     /// Declared first: dropped before the table it points into.
     queue: DriverQueue,
-    /// Per head: the mbuf of the chain in flight there.
+    /// Per head (Tx): the mbuf of the chain in flight there.
     held: Vec<Option<Mbuf>>,
+    /// Per head (Rx): the buffer posted there.
+    posted: RxBuffers,
     /// A frame being gathered from mergeable buffers (Rx): its first
     /// segments and how many buffers are still to come.
     pending: Option<(Mbuf, u16)>,
@@ -77,6 +221,7 @@ impl Vring {
         Vring {
             queue,
             held: (0..size).map(|_| None).collect(),
+            posted: RxBuffers::new(size),
             pending: None,
             kick,
             kicks,
@@ -85,35 +230,66 @@ impl Vring {
         }
     }
 
-    /// Posts a fresh mbuf from `pool` on every free descriptor, as a
+    /// Posts a free buffer from `pool` on every free descriptor, as a
     /// device-writable buffer whose first 12 bytes are the headroom's last
     /// (the virtio-net header lands there, the frame at the data offset),
-    /// and publishes them. True when the pool ran dry first.
+    /// and publishes them. The buffers come from the mempool in batches;
+    /// their headers are not touched ([`RxBuffers`]). True when the pool
+    /// ran dry first.
     pub(super) fn stock(&mut self, pool: &MbufPool, ring_errors: &Counter) -> bool {
+        // The headroom holds the header (checked at setup).
+        let Some(offset) = rx_buffer_offset(pool) else {
+            return false;
+        };
+        let len = (HEADER_LEN + usize::from(pool.data_room())) as u32;
+        // The pool's memory, found once: each buffer is checked against it
+        // alone.
+        let Some(area) = pool
+            .shared_memory()
+            .and_then(|m| self.queue.memory().area(m.base as u64, m.len as u64).ok())
+        else {
+            ring_errors.inc();
+            return false;
+        };
+        let mempool = pool.mempool();
+        let mut batch = [Elem::DANGLING; REFILL_BATCH as usize];
         let mut added = 0;
         let mut dry = false;
-        for _ in 0..self.queue.num_free() {
-            let Some(mut m) = pool.alloc() else {
+        // Bounded: each round posts at least one buffer or ends.
+        'fill: while self.queue.num_free() > 0 {
+            let want = usize::from(self.queue.num_free()).min(batch.len());
+            let got = if want == batch.len() {
+                mempool.get_array_into(&mut batch).is_ok()
+            } else {
+                mempool.get_bulk(&mut batch[..want]).is_ok()
+            };
+            // Short of a batch: what is left, one by one.
+            let n = if got {
+                want
+            } else if let Some(e) = mempool.get() {
+                batch[0] = e;
+                1
+            } else {
                 dry = true;
                 break;
             };
-            // The headroom holds the header (checked at setup).
-            if m.prepend(HEADER_LEN).is_err() {
-                break;
-            }
-            let segment = Segment {
-                addr: m.data().as_ptr() as u64,
-                len: (HEADER_LEN + usize::from(m.tailroom())) as u32,
-                writable: true,
-            };
-            match self.queue.add_chain(&[segment]) {
-                Ok(head) => {
-                    self.held[usize::from(head)] = Some(m);
-                    added += 1;
-                }
-                Err(_) => {
-                    ring_errors.inc();
-                    break;
+            for (i, &e) in batch[..n].iter().enumerate() {
+                let addr = e.as_ptr() as u64 + offset as u64;
+                match self.queue.add_buffer(&area, addr, len, true) {
+                    Ok(head) => {
+                        let slot = &mut self.posted.slots[usize::from(head)];
+                        debug_assert!(slot.is_none(), "a free head holds a buffer");
+                        *slot = Some(e);
+                        added += 1;
+                    }
+                    Err(_) => {
+                        ring_errors.inc();
+                        for &e in &batch[i..n] {
+                            // SAFETY: just taken from the pool, never posted.
+                            unsafe { give_back(e) };
+                        }
+                        break 'fill;
+                    }
                 }
             }
         }
@@ -174,24 +350,47 @@ pub(super) struct VirtioRx {
 }
 
 impl VirtioRx {
-    /// Turns the returned buffer `m` of `len` bytes into a frame, or into a
-    /// part of the pending one; returns a whole frame.
-    fn harvest(&self, ring: &mut Vring, mut m: Mbuf, len: usize) -> Option<Mbuf> {
+    /// Turns the returned buffer `e`, where the device wrote `len` bytes,
+    /// into a frame, or into a part of the pending one; returns a whole
+    /// frame. `offset` is where the buffer starts in its element
+    /// ([`rx_buffer_offset`]).
+    ///
+    /// # Safety
+    /// `e` is a buffer this ring posted at `offset` ([`Vring::stock`]), now
+    /// ours: the device returned it (`pop_used`, whose Acquire load makes
+    /// what it wrote visible) and it has left the ring's slot array.
+    unsafe fn harvest(&self, ring: &mut Vring, e: Elem, len: u32, offset: usize) -> Option<Mbuf> {
         let errors = &self.counters.rx[self.q].errors;
-        // The buffer was posted as the header's 12 bytes and the tailroom,
-        // with the mbuf's data at the header.
-        let grown = if len >= HEADER_LEN {
-            m.append(len - HEADER_LEN).map(|_| ())
-        } else {
-            m.trim(HEADER_LEN - len)
-        };
-        if grown.is_err() {
+        let headroom = self.pool.headroom();
+        // `pop_used` refused a length beyond the buffer posted, 12 bytes
+        // and the data room, which fits in 16 bits (checked all the same).
+        let Ok(len) = u16::try_from(len) else {
+            // SAFETY: ours (the caller's contract), not kept.
+            unsafe { give_back(e) };
             self.driver.bad_used_len.inc();
             errors.inc();
             return None;
-        }
+        };
+        // SAFETY: the buffer is ours alone (the caller's contract): a plain
+        // free buffer of the pool, whose header nobody else reaches.
+        let header = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
+        let rearm = |data_off: u16| {
+            RearmData {
+                data_off,
+                refcnt: 1,
+                nb_segs: 1,
+                port: self.port_id,
+            }
+            .word()
+        };
         if let Some((mut first, left)) = ring.pending.take() {
-            // A following buffer of a merged frame: frame bytes only.
+            // A following buffer of a merged frame: frame bytes only, from
+            // the buffer's start (the headroom less the header's 12 bytes).
+            header.rearm_word(rearm(headroom - HEADER_LEN as u16));
+            header.set_rx_plain(0, 0, len, 0, 0);
+            // SAFETY: a free buffer of the pool, ours, its header now that of
+            // an mbuf of `len` bytes inside its own memory.
+            let m = unsafe { Mbuf::from_elem(e) };
             if let Err((_, m)) = first.chain(m) {
                 drop(m);
                 errors.inc();
@@ -203,22 +402,33 @@ impl VirtioRx {
             }
             return Some(first);
         }
-        if len < HEADER_LEN {
+        if usize::from(len) < HEADER_LEN {
+            // SAFETY: ours, not kept.
+            unsafe { give_back(e) };
             self.driver.bad_used_len.inc();
             errors.inc();
             return None;
         }
         let buffers = if ring.mrg_rxbuf {
-            let header = &m.data()[..HEADER_LEN];
-            u16::from_le_bytes([header[10], header[11]])
+            // SAFETY: the virtio-net header's `num_buffers`, bytes 10..12 of
+            // the buffer, inside the element (`offset` + 12 is the headroom's
+            // end); the device wrote it before returning the buffer.
+            let raw = unsafe {
+                e.as_ptr()
+                    .add(offset + 10)
+                    .cast::<[u8; 2]>()
+                    .read_unaligned()
+            };
+            u16::from_le_bytes(raw)
         } else {
             1
         };
-        if m.adj(HEADER_LEN).is_err() {
-            errors.inc();
-            return None;
-        }
+        header.rearm_word(rearm(headroom));
+        header.set_rx_plain(0, 0, len - HEADER_LEN as u16, 0, 0);
+        // SAFETY: as above; the frame is the data room's first bytes.
+        let m = unsafe { Mbuf::from_elem(e) };
         if buffers == 0 || buffers > ring.queue.layout().size() {
+            drop(m);
             self.driver.bad_num_buffers.inc();
             errors.inc();
             return None;
@@ -246,26 +456,29 @@ impl RxQueue for VirtioRx {
         let stats = &self.counters.rx[self.q];
         let (mut n, mut bytes) = (0usize, 0u64);
         let mut guard = self.slot.enter();
-        if let Some(ring) = guard.as_mut().and_then(|g| g.as_mut()) {
+        let offset = rx_buffer_offset(&self.pool);
+        if let Some(ring) = guard.as_mut().and_then(|g| g.as_mut())
+            && let Some(offset) = offset
+        {
             while burst.free() > 0 {
                 let used = match ring.queue.pop_used() {
-                    Ok(Some(used)) => {
-                        if let Some(next) = ring.queue.peek_used_id(PREFETCH_AHEAD)
-                            && let Some(m) = &ring.held[usize::from(next)]
-                        {
-                            m.prefetch_data();
-                        }
-                        used
-                    }
+                    Ok(Some(used)) => used,
                     Ok(None) => break,
                     Err(VirtioError::BadUsedId { .. }) => {
+                        // A frame being gathered lost a buffer: dropped.
+                        ring.pending = None;
                         self.driver.bad_used_id.inc();
                         stats.errors.inc();
                         continue;
                     }
                     Err(VirtioError::BadUsedLen { head, .. }) => {
-                        // The chain is reclaimed: its mbuf goes home.
-                        ring.held[usize::from(head)] = None;
+                        ring.pending = None;
+                        // The chain is reclaimed: its buffer goes home.
+                        if let Some(e) = ring.posted.slots[usize::from(head)].take() {
+                            // SAFETY: posted by this ring, returned by the
+                            // device, out of the slot array.
+                            unsafe { give_back(e) };
+                        }
                         self.driver.bad_used_len.inc();
                         stats.errors.inc();
                         continue;
@@ -275,12 +488,25 @@ impl RxQueue for VirtioRx {
                         break;
                     }
                 };
-                let Some(m) = ring.held[usize::from(used.head)].take() else {
+                // The buffer returned next: its virtio-net header and
+                // frame, and its mbuf header, on their way while this one
+                // is taken. Its address needs nothing read from it.
+                if let Some(next) = ring.queue.peek_used_id(PREFETCH_AHEAD)
+                    && let Some(e) = ring.posted.slots[usize::from(next)]
+                {
+                    let buffer = e.as_ptr().wrapping_add(offset);
+                    crate::pagepool::prefetch(buffer);
+                    crate::pagepool::prefetch(buffer.wrapping_add(HEADER_LEN));
+                    crate::pagepool::prefetch(e.as_ptr());
+                }
+                let Some(e) = ring.posted.slots[usize::from(used.head)].take() else {
                     self.driver.bad_used_id.inc();
                     stats.errors.inc();
                     continue;
                 };
-                let Some(mut frame) = self.harvest(ring, m, used.len as usize) else {
+                // SAFETY: posted by this ring at `offset`, returned by the
+                // device, now out of the slot array.
+                let Some(frame) = (unsafe { self.harvest(ring, e, used.len, offset) }) else {
                     continue;
                 };
                 let len = frame.pkt_len() as usize;
@@ -288,7 +514,6 @@ impl RxQueue for VirtioRx {
                     self.check.count_drop(len, &stats.errors);
                     continue;
                 }
-                let _ = frame.set_port(self.port_id);
                 bytes += len as u64;
                 n += 1;
                 // Room: the loop runs while the burst has some.
@@ -368,7 +593,8 @@ fn reclaim(ring: &mut Vring, driver: &TxCounters, done: &mut Burst) -> usize {
             freed += 1;
             if let Err(m) = done.push(m) {
                 done.clear();
-                drop(m);
+                // Room: just emptied.
+                let _ = done.push(m);
             }
         }
     }
@@ -376,12 +602,51 @@ fn reclaim(ring: &mut Vring, driver: &TxCounters, done: &mut Burst) -> usize {
     freed
 }
 
-impl VirtioTx {
+/// What [`Placing::place`] works with: the queue's fields besides its slot, which
+/// the burst holds meanwhile.
+struct Placing<'a> {
+    table: &'a Table,
+    copy_pool: Option<&'a MbufPool>,
+    driver: &'a TxCounters,
+    segments: &'a mut Vec<Segment>,
+}
+
+impl Placing<'_> {
+    /// The common case of [`place`](Self::place): one segment of an
+    /// unshared mbuf whose headroom takes the header, in a pool the backend
+    /// maps, as one descriptor checked against its pool's area. `None`
+    /// (nothing changed) for any other packet.
+    #[inline]
+    fn place_one(&mut self, ring: &mut Vring, m: &mut Mbuf) -> Option<Placed> {
+        if m.nb_segs() != 1 || usize::from(m.headroom()) < HEADER_LEN || m.is_shared() {
+            return None;
+        }
+        let data = m.data();
+        let at = (data.as_ptr() as usize).wrapping_sub(HEADER_LEN);
+        let area = self.table.pool_area(at, data.len() + HEADER_LEN)?;
+        if ring.queue.num_free() == 0 {
+            return Some(Placed::NoRoom);
+        }
+        let len = (data.len() + HEADER_LEN) as u32;
+        // Room and an unshared buffer: checked above.
+        m.prepend(HEADER_LEN).ok()?.fill(0);
+        Some(match ring.queue.add_buffer(area, at as u64, len, false) {
+            Ok(head) => Placed::Sent(head, None),
+            Err(_) => {
+                self.driver.ring_errors.inc();
+                Placed::Dropped
+            }
+        })
+    }
+
     /// Adds `m` to the ring, zero copy when its memory is the backend's.
     fn place(&mut self, ring: &mut Vring, m: &mut Mbuf) -> Placed {
+        if let Some(placed) = self.place_one(ring, m) {
+            return placed;
+        }
         let size = usize::from(ring.queue.layout().size());
         let free = usize::from(ring.queue.num_free());
-        let table = &self.table;
+        let table = self.table;
         let visible = m
             .segments()
             .all(|s| table.holds(s.as_ptr() as usize, s.len()));
@@ -422,7 +687,7 @@ impl VirtioTx {
             if free == 0 {
                 return Placed::NoRoom;
             }
-            let Some(mut c) = self.copy_pool.as_ref().and_then(|p| p.alloc()) else {
+            let Some(mut c) = self.copy_pool.and_then(|p| p.alloc()) else {
                 return Placed::NoRoom;
             };
             let len = m.pkt_len() as usize;
@@ -445,7 +710,7 @@ impl VirtioTx {
             });
             copy = Some(c);
         }
-        match ring.queue.add_chain(&self.segments) {
+        match ring.queue.add_chain(self.segments) {
             Ok(head) => Placed::Sent(head, copy),
             Err(_) => {
                 self.driver.ring_errors.inc();
@@ -457,9 +722,7 @@ impl VirtioTx {
 
 impl TxQueue for VirtioTx {
     fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize {
-        // The slot is borrowed from a clone: `place` needs the queue.
-        let slot = Arc::clone(&self.slot);
-        let mut guard = slot.enter();
+        let mut guard = self.slot.enter();
         let Some(ring) = guard.as_mut().and_then(|g| g.as_mut()) else {
             drop(guard);
             // Nobody to send to: dropped and counted, as by a port whose
@@ -477,10 +740,16 @@ impl TxQueue for VirtioTx {
         }
         let (mut taken, mut sent, mut bytes, mut dropped) = (0usize, 0usize, 0u64, 0u64);
         self.placed.clear();
+        let mut placing = Placing {
+            table: &self.table,
+            copy_pool: self.copy_pool.as_ref(),
+            driver: &self.driver,
+            segments: &mut self.segments,
+        };
         for i in 0..burst.len() {
             let m = &mut burst.as_mut_slice()[i];
             let len = u64::from(m.pkt_len());
-            match self.place(ring, m) {
+            match placing.place(ring, m) {
                 Placed::Sent(head, copy) => {
                     self.placed.push((Some(head), copy));
                     sent += 1;

@@ -226,6 +226,74 @@ fn a_long_frame_crosses_as_a_chain_both_ways() {
 }
 
 #[test]
+fn an_rx_pool_smaller_than_the_ring_runs_dry_and_every_frame_still_crosses() {
+    let pool = shared_pool(2047);
+    // 100 buffers for a 256-entry ring: it is never full; each frame fits
+    // in one buffer.
+    let small = TestPool::new(100).name("small").build_shared();
+    let path = socket_path();
+    let mut vhost = port(&format!("vhost:path={}", path.display()), &pool, 1);
+    vhost.start().unwrap();
+    let mut virtio = port(&format!("virtio:path={}", path.display()), &small, 1);
+    virtio.start().unwrap();
+    let frames = test_frames([2; 6], 5, 0, 400, 37);
+    let sent = mbufs(&pool, &frames);
+    let got = send(&mut vhost, &mut virtio, 0, sent);
+    assert!(got == frames, "every frame, in order, byte for byte");
+    let stats = virtio.stats();
+    assert_eq!(stats.rx_packets, 400);
+    assert_eq!(stats.rx_errors, 0);
+    assert!(stats.rx_nombuf > 0, "the ring ran dry: {stats:?}");
+    virtio.stop();
+    vhost.stop();
+    drop((virtio, vhost));
+    assert_pool_full(&pool);
+    assert_pool_full(&small);
+}
+
+#[test]
+fn a_slot_is_held_by_one_side_at_a_time_and_control_gets_it_from_a_busy_queue() {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicBool;
+
+    use super::queue::VringSlot;
+
+    let slot = Arc::new(VringSlot::new());
+    let holders = Arc::new(AtomicU32::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    // Whoever holds the slot finds nobody else inside.
+    let enter = |holders: &AtomicU32| assert_eq!(holders.fetch_add(1, Ordering::SeqCst), 0);
+    let leave = |holders: &AtomicU32| holders.fetch_sub(1, Ordering::SeqCst);
+    let queue = std::thread::spawn({
+        let (slot, holders, done) = (Arc::clone(&slot), Arc::clone(&holders), Arc::clone(&done));
+        move || {
+            // Bounded: the control side below ends long before.
+            for _ in 0..200_000_000u64 {
+                if done.load(Ordering::Relaxed) {
+                    break;
+                }
+                if let Some(guard) = slot.enter() {
+                    enter(&holders);
+                    assert!(guard.is_none());
+                    leave(&holders);
+                }
+            }
+        }
+    });
+    for _ in 0..2000 {
+        let guard = slot.control();
+        enter(&holders);
+        assert!(slot.enter().is_none(), "the queue is shut out meanwhile");
+        leave(&holders);
+        drop(guard);
+    }
+    done.store(true, Ordering::Relaxed);
+    queue.join().unwrap();
+    // Given back: the queue claims it again.
+    assert!(slot.enter().is_some());
+}
+
+#[test]
 fn each_queue_pair_has_its_own_rings() {
     let pool = shared_pool(2047);
     let path = socket_path();
