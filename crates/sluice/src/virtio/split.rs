@@ -834,6 +834,13 @@ impl DeviceQueue {
     /// anything was published and the driver has not set
     /// [`VIRTQ_AVAIL_F_NO_INTERRUPT`].
     pub fn needs_notify(&mut self) -> Result<bool, VirtioError> {
+        // Nothing published since the last call: no notification is due
+        // either way (`need_event` with equal old and new indices is
+        // false), so the fence and the load of the driver's line are
+        // skipped, as on every empty poll.
+        if self.published_used == self.signalled_used {
+            return Ok(false);
+        }
         // SeqCst fence: orders the `used.idx` store of `publish_used` before
         // the event load below; pairs with the fence of
         // `DriverQueue::enable_interrupts` (module docs).

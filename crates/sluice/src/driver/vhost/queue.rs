@@ -292,6 +292,26 @@ fn place(
         && m.prepend(header.len())
             .map(|room| room.copy_from_slice(header))
             .is_ok();
+    // The common case: header and frame in one piece, into a chain whose
+    // first buffer holds them all (its bounds were checked when it was
+    // taken).
+    if joined
+        && let [chain] = &chains[..taken]
+        && let Some(segment) = chain.segments().first()
+        && segment.writable
+        && m.data().len() <= segment.len as usize
+    {
+        let data = m.data();
+        let written = ring.queue.memory().write_from(segment.addr, data).is_ok();
+        let len = if written { data.len() as u32 } else { 0 };
+        // Returned whatever happened, with what it holds.
+        let returned = ring.queue.push_used(chain.head(), len).is_ok();
+        if !(written && returned) {
+            driver.ring_errors.inc();
+            return Placed::Dropped;
+        }
+        return Placed::Sent;
+    }
     let header: &[u8] = if joined { &[] } else { header };
     // Bytes written into each chain taken, returned with it below.
     let mut written_lens = [0u32; MAX_MERGED_CHAINS];
