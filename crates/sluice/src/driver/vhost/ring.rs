@@ -101,12 +101,20 @@ impl DeviceRing {
         }
     }
 
-    /// Prefetches the buffer and the descriptor of chains ahead of the next
-    /// one taken, as [`DeviceQueue::prefetch_ahead`] (split rings; a packed
-    /// ring is not looked ahead in).
-    pub(super) fn prefetch_ahead(&self, buf_ahead: u16, desc_ahead: u16, write: bool) {
-        if let DeviceRing::Split(queue) = self {
-            queue.prefetch_ahead(buf_ahead, desc_ahead, write);
+    /// How many chains a burst of `want` may take: for a split ring, at
+    /// most those the guest has made available (one load of its index,
+    /// [`DeviceQueue::ready`]), whose head descriptors and used entries are
+    /// prefetched; a packed ring is not counted ahead, so `want`.
+    pub(super) fn ready(&mut self, want: usize) -> Result<usize, VirtioError> {
+        match self {
+            DeviceRing::Split(queue) => {
+                let n = usize::from(queue.ready()?).min(want);
+                // `n` is at most the queue size, a u16.
+                queue.prefetch_descs(n as u16);
+                queue.prefetch_used(n as u16);
+                Ok(n)
+            }
+            DeviceRing::Packed { .. } => Ok(want),
         }
     }
 
