@@ -10,10 +10,11 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::virtio::VirtioError;
 use crate::virtio::memory::GuestMemory;
-use crate::virtio::packed::{PackedChain, PackedDeviceQueue, PackedLayout, RingPosition};
+use crate::virtio::packed::{PackedChain, PackedDeviceQueue, PackedLayout, RingPosition, is_avail};
 use crate::virtio::split::{Chain, DeviceQueue, QueueLayout};
 
 /// Where a ring's parts are, by its layout.
@@ -104,7 +105,9 @@ impl DeviceRing {
     /// How many chains a burst of `want` may take: for a split ring, at
     /// most those the guest has made available (one load of its index,
     /// [`DeviceQueue::ready`]), whose head descriptors and used entries are
-    /// prefetched; a packed ring is not counted ahead, so `want`.
+    /// prefetched; a packed ring is not counted ahead: `want` when the
+    /// descriptor at its position is available, else 0 (a hint, as the
+    /// chains are taken one by one).
     pub(super) fn ready(&mut self, want: usize) -> Result<usize, VirtioError> {
         match self {
             DeviceRing::Split(queue) => {
@@ -114,7 +117,15 @@ impl DeviceRing {
                 queue.prefetch_used(n as u16);
                 Ok(n)
             }
-            DeviceRing::Packed { .. } => Ok(want),
+            DeviceRing::Packed { queue, .. } => {
+                let at = queue.next_avail();
+                // Relaxed: a hint; taking the chain loads the flags again
+                // with Acquire.
+                let flags = queue
+                    .memory()
+                    .load_u16(queue.layout().desc_flags(at.index), Ordering::Relaxed)?;
+                Ok(if is_avail(flags, at.wrap) { want } else { 0 })
+            }
         }
     }
 
