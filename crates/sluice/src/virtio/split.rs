@@ -664,42 +664,58 @@ impl DeviceQueue {
         }
     }
 
-    /// Prefetches ahead of [`pop_avail_into`](Self::pop_avail_into), among
-    /// the chains the driver has already made available: the descriptor of
-    /// the chain `desc_ahead` entries after the next one taken, and the
-    /// first bytes of the buffer of the chain `buf_ahead` entries after it
-    /// (whose descriptor an earlier call prefetched), so that their cache
-    /// misses overlap the work on the chains before; `write` when the
-    /// buffer is to be written (a device-writable chain). A hint: nothing
-    /// is taken or checked, and an entry or descriptor that makes no sense
-    /// is ignored (a chain is checked in full when it is taken).
-    pub fn prefetch_ahead(&self, buf_ahead: u16, desc_ahead: u16, write: bool) {
-        let ready = self.avail_shadow.wrapping_sub(self.last_avail);
-        // Relaxed loads of entries below the index loaded with Acquire.
-        let head_at = |ahead: u16| {
-            let entry = self.layout.avail_entry(self.last_avail.wrapping_add(ahead));
-            self.mem
-                .load_u16(entry, Ordering::Relaxed)
-                .ok()
-                .filter(|&head| head < self.layout.size)
-        };
-        if ready > desc_ahead
-            && let Some(head) = head_at(desc_ahead)
-        {
-            self.mem.prefetch(self.layout.desc(head));
+    /// Loads `avail.idx` (Acquire, as [`pop_avail_into`](Self::pop_avail_into)
+    /// does) and returns how many chains the driver has made available
+    /// that the device has not taken yet, so that a burst knows up front
+    /// how many it may take; the chains are then taken without loading the
+    /// index again. [`VirtioError::AvailIndexJump`] when the driver's index
+    /// is impossible (counted, nothing changed).
+    pub fn ready(&mut self) -> Result<u16, VirtioError> {
+        // Acquire: as in `pop_avail_into`.
+        let idx = self
+            .mem
+            .load_u16(self.layout.avail_idx(), Ordering::Acquire)?;
+        let ready = idx.wrapping_sub(self.last_avail);
+        if ready > self.layout.size {
+            self.stats.index_errors += 1;
+            return Err(VirtioError::AvailIndexJump {
+                last: self.last_avail,
+                idx,
+            });
         }
-        if ready > buf_ahead
-            && let Some(head) = head_at(buf_ahead)
-            // A descriptor starts with its 8-byte little-endian address.
-            && let Ok(addr) = self.mem.load_u64(self.layout.desc(head))
-        {
-            for line in [addr, addr.wrapping_add(64)] {
-                if write {
-                    self.mem.prefetch_write(line);
-                } else {
-                    self.mem.prefetch(line);
-                }
+        self.avail_shadow = idx;
+        Ok(ready)
+    }
+
+    /// Prefetches the head descriptors of the next `n` chains (at most
+    /// those [`ready`](Self::ready) saw), so that their cache misses are
+    /// outstanding together before the chains are taken one by one. A
+    /// hint: nothing is taken or checked, and an entry that makes no sense
+    /// is ignored (a chain is checked in full when it is taken).
+    pub fn prefetch_descs(&self, n: u16) {
+        let n = n.min(self.avail_shadow.wrapping_sub(self.last_avail));
+        for ahead in 0..n {
+            let entry = self.layout.avail_entry(self.last_avail.wrapping_add(ahead));
+            // Relaxed: below the index loaded with Acquire.
+            if let Ok(head) = self.mem.load_u16(entry, Ordering::Relaxed)
+                && head < self.layout.size
+            {
+                self.mem.prefetch(self.layout.desc(head));
             }
+        }
+    }
+
+    /// Asks for the used ring's lines that the next `n` returns write, in
+    /// the exclusive state (the driver reads them, so each is in its
+    /// cache), so that the stores of a burst's used entries do not wait
+    /// for them one after the other. A hint, as
+    /// [`prefetch_descs`](Self::prefetch_descs).
+    pub fn prefetch_used(&self, n: u16) {
+        let n = n.min(self.layout.size);
+        // One entry in eight (a line holds eight), and the last one.
+        for ahead in (0..n).step_by(8).chain(n.checked_sub(1)) {
+            self.mem
+                .prefetch_write(self.layout.used_entry(self.next_used.wrapping_add(ahead)));
         }
     }
 
@@ -834,6 +850,13 @@ impl DeviceQueue {
     /// anything was published and the driver has not set
     /// [`VIRTQ_AVAIL_F_NO_INTERRUPT`].
     pub fn needs_notify(&mut self) -> Result<bool, VirtioError> {
+        // Nothing published since the last call: no notification is due
+        // either way (`need_event` with equal old and new indices is
+        // false), so the fence and the load of the driver's line are
+        // skipped, as on every empty poll.
+        if self.published_used == self.signalled_used {
+            return Ok(false);
+        }
         // SeqCst fence: orders the `used.idx` store of `publish_used` before
         // the event load below; pairs with the fence of
         // `DriverQueue::enable_interrupts` (module docs).

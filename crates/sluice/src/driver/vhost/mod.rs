@@ -91,7 +91,7 @@ use crate::vhost_user::{
     self, Backend, BackendConfig, ReadyVring, VringHandler, protocol_features,
 };
 use crate::virtio::packed::PackedLayout;
-use crate::virtio::split::{Chain, QueueLayout};
+use crate::virtio::split::QueueLayout;
 use crate::virtio::{
     VIRTIO_F_EVENT_IDX, VIRTIO_F_RING_PACKED, VIRTIO_F_VERSION_1, VIRTIO_NET_F_MQ,
     VIRTIO_NET_F_MRG_RXBUF, feature, has_feature,
@@ -263,8 +263,7 @@ impl PortDriver for VhostDriver {
                     ring_errors: xstats.register("rx_ring_errors"),
                 },
                 q,
-                spare: None,
-                chain: Chain::new(),
+                chains: Vec::new(),
                 started: false,
             }));
         }
@@ -281,6 +280,7 @@ impl PortDriver for VhostDriver {
                 },
                 q,
                 chains: Vec::new(),
+                reserved: Vec::new(),
                 started: false,
             }));
         }

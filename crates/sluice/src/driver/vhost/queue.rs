@@ -17,11 +17,6 @@ use super::slot::{ActiveRing, VringSlot};
 
 /// Chains one mergeable frame may take from the guest's receive ring.
 const MAX_MERGED_CHAINS: usize = 64;
-/// How far past the chain being copied a buffer is prefetched, and how far
-/// its descriptor: their cache misses then overlap the copies of the
-/// chains before.
-const PREFETCH_BUF_AHEAD: u16 = 1;
-const PREFETCH_DESC_AHEAD: u16 = 3;
 
 /// The driver's named counters of one queue (registered per queue under
 /// one name each; xstats add them up).
@@ -56,21 +51,21 @@ pub(super) struct VhostRx {
     pub(super) check: RxFrameCheck,
     pub(super) driver: RxCounters,
     pub(super) q: usize,
-    /// An mbuf taken before finding the ring empty, kept for the next call.
-    pub(super) spare: Option<Mbuf>,
-    pub(super) chain: Chain,
+    /// The chains of one burst, reused.
+    pub(super) chains: Vec<Chain>,
     pub(super) started: bool,
 }
 
-/// Copies the frame of `chain` (after its `hdr_len`-byte header) into a
-/// chain of mbufs starting with `first`. `None`: the pool ran dry.
+/// Copies the frame of `chain` (after its `hdr_len`-byte header) into
+/// `first`, an empty mbuf, chaining more mbufs from `pool` when it is
+/// longer than one's room. `false`: the pool ran dry.
 fn copy_in(
     ring: &ActiveRing,
     chain: &Chain,
     pool: &MbufPool,
-    mut first: Mbuf,
+    first: &mut Mbuf,
     frame_len: usize,
-) -> Result<Option<Mbuf>, VirtioError> {
+) -> Result<bool, VirtioError> {
     let mem = ring.queue.memory();
     let mut offset = ring.hdr_len as u64;
     let mut left = frame_len;
@@ -82,11 +77,11 @@ fn copy_in(
     left -= room;
     while left > 0 {
         let Some(mut seg) = pool.alloc() else {
-            return Ok(None);
+            return Ok(false);
         };
         let room = (seg.tailroom() as usize).min(left);
         if room == 0 {
-            return Ok(None);
+            return Ok(false);
         }
         if let Ok(buf) = seg.append(room) {
             chain.read(mem, offset, buf)?;
@@ -94,13 +89,34 @@ fn copy_in(
         offset += room as u64;
         left -= room;
         if first.chain(seg).is_err() {
-            return Ok(None);
+            return Ok(false);
         }
     }
-    Ok(Some(first))
+    Ok(true)
+}
+
+/// Asks for the first two cache lines of the first buffer of `chain`
+/// (where the header and the frame's start are), to be read or written.
+#[inline]
+fn prefetch_buffer(ring: &ActiveRing, chain: &Chain, write: bool) {
+    let mem = ring.queue.memory();
+    if let Some(segment) = chain.segments().first() {
+        for line in [segment.addr, segment.addr.wrapping_add(64)] {
+            if write {
+                mem.prefetch_write(line);
+            } else {
+                mem.prefetch(line);
+            }
+        }
+    }
 }
 
 impl RxQueue for VhostRx {
+    /// In two passes over the burst: first the chains are taken (their
+    /// descriptors prefetched together, then each chain walked and its
+    /// buffer prefetched), then each frame is copied out and its chain
+    /// returned, so the cache misses on what the guest wrote overlap
+    /// instead of coming one packet at a time.
     fn rx_burst(&mut self, burst: &mut BurstSlice) -> usize {
         let stats = &self.counters.rx[self.q];
         let (mut n, mut bytes) = (0usize, 0u64);
@@ -110,73 +126,94 @@ impl RxQueue for VhostRx {
             None
         };
         if let Some(ring) = guard.as_mut().and_then(|g| g.ring()).filter(|r| r.enabled) {
-            while burst.free() > 0 {
-                let first = match self.spare.take().or_else(|| self.pool.alloc()) {
-                    Some(m) => m,
-                    None => {
-                        stats.nombuf.inc();
-                        break;
-                    }
-                };
-                match ring.queue.pop_avail_into(&mut self.chain) {
+            let want = match ring.queue.ready(burst.free()) {
+                Ok(want) => want,
+                Err(_) => {
+                    self.driver.ring_errors.inc();
+                    0
+                }
+            };
+            // An mbuf for each chain to take, in the burst's slots from
+            // `start` on; a frame not received leaves its mbuf there to be
+            // freed at the end. With too few mbufs, fewer chains are taken
+            // (the others stay in the ring).
+            let start = burst.len();
+            let mut got = want;
+            if want > 0 && self.pool.alloc_bulk(burst, want).is_err() {
+                got = 0;
+                while got < want
+                    && let Some(m) = self.pool.alloc()
+                {
+                    // Room: `want` is at most the burst's free slots.
+                    let _ = burst.push(m);
+                    got += 1;
+                }
+                stats.nombuf.inc();
+            }
+            // Pass 1: take up to `got` entries of the available ring.
+            let mut taken = 0usize;
+            for _ in 0..got {
+                if taken == self.chains.len() {
+                    self.chains.push(Chain::new());
+                }
+                match ring.queue.pop_avail_into(&mut self.chains[taken]) {
                     Ok(true) => {
-                        ring.queue
-                            .prefetch_ahead(PREFETCH_BUF_AHEAD, PREFETCH_DESC_AHEAD, false)
+                        prefetch_buffer(ring, &self.chains[taken], false);
+                        taken += 1;
                     }
-                    Ok(false) => {
-                        self.spare = Some(first);
-                        break;
-                    }
-                    Err(VirtioError::Chain(_)) => {
-                        // Already returned to the guest as used, length 0.
-                        self.driver.bad_chain.inc();
-                        self.spare = Some(first);
-                        continue;
-                    }
+                    Ok(false) => break,
+                    // Already returned to the guest as used, length 0.
+                    Err(VirtioError::Chain(_)) => self.driver.bad_chain.inc(),
                     Err(_) => {
                         self.driver.ring_errors.inc();
-                        self.spare = Some(first);
                         break;
                     }
                 }
-                let total = self.chain.readable_len() as usize;
+            }
+            // Pass 2: copy each frame into the mbuf of its slot; received
+            // ones move down to `start + n`, in order.
+            for (i, chain) in self.chains[..taken].iter().enumerate() {
+                let slot = start + i;
+                let total = chain.readable_len() as usize;
                 let frame_len = total.saturating_sub(ring.hdr_len);
                 let received = if total < ring.hdr_len {
                     self.driver.bad_len.inc();
                     stats.errors.inc();
-                    self.spare = Some(first);
-                    None
+                    false
                 } else if !self.check.accepts(frame_len) {
                     self.check.count_drop(frame_len, &stats.errors);
-                    self.spare = Some(first);
-                    None
+                    false
                 } else {
-                    match copy_in(ring, &self.chain, &self.pool, first, frame_len) {
-                        Ok(Some(m)) => Some(m),
-                        // The pool ran dry inside the frame: dropped, counted
-                        // as `rx_nombuf`.
-                        Ok(None) => {
+                    let m = &mut burst.as_mut_slice()[slot];
+                    match copy_in(ring, chain, &self.pool, m, frame_len) {
+                        Ok(true) => {
+                            let _ = m.set_port(self.port_id);
+                            true
+                        }
+                        // The pool ran dry inside the frame: dropped,
+                        // counted as `rx_nombuf`.
+                        Ok(false) => {
                             stats.nombuf.inc();
-                            None
+                            false
                         }
                         Err(_) => {
                             self.driver.ring_errors.inc();
-                            None
+                            false
                         }
                     }
                 };
                 // A device-readable chain is returned with length 0.
-                if ring.queue.push_used(self.chain.head(), 0).is_err() {
+                if ring.queue.push_used(chain.head(), 0).is_err() {
                     self.driver.ring_errors.inc();
                 }
-                if let Some(mut m) = received {
-                    let _ = m.set_port(self.port_id);
+                if received {
+                    burst.as_mut_slice().swap(start + n, slot);
                     bytes += frame_len as u64;
                     n += 1;
-                    // Room: the loop runs while the burst has some.
-                    let _ = burst.push(m);
                 }
             }
+            // The mbufs of frames not received, and of chains not taken.
+            burst.truncate(start + n);
             if ring.queue.publish_used().is_err() {
                 self.driver.ring_errors.inc();
             }
@@ -190,7 +227,6 @@ impl RxQueue for VhostRx {
         }
         drop(guard);
         stats.record_burst(n, bytes);
-        stats.posted.set(self.spare.is_some() as u64);
         n
     }
 
@@ -201,7 +237,6 @@ impl RxQueue for VhostRx {
 
     fn stop(&mut self) {
         self.started = false;
-        self.spare = None;
         self.counters.rx[self.q].posted.set(0);
     }
 }
@@ -212,46 +247,46 @@ pub(super) struct VhostTx {
     pub(super) counters: Arc<PortCounters>,
     pub(super) driver: TxCounters,
     pub(super) q: usize,
-    /// Chains taken for the frame being written.
+    /// Chains taken for the burst's packets, in order, reused.
     pub(super) chains: Vec<Chain>,
+    /// What each packet of the burst took, in order, reused.
+    pub(super) reserved: Vec<Reserved>,
     pub(super) started: bool,
 }
 
-/// What became of one packet offered to the guest.
-enum Placed {
-    /// Written into the guest's buffers.
-    Sent,
-    /// Dropped: counted where it happened.
-    Dropped,
-    /// No buffer left in the guest's ring: the packet stays with the caller.
-    NoRoom,
+/// The chains taken for one packet: how many (the next ones in
+/// [`VhostTx::chains`]), and whether they hold it (else the frame is too
+/// long for them and they go back empty).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Reserved {
+    chains: usize,
+    fits: bool,
 }
 
-/// Writes the packet `m` into the guest's receive ring, taking chains into
-/// `chains`: the header, then each of the mbuf's segments, copied straight
-/// from the segments into the guest's buffers.
-fn place(
+/// Takes chains from the guest's receive ring into `chains[first..]` until
+/// they hold `need` bytes (one chain without mergeable buffers), and
+/// prefetches their buffers for writing. `None`: no chain taken (the ring
+/// is empty, or broken), the packet stays with the caller.
+fn reserve(
     chains: &mut Vec<Chain>,
+    first: usize,
     driver: &TxCounters,
     ring: &mut ActiveRing,
-    m: &mut Mbuf,
-) -> Placed {
-    let frame_len = m.pkt_len() as usize;
-    let need = (ring.hdr_len + frame_len) as u64;
+    need: u64,
+) -> Option<Reserved> {
     let mut have = 0u64;
     let mut taken = 0usize;
     while have < need {
-        if taken == chains.len() {
+        let at = first + taken;
+        if at == chains.len() {
             chains.push(Chain::new());
         }
-        match ring.queue.pop_avail_into(&mut chains[taken]) {
+        match ring.queue.pop_avail_into(&mut chains[at]) {
             Ok(true) => {
-                ring.queue
-                    .prefetch_ahead(PREFETCH_BUF_AHEAD, PREFETCH_DESC_AHEAD, true);
-                have += chains[taken].writable_len();
+                prefetch_buffer(ring, &chains[at], true);
+                have += chains[at].writable_len();
                 taken += 1;
             }
-            Ok(false) if taken == 0 => return Placed::NoRoom,
             Ok(false) => break,
             Err(VirtioError::Chain(_)) => driver.bad_chain.inc(),
             Err(_) => {
@@ -263,27 +298,37 @@ fn place(
             break;
         }
     }
-    if have < need {
-        // Too long for the buffers there are (or the ring broke):
-        // every chain taken goes back empty, the frame is dropped.
-        for chain in &chains[..taken] {
+    (taken > 0).then_some(Reserved {
+        chains: taken,
+        fits: have >= need,
+    })
+}
+
+/// Writes the packet `m` into the chains reserved for it: the header, then
+/// each of the mbuf's segments, copied straight from the segments into the
+/// guest's buffers; each chain is returned with the bytes written into it.
+/// A packet too long for its chains is dropped (counted) and the chains go
+/// back empty. Whether the packet was sent.
+fn fill(
+    chains: &[Chain],
+    driver: &TxCounters,
+    ring: &mut ActiveRing,
+    m: &mut Mbuf,
+    fits: bool,
+) -> bool {
+    if !fits {
+        for chain in chains {
             if ring.queue.push_used(chain.head(), 0).is_err() {
                 driver.ring_errors.inc();
             }
         }
-        if taken > 0 {
-            driver.too_long.inc();
-        }
-        return if taken > 0 {
-            Placed::Dropped
-        } else {
-            Placed::NoRoom
-        };
+        driver.too_long.inc();
+        return false;
     }
     let mut header = [0u8; HEADER_LEN];
     if ring.hdr_len == HEADER_LEN {
         // num_buffers: 1 without mergeable buffers, as VERSION_1 asks.
-        header[10..12].copy_from_slice(&(taken as u16).to_le_bytes());
+        header[10..12].copy_from_slice(&(chains.len() as u16).to_le_bytes());
     }
     let header = &header[..ring.hdr_len];
     // A one-segment packet of its own gets the header in its headroom, so
@@ -292,19 +337,36 @@ fn place(
         && m.prepend(header.len())
             .map(|room| room.copy_from_slice(header))
             .is_ok();
-    let header: &[u8] = if joined { &[] } else { header };
-    // Bytes written into each chain taken, returned with it below.
-    let mut written_lens = [0u32; MAX_MERGED_CHAINS];
-    let mut failed = false;
+    // The common case: header and frame in one piece, into a chain whose
+    // first buffer holds them all (its bounds were checked when it was
+    // taken).
+    if joined
+        && let [chain] = chains
+        && let Some(segment) = chain.segments().first()
+        && segment.writable
+        && m.data().len() <= segment.len as usize
     {
-        let mem = ring.queue.memory();
-        // The header, then the frame, across the chains in order.
-        let mut pieces = std::iter::once(header)
-            .chain(m.segments())
-            .filter(|piece| !piece.is_empty());
-        let mut piece: &[u8] = pieces.next().unwrap_or_default();
-        for (chain, len) in chains[..taken].iter().zip(written_lens.iter_mut()) {
-            let mut written = 0u64;
+        let data = m.data();
+        let written = ring.queue.memory().write_from(segment.addr, data).is_ok();
+        let len = if written { data.len() as u32 } else { 0 };
+        // Returned whatever happened, with what it holds.
+        let returned = ring.queue.push_used(chain.head(), len).is_ok();
+        if !(written && returned) {
+            driver.ring_errors.inc();
+        }
+        return written && returned;
+    }
+    let header: &[u8] = if joined { &[] } else { header };
+    let mut failed = false;
+    // The header, then the frame, across the chains in order.
+    let mut pieces = std::iter::once(header)
+        .chain(m.segments())
+        .filter(|piece| !piece.is_empty());
+    let mut piece: &[u8] = pieces.next().unwrap_or_default();
+    for chain in chains {
+        let mut written = 0u64;
+        {
+            let mem = ring.queue.memory();
             while !piece.is_empty() && written < chain.writable_len() {
                 match chain.write(mem, written, piece) {
                     Ok(0) => break,
@@ -321,22 +383,23 @@ fn place(
                     }
                 }
             }
-            *len = written.min(u64::from(u32::MAX)) as u32;
         }
-    }
-    for (chain, &len) in chains[..taken].iter().zip(written_lens.iter()) {
+        let len = written.min(u64::from(u32::MAX)) as u32;
         if ring.queue.push_used(chain.head(), len).is_err() {
             failed = true;
         }
     }
     if failed {
         driver.ring_errors.inc();
-        return Placed::Dropped;
+        return false;
     }
-    Placed::Sent
+    true
 }
 
 impl TxQueue for VhostTx {
+    /// In two passes over the burst, as `rx_burst`: first the chains for
+    /// every packet are taken (their buffers prefetched for writing), then
+    /// the packets are copied in and the chains returned.
     fn tx_burst(&mut self, burst: &mut BurstSlice) -> usize {
         let mut guard = if self.started {
             self.slot.enter()
@@ -355,18 +418,35 @@ impl TxQueue for VhostTx {
             stats.record_burst(0, 0);
             return n;
         };
-        let (mut taken, mut sent, mut bytes, mut dropped) = (0usize, 0usize, 0u64, 0u64);
-        for m in burst.as_mut_slice() {
-            let len = u64::from(m.pkt_len());
-            match place(&mut self.chains, &self.driver, ring, m) {
-                Placed::Sent => {
-                    sent += 1;
-                    bytes += len;
+        // A broken index is found and counted again by the first take.
+        let _ = ring.queue.ready(burst.len());
+        // Pass 1: chains for as many packets as the ring has room for.
+        self.reserved.clear();
+        let mut first = 0usize;
+        for m in burst.as_slice() {
+            let need = (ring.hdr_len + m.pkt_len() as usize) as u64;
+            match reserve(&mut self.chains, first, &self.driver, ring, need) {
+                Some(reserved) => {
+                    first += reserved.chains;
+                    self.reserved.push(reserved);
                 }
-                Placed::Dropped => dropped += 1,
-                Placed::NoRoom => break,
+                None => break,
             }
-            taken += 1;
+        }
+        // Pass 2: the copies.
+        let taken = self.reserved.len();
+        let (mut sent, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
+        let mut first = 0usize;
+        for (m, reserved) in burst.as_mut_slice().iter_mut().zip(&self.reserved) {
+            let chains = &self.chains[first..first + reserved.chains];
+            first += reserved.chains;
+            let len = u64::from(m.pkt_len());
+            if fill(chains, &self.driver, ring, m, reserved.fits) {
+                sent += 1;
+                bytes += len;
+            } else {
+                dropped += 1;
+            }
         }
         if ring.queue.publish_used().is_err() {
             self.driver.ring_errors.inc();

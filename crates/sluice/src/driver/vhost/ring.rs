@@ -10,10 +10,11 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use crate::virtio::VirtioError;
 use crate::virtio::memory::GuestMemory;
-use crate::virtio::packed::{PackedChain, PackedDeviceQueue, PackedLayout, RingPosition};
+use crate::virtio::packed::{PackedChain, PackedDeviceQueue, PackedLayout, RingPosition, is_avail};
 use crate::virtio::split::{Chain, DeviceQueue, QueueLayout};
 
 /// Where a ring's parts are, by its layout.
@@ -101,12 +102,30 @@ impl DeviceRing {
         }
     }
 
-    /// Prefetches the buffer and the descriptor of chains ahead of the next
-    /// one taken, as [`DeviceQueue::prefetch_ahead`] (split rings; a packed
-    /// ring is not looked ahead in).
-    pub(super) fn prefetch_ahead(&self, buf_ahead: u16, desc_ahead: u16, write: bool) {
-        if let DeviceRing::Split(queue) = self {
-            queue.prefetch_ahead(buf_ahead, desc_ahead, write);
+    /// How many chains a burst of `want` may take: for a split ring, at
+    /// most those the guest has made available (one load of its index,
+    /// [`DeviceQueue::ready`]), whose head descriptors and used entries are
+    /// prefetched; a packed ring is not counted ahead: `want` when the
+    /// descriptor at its position is available, else 0 (a hint, as the
+    /// chains are taken one by one).
+    pub(super) fn ready(&mut self, want: usize) -> Result<usize, VirtioError> {
+        match self {
+            DeviceRing::Split(queue) => {
+                let n = usize::from(queue.ready()?).min(want);
+                // `n` is at most the queue size, a u16.
+                queue.prefetch_descs(n as u16);
+                queue.prefetch_used(n as u16);
+                Ok(n)
+            }
+            DeviceRing::Packed { queue, .. } => {
+                let at = queue.next_avail();
+                // Relaxed: a hint; taking the chain loads the flags again
+                // with Acquire.
+                let flags = queue
+                    .memory()
+                    .load_u16(queue.layout().desc_flags(at.index), Ordering::Relaxed)?;
+                Ok(if is_avail(flags, at.wrap) { want } else { 0 })
+            }
         }
     }
 

@@ -1180,3 +1180,228 @@ fn loops_and_buffers_outside_memory_are_counted_and_returned() {
     drop(port);
     assert_pool_full(&pool);
 }
+
+/// A small deterministic generator for the random sequences below
+/// (xorshift64*).
+struct Random(u64);
+
+impl Random {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// A number in `lo..=hi`.
+    fn range(&mut self, lo: usize, hi: usize) -> usize {
+        lo + (self.next() % (hi - lo + 1) as u64) as usize
+    }
+}
+
+/// What the guest puts on its transmit ring in the random sequence.
+enum Offered {
+    /// A good frame: it must arrive, in order.
+    Frame(Vec<u8>),
+    /// A buffer outside memory: a bad chain.
+    BadChain,
+    /// A chain shorter than the header.
+    Short,
+    /// A frame below the minimum length.
+    Runt,
+}
+
+#[test]
+fn random_bursts_from_the_guest_arrive_in_order_with_every_drop_counted() {
+    let pool = test_pool(127);
+    let path = socket_path();
+    let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    port.start().unwrap();
+    let mut guest = Guest::connect(&path, ALL);
+    let mut random = Random(0x9e37_79b9_7f4a_7c15);
+    let (mut expected, mut got) = (Vec::new(), Vec::new());
+    let (mut bad_chains, mut shorts, mut runts, mut offered) = (0u64, 0u64, 0u64, 0usize);
+    let mut burst: Burst = Burst::new();
+    for round in 0..60 {
+        // Fewer chains in flight (of up to 4 descriptors) than the guest
+        // has descriptors for.
+        for _ in 0..random.range(0, 40).min(60 - guest.bufs[1].len().min(60)) {
+            let kind = match random.range(0, 9) {
+                0 => Offered::BadChain,
+                1 => Offered::Short,
+                2 => Offered::Runt,
+                _ => {
+                    let len = random.range(60, 1500);
+                    Offered::Frame(test_frame([2; 6], 5, round * 100 + offered as u32, len))
+                }
+            };
+            match kind {
+                Offered::Frame(frame) => {
+                    guest.send(&frame, (random.range(0, 3) == 0).then_some(400));
+                    expected.push(frame);
+                }
+                Offered::BadChain => {
+                    guest.send_bad_chain();
+                    bad_chains += 1;
+                }
+                Offered::Short => {
+                    let addr = guest.slot(1);
+                    let head = guest.rings[1]
+                        .add_chain(&[Segment {
+                            addr,
+                            len: 4,
+                            writable: false,
+                        }])
+                        .unwrap();
+                    guest.bufs[1].insert(head, addr);
+                    guest.rings[1].publish_avail().unwrap();
+                    shorts += 1;
+                }
+                Offered::Runt => {
+                    guest.send(&[0xee; 8], None);
+                    runts += 1;
+                }
+            }
+            offered += 1;
+        }
+        // Only a few mbufs free at times (fewer if the queue holds one):
+        // chains wait in the ring for them.
+        let free = [0, 1, 3, 127][random.range(0, 3)];
+        let held: Vec<Mbuf> = (0..127 - free).map_while(|_| pool.alloc()).collect();
+        for _ in 0..random.range(1, 4) {
+            let cap = random.range(1, 32);
+            port.rx_queue(0).unwrap().rx_burst(burst.capped(cap));
+            got.extend(burst.iter().map(|m| m.to_vec()));
+            burst.clear();
+        }
+        drop(held);
+        guest.reclaim_tx();
+    }
+    // The rest, with every mbuf free.
+    for _ in 0..100 {
+        if port.rx_queue(0).unwrap().rx_burst(&mut burst) == 0 {
+            break;
+        }
+        got.extend(burst.iter().map(|m| m.to_vec()));
+        burst.clear();
+    }
+    guest.reclaim_tx();
+    assert_eq!(got.len(), expected.len());
+    assert!(got == expected, "every good frame, in order, byte for byte");
+    assert!(guest.bufs[1].is_empty(), "every chain came back");
+    assert_eq!(xstat(&port, "rx_bad_chain_errors"), bad_chains);
+    assert_eq!(xstat(&port, "rx_bad_length_errors"), shorts);
+    assert_eq!(xstat(&port, "rx_runt_errors"), runts);
+    let stats = port.stats();
+    assert_eq!(stats.rx_packets, expected.len() as u64);
+    assert_eq!(stats.rx_errors, shorts + runts);
+    assert!(stats.rx_nombuf > 0, "some bursts found the pool dry");
+    drop(guest);
+    drop(port);
+    assert_pool_full(&pool);
+}
+
+/// What the guest finds on its receive ring for one chain: a frame with
+/// its `num_buffers`, the further buffers of a merged frame, or a chain
+/// returned empty.
+#[derive(Debug, PartialEq, Eq)]
+enum Found {
+    Frame(u16, Vec<u8>),
+    Empty,
+}
+
+/// Random bursts for the guest against a model that places one packet at
+/// a time: what arrives, in which buffers, what is dropped as too long
+/// and what stays with the caller when the ring runs out.
+fn random_bursts_for_the_guest(want: u64, seed: u64) {
+    let mergeable = want & feature(VIRTIO_NET_F_MRG_RXBUF) != 0;
+    let pool = test_pool(1023);
+    let path = socket_path();
+    let mut port = vhost_port(&format!("vhost:path={}", path.display()), &pool);
+    port.start().unwrap();
+    let mut guest = Guest::connect(&path, want);
+    let hdr = guest.hdr_len();
+    let mut random = Random(seed);
+    let mut burst: Burst = Burst::new();
+    // The model: the caller's packets not yet taken, the buffers posted
+    // and not yet taken (their lengths, in ring order), what the guest
+    // must find.
+    let mut pending: std::collections::VecDeque<Vec<u8>> = Default::default();
+    let mut posted: std::collections::VecDeque<u32> = Default::default();
+    let mut expected = Vec::new();
+    let (mut found, mut sent, mut too_long) = (Vec::new(), 0u64, 0u64);
+    for round in 0..80u32 {
+        // Fewer buffers in flight than the guest has slots for.
+        let buffers = random.range(0, 24).min(150 - posted.len());
+        let len = [256, 1024, BUF_LEN][random.range(0, 2)];
+        guest.post_rx(buffers, len);
+        posted.extend(std::iter::repeat_n(len, buffers));
+        while burst.len() < burst.capacity() && random.range(0, 4) != 0 {
+            let frame = test_frame([2; 6], 6, round, random.range(60, 3000));
+            burst.push(chained(&pool, &frame)).unwrap();
+            pending.push_back(frame);
+        }
+        let before = burst.len();
+        let taken = port.tx_queue(0).unwrap().tx_burst(&mut burst);
+        // One packet at a time, as the model places them.
+        let mut model_taken = 0;
+        while let Some(frame) = pending.front() {
+            let need = (hdr + frame.len()) as u64;
+            let (mut have, mut chains) = (0u64, 0usize);
+            while have < need && chains < posted.len() && (chains == 0 || mergeable) {
+                have += u64::from(posted[chains]);
+                chains += 1;
+            }
+            if chains == 0 {
+                break;
+            }
+            posted.drain(..chains);
+            let frame = pending.pop_front().unwrap();
+            model_taken += 1;
+            if have < need {
+                too_long += 1;
+                expected.extend(std::iter::repeat_with(|| Found::Empty).take(chains));
+            } else {
+                sent += 1;
+                expected.push(Found::Frame(chains as u16, frame));
+            }
+        }
+        assert_eq!(taken, model_taken, "round {round}");
+        assert_eq!(burst.len(), before - taken);
+        // What the guest finds: frames reassembled from their buffers.
+        while let Some(bytes) = guest.take_rx() {
+            if bytes.is_empty() {
+                found.push(Found::Empty);
+                continue;
+            }
+            let num_buffers = u16::from_le_bytes([bytes[10], bytes[11]]);
+            let mut frame = bytes[hdr..].to_vec();
+            for _ in 1..num_buffers {
+                frame.extend(guest.take_rx().expect("every buffer the header counts"));
+            }
+            found.push(Found::Frame(num_buffers, frame));
+        }
+    }
+    assert!(found == expected, "every packet placed as one at a time");
+    assert!(
+        sent > 100 && too_long > 0,
+        "{sent} sent, {too_long} too long"
+    );
+    let stats = port.stats();
+    assert_eq!(stats.tx_packets, sent);
+    assert_eq!(stats.tx_errors, too_long);
+    assert_eq!(xstat(&port, "tx_too_long_errors"), too_long);
+    drop(burst);
+    drop(guest);
+    drop(port);
+    assert_pool_full(&pool);
+}
+
+#[test]
+fn random_bursts_for_the_guest_match_one_packet_at_a_time() {
+    random_bursts_for_the_guest(ALL, 0x2545_f491_4f6c_dd1d);
+    random_bursts_for_the_guest(
+        ALL & !feature(VIRTIO_NET_F_MRG_RXBUF),
+        0x1234_5678_9abc_def1,
+    );
+}
