@@ -120,14 +120,19 @@ pub fn attach_frag(m: &mut Mbuf, frag: Frag, layout: FragLayout) -> Result<(), (
 /// inlined, so the fragment goes from the carver to the header in registers
 /// (a handle stored and reloaded whole costs a failed store forward).
 ///
+/// The fragment's IO address `iova` comes from the caller, who knows its
+/// provider's base (`Frag::iova` reads the page's metadata line for it, a
+/// load per fragment on a line the refill otherwise does not touch).
+///
 /// # Safety
 /// `e` is a header fresh from its pool, ours alone (the free-buffer
 /// invariants: one reference, one segment, its own buffer); `layout` passed
-/// [`FragLayout::check`]; `frag` is at least `layout.frag_size()` bytes.
+/// [`FragLayout::check`]; `frag` is at least `layout.frag_size()` bytes;
+/// `iova` is its IO address.
 #[inline(always)]
-pub(crate) unsafe fn attach_frag_fresh(e: Elem, frag: Frag, layout: FragLayout) {
+pub(crate) unsafe fn attach_frag_fresh(e: Elem, frag: Frag, iova: u64, layout: FragLayout) {
     debug_assert!(layout.check().is_ok() && frag.len() >= layout.frag_size());
-    let iova = frag.iova();
+    debug_assert_eq!(iova, frag.iova());
     let target = frag.page_target();
     let raw = frag.into_raw();
     // SAFETY: a fresh header, ours alone (the caller's contract).

@@ -41,6 +41,9 @@ pub fn frag_bytes_per_desc(layout: FragLayout, header_stride: usize) -> usize {
 pub struct RxFrags {
     alloc: PageFragAlloc,
     layout: FragLayout,
+    /// The address of the pages' provider region: a fragment's IO address
+    /// is its address less this (no read of its page's metadata).
+    iova_base: usize,
     /// The page pool's owner is settled (bound to the polling lcore, or
     /// found owned).
     bound: bool,
@@ -72,9 +75,11 @@ impl RxFrags {
             },
         )
         .map_err(|e| PortError::config(format!("port '{spec}': {e}")))?;
+        let iova_base = pool.inner().provider().base();
         Ok(RxFrags {
             alloc: PageFragAlloc::new(pool),
             layout,
+            iova_base,
             bound: false,
         })
     }
@@ -118,6 +123,7 @@ impl RxFrags {
         }
         let layout = self.layout;
         let headroom = layout.headroom as u64;
+        let iova_base = self.iova_base;
         let mut done = 0;
         let cut = self
             .alloc
@@ -129,8 +135,10 @@ impl RxFrags {
                 let d = &descs[done];
                 d.q0.store(addr as u64 + headroom, Ordering::Relaxed);
                 d.q1.store(0, Ordering::Relaxed);
+                // A fragment of a page of the pool's provider.
+                let iova = (addr - iova_base) as u64;
                 // SAFETY: a fresh header of ours, given exactly one fragment.
-                unsafe { attach_frag_fresh(slots[done], f, layout) };
+                unsafe { attach_frag_fresh(slots[done], f, iova, layout) };
                 done += 1;
             });
         if cut.is_err() {
