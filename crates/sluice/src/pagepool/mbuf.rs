@@ -2,7 +2,8 @@
 //! page_frag_cache) fragment, attached as an external buffer.
 //!
 //! A fragment laid out for Rx is `headroom | data room | tailroom` (the
-//! tailroom is Linux's room for `skb_shared_info`, left free here). The
+//! tailroom, Linux's room for `skb_shared_info`, is none by default: what
+//! the attachment needs lives in the header). The
 //! header itself holds the fragment's page reference: its external-buffer
 //! word is the page's metadata, tagged as a page fragment, and beside it the
 //! page's target. Clones share the header, so the header's last reference
@@ -33,9 +34,12 @@ pub struct FragLayout {
 impl FragLayout {
     /// Headroom of an Rx fragment (Linux's `XDP_PACKET_HEADROOM`).
     pub const HEADROOM: u16 = 256;
-    /// Tailroom of an Rx fragment (Linux's room for `skb_shared_info`; the
-    /// attached mbuf keeps what it needs in its header, so ours is free).
-    pub const TAILROOM: u16 = 320;
+    /// Tailroom of an Rx fragment: none. Linux keeps 320 bytes there for
+    /// its `skb_shared_info`; the attached mbuf keeps what it needs in its
+    /// header, so a fragment is only headroom and frame, and a page holds
+    /// more of them (18 at MTU 1500 in 32 KiB, against 15 with that room):
+    /// fewer pages turn over per packet and fewer lines are in flight.
+    pub const TAILROOM: u16 = 0;
 
     /// The layout for frames of up to `mtu` + 18 bytes (Ethernet header and
     /// one VLAN tag, the largest frame a port with that MTU accepts).
