@@ -293,8 +293,10 @@ pub(crate) struct Carver {
     /// The page's target: fragments it will be cut into at most. Equal to
     /// `carved` (0) while there is no page, so nothing is cut then.
     target: u32,
-    /// Page size in bytes.
+    /// Page size in bytes (a power of two).
     page_bytes: u32,
+    /// The current page's number: its IO address over the page size.
+    page_no: u32,
     /// The stride of the last page's fragments and its target: a page cut
     /// for the same size again needs no division.
     last_stride: u32,
@@ -302,6 +304,9 @@ pub(crate) struct Carver {
     /// Colours for that stride: the lines a page cut into `last_target`
     /// fragments has left over, plus one.
     colours: u32,
+    /// `2^64 / colours` rounded up (0 for one colour): a page's colour is
+    /// then two multiplications, not a division (Lemire's `fastmod`).
+    colour_mul: u64,
 }
 
 // SAFETY: the carver's page is held through its count, which is atomic; the
@@ -318,9 +323,11 @@ impl Carver {
             carved: 0,
             target: 0,
             page_bytes: page_bytes as u32,
+            page_no: 0,
             last_stride: 0,
             last_target: 0,
             colours: 1,
+            colour_mul: 0,
         }
     }
 
@@ -408,13 +415,21 @@ impl Carver {
     }
 
     /// Starts cutting the page at `page` (metadata `meta`, owner set, count
-    /// 0: at rest) into fragments of `size` bytes (1..=page size) and about
-    /// that size. The carver holds no page.
+    /// 0: at rest; IO address `iova`) into fragments of `size` bytes
+    /// (1..=page size) and about that size. The carver holds no page.
+    ///
+    /// The IO address comes from the caller (the provider's arithmetic), not
+    /// from the metadata: the page's metadata line is then not read here,
+    /// where it is often cold (it was last touched by the page's last free).
     #[inline]
-    pub(crate) fn take(&mut self, page: usize, meta: &PageMeta, size: usize) {
+    pub(crate) fn take(&mut self, page: usize, meta: &PageMeta, iova: u64, size: usize) {
         debug_assert!(self.page == 0 && self.size_ok(size));
+        debug_assert_eq!(iova, meta.iova);
         self.page = page;
         self.meta = meta;
+        // Pages are a power of two in size. Truncated to 32 bits: a region
+        // of more than 2^32 pages only repeats colours.
+        self.page_no = (iova >> self.page_bytes.trailing_zeros()) as u32;
         self.start_over(size);
     }
 
@@ -426,15 +441,15 @@ impl Carver {
             self.last_target = self.page_bytes / stride;
             let left = self.page_bytes - self.last_target * stride;
             self.colours = left / FRAG_ALIGN as u32 + 1;
+            self.colour_mul = (u64::MAX / self.colours as u64).wrapping_add(1);
         }
         self.target = self.last_target;
         // The page's colour: `target` fragments from its offset still fit.
         // Numbered by its IO address (its offset in the provider's region,
         // whose start is aligned to a page or more), so a provider's pages
         // take the same colours wherever the region is mapped.
-        // SAFETY: the metadata lives as long as the page, which we hold.
-        let iova = unsafe { &*self.meta }.iova;
-        let colour = (iova / self.page_bytes as u64 % self.colours as u64) as u32;
+        let colour = fastmod(self.page_no, self.colour_mul, self.colours);
+        debug_assert_eq!(colour, self.page_no % self.colours);
         self.offset = colour * FRAG_ALIGN as u32;
     }
 
@@ -481,6 +496,41 @@ impl Carver {
         if uncut != 0 && meta.put_refs(uncut, target) {
             // SAFETY: we gave back the last references: the page is ours.
             unsafe { page_home(meta) };
+        }
+    }
+}
+
+/// `a % d` for a divisor `d` >= 1 with `mul` = `2^64 / d` rounded up
+/// (wrapped to 0 for `d` = 1): the low 64 bits of `mul * a` are the
+/// fraction `a / d` in fixed point, and times `d` its top 64 bits are the
+/// remainder, exact for every 32-bit `a` and `d` (Lemire, Kaser and Kurz,
+/// "Faster remainder by direct computation", 2019).
+#[inline(always)]
+fn fastmod(a: u32, mul: u64, d: u32) -> u32 {
+    let fraction = mul.wrapping_mul(a as u64);
+    ((fraction as u128 * d as u128) >> 64) as u32
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::fastmod;
+
+    #[test]
+    fn fastmod_is_the_remainder() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        for d in (1..=300u32).chain([1 << 16, 65_537, u32::MAX - 1, u32::MAX]) {
+            let mul = (u64::MAX / d as u64).wrapping_add(1);
+            for a in [0, 1, d - 1, d, d.wrapping_add(1), u32::MAX - 1, u32::MAX] {
+                assert_eq!(fastmod(a, mul, d), a % d, "{a} % {d}");
+            }
+            for _ in 0..200 {
+                // xorshift: a spread of 32-bit numerators.
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let a = (x >> 32) as u32;
+                assert_eq!(fastmod(a, mul, d), a % d, "{a} % {d}");
+            }
         }
     }
 }

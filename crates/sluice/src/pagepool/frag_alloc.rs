@@ -113,7 +113,9 @@ impl PageFragAlloc {
         if !self.carver.reuse_or_leave(size) {
             let inner = self.pool.inner();
             let page = inner.get()?;
-            self.carver.take(page, inner.provider().meta_of(page), size);
+            let provider = inner.provider();
+            let (meta, iova) = (provider.meta_of(page), provider.iova(page));
+            self.carver.take(page, meta, iova, size);
         }
         Ok(())
     }

@@ -82,7 +82,7 @@ impl PageFragCache {
             // Before any fragment of the block exists (see `PageMeta::owner`).
             let tag = self.provider.inner_ptr().as_ptr() as usize | OWNER_PROVIDER;
             meta.owner.store(tag, Ordering::Relaxed);
-            self.carver.take(block, meta, size);
+            self.carver.take(block, meta, p.iova(block), size);
         }
         Ok(())
     }

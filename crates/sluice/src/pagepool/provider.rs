@@ -161,6 +161,13 @@ impl ProviderInner {
         &self.metas[(addr - self.base) >> PAGE_SHIFT]
     }
 
+    /// The region's address: an address in it less this is its IO
+    /// address.
+    #[inline(always)]
+    pub(crate) fn base(&self) -> usize {
+        self.base
+    }
+
     /// Offset of `addr` in the region: its IO address.
     #[inline(always)]
     pub(crate) fn iova(&self, addr: usize) -> u64 {

@@ -200,23 +200,37 @@ impl SoftRx {
     }
 
     /// Fills `slots` with free buffers: reused ones first, then one bulk
-    /// get from the pool. All or nothing.
+    /// get from the pool. All or nothing. With fragments the descriptors
+    /// `descs` (one per slot) get their read format here too: the fresh
+    /// ones as their fragments are attached, the reused ones from their
+    /// headers.
     #[inline]
     fn take_buffers(
         pool: &MbufPool,
         frags: Option<&mut RxFrags>,
         reuse: &mut Vec<Elem>,
         slots: &mut [Elem],
+        descs: &[Desc],
     ) -> bool {
         let k = reuse.len().min(slots.len());
-        let ok = match frags {
-            None => pool.mempool().get_bulk(&mut slots[k..]).is_ok(),
-            Some(f) => f.fill(pool, &mut slots[k..]),
-        };
-        if !ok {
-            return false;
+        let reused = &reuse[reuse.len() - k..];
+        match frags {
+            None => {
+                if pool.mempool().get_bulk(&mut slots[k..]).is_err() {
+                    return false;
+                }
+            }
+            Some(f) => {
+                if !f.fill(pool, &mut slots[k..], &descs[k..]) {
+                    return false;
+                }
+                for (d, &e) in descs.iter().zip(reused) {
+                    d.q0.store(f.dma_addr(e), Ordering::Relaxed);
+                    d.q1.store(0, Ordering::Relaxed);
+                }
+            }
         }
-        slots[..k].copy_from_slice(&reuse[reuse.len() - k..]);
+        slots[..k].copy_from_slice(reused);
         reuse.truncate(reuse.len() - k);
         true
     }
@@ -228,8 +242,8 @@ impl SoftRx {
     /// [`HEADER_SIZE`] bytes into its element, so the DMA address follows
     /// from the element's address; the header gets its rearm word when the
     /// packet is delivered, in the same cache line as the write-back fields.
-    /// With fragments (`rxbuf=frag`) the address is the fragment's, read
-    /// from the header's first line, written when it was attached.
+    /// With fragments (`rxbuf=frag`) the descriptors were written as the
+    /// buffers were taken ([`RxFrags::fill`]): only the doorbell is left.
     #[inline]
     fn rearm(&mut self, n: u32) {
         // A run never crosses the wrap: refill batches divide the ring and
@@ -240,20 +254,15 @@ impl SoftRx {
         let end = start + n as usize;
         let slots = &self.sw_ring[start..end];
         let descs = &self.regs.descs.as_slice()[start..end];
-        match &self.frags {
-            None => {
-                let off = (HEADER_SIZE + self.rearm.data_off as usize) as u64;
-                let done = refill_vector(self.vector, descs, slots, off);
-                for (d, e) in descs[done..].iter().zip(&slots[done..]) {
-                    d.q0.store(e.as_ptr() as u64 + off, Ordering::Relaxed);
-                    d.q1.store(0, Ordering::Relaxed);
-                }
-            }
-            Some(f) => {
-                for (d, &e) in descs.iter().zip(slots) {
-                    d.q0.store(f.dma_addr(e), Ordering::Relaxed);
-                    d.q1.store(0, Ordering::Relaxed);
-                }
+        // With fragments the descriptors were written by `take_buffers` as
+        // the fragments were attached (a queue with fragments recycles
+        // nothing, so every run rearmed here comes from it).
+        if self.frags.is_none() {
+            let off = (HEADER_SIZE + self.rearm.data_off as usize) as u64;
+            let done = refill_vector(self.vector, descs, slots, off);
+            for (d, e) in descs[done..].iter().zip(&slots[done..]) {
+                d.q0.store(e.as_ptr() as u64 + off, Ordering::Relaxed);
+                d.q1.store(0, Ordering::Relaxed);
             }
         }
         self.tail = self.tail.wrapping_add(n);
@@ -295,7 +304,14 @@ impl SoftRx {
         while self.due() >= n {
             let start = (self.tail & self.mask) as usize;
             let slots = &mut self.sw_ring[start..start + n as usize];
-            if !Self::take_buffers(&self.pool, self.frags.as_mut(), &mut self.reuse, slots) {
+            let descs = &self.regs.descs.as_slice()[start..start + n as usize];
+            if !Self::take_buffers(
+                &self.pool,
+                self.frags.as_mut(),
+                &mut self.reuse,
+                slots,
+                descs,
+            ) {
                 self.counters.rx[self.engine.queue()].nombuf.inc();
                 return;
             }

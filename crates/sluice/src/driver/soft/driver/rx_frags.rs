@@ -16,12 +16,14 @@
 //! wherever that happens — detaches it, which gives the fragment back, and
 //! returns the header to its mempool.
 
+use crate::driver::soft::hw::desc::Desc;
 use crate::mbuf::{Mbuf, MbufHeader, MbufPool};
 use crate::mempool::Elem;
 use crate::pagepool::{
     BlockProvider, FragLayout, PageFragAlloc, PagePool, PagePoolConfig, attach_frag_fresh,
 };
 use crate::port::PortError;
+use std::sync::atomic::Ordering;
 
 /// Page order of Rx fragment pages (32 KiB).
 pub const RX_PAGE_ORDER: u32 = 3;
@@ -39,6 +41,9 @@ pub fn frag_bytes_per_desc(layout: FragLayout, header_stride: usize) -> usize {
 pub struct RxFrags {
     alloc: PageFragAlloc,
     layout: FragLayout,
+    /// The address of the pages' provider region: a fragment's IO address
+    /// is its address less this (no read of its page's metadata).
+    iova_base: usize,
     /// The page pool's owner is settled (bound to the polling lcore, or
     /// found owned).
     bound: bool,
@@ -70,9 +75,11 @@ impl RxFrags {
             },
         )
         .map_err(|e| PortError::config(format!("port '{spec}': {e}")))?;
+        let iova_base = pool.inner().provider().base();
         Ok(RxFrags {
             alloc: PageFragAlloc::new(pool),
             layout,
+            iova_base,
             bound: false,
         })
     }
@@ -94,25 +101,44 @@ impl RxFrags {
     }
 
     /// Fills every slot with a header from `pool` carrying a fresh
-    /// fragment, or takes nothing (false: no header or no page).
+    /// fragment and writes the read format of the descriptor beside it
+    /// (`descs[i]` for `slots[i]`), or takes nothing (false: no header or no
+    /// page).
     ///
     /// Headers first (one bulk get), then the fragments, cut a page's run at
     /// a time ([`PageFragAlloc::alloc_frags`]), each attached to the next
-    /// header as it is cut, its handle never leaving registers: only the
-    /// headers' lines are written, none of the fragments'.
-    pub fn fill(&mut self, pool: &MbufPool, slots: &mut [Elem]) -> bool {
+    /// header as it is cut and its address written into the descriptor, the
+    /// handle never leaving registers: only the headers' lines and the
+    /// descriptors are written, none of the fragments', and no header is
+    /// read back for its address.
+    ///
+    /// The descriptors are not yet handed to the device (they lie past the
+    /// tail register): a batch that fails part way leaves some of them
+    /// written, which the device does not see, and the next fill writes
+    /// them again.
+    pub fn fill(&mut self, pool: &MbufPool, slots: &mut [Elem], descs: &[Desc]) -> bool {
+        assert_eq!(slots.len(), descs.len(), "one descriptor per slot");
         if pool.mempool().get_bulk(slots).is_err() {
             return false;
         }
         let layout = self.layout;
+        let headroom = layout.headroom as u64;
+        let iova_base = self.iova_base;
         let mut done = 0;
         let cut = self
             .alloc
             .alloc_frags(layout.frag_size(), slots.len(), |f| {
-                // `alloc_frags` hands out `slots.len()` fragments at most,
-                // each of the layout's size (checked in `new`).
+                // `alloc_frags` hands out `slots.len()` fragments at most
+                // (`descs` is as long), each of the layout's size (checked
+                // in `new`).
+                let addr = f.as_ptr() as usize;
+                let d = &descs[done];
+                d.q0.store(addr as u64 + headroom, Ordering::Relaxed);
+                d.q1.store(0, Ordering::Relaxed);
+                // A fragment of a page of the pool's provider.
+                let iova = (addr - iova_base) as u64;
                 // SAFETY: a fresh header of ours, given exactly one fragment.
-                unsafe { attach_frag_fresh(slots[done], f, layout) };
+                unsafe { attach_frag_fresh(slots[done], f, iova, layout) };
                 done += 1;
             });
         if cut.is_err() {
@@ -142,9 +168,9 @@ impl RxFrags {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::mbuf::MbufPoolConfig;
+    use crate::mbuf::{MbufPoolConfig, ol};
     use crate::mempool::HugepagePolicy;
-    use crate::pagepool::ProviderConfig;
+    use crate::pagepool::{ProviderConfig, attach_frag};
 
     #[test]
     fn a_filled_batch_carries_fragments_and_gives_them_back() {
@@ -165,21 +191,25 @@ mod tests {
         let mut rf = RxFrags::new(&provider, "soft:test", 0, layout).unwrap();
         let pool = rf.alloc.pool().clone();
         let mut slots = [Elem::DANGLING; 32];
-        assert!(rf.fill(&headers, &mut slots));
+        let descs = stale_descs(40);
+        assert!(rf.fill(&headers, &mut slots, &descs[..32]));
         assert_eq!(headers.available(), 31);
-        for &e in &slots {
+        for (&e, d) in slots.iter().zip(&descs) {
             // SAFETY: an armed header, read only.
             let h = unsafe { &*e.as_ptr().cast::<MbufHeader>() };
             assert!(provider.contains(h.buf_addr));
             assert_eq!(rf.dma_addr(e), h.buf_addr as u64 + 256);
+            assert_eq!(d.q0.load(Ordering::Relaxed), rf.dma_addr(e));
+            assert_eq!(d.q1.load(Ordering::Relaxed), 0, "DD cleared");
+            assert_eq!(h.buf_iova, provider.inner().iova(h.buf_addr as usize));
             assert_eq!(h.buf_len as usize, 256 + 1518);
             assert!(!h.shinfo.is_null());
         }
-        // 32 fragments of 2112 bytes: three 32 KiB pages.
-        assert_eq!(pool.stats().alloc_slow, 3);
+        // 32 fragments of 1792 bytes: two 32 KiB pages.
+        assert_eq!(pool.stats().alloc_slow, 2);
         // More than the headers left: nothing taken, nothing lost.
         let mut many = [Elem::DANGLING; 40];
-        assert!(!rf.fill(&headers, &mut many));
+        assert!(!rf.fill(&headers, &mut many, &descs));
         assert_eq!(headers.available(), 31);
         for &e in &slots {
             // SAFETY: each header once, given up by `fill` with `into_raw`.
@@ -190,6 +220,187 @@ mod tests {
         assert!(pool.all_home(), "{:?}", pool.stats());
         drop(pool);
         assert!(provider.is_full());
+    }
+
+    /// `n` descriptors as the device leaves them: written back, DD set.
+    fn stale_descs(n: usize) -> Vec<Desc> {
+        (0..n)
+            .map(|_| {
+                let d = Desc::default();
+                d.q0.store(0xdead_beef, Ordering::Relaxed);
+                d.q1.store(u64::MAX, Ordering::Relaxed);
+                d
+            })
+            .collect()
+    }
+
+    fn provider(name: &str, size: usize) -> BlockProvider {
+        BlockProvider::new(ProviderConfig {
+            name: name.into(),
+            size,
+            hugepages: HugepagePolicy::Never,
+        })
+        .unwrap()
+    }
+
+    fn header_pool(size: u32) -> MbufPool {
+        MbufPool::new(MbufPoolConfig {
+            size,
+            cache_size: 0,
+            data_room: 64,
+            ..Default::default()
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn a_batch_cut_short_by_the_pages_gives_everything_back() {
+        // Two 32 KiB pages: 36 fragments at MTU 1500 at most.
+        let provider = provider("rxf-short", 64 << 10);
+        let headers = header_pool(63);
+        let mut rf = RxFrags::new(&provider, "soft:short", 0, FragLayout::for_mtu(1500)).unwrap();
+        let pool = rf.alloc.pool().clone();
+        let descs = stale_descs(24);
+        let mut first = [Elem::DANGLING; 16];
+        assert!(rf.fill(&headers, &mut first, &descs[..16]));
+        // The second page runs out within the batch, and there is no third:
+        // the batch takes nothing, its headers and fragments go back.
+        let mut second = [Elem::DANGLING; 24];
+        assert!(!rf.fill(&headers, &mut second, &descs));
+        assert_eq!(headers.available(), 63 - 16);
+        for &e in &first {
+            // SAFETY: each armed header once.
+            drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+        }
+        // Both pages are free again: the batch fits now.
+        assert!(rf.fill(&headers, &mut second, &descs));
+        for &e in &second {
+            // SAFETY: each armed header once.
+            drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+        }
+        assert!(headers.is_full());
+        drop(rf);
+        assert!(pool.all_home(), "{:?}", pool.stats());
+        drop(pool);
+        assert!(provider.is_full());
+    }
+
+    /// One step of a random sequence: arm a batch, or free some of the
+    /// armed mbufs (oldest first, or newest first).
+    #[derive(Debug, Clone)]
+    enum Step {
+        Fill(usize),
+        FreeOldest(usize),
+        FreeNewest(usize),
+    }
+
+    fn step() -> impl Strategy<Value = Step> {
+        prop_oneof![
+            (1usize..=48).prop_map(Step::Fill),
+            (1usize..=64).prop_map(Step::FreeOldest),
+            (1usize..=64).prop_map(Step::FreeNewest),
+        ]
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(48))]
+
+        /// The batched refill (`fill`: one bulk get, fragments cut a page's
+        /// run at a time, descriptors written as they are attached) against
+        /// the per-fragment path (`alloc_frag` and the checked
+        /// `attach_frag`, one mbuf at a time) over identical providers: the
+        /// same fragments (IO addresses), headers and descriptors, and
+        /// everything home at the end.
+        #[test]
+        fn fill_matches_the_per_fragment_path(
+            steps in proptest::collection::vec(step(), 1..40),
+            mtu in prop_oneof![Just(1500u16), Just(3000), Just(9000)],
+        ) {
+            let layout = FragLayout::for_mtu(mtu);
+            // The pages run out before the headers (576 fragments at most):
+            // a batch fails alike on both paths.
+            let (pa, pb) = (provider("rxf-a", 1 << 20), provider("rxf-b", 1 << 20));
+            let (ha, hb) = (header_pool(1023), header_pool(1023));
+            let mut rf = RxFrags::new(&pa, "soft:prop", 0, layout).unwrap();
+            let pool_a = rf.alloc.pool().clone();
+            let pool_b = PagePool::new(
+                &pb,
+                PagePoolConfig { name: "rxf-b".into(), order: RX_PAGE_ORDER, ..Default::default() },
+            )
+            .unwrap();
+            let mut fa = PageFragAlloc::new(pool_b.clone());
+            let mut held_a: std::collections::VecDeque<Elem> = Default::default();
+            let mut held_b: std::collections::VecDeque<Mbuf> = Default::default();
+            let descs = stale_descs(48);
+            for s in steps {
+                match s {
+                    Step::Fill(n) => {
+                        let mut slots = vec![Elem::DANGLING; n];
+                        let ok = rf.fill(&ha, &mut slots, &descs[..n]);
+                        // The reference: all or nothing too.
+                        let mut batch = Vec::new();
+                        let mut ok_b = true;
+                        for _ in 0..n {
+                            let (Some(mut m), Ok(f)) = (hb.alloc(), fa.alloc_frag(layout.frag_size()))
+                            else {
+                                ok_b = false;
+                                break;
+                            };
+                            attach_frag(&mut m, f, layout).unwrap();
+                            batch.push(m);
+                        }
+                        prop_assert_eq!(ok, ok_b);
+                        if !ok {
+                            continue;
+                        }
+                        for ((&e, m), d) in slots.iter().zip(&batch).zip(&descs) {
+                            // SAFETY: armed headers, read only.
+                            let (x, y) = unsafe {
+                                (&*e.as_ptr().cast::<MbufHeader>(), m.header())
+                            };
+                            prop_assert_eq!(x.buf_iova, y.buf_iova);
+                            prop_assert_eq!(x.buf_iova, pa.inner().iova(x.buf_addr as usize));
+                            prop_assert_eq!(
+                                (x.buf_len, x.data_off, x.frag_target, x.ol_flags & ol::EXTERNAL),
+                                (y.buf_len, y.data_off, y.frag_target, y.ol_flags & ol::EXTERNAL)
+                            );
+                            prop_assert_eq!(d.q0.load(Ordering::Relaxed), rf.dma_addr(e));
+                            prop_assert_eq!(d.q1.load(Ordering::Relaxed), 0);
+                        }
+                        held_a.extend(slots);
+                        held_b.extend(batch);
+                        for d in &descs {
+                            d.q1.store(u64::MAX, Ordering::Relaxed);
+                        }
+                    }
+                    Step::FreeOldest(n) | Step::FreeNewest(n) => {
+                        let oldest = matches!(s, Step::FreeOldest(_));
+                        for _ in 0..n.min(held_a.len()) {
+                            let (e, m) = if oldest {
+                                (held_a.pop_front(), held_b.pop_front())
+                            } else {
+                                (held_a.pop_back(), held_b.pop_back())
+                            };
+                            // SAFETY: an armed header, given back once.
+                            drop(unsafe { Mbuf::from_raw(e.unwrap().as_non_null().cast()) });
+                            drop(m);
+                        }
+                    }
+                }
+                prop_assert_eq!(pool_a.stats().in_flight, pool_b.stats().in_flight);
+            }
+            for e in held_a {
+                // SAFETY: each armed header once.
+                drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+            }
+            drop((held_b, rf, fa));
+            prop_assert!(ha.is_full() && hb.is_full());
+            prop_assert!(pool_a.all_home() && pool_b.all_home());
+            drop((pool_a, pool_b));
+            prop_assert!(pa.is_full() && pb.is_full());
+        }
     }
 
     #[test]
@@ -205,7 +416,7 @@ mod tests {
         };
         assert_eq!(
             e.to_string(),
-            "port 'soft:x': an Rx fragment of 40594 bytes exceeds the 32768-byte page"
+            "port 'soft:x': an Rx fragment of 40274 bytes exceeds the 32768-byte page"
         );
         assert!(provider.is_full());
     }
