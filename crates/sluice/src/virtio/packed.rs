@@ -185,6 +185,23 @@ impl RingPosition {
         wrap: true,
     };
 
+    /// The position `n` descriptors back on a ring of `size` (`n` at most
+    /// `size`): [`advance`](Self::advance) undone.
+    pub fn retreat(self, n: u16, size: u16) -> RingPosition {
+        debug_assert!(n <= size && self.index < size);
+        if n <= self.index {
+            RingPosition {
+                index: self.index - n,
+                wrap: self.wrap,
+            }
+        } else {
+            RingPosition {
+                index: (u32::from(self.index) + u32::from(size) - u32::from(n)) as u16,
+                wrap: !self.wrap,
+            }
+        }
+    }
+
     /// The position `n` descriptors further on a ring of `size` (`n` at
     /// most `size`).
     pub fn advance(self, n: u16, size: u16) -> RingPosition {
@@ -650,6 +667,25 @@ impl PackedDeviceQueue {
     /// Chains taken and not yet returned with [`push_used`](Self::push_used).
     pub fn in_flight(&self) -> u32 {
         self.in_flight
+    }
+
+    /// Gives back the last `n` chains taken, `descs` descriptors in all,
+    /// none of them returned yet and none refused since: the next takes
+    /// find them again, as the driver left them. Refused (returns
+    /// [`VirtioError::NothingInFlight`], nothing changed) when fewer are in
+    /// flight.
+    pub fn untake(&mut self, n: u16, descs: u32) -> Result<(), VirtioError> {
+        if u32::from(n) > self.in_flight
+            || descs > self.in_flight_descs
+            || descs > u32::from(self.layout.size)
+        {
+            return Err(VirtioError::NothingInFlight);
+        }
+        self.next_avail = self.next_avail.retreat(descs as u16, self.layout.size);
+        self.in_flight -= u32::from(n);
+        self.in_flight_descs -= descs;
+        self.stats.chains -= u64::from(n);
+        Ok(())
     }
 
     /// Takes the next chain into `chain` (reusing its allocation). Ok(true)

@@ -619,6 +619,22 @@ impl DeviceQueue {
         self.in_flight
     }
 
+    /// Gives back the last `n` chains taken, none of them returned yet and
+    /// none refused since: the next takes find them again, as the driver
+    /// left them (a device that took a frame's buffers and found too few
+    /// puts them back and waits for more). Refused (returns
+    /// [`VirtioError::NothingInFlight`], nothing changed) when fewer than
+    /// `n` are in flight.
+    pub fn untake(&mut self, n: u16) -> Result<(), VirtioError> {
+        if u32::from(n) > self.in_flight {
+            return Err(VirtioError::NothingInFlight);
+        }
+        self.last_avail = self.last_avail.wrapping_sub(n);
+        self.in_flight -= u32::from(n);
+        self.stats.chains -= u64::from(n);
+        Ok(())
+    }
+
     /// Takes the next chain into `chain` (reusing its allocation). Ok(true)
     /// with a good chain, Ok(false) when the ring is empty,
     /// [`VirtioError::Chain`] for a refused chain (already returned as used

@@ -266,7 +266,9 @@ pub(super) struct Reserved {
 /// Takes chains from the guest's receive ring into `chains[first..]` until
 /// they hold `need` bytes (one chain without mergeable buffers), and
 /// prefetches their buffers for writing. `None`: no chain taken (the ring
-/// is empty, or broken), the packet stays with the caller.
+/// is empty, or broken), or the guest's buffers ran out before the frame's
+/// mergeable buffers were found and the ones taken went back; the packet
+/// stays with the caller.
 fn reserve(
     chains: &mut Vec<Chain>,
     first: usize,
@@ -276,6 +278,9 @@ fn reserve(
 ) -> Option<Reserved> {
     let mut have = 0u64;
     let mut taken = 0usize;
+    // No chain was refused while taking this packet's: the ones taken are
+    // the ring's last and can be given back.
+    let mut clean = true;
     while have < need {
         let at = first + taken;
         if at == chains.len() {
@@ -287,8 +292,19 @@ fn reserve(
                 have += chains[at].writable_len();
                 taken += 1;
             }
-            Ok(false) => break,
-            Err(VirtioError::Chain(_)) => driver.bad_chain.inc(),
+            Ok(false) => {
+                // The guest has posted too few buffers for the frame yet:
+                // the ones taken go back into the ring and the packet
+                // waits with the caller, as a full ring's would.
+                if taken > 0 && clean && ring.queue.untake(taken).is_ok() {
+                    return None;
+                }
+                break;
+            }
+            Err(VirtioError::Chain(_)) => {
+                driver.bad_chain.inc();
+                clean = false;
+            }
             Err(_) => {
                 driver.ring_errors.inc();
                 break;

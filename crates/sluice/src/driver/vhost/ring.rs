@@ -102,6 +102,24 @@ impl DeviceRing {
         }
     }
 
+    /// Gives back the last `n` chains taken, none returned or refused since
+    /// ([`DeviceQueue::untake`]): the next takes find them again.
+    pub(super) fn untake(&mut self, n: usize) -> Result<(), VirtioError> {
+        let n16 = u16::try_from(n).map_err(|_| VirtioError::NothingInFlight)?;
+        match self {
+            DeviceRing::Split(queue) => queue.untake(n16),
+            DeviceRing::Packed { queue, descs, .. } => {
+                if n > descs.len() {
+                    return Err(VirtioError::NothingInFlight);
+                }
+                let count: u32 = descs.iter().rev().take(n).map(|&d| u32::from(d)).sum();
+                queue.untake(n16, count)?;
+                descs.truncate(descs.len() - n);
+                Ok(())
+            }
+        }
+    }
+
     /// How many chains a burst of `want` may take: for a split ring, at
     /// most those the guest has made available (one load of its index,
     /// [`DeviceQueue::ready`]), whose head descriptors and used entries are
