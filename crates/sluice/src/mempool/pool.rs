@@ -753,13 +753,7 @@ impl PoolInner {
     pub(crate) unsafe fn put_bulk(&self, src: &[Elem]) {
         let n = src.len();
         let Some(cache) = self.local_cache() else {
-            // No cache for this caller: the ring directly.
-            #[cfg(feature = "debug")]
-            for &e in src {
-                self.debug_mark(e, false);
-            }
-            self.witness_put();
-            self.ring_put(src);
+            self.put_uncached(src);
             return;
         };
         let st = cache.state();
@@ -795,13 +789,7 @@ impl PoolInner {
     #[inline(always)]
     pub(crate) unsafe fn put_array<const N: usize>(&self, src: &[Elem; N]) {
         let Some(cache) = self.local_cache() else {
-            // No cache for this caller: the ring directly.
-            #[cfg(feature = "debug")]
-            for &e in src.iter() {
-                self.debug_mark(e, false);
-            }
-            self.witness_put();
-            self.ring_put(src);
+            self.put_uncached(src);
             return;
         };
         let st = cache.state();
@@ -827,6 +815,17 @@ impl PoolInner {
         self.witness_put();
         // Release: see `put_bulk`.
         cache.state.store(st + N as u64, Ordering::Release);
+    }
+
+    /// A put by a caller without a cache: the ring directly.
+    #[inline(always)]
+    fn put_uncached(&self, src: &[Elem]) {
+        #[cfg(feature = "debug")]
+        for &e in src {
+            self.debug_mark(e, false);
+        }
+        self.witness_put();
+        self.ring_put(src);
     }
 
     /// A put that flushes the caller's cache (`cache`, found by the inlined

@@ -636,21 +636,27 @@ impl GuestMemory {
         Ok(())
     }
 
+    /// Where the byte at `gpa` is in this process, for a prefetch hint;
+    /// `None` outside memory.
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    #[inline]
+    fn host_address(&self, gpa: u64) -> Option<*const u8> {
+        let (region, offset) = self.locate(gpa, 1).ok()?;
+        Some(region.mapping.storage.ptr.wrapping_add(offset).cast_const())
+    }
+
     /// Asks the CPU to bring the cache line at `gpa` closer, ahead of a copy
     /// that will need it. A hint only: nothing is read or written in the
     /// memory model's sense, and an address outside memory is ignored.
     #[inline]
     pub fn prefetch(&self, gpa: u64) {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
-        if let Ok((region, offset)) = self.locate(gpa, 1) {
-            let line = region.mapping.storage.ptr.wrapping_add(offset);
+        if let Some(line) = self.host_address(gpa) {
             // SAFETY: a prefetch is a hint that cannot fault or change
             // memory; SSE, which `prefetcht0` belongs to, is part of the
             // x86-64 baseline.
             unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    line.cast_const().cast(),
-                )
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.cast())
             };
         }
         #[cfg(not(all(target_arch = "x86_64", not(loom))))]
@@ -663,8 +669,7 @@ impl GuestMemory {
     #[inline]
     pub fn prefetch_write(&self, gpa: u64) {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
-        if let Ok((region, offset)) = self.locate(gpa, 1) {
-            let line = region.mapping.storage.ptr.wrapping_add(offset);
+        if let Some(line) = self.host_address(gpa) {
             // SAFETY: `prefetchw` is a hint that cannot fault or change
             // memory; processors without it execute it as a no-op (its
             // opcode is in the hint space of every x86-64 processor).
