@@ -111,6 +111,10 @@ pub const VIRTIO_F_EVENT_IDX: u32 = 29;
 pub const VIRTIO_F_VERSION_1: u32 = 32;
 /// The virtqueues are packed (2.8) rather than split.
 pub const VIRTIO_F_RING_PACKED: u32 = 34;
+/// The device uses buffers in the order the driver made them available
+/// (2.7.9, 2.8.17): a batch of used buffers may be reported by one used
+/// entry for its last buffer.
+pub const VIRTIO_F_IN_ORDER: u32 = 35;
 /// The legacy name of [`VIRTIO_F_INDIRECT_DESC`].
 pub const VIRTIO_RING_F_INDIRECT_DESC: u32 = VIRTIO_F_INDIRECT_DESC;
 /// The legacy name of [`VIRTIO_F_EVENT_IDX`].
