@@ -452,6 +452,9 @@ pub struct Producer {
     cursor: u16,
     max_segments: usize,
     errors: RingErrors,
+    /// Bytes of the packets written into the ring so far; packets dropped
+    /// (counted in `errors`) add nothing.
+    sent_bytes: u64,
 }
 
 impl Producer {
@@ -470,7 +473,14 @@ impl Producer {
             cursor,
             max_segments: DEFAULT_MAX_SEGMENTS,
             errors: RingErrors::default(),
+            sent_bytes: 0,
         }
+    }
+
+    /// Bytes of the packets written into the ring since this producer was
+    /// made; a packet `send_burst` took but dropped adds nothing.
+    pub fn sent_bytes(&self) -> u64 {
+        self.sent_bytes
     }
 
     /// The ring.
@@ -572,6 +582,7 @@ impl Producer {
                     break;
                 }
             }
+            self.sent_bytes += packet.len() as u64;
             taken += 1;
         }
         if slot != self.cursor {
@@ -948,6 +959,7 @@ mod tests {
             let big: Vec<u8> = (0..800).map(|i| (i % 251) as u8).collect();
             let small = [7u8; 60];
             assert_eq!(tx.send_burst(&[&big, &small, &big, &big, &big]), 4);
+            assert_eq!(tx.sent_bytes(), 3 * 800 + 60);
             let mut got = Vec::new();
             assert_eq!(rx.recv_burst(10, |p| got.push(p.to_vec())), 4);
             assert_eq!(got, [big.clone(), small.to_vec(), big.clone(), big.clone()]);
@@ -1096,6 +1108,7 @@ mod tests {
         // counted, and nothing is published.
         assert_eq!(tx.send_burst(&[&[1u8; 10], &[2u8; 10], &[3u8; 10]]), 3);
         assert_eq!(tx.errors().bad_descriptor, 3);
+        assert_eq!(tx.sent_bytes(), 0, "dropped packets are not sent bytes");
         assert_eq!(raw.tail(), 0);
         // Once the client offers a good buffer there, packets flow again.
         raw.set_descriptor(
@@ -1106,6 +1119,7 @@ mod tests {
             },
         );
         assert_eq!(tx.send_burst(&[&[4u8; 10]]), 1);
+        assert_eq!(tx.sent_bytes(), 10);
         assert_eq!(raw.tail(), 1);
         assert_eq!(raw.descriptor(0).length, 10);
     }

@@ -402,17 +402,19 @@ impl TxQueue for MemifTx {
             }
             let views = &views[..packets.len()];
             let errors = &self.errors;
-            let (n, lost) = slot
+            let (n, lost, sent_bytes) = slot
                 .with(|ring| {
+                    let before = ring.producer.sent_bytes();
                     let n = ring.producer.send_burst(views);
                     let lost = errors.publish(&mut ring.published, ring.producer.errors());
                     if n != 0 && ring.producer.ring().flags() & RING_FLAG_MASK_INT == 0 {
                         kick(&ring.interrupt);
                     }
-                    (n, lost)
+                    (n, lost, ring.producer.sent_bytes() - before)
                 })
-                .unwrap_or((0, 0));
-            bytes += views[..n].iter().map(|v| v.len() as u64).sum::<u64>();
+                .unwrap_or((0, 0, 0));
+            // The bytes of packets the ring dropped are not sent bytes.
+            bytes += sent_bytes;
             taken += n;
             dropped += lost;
             if n < packets.len() {

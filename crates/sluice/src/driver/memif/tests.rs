@@ -493,6 +493,43 @@ fn chained_mbufs_cross_as_descriptor_chains_and_back() {
 }
 
 #[test]
+fn a_packet_the_ring_drops_counts_as_an_error_and_not_as_sent_bytes() {
+    let dir = TempDir::new("txdrop");
+    let pool = test_pool(255);
+    let sock = dir.socket();
+    let big: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+    {
+        let mut server = open(&format!("memif:socket={sock}"), &pool);
+        // 64-byte buffers: 5000 bytes need 79 descriptors, more than a
+        // chain may have, so the ring drops that packet.
+        let mut client = open(
+            &format!("memif:socket={sock},role=client,buffer_size=64"),
+            &pool,
+        );
+        wait_links(&server, 1);
+        wait_links(&client, 1);
+        let mut head = pool.alloc_from_slice(&big[..1500]).unwrap();
+        for part in [&big[1500..3000], &big[3000..]] {
+            head.chain(pool.alloc_from_slice(part).unwrap()).unwrap();
+        }
+        let mut out: Burst = Burst::new();
+        out.push(pool.alloc_from_slice(&frame(0)[..60]).unwrap())
+            .unwrap();
+        out.push(head).unwrap();
+        out.push(pool.alloc_from_slice(&frame(1)[..70]).unwrap())
+            .unwrap();
+        assert_eq!(client.tx_queue(0).unwrap().tx_burst(&mut out), 3);
+        let s = client.stats();
+        assert_eq!((s.tx_packets, s.tx_bytes, s.tx_errors), (2, 130, 1));
+        let mut got: Burst = Burst::new();
+        assert_eq!(server.rx_queue(0).unwrap().rx_burst(&mut got), 2);
+        let lens: Vec<u32> = got.as_slice().iter().map(|m| m.pkt_len()).collect();
+        assert_eq!(lens, [60, 70]);
+    }
+    assert!(pool.is_full());
+}
+
+#[test]
 fn a_socket_in_a_missing_directory_is_an_error_for_a_server_and_awaited_by_a_client() {
     let dir = TempDir::new("nodir");
     let pool = test_pool(1023);
