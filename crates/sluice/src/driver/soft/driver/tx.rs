@@ -1362,16 +1362,23 @@ impl TxQueue for SoftTx {
         // pieces across the Tx ring's wrap, into one run of Rx slots, and
         // one commit.
         let n = (k << shift) as usize;
-        let head = n.min(self.sw_ring.size as usize - first);
-        let (a, b) = (
-            &self.sw_ring.slots[first..first + head],
-            &self.sw_ring.slots[..n - head],
-        );
+        let slots = &self.sw_ring.slots[..];
         // Retiring the batches without freeing them gives up our references.
-        // SAFETY: `a` and `b` hold the batches' buffers: distinct, of the Rx
-        // pool, plain (checked above, or screened at `tx_burst`), completed;
-        // `sw_ring.retired` moves past them below, so we keep none.
-        if !unsafe { rx.fill(a, b) } {
+        // SAFETY: the slots copied hold the batches' buffers: distinct, of
+        // the Rx pool, plain (checked above, or screened at `tx_burst`),
+        // completed; `sw_ring.retired` moves past them below, so we keep
+        // none.
+        let filled = unsafe {
+            match slots.get(first..first + n) {
+                // The common case, one piece: the copy has no second part.
+                Some(run) => rx.fill(run, &[]),
+                None => {
+                    let head = slots.len() - first;
+                    rx.fill(&slots[first..], &slots[..n - head])
+                }
+            }
+        };
+        if !filled {
             // `k` whole batches of whole units within the room: they fit.
             return Ok(0);
         }
