@@ -52,8 +52,10 @@
 //! - A buffer is recycled only if it is a plain buffer whose last reference
 //!   the Tx queue holds (reference count 1, one segment, no attached
 //!   external buffer) of the Rx queue's pool. With the fast-free offload the
-//!   application has promised that of every buffer, so only the first
-//!   buffer's pool is checked; otherwise every buffer is checked. A batch
+//!   application has promised that of every buffer, so only the pool is
+//!   checked, once for the batches moved together (a queue that knows the
+//!   one pool its buffers come from compares it with
+//!   [`RecycleRxInfo::pool_starts_at`]); otherwise every buffer is checked. A batch
 //!   that fails goes whole to the normal free path (a clone held elsewhere
 //!   just loses one reference) and counts one `recycle_fallbacks`.
 //! - Buffers go into one contiguous run of slots, never across the ring's
@@ -263,6 +265,15 @@ impl<'a> RecycleRxInfo<'a> {
     #[inline(always)]
     pub fn in_pool(&self, e: Elem) -> bool {
         (e.as_ptr() as usize).wrapping_sub(self.pool_base) < self.pool_len
+    }
+
+    /// Whether [`pool`](Self::pool)'s region starts at `base`: a pool
+    /// whose region starts there is that pool (regions never overlap), so
+    /// a Tx queue that knows the one pool all its buffers come from tells
+    /// with one compare whether they are the Rx queue's.
+    #[inline(always)]
+    pub fn pool_starts_at(&self, base: usize) -> bool {
+        base == self.pool_base && self.pool_len != 0
     }
 
     /// The most slots a Tx queue may fill now: due, before the wrap, and a

@@ -52,8 +52,10 @@ pub struct BenchArgs {
     /// A quick look: 16x fewer operations per case (noisier figures).
     #[arg(long)]
     pub quick: bool,
-    /// `fwd` only: run just the cases whose name contains TEXT
-    /// (case-insensitive), e.g. `--case vhost`.
+    /// `fwd` and `recycle` only: run just the cases whose name contains
+    /// TEXT (case-insensitive), e.g. `--case vhost`; `recycle` runs each
+    /// group (the three paths compared) with a case that matches, e.g.
+    /// `--case "recycle fast-free, 1"`.
     #[arg(long, value_name = "TEXT")]
     pub case: Option<String>,
     #[command(flatten)]
@@ -131,8 +133,8 @@ pub fn run(args: &BenchArgs) -> Result<(), String> {
                 .into(),
         );
     }
-    if args.case.is_some() && args.part != Part::Fwd {
-        return Err("--case applies to `sluice bench fwd` only".into());
+    if args.case.is_some() && !matches!(args.part, Part::Fwd | Part::Recycle) {
+        return Err("--case applies to `sluice bench fwd` and `recycle` only".into());
     }
     let mut ctx = Ctx::new(args.json, args.iters, args.quick).with_case_filter(args.case.clone());
     let parts: &[Part] = match args.part {

@@ -352,6 +352,9 @@ pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
         ));
     }
     for g in groups(sel) {
+        if !wanted(ctx, g) {
+            continue;
+        }
         let name = group_name(g);
         let cpu = ctx.main_cpu();
         match on_lcore(cpu, move || measure_group(g, opts, rounds as usize, slice)) {
@@ -362,6 +365,13 @@ pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
     // One core's figures, but they move with how fast the host lets that
     // core run (the ratios, per round, much less).
     super::note_contention(ctx);
+}
+
+/// Whether `--case` selects group `g`: a group runs whole (its paths are
+/// measured against each other) when any of its cases' names matches.
+fn wanted(ctx: &Ctx, g: Group) -> bool {
+    let cases = PATHS.map(|path| format!("{} {}", path.name(), group_name(g)));
+    ctx.wants_any(&cases.each_ref().map(String::as_str))
 }
 
 fn group_name(g: Group) -> String {
@@ -984,6 +994,23 @@ mod tests {
         assert_eq!(v["tx_full_share"], 1.0);
         assert_eq!(v["ratio_vs_normal"], 1.0);
         assert_eq!(v["excluded_share"], 0.5);
+    }
+
+    #[test]
+    fn a_case_filter_selects_whole_groups() {
+        let picked = |filter: &str| -> Vec<Group> {
+            let ctx = Ctx::new(false, None, true).with_case_filter(Some(filter.into()));
+            groups(Selection::Full)
+                .into_iter()
+                .filter(|&g| wanted(&ctx, g))
+                .collect()
+        };
+        let one = |fast_free, pairs| Group { fast_free, pairs };
+        assert_eq!(picked("recycle fast-free, 1"), [one(true, 1)]);
+        assert_eq!(picked("No Fast-Free, 2"), [one(false, 2)]);
+        assert_eq!(picked("2 pairs"), [one(false, 2), one(true, 2)]);
+        assert_eq!(picked("zc"), groups(Selection::Full));
+        assert!(picked("vhost").is_empty());
     }
 
     #[test]

@@ -115,6 +115,12 @@ impl FastFree {
         }
     }
 
+    /// Where the learnt pool's region starts (0 with no pool learnt).
+    #[inline(always)]
+    pub(super) fn region_base(&self) -> usize {
+        self.base
+    }
+
     /// Notes that the slots posted before `posted` may hold a packet
     /// that failed the screen.
     #[inline]

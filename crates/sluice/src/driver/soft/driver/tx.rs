@@ -68,10 +68,10 @@
 //! `recycle_tx_mbufs` retires completed batches into an Rx queue's software
 //! ring instead ([`crate::port::recycle`]): a batch moves whole if it fits
 //! the Rx slots due and passes the checks (fast free, on batches the
-//! screen passed: the first buffer's pool is the Rx pool; otherwise every
-//! buffer is a plain buffer of that pool whose last reference we hold),
-//! else it takes the free path above
-//! and counts `recycle_fallbacks`. Both Tx modes free by completion the
+//! screen passed: the learnt pool is the Rx pool, one compare for the whole
+//! run with no buffer read; otherwise every buffer is a plain buffer of
+//! that pool whose last reference we hold), else it takes the free path
+//! above and counts `recycle_fallbacks`. Both Tx modes free by completion the
 //! same way, so recycling works with either. The common case is one move:
 //! all the completed batches that fit pass, and go over in one straight
 //! copy (two pieces across our ring's wrap) and one commit.
@@ -1334,54 +1334,59 @@ impl TxQueue for SoftTx {
         if k == 0 {
             return Ok(0);
         }
-        // The checks read no more than the first header line, which
-        // `tx_burst` touched: the Rx pool is known, so its region tells by
-        // address what the free path reads from the second line.
         let first = (self.sw_ring.retired & self.sw_ring.mask) as usize;
         // Fast free, and the whole run posted after any packet that failed
-        // the screen: every buffer is a plain buffer of one pool.
-        let screened =
-            self.params.fast_free && self.fast_free.pool_from(self.sw_ring.retired).is_some();
-        let passes = |b: u32| {
-            // A batch never wraps: `sw_ring.retired` is a multiple of `rs`, which
-            // divides the ring.
-            let at = (first + (b << shift) as usize) & self.sw_ring.mask as usize;
-            let batch = &self.sw_ring.slots[at..at + rs as usize];
-            if screened {
-                // One pool for all: the first buffer's tells.
-                rx.in_pool(batch[0])
+        // the screen: every buffer is a plain buffer of the learnt pool, so
+        // the run passes if that pool is the Rx pool — one compare of two
+        // region bases, no buffer (nor software-ring slot) read. Otherwise
+        // every buffer is checked, on its first header line, which
+        // `tx_burst` touched: the Rx pool is known, so its region tells by
+        // address what the free path reads from the second line.
+        let passes =
+            if self.params.fast_free && self.fast_free.pool_from(self.sw_ring.retired).is_some() {
+                rx.pool_starts_at(self.fast_free.region_base())
             } else {
-                batch.iter().all(|&e| {
+                (0..k).all(|b| {
+                    // A batch never wraps: `sw_ring.retired` is a multiple of
+                    // `rs`, which divides the ring.
+                    let at = (first + (b << shift) as usize) & self.sw_ring.mask as usize;
                     // SAFETY: the batch is complete (`sw_ring.completed`): its
-                    // slots hold mbufs we own that the device no longer
-                    // reads (`DANGLING` ones are not looked at).
-                    e != Elem::DANGLING && rx.in_pool(e) && unsafe { plain_line0(e) }
+                    // slots hold mbufs we own that the device no longer reads.
+                    unsafe { plain_batch_of(rx, &self.sw_ring.slots[at..at + rs as usize]) }
                 })
-            }
-        };
-        if !(0..k).all(passes) {
+            };
+        if !passes {
             return Ok(self.recycle_batchwise(rx));
         }
         // Every batch passes: one straight copy of the run, in at most two
         // pieces across the Tx ring's wrap, into one run of Rx slots, and
         // one commit.
         let n = (k << shift) as usize;
-        let head = n.min(self.sw_ring.size as usize - first);
-        let (a, b) = (
-            &self.sw_ring.slots[first..first + head],
-            &self.sw_ring.slots[..n - head],
-        );
+        let slots = &self.sw_ring.slots[..];
         // Retiring the batches without freeing them gives up our references.
-        // SAFETY: `a` and `b` hold the batches' buffers: distinct, of the Rx
-        // pool, plain (checked above, or screened at `tx_burst`), completed;
-        // `sw_ring.retired` moves past them below, so we keep none.
-        if !unsafe { rx.fill(a, b) } {
+        // SAFETY: the slots copied hold the batches' buffers: distinct, of
+        // the Rx pool, plain (checked above, or screened at `tx_burst`),
+        // completed; `sw_ring.retired` moves past them below, so we keep
+        // none.
+        let filled = unsafe {
+            match slots.get(first..first + n) {
+                // The common case, one piece: the copy has no second part.
+                Some(run) => rx.fill(run, &[]),
+                None => {
+                    let head = slots.len() - first;
+                    rx.fill(&slots[first..], &slots[..n - head])
+                }
+            }
+        };
+        if !filled {
             // `k` whole batches of whole units within the room: they fit.
             return Ok(0);
         }
         self.sw_ring.retired = self.sw_ring.retired.wrapping_add(k << shift);
         self.stats.recycled.add(n as u64);
-        self.note_waiting();
+        // The `waiting` gauge is published by the next `tx_burst` (it is
+        // the count as of the queue's last burst): a recycle step runs at
+        // every poll, and the gauge sits two pointers away.
         self.prefetch_head(n);
         Ok(n)
     }
@@ -1405,12 +1410,10 @@ impl SoftTx {
                 self.params.fast_free && self.fast_free.pool_from(self.sw_ring.retired).is_some();
             let batch = &self.sw_ring.slots[first..first + rs as usize];
             let ok = if screened {
-                rx.in_pool(batch[0])
+                rx.pool_starts_at(self.fast_free.region_base())
             } else {
-                batch.iter().all(|&e| {
-                    // SAFETY: as in `recycle_tx_mbufs`.
-                    e != Elem::DANGLING && rx.in_pool(e) && unsafe { plain_line0(e) }
-                })
+                // SAFETY: as in `recycle_tx_mbufs`.
+                unsafe { plain_batch_of(rx, batch) }
             };
             if ok {
                 // SAFETY: the batch's buffers: distinct, of the Rx pool,
@@ -1431,6 +1434,21 @@ impl SoftTx {
         }
         moved
     }
+}
+
+/// Whether every buffer of `batch` is a plain buffer of `rx`'s pool whose
+/// last reference is ours ([`plain_line0`]), read from the first header
+/// lines only (`DANGLING` slots fail, unread).
+///
+/// # Safety
+/// `batch` holds mbufs the caller owns, one reference each, that the
+/// device no longer reads (or `DANGLING`).
+#[inline(never)]
+unsafe fn plain_batch_of(rx: &RecycleRxInfo<'_>, batch: &[Elem]) -> bool {
+    batch.iter().all(|&e| {
+        // SAFETY: an mbuf the caller owns (`DANGLING` ones are not read).
+        e != Elem::DANGLING && rx.in_pool(e) && unsafe { plain_line0(e) }
+    })
 }
 
 /// Whether the mbuf in `e` is plain — reference count 1 (ours), one

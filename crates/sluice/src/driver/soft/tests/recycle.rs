@@ -248,6 +248,42 @@ fn recycling_moves_every_completed_batch_without_touching_the_mempool() {
     }
 }
 
+#[test]
+fn between_polls_the_gauges_and_the_pool_account_for_every_buffer_while_recycling() {
+    // A recycle step moves buffers from the Tx ring into the Rx ring; each
+    // queue publishes its gauge as of its last burst, so after a whole poll
+    // (recycle, receive, send) the Rx `posted` and Tx `waiting` gauges and
+    // the pool count every buffer exactly once.
+    for fast_free in [false, true] {
+        let name = format!("t-rc-gauges-{fast_free}");
+        let (pool, mut port, tester) = tester_loopback(&name, fast_free, "count=3200,flows=16");
+        let mut burst: Burst<32> = Burst::new();
+        let mut moved = 0;
+        for k in 0..100 {
+            let (rx, tx) = loopback(&mut port);
+            let (m, n) = recycle_step(rx, tx, &mut burst);
+            assert_eq!(n, 32, "step {k}");
+            moved += m;
+            let (posted, waiting) = super::gauges(&[&port]);
+            assert_eq!(
+                pool.available() as u64 + posted + waiting,
+                1023,
+                "step {k}: posted {posted}, waiting {waiting}"
+            );
+            // The Rx ring holds 96 armed buffers (32 slots due, their
+            // buffers just sent); the Tx queue what it sent and has not
+            // retired yet.
+            assert_eq!(posted, 96, "step {k}");
+            assert!(waiting >= 32, "step {k}: waiting {waiting}");
+        }
+        assert_eq!(moved, 99 * 32);
+        assert_received_clean(&tester, 3200);
+        port.stop();
+        assert_eq!(super::gauges(&[&port]), (0, 0));
+        assert!(pool.is_full(), "fast free {fast_free}");
+    }
+}
+
 // ---- reference count above 1 ----------------------------------------------
 
 #[test]
