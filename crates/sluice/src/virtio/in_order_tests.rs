@@ -289,6 +289,50 @@ fn available_entries_keep_their_values_once_chains_go_round() {
     assert_eq!(driver.num_free(), 16);
 }
 
+#[test]
+fn without_in_order_freed_descriptors_queue_up_behind_the_free_ones() {
+    let mem =
+        Arc::new(GuestMemory::new(vec![(BASE, Mapping::anonymous(MEM_LEN).unwrap())]).unwrap());
+    let layout = QueueLayout::contiguous(RINGS, 4).unwrap();
+    let mut driver = DriverQueue::new(Arc::clone(&mem), layout, 0).unwrap();
+    let mut device = InOrderDevice::new(&mem, layout);
+    assert!(!driver.in_order());
+    let one = |driver: &mut DriverQueue| driver.add_chain(&[segment(DATA, 8, true)]).unwrap();
+    // A device that returns chains in order: the heads go round the table
+    // in order, lap after lap, as in ring slot order.
+    for k in 0..12u16 {
+        assert_eq!(one(&mut driver), k % 4);
+        driver.publish_avail().unwrap();
+        assert_eq!(device.take(), Some(k % 4));
+        device.complete(1, false, 8, |_| 0);
+        assert_eq!(
+            driver.pop_used(),
+            Ok(Some(Used {
+                head: k % 4,
+                len: 8
+            }))
+        );
+    }
+    // Out of order: the freed heads are taken again in the order they came
+    // back, after the ones free before them.
+    for _ in 0..3 {
+        one(&mut driver);
+    }
+    driver.publish_avail().unwrap();
+    while device.take().is_some() {}
+    // The device returns head 2 (the third taken), then head 0.
+    for (slot, id) in [(0u16, 2u32), (1, 0)] {
+        device.write_entry(slot.wrapping_add(12), id, 0);
+    }
+    device.used_idx = 14;
+    device.publish();
+    assert_eq!(driver.pop_used(), Ok(Some(Used { head: 2, len: 0 })));
+    assert_eq!(driver.pop_used(), Ok(Some(Used { head: 0, len: 0 })));
+    let heads: Vec<u16> = (0..3).map(|_| one(&mut driver)).collect();
+    assert_eq!(heads, [3, 2, 0]);
+    assert_eq!(driver.num_free(), 0);
+}
+
 /// One step of a random exchange in order.
 #[derive(Debug, Clone)]
 enum Op {

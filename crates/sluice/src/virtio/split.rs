@@ -974,6 +974,10 @@ pub struct DriverQueueStats {
 /// chains before the named one are returned with their whole writable
 /// length, as the entry carries the last one's length alone.
 ///
+/// Without it, the free list is first in, first out: chains come back to
+/// its tail, so with a device that happens to return chains in order the
+/// descriptors go round the table in order all the same.
+///
 /// An available ring entry is written only when its value changes: once
 /// chains of one descriptor go round in order, the entries stop changing
 /// and the device's cached copies of their lines stay valid.
@@ -996,6 +1000,8 @@ pub struct DriverQueue {
     /// driver's copy; the table in guest memory is never read back).
     next: Vec<u16>,
     free_head: u16,
+    /// The free list's last descriptor (when it has any; not in order).
+    free_tail: u16,
     num_free: u16,
     /// Per head: descriptors of the chain in flight there, 0 when none.
     chain_descs: Vec<u16>,
@@ -1057,6 +1063,7 @@ impl DriverQueue {
                 .map(|i| if in_order { i & (size - 1) } else { i })
                 .collect(),
             free_head: 0,
+            free_tail: size - 1,
             num_free: size,
             chain_descs: vec![0; usize::from(size)],
             chain_writable: vec![0; usize::from(size)],
@@ -1432,6 +1439,7 @@ impl DriverQueue {
     /// In order: how many chains, from the oldest in flight, the used
     /// entry naming `id` returns; `None` when `id` is not the head of a
     /// chain in flight or the batch is more than the device published.
+    #[inline]
     fn batch_size(&self, id: u32) -> Option<u16> {
         let id = u16::try_from(id).ok().filter(|&id| id < self.layout.size)?;
         if self.chain_descs[usize::from(id)] == 0 {
@@ -1472,17 +1480,22 @@ impl DriverQueue {
         u16::try_from(id).ok().filter(|&id| id < self.layout.size)
     }
 
-    /// Puts the `descs` descriptors of the chain at `head` back on the free
-    /// list, following the driver's own links; in order, they are the
-    /// oldest in flight and join the free run as they are.
+    /// Puts the `descs` descriptors of the chain at `head` back at the free
+    /// list's tail, following the driver's own links; in order, they are
+    /// the oldest in flight and join the free run as they are.
+    #[inline]
     fn reclaim(&mut self, head: u16, descs: u16) {
         if !self.in_order {
             let mut last = head;
             for _ in 1..descs {
                 last = self.next[usize::from(last)];
             }
-            self.next[usize::from(last)] = self.free_head;
-            self.free_head = head;
+            if self.num_free == 0 {
+                self.free_head = head;
+            } else {
+                self.next[usize::from(self.free_tail)] = head;
+            }
+            self.free_tail = last;
         }
         self.num_free += descs;
         self.chain_descs[usize::from(head)] = 0;
