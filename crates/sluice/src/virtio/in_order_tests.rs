@@ -331,6 +331,13 @@ fn without_in_order_freed_descriptors_queue_up_behind_the_free_ones() {
     let heads: Vec<u16> = (0..3).map(|_| one(&mut driver)).collect();
     assert_eq!(heads, [3, 2, 0]);
     assert_eq!(driver.num_free(), 0);
+    // Without in order, the used index alone says nothing of which chains
+    // came back: nothing is taken by it.
+    device.write_entry(14, 3, 0);
+    device.used_idx = 15;
+    device.publish();
+    assert_eq!(driver.pop_used_heads(&mut [0; 4]), Ok(0));
+    assert_eq!(driver.pop_used(), Ok(Some(Used { head: 3, len: 0 })));
 }
 
 /// One step of a random exchange in order.
@@ -364,13 +371,14 @@ proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
     /// Random add, publish, take, complete (singly or in batches) and
-    /// reclaim sequences, wrapping the table many times, against a model:
+    /// reclaim sequences (by entry, or by the used index alone), wrapping the table many times, against a model:
     /// chains use descriptors in table order, the device sees each head
     /// once and in order, each chain comes back once and in order with its
     /// length, and every descriptor is free at the end.
     #[test]
     fn random_in_order_exchanges_match_the_model(
         size_log in 0u32..5,
+        by_index in any::<bool>(),
         ops in proptest::collection::vec(op(), 1..400),
     ) {
         let size = 1u16 << size_log;
@@ -439,7 +447,7 @@ proptest! {
                         held -= n;
                     }
                 }
-                Op::Reclaim(k) => {
+                Op::Reclaim(k) if !by_index => {
                     for _ in 0..k {
                         let got = driver.pop_used().unwrap();
                         let want = expected.pop_front();
@@ -447,6 +455,18 @@ proptest! {
                         let Some(used) = want else { break };
                         let (head, descs, _) = chains.pop_front().unwrap();
                         prop_assert_eq!(head, used.head);
+                        descs_in_flight -= descs;
+                        returned -= 1;
+                    }
+                }
+                Op::Reclaim(k) => {
+                    let mut heads = vec![0u16; usize::from(k)];
+                    let n = driver.pop_used_heads(&mut heads).unwrap();
+                    prop_assert_eq!(n, usize::from(k).min(expected.len()));
+                    for &head in &heads[..n] {
+                        prop_assert_eq!(expected.pop_front().map(|u| u.head), Some(head));
+                        let (h, descs, _) = chains.pop_front().unwrap();
+                        prop_assert_eq!(h, head);
                         descs_in_flight -= descs;
                         returned -= 1;
                     }
@@ -462,10 +482,15 @@ proptest! {
         if held > 0 {
             device.complete(held, true, 0, |_| 0);
         }
-        // Bounded: one chain per call at most.
-        for _ in 0..=size {
-            if driver.pop_used().unwrap().is_none() {
-                break;
+        if by_index {
+            let mut heads = vec![0u16; usize::from(size)];
+            driver.pop_used_heads(&mut heads).unwrap();
+        } else {
+            // Bounded: one chain per call at most.
+            for _ in 0..=size {
+                if driver.pop_used().unwrap().is_none() {
+                    break;
+                }
             }
         }
         prop_assert_eq!(driver.num_free(), size);

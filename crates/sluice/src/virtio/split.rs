@@ -1366,6 +1366,13 @@ impl DriverQueue {
         if self.last_used != self.used_shadow {
             return Ok(true);
         }
+        self.load_used_idx()
+    }
+
+    /// Loads `used.idx` into the shadow; whether a used entry is there to
+    /// read. An impossible index is [`VirtioError::UsedIndexJump`].
+    #[inline]
+    fn load_used_idx(&mut self) -> Result<bool, VirtioError> {
         // Acquire: pairs with the Release of `DeviceQueue::publish_used`,
         // so the entries and the buffers' contents are complete.
         let idx = self
@@ -1434,6 +1441,37 @@ impl DriverQueue {
             });
         }
         Ok(Some(Used { head, len }))
+    }
+
+    /// In order: takes back up to `heads.len()` of the chains the device
+    /// returned, oldest first, writing their heads into `heads`; how many.
+    /// Only `used.idx` is read, which with `VIRTIO_F_IN_ORDER` counts the
+    /// chains returned whether each has its own used entry or a batch
+    /// shares one: the entries themselves, their ids and lengths, are not
+    /// read, so this is for chains whose written length does not matter
+    /// (device-readable ones, as a transmit queue's). The lines of the used
+    /// ring then stay in the device's cache. A queue whose device returns
+    /// batches is reclaimed this way or with `pop_used`, not both: once
+    /// part of a batch is taken by the index alone, where its entry lies is
+    /// not known. Without `VIRTIO_F_IN_ORDER`,
+    /// nothing is taken: [`pop_used`](Self::pop_used) reads each entry. An
+    /// impossible `used.idx` is [`VirtioError::UsedIndexJump`] and nothing
+    /// is taken.
+    pub fn pop_used_heads(&mut self, heads: &mut [u16]) -> Result<usize, VirtioError> {
+        if !self.in_order || heads.is_empty() || !self.load_used_idx()? {
+            return Ok(0);
+        }
+        let pending = usize::from(self.used_shadow.wrapping_sub(self.last_used));
+        let n = heads.len().min(pending);
+        for slot in &mut heads[..n] {
+            let head = self.oldest_head();
+            *slot = head;
+            self.last_used = self.last_used.wrapping_add(1);
+            self.reclaim(head, self.chain_descs[usize::from(head)]);
+        }
+        // A batch whose entry was read already ends among these, or later.
+        self.batch_left = self.batch_left.saturating_sub(n as u16);
+        Ok(n)
     }
 
     /// In order: how many chains, from the oldest in flight, the used

@@ -25,8 +25,9 @@
 //! order they were posted: descriptors go round the table in order, so an
 //! Rx buffer posted in ring slot `i` is descriptor `i`, the available ring
 //! entries stop changing after the first lap (an entry is written only
-//! when its value changes), and one used entry may return a batch of Tx
-//! chains.
+//! when its value changes), and the Tx queue takes back as many of its
+//! oldest chains as the used index moved, without reading the used entries
+//! (one of which may stand for a batch).
 //!
 //! # Memory
 //!
