@@ -878,6 +878,21 @@ impl GuestMemory {
         Ok(())
     }
 
+    /// Stores `value` relaxed at the word `at` bytes into `area` unless it
+    /// holds that value already (a relaxed load first): a word the other
+    /// side reads and that mostly keeps its value is not written again, so
+    /// the other side's cached copy of its line stays valid.
+    #[inline]
+    pub fn area_update_u16(&self, area: &Area, at: u64, value: u16) -> Result<(), VirtioError> {
+        let (region, offset) = self.area_word(area, at, 2)?;
+        let storage = &region.mapping.storage;
+        let value = value.to_le();
+        if storage.load_u16(offset, Ordering::Relaxed) != value {
+            storage.store_u16(offset, value, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// [`load_u32`](Self::load_u32) of the word `at` bytes into `area`.
     #[inline]
     pub fn area_load_u32(&self, area: &Area, at: u64) -> Result<u32, VirtioError> {
@@ -961,6 +976,13 @@ mod tests {
         mem.area_store_u16(&area, 30, 0xbeef, Ordering::Release)
             .unwrap();
         assert_eq!(mem.load_u16(gpa + 46, Ordering::Acquire).unwrap(), 0xbeef);
+        // An update that changes the word stores it; one that does not
+        // leaves it as it is.
+        mem.area_update_u16(&area, 28, 0x1234).unwrap();
+        assert_eq!(mem.load_u16(gpa + 44, Ordering::Relaxed).unwrap(), 0x1234);
+        mem.area_update_u16(&area, 28, 0x1234).unwrap();
+        assert_eq!(mem.load_u16(gpa + 44, Ordering::Relaxed).unwrap(), 0x1234);
+        assert!(mem.area_update_u16(&area, 32, 0).is_err());
         mem.store_u32(gpa + 20, 77).unwrap();
         assert_eq!(mem.area_load_u32(&area, 4).unwrap(), 77);
         assert_eq!(

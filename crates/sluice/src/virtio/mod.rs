@@ -91,6 +91,9 @@ pub use net_hdr::NetHdr;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
+#[cfg(all(test, not(loom)))]
+mod in_order_tests;
+
 #[cfg(all(test, loom))]
 mod loom_tests;
 

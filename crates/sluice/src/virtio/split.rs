@@ -92,8 +92,8 @@
 
 use super::memory::{Area, GuestMemory};
 use super::{
-    ChainError, ChainErrorReason, VIRTIO_F_EVENT_IDX, VIRTIO_F_INDIRECT_DESC, VirtioError,
-    has_feature,
+    ChainError, ChainErrorReason, VIRTIO_F_EVENT_IDX, VIRTIO_F_IN_ORDER, VIRTIO_F_INDIRECT_DESC,
+    VirtioError, has_feature,
 };
 use crate::sync::{Arc, Ordering, fence};
 
@@ -962,6 +962,25 @@ pub struct DriverQueueStats {
 
 /// The driver side of a split virtqueue: adds chains, reclaims them (see
 /// the module docs).
+///
+/// With `VIRTIO_F_IN_ORDER` (2.7.9) the device uses chains in the order
+/// they were made available, and the queue keeps to the rules that come
+/// with it: descriptors are taken in table order, wrapping at the end (a
+/// chain's `next` is the following descriptor, 0 after the last), so a
+/// chain of one descriptor made available in ring slot `i` is descriptor
+/// `i`; and a used entry naming a chain that is not the oldest in flight
+/// stands for a batch: every chain up to it came back, the index moved by
+/// the batch's size, and the entry is in the batch's first slot. The
+/// chains before the named one are returned with their whole writable
+/// length, as the entry carries the last one's length alone.
+///
+/// Without it, the free list is first in, first out: chains come back to
+/// its tail, so with a device that happens to return chains in order the
+/// descriptors go round the table in order all the same.
+///
+/// An available ring entry is written only when its value changes: once
+/// chains of one descriptor go round in order, the entries stop changing
+/// and the device's cached copies of their lines stay valid.
 #[derive(Debug)]
 pub struct DriverQueue {
     mem: Arc<GuestMemory>,
@@ -973,10 +992,16 @@ pub struct DriverQueue {
     used_area: Area,
     event_idx: bool,
     indirect: bool,
+    /// `VIRTIO_F_IN_ORDER` was negotiated: `next` is the table order and
+    /// never changes; the chains in flight are the descriptors from the
+    /// oldest one's head up to `free_head`.
+    in_order: bool,
     /// The free list's links and, for a chain in flight, its own links (the
     /// driver's copy; the table in guest memory is never read back).
     next: Vec<u16>,
     free_head: u16,
+    /// The free list's last descriptor (when it has any; not in order).
+    free_tail: u16,
     num_free: u16,
     /// Per head: descriptors of the chain in flight there, 0 when none.
     chain_descs: Vec<u16>,
@@ -993,6 +1018,11 @@ pub struct DriverQueue {
     last_used: u16,
     /// The last `used.idx` loaded.
     used_shadow: u16,
+    /// In order: chains still to return from the batch a used entry stands
+    /// for, the head that entry named and the length it carried.
+    batch_left: u16,
+    batch_head: u16,
+    batch_len: u32,
     stats: DriverQueueStats,
 }
 
@@ -1018,6 +1048,7 @@ impl DriverQueue {
         ] {
             mem.store_u16(gpa, 0, Ordering::Relaxed)?;
         }
+        let in_order = has_feature(features, VIRTIO_F_IN_ORDER);
         Ok(DriverQueue {
             mem,
             layout,
@@ -1026,8 +1057,13 @@ impl DriverQueue {
             used_area,
             event_idx: has_feature(features, VIRTIO_F_EVENT_IDX),
             indirect: has_feature(features, VIRTIO_F_INDIRECT_DESC),
-            next: (1..=size).collect(),
+            in_order,
+            // In order, the last descriptor's successor is the first.
+            next: (1..=size)
+                .map(|i| if in_order { i & (size - 1) } else { i })
+                .collect(),
             free_head: 0,
+            free_tail: size - 1,
             num_free: size,
             chain_descs: vec![0; usize::from(size)],
             chain_writable: vec![0; usize::from(size)],
@@ -1037,8 +1073,16 @@ impl DriverQueue {
             kicked_avail: 0,
             last_used: 0,
             used_shadow: 0,
+            batch_left: 0,
+            batch_head: 0,
+            batch_len: 0,
             stats: DriverQueueStats::default(),
         })
+    }
+
+    /// Whether `VIRTIO_F_IN_ORDER` was negotiated (see the type's docs).
+    pub fn in_order(&self) -> bool {
+        self.in_order
     }
 
     /// The guest memory.
@@ -1215,10 +1259,10 @@ impl DriverQueue {
         self.chain_writable[usize::from(head)] = writable;
         self.in_flight += 1;
         self.stats.added += 1;
-        // Relaxed: published by the Release store of the index.
+        // Relaxed: published by the Release store of the index. Written
+        // only when it changes (the type's docs).
         let entry = 4 + 2 * u64::from(self.avail_idx & self.layout.mask());
-        self.mem
-            .area_store_u16(&self.avail_area, entry, head, Ordering::Relaxed)?;
+        self.mem.area_update_u16(&self.avail_area, entry, head)?;
         self.avail_idx = self.avail_idx.wrapping_add(1);
         Ok(head)
     }
@@ -1280,23 +1324,11 @@ impl DriverQueue {
     /// with the next entry. An impossible `used.idx` is
     /// [`VirtioError::UsedIndexJump`] and nothing is taken.
     pub fn pop_used(&mut self) -> Result<Option<Used>, VirtioError> {
-        if self.last_used == self.used_shadow {
-            // Acquire: pairs with the Release of `DeviceQueue::publish_used`,
-            // so the entries and the buffers' contents are complete.
-            let idx = self
-                .mem
-                .area_load_u16(&self.used_area, 2, Ordering::Acquire)?;
-            if idx.wrapping_sub(self.last_used) > self.in_flight {
-                self.stats.index_errors += 1;
-                return Err(VirtioError::UsedIndexJump {
-                    last: self.last_used,
-                    idx,
-                });
-            }
-            self.used_shadow = idx;
-            if idx == self.last_used {
-                return Ok(None);
-            }
+        if self.in_order {
+            return self.pop_used_in_order();
+        }
+        if !self.used_pending()? {
+            return Ok(None);
         }
         // Relaxed: the entry is below the index loaded with Acquire.
         let entry = self.used_entry_at(self.last_used);
@@ -1326,6 +1358,145 @@ impl DriverQueue {
         Ok(Some(Used { head, len }))
     }
 
+    /// Whether a used entry is there to read: `used.idx` is loaded (with
+    /// Acquire) when everything below the last one loaded was read. An
+    /// impossible index is [`VirtioError::UsedIndexJump`].
+    #[inline]
+    fn used_pending(&mut self) -> Result<bool, VirtioError> {
+        if self.last_used != self.used_shadow {
+            return Ok(true);
+        }
+        self.load_used_idx()
+    }
+
+    /// Loads `used.idx` into the shadow; whether a used entry is there to
+    /// read. An impossible index is [`VirtioError::UsedIndexJump`].
+    #[inline]
+    fn load_used_idx(&mut self) -> Result<bool, VirtioError> {
+        // Acquire: pairs with the Release of `DeviceQueue::publish_used`,
+        // so the entries and the buffers' contents are complete.
+        let idx = self
+            .mem
+            .area_load_u16(&self.used_area, 2, Ordering::Acquire)?;
+        if idx.wrapping_sub(self.last_used) > self.in_flight {
+            self.stats.index_errors += 1;
+            return Err(VirtioError::UsedIndexJump {
+                last: self.last_used,
+                idx,
+            });
+        }
+        self.used_shadow = idx;
+        Ok(idx != self.last_used)
+    }
+
+    /// The head of the oldest chain in flight, in order (some in flight):
+    /// the descriptors in flight run up to `free_head`.
+    #[inline]
+    fn oldest_head(&self) -> u16 {
+        self.free_head.wrapping_add(self.num_free) & self.layout.mask()
+    }
+
+    /// [`pop_used`](Self::pop_used) in order: the oldest chain in flight
+    /// comes back, alone or as part of the batch a used entry stands for
+    /// (the type's docs).
+    fn pop_used_in_order(&mut self) -> Result<Option<Used>, VirtioError> {
+        if self.batch_left == 0 {
+            if !self.used_pending()? {
+                return Ok(None);
+            }
+            // Relaxed: the entry is below the index loaded with Acquire.
+            let entry = self.used_entry_at(self.last_used);
+            let id = self.mem.area_load_u32(&self.used_area, entry)?;
+            let len = self.mem.area_load_u32(&self.used_area, entry + 4)?;
+            match self.batch_size(id) {
+                Some(size) => {
+                    self.batch_left = size;
+                    self.batch_head = id as u16;
+                    self.batch_len = len;
+                }
+                None => {
+                    self.last_used = self.last_used.wrapping_add(1);
+                    self.stats.bad_used_ids += 1;
+                    return Err(VirtioError::BadUsedId { id });
+                }
+            }
+        }
+        let head = self.oldest_head();
+        let descs = self.chain_descs[usize::from(head)];
+        let writable = self.chain_writable[usize::from(head)];
+        let len = if head == self.batch_head {
+            self.batch_len
+        } else {
+            u32::try_from(writable).unwrap_or(u32::MAX)
+        };
+        self.batch_left -= 1;
+        self.last_used = self.last_used.wrapping_add(1);
+        self.reclaim(head, descs);
+        if u64::from(len) > writable {
+            self.stats.bad_used_lens += 1;
+            return Err(VirtioError::BadUsedLen {
+                head,
+                len,
+                writable,
+            });
+        }
+        Ok(Some(Used { head, len }))
+    }
+
+    /// In order: takes back up to `heads.len()` of the chains the device
+    /// returned, oldest first, writing their heads into `heads`; how many.
+    /// Only `used.idx` is read, which with `VIRTIO_F_IN_ORDER` counts the
+    /// chains returned whether each has its own used entry or a batch
+    /// shares one: the entries themselves, their ids and lengths, are not
+    /// read, so this is for chains whose written length does not matter
+    /// (device-readable ones, as a transmit queue's). The lines of the used
+    /// ring then stay in the device's cache. A queue whose device returns
+    /// batches is reclaimed this way or with `pop_used`, not both: once
+    /// part of a batch is taken by the index alone, where its entry lies is
+    /// not known. Without `VIRTIO_F_IN_ORDER`,
+    /// nothing is taken: [`pop_used`](Self::pop_used) reads each entry. An
+    /// impossible `used.idx` is [`VirtioError::UsedIndexJump`] and nothing
+    /// is taken.
+    pub fn pop_used_heads(&mut self, heads: &mut [u16]) -> Result<usize, VirtioError> {
+        if !self.in_order || heads.is_empty() || !self.load_used_idx()? {
+            return Ok(0);
+        }
+        let pending = usize::from(self.used_shadow.wrapping_sub(self.last_used));
+        let n = heads.len().min(pending);
+        for slot in &mut heads[..n] {
+            let head = self.oldest_head();
+            *slot = head;
+            self.last_used = self.last_used.wrapping_add(1);
+            self.reclaim(head, self.chain_descs[usize::from(head)]);
+        }
+        // A batch whose entry was read already ends among these, or later.
+        self.batch_left = self.batch_left.saturating_sub(n as u16);
+        Ok(n)
+    }
+
+    /// In order: how many chains, from the oldest in flight, the used
+    /// entry naming `id` returns; `None` when `id` is not the head of a
+    /// chain in flight or the batch is more than the device published.
+    #[inline]
+    fn batch_size(&self, id: u32) -> Option<u16> {
+        let id = u16::try_from(id).ok().filter(|&id| id < self.layout.size)?;
+        if self.chain_descs[usize::from(id)] == 0 {
+            return None;
+        }
+        let published = self.used_shadow.wrapping_sub(self.last_used);
+        let mut head = self.oldest_head();
+        let mut size = 1;
+        // Bounded: one step per chain in flight, the named one among them.
+        while head != id {
+            if size >= published.min(self.in_flight) {
+                return None;
+            }
+            head = head.wrapping_add(self.chain_descs[usize::from(head)]) & self.layout.mask();
+            size += 1;
+        }
+        Some(size)
+    }
+
     /// The id of the used entry `ahead` entries after the next one
     /// [`pop_used`](Self::pop_used) reads, when the device has published it
     /// already: for prefetching what the driver keeps for that chain. A
@@ -1334,20 +1505,36 @@ impl DriverQueue {
         if self.used_shadow.wrapping_sub(self.last_used) <= ahead {
             return None;
         }
+        if self.in_order {
+            // The chain `ahead` after the oldest: no entry to read.
+            let mut head = self.oldest_head();
+            for _ in 0..ahead {
+                head = head.wrapping_add(self.chain_descs[usize::from(head)]) & self.layout.mask();
+            }
+            return Some(head);
+        }
         let entry = self.used_entry_at(self.last_used.wrapping_add(ahead));
         let id = self.mem.area_load_u32(&self.used_area, entry).ok()?;
         u16::try_from(id).ok().filter(|&id| id < self.layout.size)
     }
 
-    /// Puts the `descs` descriptors of the chain at `head` back on the free
-    /// list, following the driver's own links.
+    /// Puts the `descs` descriptors of the chain at `head` back at the free
+    /// list's tail, following the driver's own links; in order, they are
+    /// the oldest in flight and join the free run as they are.
+    #[inline]
     fn reclaim(&mut self, head: u16, descs: u16) {
-        let mut last = head;
-        for _ in 1..descs {
-            last = self.next[usize::from(last)];
+        if !self.in_order {
+            let mut last = head;
+            for _ in 1..descs {
+                last = self.next[usize::from(last)];
+            }
+            if self.num_free == 0 {
+                self.free_head = head;
+            } else {
+                self.next[usize::from(self.free_tail)] = head;
+            }
+            self.free_tail = last;
         }
-        self.next[usize::from(last)] = self.free_head;
-        self.free_head = head;
         self.num_free += descs;
         self.chain_descs[usize::from(head)] = 0;
         self.chain_writable[usize::from(head)] = 0;

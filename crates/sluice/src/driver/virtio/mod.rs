@@ -3,7 +3,7 @@
 //! vhost-user backend (DPDK's `net_vhost`, a virtual switch, Sluice's own
 //! [`vhost`](super::vhost) port).
 //!
-//! Spec: `virtio:path=SOCK[,server=BOOL][,queues=N]`
+//! Spec: `virtio:path=SOCK[,server=BOOL][,queues=N][,in_order=BOOL]`
 //! - `path`: the vhost-user socket.
 //! - `server` (default false): connect to a backend listening at `path`.
 //!   Starting the port connects, trying every 100 ms for up to 2 s, and
@@ -13,11 +13,21 @@
 //!   error) and waits for a backend to connect.
 //! - `queues` (1..=64, default 1): queue pairs to ask of the backend; the
 //!   port may use fewer.
+//! - `in_order` (default true): accept `VIRTIO_F_IN_ORDER` when the backend
+//!   offers it; false refuses it (the rings then work as with a backend
+//!   that does not offer it).
 //!
 //! Features accepted: `VIRTIO_F_VERSION_1` (required: a backend without it
-//! is refused), `VIRTIO_NET_F_MRG_RXBUF`, `VIRTIO_F_EVENT_IDX` and, with more
-//! than one queue pair, `VIRTIO_NET_F_MQ`; protocol features REPLY_ACK and
-//! MQ; no offload.
+//! is refused), `VIRTIO_NET_F_MRG_RXBUF`, `VIRTIO_F_EVENT_IDX`,
+//! `VIRTIO_F_IN_ORDER` (unless `in_order=false`) and, with more than one
+//! queue pair, `VIRTIO_NET_F_MQ`; protocol features REPLY_ACK and MQ; no
+//! offload. With `VIRTIO_F_IN_ORDER` the backend returns buffers in the
+//! order they were posted: descriptors go round the table in order, so an
+//! Rx buffer posted in ring slot `i` is descriptor `i`, the available ring
+//! entries stop changing after the first lap (an entry is written only
+//! when its value changes), and the Tx queue takes back as many of its
+//! oldest chains as the used index moved, without reading the used entries
+//! (one of which may stand for a batch).
 //!
 //! # Memory
 //!
@@ -110,14 +120,14 @@ use crate::virtio::memory::{Area, GuestMemory, Mapping};
 use crate::virtio::net_hdr::HEADER_LEN;
 use crate::virtio::split::{DriverQueue, QueueLayout};
 use crate::virtio::{
-    VIRTIO_F_EVENT_IDX, VIRTIO_F_VERSION_1, VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, feature,
-    has_feature,
+    VIRTIO_F_EVENT_IDX, VIRTIO_F_IN_ORDER, VIRTIO_F_VERSION_1, VIRTIO_NET_F_MQ,
+    VIRTIO_NET_F_MRG_RXBUF, feature, has_feature,
 };
 
 use queue::{RxCounters, SlotGuard, TxCounters, VirtioRx, VirtioTx, Vring, VringSlot};
 
 /// Spec keys.
-const KEYS: &[&str] = &["path", "server", "queues"];
+const KEYS: &[&str] = &["path", "server", "queues", "in_order"];
 
 /// How long one reply may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
@@ -136,6 +146,8 @@ pub struct VirtioDriver {
     info: DeviceInfo,
     path: PathBuf,
     server: bool,
+    /// Whether `VIRTIO_F_IN_ORDER` is accepted when offered.
+    in_order: bool,
     /// One per vring of the queues the port has (`2 * pairs`), shared with
     /// the queues; made at setup.
     slots: Vec<Arc<VringSlot>>,
@@ -227,21 +239,29 @@ fn lock(slot: &VringSlot) -> SlotGuard<'_> {
 }
 
 impl VirtioDriver {
-    /// Reads and checks the spec's arguments: the socket path, the role
-    /// and the queue pairs.
-    pub fn parse_spec(spec: &PortSpec) -> Result<(PathBuf, bool, u16), PortError> {
+    /// Reads and checks the spec's arguments: the socket path, the role,
+    /// the queue pairs and whether `VIRTIO_F_IN_ORDER` is accepted.
+    pub fn parse_spec(spec: &PortSpec) -> Result<(PathBuf, bool, u16, bool), PortError> {
         let mut args = SpecArgs::new(spec, KEYS);
         let path = PathBuf::from(args.require("path")?);
         let server = args.bool("server")?.unwrap_or(false);
         let queues = args.u64_in("queues", 1..=64)?.unwrap_or(1) as u16;
+        let in_order = args.bool("in_order")?.unwrap_or(true);
         args.finish()?;
-        Ok((path, server, queues))
+        Ok((path, server, queues, in_order))
     }
 
     /// Reads the spec's arguments; opens nothing.
     pub fn from_spec(spec: &PortSpec) -> Result<VirtioDriver, PortError> {
-        let (path, server, queues) = Self::parse_spec(spec)?;
-        Ok(VirtioDriver::new(path, server, queues))
+        let (path, server, queues, in_order) = Self::parse_spec(spec)?;
+        Ok(VirtioDriver::new(path, server, queues).with_in_order(in_order))
+    }
+
+    /// Whether `VIRTIO_F_IN_ORDER` is accepted when the backend offers it
+    /// (it is by default).
+    pub fn with_in_order(mut self, in_order: bool) -> VirtioDriver {
+        self.in_order = in_order;
+        self
     }
 
     /// A frontend at `path`, connecting or listening (`server`), asking for
@@ -263,6 +283,7 @@ impl VirtioDriver {
             },
             path,
             server,
+            in_order: true,
             slots: Vec::new(),
             table: None,
             rx_pools: Vec::new(),
@@ -503,6 +524,7 @@ impl PortDriver for VirtioDriver {
             return Err(self.error("the port is not set up"));
         };
         let session = Session {
+            in_order: self.in_order,
             table,
             slots: self.slots.clone(),
             rx_pools: self.rx_pools.clone(),
@@ -627,6 +649,8 @@ impl std::fmt::Display for SetupError {
 
 /// What the control thread works with.
 struct Session {
+    /// Whether `VIRTIO_F_IN_ORDER` is accepted when offered.
+    in_order: bool,
     table: Arc<Table>,
     slots: Vec<Arc<VringSlot>>,
     /// Each Rx queue's pool.
@@ -676,6 +700,9 @@ impl Session {
             | feature(VIRTIO_NET_F_MRG_RXBUF)
             | feature(VIRTIO_F_EVENT_IDX)
             | F_PROTOCOL_FEATURES;
+        if self.in_order {
+            want |= feature(VIRTIO_F_IN_ORDER);
+        }
         if pairs > 1 {
             if !has_feature(offered, VIRTIO_NET_F_MQ) || protocol & protocol_features::MQ == 0 {
                 return Err(SetupError::Refused(

@@ -567,6 +567,9 @@ enum Placed {
 
 /// Frees the packets the backend returned, gathered in `done`.
 fn reclaim(ring: &mut Vring, driver: &TxCounters, done: &mut Burst) -> usize {
+    if ring.queue.in_order() {
+        return reclaim_in_order(ring, driver, done);
+    }
     let mut freed = 0;
     // Bounded: each entry read moves the used position on, and there
     // are at most the ring's size in flight.
@@ -595,6 +598,38 @@ fn reclaim(ring: &mut Vring, driver: &TxCounters, done: &mut Burst) -> usize {
                 done.clear();
                 // Room: just emptied.
                 let _ = done.push(m);
+            }
+        }
+    }
+    done.clear();
+    freed
+}
+
+/// [`reclaim`] with `VIRTIO_F_IN_ORDER`: the chains returned are the
+/// oldest ones, as many as the used index moved; the used entries are not
+/// read ([`DriverQueue::pop_used_heads`]).
+fn reclaim_in_order(ring: &mut Vring, driver: &TxCounters, done: &mut Burst) -> usize {
+    let mut heads = [0u16; 64];
+    let mut freed = 0;
+    // Bounded: each round takes at least one chain or ends, and at most the
+    // ring's size are in flight.
+    for _ in 0..=ring.queue.layout().size() {
+        let n = match ring.queue.pop_used_heads(&mut heads) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(_) => {
+                driver.ring_errors.inc();
+                break;
+            }
+        };
+        for &head in &heads[..n] {
+            if let Some(m) = ring.held[usize::from(head)].take() {
+                freed += 1;
+                if let Err(m) = done.push(m) {
+                    done.clear();
+                    // Room: just emptied.
+                    let _ = done.push(m);
+                }
             }
         }
     }

@@ -16,7 +16,7 @@ use crate::port::{Port, PortConfig};
 use crate::test_support::frames::{test_frame, test_frames};
 use crate::test_support::{TestPool, assert_pool_full};
 use crate::vhost_user::{Backend, BackendConfig, ReadyVring, VringHandler, protocol_features};
-use crate::virtio::{VIRTIO_F_VERSION_1, VIRTIO_NET_F_MRG_RXBUF, feature};
+use crate::virtio::{VIRTIO_F_IN_ORDER, VIRTIO_F_VERSION_1, VIRTIO_NET_F_MRG_RXBUF, feature};
 
 /// A socket path of this test process, unused so far.
 fn socket_path() -> PathBuf {
@@ -537,6 +537,92 @@ fn bad_used_entries_are_counted_and_their_buffers_come_home() {
     backend.join().unwrap();
     drop(virtio);
     assert_pool_full(&pool);
+}
+
+/// With `VIRTIO_F_IN_ORDER` offered (and accepted unless `in_order=0`), a
+/// backend that returns three Tx chains with one used entry naming the
+/// last: in order all three come back; without it, only the named one.
+/// Rx buffers sit at the descriptor of their ring slot.
+fn in_order_batch(accept: bool) {
+    let pool = shared_pool(1023);
+    let path = socket_path();
+    let listener = UnixListener::bind(&path).unwrap();
+    let (rings, found) = mpsc::channel();
+    let (done, finish) = mpsc::channel::<()>();
+    let backend = std::thread::spawn(move || {
+        let (stream, _) = listener.accept().unwrap();
+        let mut backend = Backend::new(BackendConfig {
+            features: feature(VIRTIO_F_VERSION_1) | feature(VIRTIO_F_IN_ORDER),
+            protocol_features: protocol_features::REPLY_ACK,
+            queue_pairs: 1,
+        });
+        let mut handler = UsedRings(rings);
+        let _ = backend.serve(&stream, &mut handler);
+        let _ = finish.recv();
+    });
+    let spec = format!(
+        "virtio:path={},in_order={}",
+        path.display(),
+        u8::from(accept)
+    );
+    let mut virtio = port(&spec, &pool, 1);
+    virtio.start().unwrap();
+    let used: std::collections::HashMap<usize, usize> = found.try_iter().collect();
+    let (rx_used, tx_used) = (used[&0], used[&1]);
+
+    // Rx: the buffers of slots 0 and 1 come back (descriptors 0 and 1).
+    let mut burst: Burst = Burst::new();
+    assert_eq!(virtio.rx_queue(0).unwrap().rx_burst(&mut burst), 0);
+    // SAFETY: the backend thread keeps its mapping of the ring until told
+    // to finish; the ring has 256 entries.
+    unsafe {
+        write_used(rx_used, 0, 0, 12 + 60);
+        write_used(rx_used, 1, 1, 12 + 70);
+        store_used_idx(rx_used, 2);
+    }
+    assert_eq!(virtio.rx_queue(0).unwrap().rx_burst(&mut burst), 2);
+    let lens: Vec<u32> = burst.iter().map(|m| m.pkt_len()).collect();
+    assert_eq!(lens, [60, 70]);
+    burst.clear();
+
+    let mut out: Burst = Burst::new();
+    for seq in 0..3 {
+        out.push(
+            pool.alloc_from_slice(&test_frame([2; 6], 7, seq, 60))
+                .unwrap(),
+        )
+        .unwrap();
+    }
+    assert_eq!(virtio.tx_queue(0).unwrap().tx_burst(&mut out), 3);
+    // SAFETY: as above.
+    unsafe {
+        write_used(tx_used, 0, 2, 0);
+        store_used_idx(tx_used, if accept { 3 } else { 1 });
+    }
+    let want = if accept { 3 } else { 1 };
+    assert_eq!(
+        virtio.tx_queue(0).unwrap().tx_done_cleanup(usize::MAX),
+        want
+    );
+    for name in ["tx_bad_used_id_errors", "rx_bad_used_id_errors"] {
+        assert_eq!(xstat(&virtio, name), 0, "{name}");
+    }
+
+    virtio.stop();
+    done.send(()).unwrap();
+    backend.join().unwrap();
+    drop(virtio);
+    assert_pool_full(&pool);
+}
+
+#[test]
+fn in_order_one_used_entry_returns_a_batch_of_tx_chains() {
+    in_order_batch(true);
+}
+
+#[test]
+fn with_in_order_refused_a_used_entry_returns_its_own_chain() {
+    in_order_batch(false);
 }
 
 #[test]
