@@ -673,12 +673,12 @@ fn fwd_rx_modes(ctx: &mut Ctx, sel: Selection) {
     }
 }
 
+/// The Rx modes' rows, each with its name.
+type RxModeRows = Vec<(&'static str, BenchResult)>;
+
 /// Rows of [`fwd_rx_modes`] and the per-round frag / mbuf ratios, `ops`
 /// packets per mode on `cpu`.
-fn fwd_rx_measure(
-    cpu: usize,
-    ops: u64,
-) -> Result<(Vec<(&'static str, BenchResult)>, Spread), String> {
+fn fwd_rx_measure(cpu: usize, ops: u64) -> Result<(RxModeRows, Spread), String> {
     use super::fwd::{bench_pool, open_two, soft_spec};
     use super::fwd_l3::{Slices, io_slice};
     use sluice::port::Port;
@@ -1099,6 +1099,22 @@ fn cross<S: Source>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_rx_modes_forward_and_return_every_buffer() {
+        let cpu = sluice::lcore::available_cpus()[0];
+        let ops = FWD_ROUNDS as u64 * 1024;
+        // A row is built only with its pool full again (`Slices::result`).
+        let (rows, ratio) = fwd_rx_measure(cpu, ops).unwrap();
+        let names: Vec<&str> = rows.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["fwd io soft rxbuf=mbuf", "fwd io soft rxbuf=frag"]);
+        for (name, r) in &rows {
+            assert!(r.ops >= ops, "{name}: {}", r.ops);
+            assert!(r.cycles_per_op > 0.0 && r.mops > 0.0, "{name}");
+            assert_eq!(r.bench, "pagepool");
+        }
+        assert!(ratio.min > 0.0 && ratio.min <= ratio.median && ratio.median <= ratio.max);
+    }
 
     #[test]
     fn sizes_orders_and_bytes_per_buffer() {
