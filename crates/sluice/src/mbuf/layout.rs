@@ -132,7 +132,9 @@ pub struct MbufHeader {
     pub(crate) tx_offload: u64,
     /// The attached external buffer's shared info, or its page's metadata
     /// tagged with [`EXT_PAGE_FRAG`] for a page fragment; null with the own
-    /// buffer.
+    /// buffer. What the free goes by: a header armed on an Rx queue with a
+    /// page fragment has it (and the buffer fields) set while its
+    /// [`ol::EXTERNAL`] flag waits for the delivery to write the flags.
     pub(crate) shinfo: *const ExtSharedInfo,
     /// The buffer's own address, IOVA and length, to restore when an
     /// external buffer is detached.
@@ -232,7 +234,7 @@ impl MbufHeader {
         vlan_tci: u16,
         rss_hash: u32,
     ) {
-        debug_assert_ne!(self.ol_flags & ol::EXTERNAL, 0, "a plain buffer");
+        debug_assert!(!self.shinfo.is_null(), "a plain buffer");
         self.write_rx(
             ol_flags | ol::EXTERNAL,
             packet_type,

@@ -120,9 +120,19 @@ pub fn attach_frag(m: &mut Mbuf, frag: Frag, layout: FragLayout) -> Result<(), (
     }
 }
 
-/// [`attach_frag`] for an Rx refill: the same result without its checks,
-/// inlined, so the fragment goes from the carver to the header in registers
-/// (a handle stored and reloaded whole costs a failed store forward).
+/// [`attach_frag`] for an Rx refill, arming a header for a receive queue:
+/// the buffer and its page reference, without the checks, inlined, so the
+/// fragment goes from the carver to the header in registers (a handle
+/// stored and reloaded whole costs a failed store forward).
+///
+/// Only what the free and the device need is written: the buffer's
+/// address, IO address and length, and the page reference (the tagged
+/// `shinfo` word and `frag_target`). The fields the receive path writes
+/// when it delivers the packet — the rearm word (`data_off`, the layout's
+/// headroom there), the offload flags with [`ol::EXTERNAL`], the lengths —
+/// keep what the header had in its pool until then: an armed header is
+/// no mbuf anyone reads, and its free goes by `shinfo` alone (see
+/// `MbufHeader::shinfo`).
 ///
 /// The fragment's IO address `iova` comes from the caller, who knows its
 /// provider's base (`Frag::iova` reads the page's metadata line for it, a
@@ -132,7 +142,11 @@ pub fn attach_frag(m: &mut Mbuf, frag: Frag, layout: FragLayout) -> Result<(), (
 /// `e` is a header fresh from its pool, ours alone (the free-buffer
 /// invariants: one reference, one segment, its own buffer); `layout` passed
 /// [`FragLayout::check`]; `frag` is at least `layout.frag_size()` bytes;
-/// `iova` is its IO address.
+/// `iova` is its IO address. The header is delivered through a write of
+/// the rearm word (data offset `layout.headroom`), the flags with
+/// [`ol::EXTERNAL`] and the lengths before anyone but its free reads it.
+///
+/// [`ol::EXTERNAL`]: crate::mbuf::ol::EXTERNAL
 #[inline(always)]
 pub(crate) unsafe fn attach_frag_fresh(e: Elem, frag: Frag, iova: u64, layout: FragLayout) {
     debug_assert!(layout.check().is_ok() && frag.len() >= layout.frag_size());
@@ -142,16 +156,10 @@ pub(crate) unsafe fn attach_frag_fresh(e: Elem, frag: Frag, iova: u64, layout: F
     // SAFETY: a fresh header, ours alone (the caller's contract).
     let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
     // As `Mbuf::attach_page_frag`, whose checks the free-buffer invariants
-    // and the checked layout make true.
+    // and the checked layout make true; the rest is the delivery's.
     h.buf_addr = raw.ptr.as_ptr();
     h.buf_iova = iova;
     h.buf_len = layout.headroom + layout.data_room;
-    h.data_off = layout.headroom;
-    h.data_len = 0;
-    h.pkt_len = 0;
     h.shinfo = (raw.meta.as_ptr() as usize | EXT_PAGE_FRAG) as *const ExtSharedInfo;
     h.frag_target = target;
-    // Attached (a free buffer carries no other flag worth keeping: the Rx
-    // write-back sets the rest).
-    h.ol_flags = crate::mbuf::layout::ol::EXTERNAL;
 }

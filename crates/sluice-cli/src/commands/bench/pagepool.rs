@@ -626,12 +626,24 @@ fn rx_bytes_per_desc(mode: &str, mtu: u16, headroom: u16, data_room: u16) -> Res
 /// Packets forwarded per Rx mode (full selection; `--quick` a 16th).
 const FWD_OPS: u64 = 1 << 23;
 
+/// Interleaved rounds of the Rx modes' io forwarding.
+const FWD_ROUNDS: usize = 32;
+
+/// The Rx modes compared, and their rows.
+const RX_MODES: [(&str, &str); 2] = [
+    ("mbuf", "fwd io soft rxbuf=mbuf"),
+    ("frag", "fwd io soft rxbuf=frag"),
+];
+
 /// io forwarding between two soft ports on one core (as `sluice bench
 /// fwd`'s `soft io (inline)`, device cycles excluded) in both Rx modes, side
 /// by side: what arming descriptors with page-pool fragments costs per
-/// packet against plain mbufs.
+/// packet against plain mbufs. Each mode has its pair of ports and its
+/// pool; the two run in interleaved rounds on the same core, so a change in
+/// the machine's load moves both alike: a row's cycles per packet are the
+/// median over rounds, and the frag / mbuf ratio the median of the
+/// per-round ratios.
 fn fwd_rx_modes(ctx: &mut Ctx, sel: Selection) {
-    use crate::app::options::Engine;
     let ops = if sel == Selection::Full {
         ctx.ops(FWD_OPS)
     } else {
@@ -639,32 +651,92 @@ fn fwd_rx_modes(ctx: &mut Ctx, sel: Selection) {
     };
     ctx.note(&format!(
         "io forwarding, two soft ports on one core (64-byte UDP frames, burst 32, device inline \
-         and its cycles excluded), {ops} packets per Rx mode; one op = one packet forwarded:"
+         and its cycles excluded), {ops} packets per Rx mode in {FWD_ROUNDS} interleaved rounds \
+         (cycles per packet: median over rounds); one op = one packet forwarded:"
     ));
-    for mode in ["mbuf", "frag"] {
+    match fwd_rx_measure(ctx.main_cpu(), ops) {
+        Ok((rows, ratio)) => {
+            for (name, r) in rows {
+                ctx.report(name, Ok(r));
+            }
+            ctx.note(&format!(
+                "rxbuf=frag / rxbuf=mbuf cycles per packet, median of {FWD_ROUNDS} interleaved \
+                 rounds: {:.2} (min-max {:.2}-{:.2})",
+                ratio.median, ratio.min, ratio.max
+            ));
+        }
+        Err(e) => {
+            for (_, name) in RX_MODES {
+                ctx.report(name, Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// The Rx modes' rows, each with its name.
+type RxModeRows = Vec<(&'static str, BenchResult)>;
+
+/// Rows of [`fwd_rx_modes`] and the per-round frag / mbuf ratios, `ops`
+/// packets per mode on `cpu`.
+fn fwd_rx_measure(cpu: usize, ops: u64) -> Result<(RxModeRows, Spread), String> {
+    use super::fwd::{bench_pool, open_two, soft_spec};
+    use super::fwd_l3::{Slices, io_slice};
+    use sluice::port::Port;
+    let mut pairs = Vec::new();
+    for (mode, _) in RX_MODES {
+        let pool = bench_pool()?;
         let spec = format!(
             "{},rxbuf={mode}",
-            super::fwd::soft_spec(&super::unique_name("bench_pp_fwd"))
+            soft_spec(&super::unique_name("bench_pp_fwd"))
         );
-        let name: &'static str = if mode == "mbuf" {
-            "fwd io soft rxbuf=mbuf"
-        } else {
-            "fwd io soft rxbuf=frag"
-        };
-        let case = super::fwd::Case {
-            name,
-            driver: "soft",
-            specs: [spec.clone(), spec],
-            engine: Engine::Io,
-            preload: 0,
-            dpdk: None,
-        };
-        let r = super::fwd::measure(ctx.main_cpu(), &case, ops).map(|mut r| {
-            r.bench = "pagepool";
-            r
-        });
-        ctx.report(name, r);
+        let ports = open_two(&pool, &[spec.clone(), spec])?;
+        pairs.push((pool, ports));
     }
+    let slice = (ops / FWD_ROUNDS as u64).max(1024);
+    let lcore_pools: Vec<_> = pairs.iter().map(|(p, _)| p.clone()).collect();
+    let mut lcore_ports: Vec<Vec<Port>> =
+        pairs.iter_mut().map(|(_, p)| std::mem::take(p)).collect();
+    let slices = on_lcore(cpu, move || {
+        let r = (|| {
+            let mut counters = Vec::new();
+            for ports in lcore_ports.iter_mut() {
+                for port in ports.iter_mut() {
+                    port.start().map_err(|e| e.to_string())?;
+                }
+                counters.push(ports.iter().map(Port::counters).collect::<Vec<_>>());
+            }
+            let warm = (slice / 2).max(1024);
+            for (ports, counters) in lcore_ports.iter_mut().zip(&counters) {
+                io_slice(ports, counters, warm)?;
+            }
+            let mut slices: Vec<Slices> = RX_MODES.iter().map(|_| Slices::default()).collect();
+            interleave(FWD_ROUNDS, RX_MODES.len(), |_, mode| {
+                io_slice(&mut lcore_ports[mode], &counters[mode], slice)
+                    .map(|t| slices[mode].add(t))
+            })?;
+            Ok::<_, String>(slices)
+        })();
+        for ports in lcore_ports.iter_mut() {
+            ports.iter_mut().for_each(Port::stop);
+        }
+        drop(lcore_ports);
+        // Hand the cached buffers back before the lcore goes away.
+        for pool in &lcore_pools {
+            pool.flush_local_cache();
+        }
+        r
+    })?;
+    let ratio = Spread::of(&sluice_bench::stats::ratios(
+        &slices[1].per_pkt,
+        &slices[0].per_pkt,
+    ));
+    let mut rows = Vec::new();
+    for (((_, name), s), (pool, _)) in RX_MODES.iter().zip(&slices).zip(&pairs) {
+        let mut r = s.result(pool, name)?;
+        r.bench = "pagepool";
+        rows.push((*name, r));
+    }
+    Ok((rows, ratio))
 }
 
 /// Something that hands out packet buffers.
@@ -1027,6 +1099,22 @@ fn cross<S: Source>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn both_rx_modes_forward_and_return_every_buffer() {
+        let cpu = sluice::lcore::available_cpus()[0];
+        let ops = FWD_ROUNDS as u64 * 1024;
+        // A row is built only with its pool full again (`Slices::result`).
+        let (rows, ratio) = fwd_rx_measure(cpu, ops).unwrap();
+        let names: Vec<&str> = rows.iter().map(|(name, _)| *name).collect();
+        assert_eq!(names, ["fwd io soft rxbuf=mbuf", "fwd io soft rxbuf=frag"]);
+        for (name, r) in &rows {
+            assert!(r.ops >= ops, "{name}: {}", r.ops);
+            assert!(r.cycles_per_op > 0.0 && r.mops > 0.0, "{name}");
+            assert_eq!(r.bench, "pagepool");
+        }
+        assert!(ratio.min > 0.0 && ratio.min <= ratio.median && ratio.median <= ratio.max);
+    }
 
     #[test]
     fn sizes_orders_and_bytes_per_buffer() {

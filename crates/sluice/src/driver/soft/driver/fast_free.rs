@@ -162,8 +162,16 @@ impl FastFree {
     pub(super) unsafe fn plain_pool(&mut self, batch: &[Elem]) -> Option<*const PoolInner> {
         // SAFETY: the first is an mbuf the caller owns.
         let region = unsafe { self.region(batch.first()) };
-        let mut unfit = 0;
-        for &e in batch {
+        let (&first, rest) = batch.split_first()?;
+        // SAFETY: an mbuf the caller owns: its header is readable.
+        let mut unfit = region.unfit(first, unsafe { &*first.as_ptr().cast::<MbufHeader>() });
+        if unfit != 0 {
+            // A batch of Rx fragments' headers (or other buffers that are
+            // not plain) goes to the full free, which reads these lines
+            // itself: not a pass over the rest here first.
+            return None;
+        }
+        for &e in rest {
             // SAFETY: an mbuf the caller owns: its header is readable.
             unfit |= region.unfit(e, unsafe { &*e.as_ptr().cast::<MbufHeader>() });
         }

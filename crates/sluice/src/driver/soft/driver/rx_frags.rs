@@ -124,23 +124,28 @@ impl RxFrags {
         let layout = self.layout;
         let headroom = layout.headroom as u64;
         let iova_base = self.iova_base;
+        let n = slots.len();
         let mut done = 0;
-        let cut = self
-            .alloc
-            .alloc_frags(layout.frag_size(), slots.len(), |f| {
-                // `alloc_frags` hands out `slots.len()` fragments at most
-                // (`descs` is as long), each of the layout's size (checked
-                // in `new`).
-                let addr = f.as_ptr() as usize;
-                let d = &descs[done];
-                d.q0.store(addr as u64 + headroom, Ordering::Relaxed);
-                d.q1.store(0, Ordering::Relaxed);
-                // A fragment of a page of the pool's provider.
-                let iova = (addr - iova_base) as u64;
-                // SAFETY: a fresh header of ours, given exactly one fragment.
-                unsafe { attach_frag_fresh(slots[done], f, iova, layout) };
-                done += 1;
-            });
+        let cut = self.alloc.alloc_frags(layout.frag_size(), n, |f| {
+            // `alloc_frags` hands out `n` fragments at most, each of the
+            // layout's size (checked in `new`); `done` counts them.
+            debug_assert!(done < n);
+            // SAFETY: `done < n`, the length of both `slots` and `descs`
+            // (asserted above): no bounds check, so nothing in the loop can
+            // unwind and the carving state stays in registers.
+            let (e, d) = unsafe { (*slots.get_unchecked(done), descs.get_unchecked(done)) };
+            let addr = f.as_ptr() as usize;
+            d.q0.store(addr as u64 + headroom, Ordering::Relaxed);
+            d.q1.store(0, Ordering::Relaxed);
+            // A fragment of a page of the pool's provider.
+            let iova = (addr - iova_base) as u64;
+            // SAFETY: a fresh header of ours, given exactly one fragment;
+            // the receive loop delivers it through the rearm word (data
+            // offset: the layout's headroom, `SoftRx::new`), the flags with
+            // `EXTERNAL` (its template's) and the lengths.
+            unsafe { attach_frag_fresh(e, f, iova, layout) };
+            done += 1;
+        });
         if cut.is_err() {
             for &e in &slots[..done] {
                 // SAFETY: headers of this batch, attached above, each rebuilt
@@ -168,9 +173,9 @@ impl RxFrags {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::mbuf::{MbufPoolConfig, ol};
+    use crate::mbuf::MbufPoolConfig;
     use crate::mempool::HugepagePolicy;
-    use crate::pagepool::{ProviderConfig, attach_frag};
+    use crate::pagepool::{PageMeta, ProviderConfig, attach_frag};
 
     #[test]
     fn a_filled_batch_carries_fragments_and_gives_them_back() {
@@ -362,10 +367,15 @@ mod tests {
                             };
                             prop_assert_eq!(x.buf_iova, y.buf_iova);
                             prop_assert_eq!(x.buf_iova, pa.inner().iova(x.buf_addr as usize));
-                            prop_assert_eq!(
-                                (x.buf_len, x.data_off, x.frag_target, x.ol_flags & ol::EXTERNAL),
-                                (y.buf_len, y.data_off, y.frag_target, y.ol_flags & ol::EXTERNAL)
-                            );
+                            prop_assert_eq!((x.buf_len, x.frag_target), (y.buf_len, y.frag_target));
+                            // The page reference: the tagged metadata of
+                            // the fragment's page.
+                            prop_assert_eq!(x.shinfo as usize & 1, 1);
+                            // SAFETY: the tagged word of an armed header is
+                            // its page's metadata, alive with the provider.
+                            let meta = unsafe { &*((x.shinfo as usize & !1) as *const PageMeta) };
+                            let addr = x.buf_addr as usize;
+                            prop_assert!(meta.addr <= addr && addr < meta.addr + RX_PAGE_BYTES);
                             prop_assert_eq!(d.q0.load(Ordering::Relaxed), rf.dma_addr(e));
                             prop_assert_eq!(d.q1.load(Ordering::Relaxed), 0);
                         }

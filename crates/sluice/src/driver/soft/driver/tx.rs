@@ -363,6 +363,10 @@ pub struct SoftTx {
     stats: TxCounters,
     /// `start` has run and `stop` has not since.
     started: bool,
+    /// The last batch freed took the full free (a buffer was not plain:
+    /// an Rx fragment's header, say), which reads the second header lines
+    /// too: the next batch's are asked for with its first lines.
+    full_free: bool,
 }
 
 // SAFETY: the raw addresses in the software ring are mbufs this queue owns;
@@ -475,6 +479,7 @@ impl SoftTx {
             engine,
             stats,
             started: false,
+            full_free: false,
         }
     }
 
@@ -565,11 +570,13 @@ impl SoftTx {
                     put_bulk_to_pool(pool, batch);
                 }
             }
+            self.full_free = false;
             return rs;
         }
         // SAFETY: the batch is complete; every slot holds an mbuf we own
         // (one per packet), now given up.
         unsafe { free_bulk(batch) };
+        self.full_free = true;
         rs
     }
 
@@ -598,8 +605,19 @@ impl SoftTx {
         // A batch never wraps: `retired` is a multiple of `rs`, which
         // divides the ring.
         let first = (self.sw_ring.retired & self.sw_ring.mask) as usize;
-        for &e in &self.sw_ring.slots[first..first + rs as usize] {
-            prefetch(e.as_ptr());
+        let batch = &self.sw_ring.slots[first..first + rs as usize];
+        if self.full_free {
+            // The full free reads the second lines too (next segment,
+            // pool, external buffer): a queue sending Rx fragments frees
+            // batch after batch that way.
+            for &e in batch {
+                prefetch(e.as_ptr());
+                prefetch(e.as_ptr().wrapping_add(64));
+            }
+        } else {
+            for &e in batch {
+                prefetch(e.as_ptr());
+            }
         }
     }
 
