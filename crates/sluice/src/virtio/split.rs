@@ -92,8 +92,8 @@
 
 use super::memory::{Area, GuestMemory};
 use super::{
-    ChainError, ChainErrorReason, VIRTIO_F_EVENT_IDX, VIRTIO_F_INDIRECT_DESC, VirtioError,
-    has_feature,
+    ChainError, ChainErrorReason, VIRTIO_F_EVENT_IDX, VIRTIO_F_IN_ORDER, VIRTIO_F_INDIRECT_DESC,
+    VirtioError, has_feature,
 };
 use crate::sync::{Arc, Ordering, fence};
 
@@ -534,6 +534,9 @@ pub struct DeviceQueue {
     layout: QueueLayout,
     event_idx: bool,
     indirect: bool,
+    /// `VIRTIO_F_IN_ORDER`: chains go back in the order they were taken,
+    /// and a run of them may go back as one used entry.
+    in_order: bool,
     /// The next available ring entry to take.
     last_avail: u16,
     /// The last `avail.idx` loaded.
@@ -551,9 +554,9 @@ pub struct DeviceQueue {
 
 impl DeviceQueue {
     /// The device side of a fresh queue (both indices at 0) at `layout` in
-    /// `mem`, with the negotiated `features` (`VIRTIO_F_EVENT_IDX` and
-    /// `VIRTIO_F_INDIRECT_DESC` matter here). Refused when an area is
-    /// outside `mem`.
+    /// `mem`, with the negotiated `features` (`VIRTIO_F_EVENT_IDX`,
+    /// `VIRTIO_F_INDIRECT_DESC` and `VIRTIO_F_IN_ORDER` matter here).
+    /// Refused when an area is outside `mem`.
     pub fn new(
         mem: Arc<GuestMemory>,
         layout: QueueLayout,
@@ -565,6 +568,7 @@ impl DeviceQueue {
             layout,
             event_idx: has_feature(features, VIRTIO_F_EVENT_IDX),
             indirect: has_feature(features, VIRTIO_F_INDIRECT_DESC),
+            in_order: has_feature(features, VIRTIO_F_IN_ORDER),
             last_avail: 0,
             avail_shadow: 0,
             next_used: 0,
@@ -641,6 +645,11 @@ impl DeviceQueue {
     /// with length 0 and counted; take the next one), and
     /// [`VirtioError::AvailIndexJump`] when the driver's index is
     /// impossible (nothing taken).
+    ///
+    /// With `VIRTIO_F_IN_ORDER` a refused chain would go back ahead of the
+    /// chains taken before it, so while any is in flight it is left in the
+    /// ring and Ok(false) returned: once they are returned, the next take
+    /// refuses it.
     pub fn pop_avail_into(&mut self, chain: &mut Chain) -> Result<bool, VirtioError> {
         if self.last_avail == self.avail_shadow {
             // Acquire: pairs with the Release of `DriverQueue::publish_avail`,
@@ -670,6 +679,11 @@ impl DeviceQueue {
                 self.in_flight += 1;
                 self.stats.chains += 1;
                 Ok(true)
+            }
+            Err(_) if self.in_order && self.in_flight > 0 => {
+                self.last_avail = self.last_avail.wrapping_sub(1);
+                chain.clear(head);
+                Ok(false)
             }
             Err(reason) => {
                 self.stats.bad_chains[reason.index()] += 1;
@@ -844,6 +858,41 @@ impl DeviceQueue {
         }
         self.write_used(head, len)?;
         self.in_flight -= 1;
+        Ok(())
+    }
+
+    /// Returns `chains`, the oldest chains in flight in the order they were
+    /// taken, as chains the device wrote nothing into (length 0: the
+    /// buffers it read). With `VIRTIO_F_IN_ORDER` they go back as one used
+    /// entry in the first of their slots, naming the last chain's head,
+    /// and `used.idx` moves past them all (VIRTIO 1.2, 2.7.9): one entry
+    /// written instead of a line of them per burst; otherwise as an entry
+    /// each. Refused with
+    /// [`VirtioError::NothingInFlight`], nothing returned, when fewer than
+    /// `chains.len()` are in flight.
+    pub fn push_used_read(&mut self, chains: &[Chain]) -> Result<(), VirtioError> {
+        let Some(last) = chains.last() else {
+            return Ok(());
+        };
+        let n = u32::try_from(chains.len()).map_err(|_| VirtioError::NothingInFlight)?;
+        if n > self.in_flight {
+            return Err(VirtioError::NothingInFlight);
+        }
+        if self.in_order {
+            // One entry, in the run's first slot, naming its last chain;
+            // the driver reads it there, counts the run's chains up to
+            // that head and looks for the next entry after the run (`n` is
+            // at most `in_flight`, at most the queue size).
+            let entry = self.layout.used_entry(self.next_used);
+            self.mem.store_u32(entry, u32::from(last.head))?;
+            self.mem.store_u32(entry + 4, 0)?;
+            self.next_used = self.next_used.wrapping_add(n as u16);
+        } else {
+            for chain in chains {
+                self.write_used(chain.head, 0)?;
+            }
+        }
+        self.in_flight -= n;
         Ok(())
     }
 

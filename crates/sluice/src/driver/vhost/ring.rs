@@ -159,6 +159,22 @@ impl DeviceRing {
         }
     }
 
+    /// Returns `chains`, the oldest taken, in order, as chains the device
+    /// only read: for a split ring [`DeviceQueue::push_used_read`] (one used
+    /// entry for them all with `VIRTIO_F_IN_ORDER`), for a packed ring a
+    /// used descriptor each.
+    pub(super) fn push_used_read(&mut self, chains: &[Chain]) -> Result<(), VirtioError> {
+        match self {
+            DeviceRing::Split(queue) => queue.push_used_read(chains),
+            DeviceRing::Packed { .. } => {
+                for chain in chains {
+                    self.push_used(chain.head(), 0)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Publishes the chains returned since the last call.
     pub(super) fn publish_used(&mut self) -> Result<(), VirtioError> {
         match self {
