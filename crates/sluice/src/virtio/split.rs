@@ -541,6 +541,16 @@ pub struct DeviceQueue {
     last_avail: u16,
     /// The last `avail.idx` loaded.
     avail_shadow: u16,
+    /// The available ring's entries from `heads_at` on, as
+    /// [`prefetch_descs`](Self::prefetch_descs) read them, so that taking
+    /// those chains does not load the driver's line again (the driver
+    /// writes the next entries beside them meanwhile). An entry below the
+    /// index loaded with Acquire keeps its value until its chain has been
+    /// taken: its slot is written again only for a chain `size` entries
+    /// later, which needs a descriptor that chain or one after it holds.
+    heads: Vec<u16>,
+    /// The free-running index of `heads[0]`.
+    heads_at: u16,
     /// The next used ring entry to write.
     next_used: u16,
     /// The last `used.idx` stored.
@@ -571,6 +581,8 @@ impl DeviceQueue {
             in_order: has_feature(features, VIRTIO_F_IN_ORDER),
             last_avail: 0,
             avail_shadow: 0,
+            heads: Vec::new(),
+            heads_at: 0,
             next_used: 0,
             published_used: 0,
             signalled_used: 0,
@@ -634,6 +646,7 @@ impl DeviceQueue {
             return Err(VirtioError::NothingInFlight);
         }
         self.last_avail = self.last_avail.wrapping_sub(n);
+        self.heads.clear();
         self.in_flight -= u32::from(n);
         self.stats.chains -= u64::from(n);
         Ok(())
@@ -669,10 +682,20 @@ impl DeviceQueue {
                 return Ok(false);
             }
         }
-        // Relaxed: the entry is below the index loaded with Acquire.
-        let head = self
-            .mem
-            .load_u16(self.layout.avail_entry(self.last_avail), Ordering::Relaxed)?;
+        let ahead = usize::from(self.last_avail.wrapping_sub(self.heads_at));
+        let head = match self.heads.get(ahead) {
+            Some(&head) => {
+                if ahead + 1 == self.heads.len() {
+                    // All taken: the copy is not kept past them.
+                    self.heads.clear();
+                }
+                head
+            }
+            // Relaxed: the entry is below the index loaded with Acquire.
+            None => self
+                .mem
+                .load_u16(self.layout.avail_entry(self.last_avail), Ordering::Relaxed)?,
+        };
         self.last_avail = self.last_avail.wrapping_add(1);
         match self.walk(head, chain) {
             Ok(()) => {
@@ -719,17 +742,22 @@ impl DeviceQueue {
 
     /// Prefetches the head descriptors of the next `n` chains (at most
     /// those [`ready`](Self::ready) saw), so that their cache misses are
-    /// outstanding together before the chains are taken one by one. A
-    /// hint: nothing is taken or checked, and an entry that makes no sense
-    /// is ignored (a chain is checked in full when it is taken).
-    pub fn prefetch_descs(&self, n: u16) {
+    /// outstanding together before the chains are taken one by one, and
+    /// keeps the heads read for the takes. Nothing is taken or checked
+    /// here, and an entry that makes no sense is not prefetched (a chain
+    /// is checked in full when it is taken).
+    pub fn prefetch_descs(&mut self, n: u16) {
         let n = n.min(self.avail_shadow.wrapping_sub(self.last_avail));
+        self.heads.clear();
+        self.heads_at = self.last_avail;
         for ahead in 0..n {
             let entry = self.layout.avail_entry(self.last_avail.wrapping_add(ahead));
             // Relaxed: below the index loaded with Acquire.
-            if let Ok(head) = self.mem.load_u16(entry, Ordering::Relaxed)
-                && head < self.layout.size
-            {
+            let Ok(head) = self.mem.load_u16(entry, Ordering::Relaxed) else {
+                break;
+            };
+            self.heads.push(head);
+            if head < self.layout.size {
                 self.mem.prefetch(self.layout.desc(head));
             }
         }

@@ -1308,3 +1308,116 @@ proptest! {
         prop_assert_eq!(device.stats(), plain.stats());
     }
 }
+
+/// One step of a device taking chains with and without looking ahead.
+#[derive(Debug, Clone)]
+enum AheadOp {
+    /// The driver offers a chain, good or one the device refuses.
+    Offer { bad: bool },
+    /// The device loads the index and prefetches this many chains ahead.
+    Ready(u8),
+    /// The device takes a chain.
+    Take,
+    /// The device gives back up to this many of the chains it took last.
+    Untake(u8),
+    /// The device returns every chain it holds.
+    ReturnAll,
+}
+
+fn ahead_op() -> impl Strategy<Value = AheadOp> {
+    prop_oneof![
+        3 => any::<bool>().prop_map(|bad| AheadOp::Offer { bad }),
+        2 => (0u8..12).prop_map(AheadOp::Ready),
+        4 => Just(AheadOp::Take),
+        1 => (1u8..4).prop_map(AheadOp::Untake),
+        1 => Just(AheadOp::ReturnAll),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The heads `prefetch_descs` keeps change nothing: a device that looks
+    /// ahead before taking takes, refuses and gives back exactly the chains
+    /// one that never looks ahead does, through untakes and the index's
+    /// wrap.
+    #[test]
+    fn taking_after_looking_ahead_takes_the_same_chains(
+        size_log in 1u32..5,
+        wrap_from in prop_oneof![Just(0u16), Just(u16::MAX - 20)],
+        ops in proptest::collection::vec(ahead_op(), 1..300),
+    ) {
+        let size = 1u32 << size_log;
+        let mem = [memory(), memory()];
+        let layout = QueueLayout::contiguous(RINGS, size).unwrap();
+        let mut devices = mem.clone().map(|m| {
+            m.store_u16(layout.avail_idx(), wrap_from, Ordering::Release).unwrap();
+            DeviceQueue::with_base(m, layout, 0, wrap_from).unwrap()
+        });
+        let mut drivers = mem.map(|mem| RawDriver { mem, layout, avail_idx: wrap_from });
+        // Chains each device holds, in the order taken; chains offered and
+        // not yet returned.
+        let mut held: [Vec<u16>; 2] = [Vec::new(), Vec::new()];
+        let mut outstanding = 0usize;
+        let mut next = 0u16;
+        for op in ops {
+            match op {
+                AheadOp::Offer { bad } => {
+                    if outstanding < size as usize {
+                        let head = next % size as u16;
+                        for d in &mut drivers {
+                            if bad { bad_chain(d, head) } else { good_chain(d, head) }
+                            d.offer(head);
+                        }
+                        outstanding += 1;
+                        next = next.wrapping_add(1);
+                    }
+                }
+                AheadOp::Ready(n) => {
+                    let ready = devices[0].ready().unwrap();
+                    devices[0].prefetch_descs(u16::from(n).min(ready));
+                }
+                AheadOp::Take => {
+                    let mut got = Vec::new();
+                    for device in &mut devices {
+                        let mut chain = Chain::new();
+                        got.push(match device.pop_avail_into(&mut chain) {
+                            Ok(true) => Some(chain.head()),
+                            Ok(false) => None,
+                            Err(VirtioError::Chain(e)) => Some(u16::MAX - e.head),
+                            Err(e) => panic!("{e:?}"),
+                        });
+                    }
+                    prop_assert_eq!(got[0], got[1]);
+                    match got[0] {
+                        Some(head) if head < size as u16 => {
+                            held[0].push(head);
+                            held[1].push(head);
+                        }
+                        // Refused: back already.
+                        Some(_) => outstanding -= 1,
+                        None => {}
+                    }
+                }
+                AheadOp::Untake(n) => {
+                    let n = usize::from(n).min(held[0].len());
+                    for (device, held) in devices.iter_mut().zip(&mut held) {
+                        device.untake(n as u16).unwrap();
+                        held.truncate(held.len() - n);
+                    }
+                }
+                AheadOp::ReturnAll => {
+                    outstanding -= held[0].len();
+                    for (device, held) in devices.iter_mut().zip(&mut held) {
+                        for head in held.drain(..) {
+                            device.push_used(head, 0).unwrap();
+                        }
+                        device.publish_used().unwrap();
+                    }
+                }
+            }
+            prop_assert_eq!(devices[0].last_avail_idx(), devices[1].last_avail_idx());
+        }
+        prop_assert_eq!(devices[0].stats(), devices[1].stats());
+    }
+}
