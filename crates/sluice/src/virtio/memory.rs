@@ -885,6 +885,21 @@ impl GuestMemory {
         Ok(u32::from_le(region.mapping.storage.load_u32(offset)))
     }
 
+    /// [`store_u32`](Self::store_u32) of the word `at` bytes into `area`.
+    #[inline]
+    pub fn area_store_u32(&self, area: &Area, at: u64, value: u32) -> Result<(), VirtioError> {
+        let (region, offset) = self.area_word(area, at, 4)?;
+        region.mapping.storage.store_u32(offset, value.to_le());
+        Ok(())
+    }
+
+    /// [`load_u64`](Self::load_u64) of the word `at` bytes into `area`.
+    #[inline]
+    pub fn area_load_u64(&self, area: &Area, at: u64) -> Result<u64, VirtioError> {
+        let (region, offset) = self.area_word(area, at, 8)?;
+        Ok(u64::from_le(region.mapping.storage.load_u64(offset)))
+    }
+
     /// [`store_u64`](Self::store_u64) of the word `at` bytes into `area`.
     #[inline]
     pub fn area_store_u64(&self, area: &Area, at: u64, value: u64) -> Result<(), VirtioError> {
@@ -963,6 +978,10 @@ mod tests {
         assert_eq!(mem.load_u16(gpa + 46, Ordering::Acquire).unwrap(), 0xbeef);
         mem.store_u32(gpa + 20, 77).unwrap();
         assert_eq!(mem.area_load_u32(&area, 4).unwrap(), 77);
+        mem.area_store_u32(&area, 12, 0x1122_3344).unwrap();
+        assert_eq!(mem.load_u32(gpa + 28).unwrap(), 0x1122_3344);
+        mem.store_u64(gpa + 32, 0x0a0b_0c0d_0e0f_1011).unwrap();
+        assert_eq!(mem.area_load_u64(&area, 16).unwrap(), 0x0a0b_0c0d_0e0f_1011);
         assert_eq!(
             mem.area_load_u16(&area, 30, Ordering::Relaxed).unwrap(),
             0xbeef
@@ -970,10 +989,20 @@ mod tests {
         // Past the area's end, though inside the region: refused.
         assert!(mem.area_load_u16(&area, 32, Ordering::Relaxed).is_err());
         assert!(mem.area_store_u64(&area, 28, 0).is_err());
+        assert!(mem.area_load_u64(&area, 32).is_err());
+        assert!(mem.area_store_u32(&area, 32, 0).is_err());
         assert!(mem.area_load_u32(&area, u64::MAX - 1).is_err());
         // Misaligned: refused.
         assert!(matches!(
             mem.area_load_u32(&area, 2),
+            Err(VirtioError::Misaligned { align: 4, .. })
+        ));
+        assert!(matches!(
+            mem.area_load_u64(&area, 4),
+            Err(VirtioError::Misaligned { align: 8, .. })
+        ));
+        assert!(matches!(
+            mem.area_store_u32(&area, 2, 0),
             Err(VirtioError::Misaligned { align: 4, .. })
         ));
         // Ranges inside the area, and not.

@@ -532,6 +532,12 @@ impl DeviceQueueStats {
 pub struct DeviceQueue {
     mem: Arc<GuestMemory>,
     layout: QueueLayout,
+    /// The descriptor table, the available ring and the used ring, found in
+    /// `mem` once: the words a chain takes and returns are reached without
+    /// a region search.
+    desc_area: Area,
+    avail_area: Area,
+    used_area: Area,
     event_idx: bool,
     indirect: bool,
     /// `VIRTIO_F_IN_ORDER`: chains go back in the order they were taken,
@@ -573,9 +579,16 @@ impl DeviceQueue {
         features: u64,
     ) -> Result<DeviceQueue, VirtioError> {
         layout.check_memory(&mem)?;
+        let size = layout.size;
+        let desc_area = mem.area(layout.desc_table, QueueLayout::desc_table_len(size))?;
+        let avail_area = mem.area(layout.avail_ring, QueueLayout::avail_ring_len(size))?;
+        let used_area = mem.area(layout.used_ring, QueueLayout::used_ring_len(size))?;
         Ok(DeviceQueue {
             mem,
             layout,
+            desc_area,
+            avail_area,
+            used_area,
             event_idx: has_feature(features, VIRTIO_F_EVENT_IDX),
             indirect: has_feature(features, VIRTIO_F_INDIRECT_DESC),
             in_order: has_feature(features, VIRTIO_F_IN_ORDER),
@@ -669,7 +682,7 @@ impl DeviceQueue {
             // so the ring entries and descriptors below it are complete.
             let idx = self
                 .mem
-                .load_u16(self.layout.avail_idx(), Ordering::Acquire)?;
+                .area_load_u16(&self.avail_area, 2, Ordering::Acquire)?;
             if idx.wrapping_sub(self.last_avail) > self.layout.size {
                 self.stats.index_errors += 1;
                 return Err(VirtioError::AvailIndexJump {
@@ -692,9 +705,11 @@ impl DeviceQueue {
                 head
             }
             // Relaxed: the entry is below the index loaded with Acquire.
-            None => self
-                .mem
-                .load_u16(self.layout.avail_entry(self.last_avail), Ordering::Relaxed)?,
+            None => self.mem.area_load_u16(
+                &self.avail_area,
+                self.avail_entry_at(self.last_avail),
+                Ordering::Relaxed,
+            )?,
         };
         self.last_avail = self.last_avail.wrapping_add(1);
         match self.walk(head, chain) {
@@ -727,7 +742,7 @@ impl DeviceQueue {
         // Acquire: as in `pop_avail_into`.
         let idx = self
             .mem
-            .load_u16(self.layout.avail_idx(), Ordering::Acquire)?;
+            .area_load_u16(&self.avail_area, 2, Ordering::Acquire)?;
         let ready = idx.wrapping_sub(self.last_avail);
         if ready > self.layout.size {
             self.stats.index_errors += 1;
@@ -751,9 +766,12 @@ impl DeviceQueue {
         self.heads.clear();
         self.heads_at = self.last_avail;
         for ahead in 0..n {
-            let entry = self.layout.avail_entry(self.last_avail.wrapping_add(ahead));
+            let entry = self.avail_entry_at(self.last_avail.wrapping_add(ahead));
             // Relaxed: below the index loaded with Acquire.
-            let Ok(head) = self.mem.load_u16(entry, Ordering::Relaxed) else {
+            let Ok(head) = self
+                .mem
+                .area_load_u16(&self.avail_area, entry, Ordering::Relaxed)
+            else {
                 break;
             };
             self.heads.push(head);
@@ -808,8 +826,12 @@ impl DeviceQueue {
             if steps > table_len {
                 return Err(Loop);
             }
-            let desc =
-                read_desc(mem, table + DESC_SIZE * u64::from(idx)).map_err(|_| OutsideMemory)?;
+            let desc = if in_indirect {
+                read_desc(mem, table + DESC_SIZE * u64::from(idx))
+            } else {
+                self.read_table_desc(idx)
+            }
+            .map_err(|_| OutsideMemory)?;
             if desc.flags & VIRTQ_DESC_F_INDIRECT != 0 {
                 if in_indirect {
                     return Err(NestedIndirect);
@@ -866,12 +888,42 @@ impl DeviceQueue {
         }
     }
 
+    /// The offset of the available ring entry for free-running index `idx`
+    /// in the available ring.
+    #[inline]
+    fn avail_entry_at(&self, idx: u16) -> u64 {
+        4 + 2 * u64::from(idx & self.layout.mask())
+    }
+
+    /// The offset of the used ring entry for free-running index `idx` in
+    /// the used ring.
+    #[inline]
+    fn used_entry_at(&self, idx: u16) -> u64 {
+        4 + USED_ELEM_SIZE * u64::from(idx & self.layout.mask())
+    }
+
+    /// Descriptor `i` of the queue's table (the table is 16-aligned): two
+    /// relaxed 8-byte loads, below the index loaded with Acquire.
+    #[inline]
+    fn read_table_desc(&self, i: u16) -> Result<Descriptor, VirtioError> {
+        let at = DESC_SIZE * u64::from(i);
+        let addr = self.mem.area_load_u64(&self.desc_area, at)?;
+        let rest = self.mem.area_load_u64(&self.desc_area, at + 8)?;
+        Ok(Descriptor {
+            addr,
+            len: rest as u32,
+            flags: (rest >> 32) as u16,
+            next: (rest >> 48) as u16,
+        })
+    }
+
     /// Writes a used entry (not yet published).
     fn write_used(&mut self, head: u16, len: u32) -> Result<(), VirtioError> {
         // Two 4-byte words (a used entry is 4-aligned): its id, its length.
-        let entry = self.layout.used_entry(self.next_used);
-        self.mem.store_u32(entry, u32::from(head))?;
-        self.mem.store_u32(entry + 4, len)?;
+        let entry = self.used_entry_at(self.next_used);
+        self.mem
+            .area_store_u32(&self.used_area, entry, u32::from(head))?;
+        self.mem.area_store_u32(&self.used_area, entry + 4, len)?;
         self.next_used = self.next_used.wrapping_add(1);
         Ok(())
     }
@@ -911,9 +963,10 @@ impl DeviceQueue {
             // the driver reads it there, counts the run's chains up to
             // that head and looks for the next entry after the run (`n` is
             // at most `in_flight`, at most the queue size).
-            let entry = self.layout.used_entry(self.next_used);
-            self.mem.store_u32(entry, u32::from(last.head))?;
-            self.mem.store_u32(entry + 4, 0)?;
+            let entry = self.used_entry_at(self.next_used);
+            self.mem
+                .area_store_u32(&self.used_area, entry, u32::from(last.head))?;
+            self.mem.area_store_u32(&self.used_area, entry + 4, 0)?;
             self.next_used = self.next_used.wrapping_add(n as u16);
         } else {
             for chain in chains {
