@@ -99,15 +99,8 @@ fn copy_in(
 /// (where the header and the frame's start are), to be read or written.
 #[inline]
 fn prefetch_buffer(ring: &ActiveRing, chain: &Chain, write: bool) {
-    let mem = ring.queue.memory();
     if let Some(segment) = chain.segments().first() {
-        for line in [segment.addr, segment.addr.wrapping_add(64)] {
-            if write {
-                mem.prefetch_write(line);
-            } else {
-                mem.prefetch(line);
-            }
-        }
+        ring.queue.memory().prefetch_two_lines(segment.addr, write);
     }
 }
 
