@@ -776,7 +776,8 @@ impl DeviceQueue {
             };
             self.heads.push(head);
             if head < self.layout.size {
-                self.mem.prefetch(self.layout.desc(head));
+                self.mem
+                    .area_prefetch(&self.desc_area, DESC_SIZE * u64::from(head), false);
             }
         }
     }
@@ -790,8 +791,8 @@ impl DeviceQueue {
         let n = n.min(self.layout.size);
         // One entry in eight (a line holds eight), and the last one.
         for ahead in (0..n).step_by(8).chain(n.checked_sub(1)) {
-            self.mem
-                .prefetch_write(self.layout.used_entry(self.next_used.wrapping_add(ahead)));
+            let entry = self.used_entry_at(self.next_used.wrapping_add(ahead));
+            self.mem.area_prefetch(&self.used_area, entry, true);
         }
     }
 
