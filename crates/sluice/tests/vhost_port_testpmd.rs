@@ -64,10 +64,8 @@ fn start_testpmd(socket: &Path, hugepages: bool, packed: bool) -> Testpmd {
     } else {
         eal.extend(["--no-huge", "--no-shconf"]);
     }
-    if packed {
-        // The virtio PMD logs the features it negotiated.
-        eal.push("--log-level=pmd.net.virtio.init:debug");
-    }
+    // The virtio PMD logs the features it negotiated.
+    eal.push("--log-level=pmd.net.virtio.init:debug");
     let mut command = Command::new("timeout");
     command
         .args(["150", "dpdk-testpmd"])
@@ -196,26 +194,43 @@ fn tester_frames_come_back_through_testpmd() {
     if skip(DRIVER) {
         return;
     }
-    run("port", false, false);
+    let features = negotiated(&run("port", false, false));
+    // virtio_user takes in-order returns when offered: the port's Rx
+    // bursts go back as one used entry each.
+    assert_ne!(
+        features & (1 << 35),
+        0,
+        "in-order returns negotiated: {features:#x}"
+    );
+}
+
+/// The features virtio_user's log says it negotiated.
+fn negotiated(log: &str) -> u64 {
+    let negotiated = log
+        .lines()
+        .find_map(|l| l.split("features after negotiate = ").nth(1))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok());
+    negotiated.unwrap_or_else(|| panic!("no negotiated features logged:\n{log}"))
 }
 
 /// Packed rings: virtio_user asks for them with `packed_vq=1`, and its log
-/// of the negotiated features shows `VIRTIO_F_RING_PACKED` (bit 34).
+/// of the negotiated features shows `VIRTIO_F_RING_PACKED` (bit 34), and
+/// `VIRTIO_F_IN_ORDER` (bit 35) beside it.
 #[test]
 fn tester_frames_come_back_through_testpmd_over_packed_rings() {
     if skip(DRIVER) {
         return;
     }
-    let log = run("port-packed", false, true);
-    let negotiated = log
-        .lines()
-        .find_map(|l| l.split("features after negotiate = ").nth(1))
-        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok());
-    let features = negotiated.unwrap_or_else(|| panic!("no negotiated features logged:\n{log}"));
+    let features = negotiated(&run("port-packed", false, true));
     assert_ne!(
         features & (1 << 34),
         0,
         "packed rings negotiated: {features:#x}"
+    );
+    assert_ne!(
+        features & (1 << 35),
+        0,
+        "in-order returns negotiated: {features:#x}"
     );
 }
 

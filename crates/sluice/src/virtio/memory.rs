@@ -534,6 +534,32 @@ impl Storage {
     }
 }
 
+/// Asks for the cache line at `line` (for writing, in the exclusive state,
+/// when `write`). A hint: any address may be given.
+#[cfg(all(target_arch = "x86_64", not(loom)))]
+#[inline]
+fn prefetch_line(line: *const u8, write: bool) {
+    if write {
+        // SAFETY: `prefetchw` is a hint that cannot fault or change memory;
+        // processors without it execute it as a no-op (its opcode is in the
+        // hint space of every x86-64 processor).
+        unsafe {
+            std::arch::asm!(
+                "prefetchw [{line}]",
+                line = in(reg) line,
+                options(nostack, preserves_flags, readonly)
+            )
+        };
+    } else {
+        // SAFETY: a prefetch is a hint that cannot fault or change memory;
+        // SSE, which `prefetcht0` belongs to, is part of the x86-64
+        // baseline.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.cast())
+        };
+    }
+}
+
 /// One region: guest physical addresses `gpa..gpa + len` backed by a mapping.
 #[derive(Debug)]
 struct Region {
@@ -652,12 +678,7 @@ impl GuestMemory {
     pub fn prefetch(&self, gpa: u64) {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         if let Some(line) = self.host_address(gpa) {
-            // SAFETY: a prefetch is a hint that cannot fault or change
-            // memory; SSE, which `prefetcht0` belongs to, is part of the
-            // x86-64 baseline.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.cast())
-            };
+            prefetch_line(line, false);
         }
         #[cfg(not(all(target_arch = "x86_64", not(loom))))]
         let _ = gpa;
@@ -670,19 +691,28 @@ impl GuestMemory {
     pub fn prefetch_write(&self, gpa: u64) {
         #[cfg(all(target_arch = "x86_64", not(loom)))]
         if let Some(line) = self.host_address(gpa) {
-            // SAFETY: `prefetchw` is a hint that cannot fault or change
-            // memory; processors without it execute it as a no-op (its
-            // opcode is in the hint space of every x86-64 processor).
-            unsafe {
-                std::arch::asm!(
-                    "prefetchw [{line}]",
-                    line = in(reg) line,
-                    options(nostack, preserves_flags, readonly)
-                )
-            };
+            prefetch_line(line, true);
         }
         #[cfg(not(all(target_arch = "x86_64", not(loom))))]
         let _ = gpa;
+    }
+
+    /// [`prefetch`](Self::prefetch) (or [`prefetch_write`](Self::prefetch_write)
+    /// when `write`) of the line at `gpa` and of the one after it, found
+    /// with one lookup: the start of a buffer, where a short frame and its
+    /// header lie. The second is skipped past the end of the region.
+    #[inline]
+    pub fn prefetch_two_lines(&self, gpa: u64, write: bool) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        if let Ok((region, offset)) = self.locate(gpa, 1) {
+            let base = region.mapping.storage.ptr.cast_const();
+            prefetch_line(base.wrapping_add(offset), write);
+            if offset + 64 < region.mapping.len() {
+                prefetch_line(base.wrapping_add(offset + 64), write);
+            }
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = (gpa, write);
     }
 
     /// Reads a `T` (in this machine's byte order) at `gpa`; any alignment.
@@ -854,6 +884,22 @@ impl GuestMemory {
                 .is_some_and(|end| end <= area.len as u64)
     }
 
+    /// [`prefetch`](Self::prefetch) (or [`prefetch_write`](Self::prefetch_write)
+    /// when `write`) of the line `at` bytes into `area`, without a region
+    /// search. A hint: ignored outside the area.
+    #[inline]
+    pub fn area_prefetch(&self, area: &Area, at: u64, write: bool) {
+        #[cfg(all(target_arch = "x86_64", not(loom)))]
+        if let Ok((region, offset)) = self.area_word(area, at, 1) {
+            prefetch_line(
+                region.mapping.storage.ptr.wrapping_add(offset).cast_const(),
+                write,
+            );
+        }
+        #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+        let _ = (area, at, write);
+    }
+
     /// [`load_u16`](Self::load_u16) of the word `at` bytes into `area`.
     #[inline]
     pub fn area_load_u16(&self, area: &Area, at: u64, order: Ordering) -> Result<u16, VirtioError> {
@@ -898,6 +944,21 @@ impl GuestMemory {
     pub fn area_load_u32(&self, area: &Area, at: u64) -> Result<u32, VirtioError> {
         let (region, offset) = self.area_word(area, at, 4)?;
         Ok(u32::from_le(region.mapping.storage.load_u32(offset)))
+    }
+
+    /// [`store_u32`](Self::store_u32) of the word `at` bytes into `area`.
+    #[inline]
+    pub fn area_store_u32(&self, area: &Area, at: u64, value: u32) -> Result<(), VirtioError> {
+        let (region, offset) = self.area_word(area, at, 4)?;
+        region.mapping.storage.store_u32(offset, value.to_le());
+        Ok(())
+    }
+
+    /// [`load_u64`](Self::load_u64) of the word `at` bytes into `area`.
+    #[inline]
+    pub fn area_load_u64(&self, area: &Area, at: u64) -> Result<u64, VirtioError> {
+        let (region, offset) = self.area_word(area, at, 8)?;
+        Ok(u64::from_le(region.mapping.storage.load_u64(offset)))
     }
 
     /// [`store_u64`](Self::store_u64) of the word `at` bytes into `area`.
@@ -985,6 +1046,10 @@ mod tests {
         assert!(mem.area_update_u16(&area, 32, 0).is_err());
         mem.store_u32(gpa + 20, 77).unwrap();
         assert_eq!(mem.area_load_u32(&area, 4).unwrap(), 77);
+        mem.area_store_u32(&area, 12, 0x1122_3344).unwrap();
+        assert_eq!(mem.load_u32(gpa + 28).unwrap(), 0x1122_3344);
+        mem.store_u64(gpa + 32, 0x0a0b_0c0d_0e0f_1011).unwrap();
+        assert_eq!(mem.area_load_u64(&area, 16).unwrap(), 0x0a0b_0c0d_0e0f_1011);
         assert_eq!(
             mem.area_load_u16(&area, 30, Ordering::Relaxed).unwrap(),
             0xbeef
@@ -992,10 +1057,20 @@ mod tests {
         // Past the area's end, though inside the region: refused.
         assert!(mem.area_load_u16(&area, 32, Ordering::Relaxed).is_err());
         assert!(mem.area_store_u64(&area, 28, 0).is_err());
+        assert!(mem.area_load_u64(&area, 32).is_err());
+        assert!(mem.area_store_u32(&area, 32, 0).is_err());
         assert!(mem.area_load_u32(&area, u64::MAX - 1).is_err());
         // Misaligned: refused.
         assert!(matches!(
             mem.area_load_u32(&area, 2),
+            Err(VirtioError::Misaligned { align: 4, .. })
+        ));
+        assert!(matches!(
+            mem.area_load_u64(&area, 4),
+            Err(VirtioError::Misaligned { align: 8, .. })
+        ));
+        assert!(matches!(
+            mem.area_store_u32(&area, 2, 0),
             Err(VirtioError::Misaligned { align: 4, .. })
         ));
         // Ranges inside the area, and not.
@@ -1012,6 +1087,33 @@ mod tests {
         let (first, len) = mem.regions().next().unwrap();
         assert!(mem.area(first + len - 8, 16).is_err());
         assert!(mem.area(first + len - 8, 8).is_ok());
+    }
+
+    #[test]
+    fn prefetch_hints_anywhere_change_nothing() {
+        let mem = two_regions();
+        let (gpa, len) = mem.regions().next().unwrap();
+        mem.write_from(gpa, &[7; 256]).unwrap();
+        for at in [gpa, gpa + 100, gpa + len - 1, gpa + len - 64, 0, u64::MAX] {
+            for write in [false, true] {
+                mem.prefetch_two_lines(at, write);
+            }
+            mem.prefetch(at);
+            mem.prefetch_write(at);
+        }
+        let area = mem.area(gpa + 64, 128).unwrap();
+        for at in [0, 127, 128, u64::MAX] {
+            for write in [false, true] {
+                mem.area_prefetch(&area, at, write);
+            }
+        }
+        assert_eq!(bytes_at(&mem, gpa, 256), vec![7; 256]);
+    }
+
+    fn bytes_at(mem: &GuestMemory, gpa: u64, len: usize) -> Vec<u8> {
+        let mut out = vec![0; len];
+        mem.read_into(gpa, &mut out).unwrap();
+        out
     }
 
     #[test]

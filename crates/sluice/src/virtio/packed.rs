@@ -124,8 +124,8 @@ use super::split::{
     VIRTQ_DESC_F_NEXT, VIRTQ_DESC_F_WRITE, need_event,
 };
 use super::{
-    ChainError, ChainErrorReason, VIRTIO_F_EVENT_IDX, VIRTIO_F_INDIRECT_DESC, VirtioError,
-    has_feature,
+    ChainError, ChainErrorReason, VIRTIO_F_EVENT_IDX, VIRTIO_F_IN_ORDER, VIRTIO_F_INDIRECT_DESC,
+    VirtioError, has_feature,
 };
 use crate::sync::{Arc, Ordering, fence};
 
@@ -573,6 +573,8 @@ pub struct PackedDeviceQueue {
     layout: PackedLayout,
     event_idx: bool,
     indirect: bool,
+    /// `VIRTIO_F_IN_ORDER`: chains go back in the order they were taken.
+    in_order: bool,
     /// The next descriptor to take.
     next_avail: RingPosition,
     /// Where the next used descriptor goes.
@@ -597,7 +599,8 @@ pub struct PackedDeviceQueue {
 impl PackedDeviceQueue {
     /// The device side of a fresh queue (both positions at the start) at
     /// `layout` in `mem`, with the negotiated `features`
-    /// (`VIRTIO_F_EVENT_IDX` and `VIRTIO_F_INDIRECT_DESC` matter here).
+    /// (`VIRTIO_F_EVENT_IDX`, `VIRTIO_F_INDIRECT_DESC` and
+    /// `VIRTIO_F_IN_ORDER` matter here).
     /// Refused when an area is outside `mem`.
     pub fn new(
         mem: Arc<GuestMemory>,
@@ -625,6 +628,7 @@ impl PackedDeviceQueue {
             layout,
             event_idx: has_feature(features, VIRTIO_F_EVENT_IDX),
             indirect: has_feature(features, VIRTIO_F_INDIRECT_DESC),
+            in_order: has_feature(features, VIRTIO_F_IN_ORDER),
             next_avail: position,
             next_used: position,
             held_used: None,
@@ -705,6 +709,12 @@ impl PackedDeviceQueue {
             return Ok(false);
         }
         let refused = self.walk(start, flags, chain)?;
+        if refused.is_some() && self.in_order && self.in_flight > 0 {
+            // Returned now, the refused chain would pass the chains taken
+            // before it: it stays in the ring until they are returned.
+            chain.chain.clear(0);
+            return Ok(false);
+        }
         self.next_avail = start.advance(chain.descs, self.layout.size);
         self.in_flight += 1;
         self.in_flight_descs += u32::from(chain.descs);

@@ -1233,3 +1233,49 @@ fn chains_given_back_are_taken_again_as_the_driver_left_them() {
     assert_eq!(driver.num_free(), 8);
     drop(mem);
 }
+
+/// The ids of the used descriptors when a refused chain follows one in
+/// flight: with `VIRTIO_F_IN_ORDER` the refused chain waits in the ring
+/// for it, without it goes back at once.
+fn returns_around_a_refused_chain(features: u64) -> Vec<u16> {
+    let (mut d, mut device) = raw_device(8, features);
+    d.offer(&[desc(DATA, 16, 10, 0)]);
+    // A buffer below memory.
+    d.offer(&[desc(0x1000, 8, 11, 0)]);
+    let mut first = PackedChain::new();
+    let mut chain = PackedChain::new();
+    assert_eq!(device.pop_avail_into(&mut first), Ok(true));
+    match device.pop_avail_into(&mut chain) {
+        Err(VirtioError::Chain(e)) => assert_eq!(e.head, 11),
+        Ok(false) => {
+            assert_eq!(device.stats().bad_total(), 0, "not refused yet");
+            device.push_used(first.id(), first.descs(), 0).unwrap();
+            assert!(matches!(
+                device.pop_avail_into(&mut chain),
+                Err(VirtioError::Chain(ChainError { head: 11, .. }))
+            ));
+        }
+        other => panic!("{other:?}"),
+    }
+    if device.in_flight() == 1 {
+        device.push_used(first.id(), first.descs(), 0).unwrap();
+    }
+    device.publish_used().unwrap();
+    assert_eq!(device.in_flight(), 0);
+    assert_eq!(device.stats().bad_total(), 1);
+    // Each chain took one descriptor: the used ones are the first two.
+    let at = RingPosition::START;
+    [at, at.advance(1, 8)]
+        .into_iter()
+        .map(|at| d.used(at).expect("used").0)
+        .collect()
+}
+
+#[test]
+fn with_in_order_a_refused_chain_goes_back_after_the_chains_taken_before_it() {
+    assert_eq!(
+        returns_around_a_refused_chain(feature(VIRTIO_F_IN_ORDER)),
+        vec![10, 11]
+    );
+    assert_eq!(returns_around_a_refused_chain(0), vec![11, 10]);
+}

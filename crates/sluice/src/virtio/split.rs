@@ -532,12 +532,31 @@ impl DeviceQueueStats {
 pub struct DeviceQueue {
     mem: Arc<GuestMemory>,
     layout: QueueLayout,
+    /// The descriptor table, the available ring and the used ring, found in
+    /// `mem` once: the words a chain takes and returns are reached without
+    /// a region search.
+    desc_area: Area,
+    avail_area: Area,
+    used_area: Area,
     event_idx: bool,
     indirect: bool,
+    /// `VIRTIO_F_IN_ORDER`: chains go back in the order they were taken,
+    /// and a run of them may go back as one used entry.
+    in_order: bool,
     /// The next available ring entry to take.
     last_avail: u16,
     /// The last `avail.idx` loaded.
     avail_shadow: u16,
+    /// The available ring's entries from `heads_at` on, as
+    /// [`prefetch_descs`](Self::prefetch_descs) read them, so that taking
+    /// those chains does not load the driver's line again (the driver
+    /// writes the next entries beside them meanwhile). An entry below the
+    /// index loaded with Acquire keeps its value until its chain has been
+    /// taken: its slot is written again only for a chain `size` entries
+    /// later, which needs a descriptor that chain or one after it holds.
+    heads: Vec<u16>,
+    /// The free-running index of `heads[0]`.
+    heads_at: u16,
     /// The next used ring entry to write.
     next_used: u16,
     /// The last `used.idx` stored.
@@ -551,22 +570,32 @@ pub struct DeviceQueue {
 
 impl DeviceQueue {
     /// The device side of a fresh queue (both indices at 0) at `layout` in
-    /// `mem`, with the negotiated `features` (`VIRTIO_F_EVENT_IDX` and
-    /// `VIRTIO_F_INDIRECT_DESC` matter here). Refused when an area is
-    /// outside `mem`.
+    /// `mem`, with the negotiated `features` (`VIRTIO_F_EVENT_IDX`,
+    /// `VIRTIO_F_INDIRECT_DESC` and `VIRTIO_F_IN_ORDER` matter here).
+    /// Refused when an area is outside `mem`.
     pub fn new(
         mem: Arc<GuestMemory>,
         layout: QueueLayout,
         features: u64,
     ) -> Result<DeviceQueue, VirtioError> {
         layout.check_memory(&mem)?;
+        let size = layout.size;
+        let desc_area = mem.area(layout.desc_table, QueueLayout::desc_table_len(size))?;
+        let avail_area = mem.area(layout.avail_ring, QueueLayout::avail_ring_len(size))?;
+        let used_area = mem.area(layout.used_ring, QueueLayout::used_ring_len(size))?;
         Ok(DeviceQueue {
             mem,
             layout,
+            desc_area,
+            avail_area,
+            used_area,
             event_idx: has_feature(features, VIRTIO_F_EVENT_IDX),
             indirect: has_feature(features, VIRTIO_F_INDIRECT_DESC),
+            in_order: has_feature(features, VIRTIO_F_IN_ORDER),
             last_avail: 0,
             avail_shadow: 0,
+            heads: Vec::new(),
+            heads_at: 0,
             next_used: 0,
             published_used: 0,
             signalled_used: 0,
@@ -630,6 +659,7 @@ impl DeviceQueue {
             return Err(VirtioError::NothingInFlight);
         }
         self.last_avail = self.last_avail.wrapping_sub(n);
+        self.heads.clear();
         self.in_flight -= u32::from(n);
         self.stats.chains -= u64::from(n);
         Ok(())
@@ -641,13 +671,18 @@ impl DeviceQueue {
     /// with length 0 and counted; take the next one), and
     /// [`VirtioError::AvailIndexJump`] when the driver's index is
     /// impossible (nothing taken).
+    ///
+    /// With `VIRTIO_F_IN_ORDER` a refused chain would go back ahead of the
+    /// chains taken before it, so while any is in flight it is left in the
+    /// ring and Ok(false) returned: once they are returned, the next take
+    /// refuses it.
     pub fn pop_avail_into(&mut self, chain: &mut Chain) -> Result<bool, VirtioError> {
         if self.last_avail == self.avail_shadow {
             // Acquire: pairs with the Release of `DriverQueue::publish_avail`,
             // so the ring entries and descriptors below it are complete.
             let idx = self
                 .mem
-                .load_u16(self.layout.avail_idx(), Ordering::Acquire)?;
+                .area_load_u16(&self.avail_area, 2, Ordering::Acquire)?;
             if idx.wrapping_sub(self.last_avail) > self.layout.size {
                 self.stats.index_errors += 1;
                 return Err(VirtioError::AvailIndexJump {
@@ -660,16 +695,33 @@ impl DeviceQueue {
                 return Ok(false);
             }
         }
-        // Relaxed: the entry is below the index loaded with Acquire.
-        let head = self
-            .mem
-            .load_u16(self.layout.avail_entry(self.last_avail), Ordering::Relaxed)?;
+        let ahead = usize::from(self.last_avail.wrapping_sub(self.heads_at));
+        let head = match self.heads.get(ahead) {
+            Some(&head) => {
+                if ahead + 1 == self.heads.len() {
+                    // All taken: the copy is not kept past them.
+                    self.heads.clear();
+                }
+                head
+            }
+            // Relaxed: the entry is below the index loaded with Acquire.
+            None => self.mem.area_load_u16(
+                &self.avail_area,
+                self.avail_entry_at(self.last_avail),
+                Ordering::Relaxed,
+            )?,
+        };
         self.last_avail = self.last_avail.wrapping_add(1);
         match self.walk(head, chain) {
             Ok(()) => {
                 self.in_flight += 1;
                 self.stats.chains += 1;
                 Ok(true)
+            }
+            Err(_) if self.in_order && self.in_flight > 0 => {
+                self.last_avail = self.last_avail.wrapping_sub(1);
+                chain.clear(head);
+                Ok(false)
             }
             Err(reason) => {
                 self.stats.bad_chains[reason.index()] += 1;
@@ -690,7 +742,7 @@ impl DeviceQueue {
         // Acquire: as in `pop_avail_into`.
         let idx = self
             .mem
-            .load_u16(self.layout.avail_idx(), Ordering::Acquire)?;
+            .area_load_u16(&self.avail_area, 2, Ordering::Acquire)?;
         let ready = idx.wrapping_sub(self.last_avail);
         if ready > self.layout.size {
             self.stats.index_errors += 1;
@@ -705,18 +757,27 @@ impl DeviceQueue {
 
     /// Prefetches the head descriptors of the next `n` chains (at most
     /// those [`ready`](Self::ready) saw), so that their cache misses are
-    /// outstanding together before the chains are taken one by one. A
-    /// hint: nothing is taken or checked, and an entry that makes no sense
-    /// is ignored (a chain is checked in full when it is taken).
-    pub fn prefetch_descs(&self, n: u16) {
+    /// outstanding together before the chains are taken one by one, and
+    /// keeps the heads read for the takes. Nothing is taken or checked
+    /// here, and an entry that makes no sense is not prefetched (a chain
+    /// is checked in full when it is taken).
+    pub fn prefetch_descs(&mut self, n: u16) {
         let n = n.min(self.avail_shadow.wrapping_sub(self.last_avail));
+        self.heads.clear();
+        self.heads_at = self.last_avail;
         for ahead in 0..n {
-            let entry = self.layout.avail_entry(self.last_avail.wrapping_add(ahead));
+            let entry = self.avail_entry_at(self.last_avail.wrapping_add(ahead));
             // Relaxed: below the index loaded with Acquire.
-            if let Ok(head) = self.mem.load_u16(entry, Ordering::Relaxed)
-                && head < self.layout.size
-            {
-                self.mem.prefetch(self.layout.desc(head));
+            let Ok(head) = self
+                .mem
+                .area_load_u16(&self.avail_area, entry, Ordering::Relaxed)
+            else {
+                break;
+            };
+            self.heads.push(head);
+            if head < self.layout.size {
+                self.mem
+                    .area_prefetch(&self.desc_area, DESC_SIZE * u64::from(head), false);
             }
         }
     }
@@ -730,8 +791,8 @@ impl DeviceQueue {
         let n = n.min(self.layout.size);
         // One entry in eight (a line holds eight), and the last one.
         for ahead in (0..n).step_by(8).chain(n.checked_sub(1)) {
-            self.mem
-                .prefetch_write(self.layout.used_entry(self.next_used.wrapping_add(ahead)));
+            let entry = self.used_entry_at(self.next_used.wrapping_add(ahead));
+            self.mem.area_prefetch(&self.used_area, entry, true);
         }
     }
 
@@ -766,8 +827,12 @@ impl DeviceQueue {
             if steps > table_len {
                 return Err(Loop);
             }
-            let desc =
-                read_desc(mem, table + DESC_SIZE * u64::from(idx)).map_err(|_| OutsideMemory)?;
+            let desc = if in_indirect {
+                read_desc(mem, table + DESC_SIZE * u64::from(idx))
+            } else {
+                self.read_table_desc(idx)
+            }
+            .map_err(|_| OutsideMemory)?;
             if desc.flags & VIRTQ_DESC_F_INDIRECT != 0 {
                 if in_indirect {
                     return Err(NestedIndirect);
@@ -824,12 +889,42 @@ impl DeviceQueue {
         }
     }
 
+    /// The offset of the available ring entry for free-running index `idx`
+    /// in the available ring.
+    #[inline]
+    fn avail_entry_at(&self, idx: u16) -> u64 {
+        4 + 2 * u64::from(idx & self.layout.mask())
+    }
+
+    /// The offset of the used ring entry for free-running index `idx` in
+    /// the used ring.
+    #[inline]
+    fn used_entry_at(&self, idx: u16) -> u64 {
+        4 + USED_ELEM_SIZE * u64::from(idx & self.layout.mask())
+    }
+
+    /// Descriptor `i` of the queue's table (the table is 16-aligned): two
+    /// relaxed 8-byte loads, below the index loaded with Acquire.
+    #[inline]
+    fn read_table_desc(&self, i: u16) -> Result<Descriptor, VirtioError> {
+        let at = DESC_SIZE * u64::from(i);
+        let addr = self.mem.area_load_u64(&self.desc_area, at)?;
+        let rest = self.mem.area_load_u64(&self.desc_area, at + 8)?;
+        Ok(Descriptor {
+            addr,
+            len: rest as u32,
+            flags: (rest >> 32) as u16,
+            next: (rest >> 48) as u16,
+        })
+    }
+
     /// Writes a used entry (not yet published).
     fn write_used(&mut self, head: u16, len: u32) -> Result<(), VirtioError> {
         // Two 4-byte words (a used entry is 4-aligned): its id, its length.
-        let entry = self.layout.used_entry(self.next_used);
-        self.mem.store_u32(entry, u32::from(head))?;
-        self.mem.store_u32(entry + 4, len)?;
+        let entry = self.used_entry_at(self.next_used);
+        self.mem
+            .area_store_u32(&self.used_area, entry, u32::from(head))?;
+        self.mem.area_store_u32(&self.used_area, entry + 4, len)?;
         self.next_used = self.next_used.wrapping_add(1);
         Ok(())
     }
@@ -844,6 +939,42 @@ impl DeviceQueue {
         }
         self.write_used(head, len)?;
         self.in_flight -= 1;
+        Ok(())
+    }
+
+    /// Returns `chains`, the oldest chains in flight in the order they were
+    /// taken, as chains the device wrote nothing into (length 0: the
+    /// buffers it read). With `VIRTIO_F_IN_ORDER` they go back as one used
+    /// entry in the first of their slots, naming the last chain's head,
+    /// and `used.idx` moves past them all (VIRTIO 1.2, 2.7.9): one entry
+    /// written instead of a line of them per burst; otherwise as an entry
+    /// each. Refused with
+    /// [`VirtioError::NothingInFlight`], nothing returned, when fewer than
+    /// `chains.len()` are in flight.
+    pub fn push_used_read(&mut self, chains: &[Chain]) -> Result<(), VirtioError> {
+        let Some(last) = chains.last() else {
+            return Ok(());
+        };
+        let n = u32::try_from(chains.len()).map_err(|_| VirtioError::NothingInFlight)?;
+        if n > self.in_flight {
+            return Err(VirtioError::NothingInFlight);
+        }
+        if self.in_order {
+            // One entry, in the run's first slot, naming its last chain;
+            // the driver reads it there, counts the run's chains up to
+            // that head and looks for the next entry after the run (`n` is
+            // at most `in_flight`, at most the queue size).
+            let entry = self.used_entry_at(self.next_used);
+            self.mem
+                .area_store_u32(&self.used_area, entry, u32::from(last.head))?;
+            self.mem.area_store_u32(&self.used_area, entry + 4, 0)?;
+            self.next_used = self.next_used.wrapping_add(n as u16);
+        } else {
+            for chain in chains {
+                self.write_used(chain.head, 0)?;
+            }
+        }
+        self.in_flight -= n;
         Ok(())
     }
 

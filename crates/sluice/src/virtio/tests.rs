@@ -1051,3 +1051,373 @@ proptest! {
         prop_assert_eq!(device.stats().bad_total(), 0);
     }
 }
+
+/// `used.idx` as the device published it.
+fn used_idx(d: &RawDriver) -> u16 {
+    d.mem
+        .load_u16(d.layout.used_idx(), Ordering::Acquire)
+        .unwrap()
+}
+
+/// A one-buffer readable chain at descriptor `i`.
+fn good_chain(d: &RawDriver, i: u16) {
+    d.put_direct(i, desc(DATA + 64 * u64::from(i), 16, 0, 0));
+}
+
+/// A chain at descriptor `i` whose `next` is past the table.
+fn bad_chain(d: &RawDriver, i: u16) {
+    d.put_direct(i, desc(DATA, 8, NEXT, d.layout.size()));
+}
+
+#[test]
+fn with_in_order_read_chains_go_back_as_one_used_entry_in_the_runs_first_slot() {
+    let (mut d, mut device) = raw_device(8, feature(VIRTIO_F_IN_ORDER));
+    // Entries the device must not write keep this mark.
+    for i in 0..8 {
+        d.mem
+            .write_from(d.layout.used_entry(i), &[0xee; 8])
+            .unwrap();
+    }
+    for i in 0..5 {
+        good_chain(&d, i);
+        d.offer(i);
+    }
+    let chains: Vec<Chain> = (0..5)
+        .map(|_| device.pop_avail().unwrap().unwrap())
+        .collect();
+    device.push_used_read(&chains[..3]).unwrap();
+    device.push_used_read(&chains[3..]).unwrap();
+    device.publish_used().unwrap();
+    assert_eq!(used_idx(&d), 5);
+    assert_eq!(
+        d.used(0),
+        (2, 0),
+        "the first run: its last head, in its first slot"
+    );
+    assert_eq!(d.used(3), (4, 0), "the second run");
+    for i in [1, 2, 4] {
+        assert_eq!(
+            bytes(&d.mem, d.layout.used_entry(i), 8),
+            [0xee; 8],
+            "slot {i}"
+        );
+    }
+    assert_eq!(device.in_flight(), 0);
+    // More chains than in flight: refused, nothing written.
+    assert_eq!(
+        device.push_used_read(&chains[..1]),
+        Err(VirtioError::NothingInFlight)
+    );
+    assert_eq!(bytes(&d.mem, d.layout.used_entry(5), 8), [0xee; 8]);
+    // Nothing to return: nothing written.
+    device.push_used_read(&[]).unwrap();
+    device.publish_used().unwrap();
+    assert_eq!(used_idx(&d), 5);
+}
+
+#[test]
+fn without_in_order_read_chains_go_back_as_an_entry_each() {
+    let (mut d, mut device) = raw_device(8, 0);
+    for i in 0..3 {
+        good_chain(&d, i);
+        d.offer(i);
+    }
+    let chains: Vec<Chain> = (0..3)
+        .map(|_| device.pop_avail().unwrap().unwrap())
+        .collect();
+    device.push_used_read(&chains).unwrap();
+    device.publish_used().unwrap();
+    assert_eq!(used_idx(&d), 3);
+    for i in 0..3 {
+        assert_eq!(d.used(i), (u32::from(i), 0));
+    }
+    assert_eq!(device.in_flight(), 0);
+}
+
+/// The used ring's order of returns when a refused chain follows one in
+/// flight: with `VIRTIO_F_IN_ORDER` the refused chain waits in the ring
+/// for it, without it goes back at once.
+fn returns_around_a_refused_chain(features: u64) -> (Vec<u32>, u64) {
+    let (mut d, mut device) = raw_device(8, features);
+    good_chain(&d, 0);
+    bad_chain(&d, 1);
+    good_chain(&d, 2);
+    for i in 0..3 {
+        d.offer(i);
+    }
+    let mut first = Chain::new();
+    let mut chain = Chain::new();
+    assert_eq!(device.pop_avail_into(&mut first), Ok(true));
+    let refused_at_once = match device.pop_avail_into(&mut chain) {
+        Err(VirtioError::Chain(e)) => {
+            assert_eq!(e.head, 1);
+            assert_eq!(e.reason, ChainErrorReason::NextOutOfRange);
+            true
+        }
+        Ok(false) => {
+            assert_eq!(device.stats().bad_total(), 0, "not refused yet");
+            assert_eq!(device.last_avail_idx(), 1, "left in the ring");
+            false
+        }
+        other => panic!("{other:?}"),
+    };
+    device.push_used(first.head(), 0).unwrap();
+    if !refused_at_once {
+        assert!(matches!(
+            device.pop_avail_into(&mut chain),
+            Err(VirtioError::Chain(ChainError { head: 1, .. }))
+        ));
+    }
+    assert_eq!(device.pop_avail_into(&mut chain), Ok(true));
+    assert_eq!(chain.head(), 2);
+    device.push_used(2, 0).unwrap();
+    device.publish_used().unwrap();
+    assert_eq!(used_idx(&d), 3);
+    assert_eq!(device.in_flight(), 0);
+    let order = (0..3).map(|i| d.used(i).0).collect();
+    (order, device.stats().bad_total())
+}
+
+#[test]
+fn with_in_order_a_refused_chain_goes_back_after_the_chains_taken_before_it() {
+    assert_eq!(
+        returns_around_a_refused_chain(feature(VIRTIO_F_IN_ORDER)),
+        (vec![0, 1, 2], 1)
+    );
+    assert_eq!(returns_around_a_refused_chain(0), (vec![1, 0, 2], 1));
+}
+
+/// One step of a random in-order exchange.
+#[derive(Debug, Clone)]
+enum InOrderOp {
+    /// The driver offers a chain, good or one the device refuses.
+    Offer { bad: bool },
+    /// The device takes up to this many chains and returns them all, as
+    /// read chains (one entry with `VIRTIO_F_IN_ORDER`) or one by one.
+    Burst { take: u8, read: bool },
+}
+
+fn in_order_op() -> impl Strategy<Value = InOrderOp> {
+    prop_oneof![
+        3 => any::<bool>().prop_map(|bad| InOrderOp::Offer { bad }),
+        2 => (1u8..10, any::<bool>()).prop_map(|(take, read)| InOrderOp::Burst { take, read }),
+    ]
+}
+
+/// A device's burst as the vhost port runs it: takes up to `take` chains
+/// (refused ones go back by themselves), then returns the ones taken.
+fn in_order_burst(device: &mut DeviceQueue, take: u8, read: bool) {
+    let mut chains = Vec::new();
+    for _ in 0..take {
+        let mut chain = Chain::new();
+        match device.pop_avail_into(&mut chain) {
+            Ok(true) => chains.push(chain),
+            Ok(false) => break,
+            Err(VirtioError::Chain(_)) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    if read {
+        device.push_used_read(&chains).unwrap();
+    } else {
+        for chain in &chains {
+            device.push_used(chain.head(), 0).unwrap();
+        }
+    }
+    device.publish_used().unwrap();
+}
+
+/// The driver's side of in-order returns: from its position `at`, reads
+/// the entry there, takes the chains in offered order up to the entry's
+/// head, and goes on after them, until `used.idx`. Returns the heads.
+fn in_order_reclaim(d: &RawDriver, at: &mut u16, offered: &mut VecDeque<u16>) -> Vec<u16> {
+    let mut back = Vec::new();
+    let idx = used_idx(d);
+    while *at != idx {
+        let (id, len) = d.used(*at);
+        assert_eq!(len, 0);
+        loop {
+            let head = offered
+                .pop_front()
+                .expect("an entry past the chains offered");
+            back.push(head);
+            *at = at.wrapping_add(1);
+            if u32::from(head) == id {
+                break;
+            }
+            assert_ne!(*at, idx, "a run past used.idx");
+        }
+    }
+    back
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// Random offers (good and refused chains) and bursts against a device
+    /// with `VIRTIO_F_IN_ORDER` and one without: the in-order device
+    /// returns every chain in the order offered, read by a driver that
+    /// counts runs; both count the same chains and refusals; nothing stays
+    /// in flight.
+    #[test]
+    fn random_in_order_exchanges_return_every_chain_in_offered_order(
+        size_log in 1u32..5,
+        ops in proptest::collection::vec(in_order_op(), 1..200),
+    ) {
+        let size = 1u32 << size_log;
+        let (mut d, mut device) = raw_device(size, feature(VIRTIO_F_IN_ORDER));
+        let (mut plain_d, mut plain) = raw_device(size, 0);
+        let mut offered = VecDeque::new();
+        let mut returned = Vec::new();
+        let mut at = 0u16;
+        let mut next = 0u16;
+        for op in ops {
+            match op {
+                InOrderOp::Offer { bad } => {
+                    // Descriptors are reused once their chain is back.
+                    if offered.len() < size as usize {
+                        let head = next % size as u16;
+                        for driver in [&mut d, &mut plain_d] {
+                            if bad { bad_chain(driver, head) } else { good_chain(driver, head) }
+                            driver.offer(head);
+                        }
+                        offered.push_back(head);
+                        next = next.wrapping_add(1);
+                    }
+                }
+                InOrderOp::Burst { take, read } => {
+                    in_order_burst(&mut device, take, read);
+                    in_order_burst(&mut plain, take, read);
+                    returned.extend(in_order_reclaim(&d, &mut at, &mut offered));
+                }
+            }
+        }
+        // Drain: every chain comes back, in order, refused ones counted.
+        for _ in 0..=size {
+            in_order_burst(&mut device, 8, true);
+            in_order_burst(&mut plain, 8, true);
+        }
+        returned.extend(in_order_reclaim(&d, &mut at, &mut offered));
+        prop_assert!(offered.is_empty());
+        let expected: Vec<u16> = (0..next).map(|i| i % size as u16).collect();
+        prop_assert_eq!(returned, expected);
+        prop_assert_eq!(used_idx(&d), next);
+        prop_assert_eq!(used_idx(&plain_d), next);
+        prop_assert_eq!(device.in_flight(), 0);
+        prop_assert_eq!(plain.in_flight(), 0);
+        prop_assert_eq!(device.stats(), plain.stats());
+    }
+}
+
+/// One step of a device taking chains with and without looking ahead.
+#[derive(Debug, Clone)]
+enum AheadOp {
+    /// The driver offers a chain, good or one the device refuses.
+    Offer { bad: bool },
+    /// The device loads the index and prefetches this many chains ahead.
+    Ready(u8),
+    /// The device takes a chain.
+    Take,
+    /// The device gives back up to this many of the chains it took last.
+    Untake(u8),
+    /// The device returns every chain it holds.
+    ReturnAll,
+}
+
+fn ahead_op() -> impl Strategy<Value = AheadOp> {
+    prop_oneof![
+        3 => any::<bool>().prop_map(|bad| AheadOp::Offer { bad }),
+        2 => (0u8..12).prop_map(AheadOp::Ready),
+        4 => Just(AheadOp::Take),
+        1 => (1u8..4).prop_map(AheadOp::Untake),
+        1 => Just(AheadOp::ReturnAll),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    /// The heads `prefetch_descs` keeps change nothing: a device that looks
+    /// ahead before taking takes, refuses and gives back exactly the chains
+    /// one that never looks ahead does, through untakes and the index's
+    /// wrap.
+    #[test]
+    fn taking_after_looking_ahead_takes_the_same_chains(
+        size_log in 1u32..5,
+        wrap_from in prop_oneof![Just(0u16), Just(u16::MAX - 20)],
+        ops in proptest::collection::vec(ahead_op(), 1..300),
+    ) {
+        let size = 1u32 << size_log;
+        let mem = [memory(), memory()];
+        let layout = QueueLayout::contiguous(RINGS, size).unwrap();
+        let mut devices = mem.clone().map(|m| {
+            m.store_u16(layout.avail_idx(), wrap_from, Ordering::Release).unwrap();
+            DeviceQueue::with_base(m, layout, 0, wrap_from).unwrap()
+        });
+        let mut drivers = mem.map(|mem| RawDriver { mem, layout, avail_idx: wrap_from });
+        // Chains each device holds, in the order taken; chains offered and
+        // not yet returned.
+        let mut held: [Vec<u16>; 2] = [Vec::new(), Vec::new()];
+        let mut outstanding = 0usize;
+        let mut next = 0u16;
+        for op in ops {
+            match op {
+                AheadOp::Offer { bad } => {
+                    if outstanding < size as usize {
+                        let head = next % size as u16;
+                        for d in &mut drivers {
+                            if bad { bad_chain(d, head) } else { good_chain(d, head) }
+                            d.offer(head);
+                        }
+                        outstanding += 1;
+                        next = next.wrapping_add(1);
+                    }
+                }
+                AheadOp::Ready(n) => {
+                    let ready = devices[0].ready().unwrap();
+                    devices[0].prefetch_descs(u16::from(n).min(ready));
+                }
+                AheadOp::Take => {
+                    let mut got = Vec::new();
+                    for device in &mut devices {
+                        let mut chain = Chain::new();
+                        got.push(match device.pop_avail_into(&mut chain) {
+                            Ok(true) => Some(chain.head()),
+                            Ok(false) => None,
+                            Err(VirtioError::Chain(e)) => Some(u16::MAX - e.head),
+                            Err(e) => panic!("{e:?}"),
+                        });
+                    }
+                    prop_assert_eq!(got[0], got[1]);
+                    match got[0] {
+                        Some(head) if head < size as u16 => {
+                            held[0].push(head);
+                            held[1].push(head);
+                        }
+                        // Refused: back already.
+                        Some(_) => outstanding -= 1,
+                        None => {}
+                    }
+                }
+                AheadOp::Untake(n) => {
+                    let n = usize::from(n).min(held[0].len());
+                    for (device, held) in devices.iter_mut().zip(&mut held) {
+                        device.untake(n as u16).unwrap();
+                        held.truncate(held.len() - n);
+                    }
+                }
+                AheadOp::ReturnAll => {
+                    outstanding -= held[0].len();
+                    for (device, held) in devices.iter_mut().zip(&mut held) {
+                        for head in held.drain(..) {
+                            device.push_used(head, 0).unwrap();
+                        }
+                        device.publish_used().unwrap();
+                    }
+                }
+            }
+            prop_assert_eq!(devices[0].last_avail_idx(), devices[1].last_avail_idx());
+        }
+        prop_assert_eq!(devices[0].stats(), devices[1].stats());
+    }
+}

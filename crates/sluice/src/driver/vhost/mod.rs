@@ -13,8 +13,11 @@
 //!
 //! Features offered: `VIRTIO_F_VERSION_1`, `VIRTIO_NET_F_MRG_RXBUF`,
 //! `VIRTIO_F_EVENT_IDX`, `VIRTIO_F_RING_PACKED` (the rings are split or
-//! packed as the frontend chooses), `VIRTIO_NET_F_MQ` (with more than one
-//! queue pair) and protocol features REPLY_ACK and MQ; no offload.
+//! packed as the frontend chooses), `VIRTIO_F_IN_ORDER` (chains go back in
+//! the order they came, which the queues do anyway; on a split ring an Rx
+//! burst's chains then go back as one used entry), `VIRTIO_NET_F_MQ` (with
+//! more than one queue pair) and protocol features REPLY_ACK and MQ; no
+//! offload.
 //!
 //! # Control and data path
 //!
@@ -93,8 +96,8 @@ use crate::vhost_user::{
 use crate::virtio::packed::PackedLayout;
 use crate::virtio::split::QueueLayout;
 use crate::virtio::{
-    VIRTIO_F_EVENT_IDX, VIRTIO_F_RING_PACKED, VIRTIO_F_VERSION_1, VIRTIO_NET_F_MQ,
-    VIRTIO_NET_F_MRG_RXBUF, feature, has_feature,
+    VIRTIO_F_EVENT_IDX, VIRTIO_F_IN_ORDER, VIRTIO_F_RING_PACKED, VIRTIO_F_VERSION_1,
+    VIRTIO_NET_F_MQ, VIRTIO_NET_F_MRG_RXBUF, feature, has_feature,
 };
 
 use queue::{RxCounters, TxCounters, VhostRx, VhostTx};
@@ -195,7 +198,8 @@ impl VhostDriver {
         let mut features = feature(VIRTIO_F_VERSION_1)
             | feature(VIRTIO_NET_F_MRG_RXBUF)
             | feature(VIRTIO_F_EVENT_IDX)
-            | feature(VIRTIO_F_RING_PACKED);
+            | feature(VIRTIO_F_RING_PACKED)
+            | feature(VIRTIO_F_IN_ORDER);
         if self.queue_pairs > 1 {
             features |= feature(VIRTIO_NET_F_MQ);
         }

@@ -99,15 +99,8 @@ fn copy_in(
 /// (where the header and the frame's start are), to be read or written.
 #[inline]
 fn prefetch_buffer(ring: &ActiveRing, chain: &Chain, write: bool) {
-    let mem = ring.queue.memory();
     if let Some(segment) = chain.segments().first() {
-        for line in [segment.addr, segment.addr.wrapping_add(64)] {
-            if write {
-                mem.prefetch_write(line);
-            } else {
-                mem.prefetch(line);
-            }
-        }
+        ring.queue.memory().prefetch_two_lines(segment.addr, write);
     }
 }
 
@@ -171,7 +164,8 @@ impl RxQueue for VhostRx {
                 }
             }
             // Pass 2: copy each frame into the mbuf of its slot; received
-            // ones move down to `start + n`, in order.
+            // ones move down to `start + n`, in order. The chains go back
+            // together after the copies.
             for (i, chain) in self.chains[..taken].iter().enumerate() {
                 let slot = start + i;
                 let total = chain.readable_len() as usize;
@@ -202,15 +196,15 @@ impl RxQueue for VhostRx {
                         }
                     }
                 };
-                // A device-readable chain is returned with length 0.
-                if ring.queue.push_used(chain.head(), 0).is_err() {
-                    self.driver.ring_errors.inc();
-                }
                 if received {
                     burst.as_mut_slice().swap(start + n, slot);
                     bytes += frame_len as u64;
                     n += 1;
                 }
+            }
+            // Device-readable chains are returned with length 0.
+            if ring.queue.push_used_read(&self.chains[..taken]).is_err() {
+                self.driver.ring_errors.inc();
             }
             // The mbufs of frames not received, and of chains not taken.
             burst.truncate(start + n);

@@ -84,6 +84,7 @@ impl DeviceRing {
 
     /// Takes the next chain into `chain`, as [`DeviceQueue::pop_avail_into`]
     /// (a packed chain's head is its buffer id).
+    #[inline]
     pub(super) fn pop_avail_into(&mut self, chain: &mut Chain) -> Result<bool, VirtioError> {
         match self {
             DeviceRing::Split(queue) => queue.pop_avail_into(chain),
@@ -126,6 +127,7 @@ impl DeviceRing {
     /// prefetched; a packed ring is not counted ahead: `want` when the
     /// descriptor at its position is available, else 0 (a hint, as the
     /// chains are taken one by one).
+    #[inline]
     pub(super) fn ready(&mut self, want: usize) -> Result<usize, VirtioError> {
         match self {
             DeviceRing::Split(queue) => {
@@ -149,6 +151,7 @@ impl DeviceRing {
 
     /// Returns the chain at `head` (the oldest taken, for a packed ring)
     /// with `len` bytes written.
+    #[inline]
     pub(super) fn push_used(&mut self, head: u16, len: u32) -> Result<(), VirtioError> {
         match self {
             DeviceRing::Split(queue) => queue.push_used(head, len),
@@ -159,7 +162,25 @@ impl DeviceRing {
         }
     }
 
+    /// Returns `chains`, the oldest taken, in order, as chains the device
+    /// only read: for a split ring [`DeviceQueue::push_used_read`] (one used
+    /// entry for them all with `VIRTIO_F_IN_ORDER`), for a packed ring a
+    /// used descriptor each.
+    #[inline]
+    pub(super) fn push_used_read(&mut self, chains: &[Chain]) -> Result<(), VirtioError> {
+        match self {
+            DeviceRing::Split(queue) => queue.push_used_read(chains),
+            DeviceRing::Packed { .. } => {
+                for chain in chains {
+                    self.push_used(chain.head(), 0)?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Publishes the chains returned since the last call.
+    #[inline]
     pub(super) fn publish_used(&mut self) -> Result<(), VirtioError> {
         match self {
             DeviceRing::Split(queue) => queue.publish_used(),
@@ -168,6 +189,7 @@ impl DeviceRing {
     }
 
     /// Whether the guest wants a used buffer notification.
+    #[inline]
     pub(super) fn needs_notify(&mut self) -> Result<bool, VirtioError> {
         match self {
             DeviceRing::Split(queue) => queue.needs_notify(),
