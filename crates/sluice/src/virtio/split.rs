@@ -1477,6 +1477,21 @@ impl DriverQueue {
         }
         let head = id as u16;
         let writable = self.chain_writable[usize::from(head)];
+        self.give_back(head, descs, writable, len)
+    }
+
+    /// Reclaims the chain at `head` (`descs` descriptors) and hands it to
+    /// the caller with the `len` the device wrote; a `len` beyond the
+    /// chain's `writable` bytes is counted and refused
+    /// ([`VirtioError::BadUsedLen`]), the chain reclaimed all the same.
+    #[inline]
+    fn give_back(
+        &mut self,
+        head: u16,
+        descs: u16,
+        writable: u64,
+        len: u32,
+    ) -> Result<Option<Used>, VirtioError> {
         self.reclaim(head, descs);
         if u64::from(len) > writable {
             self.stats.bad_used_lens += 1;
@@ -1562,16 +1577,7 @@ impl DriverQueue {
         };
         self.batch_left -= 1;
         self.last_used = self.last_used.wrapping_add(1);
-        self.reclaim(head, descs);
-        if u64::from(len) > writable {
-            self.stats.bad_used_lens += 1;
-            return Err(VirtioError::BadUsedLen {
-                head,
-                len,
-                writable,
-            });
-        }
-        Ok(Some(Used { head, len }))
+        self.give_back(head, descs, writable, len)
     }
 
     /// In order: takes back up to `heads.len()` of the chains the device

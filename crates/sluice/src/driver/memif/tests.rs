@@ -103,6 +103,30 @@ fn exchange(a: &mut Port, b: &mut Port, pool: &MbufPool, count: u32) {
     assert!(out.is_empty());
 }
 
+/// A server port on `sock` and a client port with `client_keys` after
+/// `role=client`, both linked.
+fn linked_pair(sock: &str, client_keys: &str, pool: &MbufPool) -> (Port, Port) {
+    let server = open(&format!("memif:socket={sock}"), pool);
+    let client = open(
+        &format!("memif:socket={sock},role=client,{client_keys}"),
+        pool,
+    );
+    wait_links(&server, 1);
+    wait_links(&client, 1);
+    (server, client)
+}
+
+/// 5000 bytes derived from their offsets, and a chain of three mbufs
+/// holding them (1500 + 1500 + 2000 bytes).
+fn big_chain(pool: &MbufPool) -> (Vec<u8>, crate::mbuf::Mbuf) {
+    let big: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
+    let mut head = pool.alloc_from_slice(&big[..1500]).unwrap();
+    for part in [&big[1500..3000], &big[3000..]] {
+        head.chain(pool.alloc_from_slice(part).unwrap()).unwrap();
+    }
+    (big, head)
+}
+
 #[test]
 fn bad_specs_are_clear_errors() {
     let err = |spec: &str| driver::check_spec(spec).unwrap_err().to_string();
@@ -463,20 +487,9 @@ fn chained_mbufs_cross_as_descriptor_chains_and_back() {
     let dir = TempDir::new("chains");
     let pool = test_pool(255);
     let sock = dir.socket();
-    let big: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
     {
-        let mut server = open(&format!("memif:socket={sock}"), &pool);
-        let mut client = open(
-            &format!("memif:socket={sock},role=client,buffer_size=1024"),
-            &pool,
-        );
-        wait_links(&server, 1);
-        wait_links(&client, 1);
-        // A chain of three mbufs: 1500 + 1500 + 2000 bytes.
-        let mut head = pool.alloc_from_slice(&big[..1500]).unwrap();
-        for part in [&big[1500..3000], &big[3000..]] {
-            head.chain(pool.alloc_from_slice(part).unwrap()).unwrap();
-        }
+        let (mut server, mut client) = linked_pair(&sock, "buffer_size=1024", &pool);
+        let (big, head) = big_chain(&pool);
         let mut out: Burst = Burst::new();
         out.push(head).unwrap();
         assert_eq!(client.tx_queue(0).unwrap().tx_burst(&mut out), 1);
@@ -497,21 +510,11 @@ fn a_packet_the_ring_drops_counts_as_an_error_and_not_as_sent_bytes() {
     let dir = TempDir::new("txdrop");
     let pool = test_pool(255);
     let sock = dir.socket();
-    let big: Vec<u8> = (0..5000u32).map(|i| (i * 7 + 3) as u8).collect();
     {
-        let mut server = open(&format!("memif:socket={sock}"), &pool);
         // 64-byte buffers: 5000 bytes need 79 descriptors, more than a
         // chain may have, so the ring drops that packet.
-        let mut client = open(
-            &format!("memif:socket={sock},role=client,buffer_size=64"),
-            &pool,
-        );
-        wait_links(&server, 1);
-        wait_links(&client, 1);
-        let mut head = pool.alloc_from_slice(&big[..1500]).unwrap();
-        for part in [&big[1500..3000], &big[3000..]] {
-            head.chain(pool.alloc_from_slice(part).unwrap()).unwrap();
-        }
+        let (mut server, mut client) = linked_pair(&sock, "buffer_size=64", &pool);
+        let (_, head) = big_chain(&pool);
         let mut out: Burst = Burst::new();
         out.push(pool.alloc_from_slice(&frame(0)[..60]).unwrap())
             .unwrap();

@@ -435,6 +435,55 @@ fn what_is_wrong_at_start_is_the_error() {
 }
 
 /// A backend's data path that reports where each ring's used ring is.
+/// A backend thread offering `features` on one queue pair, which reports
+/// each started vring's used ring address and keeps its mappings until
+/// [`finish`](Self::finish).
+struct RingsBackend {
+    path: PathBuf,
+    used: mpsc::Receiver<(usize, usize)>,
+    done: mpsc::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl RingsBackend {
+    fn spawn(features: u64) -> RingsBackend {
+        let path = socket_path();
+        let listener = UnixListener::bind(&path).unwrap();
+        let (rings, used) = mpsc::channel();
+        let (done, finish) = mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let (stream, _) = listener.accept().unwrap();
+            let mut backend = Backend::new(BackendConfig {
+                features,
+                protocol_features: protocol_features::REPLY_ACK,
+                queue_pairs: 1,
+            });
+            let mut handler = UsedRings(rings);
+            let _ = backend.serve(&stream, &mut handler);
+            // The mapping lives until the port has finished with the rings.
+            let _ = finish.recv();
+        });
+        RingsBackend {
+            path,
+            used,
+            done,
+            thread,
+        }
+    }
+
+    /// The used rings' addresses of queues 0 (Rx) and 1 (Tx), once the
+    /// port has started.
+    fn used_rings(&self) -> (usize, usize) {
+        let used: std::collections::HashMap<usize, usize> = self.used.try_iter().collect();
+        (used[&0], used[&1])
+    }
+
+    fn finish(self) {
+        self.done.send(()).unwrap();
+        self.thread.join().unwrap();
+    }
+}
+
 struct UsedRings(mpsc::Sender<(usize, usize)>);
 
 impl VringHandler for UsedRings {
@@ -472,26 +521,11 @@ unsafe fn store_used_idx(used: usize, idx: u16) {
 #[test]
 fn bad_used_entries_are_counted_and_their_buffers_come_home() {
     let pool = shared_pool(1023);
-    let path = socket_path();
-    let listener = UnixListener::bind(&path).unwrap();
-    let (rings, found) = mpsc::channel();
-    let (done, finish) = mpsc::channel::<()>();
-    let backend = std::thread::spawn(move || {
-        let (stream, _) = listener.accept().unwrap();
-        let mut backend = Backend::new(BackendConfig {
-            features: feature(VIRTIO_F_VERSION_1) | feature(VIRTIO_NET_F_MRG_RXBUF),
-            protocol_features: protocol_features::REPLY_ACK,
-            queue_pairs: 1,
-        });
-        let mut handler = UsedRings(rings);
-        let _ = backend.serve(&stream, &mut handler);
-        // The mapping lives until the port has finished with the rings.
-        let _ = finish.recv();
-    });
-    let mut virtio = port(&format!("virtio:path={}", path.display()), &pool, 1);
+    let backend =
+        RingsBackend::spawn(feature(VIRTIO_F_VERSION_1) | feature(VIRTIO_NET_F_MRG_RXBUF));
+    let mut virtio = port(&format!("virtio:path={}", backend.path.display()), &pool, 1);
     virtio.start().unwrap();
-    let used: std::collections::HashMap<usize, usize> = found.try_iter().collect();
-    let (rx_used, tx_used) = (used[&0], used[&1]);
+    let (rx_used, tx_used) = backend.used_rings();
 
     let mut burst: Burst = Burst::new();
     assert_eq!(virtio.rx_queue(0).unwrap().rx_burst(&mut burst), 0);
@@ -533,8 +567,7 @@ fn bad_used_entries_are_counted_and_their_buffers_come_home() {
     assert_eq!(xstat(&virtio, "tx_bad_used_id_errors"), 1);
 
     virtio.stop();
-    done.send(()).unwrap();
-    backend.join().unwrap();
+    backend.finish();
     drop(virtio);
     assert_pool_full(&pool);
 }
@@ -545,30 +578,15 @@ fn bad_used_entries_are_counted_and_their_buffers_come_home() {
 /// Rx buffers sit at the descriptor of their ring slot.
 fn in_order_batch(accept: bool) {
     let pool = shared_pool(1023);
-    let path = socket_path();
-    let listener = UnixListener::bind(&path).unwrap();
-    let (rings, found) = mpsc::channel();
-    let (done, finish) = mpsc::channel::<()>();
-    let backend = std::thread::spawn(move || {
-        let (stream, _) = listener.accept().unwrap();
-        let mut backend = Backend::new(BackendConfig {
-            features: feature(VIRTIO_F_VERSION_1) | feature(VIRTIO_F_IN_ORDER),
-            protocol_features: protocol_features::REPLY_ACK,
-            queue_pairs: 1,
-        });
-        let mut handler = UsedRings(rings);
-        let _ = backend.serve(&stream, &mut handler);
-        let _ = finish.recv();
-    });
+    let backend = RingsBackend::spawn(feature(VIRTIO_F_VERSION_1) | feature(VIRTIO_F_IN_ORDER));
     let spec = format!(
         "virtio:path={},in_order={}",
-        path.display(),
+        backend.path.display(),
         u8::from(accept)
     );
     let mut virtio = port(&spec, &pool, 1);
     virtio.start().unwrap();
-    let used: std::collections::HashMap<usize, usize> = found.try_iter().collect();
-    let (rx_used, tx_used) = (used[&0], used[&1]);
+    let (rx_used, tx_used) = backend.used_rings();
 
     // Rx: the buffers of slots 0 and 1 come back (descriptors 0 and 1).
     let mut burst: Burst = Burst::new();
@@ -609,8 +627,7 @@ fn in_order_batch(accept: bool) {
     }
 
     virtio.stop();
-    done.send(()).unwrap();
-    backend.join().unwrap();
+    backend.finish();
     drop(virtio);
     assert_pool_full(&pool);
 }
