@@ -210,6 +210,10 @@ fn a_capture_of_a_forwarding_port_holds_the_testers_frames() {
         drops.iter().all(Option::is_some),
         "every interface has its ISB"
     );
+    // Port 0's capture has the default buffer, which keeps up unless the
+    // machine stalls the capture process; whatever it dropped, its file
+    // says, and the instance counts the same.
+    let port0_dropped: u64 = drops.iter().flatten().sum();
     let (names, packets, drops) = read_back(&tiny);
     assert_eq!(names, ["port1/rx0"]);
     assert_eq!(packets, [200]);
@@ -221,7 +225,7 @@ fn a_capture_of_a_forwarding_port_holds_the_testers_frames() {
         "{said}"
     );
     // The instance counts them too, as port 1's `capture_overflow`: the
-    // only capture of port 1 was that one.
+    // only capture of port 1 was that one; port 0's, as its file says.
     let overflow: Vec<(u64, u64)> = summary["drops_by_reason"]
         .as_array()
         .expect("drops_by_reason in the summary")
@@ -229,7 +233,11 @@ fn a_capture_of_a_forwarding_port_holds_the_testers_frames() {
         .filter(|d| d["reason"] == "capture_overflow")
         .map(|d| (d["port"].as_u64().unwrap(), d["packets"].as_u64().unwrap()))
         .collect();
-    assert_eq!(overflow, [(1, dropped)], "{summary}");
+    let expected: Vec<(u64, u64)> = [(0, port0_dropped), (1, dropped)]
+        .into_iter()
+        .filter(|&(_, n)| n > 0)
+        .collect();
+    assert_eq!(overflow, expected, "{summary}");
 
     let tshark = Command::new("tshark")
         .arg("-r")
