@@ -782,6 +782,13 @@ impl DeviceQueue {
         }
     }
 
+    /// Whether `VIRTIO_F_IN_ORDER` was negotiated: chains go back in the
+    /// order taken, and chains the device only read go back as one used
+    /// entry ([`push_used_read`](Self::push_used_read)).
+    pub fn in_order(&self) -> bool {
+        self.in_order
+    }
+
     /// Asks for the used ring's lines that the next `n` returns write, in
     /// the exclusive state (the driver reads them, so each is in its
     /// cache), so that the stores of a burst's used entries do not wait

@@ -119,7 +119,7 @@ impl RxQueue for VhostRx {
             None
         };
         if let Some(ring) = guard.as_mut().and_then(|g| g.ring()).filter(|r| r.enabled) {
-            let want = match ring.queue.ready(burst.free()) {
+            let want = match ring.queue.ready(burst.free(), false) {
                 Ok(want) => want,
                 Err(_) => {
                     self.driver.ring_errors.inc();
@@ -429,7 +429,7 @@ impl TxQueue for VhostTx {
             return n;
         };
         // A broken index is found and counted again by the first take.
-        let _ = ring.queue.ready(burst.len());
+        let _ = ring.queue.ready(burst.len(), true);
         // Pass 1: chains for as many packets as the ring has room for.
         self.reserved.clear();
         let mut first = 0usize;

@@ -126,15 +126,23 @@ impl DeviceRing {
     /// [`DeviceQueue::ready`]), whose head descriptors and used entries are
     /// prefetched; a packed ring is not counted ahead: `want` when the
     /// descriptor at its position is available, else 0 (a hint, as the
-    /// chains are taken one by one).
+    /// chains are taken one by one). `device_writes`: the chains are the
+    /// guest's receive buffers, each returned with its own used entry;
+    /// otherwise the device only reads them, and with `VIRTIO_F_IN_ORDER`
+    /// they go back as one entry, so only its line is prefetched.
     #[inline]
-    pub(super) fn ready(&mut self, want: usize) -> Result<usize, VirtioError> {
+    pub(super) fn ready(&mut self, want: usize, device_writes: bool) -> Result<usize, VirtioError> {
         match self {
             DeviceRing::Split(queue) => {
                 let n = usize::from(queue.ready()?).min(want);
+                let used = if device_writes || !queue.in_order() {
+                    n
+                } else {
+                    n.min(1)
+                };
                 // `n` is at most the queue size, a u16.
                 queue.prefetch_descs(n as u16);
-                queue.prefetch_used(n as u16);
+                queue.prefetch_used(used as u16);
                 Ok(n)
             }
             DeviceRing::Packed { queue, .. } => {

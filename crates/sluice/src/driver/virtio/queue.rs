@@ -592,17 +592,25 @@ fn reclaim(ring: &mut Vring, driver: &TxCounters, done: &mut Burst) -> usize {
                 break;
             }
         };
-        if let Some(m) = ring.held[usize::from(head)].take() {
-            freed += 1;
-            if let Err(m) = done.push(m) {
-                done.clear();
-                // Room: just emptied.
-                let _ = done.push(m);
-            }
-        }
+        freed += usize::from(release_held(ring, head, done));
     }
     done.clear();
     freed
+}
+
+/// Frees the mbuf the chain at `head` held, if any, through `done` (freed
+/// in bulk when full, and by the caller at the end); whether there was one.
+#[inline]
+fn release_held(ring: &mut Vring, head: u16, done: &mut Burst) -> bool {
+    let Some(m) = ring.held[usize::from(head)].take() else {
+        return false;
+    };
+    if let Err(m) = done.push(m) {
+        done.clear();
+        // Room: just emptied.
+        let _ = done.push(m);
+    }
+    true
 }
 
 /// [`reclaim`] with `VIRTIO_F_IN_ORDER`: the chains returned are the
@@ -623,14 +631,7 @@ fn reclaim_in_order(ring: &mut Vring, driver: &TxCounters, done: &mut Burst) -> 
             }
         };
         for &head in &heads[..n] {
-            if let Some(m) = ring.held[usize::from(head)].take() {
-                freed += 1;
-                if let Err(m) = done.push(m) {
-                    done.clear();
-                    // Room: just emptied.
-                    let _ = done.push(m);
-                }
-            }
+            freed += usize::from(release_held(ring, head, done));
         }
     }
     done.clear();

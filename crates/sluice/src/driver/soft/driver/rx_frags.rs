@@ -139,10 +139,10 @@ impl RxFrags {
             d.q1.store(0, Ordering::Relaxed);
             // A fragment of a page of the pool's provider.
             let iova = (addr - iova_base) as u64;
-            // SAFETY: a fresh header of ours, given exactly one fragment;
-            // the receive loop delivers it through the rearm word (data
-            // offset: the layout's headroom, `SoftRx::new`), the flags with
-            // `EXTERNAL` (its template's) and the lengths.
+            // The receive loop delivers the rest of the header through the
+            // rearm word (data offset: the layout's headroom, `SoftRx::new`),
+            // the flags with `EXTERNAL` (its template's) and the lengths.
+            // SAFETY: a fresh header of ours, given exactly one fragment.
             unsafe { attach_frag_fresh(e, f, iova, layout) };
             done += 1;
         });

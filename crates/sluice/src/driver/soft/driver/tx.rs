@@ -1381,11 +1381,10 @@ impl TxQueue for SoftTx {
         // one commit.
         let n = (k << shift) as usize;
         let slots = &self.sw_ring.slots[..];
-        // Retiring the batches without freeing them gives up our references.
-        // SAFETY: the slots copied hold the batches' buffers: distinct, of
-        // the Rx pool, plain (checked above, or screened at `tx_burst`),
-        // completed; `sw_ring.retired` moves past them below, so we keep
-        // none.
+        // Retiring the batches without freeing them gives up our references:
+        // `sw_ring.retired` moves past them below, so we keep none.
+        // SAFETY: the slots copied hold the batches' completed buffers:
+        // distinct, of the Rx pool, plain (checked, or screened at tx_burst).
         let filled = unsafe {
             match slots.get(first..first + n) {
                 // The common case, one piece: the copy has no second part.
