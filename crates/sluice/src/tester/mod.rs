@@ -7,7 +7,9 @@
 //!
 //! - Each attached port adds a **stream** ([`Tester::add_stream`]); a stream
 //!   has `flows` flows, each with its own 5-tuple ([`Tester::flow_tuple`]) and
-//!   its own sequence numbers from 0.
+//!   its own sequence numbers from 0. Each tester numbers its streams from 0;
+//!   frames name their stream by a tag unique in the process, so a checker
+//!   counts another tester's frames as foreign.
 //! - A [`Generator`] sends a subset of one stream's flows (for instance those
 //!   RSS maps to one Rx queue), round-robin, at full speed or a share of the
 //!   stream's rate, up to its share of the stream's count. The stream's
