@@ -160,15 +160,18 @@ impl Tester {
     /// testers).
     pub fn add_stream(&self) -> u16 {
         let flows = self.config.flows as usize;
+        let order = (0..flows).map(|_| FlowOrder::default()).collect();
+        let next_seq = (0..flows).map(|_| AtomicU64::new(0)).collect();
         let mut streams = self.streams.write().unwrap_or_else(PoisonError::into_inner);
         let tag = tags::take().unwrap_or_else(|| {
             panic!("a process has at most {MAX_STREAMS} tester streams alive at once")
         });
+        // From here the state owns the tag: its drop gives it back.
         let number = streams.len() as u16;
         streams.push(Arc::new(StreamState {
             ids: StreamIds { number, tag },
-            order: (0..flows).map(|_| FlowOrder::default()).collect(),
-            next_seq: (0..flows).map(|_| AtomicU64::new(0)).collect(),
+            order,
+            next_seq,
         }));
         self.added.store(streams.len(), Ordering::Release);
         number
