@@ -25,12 +25,12 @@ const DRAIN_MAX_MOVING: Duration = Duration::from_secs(60);
 /// until nothing moved for a few looks, at most [`DRAIN_MAX`] — or, when
 /// every frame starts and ends at a tester (`accountable`), until every
 /// frame they sent was received (by its tester, or by another one as
-/// foreign) or counted as a drop (refused by a Tx
-/// queue, missed, an Rx or Tx error, or dropped by the application), or
-/// nothing moved for [`DRAIN_MAX_ACCOUNTED`] (a descheduled thread then
-/// cannot end the drain early, nor a loaded machine), at most
-/// [`DRAIN_MAX_MOVING`]. With `accountable`, whether the drain ended with every
-/// frame accounted for; `None` otherwise, and when there is no tester.
+/// foreign) or counted as a drop (refused by a Tx queue, missed, an Rx or
+/// Tx error, or dropped by the application), or nothing moved for
+/// [`DRAIN_MAX_ACCOUNTED`] (a descheduled thread then cannot end the drain
+/// early, nor a loaded machine), at most [`DRAIN_MAX_MOVING`]. With
+/// `accountable`, whether the drain ended with every frame accounted for;
+/// `None` otherwise, and when there is no tester.
 pub(crate) fn drain(
     src: &Sources<'_>,
     testers: &[(String, Arc<Tester>)],
