@@ -607,4 +607,17 @@ mod tests {
         ]);
         assert_eq!(run(&a), Ok(true));
     }
+
+    #[test]
+    fn gen_on_a_soft_port_sends_as_a_stream_of_its_tester_with_the_same_keys() {
+        let spec = "soft:tester=gen_unit_soft,count=10,device=inline";
+        let a = parse(&["--port", spec, "--count", "20", "--no-telemetry"]);
+        assert_eq!(
+            run(&a).unwrap_err(),
+            format!(
+                "port {spec}: tester 'gen_unit_soft' exists with gen=udp,flows=16,size=64,\
+                 count=10, cannot attach with gen=udp,flows=16,size=64,count=20"
+            )
+        );
+    }
 }
