@@ -138,7 +138,7 @@ fn a_hist_out_that_cannot_be_created_is_an_error_naming_it() {
     let out = run(&[
         "gen",
         "-p",
-        "soft:count=10",
+        "soft",
         "--count",
         "10",
         "--hist-out",

@@ -204,6 +204,17 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
             e.to_string()
         }
     };
+    // A `soft` port cabled to a tester receives that tester's frames and
+    // checks what it sends with it: `gen` sends as one more stream of that
+    // tester, so what it sends and what it receives are counted by one
+    // tester. The tester is made here, from `gen`'s options, before the
+    // port attaches to it; a port spec that gives tester keys of its own
+    // must give the same ones (the error names both).
+    let tester = match tester_names(std::slice::from_ref(&args.port)).first() {
+        Some(name) => sluice::tester::attach(name, Some(config))
+            .map_err(|e| format!("port {}: {e}", args.port))?,
+        None => Tester::new(config),
+    };
     let mut port = sluice::driver::open(&args.port, port_config.clone()).map_err(sized)?;
     port.start().map_err(sized)?;
     // A memif or vhost port sends nothing before its peer is there: the
@@ -215,15 +226,6 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
             args.port, args.duration
         ));
     }
-    // A `soft` port cabled to a tester receives that tester's frames and
-    // checks what it sends with it: `gen` sends as one more stream of that
-    // tester (given the same tester keys), so what it sends and what it
-    // receives are counted by one tester.
-    let tester = match tester_names(std::slice::from_ref(&args.port)).first() {
-        Some(name) => sluice::tester::attach(name, Some(config))
-            .map_err(|e| format!("port {}: {e}", args.port))?,
-        None => Tester::new(config),
-    };
     let stream = tester.add_stream();
     let flows = tester.config().flows;
     let mut generator = tester.generator(stream, (0..flows).collect());
@@ -609,15 +611,33 @@ mod tests {
     }
 
     #[test]
-    fn gen_on_a_soft_port_sends_as_a_stream_of_its_tester_with_the_same_keys() {
+    fn gen_on_a_soft_port_makes_the_port_tester_with_its_own_options() {
+        // The port spec gives no tester keys: the tester `gen` makes from
+        // `--count` is the one the port attaches to, and both streams
+        // (the port's Rx traffic, gen's Tx traffic) come home clean.
+        let spec = "soft:tester=gen_unit_soft_ok,device=inline";
+        let a = parse(&[
+            "--port",
+            spec,
+            "--count",
+            "20",
+            "--check",
+            "--duration",
+            "0.5",
+            "--no-telemetry",
+        ]);
+        assert_eq!(run(&a), Ok(true));
+    }
+
+    #[test]
+    fn gen_on_a_soft_port_whose_spec_gives_other_tester_keys_is_an_error_naming_both() {
         let spec = "soft:tester=gen_unit_soft,count=10,device=inline";
         let a = parse(&["--port", spec, "--count", "20", "--no-telemetry"]);
-        assert_eq!(
-            run(&a).unwrap_err(),
-            format!(
-                "port {spec}: tester 'gen_unit_soft' exists with gen=udp,flows=16,size=64,\
-                 count=10, cannot attach with gen=udp,flows=16,size=64,count=20"
-            )
+        let err = run(&a).unwrap_err();
+        assert!(
+            err.contains("tester 'gen_unit_soft' exists with gen=udp,flows=16,size=64,count=20")
+                && err.contains("cannot attach with gen=udp,flows=16,size=64,count=10"),
+            "{err}"
         );
     }
 }
