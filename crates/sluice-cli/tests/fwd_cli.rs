@@ -94,6 +94,46 @@ fn fwd_between_soft_ports_and_the_tester_loses_nothing() {
 }
 
 #[test]
+fn two_testers_on_a_pair_count_each_others_frames_as_foreign() {
+    // Each port on its own tester: each tester's frames reach the other's
+    // port, and neither takes them for its own stream 0.
+    let out = run(&[
+        "fwd",
+        "--port",
+        "soft:tester=cli_pair_a,gen=udp,flows=16,count=32,device=inline",
+        "--port",
+        "soft:tester=cli_pair_b,gen=udp,flows=16,count=32,device=inline",
+        "--duration",
+        "0.2",
+        "--json",
+        "--rxd",
+        "256",
+        "--txd",
+        "256",
+    ]);
+    // Nothing came back to the tester that sent it: not clean.
+    assert_eq!(out.status.code(), Some(1));
+    let summary = summary_of(&out.stdout);
+    assert_eq!(summary["clean"], false);
+    let testers = summary["testers"].as_array().unwrap();
+    assert_eq!(testers.len(), 2, "{summary}");
+    assert_eq!(summary["drops"], 0);
+    assert_eq!(summary["pool_full"], true);
+    // The drain saw every frame arrive, at the other tester.
+    assert_eq!(summary["drain_accounted"], true);
+    for (me, other) in [(&testers[0], &testers[1]), (&testers[1], &testers[0])] {
+        let sent = me["sent"].as_u64().unwrap();
+        assert!(sent > 0, "{me}");
+        assert_eq!(other["foreign"].as_u64(), Some(sent), "{other}");
+        assert_eq!(me["received"], 0, "{me}");
+        assert_eq!(me["lost"].as_u64(), Some(sent), "{me}");
+        for count in ["reordered", "duplicates", "corrupt"] {
+            assert_eq!(me[count], 0, "{count}: {me}");
+        }
+    }
+}
+
+#[test]
 fn recycle_engine_between_soft_ports_recycles_and_the_tester_sees_everything() {
     let spec = "soft:tester=cli_recycle,gen=udp,flows=64,size=64,device=inline";
     let summary = fwd_pair_summary(spec, &["--engine", "recycle"]);

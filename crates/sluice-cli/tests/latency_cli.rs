@@ -9,8 +9,9 @@ use hdrhistogram::Histogram;
 use hdrhistogram::serialization::Deserializer;
 use hdrhistogram::serialization::interval_log::{IntervalLogIterator, LogEntry};
 
-/// The port's tester sends `count` frames on its Rx side; `sluice gen`
-/// sends as many and checks what it receives, measuring each frame.
+/// The port's tester sends `count` frames on its Rx side, which `sluice
+/// gen` receives; `sluice gen` sends as many as one more stream of that
+/// tester, which the port checks on its Tx side. Every frame is measured.
 const COUNT: &str = "3000";
 
 /// The JSON report of `sluice gen` over a soft port whose tester sends
@@ -46,7 +47,13 @@ fn gen_latency_reports_ordered_percentiles_for_every_frame_received() {
     assert_eq!(r["type"], "gen");
     assert_eq!(r["clean"], true, "{r}");
     let received = r["received"].as_u64().unwrap();
-    assert_eq!(received, COUNT.parse::<u64>().unwrap(), "{r}");
+    // Both streams: the port's and gen's.
+    assert_eq!(received, 2 * COUNT.parse::<u64>().unwrap(), "{r}");
+    assert_eq!(
+        (r["sent"].as_u64(), r["foreign"].as_u64()),
+        (Some(received), Some(0)),
+        "{r}"
+    );
     let latency = r["latency"].as_array().expect("a latency array");
     assert_eq!(latency.len(), 1, "{r}");
     assert_eq!(latency[0]["port"], 0);

@@ -24,12 +24,13 @@ const DRAIN_MAX_MOVING: Duration = Duration::from_secs(60);
 /// With `testers`, the drain: they are paused and the pipeline runs on
 /// until nothing moved for a few looks, at most [`DRAIN_MAX`] — or, when
 /// every frame starts and ends at a tester (`accountable`), until every
-/// frame they sent was received or counted as a drop (refused by a Tx
-/// queue, missed, an Rx or Tx error, or dropped by the application), or
-/// nothing moved for [`DRAIN_MAX_ACCOUNTED`] (a descheduled thread then
-/// cannot end the drain early, nor a loaded machine), at most
-/// [`DRAIN_MAX_MOVING`]. With `accountable`, whether the drain ended with every
-/// frame accounted for; `None` otherwise, and when there is no tester.
+/// frame they sent was received (by its tester, or by another one as
+/// foreign) or counted as a drop (refused by a Tx queue, missed, an Rx or
+/// Tx error, or dropped by the application), or nothing moved for
+/// [`DRAIN_MAX_ACCOUNTED`] (a descheduled thread then cannot end the drain
+/// early, nor a loaded machine), at most [`DRAIN_MAX_MOVING`]. With
+/// `accountable`, whether the drain ended with every frame accounted for;
+/// `None` otherwise, and when there is no tester.
 pub(crate) fn drain(
     src: &Sources<'_>,
     testers: &[(String, Arc<Tester>)],
@@ -53,9 +54,11 @@ pub(crate) fn drain(
     let mut last = src.moved();
     let mut idle = 0;
     let added_up = || {
+        // Every frame starts at a tester, so a frame one tester counts as
+        // foreign is another tester's frame that arrived.
         let (sent, received) = testers.iter().fold((0, 0), |(s, r), (_, t)| {
             let rep = t.report();
-            (s + rep.sent, r + rep.received)
+            (s + rep.sent, r + rep.received + rep.foreign)
         });
         let counted: u64 = src
             .sample()

@@ -6,8 +6,11 @@
 //! only the free room is filled with new ones. With `--check` it also
 //! receives on Rx queue 0 and checks every frame (for a port whose traffic
 //! comes back: a `pair` looped through `sluice fwd`, a `soft` port cabled to
-//! a wire, ...). At the end it stops generating, keeps receiving until
-//! nothing arrives (bounded), stops the port and prints the tester report.
+//! a wire, ...). On a `soft` port cabled to a tester it sends as one more
+//! stream of that tester, which sends the port's Rx traffic and checks its
+//! Tx traffic, so both ways are counted by one tester. At the end it stops
+//! generating (the port's tester too), keeps receiving until nothing
+//! arrives (bounded), stops the port and prints the tester report.
 //! On a port with a peer process (memif, vhost) it first waits, within
 //! `--duration`, for the peer to connect, and sends nothing until then.
 //!
@@ -38,7 +41,7 @@ use crate::app::observe::snapshot::{DropCount, LatencySummary};
 use crate::app::observe::{Observer, Watched};
 use crate::app::options::{LatencyOptions, ObserveOptions};
 use crate::app::output::{emit, emit_json};
-use crate::app::ports::wait_for_peer;
+use crate::app::ports::{tester_names, wait_for_peer};
 use crate::app::summary::print_drops_by_reason;
 
 /// Seconds between latency lines and `--hist-out` intervals.
@@ -201,6 +204,17 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
             e.to_string()
         }
     };
+    // A `soft` port cabled to a tester receives that tester's frames and
+    // checks what it sends with it: `gen` sends as one more stream of that
+    // tester, so what it sends and what it receives are counted by one
+    // tester. The tester is made here, from `gen`'s options, before the
+    // port attaches to it; a port spec that gives tester keys of its own
+    // must give the same ones (the error names both).
+    let tester = match tester_names(std::slice::from_ref(&args.port)).first() {
+        Some(name) => sluice::tester::attach(name, Some(config))
+            .map_err(|e| format!("port {}: {e}", args.port))?,
+        None => Tester::new(config),
+    };
     let mut port = sluice::driver::open(&args.port, port_config.clone()).map_err(sized)?;
     port.start().map_err(sized)?;
     // A memif or vhost port sends nothing before its peer is there: the
@@ -212,7 +226,6 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
             args.port, args.duration
         ));
     }
-    let tester = Tester::new(config);
     let stream = tester.add_stream();
     let flows = tester.config().flows;
     let mut generator = tester.generator(stream, (0..flows).collect());
@@ -344,6 +357,9 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
             publisher.tick(&counted);
         }
         publisher.publish(&counted);
+        // No new frames from here, neither ours nor (a soft port's) the
+        // port tester's: what was sent can all come home.
+        tester.pause(true);
         // Frames never sent are taken back, the last one exactly; the rest
         // cannot be un-sent and would count as lost, so send them.
         let mut tries = 0;
@@ -592,5 +608,36 @@ mod tests {
             "--no-telemetry",
         ]);
         assert_eq!(run(&a), Ok(true));
+    }
+
+    #[test]
+    fn gen_on_a_soft_port_makes_the_port_tester_with_its_own_options() {
+        // The port spec gives no tester keys: the tester `gen` makes from
+        // `--count` is the one the port attaches to, and both streams
+        // (the port's Rx traffic, gen's Tx traffic) come home clean.
+        let spec = "soft:tester=gen_unit_soft_ok,device=inline";
+        let a = parse(&[
+            "--port",
+            spec,
+            "--count",
+            "20",
+            "--check",
+            "--duration",
+            "0.5",
+            "--no-telemetry",
+        ]);
+        assert_eq!(run(&a), Ok(true));
+    }
+
+    #[test]
+    fn gen_on_a_soft_port_whose_spec_gives_other_tester_keys_is_an_error_naming_both() {
+        let spec = "soft:tester=gen_unit_soft,count=10,device=inline";
+        let a = parse(&["--port", spec, "--count", "20", "--no-telemetry"]);
+        let err = run(&a).unwrap_err();
+        assert!(
+            err.contains("tester 'gen_unit_soft' exists with gen=udp,flows=16,size=64,count=20")
+                && err.contains("cannot attach with gen=udp,flows=16,size=64,count=10"),
+            "{err}"
+        );
     }
 }

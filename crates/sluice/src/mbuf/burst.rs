@@ -538,8 +538,12 @@ impl Drop for DrainFront<'_> {
         // this iterator alone (the burst counts none): free them. If a free
         // panics, the burst stays empty and the rest leaks.
         unsafe { free_bulk(&mut b.slots[next..end]) };
-        // Move the undrained tail to the front, and count it again.
-        b.slots.copy_within(end..old, 0);
+        // Move the undrained tail to the front, and count it again. Most
+        // drains take the whole burst, leaving no tail; one that took
+        // nothing leaves it in place.
+        if end != 0 && end != old {
+            b.slots.copy_within(end..old, 0);
+        }
         b.len = old - end;
     }
 }

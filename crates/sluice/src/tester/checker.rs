@@ -2,10 +2,12 @@
 //!
 //! **Validation.** A frame is *foreign* when it is too short to hold a stamp
 //! or its magic differs from [`MAGIC`] in more than 2 bits (a magic 1 or 2 bit
-//! flips away is a damaged tester frame: *corrupt*). Otherwise it is corrupt
-//! unless all of these hold:
-//! - the stamp check matches its id and sequence number, and the id names an
-//!   added stream and one of its flows;
+//! flips away is a damaged tester frame: *corrupt*), and when its stamp is
+//! valid (the check matches its id and sequence number) but its tag is not
+//! one of this tester's streams: another tester's frame, never counted in
+//! this tester's streams. Otherwise it is corrupt unless all of these hold:
+//! - the stamp check matches its id and sequence number, and the id names
+//!   one of the stream's flows;
 //! - the frame is exactly as long as its IP length field says;
 //! - every byte from the EtherType to the end of the stamp is what the
 //!   generator wrote for that stream, flow, sequence number and length,
@@ -177,8 +179,10 @@ fn be32(b: &[u8], at: usize) -> u32 {
 #[derive(Debug)]
 pub struct Checker {
     tester: Arc<Tester>,
-    /// Streams looked up so far, by number.
+    /// The tester's streams by tag, as of `streams_added`.
     streams: Vec<Option<Arc<StreamState>>>,
+    /// How many streams the tester had when `streams` was filled.
+    streams_added: usize,
     stats: Arc<CheckStats>,
     /// The headers and stamp the generator wrote, rebuilt.
     scratch: [u8; MAX_HEAD],
@@ -191,6 +195,7 @@ impl Checker {
         Checker {
             tester,
             streams: Vec::new(),
+            streams_added: 0,
             stats,
             scratch: [0; MAX_HEAD],
             latency: Recorder::new(),
@@ -229,7 +234,7 @@ impl Checker {
     #[inline]
     fn check_with(&mut self, frame: &[u8], now: impl FnOnce() -> u64) {
         let (seen, sent) = match self.validate(frame) {
-            Ok((stream, flow, seq, sent)) => match self.streams.get(usize::from(stream)) {
+            Ok((tag, flow, seq, sent)) => match self.streams.get(usize::from(tag)) {
                 Some(Some(state)) => (state.order[flow as usize].record(seq), sent),
                 _ => return self.stats.corrupt.inc(),
             },
@@ -251,50 +256,68 @@ impl Checker {
         }
     }
 
-    /// Looks `stream` up in the cache, or in the tester and caches it; false
-    /// when the tester has no such stream.
+    /// The state of this tester's stream tagged `tag`: from the cache, or,
+    /// when the tester added streams since the cache was filled, from the
+    /// cache filled again. `None` for a tag of no stream of this tester.
     #[inline]
-    fn cache_stream(&mut self, stream: u16) -> bool {
-        let i = usize::from(stream);
-        if let Some(Some(_)) = self.streams.get(i) {
-            return true;
+    fn stream_by_tag(&mut self, tag: u16) -> Option<&StreamState> {
+        let i = usize::from(tag);
+        if !matches!(self.streams.get(i), Some(Some(_)))
+            && self.tester.added() != self.streams_added
+        {
+            self.fill_streams();
         }
-        let Some(s) = self.tester.stream(stream) else {
-            return false;
-        };
-        if self.streams.len() <= i {
-            self.streams.resize(i + 1, None);
-        }
-        self.streams[i] = Some(s);
-        true
+        self.streams.get(i)?.as_deref()
     }
 
-    /// The frame's stream (cached), flow, sequence number and send time (when
-    /// it carries one) when it is a valid tester frame.
+    /// Fills the cache with the tester's streams, by tag.
+    #[cold]
+    fn fill_streams(&mut self) {
+        let all = self.tester.all_streams();
+        self.streams_added = all.len();
+        for s in all {
+            let i = usize::from(s.ids.tag);
+            if self.streams.len() <= i {
+                self.streams.resize(i + 1, None);
+            }
+            self.streams[i] = Some(s);
+        }
+    }
+
+    /// The frame's stream tag (its state cached), flow, sequence number and
+    /// send time (when it carries one) when it is a valid frame of this
+    /// tester.
     #[inline]
     #[allow(clippy::type_complexity)]
     fn validate(&mut self, frame: &[u8]) -> Result<(u16, u32, u32, Option<u64>), Reject> {
-        let lay: &Layout = &self.tester.layout;
-        let s = lay.stamp_off;
-        let end = lay.payload_off;
-        if frame.len() < end {
+        let (tag, flow, seq) = {
+            let lay: &Layout = &self.tester.layout;
+            let s = lay.stamp_off;
+            if frame.len() < lay.payload_off {
+                return Err(Reject::Foreign);
+            }
+            match (be32(frame, s + field::MAGIC.start) ^ MAGIC).count_ones() {
+                0 => {}
+                1 | 2 => return Err(Reject::Corrupt),
+                _ => return Err(Reject::Foreign),
+            }
+            let id = be32(frame, s + field::ID.start);
+            let seq = be32(frame, s + field::SEQ.start);
+            if be32(frame, s + field::CHECK.start) != lay.check(id, seq) {
+                return Err(Reject::Corrupt);
+            }
+            ((id >> 20) as u16, id & (MAX_FLOWS - 1), seq)
+        };
+        // A valid stamp of a stream this tester does not have: another
+        // tester's frame.
+        let Some(state) = self.stream_by_tag(tag) else {
             return Err(Reject::Foreign);
-        }
-        match (be32(frame, s + field::MAGIC.start) ^ MAGIC).count_ones() {
-            0 => {}
-            1 | 2 => return Err(Reject::Corrupt),
-            _ => return Err(Reject::Foreign),
-        }
-        let id = be32(frame, s + field::ID.start);
-        let seq = be32(frame, s + field::SEQ.start);
-        if be32(frame, s + field::CHECK.start) != lay.check(id, seq) {
-            return Err(Reject::Corrupt);
-        }
-        let stream = (id >> 20) as u16;
-        let flow = id & (MAX_FLOWS - 1);
+        };
+        let ids = state.ids;
         if flow >= self.tester.config().flows {
             return Err(Reject::Corrupt);
         }
+        let lay: &Layout = &self.tester.layout;
         let len = match lay.l3 {
             L3::Ipv4 => 14 + usize::from(be16(frame, 16)),
             L3::Ipv6 => 54 + usize::from(be16(frame, 18)),
@@ -304,7 +327,7 @@ impl Checker {
         }
         let want = &mut self.scratch;
         let sent = lay.read_tsc(frame, len);
-        let word = lay.write_head(want, stream, flow, seq, len, sent.unwrap_or(0));
+        let word = lay.write_head(want, ids, flow, seq, len, sent.unwrap_or(0));
         let end = lay.pattern_off(len);
         match lay.l3 {
             L3::Ipv4 => {
@@ -319,10 +342,7 @@ impl Checker {
         if frame[12..end] != want[12..end] || !Layout::payload_ok(&frame[end..], &word) {
             return Err(Reject::Corrupt);
         }
-        if !self.cache_stream(stream) {
-            return Err(Reject::Corrupt);
-        }
-        Ok((stream, flow, seq, sent))
+        Ok((tag, flow, seq, sent))
     }
 }
 

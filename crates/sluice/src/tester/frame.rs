@@ -11,8 +11,12 @@
 //!                                                    '----- stamp, 16 bytes ----'  6
 //! ```
 //!
-//! - `magic` is [`MAGIC`]; `id` is the stream (12 bits) above the flow (20 bits);
-//!   `seq` is the low 32 bits of the flow's sequence number;
+//! - `magic` is [`MAGIC`]; `id` is the stream's tag (12 bits) above the flow
+//!   (20 bits); `seq` is the low 32 bits of the flow's sequence number. The
+//!   tag is unique among the tester streams alive in the process (the only
+//!   tester's streams have tags equal to their numbers), so a checker knows
+//!   its own tester's streams from another tester's, although each tester
+//!   numbers its streams from 0;
 //! - `check` is `mix(id) ^ mix(seq)` with a different bijective 32-bit mixer
 //!   (murmur3's finaliser, keyed by the seed) on each side: changing any bits of
 //!   `id` alone, of `seq` alone, or of `check` changes the comparison;
@@ -28,7 +32,7 @@
 //!   frame does not pass.
 //!
 //! Everything but the MAC addresses, the TTL / hop limit, the IPv4 header
-//! checksum and `tsc` is a function of (stream, flow, seq, length): the
+//! checksum and `tsc` is a function of (stream, tag, flow, seq, length): the
 //! checker rebuilds the headers and stamp the generator wrote and compares.
 //!
 //! **The send time and corruption.** `tsc` is the one field the checker cannot
@@ -75,7 +79,8 @@ pub const TSC_LEN: usize = 6;
 pub const TSC_MASK: u64 = (1 << (8 * TSC_LEN)) - 1;
 /// The most flows a stream can have (20 bits of the stamp id).
 pub const MAX_FLOWS: u32 = 1 << 20;
-/// The most streams a tester can have (12 bits of the stamp id).
+/// The most tester streams alive at once in a process: each has its own
+/// tag, the 12 high bits of the stamp id.
 pub const MAX_STREAMS: u32 = 1 << 12;
 /// Source port of flow 0; flows above 65535 add `f >> 16`.
 pub const SRC_PORT_BASE: u16 = 1024;
@@ -89,7 +94,7 @@ pub mod field {
     use std::ops::Range;
     /// [`MAGIC`](super::MAGIC).
     pub const MAGIC: Range<usize> = 0..4;
-    /// Stream (high 12 bits) and flow (low 20 bits).
+    /// Stream tag (high 12 bits) and flow (low 20 bits).
     pub const ID: Range<usize> = 4..8;
     /// Low 32 bits of the flow's sequence number.
     pub const SEQ: Range<usize> = 8..12;
@@ -120,10 +125,19 @@ const V6_DST: [u8; 16] = [0x20, 0x01, 0, 0x02, 0, 0, 0, 0x02, 0, 0, 0, 0, 0, 0, 
 /// TSC.
 pub(crate) const MAX_HEAD: usize = ETH_LEN + 40 + 20 + STAMP_LEN + TSC_LEN;
 
-/// The stamp id of a flow.
+/// A stream as its frames name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StreamIds {
+    /// Its number in its tester, from 0: in the addresses.
+    pub(crate) number: u16,
+    /// Its tag, unique among the streams alive in the process: in the stamp.
+    pub(crate) tag: u16,
+}
+
+/// The stamp id of a flow of the stream tagged `tag`.
 #[inline(always)]
-pub(crate) fn stamp_id(stream: u16, flow: u32) -> u32 {
-    (u32::from(stream) << 20) | (flow & (MAX_FLOWS - 1))
+pub(crate) fn stamp_id(tag: u16, flow: u32) -> u32 {
+    (u32::from(tag) << 20) | (flow & (MAX_FLOWS - 1))
 }
 
 /// murmur3's 32-bit finaliser: a bijection on `u32`.
@@ -381,7 +395,7 @@ impl Layout {
     pub(crate) fn write_head(
         &self,
         buf: &mut [u8],
-        stream: u16,
+        stream: StreamIds,
         flow: u32,
         seq: u32,
         len: usize,
@@ -390,11 +404,11 @@ impl Layout {
         let end = self.pattern_off(len);
         let h = &mut buf[..end];
         h[..self.stamp_off].copy_from_slice(&self.head[..self.stamp_off]);
-        let (src, n) = self.src_addr(stream, flow);
+        let (src, n) = self.src_addr(stream.number, flow);
         let mut src_sum = u64::from(checksum::sum(0, &src[..n]));
         // A per-stream destination is summed as the source is (both are in
         // the IPv4 header and in the pseudo-header).
-        let dst = self.dst_per_stream.then(|| self.dst_addr(stream));
+        let dst = self.dst_per_stream.then(|| self.dst_addr(stream.number));
         if let Some(d) = &dst {
             src_sum += u64::from(checksum::sum(0, &d[..n]));
         }
@@ -428,7 +442,7 @@ impl Layout {
             put16(h, l4 + 4, l4_len as u16);
             l4_acc += l4_len;
         }
-        let id = stamp_id(stream, flow);
+        let id = stamp_id(stream.tag, flow);
         let s = self.stamp_off;
         put32(h, s + field::MAGIC.start, MAGIC);
         put32(h, s + field::ID.start, id);

@@ -280,7 +280,7 @@ impl Generator {
         let seq = self.seqs[idx];
         let flow = self.flows[idx];
         let layout = &self.tester.layout;
-        let word = layout.write_head(buf, self.stream_id, flow, seq as u32, len, now_tsc);
+        let word = layout.write_head(buf, self.stream.ids, flow, seq as u32, len, now_tsc);
         Layout::fill_payload(&mut buf[layout.pattern_off(len)..len], &word);
         self.seqs[idx] = seq + 1;
         self.stream.next_seq[flow as usize].store(seq + 1, Ordering::Relaxed);

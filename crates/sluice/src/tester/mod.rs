@@ -7,7 +7,9 @@
 //!
 //! - Each attached port adds a **stream** ([`Tester::add_stream`]); a stream
 //!   has `flows` flows, each with its own 5-tuple ([`Tester::flow_tuple`]) and
-//!   its own sequence numbers from 0.
+//!   its own sequence numbers from 0. Each tester numbers its streams from 0;
+//!   frames name their stream by a tag unique in the process, so a checker
+//!   counts another tester's frames as foreign.
 //! - A [`Generator`] sends a subset of one stream's flows (for instance those
 //!   RSS maps to one Rx queue), round-robin, at full speed or a share of the
 //!   stream's rate, up to its share of the stream's count. The stream's
@@ -52,11 +54,12 @@ mod generator;
 pub mod latency;
 mod registry;
 mod report;
+mod tags;
 
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 pub use checker::Checker;
@@ -71,16 +74,26 @@ pub use registry::{attach, registered};
 pub use report::TesterReport;
 
 use checker::{CheckStats, FlowOrder};
-use frame::Layout;
+use frame::{Layout, StreamIds};
 use generator::GenStats;
 
 /// One stream's state shared by its generators and all checkers.
 #[derive(Debug)]
 pub(crate) struct StreamState {
+    /// Its number in the tester and its stamp tag.
+    pub(crate) ids: StreamIds,
     /// Per flow: receive order (checkers).
     order: Box<[FlowOrder]>,
     /// Per flow: the next sequence number to send (generators).
     next_seq: Box<[AtomicU64]>,
+}
+
+impl Drop for StreamState {
+    /// Gives the stream's tag back: no generator or checker holds the
+    /// stream any more.
+    fn drop(&mut self) {
+        tags::give_back(self.ids.tag);
+    }
 }
 
 /// A traffic generator and checker (see the [module docs](self)).
@@ -89,6 +102,9 @@ pub struct Tester {
     config: TesterConfig,
     layout: Layout,
     streams: RwLock<Vec<Arc<StreamState>>>,
+    /// How many streams have been added (`streams.len()`, read without the
+    /// lock by checkers to see when their cache is out of date).
+    added: AtomicUsize,
     generators: Mutex<Vec<Arc<GenStats>>>,
     checkers: Mutex<Vec<Arc<CheckStats>>>,
     /// Generators send nothing while set ([`pause`](Tester::pause)).
@@ -106,6 +122,7 @@ impl Tester {
             layout: Layout::new(&config),
             config,
             streams: RwLock::new(Vec::new()),
+            added: AtomicUsize::new(0),
             generators: Mutex::new(Vec::new()),
             checkers: Mutex::new(Vec::new()),
             paused: AtomicBool::new(false),
@@ -133,21 +150,31 @@ impl Tester {
 
     /// Adds a stream (one per attached port) and returns its number, from 0.
     ///
+    /// The stream's frames carry a tag unique among the streams alive in the
+    /// process (see [`frame`]), so a checker of this tester counts the
+    /// frames of another tester's streams as foreign, while both number
+    /// their streams (and so their addresses) from 0.
+    ///
     /// # Panics
-    /// When the tester already has [`MAX_STREAMS`] streams.
+    /// When [`MAX_STREAMS`] streams are alive in the process (over all its
+    /// testers).
     pub fn add_stream(&self) -> u16 {
         let flows = self.config.flows as usize;
-        let state = Arc::new(StreamState {
-            order: (0..flows).map(|_| FlowOrder::default()).collect(),
-            next_seq: (0..flows).map(|_| AtomicU64::new(0)).collect(),
-        });
+        let order = (0..flows).map(|_| FlowOrder::default()).collect();
+        let next_seq = (0..flows).map(|_| AtomicU64::new(0)).collect();
         let mut streams = self.streams.write().unwrap_or_else(PoisonError::into_inner);
-        assert!(
-            streams.len() < MAX_STREAMS as usize,
-            "a tester has at most {MAX_STREAMS} streams"
-        );
-        streams.push(state);
-        (streams.len() - 1) as u16
+        let tag = tags::take().unwrap_or_else(|| {
+            panic!("a process has at most {MAX_STREAMS} tester streams alive at once")
+        });
+        // From here the state owns the tag: its drop gives it back.
+        let number = streams.len() as u16;
+        streams.push(Arc::new(StreamState {
+            ids: StreamIds { number, tag },
+            order,
+            next_seq,
+        }));
+        self.added.store(streams.len(), Ordering::Release);
+        number
     }
 
     /// How many streams have been added.
@@ -156,6 +183,20 @@ impl Tester {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .len() as u16
+    }
+
+    /// How many streams have been added, without the lock.
+    #[inline]
+    pub(crate) fn added(&self) -> usize {
+        self.added.load(Ordering::Acquire)
+    }
+
+    /// The streams added so far, in order.
+    pub(crate) fn all_streams(&self) -> Vec<Arc<StreamState>> {
+        self.streams
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     pub(crate) fn stream(&self, stream: u16) -> Option<Arc<StreamState>> {

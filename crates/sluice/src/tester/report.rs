@@ -20,7 +20,8 @@ pub struct TesterReport {
     /// Tester frames that failed a check (stamp, headers, IPv4 header
     /// checksum, L4 checksum, length, payload).
     pub corrupt: u64,
-    /// Frames that are not tester frames.
+    /// Frames that are not this tester's: not tester frames at all, or
+    /// valid frames of another tester's streams.
     pub foreign: u64,
     /// Bytes of the frames in `sent`.
     pub bytes_sent: u64,

@@ -1066,3 +1066,60 @@ fn latency_summaries_read_as_text() {
     h.saturating_record(u64::MAX);
     assert!(h.equivalent(h.max(), LATENCY_MAX_NS));
 }
+
+/// Each frame of `g` checked by `ch`, up to `n`.
+fn send_to(g: &mut Generator, ch: &mut Checker, n: usize) {
+    for f in frames(g, n) {
+        ch.check(&f);
+    }
+}
+
+#[test]
+fn two_testers_count_each_others_frames_as_foreign() {
+    let c = TesterConfig {
+        count: Some(32),
+        ..TesterConfig::default()
+    };
+    let (a, b) = (Tester::new(c.clone()), Tester::new(c));
+    // Each tester numbers its own streams: both send stream 0.
+    let (sa, sb) = (a.add_stream(), b.add_stream());
+    assert_eq!((sa, sb), (0, 0));
+    // Their stamps tell them apart.
+    let tag = |t: &Tester| t.stream(0).unwrap().ids.tag;
+    assert_ne!(tag(&a), tag(&b));
+    let mut ga = a.generator(sa, (0..16).collect());
+    let mut gb = b.generator(sb, (0..16).collect());
+    let (mut ca, mut cb) = (a.checker(), b.checker());
+    // A forwarding pair with a tester per port: each one's frames reach
+    // the other's checker.
+    send_to(&mut ga, &mut cb, 32);
+    send_to(&mut gb, &mut ca, 32);
+    for (name, t) in [("a", &a), ("b", &b)] {
+        let r = t.report();
+        assert_eq!(
+            (r.sent, r.received, r.lost, r.foreign),
+            (32, 0, 32, 32),
+            "tester {name}: {r}"
+        );
+        assert_eq!((r.reordered, r.duplicates, r.corrupt), (0, 0, 0), "{r}");
+    }
+    // Interleaved with another tester's stream 0, a tester's own frames
+    // still count as its own, in order.
+    let (t, u) = (
+        Tester::new(TesterConfig::default()),
+        Tester::new(TesterConfig::default()),
+    );
+    let (st, su) = (t.add_stream(), u.add_stream());
+    let (mut gt, mut gu) = (t.generator(st, vec![0]), u.generator(su, vec![0]));
+    let mut ct = t.checker();
+    for (own, other) in frames(&mut gt, 8)
+        .iter()
+        .zip(frames(&mut gu, 8).iter().rev())
+    {
+        ct.check(other);
+        ct.check(own);
+    }
+    let r = t.report();
+    assert_eq!((r.sent, r.received, r.foreign), (8, 8, 8), "{r}");
+    assert!(r.is_clean(), "{r}");
+}
