@@ -3,8 +3,11 @@
 //!
 //! The first cache line holds what the Rx path writes for every packet: the
 //! buffer address, the rearm word, offload flags and the fields filled from the
-//! Rx descriptor write-back. The second holds what Tx and free need: the next
-//! segment, the pool and the Tx offload lengths. Offsets are named in
+//! Rx descriptor write-back; and the external-buffer word with a page
+//! fragment's target, so that arming and freeing a page-fragment mbuf stay in
+//! that line too. The second holds what chains, Tx offloads and the
+//! application need: the next segment, the pool, the Tx offload lengths,
+//! `udata64`, the own buffer to restore after an external one. Offsets are named in
 //! [`offset`] and checked by tests, as a NIC driver relies on them.
 
 use std::sync::atomic::AtomicU16;
@@ -44,23 +47,25 @@ pub mod offset {
     pub const VLAN_TCI: usize = 42;
     /// RSS hash.
     pub const RSS_HASH: usize = 44;
-    /// Flow director id or other per-packet mark.
-    pub const FDIR_ID: usize = 48;
+    /// An attached page-pool fragment's page target.
+    pub const FRAG_TARGET: usize = 48;
     /// Outer VLAN TCI.
     pub const VLAN_TCI_OUTER: usize = 52;
     /// Buffer length (headroom + data room).
     pub const BUF_LEN: usize = 54;
-    /// Free for the application (e.g. a timestamp).
-    pub const UDATA64: usize = 56;
+    /// Shared info of an attached external buffer, or null (for an attached
+    /// page-pool fragment: its page's metadata, with bit 0 set).
+    pub const SHINFO: usize = 56;
     /// Next segment (second cache line).
     pub const NEXT: usize = 64;
     /// Owning pool.
     pub const POOL: usize = 72;
     /// Tx offload lengths, packed.
     pub const TX_OFFLOAD: usize = 80;
-    /// Shared info of an attached external buffer, or null (for an attached
-    /// page-pool fragment: its page's metadata, with bit 0 set).
-    pub const SHINFO: usize = 88;
+    /// Free for the application (e.g. a timestamp).
+    pub const UDATA64: usize = 88;
+    /// Flow director id or other per-packet mark.
+    pub const FDIR_ID: usize = 116;
 }
 
 /// Tag bit of the header's `shinfo` word: the attached external buffer is a
@@ -122,20 +127,28 @@ pub struct MbufHeader {
     pub(crate) data_len: u16,
     pub(crate) vlan_tci: u16,
     pub(crate) rss_hash: u32,
-    pub(crate) fdir_id: u32,
+    /// An attached page fragment's page target (what its reference is given
+    /// back against); meaningless otherwise.
+    pub(crate) frag_target: u32,
     pub(crate) vlan_tci_outer: u16,
     pub(crate) buf_len: u16,
-    pub(crate) udata64: u64,
-    // ---- cache line 1: Tx and free ----
-    pub(crate) next: *mut MbufHeader,
-    pub(crate) pool: *const PoolInner,
-    pub(crate) tx_offload: u64,
     /// The attached external buffer's shared info, or its page's metadata
     /// tagged with [`EXT_PAGE_FRAG`] for a page fragment; null with the own
     /// buffer. What the free goes by: a header armed on an Rx queue with a
     /// page fragment has it (and the buffer fields) set while its
     /// [`ol::EXTERNAL`] flag waits for the delivery to write the flags.
+    ///
+    /// In the first line, with `frag_target`, the buffer fields and the
+    /// reference count: an Rx refill arming a page fragment writes only this
+    /// line, and the free of a single-segment fragment mbuf reads and writes
+    /// only this line (the own buffer it restores follows from the
+    /// element's address and its pool, see `MbufHeader::restore_own_buf`).
     pub(crate) shinfo: *const ExtSharedInfo,
+    // ---- cache line 1: chains, Tx offloads, the application ----
+    pub(crate) next: *mut MbufHeader,
+    pub(crate) pool: *const PoolInner,
+    pub(crate) tx_offload: u64,
+    pub(crate) udata64: u64,
     /// The buffer's own address, IOVA and length, to restore when an
     /// external buffer is detached.
     pub(crate) own_buf_addr: *mut u8,
@@ -143,9 +156,7 @@ pub struct MbufHeader {
     pub(crate) own_buf_len: u16,
     /// Headroom a fresh buffer starts with.
     pub(crate) default_headroom: u16,
-    /// An attached page fragment's page target (what its reference is given
-    /// back against); meaningless otherwise.
-    pub(crate) frag_target: u32,
+    pub(crate) fdir_id: u32,
     _reserved: [u8; 8],
 }
 
@@ -284,19 +295,19 @@ impl MbufHeader {
             data_len: 0,
             vlan_tci: 0,
             rss_hash: 0,
-            fdir_id: 0,
+            frag_target: 0,
             vlan_tci_outer: 0,
             buf_len,
-            udata64: 0,
+            shinfo: std::ptr::null(),
             next: std::ptr::null_mut(),
             pool,
             tx_offload: 0,
-            shinfo: std::ptr::null(),
+            udata64: 0,
             own_buf_addr: buf_addr,
             own_buf_iova: buf_iova,
             own_buf_len: buf_len,
             default_headroom: headroom,
-            frag_target: 0,
+            fdir_id: 0,
             _reserved: [0; 8],
         };
         // SAFETY: the caller passes the start of a fresh pool element, which
@@ -389,7 +400,7 @@ pub mod ol {
     /// `RTE_MBUF_F_EXTERNAL`). Kept by the library alone: set on attach,
     /// cleared when the buffer goes back, never changed by
     /// `Mbuf::set_ol_flags` or an Rx write-back. It lets the checks on the
-    /// hot path (`Mbuf::is_shared`) stay in the header's first cache line:
-    /// only a flagged mbuf's `shinfo` (second line) is read.
+    /// hot path (`Mbuf::is_shared`) on the flags word: only a flagged mbuf's
+    /// `shinfo` is read.
     pub const EXTERNAL: u64 = 1 << 61;
 }

@@ -40,19 +40,32 @@ fn header_layout_matches_the_documented_offsets() {
     assert_eq!(offset_of!(MbufHeader, pool), offset::POOL);
     assert_eq!(offset_of!(MbufHeader, tx_offload), offset::TX_OFFLOAD);
     assert_eq!(offset_of!(MbufHeader, shinfo), offset::SHINFO);
-    // Hot Rx fields in the first cache line, Tx/free in the second.
+    assert_eq!(offset_of!(MbufHeader, frag_target), offset::FRAG_TARGET);
+    // Hot Rx fields in the first cache line, and what arming and freeing a
+    // page fragment touch (buffer fields, external-buffer word, page
+    // target); chains, Tx offloads and the application's in the second.
     for off in [
         offset::BUF_ADDR,
+        offset::BUF_IOVA,
         offset::REARM_DATA,
         offset::OL_FLAGS,
         offset::PKT_LEN,
         offset::DATA_LEN,
         offset::RSS_HASH,
         offset::VLAN_TCI,
+        offset::BUF_LEN,
+        offset::SHINFO,
+        offset::FRAG_TARGET,
     ] {
         assert!(off < 64);
     }
-    for off in [offset::NEXT, offset::POOL, offset::TX_OFFLOAD] {
+    for off in [
+        offset::NEXT,
+        offset::POOL,
+        offset::TX_OFFLOAD,
+        offset::UDATA64,
+        offset::FDIR_ID,
+    ] {
         assert!((64..128).contains(&off));
     }
     // The rearm word is one aligned 8-byte word.

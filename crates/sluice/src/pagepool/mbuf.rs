@@ -13,10 +13,13 @@
 //! touches the fragment's memory: the lines an Rx refill and a Tx free
 //! write and read are the header's.
 
+use std::ptr::NonNull;
+
 use super::FRAG_ALIGN;
 use super::frag::Frag;
+use super::meta::PageMeta;
 use crate::mbuf::layout::EXT_PAGE_FRAG;
-use crate::mbuf::{ExtSharedInfo, Mbuf, MbufError, MbufHeader};
+use crate::mbuf::{ExtSharedInfo, HEADER_SIZE, Mbuf, MbufError, MbufHeader, ol};
 use crate::mempool::Elem;
 
 /// How an Rx fragment is cut: headroom, then the data room (the largest
@@ -162,4 +165,48 @@ pub(crate) unsafe fn attach_frag_fresh(e: Elem, frag: Frag, iova: u64, layout: F
     h.buf_len = layout.headroom + layout.data_room;
     h.shinfo = (raw.meta.as_ptr() as usize | EXT_PAGE_FRAG) as *const ExtSharedInfo;
     h.frag_target = target;
+}
+
+/// The free of a single-segment mbuf over a page fragment, in the header's
+/// first line alone: gives the header its own buffer back and returns the
+/// fragment's page reference (the page's metadata and target), for the
+/// caller to give back (one at a time, or a run per page).
+///
+/// As the mbuf free's detach, without reading the second line: the own
+/// buffer's address is the one after the header, and its IO address
+/// (`own_iova`) and length (`own_len`) are what the header's pool gave
+/// every element, passed by a caller who knows the pool; the external-buffer
+/// word and the page target live in the first line (see
+/// `MbufHeader::shinfo`).
+///
+/// # Safety
+/// `h` is the header of a single-segment mbuf (one segment, `next` null)
+/// with a page fragment attached (`shinfo` tagged [`EXT_PAGE_FRAG`]), whose
+/// last reference the caller holds and gives up here; `own_iova` and
+/// `own_len` are its `own_buf_iova` and `own_buf_len`. The caller gives
+/// the returned reference back once, and the fragment's bytes are not used
+/// afterwards.
+#[inline(always)]
+pub(crate) unsafe fn detach_frag_own(
+    h: &mut MbufHeader,
+    own_iova: u64,
+    own_len: u16,
+) -> (NonNull<PageMeta>, u32) {
+    let word = h.shinfo as usize;
+    debug_assert!(word & EXT_PAGE_FRAG != 0, "not a page fragment");
+    debug_assert!(h.next.is_null());
+    debug_assert_eq!((own_iova, own_len), (h.own_buf_iova, h.own_buf_len));
+    let own_addr = (h as *mut MbufHeader)
+        .cast::<u8>()
+        .wrapping_add(HEADER_SIZE);
+    debug_assert_eq!(own_addr, h.own_buf_addr);
+    h.buf_addr = own_addr;
+    h.buf_iova = own_iova;
+    h.buf_len = own_len;
+    h.shinfo = std::ptr::null();
+    h.ol_flags &= !ol::EXTERNAL;
+    // SAFETY: the tagged word is the page's metadata, not null (the
+    // caller's contract: a page fragment is attached).
+    let meta = unsafe { NonNull::new_unchecked((word & !EXT_PAGE_FRAG) as *mut PageMeta) };
+    (meta, h.frag_target)
 }

@@ -573,6 +573,24 @@ impl SoftTx {
             self.full_free = false;
             return rs;
         }
+        // Single-segment mbufs over page-pool fragments (an `rxbuf=frag`
+        // port's packets): their fragments detached on the first header
+        // lines, then one bulk put all the same.
+        // SAFETY: the batch is complete: mbufs we own, the device done with
+        // them.
+        if let Some(pool) = unsafe { self.fast_free.frag_pool(batch) } {
+            // SAFETY: `frag_pool` vouched for the batch just now; after the
+            // detach every buffer is a plain buffer of `pool` whose one
+            // reference is ours, now given up.
+            unsafe {
+                self.fast_free.detach_frags(batch);
+                if !(self.params.zc_free && zc_put(pool, batch)) {
+                    put_bulk_to_pool(pool, batch);
+                }
+            }
+            self.full_free = false;
+            return rs;
+        }
         // SAFETY: the batch is complete; every slot holds an mbuf we own
         // (one per packet), now given up.
         unsafe { free_bulk(batch) };
