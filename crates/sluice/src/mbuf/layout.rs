@@ -163,6 +163,52 @@ pub struct MbufHeader {
 const _: () = assert!(std::mem::size_of::<MbufHeader>() == HEADER_SIZE);
 const _: () = assert!(std::mem::align_of::<MbufHeader>() == 64);
 const _: () = assert!(std::mem::size_of::<RearmData>() == 8);
+// `BufTail`'s bytes: four fields, no padding, in this order.
+const _: () = assert!(
+    std::mem::offset_of!(MbufHeader, frag_target) == offset::FRAG_TARGET
+        && offset::FRAG_TARGET == 48
+        && std::mem::offset_of!(MbufHeader, vlan_tci_outer) == 52
+        && std::mem::offset_of!(MbufHeader, buf_len) == 54
+        && std::mem::offset_of!(MbufHeader, shinfo) == 56
+);
+
+/// The header's bytes 48..64 as one 16-byte value: a page fragment's
+/// target, the outer VLAN tag (0), the buffer length and the
+/// external-buffer word. Attaching a page fragment for Rx and taking it
+/// back at the free write these four with one aligned store
+/// ([`MbufHeader::write_buf_tail`]); a refill or a free builds the value
+/// once for a run of buffers (the page's target and metadata, or the
+/// pool's own buffer length, are the run's).
+#[derive(Clone, Copy)]
+pub(crate) struct BufTail {
+    #[cfg(target_arch = "x86_64")]
+    bytes: std::arch::x86_64::__m128i,
+    #[cfg(not(target_arch = "x86_64"))]
+    fields: (u32, u16, *const ExtSharedInfo),
+}
+
+impl BufTail {
+    /// The value for `frag_target`, `buf_len` and `shinfo` (the outer VLAN
+    /// tag 0).
+    #[inline(always)]
+    pub(crate) fn new(frag_target: u32, buf_len: u16, shinfo: *const ExtSharedInfo) -> BufTail {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // Little-endian, as the fields lie at 48 (4 bytes), 52 (2), 54
+            // (2) and 56 (8).
+            let low = frag_target as u64 | (buf_len as u64) << 48;
+            let high = shinfo as usize as u64;
+            // SAFETY: SSE2, which `_mm_set_epi64x` needs, is part of every
+            // x86-64 target.
+            let bytes = unsafe { std::arch::x86_64::_mm_set_epi64x(high as i64, low as i64) };
+            BufTail { bytes }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        BufTail {
+            fields: (frag_target, buf_len, shinfo),
+        }
+    }
+}
 
 impl MbufHeader {
     /// Pointer to the rearm word, to write it with one 8-byte store.
@@ -181,6 +227,27 @@ impl MbufHeader {
         // SAFETY: `&mut self` is exclusive (a free buffer the driver owns),
         // so the plain store races with no atomic access of `refcnt`.
         unsafe { MbufHeader::rearm_ptr(self).write(rearm) };
+    }
+
+    /// Writes `frag_target`, `vlan_tci_outer`, `buf_len` and `shinfo` from
+    /// `tail`, with one 16-byte store on x86-64.
+    #[inline(always)]
+    pub(crate) fn write_buf_tail(&mut self, tail: BufTail) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let p = std::ptr::addr_of_mut!(self.frag_target).cast::<std::arch::x86_64::__m128i>();
+            // SAFETY: bytes 48..64 of a header we may write (`&mut self`):
+            // four integer and raw-pointer fields with no padding between
+            // them (asserted with the layout), for which any bits are
+            // valid; 16-byte aligned (the header is 64-byte aligned). SSE2
+            // is part of every x86-64 target.
+            unsafe { std::arch::x86_64::_mm_store_si128(p, tail.bytes) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            (self.frag_target, self.buf_len, self.shinfo) = tail.fields;
+            self.vlan_tci_outer = 0;
+        }
     }
 
     /// Writes a rearm template ([`RearmData::word`]) with one 8-byte

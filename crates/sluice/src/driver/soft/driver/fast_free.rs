@@ -36,11 +36,11 @@
 //! buffers of it, checked then on their first header lines, goes back in
 //! one bulk put without the second line the full free reads. A batch of
 //! single-segment mbufs over page-pool fragments (an `rxbuf=frag` port's
-//! packets, `FastFree::frag_pool`) likewise: the page reference and the
+//! packets, [`FastFree::free_frags`]) likewise: the page reference and the
 //! buffer fields are in the first header line, and the own buffer each
-//! header gets back follows from the pool ([`FastFree::detach_frags`]).
+//! header gets back follows from the pool.
 
-use crate::mbuf::layout::EXT_PAGE_FRAG;
+use crate::mbuf::layout::{BufTail, EXT_PAGE_FRAG};
 use crate::mbuf::{HEADER_SIZE, MbufHeader};
 use crate::mempool::{Elem, Mempool, PoolInner};
 use crate::pagepool::{FragRun, detach_frag_own};
@@ -194,58 +194,51 @@ impl FastFree {
         (unfit == 0 && !self.inner.is_null()).then_some(self.inner)
     }
 
-    /// The queue's pool if every buffer of `batch` is now a single-segment
-    /// mbuf of it over a page-pool fragment (`rxbuf=frag` packets) with one
-    /// reference, ours; `None` if one is not. Read on the buffers' first
-    /// header lines only, as [`plain_pool`](Self::plain_pool) reads them.
-    /// Such a batch is freed with [`detach_frags`](Self::detach_frags),
-    /// then one bulk put.
+    /// Frees a batch of single-segment mbufs of the queue's pool over
+    /// page-pool fragments (`rxbuf=frag` packets) on their first header
+    /// lines, as [`plain_pool`](Self::plain_pool) checks plain ones: each
+    /// mbuf is checked ([`Region::unfit_frag`]: one reference, ours; one
+    /// segment; a page fragment attached; of the pool), its fragment
+    /// detached, the header given its own buffer back (it follows from the
+    /// element's address and the pool), and the fragments' references given
+    /// back a run per page. Returns the pool, every header of the batch now
+    /// a plain buffer of it for one bulk put; or `None` at the first mbuf
+    /// that is not such: the batch then takes the full free, the headers
+    /// detached so far being plain buffers it puts back as any other.
     ///
     /// # Safety
-    /// As [`plain_pool`](Self::plain_pool).
+    /// As [`plain_pool`](Self::plain_pool); the mbufs' bytes are no longer
+    /// used.
     #[inline(always)]
-    pub(super) unsafe fn frag_pool(&mut self, batch: &[Elem]) -> Option<*const PoolInner> {
+    pub(super) unsafe fn free_frags(&mut self, batch: &[Elem]) -> Option<*const PoolInner> {
         // SAFETY: the first is an mbuf the caller owns.
         let region = unsafe { self.region(batch.first()) };
-        let mut unfit = 0;
-        for &e in batch {
-            // SAFETY: an mbuf the caller owns: its header is readable.
-            unfit |= region.unfit_frag(e, unsafe { &*e.as_ptr().cast::<MbufHeader>() });
+        if self.inner.is_null() {
+            return None;
         }
-        // As in `plain_pool`: a reference count of 1 read now stays so.
-        (unfit == 0 && !self.inner.is_null()).then_some(self.inner)
-    }
-
-    /// Detaches the page fragment of every mbuf of `batch`, each header
-    /// getting its own buffer back, and gives the fragments' references
-    /// back a run per page: the headers are then plain buffers of the
-    /// queue's pool, for one bulk put. Only the headers' first lines are
-    /// read and written.
-    ///
-    /// # Safety
-    /// [`frag_pool`](Self::frag_pool) returned the pool for `batch` and
-    /// nothing has touched its mbufs since: single-segment mbufs of that
-    /// pool over page fragments, their one reference ours and given up
-    /// here, their bytes no longer used.
-    #[inline(always)]
-    pub(super) unsafe fn detach_frags(&self, batch: &[Elem]) {
+        let own_tail = BufTail::new(0, self.own_len, std::ptr::null());
         let mut run = FragRun::new();
         for &e in batch {
-            // SAFETY: an mbuf whose one reference is ours: its header is ours
-            // alone.
+            // SAFETY: an mbuf the caller owns: its header is readable.
             let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
-            // The own buffer follows the header; its IO address is the
-            // element's offset in the pool's region plus the header (how
-            // the pool set it).
+            if region.unfit_frag(e, h) != 0 {
+                run.end();
+                return None;
+            }
+            // One reference, ours, read now: no clone is left to take
+            // another, so the header is ours alone. The own buffer follows
+            // the header; its IO address is the element's offset in the
+            // pool's region plus the header (how the pool set it).
             let own_iova = (e.as_ptr() as usize - self.base + HEADER_SIZE) as u64;
             // SAFETY: a single-segment mbuf of the learnt pool (whose own
             // buffers are `own_len` long) over a page fragment, its last
-            // reference given up here (the caller's contract).
-            let (meta, target) = unsafe { detach_frag_own(h, own_iova, self.own_len) };
+            // reference given up here.
+            let (meta, target) = unsafe { detach_frag_own(h, own_iova, own_tail) };
             // SAFETY: the fragment's one reference, given up once.
             unsafe { run.add(meta, target) };
         }
         run.end();
+        Some(self.inner)
     }
 
     /// Forgets the pool and the mark: the queue holds no buffer (stopped,
@@ -407,8 +400,8 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
 
-        /// Batches freed as a Tx queue frees them — `frag_pool`, then
-        /// `detach_frags` and one bulk put, or else the full free — against
+        /// Batches freed as a Tx queue frees them — `free_frags` and one
+        /// bulk put, or else the full free — against
         /// each mbuf dropped on its own, over identical worlds: only
         /// batches of unshared single-segment fragment mbufs of the queue's
         /// pool take the first-line path, each header comes out a plain
@@ -441,11 +434,9 @@ mod tests {
                 let reference: Vec<Mbuf> = kinds.iter().map(|&k| b.make(k, layout)).collect();
                 let all_frag = kinds.iter().all(|&k| k == Kind::Frag);
                 // SAFETY: mbufs we own, one reference each.
-                let pool = unsafe { ff.frag_pool(&batch) };
+                let pool = unsafe { ff.free_frags(&batch) };
                 prop_assert_eq!(pool.is_some(), all_frag);
                 if let Some(pool) = pool {
-                    // SAFETY: `frag_pool` vouched for the batch just now.
-                    unsafe { ff.detach_frags(&batch) };
                     for &e in &batch {
                         // SAFETY: a header now ours alone, read only.
                         let h = unsafe { &*e.as_ptr().cast::<MbufHeader>() };
@@ -458,7 +449,8 @@ mod tests {
                     unsafe { put_bulk_to_pool(pool, &batch) };
                 } else {
                     let mut batch = batch;
-                    // SAFETY: mbufs we own, given up once.
+                    // SAFETY: mbufs we own (some detached by `free_frags`,
+                    // plain buffers now), given up once.
                     unsafe { crate::mbuf::free_bulk(&mut batch) };
                 }
                 drop(reference);

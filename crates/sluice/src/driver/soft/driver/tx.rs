@@ -575,15 +575,15 @@ impl SoftTx {
         }
         // Single-segment mbufs over page-pool fragments (an `rxbuf=frag`
         // port's packets): their fragments detached on the first header
-        // lines, then one bulk put all the same.
+        // lines, then one bulk put all the same. A batch that is not all
+        // such goes on to the full free (its mbufs detached so far are
+        // plain buffers then).
         // SAFETY: the batch is complete: mbufs we own, the device done with
         // them.
-        if let Some(pool) = unsafe { self.fast_free.frag_pool(batch) } {
-            // SAFETY: `frag_pool` vouched for the batch just now; after the
-            // detach every buffer is a plain buffer of `pool` whose one
-            // reference is ours, now given up.
+        if let Some(pool) = unsafe { self.fast_free.free_frags(batch) } {
+            // SAFETY: every buffer of the batch is now a plain buffer of
+            // `pool` whose one reference is ours, now given up.
             unsafe {
-                self.fast_free.detach_frags(batch);
                 if !(self.params.zc_free && zc_put(pool, batch)) {
                     put_bulk_to_pool(pool, batch);
                 }
