@@ -1,10 +1,10 @@
 //! Rx buffers from page-pool fragments (`rxbuf=frag`): each descriptor is
 //! armed with an mbuf header from the queue's mempool whose data is a
-//! fragment of a 32 KiB page-pool page, sized to the port's MTU (headroom +
+//! fragment of a 64 KiB page-pool page, sized to the port's MTU (headroom +
 //! largest frame + tailroom, see [`FragLayout`]), instead of the header's
 //! own fixed-size data room.
 //!
-//! Per queue: one [`PagePool`] of 32 KiB pages over the port's
+//! Per queue: one [`PagePool`] of 64 KiB pages over the port's
 //! [`BlockProvider`] and one [`PageFragAlloc`]. The pool's owner is the
 //! queue's polling thread: bound on the first refill inside `rx_burst` done
 //! by an lcore (not at `start`, which may run on another thread), so pages
@@ -28,8 +28,10 @@ use std::sync::atomic::Ordering;
 
 use super::tx::prefetch;
 
-/// Page order of Rx fragment pages (32 KiB).
-pub const RX_PAGE_ORDER: u32 = 3;
+/// Page order of Rx fragment pages (64 KiB: 36 fragments at MTU 1500, so
+/// a page's take from the pool, its cutting and its way home are shared by
+/// twice the packets 32 KiB pages give them to).
+pub const RX_PAGE_ORDER: u32 = 4;
 /// Bytes of an Rx fragment page.
 pub const RX_PAGE_BYTES: usize = 4096 << RX_PAGE_ORDER;
 
@@ -246,8 +248,8 @@ mod tests {
             assert_eq!(h.buf_len as usize, 256 + 1518);
             assert!(!h.shinfo.is_null());
         }
-        // 32 fragments of 1792 bytes: two 32 KiB pages.
-        assert_eq!(pool.stats().alloc_slow, 2);
+        // 32 fragments of 1792 bytes: one 64 KiB page (36 fit).
+        assert_eq!(pool.stats().alloc_slow, 1);
         // More than the headers left: nothing taken, nothing lost.
         let mut many = [Elem::DANGLING; 40];
         assert!(!rf.fill(&headers, &mut many, &descs));
@@ -296,7 +298,7 @@ mod tests {
 
     #[test]
     fn a_batch_cut_short_by_the_pages_gives_everything_back() {
-        // Two 32 KiB pages: 36 fragments at MTU 1500 at most.
+        // One 64 KiB page: 36 fragments at MTU 1500 at most.
         let provider = provider("rxf-short", 64 << 10);
         let headers = header_pool(63);
         let mut rf = RxFrags::new(&provider, "soft:short", 0, FragLayout::for_mtu(1500)).unwrap();
@@ -457,12 +459,19 @@ mod tests {
             hugepages: HugepagePolicy::Never,
         })
         .unwrap();
-        let Err(e) = RxFrags::new(&provider, "soft:x", 0, FragLayout::for_mtu(40000)) else {
+        // The largest MTU's fragment fits a 64 KiB page; a tailroom can
+        // take one past it.
+        let layout = FragLayout {
+            headroom: 256,
+            data_room: 65000,
+            tailroom: 1000,
+        };
+        let Err(e) = RxFrags::new(&provider, "soft:x", 0, layout) else {
             panic!("accepted");
         };
         assert_eq!(
             e.to_string(),
-            "port 'soft:x': an Rx fragment of 40274 bytes exceeds the 32768-byte page"
+            "port 'soft:x': an Rx fragment of 66256 bytes exceeds the 65536-byte page"
         );
         assert!(provider.is_full());
     }
