@@ -140,9 +140,11 @@ pub struct MbufHeader {
     ///
     /// In the first line, with `frag_target`, the buffer fields and the
     /// reference count: an Rx refill arming a page fragment writes only this
-    /// line, and the free of a single-segment fragment mbuf reads and writes
-    /// only this line (the own buffer it restores follows from the
-    /// element's address and its pool, see `MbufHeader::restore_own_buf`).
+    /// line, and a soft Tx queue frees a batch of single-segment fragment
+    /// mbufs on this line alone (`FastFree::free_frags`; the own buffer it
+    /// restores follows from the element's address and its pool, see
+    /// `own_buf_addr`). The mbuf free (`Mbuf`'s drop, the burst free) reads
+    /// the second line too, for chains and the pool.
     pub(crate) shinfo: *const ExtSharedInfo,
     // ---- cache line 1: chains, Tx offloads, the application ----
     pub(crate) next: *mut MbufHeader,
@@ -150,7 +152,12 @@ pub struct MbufHeader {
     pub(crate) tx_offload: u64,
     pub(crate) udata64: u64,
     /// The buffer's own address, IOVA and length, to restore when an
-    /// external buffer is detached.
+    /// external buffer is detached. Fixed when the pool is made, and the
+    /// same arithmetic for every element (which a free that knows the pool
+    /// relies on instead of reading this line, `pagepool::detach_frag_own`):
+    /// the address is the element's plus [`HEADER_SIZE`], the IOVA the
+    /// element's offset in the pool's region plus [`HEADER_SIZE`], the
+    /// length the pool's headroom + data room.
     pub(crate) own_buf_addr: *mut u8,
     pub(crate) own_buf_iova: u64,
     pub(crate) own_buf_len: u16,

@@ -12,6 +12,29 @@ use super::*;
 use crate::mempool::Elem;
 use crate::test_support::{TestPool, assert_pool_full, test_pool};
 
+/// The own buffer of every element follows from the element and the pool,
+/// as a free that restores it without reading the header's second line
+/// (`pagepool::detach_frag_own`) assumes.
+#[test]
+fn own_buffers_follow_from_the_element_and_the_pool() {
+    let pool = TestPool::new(63).headroom(64).data_room(200).build();
+    let all: Vec<Mbuf> = (0..63).map(|_| pool.alloc().unwrap()).collect();
+    for m in &all {
+        let e = m.as_header_ptr();
+        // SAFETY: a header we hold, read only.
+        let h = unsafe { &*e };
+        let elem = Elem::from_ptr(NonNull::new(e.cast::<u8>()).unwrap());
+        assert_eq!(h.own_buf_addr, e.cast::<u8>().wrapping_add(HEADER_SIZE));
+        assert_eq!(
+            h.own_buf_iova,
+            pool.mempool().iova(elem) + HEADER_SIZE as u64
+        );
+        assert_eq!(h.own_buf_len, 64 + 200);
+    }
+    drop(all);
+    assert_pool_full(&pool);
+}
+
 #[test]
 fn header_layout_matches_the_documented_offsets() {
     assert_eq!(std::mem::size_of::<MbufHeader>(), 128);
