@@ -546,6 +546,16 @@ impl SoftTx {
     #[inline(always)]
     fn retire(&mut self) {
         self.sw_ring.retired = self.sw_ring.retired.wrapping_add(self.params.rs_thresh);
+        self.end_frag_run_if_empty();
+    }
+
+    /// Gives back the run of page references once the queue holds no
+    /// packet: no fragment of the run's page comes to it then.
+    #[inline(always)]
+    fn end_frag_run_if_empty(&mut self) {
+        if self.sw_ring.posted == self.sw_ring.retired {
+            self.frag_run.end();
+        }
     }
 
     /// Frees the buffers of the completed batch at `first`; returns the
@@ -617,10 +627,6 @@ impl SoftTx {
         let first = self.done_batch()?;
         let k = self.free_slots(first);
         self.retire();
-        if self.sw_ring.posted == self.sw_ring.retired {
-            // Nothing left to free: no fragment of the run's page comes.
-            self.frag_run.end();
-        }
         self.prefetch_next_batch();
         Some(k)
     }
@@ -1436,6 +1442,7 @@ impl TxQueue for SoftTx {
             return Ok(0);
         }
         self.sw_ring.retired = self.sw_ring.retired.wrapping_add(k << shift);
+        self.end_frag_run_if_empty();
         self.stats.recycled.add(n as u64);
         // The `waiting` gauge is published by the next `tx_burst` (it is
         // the count as of the queue's last burst): a recycle step runs at
