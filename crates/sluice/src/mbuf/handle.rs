@@ -146,7 +146,8 @@ impl Mbuf {
     #[inline]
     pub fn is_shared(&self) -> bool {
         self.refcnt() != 1
-            // Only an attached mbuf reads `shinfo`, in the second cache line.
+            // Only an attached mbuf reads `shinfo` (and an external buffer's
+            // shared info behind it).
             || (self.has_extbuf() && self.shinfo().is_some_and(ExtSharedInfo::is_shared))
     }
 

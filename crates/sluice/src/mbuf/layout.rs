@@ -3,8 +3,11 @@
 //!
 //! The first cache line holds what the Rx path writes for every packet: the
 //! buffer address, the rearm word, offload flags and the fields filled from the
-//! Rx descriptor write-back. The second holds what Tx and free need: the next
-//! segment, the pool and the Tx offload lengths. Offsets are named in
+//! Rx descriptor write-back; and the external-buffer word with a page
+//! fragment's target, so that arming and freeing a page-fragment mbuf stay in
+//! that line too. The second holds what chains, Tx offloads and the
+//! application need: the next segment, the pool, the Tx offload lengths,
+//! `udata64`, the own buffer to restore after an external one. Offsets are named in
 //! [`offset`] and checked by tests, as a NIC driver relies on them.
 
 use std::sync::atomic::AtomicU16;
@@ -44,23 +47,25 @@ pub mod offset {
     pub const VLAN_TCI: usize = 42;
     /// RSS hash.
     pub const RSS_HASH: usize = 44;
-    /// Flow director id or other per-packet mark.
-    pub const FDIR_ID: usize = 48;
+    /// An attached page-pool fragment's page target.
+    pub const FRAG_TARGET: usize = 48;
     /// Outer VLAN TCI.
     pub const VLAN_TCI_OUTER: usize = 52;
     /// Buffer length (headroom + data room).
     pub const BUF_LEN: usize = 54;
-    /// Free for the application (e.g. a timestamp).
-    pub const UDATA64: usize = 56;
+    /// Shared info of an attached external buffer, or null (for an attached
+    /// page-pool fragment: its page's metadata, with bit 0 set).
+    pub const SHINFO: usize = 56;
     /// Next segment (second cache line).
     pub const NEXT: usize = 64;
     /// Owning pool.
     pub const POOL: usize = 72;
     /// Tx offload lengths, packed.
     pub const TX_OFFLOAD: usize = 80;
-    /// Shared info of an attached external buffer, or null (for an attached
-    /// page-pool fragment: its page's metadata, with bit 0 set).
-    pub const SHINFO: usize = 88;
+    /// Free for the application (e.g. a timestamp).
+    pub const UDATA64: usize = 88;
+    /// Flow director id or other per-packet mark.
+    pub const FDIR_ID: usize = 116;
 }
 
 /// Tag bit of the header's `shinfo` word: the attached external buffer is a
@@ -122,36 +127,95 @@ pub struct MbufHeader {
     pub(crate) data_len: u16,
     pub(crate) vlan_tci: u16,
     pub(crate) rss_hash: u32,
-    pub(crate) fdir_id: u32,
+    /// An attached page fragment's page target (what its reference is given
+    /// back against); meaningless otherwise.
+    pub(crate) frag_target: u32,
     pub(crate) vlan_tci_outer: u16,
     pub(crate) buf_len: u16,
-    pub(crate) udata64: u64,
-    // ---- cache line 1: Tx and free ----
-    pub(crate) next: *mut MbufHeader,
-    pub(crate) pool: *const PoolInner,
-    pub(crate) tx_offload: u64,
     /// The attached external buffer's shared info, or its page's metadata
     /// tagged with [`EXT_PAGE_FRAG`] for a page fragment; null with the own
     /// buffer. What the free goes by: a header armed on an Rx queue with a
     /// page fragment has it (and the buffer fields) set while its
     /// [`ol::EXTERNAL`] flag waits for the delivery to write the flags.
+    ///
+    /// In the first line, with `frag_target`, the buffer fields and the
+    /// reference count: an Rx refill arming a page fragment writes only this
+    /// line, and a soft Tx queue frees a batch of single-segment fragment
+    /// mbufs on this line alone (`FastFree::free_frags`; the own buffer it
+    /// restores follows from the element's address and its pool, see
+    /// `own_buf_addr`). The mbuf free (`Mbuf`'s drop, the burst free) reads
+    /// the second line too, for chains and the pool.
     pub(crate) shinfo: *const ExtSharedInfo,
+    // ---- cache line 1: chains, Tx offloads, the application ----
+    pub(crate) next: *mut MbufHeader,
+    pub(crate) pool: *const PoolInner,
+    pub(crate) tx_offload: u64,
+    pub(crate) udata64: u64,
     /// The buffer's own address, IOVA and length, to restore when an
-    /// external buffer is detached.
+    /// external buffer is detached. Fixed when the pool is made, and the
+    /// same arithmetic for every element (which a free that knows the pool
+    /// relies on instead of reading this line, `pagepool::detach_frag_own`):
+    /// the address is the element's plus [`HEADER_SIZE`], the IOVA the
+    /// element's offset in the pool's region plus [`HEADER_SIZE`], the
+    /// length the pool's headroom + data room.
     pub(crate) own_buf_addr: *mut u8,
     pub(crate) own_buf_iova: u64,
     pub(crate) own_buf_len: u16,
     /// Headroom a fresh buffer starts with.
     pub(crate) default_headroom: u16,
-    /// An attached page fragment's page target (what its reference is given
-    /// back against); meaningless otherwise.
-    pub(crate) frag_target: u32,
+    pub(crate) fdir_id: u32,
     _reserved: [u8; 8],
 }
 
 const _: () = assert!(std::mem::size_of::<MbufHeader>() == HEADER_SIZE);
 const _: () = assert!(std::mem::align_of::<MbufHeader>() == 64);
 const _: () = assert!(std::mem::size_of::<RearmData>() == 8);
+// `BufTail`'s bytes: four fields, no padding, in this order.
+const _: () = assert!(
+    std::mem::offset_of!(MbufHeader, frag_target) == offset::FRAG_TARGET
+        && offset::FRAG_TARGET == 48
+        && std::mem::offset_of!(MbufHeader, vlan_tci_outer) == 52
+        && std::mem::offset_of!(MbufHeader, buf_len) == 54
+        && std::mem::offset_of!(MbufHeader, shinfo) == 56
+);
+
+/// The header's bytes 48..64 as one 16-byte value: a page fragment's
+/// target, the outer VLAN tag (0), the buffer length and the
+/// external-buffer word. Attaching a page fragment for Rx and taking it
+/// back at the free write these four with one aligned store
+/// ([`MbufHeader::write_buf_tail`]); a refill or a free builds the value
+/// once for a run of buffers (the page's target and metadata, or the
+/// pool's own buffer length, are the run's).
+#[derive(Clone, Copy)]
+pub(crate) struct BufTail {
+    #[cfg(target_arch = "x86_64")]
+    bytes: std::arch::x86_64::__m128i,
+    #[cfg(not(target_arch = "x86_64"))]
+    fields: (u32, u16, *const ExtSharedInfo),
+}
+
+impl BufTail {
+    /// The value for `frag_target`, `buf_len` and `shinfo` (the outer VLAN
+    /// tag 0).
+    #[inline(always)]
+    pub(crate) fn new(frag_target: u32, buf_len: u16, shinfo: *const ExtSharedInfo) -> BufTail {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // Little-endian, as the fields lie at 48 (4 bytes), 52 (2), 54
+            // (2) and 56 (8).
+            let low = frag_target as u64 | (buf_len as u64) << 48;
+            let high = shinfo as usize as u64;
+            // SAFETY: SSE2, which `_mm_set_epi64x` needs, is part of every
+            // x86-64 target.
+            let bytes = unsafe { std::arch::x86_64::_mm_set_epi64x(high as i64, low as i64) };
+            BufTail { bytes }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        BufTail {
+            fields: (frag_target, buf_len, shinfo),
+        }
+    }
+}
 
 impl MbufHeader {
     /// Pointer to the rearm word, to write it with one 8-byte store.
@@ -170,6 +234,27 @@ impl MbufHeader {
         // SAFETY: `&mut self` is exclusive (a free buffer the driver owns),
         // so the plain store races with no atomic access of `refcnt`.
         unsafe { MbufHeader::rearm_ptr(self).write(rearm) };
+    }
+
+    /// Writes `frag_target`, `vlan_tci_outer`, `buf_len` and `shinfo` from
+    /// `tail`, with one 16-byte store on x86-64.
+    #[inline(always)]
+    pub(crate) fn write_buf_tail(&mut self, tail: BufTail) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            let p = std::ptr::addr_of_mut!(self.frag_target).cast::<std::arch::x86_64::__m128i>();
+            // SAFETY: bytes 48..64 of a header we may write (`&mut self`):
+            // four integer and raw-pointer fields with no padding between
+            // them (asserted with the layout), for which any bits are
+            // valid; 16-byte aligned (the header is 64-byte aligned). SSE2
+            // is part of every x86-64 target.
+            unsafe { std::arch::x86_64::_mm_store_si128(p, tail.bytes) };
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            (self.frag_target, self.buf_len, self.shinfo) = tail.fields;
+            self.vlan_tci_outer = 0;
+        }
     }
 
     /// Writes a rearm template ([`RearmData::word`]) with one 8-byte
@@ -284,19 +369,19 @@ impl MbufHeader {
             data_len: 0,
             vlan_tci: 0,
             rss_hash: 0,
-            fdir_id: 0,
+            frag_target: 0,
             vlan_tci_outer: 0,
             buf_len,
-            udata64: 0,
+            shinfo: std::ptr::null(),
             next: std::ptr::null_mut(),
             pool,
             tx_offload: 0,
-            shinfo: std::ptr::null(),
+            udata64: 0,
             own_buf_addr: buf_addr,
             own_buf_iova: buf_iova,
             own_buf_len: buf_len,
             default_headroom: headroom,
-            frag_target: 0,
+            fdir_id: 0,
             _reserved: [0; 8],
         };
         // SAFETY: the caller passes the start of a fresh pool element, which
@@ -389,7 +474,7 @@ pub mod ol {
     /// `RTE_MBUF_F_EXTERNAL`). Kept by the library alone: set on attach,
     /// cleared when the buffer goes back, never changed by
     /// `Mbuf::set_ol_flags` or an Rx write-back. It lets the checks on the
-    /// hot path (`Mbuf::is_shared`) stay in the header's first cache line:
-    /// only a flagged mbuf's `shinfo` (second line) is read.
+    /// hot path (`Mbuf::is_shared`) on the flags word: only a flagged mbuf's
+    /// `shinfo` is read.
     pub const EXTERNAL: u64 = 1 << 61;
 }

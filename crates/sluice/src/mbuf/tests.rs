@@ -12,6 +12,29 @@ use super::*;
 use crate::mempool::Elem;
 use crate::test_support::{TestPool, assert_pool_full, test_pool};
 
+/// The own buffer of every element follows from the element and the pool,
+/// as a free that restores it without reading the header's second line
+/// (`pagepool::detach_frag_own`) assumes.
+#[test]
+fn own_buffers_follow_from_the_element_and_the_pool() {
+    let pool = TestPool::new(63).headroom(64).data_room(200).build();
+    let all: Vec<Mbuf> = (0..63).map(|_| pool.alloc().unwrap()).collect();
+    for m in &all {
+        let e = m.as_header_ptr();
+        // SAFETY: a header we hold, read only.
+        let h = unsafe { &*e };
+        let elem = Elem::from_ptr(NonNull::new(e.cast::<u8>()).unwrap());
+        assert_eq!(h.own_buf_addr, e.cast::<u8>().wrapping_add(HEADER_SIZE));
+        assert_eq!(
+            h.own_buf_iova,
+            pool.mempool().iova(elem) + HEADER_SIZE as u64
+        );
+        assert_eq!(h.own_buf_len, 64 + 200);
+    }
+    drop(all);
+    assert_pool_full(&pool);
+}
+
 #[test]
 fn header_layout_matches_the_documented_offsets() {
     assert_eq!(std::mem::size_of::<MbufHeader>(), 128);
@@ -40,19 +63,32 @@ fn header_layout_matches_the_documented_offsets() {
     assert_eq!(offset_of!(MbufHeader, pool), offset::POOL);
     assert_eq!(offset_of!(MbufHeader, tx_offload), offset::TX_OFFLOAD);
     assert_eq!(offset_of!(MbufHeader, shinfo), offset::SHINFO);
-    // Hot Rx fields in the first cache line, Tx/free in the second.
+    assert_eq!(offset_of!(MbufHeader, frag_target), offset::FRAG_TARGET);
+    // Hot Rx fields in the first cache line, and what arming and freeing a
+    // page fragment touch (buffer fields, external-buffer word, page
+    // target); chains, Tx offloads and the application's in the second.
     for off in [
         offset::BUF_ADDR,
+        offset::BUF_IOVA,
         offset::REARM_DATA,
         offset::OL_FLAGS,
         offset::PKT_LEN,
         offset::DATA_LEN,
         offset::RSS_HASH,
         offset::VLAN_TCI,
+        offset::BUF_LEN,
+        offset::SHINFO,
+        offset::FRAG_TARGET,
     ] {
         assert!(off < 64);
     }
-    for off in [offset::NEXT, offset::POOL, offset::TX_OFFLOAD] {
+    for off in [
+        offset::NEXT,
+        offset::POOL,
+        offset::TX_OFFLOAD,
+        offset::UDATA64,
+        offset::FDIR_ID,
+    ] {
         assert!((64..128).contains(&off));
     }
     // The rearm word is one aligned 8-byte word.

@@ -13,10 +13,13 @@
 //! touches the fragment's memory: the lines an Rx refill and a Tx free
 //! write and read are the header's.
 
+use std::ptr::NonNull;
+
 use super::FRAG_ALIGN;
 use super::frag::Frag;
-use crate::mbuf::layout::EXT_PAGE_FRAG;
-use crate::mbuf::{ExtSharedInfo, Mbuf, MbufError, MbufHeader};
+use super::meta::PageMeta;
+use crate::mbuf::layout::{BufTail, EXT_PAGE_FRAG};
+use crate::mbuf::{ExtSharedInfo, HEADER_SIZE, Mbuf, MbufError, MbufHeader};
 use crate::mempool::Elem;
 
 /// How an Rx fragment is cut: headroom, then the data room (the largest
@@ -127,7 +130,8 @@ pub fn attach_frag(m: &mut Mbuf, frag: Frag, layout: FragLayout) -> Result<(), (
 ///
 /// Only what the free and the device need is written: the buffer's
 /// address, IO address and length, and the page reference (the tagged
-/// `shinfo` word and `frag_target`). The fields the receive path writes
+/// `shinfo` word and `frag_target`), with the outer VLAN tag cleared (the
+/// last four share one store). The fields the receive path writes
 /// when it delivers the packet — the rearm word (`data_off`, the layout's
 /// headroom there), the offload flags with [`ol::EXTERNAL`], the lengths —
 /// keep what the header had in its pool until then: an armed header is
@@ -159,7 +163,58 @@ pub(crate) unsafe fn attach_frag_fresh(e: Elem, frag: Frag, iova: u64, layout: F
     // and the checked layout make true; the rest is the delivery's.
     h.buf_addr = raw.ptr.as_ptr();
     h.buf_iova = iova;
-    h.buf_len = layout.headroom + layout.data_room;
-    h.shinfo = (raw.meta.as_ptr() as usize | EXT_PAGE_FRAG) as *const ExtSharedInfo;
-    h.frag_target = target;
+    // The page reference and the length in one store; the same value for
+    // a page's run of fragments (built once for it where this is inlined
+    // into a refill's loop).
+    h.write_buf_tail(BufTail::new(
+        target,
+        layout.headroom + layout.data_room,
+        (raw.meta.as_ptr() as usize | EXT_PAGE_FRAG) as *const ExtSharedInfo,
+    ));
+}
+
+/// The free of a single-segment mbuf over a page fragment, in the header's
+/// first line alone: gives the header its own buffer back and returns the
+/// fragment's page reference (the page's metadata and target), for the
+/// caller to give back (one at a time, or a run per page).
+///
+/// As the mbuf free's detach, without reading the second line: the own
+/// buffer's address is the one after the header, and its IO address
+/// (`own_iova`) and length are what the header's pool gave every element,
+/// passed by a caller who knows the pool; the external-buffer word and the
+/// page target live in the first line (see `MbufHeader::shinfo`). The
+/// offload flags are cleared (a free buffer's flags mean nothing: whoever
+/// takes it writes them), the outer VLAN tag too.
+///
+/// # Safety
+/// `h` is the header of a single-segment mbuf (one segment, `next` null)
+/// with a page fragment attached (`shinfo` tagged [`EXT_PAGE_FRAG`]), whose
+/// last reference the caller holds and gives up here; `own_iova` is its
+/// `own_buf_iova` and `own_tail` is `BufTail::new(0, own_buf_len, null)`.
+/// The caller gives the returned reference back once, and the fragment's
+/// bytes are not used afterwards.
+#[inline(always)]
+pub(crate) unsafe fn detach_frag_own(
+    h: &mut MbufHeader,
+    own_iova: u64,
+    own_tail: BufTail,
+) -> (NonNull<PageMeta>, u32) {
+    let word = h.shinfo as usize;
+    let target = h.frag_target;
+    debug_assert!(word & EXT_PAGE_FRAG != 0, "not a page fragment");
+    debug_assert!(h.next.is_null());
+    debug_assert_eq!(own_iova, h.own_buf_iova);
+    let own_addr = (h as *mut MbufHeader)
+        .cast::<u8>()
+        .wrapping_add(HEADER_SIZE);
+    debug_assert_eq!(own_addr, h.own_buf_addr);
+    h.buf_addr = own_addr;
+    h.buf_iova = own_iova;
+    h.ol_flags = 0;
+    h.write_buf_tail(own_tail);
+    debug_assert!(h.buf_len == h.own_buf_len && h.shinfo.is_null());
+    // SAFETY: the tagged word is the page's metadata, not null (the
+    // caller's contract: a page fragment is attached).
+    let meta = unsafe { NonNull::new_unchecked((word & !EXT_PAGE_FRAG) as *mut PageMeta) };
+    (meta, target)
 }

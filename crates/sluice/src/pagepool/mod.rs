@@ -4,8 +4,8 @@
 //!
 //! # Layers
 //!
-//! - [`BlockProvider`] (`provider.rs`, `buddy.rs`): blocks of order 0..=3
-//!   (4 KiB..32 KiB) from one hugepage-or-anonymous region, by a buddy
+//! - [`BlockProvider`] (`provider.rs`, `buddy.rs`): blocks of order 0..=4
+//!   (4 KiB..64 KiB) from one hugepage-or-anonymous region, by a buddy
 //!   allocator (blocks up to 2 MiB, real splits and merges) under a lock. The
 //!   slow path everything above amortises.
 //! - [`PagePool`] (`pool.rs`, `cache.rs`): pages of one order; a direct cache
@@ -80,7 +80,7 @@ pub use frag_alloc::PageFragAlloc;
 #[cfg(feature = "bench-baselines")]
 pub use frag_cache::PageFragCache;
 pub use mbuf::{FragLayout, attach_frag};
-pub(crate) use mbuf::{attach_frag_fresh, prefetch};
+pub(crate) use mbuf::{attach_frag_fresh, detach_frag_own, prefetch};
 pub(crate) use meta::PageMeta;
 pub use pool::{
     DEFAULT_CACHE_SIZE, DEFAULT_RING_BATCH, DEFAULT_RING_SIZE, Page, PagePool, PagePoolConfig,
@@ -92,8 +92,8 @@ pub use provider::{Block, BlockProvider, ProviderConfig, ProviderStats};
 pub const PAGE_SHIFT: u32 = 12;
 /// The base page size: a block of order `k` is `PAGE_SIZE << k` bytes.
 pub const PAGE_SIZE: usize = 1 << PAGE_SHIFT;
-/// The largest order handed out (32 KiB).
-pub const MAX_ORDER: u32 = 3;
+/// The largest order handed out (64 KiB).
+pub const MAX_ORDER: u32 = 4;
 /// Fragment alignment (a cache line).
 pub const FRAG_ALIGN: usize = 64;
 

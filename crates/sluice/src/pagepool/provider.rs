@@ -1,4 +1,4 @@
-//! The block provider: blocks of 4 KiB..32 KiB (orders 0..=3) from one
+//! The block provider: blocks of 4 KiB..64 KiB (orders 0..=4) from one
 //! hugepage-or-anonymous region, by a buddy allocator under a lock — the slow
 //! path that page pools and fragment caches amortise.
 //!

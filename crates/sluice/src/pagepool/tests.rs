@@ -137,11 +137,11 @@ fn provider_blocks_are_aligned_disjoint_and_counted() {
         }
     }
     let s = provider.stats();
-    assert_eq!(s.allocs, [3, 1, 1, 2]);
+    assert_eq!(s.allocs, [3, 1, 1, 2, 0]);
     assert_eq!(s.used_pages, 8 + 1 + 4 + 2 + 8 + 1);
     drop(blocks);
     let s = provider.stats();
-    assert_eq!(s.frees, [3, 1, 1, 2]);
+    assert_eq!(s.frees, [3, 1, 1, 2, 0]);
     assert_pool_full(&provider);
     assert_eq!(s.free_blocks[8], 1, "1 MiB merged back into one block");
 }
@@ -150,8 +150,8 @@ fn provider_blocks_are_aligned_disjoint_and_counted() {
 fn provider_errors_name_the_problem() {
     let provider = test_provider(64 << 10);
     assert_eq!(
-        provider.alloc(4).unwrap_err().to_string(),
-        "block order 4 is not in 0..=3 (4 KiB..32 KiB)"
+        provider.alloc(5).unwrap_err().to_string(),
+        "block order 5 is not in 0..=4 (4 KiB..64 KiB)"
     );
     let a = provider.alloc(3).unwrap();
     let b = provider.alloc(3).unwrap();
@@ -185,7 +185,7 @@ fn page_pool_config_errors_name_the_value() {
             order: 5,
             ..Default::default()
         }),
-        "block order 5 is not in 0..=3 (4 KiB..32 KiB)"
+        "block order 5 is not in 0..=4 (4 KiB..64 KiB)"
     );
     assert_eq!(
         bad(PagePoolConfig {
@@ -598,8 +598,8 @@ fn bad_fragment_sizes_are_errors() {
         )
     );
     assert_eq!(
-        PageFragCache::new(&provider, 4).unwrap_err().to_string(),
-        "block order 4 is not in 0..=3 (4 KiB..32 KiB)"
+        PageFragCache::new(&provider, 5).unwrap_err().to_string(),
+        "block order 5 is not in 0..=4 (4 KiB..64 KiB)"
     );
     // Nothing was taken by the failures, and a good size still works.
     assert_eq!(provider.stats().used_pages, 0);

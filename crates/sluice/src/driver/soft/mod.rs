@@ -74,8 +74,8 @@
 //! - `rxbuf=mbuf|frag` (default mbuf): what Rx descriptors are armed with —
 //!   the Rx mempool's buffers (header + headroom + data room), or headers
 //!   from that mempool carrying page-pool fragments sized to the MTU
-//!   (`rx_frags`: 256 B headroom + MTU + 18 + 320 B tailroom, cut from
-//!   32 KiB pages of a page pool per queue over one block provider per
+//!   (`rx_frags`: 256 B headroom + MTU + 18, no tailroom, cut from
+//!   64 KiB pages of a page pool per queue over one block provider per
 //!   port). The Rx pool's data room then goes unused (a pool of small
 //!   elements will do) and Tx→Rx recycling into the queue is refused.
 //!
@@ -398,7 +398,7 @@ impl SoftDriver {
     /// per queue two pages being cut and one ring batch (pages freed on
     /// another lcore wait in the queue's page pool ring until a batch has
     /// gathered, fresh pages standing in for them meanwhile), and a little
-    /// slack, in 32 KiB pages.
+    /// slack, in 64 KiB pages.
     fn frag_provider(
         &self,
         config: &PortConfig,

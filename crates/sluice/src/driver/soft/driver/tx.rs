@@ -84,6 +84,7 @@ use crate::mbuf::{
     BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, TxOffload, free_bulk, ol, put_bulk_to_pool,
 };
 use crate::mempool::{Elem, PoolInner};
+use crate::pagepool::FragRun;
 use crate::port::{PortCounters, PortError, RecycleRxInfo, TxQueue};
 
 use super::fast_free::{FastFree, Region};
@@ -367,10 +368,20 @@ pub struct SoftTx {
     /// an Rx fragment's header, say), which reads the second header lines
     /// too: the next batch's are asked for with its first lines.
     full_free: bool,
+    /// Page references of the last fragments freed, not yet given back
+    /// (`FastFree::free_frags`). A queue sends a page's fragments in the
+    /// order they were received, so a page's run goes on from one batch to
+    /// the next, and its fragments cost one count update (a plain load when
+    /// they are the page's last) rather than one per batch they span. Given
+    /// back when a fragment of another page comes, when the queue has no
+    /// packet left to free, at `tx_done_cleanup` and at stop: a queue holds
+    /// at most one page this way, and only while it holds packets.
+    frag_run: FragRun,
 }
 
-// SAFETY: the raw addresses in the software ring are mbufs this queue owns;
-// the queue moves between threads as a whole and is used by one at a time.
+// SAFETY: the raw addresses in the software ring are mbufs this queue owns,
+// and those in `frag_run` page references it owns; the queue moves between
+// threads as a whole and is used by one at a time.
 unsafe impl Send for SoftTx {}
 
 /// `a < b` for free-running indices less than 2^31 apart.
@@ -480,6 +491,7 @@ impl SoftTx {
             stats,
             started: false,
             full_free: false,
+            frag_run: FragRun::new(),
         }
     }
 
@@ -534,6 +546,16 @@ impl SoftTx {
     #[inline(always)]
     fn retire(&mut self) {
         self.sw_ring.retired = self.sw_ring.retired.wrapping_add(self.params.rs_thresh);
+        self.end_frag_run_if_empty();
+    }
+
+    /// Gives back the run of page references once the queue holds no
+    /// packet: no fragment of the run's page comes to it then.
+    #[inline(always)]
+    fn end_frag_run_if_empty(&mut self) {
+        if self.sw_ring.posted == self.sw_ring.retired {
+            self.frag_run.end();
+        }
     }
 
     /// Frees the buffers of the completed batch at `first`; returns the
@@ -565,6 +587,24 @@ impl SoftTx {
         if let Some(pool) = unsafe { self.fast_free.plain_pool(batch) } {
             // SAFETY: every buffer of the batch is a plain buffer of `pool`
             // whose one reference is ours, now given up.
+            unsafe {
+                if !(self.params.zc_free && zc_put(pool, batch)) {
+                    put_bulk_to_pool(pool, batch);
+                }
+            }
+            self.full_free = false;
+            return rs;
+        }
+        // Single-segment mbufs over page-pool fragments (an `rxbuf=frag`
+        // port's packets): their fragments detached on the first header
+        // lines, then one bulk put all the same. A batch that is not all
+        // such goes on to the full free (its mbufs detached so far are
+        // plain buffers then).
+        // SAFETY: the batch is complete: mbufs we own, the device done with
+        // them.
+        if let Some(pool) = unsafe { self.fast_free.free_frags(batch, &mut self.frag_run) } {
+            // SAFETY: every buffer of the batch is now a plain buffer of
+            // `pool` whose one reference is ours, now given up.
             unsafe {
                 if !(self.params.zc_free && zc_put(pool, batch)) {
                     put_bulk_to_pool(pool, batch);
@@ -658,6 +698,7 @@ impl SoftTx {
             i = i.wrapping_add(1);
         }
         self.sw_ring.slots.fill(Elem::DANGLING);
+        self.frag_run.end();
         self.fast_free.reset();
         self.sw_ring.posted = 0;
         self.sw_ring.completed = 0;
@@ -1290,6 +1331,7 @@ impl TxQueue for SoftTx {
                 None => break,
             }
         }
+        self.frag_run.end();
         self.note_waiting();
         freed
     }
@@ -1400,6 +1442,7 @@ impl TxQueue for SoftTx {
             return Ok(0);
         }
         self.sw_ring.retired = self.sw_ring.retired.wrapping_add(k << shift);
+        self.end_frag_run_if_empty();
         self.stats.recycled.add(n as u64);
         // The `waiting` gauge is published by the next `tx_burst` (it is
         // the count as of the queue's last burst): a recycle step runs at

@@ -806,7 +806,7 @@ fn rxbuf_frag_forwarding_at_mtu_1500_keeps_every_frame() {
 
 #[test]
 fn rxbuf_frag_forwarding_of_jumbo_frames_keeps_every_frame() {
-    // 8000-byte frames in single buffers: 8274-byte fragments, 3 per page.
+    // 8000-byte frames in single buffers: 8274-byte fragments, 7 per page.
     frag_forwarding("t-frag8000", 8000, "8000", 600, "on");
 }
 
@@ -824,7 +824,7 @@ fn rx_buffer_memory_per_descriptor_is_reported_for_both_modes() {
         "soft:tester=t-mem,rxbuf=frag",
         PortConfig::new(Some(small.clone())).nb_rxd(64),
     );
-    // 1774-byte fragments take 1792 bytes, 18 to a 32 KiB page (1821 bytes
+    // 1774-byte fragments take 1792 bytes, 36 to a 64 KiB page (1821 bytes
     // each, the page's tail shared out), plus the header's element: 128 +
     // 128 (headroom) + 64 bytes.
     assert_eq!(xstat(&frag, "rx_buf_bytes_per_desc"), 1821 + 320);
