@@ -15,6 +15,7 @@ use crate::mbuf::{Burst, BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, MbufPool, Re
 use crate::mempool::Elem;
 use crate::port::{PortCounters, PortError, RxFrameCheck, RxQueue, TxQueue};
 use crate::virtio::VirtioError;
+use crate::virtio::memory::prefetch_for_write;
 use crate::virtio::net_hdr::HEADER_LEN;
 use crate::virtio::split::{DriverQueue, Segment};
 
@@ -27,46 +28,6 @@ const REFILL_BATCH: u16 = 32;
 /// prefetched (its virtio-net header is read, its mbuf header written, and
 /// the application reads the frame).
 const PREFETCH_AHEAD: u16 = 2;
-
-/// Whether the CPU has `PREFETCHW` (CPUID `8000_0001h`, ECX bit 8), looked
-/// up once.
-#[cfg(target_arch = "x86_64")]
-fn has_prefetchw() -> bool {
-    static HAS: std::sync::LazyLock<bool> = std::sync::LazyLock::new(|| {
-        use std::arch::x86_64::__cpuid;
-        __cpuid(0x8000_0000).eax >= 0x8000_0001 && (__cpuid(0x8000_0001).ecx >> 8) & 1 == 1
-    });
-    *HAS
-}
-
-#[cfg(not(target_arch = "x86_64"))]
-fn has_prefetchw() -> bool {
-    false
-}
-
-/// Prefetches the cache line at `p` to be written: with `owned` (the CPU
-/// has `PREFETCHW`, [`has_prefetchw`]) the line arrives owned, so a store
-/// after reading it needs no second transfer from the core that wrote it
-/// last; otherwise a read prefetch.
-#[inline]
-fn prefetch_to_write(p: *const u8, owned: bool) {
-    #[cfg(target_arch = "x86_64")]
-    if owned {
-        // SAFETY: `owned` says the CPU has PREFETCHW; a prefetch reads
-        // nothing architecturally and never faults, whatever the address,
-        // and touches neither the stack nor the flags.
-        unsafe {
-            std::arch::asm!(
-                "prefetchw [{}]",
-                in(reg) p,
-                options(nostack, preserves_flags, readonly)
-            )
-        };
-        return;
-    }
-    let _ = owned;
-    crate::pagepool::prefetch(p);
-}
 
 /// The queue holds the slot (inside a burst).
 const BUSY: u8 = 1;
@@ -497,7 +458,6 @@ impl RxQueue for VirtioRx {
         let (mut n, mut bytes) = (0usize, 0u64);
         let mut guard = self.slot.enter();
         let offset = rx_buffer_offset(&self.pool);
-        let owned = has_prefetchw();
         if let Some(ring) = guard.as_mut().and_then(|g| g.as_mut())
             && let Some(offset) = offset
         {
@@ -541,9 +501,9 @@ impl RxQueue for VirtioRx {
                     && let Some(e) = ring.posted.slots[usize::from(next)]
                 {
                     let buffer = e.as_ptr().wrapping_add(offset);
-                    prefetch_to_write(buffer, owned);
+                    prefetch_for_write(buffer);
                     crate::pagepool::prefetch(buffer.wrapping_add(HEADER_LEN));
-                    prefetch_to_write(e.as_ptr(), owned);
+                    prefetch_for_write(e.as_ptr());
                 }
                 let Some(e) = ring.posted.slots[usize::from(used.head)].take() else {
                     self.driver.bad_used_id.inc();
