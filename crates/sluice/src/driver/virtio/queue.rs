@@ -554,12 +554,18 @@ pub(super) struct VirtioTx {
     pub(super) q: usize,
     /// The chain being added.
     pub(super) segments: Vec<Segment>,
-    /// Per packet taken in this burst: its head (none: dropped) and the
-    /// copy that went instead of it.
-    pub(super) placed: Vec<(Option<u16>, Option<Mbuf>)>,
+    /// Per packet taken in this burst: the head its mbuf is held at until
+    /// the backend returns it, or [`NOT_HELD`] (dropped, or a copy went
+    /// instead of it and is held already): a plain `u16` each, so that
+    /// reading them back after the loop waits on no partial store.
+    pub(super) placed: Vec<u16>,
     /// Completed packets, freed together.
     pub(super) done: Burst,
 }
+
+/// In [`VirtioTx::placed`]: the packet's own mbuf is not held by the ring
+/// (no head is this large: a queue has at most 32768 entries).
+const NOT_HELD: u16 = u16::MAX;
 
 /// What became of one packet offered to the ring.
 enum Placed {
@@ -792,13 +798,20 @@ impl TxQueue for VirtioTx {
             let m = &mut burst.as_mut_slice()[i];
             let len = u64::from(m.pkt_len());
             match placing.place(ring, m) {
-                Placed::Sent(head, copy) => {
-                    self.placed.push((Some(head), copy));
+                Placed::Sent(head, None) => {
+                    self.placed.push(head);
+                    sent += 1;
+                    bytes += len;
+                }
+                Placed::Sent(head, Some(copy)) => {
+                    // The copy went in its place: the original is freed.
+                    ring.held[usize::from(head)] = Some(copy);
+                    self.placed.push(NOT_HELD);
                     sent += 1;
                     bytes += len;
                 }
                 Placed::Dropped => {
-                    self.placed.push((None, None));
+                    self.placed.push(NOT_HELD);
                     dropped += 1;
                 }
                 Placed::NoRoom => break,
@@ -808,10 +821,9 @@ impl TxQueue for VirtioTx {
         if sent > 0 {
             ring.publish(&self.driver.ring_errors);
         }
-        for (m, (head, copy)) in burst.drain_front(taken).zip(self.placed.drain(..)) {
-            if let Some(head) = head {
-                // The copy went in its place: the original is freed.
-                ring.held[usize::from(head)] = Some(copy.unwrap_or(m));
+        for (m, &head) in burst.drain_front(taken).zip(&self.placed) {
+            if head != NOT_HELD {
+                ring.held[usize::from(head)] = Some(m);
             }
         }
         let in_flight = ring.queue.in_flight();
