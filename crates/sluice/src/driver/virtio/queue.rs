@@ -252,6 +252,8 @@ impl Vring {
             ring_errors.inc();
             return false;
         };
+        // The descriptor lines to be written, asked for together.
+        self.queue.prefetch_free_descs(self.queue.num_free());
         let mempool = pool.mempool();
         let mut batch = [Elem::DANGLING; REFILL_BATCH as usize];
         let mut added = 0;
@@ -786,6 +788,10 @@ impl TxQueue for VirtioTx {
         if ring.queue.num_free() < ring.queue.layout().size() / 4 {
             reclaim(ring, &self.driver, &mut self.done);
         }
+        // The descriptor lines the burst's packets go in, asked for
+        // together.
+        ring.queue
+            .prefetch_free_descs(u16::try_from(burst.len()).unwrap_or(u16::MAX));
         let (mut taken, mut sent, mut bytes, mut dropped) = (0usize, 0usize, 0u64, 0u64);
         self.placed.clear();
         let mut placing = Placing {
