@@ -534,22 +534,36 @@ impl Storage {
     }
 }
 
+/// Asks for the cache line at `p` to be written soon (`prefetchw`): it
+/// arrives owned, in the exclusive state, so a store after reading it waits
+/// neither for a second transfer nor for the other side's copy to be
+/// invalidated. A hint only: nothing is read or written in the memory
+/// model's sense, and any address may be given.
+#[inline(always)]
+pub(crate) fn prefetch_for_write(p: *const u8) {
+    #[cfg(all(target_arch = "x86_64", not(loom)))]
+    // SAFETY: `prefetchw` is a hint that cannot fault or change memory, and
+    // touches neither the stack nor the flags; processors without it
+    // execute it as a no-op (its opcode is in the hint space of every
+    // x86-64 processor).
+    unsafe {
+        std::arch::asm!(
+            "prefetchw [{p}]",
+            p = in(reg) p,
+            options(nostack, preserves_flags, readonly)
+        )
+    };
+    #[cfg(not(all(target_arch = "x86_64", not(loom))))]
+    let _ = p;
+}
+
 /// Asks for the cache line at `line` (for writing, in the exclusive state,
 /// when `write`). A hint: any address may be given.
 #[cfg(all(target_arch = "x86_64", not(loom)))]
 #[inline]
 fn prefetch_line(line: *const u8, write: bool) {
     if write {
-        // SAFETY: `prefetchw` is a hint that cannot fault or change memory;
-        // processors without it execute it as a no-op (its opcode is in the
-        // hint space of every x86-64 processor).
-        unsafe {
-            std::arch::asm!(
-                "prefetchw [{line}]",
-                line = in(reg) line,
-                options(nostack, preserves_flags, readonly)
-            )
-        };
+        prefetch_for_write(line);
     } else {
         // SAFETY: a prefetch is a hint that cannot fault or change memory;
         // SSE, which `prefetcht0` belongs to, is part of the x86-64

@@ -15,6 +15,7 @@ use crate::mbuf::{Burst, BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, MbufPool, Re
 use crate::mempool::Elem;
 use crate::port::{PortCounters, PortError, RxFrameCheck, RxQueue, TxQueue};
 use crate::virtio::VirtioError;
+use crate::virtio::memory::prefetch_for_write;
 use crate::virtio::net_hdr::HEADER_LEN;
 use crate::virtio::split::{DriverQueue, Segment};
 
@@ -251,6 +252,8 @@ impl Vring {
             ring_errors.inc();
             return false;
         };
+        // The descriptor lines to be written, asked for together.
+        self.queue.prefetch_free_descs(self.queue.num_free());
         let mempool = pool.mempool();
         let mut batch = [Elem::DANGLING; REFILL_BATCH as usize];
         let mut added = 0;
@@ -490,14 +493,19 @@ impl RxQueue for VirtioRx {
                 };
                 // The buffer returned next: its virtio-net header and
                 // frame, and its mbuf header, on their way while this one
-                // is taken. Its address needs nothing read from it.
+                // is taken. Its address needs nothing read from it. The
+                // mbuf header is written here, and the virtio-net header's
+                // line on transmit (a forwarded frame's header is cleared
+                // in place): both come owned, the latter in one transfer
+                // from the device instead of a shared copy and a later
+                // upgrade.
                 if let Some(next) = ring.queue.peek_used_id(PREFETCH_AHEAD)
                     && let Some(e) = ring.posted.slots[usize::from(next)]
                 {
                     let buffer = e.as_ptr().wrapping_add(offset);
-                    crate::pagepool::prefetch(buffer);
+                    prefetch_for_write(buffer);
                     crate::pagepool::prefetch(buffer.wrapping_add(HEADER_LEN));
-                    crate::pagepool::prefetch(e.as_ptr());
+                    prefetch_for_write(e.as_ptr());
                 }
                 let Some(e) = ring.posted.slots[usize::from(used.head)].take() else {
                     self.driver.bad_used_id.inc();
@@ -548,12 +556,18 @@ pub(super) struct VirtioTx {
     pub(super) q: usize,
     /// The chain being added.
     pub(super) segments: Vec<Segment>,
-    /// Per packet taken in this burst: its head (none: dropped) and the
-    /// copy that went instead of it.
-    pub(super) placed: Vec<(Option<u16>, Option<Mbuf>)>,
+    /// Per packet taken in this burst: the head its mbuf is held at until
+    /// the backend returns it, or [`NOT_HELD`] (dropped, or a copy went
+    /// instead of it and is held already): a plain `u16` each, so that
+    /// reading them back after the loop waits on no partial store.
+    pub(super) placed: Vec<u16>,
     /// Completed packets, freed together.
     pub(super) done: Burst,
 }
+
+/// In [`VirtioTx::placed`]: the packet's own mbuf is not held by the ring
+/// (no head is this large: a queue has at most 32768 entries).
+const NOT_HELD: u16 = u16::MAX;
 
 /// What became of one packet offered to the ring.
 enum Placed {
@@ -774,6 +788,10 @@ impl TxQueue for VirtioTx {
         if ring.queue.num_free() < ring.queue.layout().size() / 4 {
             reclaim(ring, &self.driver, &mut self.done);
         }
+        // The descriptor lines the burst's packets go in, asked for
+        // together.
+        ring.queue
+            .prefetch_free_descs(u16::try_from(burst.len()).unwrap_or(u16::MAX));
         let (mut taken, mut sent, mut bytes, mut dropped) = (0usize, 0usize, 0u64, 0u64);
         self.placed.clear();
         let mut placing = Placing {
@@ -786,13 +804,20 @@ impl TxQueue for VirtioTx {
             let m = &mut burst.as_mut_slice()[i];
             let len = u64::from(m.pkt_len());
             match placing.place(ring, m) {
-                Placed::Sent(head, copy) => {
-                    self.placed.push((Some(head), copy));
+                Placed::Sent(head, None) => {
+                    self.placed.push(head);
+                    sent += 1;
+                    bytes += len;
+                }
+                Placed::Sent(head, Some(copy)) => {
+                    // The copy went in its place: the original is freed.
+                    ring.held[usize::from(head)] = Some(copy);
+                    self.placed.push(NOT_HELD);
                     sent += 1;
                     bytes += len;
                 }
                 Placed::Dropped => {
-                    self.placed.push((None, None));
+                    self.placed.push(NOT_HELD);
                     dropped += 1;
                 }
                 Placed::NoRoom => break,
@@ -802,10 +827,9 @@ impl TxQueue for VirtioTx {
         if sent > 0 {
             ring.publish(&self.driver.ring_errors);
         }
-        for (m, (head, copy)) in burst.drain_front(taken).zip(self.placed.drain(..)) {
-            if let Some(head) = head {
-                // The copy went in its place: the original is freed.
-                ring.held[usize::from(head)] = Some(copy.unwrap_or(m));
+        for (m, &head) in burst.drain_front(taken).zip(&self.placed) {
+            if head != NOT_HELD {
+                ring.held[usize::from(head)] = Some(m);
             }
         }
         let in_flight = ring.queue.in_flight();
