@@ -254,6 +254,34 @@ impl FragRun {
         self.n = 1;
     }
 
+    /// Takes the run out as its page metadata (null if none), target and
+    /// count, leaving no run: the caller holds those references now, and
+    /// keeps them in locals while it adds to them (a loop whose other
+    /// stores go through raw pointers, which may alias the run's fields,
+    /// keeps locals in registers where it reloads and stores fields).
+    #[inline(always)]
+    pub(crate) fn take_parts(&mut self) -> (*const PageMeta, u32, u32) {
+        let parts = (self.meta, self.target, self.n);
+        self.meta = std::ptr::null();
+        self.n = 0;
+        parts
+    }
+
+    /// Puts back a run taken with [`take_parts`](Self::take_parts), over
+    /// no run.
+    ///
+    /// # Safety
+    /// The caller holds `n` (>= 1) references on the page of `meta` (whose
+    /// fragments carry `target`) and gives them up here, or `meta` is null
+    /// and `n` is 0; there is no run (`take_parts` emptied it).
+    #[inline(always)]
+    pub(crate) unsafe fn put_parts(&mut self, meta: *const PageMeta, target: u32, n: u32) {
+        debug_assert!(self.meta.is_null() && (meta.is_null() == (n == 0)));
+        self.meta = meta;
+        self.target = target;
+        self.n = n;
+    }
+
     /// Gives back the run's references; the page goes home if they were its
     /// last. Out of line: once per page, and kept out of the burst free's
     /// loop, which then keeps its own values in registers.

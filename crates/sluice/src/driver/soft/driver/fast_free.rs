@@ -222,10 +222,16 @@ impl FastFree {
             return None;
         }
         let own_tail = BufTail::new(0, self.own_len, std::ptr::null());
+        // The run in locals while the loop writes the headers: its count
+        // stays in a register instead of a load and a store per packet.
+        let (mut page, mut page_target, mut page_refs) = run.take_parts();
         for &e in batch {
             // SAFETY: an mbuf the caller owns: its header is readable.
             let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
             if region.unfit_frag(e, h) != 0 {
+                // SAFETY: the references taken out above and added below,
+                // ours; the run is empty since `take_parts`.
+                unsafe { run.put_parts(page, page_target, page_refs) };
                 return None;
             }
             // One reference, ours, read now: no clone is left to take
@@ -237,9 +243,23 @@ impl FastFree {
             // buffers are `own_len` long) over a page fragment, its last
             // reference given up here.
             let (meta, target) = unsafe { detach_frag_own(h, own_iova, own_tail) };
-            // SAFETY: the fragment's one reference, given up once.
-            unsafe { run.add(meta, target) };
+            if meta.as_ptr().cast_const() == page {
+                page_refs += 1;
+            } else {
+                // Another page (once per page's run): the run as it was
+                // goes back, and `add` ends it and starts this page's.
+                // SAFETY: the run's references, ours; it is empty since
+                // `take_parts`. Then the fragment's one reference, given
+                // up once.
+                unsafe {
+                    run.put_parts(page, page_target, page_refs);
+                    run.add(meta, target);
+                }
+                (page, page_target, page_refs) = run.take_parts();
+            }
         }
+        // SAFETY: the run's references, ours; it is empty since `take_parts`.
+        unsafe { run.put_parts(page, page_target, page_refs) };
         Some(self.inner)
     }
 
