@@ -21,11 +21,16 @@ use crate::virtio::{VIRTIO_F_IN_ORDER, VIRTIO_F_VERSION_1, VIRTIO_NET_F_MRG_RXBU
 /// A socket path of this test process, unused so far.
 fn socket_path() -> PathBuf {
     static N: AtomicU32 = AtomicU32::new(0);
-    std::env::temp_dir().join(format!(
+    let path = std::env::temp_dir().join(format!(
         "sluice-virtio-{}-{}.sock",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
-    ))
+    ));
+    // A socket file there is an earlier process's that had this one's id
+    // (a test that failed before removing its own): binding over it would
+    // fail with the address in use.
+    let _ = std::fs::remove_file(&path);
+    path
 }
 
 /// A shared pool: a hugetlbfs memfd when hugepages are reserved, a plain
@@ -481,6 +486,7 @@ impl RingsBackend {
     fn finish(self) {
         self.done.send(()).unwrap();
         self.thread.join().unwrap();
+        let _ = std::fs::remove_file(&self.path);
     }
 }
 
