@@ -2,7 +2,7 @@
 //! errors.
 
 mod common;
-use common::{assert_tester_got_everything, json_lines, run, summary, summary_of};
+use common::{assert_tester_got_everything, fwd_pair, json_lines, run, summary, summary_of};
 
 #[test]
 fn fwd_over_null_ports_prints_a_json_summary_with_packets() {
@@ -61,22 +61,7 @@ fn a_bad_spec_prints_the_error_and_fails() {
 /// The summary of `sluice fwd` between two ports of `spec` for 0.2 s with
 /// 256 descriptors, and `extra` arguments.
 fn fwd_pair_summary(spec: &str, extra: &[&str]) -> serde_json::Value {
-    let mut args = vec![
-        "fwd",
-        "--port",
-        spec,
-        "--port",
-        spec,
-        "--duration",
-        "0.2",
-        "--json",
-        "--rxd",
-        "256",
-        "--txd",
-        "256",
-    ];
-    args.extend_from_slice(extra);
-    summary(&run(&args))
+    summary(&fwd_pair(spec, spec, extra))
 }
 
 #[test]
@@ -97,20 +82,11 @@ fn fwd_between_soft_ports_and_the_tester_loses_nothing() {
 fn two_testers_on_a_pair_count_each_others_frames_as_foreign() {
     // Each port on its own tester: each tester's frames reach the other's
     // port, and neither takes them for its own stream 0.
-    let out = run(&[
-        "fwd",
-        "--port",
+    let out = fwd_pair(
         "soft:tester=cli_pair_a,gen=udp,flows=16,count=32,device=inline",
-        "--port",
         "soft:tester=cli_pair_b,gen=udp,flows=16,count=32,device=inline",
-        "--duration",
-        "0.2",
-        "--json",
-        "--rxd",
-        "256",
-        "--txd",
-        "256",
-    ]);
+        &[],
+    );
     // Nothing came back to the tester that sent it: not clean.
     assert_eq!(out.status.code(), Some(1));
     let summary = summary_of(&out.stdout);

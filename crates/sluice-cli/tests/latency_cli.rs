@@ -3,7 +3,7 @@
 //! tester in its summary.
 
 mod common;
-use common::{assert_success, assert_tester_got_everything, run, summary};
+use common::{assert_success, assert_tester_got_everything, fwd_pair, run, summary};
 
 use hdrhistogram::Histogram;
 use hdrhistogram::serialization::Deserializer;
@@ -192,20 +192,7 @@ fn fwd_hist_out_logs_every_sample_of_the_summary() {
 #[test]
 fn fwd_summary_shows_each_tester_ports_latency() {
     let spec = "soft:tester=cli_latency,gen=udp,flows=64,size=64,device=inline";
-    let s = summary(&run(&[
-        "fwd",
-        "--port",
-        spec,
-        "--port",
-        spec,
-        "--duration",
-        "0.2",
-        "--json",
-        "--rxd",
-        "256",
-        "--txd",
-        "256",
-    ]));
+    let s = summary(&fwd_pair(spec, spec, &[]));
     let sent = assert_tester_got_everything(&s, "cli_latency");
     assert_eq!(s["pool_full"], true);
     let latency = s["testers"][0]["latency"].as_array().expect("latency");

@@ -57,6 +57,27 @@ pub fn run(args: &[&str]) -> std::process::Output {
         .expect("the sluice binary runs")
 }
 
+/// Runs `sluice fwd` between ports `a` and `b` for 0.2 s with 256
+/// descriptors and a JSON summary, with `extra` arguments: its output.
+pub fn fwd_pair(a: &str, b: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "fwd",
+        "--port",
+        a,
+        "--port",
+        b,
+        "--duration",
+        "0.2",
+        "--json",
+        "--rxd",
+        "256",
+        "--txd",
+        "256",
+    ];
+    args.extend_from_slice(extra);
+    run(&args)
+}
+
 /// Asserts that the run succeeded, saying how it ended otherwise.
 pub fn assert_success(out: &std::process::Output) {
     assert!(

@@ -242,12 +242,12 @@ impl MbufHeader {
     pub(crate) fn write_buf_tail(&mut self, tail: BufTail) {
         #[cfg(target_arch = "x86_64")]
         {
+            // Bytes 48..64: four integer and raw-pointer fields with no
+            // padding between them (asserted with the layout), for which any
+            // bits are valid, 16-byte aligned (the header is 64-byte
+            // aligned). SSE2 is part of every x86-64 target.
             let p = std::ptr::addr_of_mut!(self.frag_target).cast::<std::arch::x86_64::__m128i>();
-            // SAFETY: bytes 48..64 of a header we may write (`&mut self`):
-            // four integer and raw-pointer fields with no padding between
-            // them (asserted with the layout), for which any bits are
-            // valid; 16-byte aligned (the header is 64-byte aligned). SSE2
-            // is part of every x86-64 target.
+            // SAFETY: an aligned store into a header we may write (`&mut self`).
             unsafe { std::arch::x86_64::_mm_store_si128(p, tail.bytes) };
         }
         #[cfg(not(target_arch = "x86_64"))]

@@ -182,7 +182,7 @@ pub struct Checker {
     /// The tester's streams by tag, as of `streams_added`.
     streams: Vec<Option<Arc<StreamState>>>,
     /// How many streams the tester had when `streams` was filled.
-    streams_added: usize,
+    streams_added: u16,
     stats: Arc<CheckStats>,
     /// The headers and stamp the generator wrote, rebuilt.
     scratch: [u8; MAX_HEAD],
@@ -263,7 +263,7 @@ impl Checker {
     fn stream_by_tag(&mut self, tag: u16) -> Option<&StreamState> {
         let i = usize::from(tag);
         if !matches!(self.streams.get(i), Some(Some(_)))
-            && self.tester.added() != self.streams_added
+            && self.tester.streams() != self.streams_added
         {
             self.fill_streams();
         }
@@ -274,7 +274,7 @@ impl Checker {
     #[cold]
     fn fill_streams(&mut self) {
         let all = self.tester.all_streams();
-        self.streams_added = all.len();
+        self.streams_added = all.len() as u16;
         for s in all {
             let i = usize::from(s.ids.tag);
             if self.streams.len() <= i {

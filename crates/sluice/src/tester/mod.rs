@@ -59,7 +59,7 @@ mod tags;
 #[cfg(all(test, not(loom)))]
 mod tests;
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU16, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
 pub use checker::Checker;
@@ -102,9 +102,10 @@ pub struct Tester {
     config: TesterConfig,
     layout: Layout,
     streams: RwLock<Vec<Arc<StreamState>>>,
-    /// How many streams have been added (`streams.len()`, read without the
-    /// lock by checkers to see when their cache is out of date).
-    added: AtomicUsize,
+    /// How many streams have been added: `streams.len()`, stored under its
+    /// write lock with Release, read without the lock with Acquire
+    /// ([`streams`](Tester::streams)).
+    added: AtomicU16,
     generators: Mutex<Vec<Arc<GenStats>>>,
     checkers: Mutex<Vec<Arc<CheckStats>>>,
     /// Generators send nothing while set ([`pause`](Tester::pause)).
@@ -122,7 +123,7 @@ impl Tester {
             layout: Layout::new(&config),
             config,
             streams: RwLock::new(Vec::new()),
-            added: AtomicUsize::new(0),
+            added: AtomicU16::new(0),
             generators: Mutex::new(Vec::new()),
             checkers: Mutex::new(Vec::new()),
             paused: AtomicBool::new(false),
@@ -173,21 +174,14 @@ impl Tester {
             order,
             next_seq,
         }));
-        self.added.store(streams.len(), Ordering::Release);
+        self.added.store(number + 1, Ordering::Release);
         number
     }
 
-    /// How many streams have been added.
-    pub fn streams(&self) -> u16 {
-        self.streams
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len() as u16
-    }
-
-    /// How many streams have been added, without the lock.
+    /// How many streams have been added (read without the lock: checkers
+    /// ask on their path, to see when their cache is out of date).
     #[inline]
-    pub(crate) fn added(&self) -> usize {
+    pub fn streams(&self) -> u16 {
         self.added.load(Ordering::Acquire)
     }
 

@@ -541,11 +541,10 @@ impl Storage {
 /// model's sense, and any address may be given.
 #[inline(always)]
 pub(crate) fn prefetch_for_write(p: *const u8) {
+    // Processors without `prefetchw` execute it as a no-op: its opcode is
+    // in the hint space of every x86-64 processor.
     #[cfg(all(target_arch = "x86_64", not(loom)))]
-    // SAFETY: `prefetchw` is a hint that cannot fault or change memory, and
-    // touches neither the stack nor the flags; processors without it
-    // execute it as a no-op (its opcode is in the hint space of every
-    // x86-64 processor).
+    // SAFETY: a hint: it cannot fault or change memory, stack or flags.
     unsafe {
         std::arch::asm!(
             "prefetchw [{p}]",
@@ -565,12 +564,7 @@ fn prefetch_line(line: *const u8, write: bool) {
     if write {
         prefetch_for_write(line);
     } else {
-        // SAFETY: a prefetch is a hint that cannot fault or change memory;
-        // SSE, which `prefetcht0` belongs to, is part of the x86-64
-        // baseline.
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(line.cast())
-        };
+        crate::pagepool::prefetch(line);
     }
 }
 

@@ -152,12 +152,11 @@ pub fn need_event(event_idx: u16, new: u16, old: u16) -> bool {
 /// elsewhere, the fence itself.
 #[inline(always)]
 pub(crate) fn store_load_fence() {
+    // The asm may touch memory, so the compiler moves no access across it,
+    // as across a fence; it changes the flags, which are not declared
+    // preserved.
     #[cfg(all(target_arch = "x86_64", not(loom)))]
-    // SAFETY: the word at `rsp` is this thread's stack, mapped and
-    // writable; or-ing 0 into it leaves its value as it was, atomically, so
-    // whatever the compiler keeps there is unchanged. The asm may touch
-    // memory, so the compiler moves no access across it, as across a
-    // fence; it changes the flags, which are not declared preserved.
+    // SAFETY: `[rsp]` is this thread's mapped stack; or-ing 0 keeps its value.
     unsafe {
         std::arch::asm!("lock or dword ptr [rsp], 0")
     };

@@ -54,12 +54,11 @@ unsafe fn write_read_format(d: &Desc, q0: u64) {
     {
         use std::arch::x86_64::{_mm_cvtsi64_si128, _mm_store_si128};
         // The ring's words are atomics (`UnsafeCell`), so a plain store
-        // through the shared reference is allowed.
+        // through the shared reference is allowed. A descriptor is 16
+        // bytes, 16-byte aligned (the ring is 64-byte aligned); SSE2 is part
+        // of every x86-64 target; `_mm_cvtsi64_si128` zeroes the high word.
         let p = (d as *const Desc).cast_mut().cast();
-        // SAFETY: the caller's contract: no other access to the descriptor
-        // races this store; a descriptor is 16 bytes, 16-byte aligned (the
-        // ring is 64-byte aligned). SSE2 is part of every x86-64 target;
-        // `_mm_cvtsi64_si128` zeroes the high word.
+        // SAFETY: the caller's contract: nothing races this aligned store.
         unsafe { _mm_store_si128(p, _mm_cvtsi64_si128(q0 as i64)) };
     }
     #[cfg(not(target_arch = "x86_64"))]
