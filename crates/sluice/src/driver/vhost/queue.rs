@@ -323,7 +323,7 @@ fn fill(
     chains: &[Chain],
     driver: &TxCounters,
     ring: &mut ActiveRing,
-    m: &mut Mbuf,
+    m: &Mbuf,
     fits: bool,
 ) -> bool {
     if !fits {
@@ -341,24 +341,29 @@ fn fill(
         header[10..12].copy_from_slice(&(chains.len() as u16).to_le_bytes());
     }
     let header = &header[..ring.hdr_len];
-    // A one-segment packet of its own gets the header in its headroom, so
-    // header and frame go out in one copy (the mbuf is freed once sent).
-    let joined = m.nb_segs() == 1
-        && m.prepend(header.len())
-            .map(|room| room.copy_from_slice(header))
-            .is_ok();
-    // The common case: header and frame in one piece, into a chain whose
-    // first buffer holds them all (its bounds were checked when it was
-    // taken).
-    if joined
+    // The common case: a one-segment packet into a chain whose first
+    // buffer holds header and frame (its bounds were checked when it was
+    // taken), each copied straight there. The header is not put in the
+    // mbuf's headroom first: that line is cold in a buffer just filled by
+    // a receive, and the copy's wide loads would wait for its 12-byte
+    // store to land.
+    if m.nb_segs() == 1
         && let [chain] = chains
         && let Some(segment) = chain.segments().first()
         && segment.writable
-        && m.data().len() <= segment.len as usize
+        && header.len() + m.data().len() <= segment.len as usize
     {
         let data = m.data();
-        let written = ring.queue.memory().write_from(segment.addr, data).is_ok();
-        let len = if written { data.len() as u32 } else { 0 };
+        let written = ring
+            .queue
+            .memory()
+            .write_pair(segment.addr, header, data)
+            .is_ok();
+        let len = if written {
+            (header.len() + data.len()) as u32
+        } else {
+            0
+        };
         // Returned whatever happened, with what it holds.
         let returned = ring.queue.push_used(chain.head(), len).is_ok();
         if !(written && returned) {
@@ -366,7 +371,6 @@ fn fill(
         }
         return written && returned;
     }
-    let header: &[u8] = if joined { &[] } else { header };
     let mut failed = false;
     // The header, then the frame, across the chains in order.
     let mut pieces = std::iter::once(header)
@@ -447,7 +451,7 @@ impl TxQueue for VhostTx {
         let taken = self.reserved.len();
         let (mut sent, mut bytes, mut dropped) = (0usize, 0u64, 0u64);
         let mut first = 0usize;
-        for (m, reserved) in burst.as_mut_slice().iter_mut().zip(&self.reserved) {
+        for (m, reserved) in burst.as_slice().iter().zip(&self.reserved) {
             let chains = &self.chains[first..first + reserved.chains];
             first += reserved.chains;
             let len = u64::from(m.pkt_len());
