@@ -240,6 +240,41 @@ impl Storage {
         unsafe { copy_shared(src.as_ptr(), dst, src.len()) };
     }
 
+    /// Stores the first `len` (at most 16) bytes of `value`, little-endian,
+    /// at `offset`, straight from registers: nothing is loaded from memory,
+    /// so the stores wait on no earlier store. The caller has checked the
+    /// bounds.
+    fn write_prefix(&self, offset: usize, value: u128, len: usize) {
+        debug_assert!(len <= 16 && offset + len <= self.len);
+        #[cfg(target_arch = "x86_64")]
+        {
+            use x86_moves::{store1, store2, store4, store8};
+            // SAFETY: in bounds (checked by the caller).
+            let dst = unsafe { self.ptr.add(offset) };
+            let (mut at, mut rest) = (0usize, value);
+            for width in [8usize, 4, 2, 1] {
+                // Each width at most twice (16 bytes), largest first.
+                while len - at >= width {
+                    // SAFETY: `dst + at .. dst + at + width` lies within the
+                    // `len` bytes checked above.
+                    unsafe {
+                        let to = dst.add(at);
+                        match width {
+                            8 => store8(to, rest as u64),
+                            4 => store4(to, rest as u32),
+                            2 => store2(to, rest as u16),
+                            _ => store1(to, rest as u8),
+                        }
+                    }
+                    rest >>= 8 * width;
+                    at += width;
+                }
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        self.write(offset, &value.to_le_bytes()[..len]);
+    }
+
     /// Loads the 2-byte word at `offset` (2-aligned in GPA terms; the
     /// caller has checked bounds, and region starts are 2-aligned in the
     /// host too, see `GuestMemory::new`).
@@ -410,6 +445,74 @@ mod x86_moves {
         }
     }
 
+    /// Stores `value` at `dst` (any alignment).
+    ///
+    /// # Safety
+    /// `dst..dst + 8` writable.
+    #[inline(always)]
+    pub(super) unsafe fn store8(dst: *mut u8, value: u64) {
+        // SAFETY: the caller's contract; the store touches only those bytes.
+        unsafe {
+            std::arch::asm!(
+                "mov qword ptr [{d}], {v}",
+                d = in(reg) dst,
+                v = in(reg) value,
+                options(nostack, preserves_flags)
+            );
+        }
+    }
+
+    /// Stores `value` at `dst` (any alignment).
+    ///
+    /// # Safety
+    /// `dst..dst + 4` writable.
+    #[inline(always)]
+    pub(super) unsafe fn store4(dst: *mut u8, value: u32) {
+        // SAFETY: the caller's contract; the store touches only those bytes.
+        unsafe {
+            std::arch::asm!(
+                "mov dword ptr [{d}], {v:e}",
+                d = in(reg) dst,
+                v = in(reg) value,
+                options(nostack, preserves_flags)
+            );
+        }
+    }
+
+    /// Stores `value` at `dst` (any alignment).
+    ///
+    /// # Safety
+    /// `dst..dst + 2` writable.
+    #[inline(always)]
+    pub(super) unsafe fn store2(dst: *mut u8, value: u16) {
+        // SAFETY: the caller's contract; the store touches only those bytes.
+        unsafe {
+            std::arch::asm!(
+                "mov word ptr [{d}], {v:x}",
+                d = in(reg) dst,
+                v = in(reg) value,
+                options(nostack, preserves_flags)
+            );
+        }
+    }
+
+    /// Stores `value` at `dst`.
+    ///
+    /// # Safety
+    /// `dst` writable.
+    #[inline(always)]
+    pub(super) unsafe fn store1(dst: *mut u8, value: u8) {
+        // SAFETY: the caller's contract; the store touches only that byte.
+        unsafe {
+            std::arch::asm!(
+                "mov byte ptr [{d}], {v}",
+                d = in(reg) dst,
+                v = in(reg_byte) value,
+                options(nostack, preserves_flags)
+            );
+        }
+    }
+
     /// # Safety
     /// `src..src + 8` readable, `dst..dst + 8` writable.
     #[inline(always)]
@@ -498,6 +601,10 @@ impl Storage {
             // concurrent with the write.
             self.bytes[offset + i].with_mut(|p| unsafe { *p = *b });
         }
+    }
+
+    fn write_prefix(&self, offset: usize, value: u128, len: usize) {
+        self.write(offset, &value.to_le_bytes()[..len]);
     }
 
     fn load_u16(&self, offset: usize, order: Ordering) -> u16 {
@@ -670,14 +777,28 @@ impl GuestMemory {
         Ok(())
     }
 
-    /// Copies `head` to `gpa` and `tail` right after it: a header and the
-    /// frame it precedes, written into one buffer with one bounds check and
-    /// without first joining them anywhere else.
-    pub fn write_pair(&self, gpa: u64, head: &[u8], tail: &[u8]) -> Result<(), VirtioError> {
-        let len = head.len() + tail.len();
+    /// Writes a short header and the bytes that follow it into one buffer
+    /// with one bounds check: the first `prefix_len` (at most 16) bytes of
+    /// `prefix`, little-endian, at `gpa`, then `data`. The header is stored
+    /// straight from registers: a header built in memory and copied would
+    /// be loaded back over the stores that built it, and such a load waits
+    /// until every earlier store has reached the cache, the stores into
+    /// the other side's buffers among them.
+    pub fn write_prefixed(
+        &self,
+        gpa: u64,
+        prefix: u128,
+        prefix_len: usize,
+        data: &[u8],
+    ) -> Result<(), VirtioError> {
+        let prefix_len = prefix_len.min(16);
+        let len = prefix_len + data.len();
         let (region, offset) = self.locate(gpa, len as u64)?;
-        region.mapping.storage.write(offset, head);
-        region.mapping.storage.write(offset + head.len(), tail);
+        region
+            .mapping
+            .storage
+            .write_prefix(offset, prefix, prefix_len);
+        region.mapping.storage.write(offset + prefix_len, data);
         Ok(())
     }
 
@@ -1047,17 +1168,28 @@ mod tests {
     }
 
     #[test]
-    fn a_pair_lands_back_to_back_inside_one_region_or_not_at_all() {
+    fn a_prefixed_write_lands_back_to_back_inside_one_region_or_not_at_all() {
         let mem = two_regions();
-        mem.write_from(0x1100, &[0xee; 32]).unwrap();
-        mem.write_pair(0x1101, &[1, 2, 3], b"frame").unwrap();
-        let mut back = [0u8; 10];
-        mem.read_into(0x1100, &mut back).unwrap();
-        assert_eq!(back, [0xee, 1, 2, 3, b'f', b'r', b'a', b'm', b'e', 0xee]);
-        // Each piece fits, the pair does not: nothing is written.
+        let prefix = u128::from_le_bytes(*b"0123456789abcdef");
+        for prefix_len in 0..=16 {
+            for start in 0..3u64 {
+                let gpa = 0x1100 + start;
+                mem.write_from(0x1100, &[0xee; 40]).unwrap();
+                mem.write_prefixed(gpa, prefix, prefix_len, b"frame")
+                    .unwrap();
+                let mut back = [0u8; 40];
+                mem.read_into(0x1100, &mut back).unwrap();
+                let mut want = [0xeeu8; 40];
+                let at = start as usize;
+                want[at..at + prefix_len].copy_from_slice(&b"0123456789abcdef"[..prefix_len]);
+                want[at + prefix_len..at + prefix_len + 5].copy_from_slice(b"frame");
+                assert_eq!(back, want, "prefix of {prefix_len} at +{start}");
+            }
+        }
+        // Each piece fits, the whole does not: nothing is written.
         mem.write_from(0x1ff0, &[0xee; 16]).unwrap();
         assert_eq!(
-            mem.write_pair(0x1ff0, &[1; 12], &[2; 8]),
+            mem.write_prefixed(0x1ff0, prefix, 12, &[2; 8]),
             Err(VirtioError::OutsideMemory {
                 gpa: 0x1ff0,
                 len: 20

@@ -164,6 +164,34 @@ pub(crate) fn store_load_fence() {
     crate::sync::fence(Ordering::SeqCst);
 }
 
+/// A 16-bit ring index or count held in a 32-bit word, loaded and stored
+/// whole. The compiler may load a `u16` field as a 32-bit word when the
+/// upper half goes unused; after a 16-bit store to the field, that load
+/// cannot take its value from the store buffer and waits until the store,
+/// and every store before it, has reached the cache: the descriptor and
+/// ring stores waiting on lines the other side holds among them, which
+/// made each chain added or taken wait for the one before. Stored whole, the word
+/// is forwarded to the next load at once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Word16(u32);
+
+impl Word16 {
+    #[inline(always)]
+    fn new(value: u16) -> Word16 {
+        Word16(u32::from(value))
+    }
+
+    #[inline(always)]
+    fn get(self) -> u16 {
+        self.0 as u16
+    }
+
+    #[inline(always)]
+    fn set(&mut self, value: u16) {
+        self.0 = u32::from(value);
+    }
+}
+
 /// Stores `next` as a ring's index at `at` with Release when it moved past
 /// `*published`, which then follows it: one store per batch. The caller's
 /// comment names the Acquire it pairs with.
@@ -171,11 +199,11 @@ fn publish_index(
     mem: &GuestMemory,
     at: u64,
     next: u16,
-    published: &mut u16,
+    published: &mut Word16,
 ) -> Result<(), VirtioError> {
-    if next != *published {
+    if next != published.get() {
         mem.store_u16(at, next, Ordering::Release)?;
-        *published = next;
+        published.set(next);
     }
     Ok(())
 }
@@ -191,9 +219,10 @@ fn wants_notification(
     event_at: Option<u64>,
     flags: (u64, u16),
     published: u16,
-    notified: &mut u16,
+    notified: &mut Word16,
 ) -> Result<bool, VirtioError> {
-    let old = std::mem::replace(notified, published);
+    let old = notified.get();
+    notified.set(published);
     match event_at {
         Some(at) => Ok(need_event(
             mem.load_u16(at, Ordering::Relaxed)?,
@@ -568,9 +597,9 @@ pub struct DeviceQueue {
     /// and a run of them may go back as one used entry.
     in_order: bool,
     /// The next available ring entry to take.
-    last_avail: u16,
+    last_avail: Word16,
     /// The last `avail.idx` loaded.
-    avail_shadow: u16,
+    avail_shadow: Word16,
     /// The available ring's entries from `heads_at` on, as
     /// [`prefetch_descs`](Self::prefetch_descs) read them, so that taking
     /// those chains does not load the driver's line again (the driver
@@ -580,13 +609,13 @@ pub struct DeviceQueue {
     /// later, which needs a descriptor that chain or one after it holds.
     heads: Vec<u16>,
     /// The free-running index of `heads[0]`.
-    heads_at: u16,
+    heads_at: Word16,
     /// The next used ring entry to write.
-    next_used: u16,
+    next_used: Word16,
     /// The last `used.idx` stored.
-    published_used: u16,
+    published_used: Word16,
     /// `used.idx` at the last `needs_notify`.
-    signalled_used: u16,
+    signalled_used: Word16,
     /// Chains taken and not yet returned.
     in_flight: u32,
     stats: DeviceQueueStats,
@@ -616,13 +645,13 @@ impl DeviceQueue {
             event_idx: has_feature(features, VIRTIO_F_EVENT_IDX),
             indirect: has_feature(features, VIRTIO_F_INDIRECT_DESC),
             in_order: has_feature(features, VIRTIO_F_IN_ORDER),
-            last_avail: 0,
-            avail_shadow: 0,
+            last_avail: Word16::new(0),
+            avail_shadow: Word16::new(0),
             heads: Vec::new(),
-            heads_at: 0,
-            next_used: 0,
-            published_used: 0,
-            signalled_used: 0,
+            heads_at: Word16::new(0),
+            next_used: Word16::new(0),
+            published_used: Word16::new(0),
+            signalled_used: Word16::new(0),
             in_flight: 0,
             stats: DeviceQueueStats::default(),
         })
@@ -639,11 +668,11 @@ impl DeviceQueue {
         base: u16,
     ) -> Result<DeviceQueue, VirtioError> {
         let mut queue = DeviceQueue::new(mem, layout, features)?;
-        queue.last_avail = base;
-        queue.avail_shadow = base;
-        queue.next_used = base;
-        queue.published_used = base;
-        queue.signalled_used = base;
+        queue.last_avail.set(base);
+        queue.avail_shadow.set(base);
+        queue.next_used.set(base);
+        queue.published_used.set(base);
+        queue.signalled_used.set(base);
         Ok(queue)
     }
 
@@ -664,7 +693,7 @@ impl DeviceQueue {
 
     /// The next available ring index the device takes.
     pub fn last_avail_idx(&self) -> u16 {
-        self.last_avail
+        self.last_avail.get()
     }
 
     /// Chains taken and not yet returned with [`push_used`](Self::push_used).
@@ -682,7 +711,7 @@ impl DeviceQueue {
         if u32::from(n) > self.in_flight {
             return Err(VirtioError::NothingInFlight);
         }
-        self.last_avail = self.last_avail.wrapping_sub(n);
+        self.last_avail.set(self.last_avail.get().wrapping_sub(n));
         self.heads.clear();
         self.in_flight -= u32::from(n);
         self.stats.chains -= u64::from(n);
@@ -701,25 +730,25 @@ impl DeviceQueue {
     /// ring and Ok(false) returned: once they are returned, the next take
     /// refuses it.
     pub fn pop_avail_into(&mut self, chain: &mut Chain) -> Result<bool, VirtioError> {
-        if self.last_avail == self.avail_shadow {
+        if self.last_avail.get() == self.avail_shadow.get() {
             // Acquire: pairs with the Release of `DriverQueue::publish_avail`,
             // so the ring entries and descriptors below it are complete.
             let idx = self
                 .mem
                 .area_load_u16(&self.avail_area, 2, Ordering::Acquire)?;
-            if idx.wrapping_sub(self.last_avail) > self.layout.size {
+            if idx.wrapping_sub(self.last_avail.get()) > self.layout.size {
                 self.stats.index_errors += 1;
                 return Err(VirtioError::AvailIndexJump {
-                    last: self.last_avail,
+                    last: self.last_avail.get(),
                     idx,
                 });
             }
-            self.avail_shadow = idx;
-            if idx == self.last_avail {
+            self.avail_shadow.set(idx);
+            if idx == self.last_avail.get() {
                 return Ok(false);
             }
         }
-        let ahead = usize::from(self.last_avail.wrapping_sub(self.heads_at));
+        let ahead = usize::from(self.last_avail.get().wrapping_sub(self.heads_at.get()));
         let head = match self.heads.get(ahead) {
             Some(&head) => {
                 if ahead + 1 == self.heads.len() {
@@ -731,11 +760,11 @@ impl DeviceQueue {
             // Relaxed: the entry is below the index loaded with Acquire.
             None => self.mem.area_load_u16(
                 &self.avail_area,
-                self.avail_entry_at(self.last_avail),
+                self.avail_entry_at(self.last_avail.get()),
                 Ordering::Relaxed,
             )?,
         };
-        self.last_avail = self.last_avail.wrapping_add(1);
+        self.last_avail.set(self.last_avail.get().wrapping_add(1));
         match self.walk(head, chain) {
             Ok(()) => {
                 self.in_flight += 1;
@@ -743,7 +772,7 @@ impl DeviceQueue {
                 Ok(true)
             }
             Err(_) if self.in_order && self.in_flight > 0 => {
-                self.last_avail = self.last_avail.wrapping_sub(1);
+                self.last_avail.set(self.last_avail.get().wrapping_sub(1));
                 chain.clear(head);
                 Ok(false)
             }
@@ -767,15 +796,15 @@ impl DeviceQueue {
         let idx = self
             .mem
             .area_load_u16(&self.avail_area, 2, Ordering::Acquire)?;
-        let ready = idx.wrapping_sub(self.last_avail);
+        let ready = idx.wrapping_sub(self.last_avail.get());
         if ready > self.layout.size {
             self.stats.index_errors += 1;
             return Err(VirtioError::AvailIndexJump {
-                last: self.last_avail,
+                last: self.last_avail.get(),
                 idx,
             });
         }
-        self.avail_shadow = idx;
+        self.avail_shadow.set(idx);
         Ok(ready)
     }
 
@@ -786,11 +815,11 @@ impl DeviceQueue {
     /// here, and an entry that makes no sense is not prefetched (a chain
     /// is checked in full when it is taken).
     pub fn prefetch_descs(&mut self, n: u16) {
-        let n = n.min(self.avail_shadow.wrapping_sub(self.last_avail));
+        let n = n.min(self.avail_shadow.get().wrapping_sub(self.last_avail.get()));
         self.heads.clear();
-        self.heads_at = self.last_avail;
+        self.heads_at.set(self.last_avail.get());
         for ahead in 0..n {
-            let entry = self.avail_entry_at(self.last_avail.wrapping_add(ahead));
+            let entry = self.avail_entry_at(self.last_avail.get().wrapping_add(ahead));
             // Relaxed: below the index loaded with Acquire.
             let Ok(head) = self
                 .mem
@@ -822,7 +851,7 @@ impl DeviceQueue {
         let n = n.min(self.layout.size);
         // One entry in eight (a line holds eight), and the last one.
         for ahead in (0..n).step_by(8).chain(n.checked_sub(1)) {
-            let entry = self.used_entry_at(self.next_used.wrapping_add(ahead));
+            let entry = self.used_entry_at(self.next_used.get().wrapping_add(ahead));
             self.mem.area_prefetch(&self.used_area, entry, true);
         }
     }
@@ -952,11 +981,11 @@ impl DeviceQueue {
     /// Writes a used entry (not yet published).
     fn write_used(&mut self, head: u16, len: u32) -> Result<(), VirtioError> {
         // Two 4-byte words (a used entry is 4-aligned): its id, its length.
-        let entry = self.used_entry_at(self.next_used);
+        let entry = self.used_entry_at(self.next_used.get());
         self.mem
             .area_store_u32(&self.used_area, entry, u32::from(head))?;
         self.mem.area_store_u32(&self.used_area, entry + 4, len)?;
-        self.next_used = self.next_used.wrapping_add(1);
+        self.next_used.set(self.next_used.get().wrapping_add(1));
         Ok(())
     }
 
@@ -995,11 +1024,12 @@ impl DeviceQueue {
             // the driver reads it there, counts the run's chains up to
             // that head and looks for the next entry after the run (`n` is
             // at most `in_flight`, at most the queue size).
-            let entry = self.used_entry_at(self.next_used);
+            let entry = self.used_entry_at(self.next_used.get());
             self.mem
                 .area_store_u32(&self.used_area, entry, u32::from(last.head))?;
             self.mem.area_store_u32(&self.used_area, entry + 4, 0)?;
-            self.next_used = self.next_used.wrapping_add(n as u16);
+            self.next_used
+                .set(self.next_used.get().wrapping_add(n as u16));
         } else {
             for chain in chains {
                 self.write_used(chain.head, 0)?;
@@ -1017,7 +1047,7 @@ impl DeviceQueue {
         publish_index(
             &self.mem,
             self.layout.used_idx(),
-            self.next_used,
+            self.next_used.get(),
             &mut self.published_used,
         )
     }
@@ -1032,7 +1062,7 @@ impl DeviceQueue {
         // either way (`need_event` with equal old and new indices is
         // false), so the fence and the load of the driver's line are
         // skipped, as on every empty poll.
-        if self.published_used == self.signalled_used {
+        if self.published_used.get() == self.signalled_used.get() {
             return Ok(false);
         }
         // SeqCst fence: orders the `used.idx` store of `publish_used` before
@@ -1043,7 +1073,7 @@ impl DeviceQueue {
             &self.mem,
             self.event_idx.then(|| self.layout.used_event()),
             (self.layout.avail_flags(), VIRTQ_AVAIL_F_NO_INTERRUPT),
-            self.published_used,
+            self.published_used.get(),
             &mut self.signalled_used,
         )
     }
@@ -1071,7 +1101,7 @@ impl DeviceQueue {
         if self.event_idx {
             self.mem.store_u16(
                 self.layout.avail_event(),
-                self.last_avail,
+                self.last_avail.get(),
                 Ordering::Relaxed,
             )?;
         } else {
@@ -1084,7 +1114,7 @@ impl DeviceQueue {
         let idx = self
             .mem
             .load_u16(self.layout.avail_idx(), Ordering::Acquire)?;
-        Ok(idx != self.last_avail)
+        Ok(idx != self.last_avail.get())
     }
 
     /// Sets `avail_event` (with `VIRTIO_F_EVENT_IDX`): the driver notifies
@@ -1161,29 +1191,29 @@ pub struct DriverQueue {
     /// The free list's links and, for a chain in flight, its own links (the
     /// driver's copy; the table in guest memory is never read back).
     next: Vec<u16>,
-    free_head: u16,
+    free_head: Word16,
     /// The free list's last descriptor (when it has any; not in order).
-    free_tail: u16,
-    num_free: u16,
+    free_tail: Word16,
+    num_free: Word16,
     /// Per head: descriptors of the chain in flight there, 0 when none.
     chain_descs: Vec<u16>,
     /// Per head: writable bytes of the chain in flight there.
     chain_writable: Vec<u64>,
-    in_flight: u16,
+    in_flight: Word16,
     /// The next available ring entry to write.
-    avail_idx: u16,
+    avail_idx: Word16,
     /// The last `avail.idx` stored.
-    published_avail: u16,
+    published_avail: Word16,
     /// `avail.idx` at the last `needs_kick`.
-    kicked_avail: u16,
+    kicked_avail: Word16,
     /// The next used ring entry to read.
-    last_used: u16,
+    last_used: Word16,
     /// The last `used.idx` loaded.
-    used_shadow: u16,
+    used_shadow: Word16,
     /// In order: chains still to return from the batch a used entry stands
     /// for, the head that entry named and the length it carried.
-    batch_left: u16,
-    batch_head: u16,
+    batch_left: Word16,
+    batch_head: Word16,
     batch_len: u32,
     stats: DriverQueueStats,
 }
@@ -1224,19 +1254,19 @@ impl DriverQueue {
             next: (1..=size)
                 .map(|i| if in_order { i & (size - 1) } else { i })
                 .collect(),
-            free_head: 0,
-            free_tail: size - 1,
-            num_free: size,
+            free_head: Word16::new(0),
+            free_tail: Word16::new(size - 1),
+            num_free: Word16::new(size),
             chain_descs: vec![0; usize::from(size)],
             chain_writable: vec![0; usize::from(size)],
-            in_flight: 0,
-            avail_idx: 0,
-            published_avail: 0,
-            kicked_avail: 0,
-            last_used: 0,
-            used_shadow: 0,
-            batch_left: 0,
-            batch_head: 0,
+            in_flight: Word16::new(0),
+            avail_idx: Word16::new(0),
+            published_avail: Word16::new(0),
+            kicked_avail: Word16::new(0),
+            last_used: Word16::new(0),
+            used_shadow: Word16::new(0),
+            batch_left: Word16::new(0),
+            batch_head: Word16::new(0),
             batch_len: 0,
             stats: DriverQueueStats::default(),
         })
@@ -1264,12 +1294,12 @@ impl DriverQueue {
 
     /// Free descriptors.
     pub fn num_free(&self) -> u16 {
-        self.num_free
+        self.num_free.get()
     }
 
     /// Chains added and not yet reclaimed.
     pub fn in_flight(&self) -> u16 {
-        self.in_flight
+        self.in_flight.get()
     }
 
     /// Checks a chain's buffers: not empty, readable ones first, all in
@@ -1299,13 +1329,13 @@ impl DriverQueue {
     /// outside guest memory, fewer free descriptors than segments.
     pub fn add_chain(&mut self, segments: &[Segment]) -> Result<u16, VirtioError> {
         let writable = self.check_segments(segments)?;
-        if segments.len() > usize::from(self.num_free) {
+        if segments.len() > usize::from(self.num_free.get()) {
             return Err(VirtioError::NoFreeDescriptors {
                 need: segments.len(),
-                free: usize::from(self.num_free),
+                free: usize::from(self.num_free.get()),
             });
         }
-        let head = self.free_head;
+        let head = self.free_head.get();
         let mut idx = head;
         for (i, s) in segments.iter().enumerate() {
             let last = i + 1 == segments.len();
@@ -1325,8 +1355,9 @@ impl DriverQueue {
                 idx = next;
             }
         }
-        self.free_head = self.next[usize::from(idx)];
-        self.num_free -= segments.len() as u16;
+        self.free_head.set(self.next[usize::from(idx)]);
+        self.num_free
+            .set(self.num_free.get() - segments.len() as u16);
         self.start_chain(head, segments.len() as u16, writable)
     }
 
@@ -1350,10 +1381,10 @@ impl DriverQueue {
                 len: u64::from(len),
             });
         }
-        if self.num_free == 0 {
+        if self.num_free.get() == 0 {
             return Err(VirtioError::NoFreeDescriptors { need: 1, free: 0 });
         }
-        let head = self.free_head;
+        let head = self.free_head.get();
         let desc = Descriptor {
             addr,
             len,
@@ -1361,8 +1392,8 @@ impl DriverQueue {
             next: 0,
         };
         self.write_desc(head, desc)?;
-        self.free_head = self.next[usize::from(head)];
-        self.num_free -= 1;
+        self.free_head.set(self.next[usize::from(head)]);
+        self.num_free.set(self.num_free.get() - 1);
         self.start_chain(head, 1, if writable { u64::from(len) } else { 0 })
     }
 
@@ -1381,7 +1412,7 @@ impl DriverQueue {
                 free: usize::from(self.layout.size),
             });
         }
-        if self.num_free == 0 {
+        if self.num_free.get() == 0 {
             return Err(VirtioError::NoFreeDescriptors { need: 1, free: 0 });
         }
         let table_len = DESC_SIZE * segments.len() as u64;
@@ -1401,7 +1432,7 @@ impl DriverQueue {
             self.mem
                 .write_from(table + DESC_SIZE * i as u64, &desc.to_bytes())?;
         }
-        let head = self.free_head;
+        let head = self.free_head.get();
         let desc = Descriptor {
             addr: table,
             len: table_len as u32,
@@ -1409,8 +1440,8 @@ impl DriverQueue {
             next: 0,
         };
         write_desc(&self.mem, self.layout.desc(head), desc)?;
-        self.free_head = self.next[usize::from(head)];
-        self.num_free -= 1;
+        self.free_head.set(self.next[usize::from(head)]);
+        self.num_free.set(self.num_free.get() - 1);
         self.start_chain(head, 1, writable)
     }
 
@@ -1422,18 +1453,18 @@ impl DriverQueue {
     /// from the free run's start; otherwise the free list's first one
     /// alone. A hint: nothing is written.
     pub fn prefetch_free_descs(&self, n: u16) {
-        let n = n.min(self.num_free).min(64);
+        let n = n.min(self.num_free.get()).min(64);
         if n == 0 {
             return;
         }
         if !self.in_order {
-            let at = DESC_SIZE * u64::from(self.free_head);
+            let at = DESC_SIZE * u64::from(self.free_head.get());
             self.mem.area_prefetch(&self.desc_area, at, true);
             return;
         }
         // One descriptor in four (a line holds four), and the last one.
         for ahead in (0..n).step_by(4).chain(std::iter::once(n - 1)) {
-            let i = self.free_head.wrapping_add(ahead) & self.layout.mask();
+            let i = self.free_head.get().wrapping_add(ahead) & self.layout.mask();
             self.mem
                 .area_prefetch(&self.desc_area, DESC_SIZE * u64::from(i), true);
         }
@@ -1445,13 +1476,13 @@ impl DriverQueue {
     fn start_chain(&mut self, head: u16, descs: u16, writable: u64) -> Result<u16, VirtioError> {
         self.chain_descs[usize::from(head)] = descs;
         self.chain_writable[usize::from(head)] = writable;
-        self.in_flight += 1;
+        self.in_flight.set(self.in_flight.get() + 1);
         self.stats.added += 1;
         // Relaxed: published by the Release store of the index. Written
         // only when it changes (the type's docs).
-        let entry = 4 + 2 * u64::from(self.avail_idx & self.layout.mask());
+        let entry = 4 + 2 * u64::from(self.avail_idx.get() & self.layout.mask());
         self.mem.area_update_u16(&self.avail_area, entry, head)?;
-        self.avail_idx = self.avail_idx.wrapping_add(1);
+        self.avail_idx.set(self.avail_idx.get().wrapping_add(1));
         Ok(head)
     }
 
@@ -1481,7 +1512,7 @@ impl DriverQueue {
         publish_index(
             &self.mem,
             self.layout.avail_idx(),
-            self.avail_idx,
+            self.avail_idx.get(),
             &mut self.published_avail,
         )
     }
@@ -1495,7 +1526,7 @@ impl DriverQueue {
         // Nothing published since the last call: no kick is due either way
         // (`need_event` with equal old and new indices is false), so the
         // fence and the load of the device's line are skipped.
-        if self.published_avail == self.kicked_avail {
+        if self.published_avail.get() == self.kicked_avail.get() {
             return Ok(false);
         }
         // SeqCst fence (`store_load_fence`): the `avail.idx` store of
@@ -1506,7 +1537,7 @@ impl DriverQueue {
             &self.mem,
             self.event_idx.then(|| self.layout.avail_event()),
             (self.layout.used_flags(), VIRTQ_USED_F_NO_NOTIFY),
-            self.published_avail,
+            self.published_avail.get(),
             &mut self.kicked_avail,
         )
     }
@@ -1525,10 +1556,10 @@ impl DriverQueue {
             return Ok(None);
         }
         // Relaxed: the entry is below the index loaded with Acquire.
-        let entry = self.used_entry_at(self.last_used);
+        let entry = self.used_entry_at(self.last_used.get());
         let id = self.mem.area_load_u32(&self.used_area, entry)?;
         let len = self.mem.area_load_u32(&self.used_area, entry + 4)?;
-        self.last_used = self.last_used.wrapping_add(1);
+        self.last_used.set(self.last_used.get().wrapping_add(1));
         let descs = usize::try_from(id)
             .ok()
             .and_then(|i| self.chain_descs.get(i))
@@ -1572,7 +1603,7 @@ impl DriverQueue {
     /// impossible index is [`VirtioError::UsedIndexJump`].
     #[inline]
     fn used_pending(&mut self) -> Result<bool, VirtioError> {
-        if self.last_used != self.used_shadow {
+        if self.last_used.get() != self.used_shadow.get() {
             return Ok(true);
         }
         self.load_used_idx()
@@ -1587,44 +1618,44 @@ impl DriverQueue {
         let idx = self
             .mem
             .area_load_u16(&self.used_area, 2, Ordering::Acquire)?;
-        if idx.wrapping_sub(self.last_used) > self.in_flight {
+        if idx.wrapping_sub(self.last_used.get()) > self.in_flight.get() {
             self.stats.index_errors += 1;
             return Err(VirtioError::UsedIndexJump {
-                last: self.last_used,
+                last: self.last_used.get(),
                 idx,
             });
         }
-        self.used_shadow = idx;
-        Ok(idx != self.last_used)
+        self.used_shadow.set(idx);
+        Ok(idx != self.last_used.get())
     }
 
     /// The head of the oldest chain in flight, in order (some in flight):
     /// the descriptors in flight run up to `free_head`.
     #[inline]
     fn oldest_head(&self) -> u16 {
-        self.free_head.wrapping_add(self.num_free) & self.layout.mask()
+        self.free_head.get().wrapping_add(self.num_free.get()) & self.layout.mask()
     }
 
     /// [`pop_used`](Self::pop_used) in order: the oldest chain in flight
     /// comes back, alone or as part of the batch a used entry stands for
     /// (the type's docs).
     fn pop_used_in_order(&mut self) -> Result<Option<Used>, VirtioError> {
-        if self.batch_left == 0 {
+        if self.batch_left.get() == 0 {
             if !self.used_pending()? {
                 return Ok(None);
             }
             // Relaxed: the entry is below the index loaded with Acquire.
-            let entry = self.used_entry_at(self.last_used);
+            let entry = self.used_entry_at(self.last_used.get());
             let id = self.mem.area_load_u32(&self.used_area, entry)?;
             let len = self.mem.area_load_u32(&self.used_area, entry + 4)?;
             match self.batch_size(id) {
                 Some(size) => {
-                    self.batch_left = size;
-                    self.batch_head = id as u16;
+                    self.batch_left.set(size);
+                    self.batch_head.set(id as u16);
                     self.batch_len = len;
                 }
                 None => {
-                    self.last_used = self.last_used.wrapping_add(1);
+                    self.last_used.set(self.last_used.get().wrapping_add(1));
                     self.stats.bad_used_ids += 1;
                     return Err(VirtioError::BadUsedId { id });
                 }
@@ -1633,13 +1664,13 @@ impl DriverQueue {
         let head = self.oldest_head();
         let descs = self.chain_descs[usize::from(head)];
         let writable = self.chain_writable[usize::from(head)];
-        let len = if head == self.batch_head {
+        let len = if head == self.batch_head.get() {
             self.batch_len
         } else {
             u32::try_from(writable).unwrap_or(u32::MAX)
         };
-        self.batch_left -= 1;
-        self.last_used = self.last_used.wrapping_add(1);
+        self.batch_left.set(self.batch_left.get() - 1);
+        self.last_used.set(self.last_used.get().wrapping_add(1));
         self.give_back(head, descs, writable, len)
     }
 
@@ -1661,16 +1692,17 @@ impl DriverQueue {
         if !self.in_order || heads.is_empty() || !self.load_used_idx()? {
             return Ok(0);
         }
-        let pending = usize::from(self.used_shadow.wrapping_sub(self.last_used));
+        let pending = usize::from(self.used_shadow.get().wrapping_sub(self.last_used.get()));
         let n = heads.len().min(pending);
         for slot in &mut heads[..n] {
             let head = self.oldest_head();
             *slot = head;
-            self.last_used = self.last_used.wrapping_add(1);
+            self.last_used.set(self.last_used.get().wrapping_add(1));
             self.reclaim(head, self.chain_descs[usize::from(head)]);
         }
         // A batch whose entry was read already ends among these, or later.
-        self.batch_left = self.batch_left.saturating_sub(n as u16);
+        self.batch_left
+            .set(self.batch_left.get().saturating_sub(n as u16));
         Ok(n)
     }
 
@@ -1683,12 +1715,12 @@ impl DriverQueue {
         if self.chain_descs[usize::from(id)] == 0 {
             return None;
         }
-        let published = self.used_shadow.wrapping_sub(self.last_used);
+        let published = self.used_shadow.get().wrapping_sub(self.last_used.get());
         let mut head = self.oldest_head();
         let mut size = 1;
         // Bounded: one step per chain in flight, the named one among them.
         while head != id {
-            if size >= published.min(self.in_flight) {
+            if size >= published.min(self.in_flight.get()) {
                 return None;
             }
             head = head.wrapping_add(self.chain_descs[usize::from(head)]) & self.layout.mask();
@@ -1702,7 +1734,7 @@ impl DriverQueue {
     /// already: for prefetching what the driver keeps for that chain. A
     /// hint, checked when the entry is popped.
     pub fn peek_used_id(&self, ahead: u16) -> Option<u16> {
-        if self.used_shadow.wrapping_sub(self.last_used) <= ahead {
+        if self.used_shadow.get().wrapping_sub(self.last_used.get()) <= ahead {
             return None;
         }
         if self.in_order {
@@ -1713,7 +1745,7 @@ impl DriverQueue {
             }
             return Some(head);
         }
-        let entry = self.used_entry_at(self.last_used.wrapping_add(ahead));
+        let entry = self.used_entry_at(self.last_used.get().wrapping_add(ahead));
         let id = self.mem.area_load_u32(&self.used_area, entry).ok()?;
         u16::try_from(id).ok().filter(|&id| id < self.layout.size)
     }
@@ -1728,17 +1760,17 @@ impl DriverQueue {
             for _ in 1..descs {
                 last = self.next[usize::from(last)];
             }
-            if self.num_free == 0 {
-                self.free_head = head;
+            if self.num_free.get() == 0 {
+                self.free_head.set(head);
             } else {
-                self.next[usize::from(self.free_tail)] = head;
+                self.next[usize::from(self.free_tail.get())] = head;
             }
-            self.free_tail = last;
+            self.free_tail.set(last);
         }
-        self.num_free += descs;
+        self.num_free.set(self.num_free.get() + descs);
         self.chain_descs[usize::from(head)] = 0;
         self.chain_writable[usize::from(head)] = 0;
-        self.in_flight -= 1;
+        self.in_flight.set(self.in_flight.get() - 1);
         self.stats.reclaimed += 1;
     }
 
@@ -1763,8 +1795,11 @@ impl DriverQueue {
     /// the caller polls again instead of waiting.
     pub fn enable_interrupts(&mut self) -> Result<bool, VirtioError> {
         if self.event_idx {
-            self.mem
-                .store_u16(self.layout.used_event(), self.last_used, Ordering::Relaxed)?;
+            self.mem.store_u16(
+                self.layout.used_event(),
+                self.last_used.get(),
+                Ordering::Relaxed,
+            )?;
         } else {
             self.mem
                 .store_u16(self.layout.avail_flags(), 0, Ordering::Relaxed)?;
@@ -1775,7 +1810,7 @@ impl DriverQueue {
         let idx = self
             .mem
             .load_u16(self.layout.used_idx(), Ordering::Acquire)?;
-        Ok(idx != self.last_used)
+        Ok(idx != self.last_used.get())
     }
 
     /// Sets `used_event` (with `VIRTIO_F_EVENT_IDX`): the device notifies
