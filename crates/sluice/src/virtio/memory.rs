@@ -240,15 +240,17 @@ impl Storage {
         unsafe { copy_shared(src.as_ptr(), dst, src.len()) };
     }
 
-    /// Stores the first `len` (at most 16) bytes of `value`, little-endian,
-    /// at `offset`, straight from registers: nothing is loaded from memory,
-    /// so the stores wait on no earlier store. The caller has checked the
-    /// bounds.
+    /// Makes the `len` (at most 16) bytes at `offset` the first `len` bytes
+    /// of `value`, little-endian, straight from registers: each piece (8,
+    /// 4, 2 or 1 bytes) is loaded and stored only when it differs, so the
+    /// stores wait on no earlier store and bytes that already hold the
+    /// value are not written (their line stays shared with the other side,
+    /// which read it last). The caller has checked the bounds.
     fn write_prefix(&self, offset: usize, value: u128, len: usize) {
         debug_assert!(len <= 16 && offset + len <= self.len);
         #[cfg(target_arch = "x86_64")]
         {
-            use x86_moves::{store1, store2, store4, store8};
+            use x86_moves::{load1, load2, load4, load8, store1, store2, store4, store8};
             // SAFETY: in bounds (checked by the caller).
             let dst = unsafe { self.ptr.add(offset) };
             let (mut at, mut rest) = (0usize, value);
@@ -260,10 +262,11 @@ impl Storage {
                     unsafe {
                         let to = dst.add(at);
                         match width {
-                            8 => store8(to, rest as u64),
-                            4 => store4(to, rest as u32),
-                            2 => store2(to, rest as u16),
-                            _ => store1(to, rest as u8),
+                            8 if load8(to) != rest as u64 => store8(to, rest as u64),
+                            4 if load4(to) != rest as u32 => store4(to, rest as u32),
+                            2 if load2(to) != rest as u16 => store2(to, rest as u16),
+                            1 if load1(to) != rest as u8 => store1(to, rest as u8),
+                            _ => {}
                         }
                     }
                     rest >>= 8 * width;
@@ -443,6 +446,82 @@ mod x86_moves {
                 options(nostack, preserves_flags)
             );
         }
+    }
+
+    /// Loads the 8 bytes at `src` (any alignment).
+    ///
+    /// # Safety
+    /// `src..src + 8` readable.
+    #[inline(always)]
+    pub(super) unsafe fn load8(src: *const u8) -> u64 {
+        let value: u64;
+        // SAFETY: the caller's contract; the load touches only those bytes.
+        unsafe {
+            std::arch::asm!(
+                "mov {v}, qword ptr [{s}]",
+                s = in(reg) src,
+                v = out(reg) value,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+        value
+    }
+
+    /// Loads the 4 bytes at `src` (any alignment).
+    ///
+    /// # Safety
+    /// `src..src + 4` readable.
+    #[inline(always)]
+    pub(super) unsafe fn load4(src: *const u8) -> u32 {
+        let value: u32;
+        // SAFETY: the caller's contract; the load touches only those bytes.
+        unsafe {
+            std::arch::asm!(
+                "mov {v:e}, dword ptr [{s}]",
+                s = in(reg) src,
+                v = out(reg) value,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+        value
+    }
+
+    /// Loads the 2 bytes at `src` (any alignment).
+    ///
+    /// # Safety
+    /// `src..src + 2` readable.
+    #[inline(always)]
+    pub(super) unsafe fn load2(src: *const u8) -> u16 {
+        let value: u32;
+        // SAFETY: the caller's contract; the load touches only those bytes.
+        unsafe {
+            std::arch::asm!(
+                "movzx {v:e}, word ptr [{s}]",
+                s = in(reg) src,
+                v = out(reg) value,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+        value as u16
+    }
+
+    /// Loads the byte at `src`.
+    ///
+    /// # Safety
+    /// `src` readable.
+    #[inline(always)]
+    pub(super) unsafe fn load1(src: *const u8) -> u8 {
+        let value: u32;
+        // SAFETY: the caller's contract; the load touches only that byte.
+        unsafe {
+            std::arch::asm!(
+                "movzx {v:e}, byte ptr [{s}]",
+                s = in(reg) src,
+                v = out(reg) value,
+                options(nostack, preserves_flags, readonly)
+            );
+        }
+        value as u8
     }
 
     /// Stores `value` at `dst` (any alignment).
@@ -783,7 +862,11 @@ impl GuestMemory {
     /// straight from registers: a header built in memory and copied would
     /// be loaded back over the stores that built it, and such a load waits
     /// until every earlier store has reached the cache, the stores into
-    /// the other side's buffers among them.
+    /// the other side's buffers among them. Header bytes the buffer holds
+    /// already are not written again: a driver that leaves a received
+    /// header as it was when it sends the buffer back out (DPDK's
+    /// `virtio_user` does) then finds it unchanged, and its line is
+    /// never moved for it.
     pub fn write_prefixed(
         &self,
         gpa: u64,
@@ -1184,6 +1267,16 @@ mod tests {
                 want[at..at + prefix_len].copy_from_slice(&b"0123456789abcdef"[..prefix_len]);
                 want[at + prefix_len..at + prefix_len + 5].copy_from_slice(b"frame");
                 assert_eq!(back, want, "prefix of {prefix_len} at +{start}");
+                // Written again over itself with one byte changed: only that
+                // piece differs, and the whole prefix reads back again.
+                if prefix_len > 0 {
+                    let changed = gpa + (prefix_len as u64 - 1) / 2;
+                    mem.write_from(changed, &[0x55]).unwrap();
+                    mem.write_prefixed(gpa, prefix, prefix_len, b"frame")
+                        .unwrap();
+                    mem.read_into(0x1100, &mut back).unwrap();
+                    assert_eq!(back, want, "rewritten, {prefix_len} at +{start}");
+                }
             }
         }
         // Each piece fits, the whole does not: nothing is written.
