@@ -124,6 +124,25 @@ pub fn note(ctx: &Ctx) {
     }
 }
 
+/// Notes what a cache line's round trip between the two CPUs costs now
+/// ([`line_round_trip`], 20,000 trips), beside figures that move lines
+/// between them with every packet; `when` says where in the run it was
+/// taken. The contention probe cannot see it: two vCPUs on separate
+/// physical cores run side by side at full speed whether a line takes a
+/// hundred cycles to cross or several hundred.
+pub fn note_line_round_trip(ctx: &Ctx, when: &str) {
+    let Some(cpus) = ctx.cpu_pair() else { return };
+    match line_round_trip(cpus, 20_000) {
+        Ok(s) => ctx.note(&format!(
+            "A cache line's round trip between CPUs {} and {} {when}: {:.0} TSC cycles.",
+            cpus.0,
+            cpus.1,
+            s.cycles_per_op()
+        )),
+        Err(e) => ctx.note(&format!("cache line round trip: {e}")),
+    }
+}
+
 /// Runs the probe on `cpus`, `iters` iterations per timing.
 pub fn measure(cpus: (usize, usize), iters: u64) -> Result<CoreContention, String> {
     let a0 = on_lcore(cpus.0, move || Ok(cycles_per_iter(iters)))?;

@@ -198,8 +198,10 @@ pub fn run(ctx: &mut Ctx) {
         }
         return;
     };
-    // Both sides' figures move with how much the two CPUs share a core.
+    // Both sides' figures move with how much the two CPUs share a core,
+    // and with what a line costs to cross between them.
     super::note_contention(ctx);
+    super::contention::note_line_round_trip(ctx, "before these cases");
     if !ctx.json {
         emit(&format!(
             "{:<24} {:>5} {:>8} {:>8} {:>10} {:>10} {:>7}  detail",
@@ -211,6 +213,7 @@ pub fn run(ctx: &mut Ctx) {
             run_case(ctx, case, cpus, plan);
         }
     }
+    super::contention::note_line_round_trip(ctx, "after them");
 }
 
 /// Runs one case at every size and prints its rows.
