@@ -254,24 +254,37 @@ impl Storage {
             // SAFETY: in bounds (checked by the caller).
             let dst = unsafe { self.ptr.add(offset) };
             let (mut at, mut rest) = (0usize, value);
-            for width in [8usize, 4, 2, 1] {
-                // Each width at most twice (16 bytes), largest first.
-                while len - at >= width {
-                    // SAFETY: `dst + at .. dst + at + width` lies within the
-                    // `len` bytes checked above.
+            // The low `$ty` of `rest` into the bytes at `at`, unless they
+            // hold it already.
+            macro_rules! piece {
+                ($ty:ty, $load:ident, $store:ident) => {
+                    // SAFETY: `dst + at .. dst + at + size_of::<$ty>()` lies
+                    // within the `len` bytes checked above (each use tests
+                    // what is left first).
                     unsafe {
                         let to = dst.add(at);
-                        match width {
-                            8 if load8(to) != rest as u64 => store8(to, rest as u64),
-                            4 if load4(to) != rest as u32 => store4(to, rest as u32),
-                            2 if load2(to) != rest as u16 => store2(to, rest as u16),
-                            1 if load1(to) != rest as u8 => store1(to, rest as u8),
-                            _ => {}
+                        if $load(to) != rest as $ty {
+                            $store(to, rest as $ty);
                         }
                     }
-                    rest >>= 8 * width;
-                    at += width;
-                }
+                };
+            }
+            // Whole words first (at most two), then what is left: under 8
+            // bytes, so one piece of each smaller width at most.
+            while len - at >= 8 {
+                piece!(u64, load8, store8);
+                (rest, at) = (rest >> 64, at + 8);
+            }
+            if len - at >= 4 {
+                piece!(u32, load4, store4);
+                (rest, at) = (rest >> 32, at + 4);
+            }
+            if len - at >= 2 {
+                piece!(u16, load2, store2);
+                (rest, at) = (rest >> 16, at + 2);
+            }
+            if len > at {
+                piece!(u8, load1, store1);
             }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -448,149 +461,55 @@ mod x86_moves {
         }
     }
 
-    /// Loads the 8 bytes at `src` (any alignment).
-    ///
-    /// # Safety
-    /// `src..src + 8` readable.
-    #[inline(always)]
-    pub(super) unsafe fn load8(src: *const u8) -> u64 {
-        let value: u64;
-        // SAFETY: the caller's contract; the load touches only those bytes.
-        unsafe {
-            std::arch::asm!(
-                "mov {v}, qword ptr [{s}]",
-                s = in(reg) src,
-                v = out(reg) value,
-                options(nostack, preserves_flags, readonly)
-            );
-        }
-        value
+    /// Defines `$load` and `$store`: one `mov` of a `$ty` (`$size` bytes,
+    /// any alignment) from or to memory, through a register of class
+    /// `$class` named with modifier `$modifier`.
+    macro_rules! word_access {
+        ($load:ident, $store:ident, $ty:ty, $size:literal, $class:ident, $modifier:literal) => {
+            /// Loads the word at `src` (any alignment).
+            ///
+            /// # Safety
+            /// `src..src + size_of::<$ty>()` readable.
+            #[inline(always)]
+            pub(super) unsafe fn $load(src: *const u8) -> $ty {
+                let value: $ty;
+                // SAFETY: the caller's contract; the load touches only
+                // those bytes.
+                unsafe {
+                    std::arch::asm!(
+                        concat!("mov {v", $modifier, "}, ", $size, " ptr [{s}]"),
+                        s = in(reg) src,
+                        v = out($class) value,
+                        options(nostack, preserves_flags, readonly)
+                    );
+                }
+                value
+            }
+
+            /// Stores `value` at `dst` (any alignment).
+            ///
+            /// # Safety
+            /// `dst..dst + size_of::<$ty>()` writable.
+            #[inline(always)]
+            pub(super) unsafe fn $store(dst: *mut u8, value: $ty) {
+                // SAFETY: the caller's contract; the store touches only
+                // those bytes.
+                unsafe {
+                    std::arch::asm!(
+                        concat!("mov ", $size, " ptr [{d}], {v", $modifier, "}"),
+                        d = in(reg) dst,
+                        v = in($class) value,
+                        options(nostack, preserves_flags)
+                    );
+                }
+            }
+        };
     }
 
-    /// Loads the 4 bytes at `src` (any alignment).
-    ///
-    /// # Safety
-    /// `src..src + 4` readable.
-    #[inline(always)]
-    pub(super) unsafe fn load4(src: *const u8) -> u32 {
-        let value: u32;
-        // SAFETY: the caller's contract; the load touches only those bytes.
-        unsafe {
-            std::arch::asm!(
-                "mov {v:e}, dword ptr [{s}]",
-                s = in(reg) src,
-                v = out(reg) value,
-                options(nostack, preserves_flags, readonly)
-            );
-        }
-        value
-    }
-
-    /// Loads the 2 bytes at `src` (any alignment).
-    ///
-    /// # Safety
-    /// `src..src + 2` readable.
-    #[inline(always)]
-    pub(super) unsafe fn load2(src: *const u8) -> u16 {
-        let value: u32;
-        // SAFETY: the caller's contract; the load touches only those bytes.
-        unsafe {
-            std::arch::asm!(
-                "movzx {v:e}, word ptr [{s}]",
-                s = in(reg) src,
-                v = out(reg) value,
-                options(nostack, preserves_flags, readonly)
-            );
-        }
-        value as u16
-    }
-
-    /// Loads the byte at `src`.
-    ///
-    /// # Safety
-    /// `src` readable.
-    #[inline(always)]
-    pub(super) unsafe fn load1(src: *const u8) -> u8 {
-        let value: u32;
-        // SAFETY: the caller's contract; the load touches only that byte.
-        unsafe {
-            std::arch::asm!(
-                "movzx {v:e}, byte ptr [{s}]",
-                s = in(reg) src,
-                v = out(reg) value,
-                options(nostack, preserves_flags, readonly)
-            );
-        }
-        value as u8
-    }
-
-    /// Stores `value` at `dst` (any alignment).
-    ///
-    /// # Safety
-    /// `dst..dst + 8` writable.
-    #[inline(always)]
-    pub(super) unsafe fn store8(dst: *mut u8, value: u64) {
-        // SAFETY: the caller's contract; the store touches only those bytes.
-        unsafe {
-            std::arch::asm!(
-                "mov qword ptr [{d}], {v}",
-                d = in(reg) dst,
-                v = in(reg) value,
-                options(nostack, preserves_flags)
-            );
-        }
-    }
-
-    /// Stores `value` at `dst` (any alignment).
-    ///
-    /// # Safety
-    /// `dst..dst + 4` writable.
-    #[inline(always)]
-    pub(super) unsafe fn store4(dst: *mut u8, value: u32) {
-        // SAFETY: the caller's contract; the store touches only those bytes.
-        unsafe {
-            std::arch::asm!(
-                "mov dword ptr [{d}], {v:e}",
-                d = in(reg) dst,
-                v = in(reg) value,
-                options(nostack, preserves_flags)
-            );
-        }
-    }
-
-    /// Stores `value` at `dst` (any alignment).
-    ///
-    /// # Safety
-    /// `dst..dst + 2` writable.
-    #[inline(always)]
-    pub(super) unsafe fn store2(dst: *mut u8, value: u16) {
-        // SAFETY: the caller's contract; the store touches only those bytes.
-        unsafe {
-            std::arch::asm!(
-                "mov word ptr [{d}], {v:x}",
-                d = in(reg) dst,
-                v = in(reg) value,
-                options(nostack, preserves_flags)
-            );
-        }
-    }
-
-    /// Stores `value` at `dst`.
-    ///
-    /// # Safety
-    /// `dst` writable.
-    #[inline(always)]
-    pub(super) unsafe fn store1(dst: *mut u8, value: u8) {
-        // SAFETY: the caller's contract; the store touches only that byte.
-        unsafe {
-            std::arch::asm!(
-                "mov byte ptr [{d}], {v}",
-                d = in(reg) dst,
-                v = in(reg_byte) value,
-                options(nostack, preserves_flags)
-            );
-        }
-    }
+    word_access!(load8, store8, u64, "qword", reg, "");
+    word_access!(load4, store4, u32, "dword", reg, ":e");
+    word_access!(load2, store2, u16, "word", reg, ":x");
+    word_access!(load1, store1, u8, "byte", reg_byte, "");
 
     /// # Safety
     /// `src..src + 8` readable, `dst..dst + 8` writable.

@@ -190,6 +190,30 @@ impl Word16 {
     fn set(&mut self, value: u16) {
         self.0 = u32::from(value);
     }
+
+    /// Adds `n` to a count (which cannot pass 16 bits).
+    #[inline(always)]
+    fn add(&mut self, n: u16) {
+        self.set(self.get() + n);
+    }
+
+    /// Takes `n` from a count (which holds at least `n`).
+    #[inline(always)]
+    fn sub(&mut self, n: u16) {
+        self.set(self.get() - n);
+    }
+
+    /// Moves a ring index on by `n`, wrapping at 16 bits.
+    #[inline(always)]
+    fn advance(&mut self, n: u16) {
+        self.set(self.get().wrapping_add(n));
+    }
+
+    /// Moves a ring index back by `n`, wrapping at 16 bits.
+    #[inline(always)]
+    fn retreat(&mut self, n: u16) {
+        self.set(self.get().wrapping_sub(n));
+    }
 }
 
 /// Stores `next` as a ring's index at `at` with Release when it moved past
@@ -711,7 +735,7 @@ impl DeviceQueue {
         if u32::from(n) > self.in_flight {
             return Err(VirtioError::NothingInFlight);
         }
-        self.last_avail.set(self.last_avail.get().wrapping_sub(n));
+        self.last_avail.retreat(n);
         self.heads.clear();
         self.in_flight -= u32::from(n);
         self.stats.chains -= u64::from(n);
@@ -764,7 +788,7 @@ impl DeviceQueue {
                 Ordering::Relaxed,
             )?,
         };
-        self.last_avail.set(self.last_avail.get().wrapping_add(1));
+        self.last_avail.advance(1);
         match self.walk(head, chain) {
             Ok(()) => {
                 self.in_flight += 1;
@@ -772,7 +796,7 @@ impl DeviceQueue {
                 Ok(true)
             }
             Err(_) if self.in_order && self.in_flight > 0 => {
-                self.last_avail.set(self.last_avail.get().wrapping_sub(1));
+                self.last_avail.retreat(1);
                 chain.clear(head);
                 Ok(false)
             }
@@ -985,7 +1009,7 @@ impl DeviceQueue {
         self.mem
             .area_store_u32(&self.used_area, entry, u32::from(head))?;
         self.mem.area_store_u32(&self.used_area, entry + 4, len)?;
-        self.next_used.set(self.next_used.get().wrapping_add(1));
+        self.next_used.advance(1);
         Ok(())
     }
 
@@ -1028,8 +1052,7 @@ impl DeviceQueue {
             self.mem
                 .area_store_u32(&self.used_area, entry, u32::from(last.head))?;
             self.mem.area_store_u32(&self.used_area, entry + 4, 0)?;
-            self.next_used
-                .set(self.next_used.get().wrapping_add(n as u16));
+            self.next_used.advance(n as u16);
         } else {
             for chain in chains {
                 self.write_used(chain.head, 0)?;
@@ -1356,8 +1379,7 @@ impl DriverQueue {
             }
         }
         self.free_head.set(self.next[usize::from(idx)]);
-        self.num_free
-            .set(self.num_free.get() - segments.len() as u16);
+        self.num_free.sub(segments.len() as u16);
         self.start_chain(head, segments.len() as u16, writable)
     }
 
@@ -1393,7 +1415,7 @@ impl DriverQueue {
         };
         self.write_desc(head, desc)?;
         self.free_head.set(self.next[usize::from(head)]);
-        self.num_free.set(self.num_free.get() - 1);
+        self.num_free.sub(1);
         self.start_chain(head, 1, if writable { u64::from(len) } else { 0 })
     }
 
@@ -1441,7 +1463,7 @@ impl DriverQueue {
         };
         write_desc(&self.mem, self.layout.desc(head), desc)?;
         self.free_head.set(self.next[usize::from(head)]);
-        self.num_free.set(self.num_free.get() - 1);
+        self.num_free.sub(1);
         self.start_chain(head, 1, writable)
     }
 
@@ -1476,13 +1498,13 @@ impl DriverQueue {
     fn start_chain(&mut self, head: u16, descs: u16, writable: u64) -> Result<u16, VirtioError> {
         self.chain_descs[usize::from(head)] = descs;
         self.chain_writable[usize::from(head)] = writable;
-        self.in_flight.set(self.in_flight.get() + 1);
+        self.in_flight.add(1);
         self.stats.added += 1;
         // Relaxed: published by the Release store of the index. Written
         // only when it changes (the type's docs).
         let entry = 4 + 2 * u64::from(self.avail_idx.get() & self.layout.mask());
         self.mem.area_update_u16(&self.avail_area, entry, head)?;
-        self.avail_idx.set(self.avail_idx.get().wrapping_add(1));
+        self.avail_idx.advance(1);
         Ok(head)
     }
 
@@ -1559,7 +1581,7 @@ impl DriverQueue {
         let entry = self.used_entry_at(self.last_used.get());
         let id = self.mem.area_load_u32(&self.used_area, entry)?;
         let len = self.mem.area_load_u32(&self.used_area, entry + 4)?;
-        self.last_used.set(self.last_used.get().wrapping_add(1));
+        self.last_used.advance(1);
         let descs = usize::try_from(id)
             .ok()
             .and_then(|i| self.chain_descs.get(i))
@@ -1655,7 +1677,7 @@ impl DriverQueue {
                     self.batch_len = len;
                 }
                 None => {
-                    self.last_used.set(self.last_used.get().wrapping_add(1));
+                    self.last_used.advance(1);
                     self.stats.bad_used_ids += 1;
                     return Err(VirtioError::BadUsedId { id });
                 }
@@ -1669,8 +1691,8 @@ impl DriverQueue {
         } else {
             u32::try_from(writable).unwrap_or(u32::MAX)
         };
-        self.batch_left.set(self.batch_left.get() - 1);
-        self.last_used.set(self.last_used.get().wrapping_add(1));
+        self.batch_left.sub(1);
+        self.last_used.advance(1);
         self.give_back(head, descs, writable, len)
     }
 
@@ -1697,7 +1719,7 @@ impl DriverQueue {
         for slot in &mut heads[..n] {
             let head = self.oldest_head();
             *slot = head;
-            self.last_used.set(self.last_used.get().wrapping_add(1));
+            self.last_used.advance(1);
             self.reclaim(head, self.chain_descs[usize::from(head)]);
         }
         // A batch whose entry was read already ends among these, or later.
@@ -1767,10 +1789,10 @@ impl DriverQueue {
             }
             self.free_tail.set(last);
         }
-        self.num_free.set(self.num_free.get() + descs);
+        self.num_free.add(descs);
         self.chain_descs[usize::from(head)] = 0;
         self.chain_writable[usize::from(head)] = 0;
-        self.in_flight.set(self.in_flight.get() - 1);
+        self.in_flight.sub(1);
         self.stats.reclaimed += 1;
     }
 
