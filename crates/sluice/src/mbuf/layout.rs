@@ -195,6 +195,35 @@ pub(crate) struct BufTail {
 }
 
 impl BufTail {
+    /// All zero: no target, no length, no external buffer.
+    #[cfg(target_arch = "x86_64")]
+    pub(crate) const ZERO: BufTail = BufTail {
+        // SAFETY: an `__m128i` is 16 plain bytes; all zero is a value.
+        bytes: unsafe { std::mem::transmute::<[u64; 2], std::arch::x86_64::__m128i>([0, 0]) },
+    };
+    /// All zero: no target, no length, no external buffer.
+    #[cfg(not(target_arch = "x86_64"))]
+    pub(crate) const ZERO: BufTail = BufTail {
+        fields: (0, 0, std::ptr::null()),
+    };
+
+    /// The page target and the external-buffer word (as an address).
+    #[inline(always)]
+    pub(crate) fn target_and_word(&self) -> (u32, usize) {
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: an `__m128i` is 16 plain bytes, any of which are a
+            // `[u64; 2]`.
+            let [low, high] =
+                unsafe { std::mem::transmute::<std::arch::x86_64::__m128i, [u64; 2]>(self.bytes) };
+            (low as u32, high as usize)
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            (self.fields.0, self.fields.2 as usize)
+        }
+    }
+
     /// The value for `frag_target`, `buf_len` and `shinfo` (the outer VLAN
     /// tag 0).
     #[inline(always)]

@@ -123,54 +123,98 @@ pub fn attach_frag(m: &mut Mbuf, frag: Frag, layout: FragLayout) -> Result<(), (
     }
 }
 
-/// [`attach_frag`] for an Rx refill, arming a header for a receive queue:
-/// the buffer and its page reference, without the checks, inlined, so the
-/// fragment goes from the carver to the header in registers (a handle
-/// stored and reloaded whole costs a failed store forward).
+/// A fragment armed on an Rx descriptor, before any header holds it: its
+/// address and the header tail that names its page reference (the tagged
+/// metadata word, the page's target, the buffer length). It stands for
+/// one reference on its page, which [`attach_armed`] hands to a header
+/// and [`ArmedFrag::release`] gives back; a plain copy of it is not a
+/// second reference.
 ///
-/// Only what the free and the device need is written: the buffer's
-/// address, IO address and length, and the page reference (the tagged
-/// `shinfo` word and `frag_target`), with the outer VLAN tag cleared (the
-/// last four share one store). The fields the receive path writes
-/// when it delivers the packet — the rearm word (`data_off`, the layout's
-/// headroom there), the offload flags with [`ol::EXTERNAL`], the lengths —
-/// keep what the header had in its pool until then: an armed header is
-/// no mbuf anyone reads, and its free goes by `shinfo` alone (see
-/// `MbufHeader::shinfo`).
-///
-/// The fragment's IO address `iova` comes from the caller, who knows its
-/// provider's base (`Frag::iova` reads the page's metadata line for it, a
-/// load per fragment on a line the refill otherwise does not touch).
+/// An Rx queue keeps these beside its descriptors instead of headers, and
+/// takes a header only when a packet is delivered: the header then comes
+/// from the top of its mempool's cache (freed a moment before by a Tx
+/// queue, its line still in the cache), and its first line is written
+/// whole at once, never read.
+#[derive(Clone, Copy)]
+pub(crate) struct ArmedFrag {
+    addr: NonNull<u8>,
+    tail: BufTail,
+}
+
+impl ArmedFrag {
+    /// An unarmed slot (no reference): never released, never attached.
+    pub(crate) const EMPTY: ArmedFrag = ArmedFrag {
+        addr: NonNull::dangling(),
+        tail: BufTail::ZERO,
+    };
+
+    /// Takes `frag`, cut for `layout` (checked: [`FragLayout::check`], and
+    /// `frag` at least `layout.frag_size()` bytes), apart into its address
+    /// and header tail.
+    #[inline(always)]
+    pub(crate) fn new(frag: Frag, layout: FragLayout) -> ArmedFrag {
+        debug_assert!(layout.check().is_ok() && frag.len() >= layout.frag_size());
+        let target = frag.page_target();
+        let raw = frag.into_raw();
+        ArmedFrag {
+            addr: raw.ptr,
+            tail: BufTail::new(
+                target,
+                layout.headroom + layout.data_room,
+                (raw.meta.as_ptr() as usize | EXT_PAGE_FRAG) as *const ExtSharedInfo,
+            ),
+        }
+    }
+
+    /// The fragment's address.
+    #[inline(always)]
+    pub(crate) fn addr(&self) -> *mut u8 {
+        self.addr.as_ptr()
+    }
+
+    /// Gives the page reference back.
+    ///
+    /// # Safety
+    /// `self` stands for a reference not given back or attached since
+    /// [`new`](Self::new) made it, and the fragment's bytes are no longer
+    /// used.
+    pub(crate) unsafe fn release(self) {
+        let (target, word) = self.tail.target_and_word();
+        // SAFETY: the tagged word of a fragment made by `new`: its page's
+        // metadata, not null; the reference is ours (the caller's contract).
+        unsafe {
+            super::frag::put_frag_ref(
+                NonNull::new_unchecked((word & !EXT_PAGE_FRAG) as *mut PageMeta),
+                target,
+            )
+        };
+    }
+}
+
+/// Hands the armed fragment `frag` to the header `e` (fresh from its pool,
+/// ours alone) as its data: the buffer's address, IO address `iova` and
+/// length, and the page reference (the tagged `shinfo` word and
+/// `frag_target`), with the outer VLAN tag cleared. The other fields of the
+/// first line are the caller's to write (the Rx delivery writes them all:
+/// the rearm word with the layout's headroom, the flags with
+/// [`ol::EXTERNAL`], the lengths), so the line is written, never read.
 ///
 /// # Safety
 /// `e` is a header fresh from its pool, ours alone (the free-buffer
-/// invariants: one reference, one segment, its own buffer); `layout` passed
-/// [`FragLayout::check`]; `frag` is at least `layout.frag_size()` bytes;
-/// `iova` is its IO address. The header is delivered through a write of
-/// the rearm word (data offset `layout.headroom`), the flags with
-/// [`ol::EXTERNAL`] and the lengths before anyone but its free reads it.
+/// invariants: one reference, one segment, its own buffer); `frag` stands
+/// for a page reference, now the header's (it is not released or attached
+/// again); `iova` is the fragment's IO address. Before anyone but its free
+/// reads the header, the caller writes the rearm word (data offset: the
+/// layout's headroom), the flags with [`ol::EXTERNAL`] and the lengths.
 ///
 /// [`ol::EXTERNAL`]: crate::mbuf::ol::EXTERNAL
 #[inline(always)]
-pub(crate) unsafe fn attach_frag_fresh(e: Elem, frag: Frag, iova: u64, layout: FragLayout) {
-    debug_assert!(layout.check().is_ok() && frag.len() >= layout.frag_size());
-    debug_assert_eq!(iova, frag.iova());
-    let target = frag.page_target();
-    let raw = frag.into_raw();
+pub(crate) unsafe fn attach_armed(e: Elem, frag: &ArmedFrag, iova: u64) {
     // SAFETY: a fresh header, ours alone (the caller's contract).
     let h = unsafe { &mut *e.as_ptr().cast::<MbufHeader>() };
-    // As `Mbuf::attach_page_frag`, whose checks the free-buffer invariants
-    // and the checked layout make true; the rest is the delivery's.
-    h.buf_addr = raw.ptr.as_ptr();
+    h.buf_addr = frag.addr.as_ptr();
     h.buf_iova = iova;
-    // The page reference and the length in one store; the same value for
-    // a page's run of fragments (built once for it where this is inlined
-    // into a refill's loop).
-    h.write_buf_tail(BufTail::new(
-        target,
-        layout.headroom + layout.data_room,
-        (raw.meta.as_ptr() as usize | EXT_PAGE_FRAG) as *const ExtSharedInfo,
-    ));
+    h.write_buf_tail(frag.tail);
 }
 
 /// The free of a single-segment mbuf over a page fragment, in the header's

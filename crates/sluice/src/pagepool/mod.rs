@@ -79,8 +79,8 @@ pub(crate) use frag::put_frag_ref;
 pub use frag_alloc::PageFragAlloc;
 #[cfg(feature = "bench-baselines")]
 pub use frag_cache::PageFragCache;
+pub(crate) use mbuf::{ArmedFrag, attach_armed, detach_frag_own, prefetch};
 pub use mbuf::{FragLayout, attach_frag};
-pub(crate) use mbuf::{attach_frag_fresh, detach_frag_own, prefetch};
 pub(crate) use meta::PageMeta;
 pub use pool::{
     DEFAULT_CACHE_SIZE, DEFAULT_RING_BATCH, DEFAULT_RING_SIZE, Page, PagePool, PagePoolConfig,

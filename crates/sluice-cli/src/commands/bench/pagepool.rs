@@ -581,7 +581,8 @@ pub fn side_by_side(rows: &[PagePoolResult]) -> Vec<String> {
 /// read from the port's `rx_buf_bytes_per_desc` xstat: `rxbuf=mbuf` with a
 /// mempool whose data room holds the largest frame (at least DPDK's 2 KiB)
 /// behind the default 128-byte headroom, `rxbuf=frag` with a header pool of
-/// no headroom and 64-byte data rooms (the fragment brings both).
+/// no headroom and 64-byte data rooms (the fragment brings both; a posted
+/// descriptor holds a fragment and no header).
 pub fn rx_memory() -> Vec<String> {
     let mut out = vec![
         "Rx buffer memory per posted descriptor (soft port xstat \

@@ -394,7 +394,8 @@ impl SoftDriver {
 
 impl SoftDriver {
     /// The block provider of an `rxbuf=frag` port: room for a fragment per
-    /// header of the Rx pools (headers bound the packets in flight), plus
+    /// Rx descriptor and per header of the Rx pools (headers bound the
+    /// packets delivered and in flight), plus
     /// per queue two pages being cut and one ring batch (pages freed on
     /// another lcore wait in the queue's page pool ring until a batch has
     /// gathered, fresh pages standing in for them meanwhile), and a little
@@ -414,12 +415,15 @@ impl SoftDriver {
                 rx_frags::RX_PAGE_BYTES
             )));
         }
+        // A fragment is armed on a descriptor or held by a delivered
+        // packet's header.
         let headers: usize = (0..config.rxq.len())
             .filter_map(|q| config.rx_pool_of(q))
             .map(|p| p.size() as usize)
             .sum();
+        let armed: usize = config.rxq.iter().map(|q| q.nb_rxd as usize).sum();
         let per_queue = 2 + DEFAULT_RING_BATCH as usize;
-        let pages = headers.div_ceil(per_page) + per_queue * config.rxq.len() + 8;
+        let pages = (headers + armed).div_ceil(per_page) + per_queue * config.rxq.len() + 8;
         BlockProvider::new(ProviderConfig {
             name: format!("{} rx fragments", self.spec),
             size: pages * rx_frags::RX_PAGE_BYTES,
@@ -566,7 +570,7 @@ impl PortDriver for SoftDriver {
         let rss_hash = rxo.contains(Offloads::RSS_HASH);
         let pool0 = config.needed_rx_pool(0);
         let per_desc = match frag_layout {
-            Some(l) => rx_frags::frag_bytes_per_desc(l, pool0.mempool().stride()),
+            Some(l) => rx_frags::frag_bytes_per_desc(l),
             None => pool0.mempool().stride(),
         };
         x.register("rx_buf_bytes_per_desc").add(per_desc as u64);

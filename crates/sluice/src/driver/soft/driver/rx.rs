@@ -36,6 +36,16 @@
 //! (prefetch hints): those lines were last touched about a ring of packets
 //! earlier, and the next burst's stores find them in the cache.
 //!
+//! # Fragments (`rxbuf=frag`)
+//! The descriptors carry page-pool fragments, kept beside them in `armed`
+//! (the software ring of headers goes unused): refill arms fragments
+//! (those of dropped frames first), and a delivered packet takes a header
+//! from a stash topped up once per burst from the mempool — headers a Tx
+//! queue freed moments before, still in the cache — whose first line the
+//! receive writes whole: the fragment's buffer fields and page reference,
+//! the rearm word and the write-back fields. Short of headers, a burst
+//! delivers what it has headers for and leaves the rest done on the ring.
+//!
 //! # Stopping
 //! `stop` and `start` run under the queue's device-engine lock, so a queue
 //! can stop and start alone while a threaded device runs: the device never
@@ -45,7 +55,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use crate::counter::Counter;
-use crate::mbuf::{BurstSlice, HEADER_SIZE, Mbuf, MbufHeader, MbufPool, RearmData, ol};
+use crate::mbuf::{BurstSlice, HEADER_SIZE, MbufHeader, MbufPool, RearmData, ol};
 use crate::mempool::Elem;
 use crate::port::{PortCounters, PortError, RecycleRxInfo, RxFrameCheck, RxQueue, TxQueue};
 
@@ -57,6 +67,7 @@ use super::vector::{RxTemplate, VectorLevel};
 use crate::driver::soft::device::{QueueEngine, RxEngine};
 use crate::driver::soft::hw::desc::{Desc, rx};
 use crate::driver::soft::hw::regs::RxRegs;
+use crate::pagepool::{ArmedFrag, attach_armed};
 
 /// What an Rx queue is made of.
 pub struct RxQueueParts {
@@ -115,13 +126,29 @@ pub struct SoftRx {
     doorbell_cost: u64,
     /// Descriptors rearmed with recycled buffers.
     rx_recycled: Arc<Counter>,
-    /// `rxbuf=frag`: headers carry page-pool fragments (no recycling then).
+    /// `rxbuf=frag`: the descriptors carry page-pool fragments (no
+    /// recycling then), armed in `armed`, and a delivered packet gets a
+    /// header from `headers`.
     frags: Option<RxFrags>,
+    /// With fragments: the fragment armed on each descriptor (slots
+    /// `[next, tail)` hold references the queue owns). Empty otherwise.
+    armed: Box<[ArmedFrag]>,
+    /// With fragments: fragments of dropped frames, armed again before
+    /// fresh ones.
+    reuse_frags: Vec<ArmedFrag>,
+    /// With fragments: headers taken from the pool for the next
+    /// deliveries, `headers[headers_next..headers_end]`, handed out in
+    /// order (a ring's worth of room, so a burst never lacks it). Empty
+    /// otherwise.
+    headers: Box<[Elem]>,
+    headers_next: usize,
+    headers_end: usize,
     /// The named counters of the frames the device refused (runts and
     /// oversize frames, told apart by the written-back length).
     check: RxFrameCheck,
     /// The receive loop's and the refill's instruction set (with
-    /// fragments, the refill reads each header's buffer address: scalar).
+    /// fragments the refill is scalar: it writes each descriptor as it cuts
+    /// the fragment).
     vector: VectorLevel,
 }
 
@@ -164,7 +191,14 @@ impl SoftRx {
         let doorbell_bytes = counters.xstats.register("bus_doorbell_bytes");
         let rx_recycled = counters.xstats.register("rx_recycled");
         let check = RxFrameCheck::new(&counters.xstats, mtu);
+        let with_frags = frags.is_some();
+        let frag_slots = if with_frags { nb } else { 0 };
         SoftRx {
+            armed: vec![ArmedFrag::EMPTY; frag_slots].into_boxed_slice(),
+            reuse_frags: Vec::with_capacity(frag_slots),
+            headers: vec![Elem::DANGLING; frag_slots].into_boxed_slice(),
+            headers_next: 0,
+            headers_end: 0,
             check,
             mask: nb as u32 - 1,
             sw_ring: vec![Elem::DANGLING; nb].into_boxed_slice(),
@@ -200,37 +234,38 @@ impl SoftRx {
     }
 
     /// Fills `slots` with free buffers: reused ones first, then one bulk
-    /// get from the pool. All or nothing. With fragments the descriptors
-    /// `descs` (one per slot) get their read format here too: the fresh
-    /// ones as their fragments are attached, the reused ones from their
-    /// headers.
+    /// get from the pool. All or nothing.
     #[inline]
-    fn take_buffers(
-        pool: &MbufPool,
-        frags: Option<&mut RxFrags>,
-        reuse: &mut Vec<Elem>,
-        slots: &mut [Elem],
+    fn take_buffers(pool: &MbufPool, reuse: &mut Vec<Elem>, slots: &mut [Elem]) -> bool {
+        let k = reuse.len().min(slots.len());
+        if pool.mempool().get_bulk(&mut slots[k..]).is_err() {
+            return false;
+        }
+        slots[..k].copy_from_slice(&reuse[reuse.len() - k..]);
+        reuse.truncate(reuse.len() - k);
+        true
+    }
+
+    /// Arms `slots` with fragments, writing the descriptors `descs` (one
+    /// per slot): those of dropped frames first, then fresh ones. All or
+    /// nothing.
+    #[inline]
+    fn take_frags(
+        frags: &mut RxFrags,
+        reuse: &mut Vec<ArmedFrag>,
+        slots: &mut [ArmedFrag],
         descs: &[Desc],
     ) -> bool {
         let k = reuse.len().min(slots.len());
-        let reused = &reuse[reuse.len() - k..];
-        match frags {
-            None => {
-                if pool.mempool().get_bulk(&mut slots[k..]).is_err() {
-                    return false;
-                }
-            }
-            Some(f) => {
-                if !f.fill(pool, &mut slots[k..], &descs[k..]) {
-                    return false;
-                }
-                for (d, &e) in descs.iter().zip(reused) {
-                    d.q0.store(f.dma_addr(e), Ordering::Relaxed);
-                    d.q1.store(0, Ordering::Relaxed);
-                }
-            }
+        if !frags.arm(&mut slots[k..], &descs[k..]) {
+            return false;
         }
-        slots[..k].copy_from_slice(reused);
+        let reused = &reuse[reuse.len() - k..];
+        for ((d, a), slot) in descs.iter().zip(reused).zip(&mut slots[..k]) {
+            d.q0.store(frags.dma_addr(a), Ordering::Relaxed);
+            d.q1.store(0, Ordering::Relaxed);
+            *slot = *a;
+        }
         reuse.truncate(reuse.len() - k);
         true
     }
@@ -303,15 +338,19 @@ impl SoftRx {
         let n = self.free_thresh;
         while self.due() >= n {
             let start = (self.tail & self.mask) as usize;
-            let slots = &mut self.sw_ring[start..start + n as usize];
-            let descs = &self.regs.descs.as_slice()[start..start + n as usize];
-            if !Self::take_buffers(
-                &self.pool,
-                self.frags.as_mut(),
-                &mut self.reuse,
-                slots,
-                descs,
-            ) {
+            let end = start + n as usize;
+            let taken = match self.frags.as_mut() {
+                None => {
+                    Self::take_buffers(&self.pool, &mut self.reuse, &mut self.sw_ring[start..end])
+                }
+                Some(f) => Self::take_frags(
+                    f,
+                    &mut self.reuse_frags,
+                    &mut self.armed[start..end],
+                    &self.regs.descs.as_slice()[start..end],
+                ),
+            };
+            if !taken {
                 self.counters.rx[self.engine.queue()].nombuf.inc();
                 return;
             }
@@ -319,29 +358,75 @@ impl SoftRx {
         }
     }
 
-    /// Gives back one buffer the queue owns and no longer uses: a plain
-    /// buffer to its pool; a header with a fragment (`rxbuf=frag`) through
-    /// the mbuf free, which detaches and gives back the fragment.
+    /// Gives back one plain buffer of the queue's pool the queue owns and
+    /// no longer uses.
     ///
     /// # Safety
     /// `e` is a buffer this queue owns, given back once.
     #[inline]
     unsafe fn give_back(&self, e: Elem) {
-        if self.frags.is_some() {
-            // SAFETY: an armed header of ours, with its fragment attached.
-            drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
-        } else {
-            // SAFETY: a plain buffer of our pool, once.
-            unsafe { self.pool.mempool().put_bulk(&[e]) };
-        }
+        // SAFETY: a plain buffer of our pool, once.
+        unsafe { self.pool.mempool().put_bulk(&[e]) };
     }
 
-    /// Publishes the buffers the queue holds in its `posted` gauge (one
-    /// store): armed or written back and not delivered (`[next, tail)`),
-    /// recycled into the ring and not rearmed, and kept for reuse.
+    /// With fragments: tops the header stash up to `want` (a burst's room)
+    /// from the pool; returns how many headers it holds, at most `want`.
+    /// Short of headers, the burst delivers what it has headers for (the
+    /// receive counts `rx_nombuf` if a packet was left waiting).
+    #[inline(always)]
+    fn take_headers(&mut self, want: usize) -> usize {
+        let want = want.min(self.headers.len());
+        let (next, end) = (self.headers_next, self.headers_end);
+        let have = end - next;
+        if have >= want {
+            return want;
+        }
+        // The ones left first, then a bulk get behind them.
+        self.headers.copy_within(next..end, 0);
+        self.headers_next = 0;
+        self.headers_end = have;
+        if self
+            .pool
+            .mempool()
+            .get_bulk(&mut self.headers[have..want])
+            .is_ok()
+        {
+            self.headers_end = want;
+            return want;
+        }
+        self.take_headers_one_by_one(want)
+    }
+
+    /// `take_headers` when the pool has fewer than asked for: one at a
+    /// time, as many as it has (a bulk get takes all or nothing, and a
+    /// burst must not wait for more headers than the application left).
+    #[cold]
+    fn take_headers_one_by_one(&mut self, want: usize) -> usize {
+        let pool = self.pool.mempool();
+        while self.headers_end < want
+            && pool
+                .get_bulk(&mut self.headers[self.headers_end..self.headers_end + 1])
+                .is_ok()
+        {
+            self.headers_end += 1;
+        }
+        self.headers_end
+    }
+
+    /// Publishes the pool's buffers the queue holds in its `posted` gauge
+    /// (one store): armed or written back and not delivered (`[next,
+    /// tail)`), recycled into the ring and not rearmed, and kept for reuse;
+    /// with fragments, the stashed headers.
     #[inline(always)]
     fn note_posted(&self) {
-        let held = self.tail.wrapping_sub(self.next) + self.committed + self.reuse.len() as u32;
+        // With fragments the pool's buffers the queue holds are the
+        // headers taken for the next deliveries (its descriptors hold
+        // fragments).
+        let held = if self.frags.is_some() {
+            (self.headers_end - self.headers_next) as u32
+        } else {
+            self.tail.wrapping_sub(self.next) + self.committed + self.reuse.len() as u32
+        };
         self.counters.rx[self.engine.queue()]
             .posted
             .set(held as u64);
@@ -352,13 +437,29 @@ impl SoftRx {
         let mut i = self.next;
         let end = self.tail.wrapping_add(self.committed);
         while i != end {
-            let e = self.sw_ring[(i & self.mask) as usize];
-            // SAFETY: slots `[next, tail + committed)` hold buffers we own
-            // (armed, with the device stopped or locked out, or recycled
-            // into the ring), each once.
-            unsafe { self.give_back(e) };
+            let k = (i & self.mask) as usize;
+            if self.frags.is_some() {
+                // SAFETY: slots `[next, tail)` hold fragments armed by us
+                // (nothing is recycled into a queue with fragments), the
+                // device stopped or locked out: each reference once.
+                unsafe { self.armed[k].release() };
+            } else {
+                // SAFETY: slots `[next, tail + committed)` hold buffers we
+                // own (armed, with the device stopped or locked out, or
+                // recycled into the ring), each once.
+                unsafe { self.give_back(self.sw_ring[k]) };
+            }
             i = i.wrapping_add(1);
         }
+        for a in self.reuse_frags.drain(..) {
+            // SAFETY: fragments of dropped frames, ours, each once.
+            unsafe { a.release() };
+        }
+        let held = &self.headers[self.headers_next..self.headers_end];
+        // SAFETY: headers taken from our pool and not handed out, each once.
+        unsafe { self.pool.mempool().put_bulk(held) };
+        (self.headers_next, self.headers_end) = (0, 0);
+        self.armed.fill(ArmedFrag::EMPTY);
         for k in 0..self.reuse.len() {
             // SAFETY: reused buffers are ours, each once.
             unsafe { self.give_back(self.reuse[k]) };
@@ -388,14 +489,24 @@ impl SoftRx {
         slots: &mut [Elem],
         group: impl Fn(*const Desc, *const Elem, RxTemplate),
     ) -> (usize, u64) {
-        let max = slots.len();
+        let room = slots.len();
+        let max = if self.frags.is_some() {
+            self.take_headers(room)
+        } else {
+            room
+        };
         let mut n = 0;
         let mut bytes = 0u64;
         let mask = self.mask;
         // Indexed by `i & mask`: in bounds (one ring size, checked once).
         let descs = self.regs.descs.as_slice();
         let ring = &self.sw_ring[..];
-        assert!(descs.len() == mask as usize + 1 && ring.len() == descs.len());
+        let armed = &self.armed[..];
+        let frags = self.frags.as_ref();
+        let headers = &self.headers[..];
+        let mut header = self.headers_next;
+        assert!(descs.len() == mask as usize + 1);
+        assert!(ring.len() == descs.len() || armed.len() == descs.len());
         let rearm = self.rearm.word();
         let rss_hash = self.rss_hash;
         // Without fragments every armed buffer is plain (no external buffer
@@ -416,9 +527,7 @@ impl SoftRx {
             // the armed descriptors and the ring's end.
             while W != 0 && n + W <= max && end.wrapping_sub(next) >= W as u32 {
                 let i = (next & mask) as usize;
-                let (Some(group_descs), Some(group_elems)) =
-                    (descs.get(i..i + W), ring.get(i..i + W))
-                else {
+                let Some(group_descs) = descs.get(i..i + W) else {
                     break;
                 };
                 let mut all = u64::MAX;
@@ -433,6 +542,28 @@ impl SoftRx {
                 if all & rx::DD == 0 || any & rx::ERR_DROP != 0 {
                     break;
                 }
+                let group_elems = match frags {
+                    None => {
+                        let Some(e) = ring.get(i..i + W) else {
+                            break;
+                        };
+                        e
+                    }
+                    Some(f) => {
+                        // `take_headers` left `max` headers, and `n` were
+                        // delivered: `max - n >= W` are left.
+                        let h = &headers[header..header + W];
+                        header += W;
+                        for (&e, a) in h.iter().zip(&armed[i..i + W]) {
+                            // SAFETY: a fresh header from our pool, ours
+                            // alone; the fragment armed on a descriptor now
+                            // done, its reference handed to the header (the
+                            // slot is due for refill, never released).
+                            unsafe { attach_armed(e, a, f.iova(a)) };
+                        }
+                        h
+                    }
+                };
                 group(group_descs.as_ptr(), group_elems.as_ptr(), template);
                 slots[n..n + W].copy_from_slice(group_elems);
                 n += W;
@@ -450,22 +581,38 @@ impl SoftRx {
                 break;
             }
             let q0 = d.q0.load(Ordering::Relaxed);
-            let e = ring[i];
             next = next.wrapping_add(1);
             if q1 & rx::ERR_DROP != 0 {
                 let len = (q1 >> rx::LEN_SHIFT) as u16;
                 self.check
                     .count_drop(len as usize, &self.counters.rx[self.engine.queue()].errors);
-                if self.reuse.len() < self.reuse.capacity() {
-                    self.reuse.push(e);
+                if frags.is_some() {
+                    // At most a ring's worth: every slot's fragment is on
+                    // the ring or here.
+                    self.reuse_frags.push(armed[i]);
+                } else if self.reuse.len() < self.reuse.capacity() {
+                    self.reuse.push(ring[i]);
                 } else {
                     // Recycling has kept the ring full while frames were
                     // dropped: the list is full, the buffer goes home.
-                    // SAFETY: a buffer we own and no longer use, once.
-                    unsafe { self.give_back(e) };
+                    // SAFETY: a plain buffer of our pool we own and no
+                    // longer use, once.
+                    unsafe { self.pool.mempool().put_bulk(&[ring[i]]) };
                 }
                 continue;
             }
+            let e = match frags {
+                None => ring[i],
+                Some(f) => {
+                    // `take_headers` left `max` headers, and `n < max`
+                    // were delivered.
+                    let e = headers[header];
+                    header += 1;
+                    // SAFETY: as in the groups above.
+                    unsafe { attach_armed(e, &armed[i], f.iova(&armed[i])) };
+                    e
+                }
+            };
             let len = (q1 >> rx::LEN_SHIFT) as u16;
             let vlan = (q1 >> rx::VLAN_SHIFT) as u16;
             let mut flags = 0;
@@ -510,11 +657,22 @@ impl SoftRx {
         // of packets ago, and a store to a line not in the cache waits for
         // it. Asked for now (a hint, no memory effect), they arrive while
         // the application and the Tx queues work.
-        let ahead = end.wrapping_sub(next).min(max as u32);
-        for k in 0..ahead {
-            prefetch(ring[(next.wrapping_add(k) & mask) as usize].as_ptr());
+        if frags.is_none() {
+            let ahead = end.wrapping_sub(next).min(max as u32);
+            for k in 0..ahead {
+                prefetch(ring[(next.wrapping_add(k) & mask) as usize].as_ptr());
+            }
+        }
+        if max < room && n == max && next != end {
+            // Short of headers with a packet waiting: counted once per
+            // burst, as a failed refill is.
+            let q1 = descs[(next & mask) as usize].q1.load(Ordering::Relaxed);
+            if q1 & rx::DD != 0 {
+                self.counters.rx[self.engine.queue()].nombuf.inc();
+            }
         }
         self.next = next;
+        self.headers_next = header;
         (n, bytes)
     }
 
@@ -747,7 +905,12 @@ impl Drop for SoftRx {
         // the tail register reset, so a threaded device arms nothing more
         // and writes into no buffer that goes back.
         self.stop();
-        if self.next != self.tail || self.committed != 0 || !self.reuse.is_empty() {
+        if self.next != self.tail
+            || self.committed != 0
+            || !self.reuse.is_empty()
+            || !self.reuse_frags.is_empty()
+            || self.headers_next != self.headers_end
+        {
             self.release_all();
         }
     }

@@ -17,16 +17,12 @@
 //! returns the header to its mempool.
 
 use crate::driver::soft::hw::desc::Desc;
-use crate::mbuf::{Mbuf, MbufHeader, MbufPool};
-use crate::mempool::Elem;
 use crate::pagepool::{
-    BlockProvider, FragLayout, PageFragAlloc, PagePool, PagePoolConfig, attach_frag_fresh,
+    ArmedFrag, BlockProvider, FragLayout, PageFragAlloc, PagePool, PagePoolConfig,
 };
 use crate::port::PortError;
-#[cfg(any(test, not(target_arch = "x86_64")))]
+#[cfg(not(target_arch = "x86_64"))]
 use std::sync::atomic::Ordering;
-
-use super::tx::prefetch;
 
 /// Page order of Rx fragment pages (64 KiB: 36 fragments at MTU 1500, so
 /// a page's take from the pool, its cutting and its way home are shared by
@@ -36,10 +32,10 @@ pub const RX_PAGE_ORDER: u32 = 4;
 pub const RX_PAGE_BYTES: usize = 4096 << RX_PAGE_ORDER;
 
 /// Buffer memory one posted descriptor takes with fragments of `layout`:
-/// its share of a page (a page holds `page / stride` fragments) plus the
-/// header's mempool element (`header_stride`).
-pub fn frag_bytes_per_desc(layout: FragLayout, header_stride: usize) -> usize {
-    RX_PAGE_BYTES.div_ceil(RX_PAGE_BYTES / layout.stride()) + header_stride
+/// its share of a page (a page holds `page / stride` fragments). A posted
+/// descriptor holds no header: the packet gets one when it is delivered.
+pub fn frag_bytes_per_desc(layout: FragLayout) -> usize {
+    RX_PAGE_BYTES.div_ceil(RX_PAGE_BYTES / layout.stride())
 }
 
 /// Writes a descriptor's read format — buffer address `q0`, and a zero
@@ -131,35 +127,24 @@ impl RxFrags {
         }
     }
 
-    /// Fills every slot with a header from `pool` carrying a fresh
-    /// fragment and writes the read format of the descriptor beside it
-    /// (`descs[i]` for `slots[i]`), or takes nothing (false: no header or no
-    /// page).
+    /// Arms every slot with a fresh fragment and writes the read format of
+    /// the descriptor beside it (`descs[i]` for `slots[i]`), or arms
+    /// nothing (false: no page to be had).
     ///
-    /// Headers first (one bulk get), then the fragments, cut a page's run at
-    /// a time ([`PageFragAlloc::alloc_frags`]), each attached to the next
-    /// header as it is cut and its address written into the descriptor, the
-    /// handle never leaving registers: only the headers' lines and the
-    /// descriptors are written, none of the fragments', and no header is
-    /// read back for its address.
+    /// The fragments are cut a page's run at a time
+    /// ([`PageFragAlloc::alloc_frags`]), each taken apart into the slot as
+    /// it is cut and its address written into the descriptor: only the
+    /// slots and the descriptors are written, no header and none of the
+    /// fragments' lines.
     ///
     /// The descriptors are not yet handed to the device (they lie past the
     /// tail register): a batch that fails part way leaves some of them
-    /// written, which the device does not see, and the next fill writes
+    /// written, which the device does not see, and the next arming writes
     /// them again.
-    pub fn fill(&mut self, pool: &MbufPool, slots: &mut [Elem], descs: &[Desc]) -> bool {
+    pub fn arm(&mut self, slots: &mut [ArmedFrag], descs: &[Desc]) -> bool {
         assert_eq!(slots.len(), descs.len(), "one descriptor per slot");
-        if pool.mempool().get_bulk(slots).is_err() {
-            return false;
-        }
-        // The headers' first lines, written below: asked for at once, so
-        // that a miss on one overlaps the others'.
-        for &e in slots.iter() {
-            prefetch(e.as_ptr());
-        }
         let layout = self.layout;
         let headroom = layout.headroom as u64;
-        let iova_base = self.iova_base;
         let n = slots.len();
         let mut done = 0;
         let cut = self.alloc.alloc_frags(layout.frag_size(), n, |f| {
@@ -169,112 +154,47 @@ impl RxFrags {
             // SAFETY: `done < n`, the length of both `slots` and `descs`
             // (asserted above): no bounds check, so nothing in the loop can
             // unwind and the carving state stays in registers.
-            let (e, d) = unsafe { (*slots.get_unchecked(done), descs.get_unchecked(done)) };
-            let addr = f.as_ptr() as usize;
-            // SAFETY: a descriptor of this refill batch, at or past the tail
+            let (slot, d) = unsafe { (slots.get_unchecked_mut(done), descs.get_unchecked(done)) };
+            let armed = ArmedFrag::new(f, layout);
+            // SAFETY: a descriptor of this batch, at or past the tail
             // register: the device does not read it before the doorbell.
-            unsafe { write_read_format(d, addr as u64 + headroom) };
-            // A fragment of a page of the pool's provider.
-            let iova = (addr - iova_base) as u64;
-            // The receive loop delivers the rest of the header through the
-            // rearm word (data offset: the layout's headroom, `SoftRx::new`),
-            // the flags with `EXTERNAL` (its template's) and the lengths.
-            // SAFETY: a fresh header of ours, given exactly one fragment.
-            unsafe { attach_frag_fresh(e, f, iova, layout) };
+            unsafe { write_read_format(d, armed.addr() as u64 + headroom) };
+            *slot = armed;
             done += 1;
         });
         if cut.is_err() {
-            for &e in &slots[..done] {
-                // SAFETY: headers of this batch, attached above, each rebuilt
-                // once: dropping detaches their fragments.
-                drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+            for a in &slots[..done] {
+                // SAFETY: fragments of this batch, armed above and handed to
+                // no one: each reference given back once.
+                unsafe { a.release() };
             }
-            // SAFETY: the rest of the batch: plain headers from `pool`, ours.
-            unsafe { pool.mempool().put_bulk(&slots[done..]) };
             return false;
         }
         true
     }
 
-    /// The DMA address of an armed header's buffer: its fragment's data
-    /// start (headroom included).
+    /// The IO address of an armed fragment.
     #[inline(always)]
-    pub fn dma_addr(&self, e: Elem) -> u64 {
-        // SAFETY: an armed header of this queue, which it owns; its first
-        // line holds the attached fragment's address.
-        let h = unsafe { &*e.as_ptr().cast::<MbufHeader>() };
-        h.buf_addr as u64 + self.layout.headroom as u64
+    pub fn iova(&self, frag: &ArmedFrag) -> u64 {
+        // A fragment of a page of the pool's provider.
+        (frag.addr() as usize - self.iova_base) as u64
+    }
+
+    /// The DMA address of an armed fragment's buffer: its data start
+    /// (headroom included).
+    #[inline(always)]
+    pub fn dma_addr(&self, frag: &ArmedFrag) -> u64 {
+        frag.addr() as u64 + self.layout.headroom as u64
     }
 }
 
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::mbuf::MbufPoolConfig;
-    use crate::mempool::HugepagePolicy;
-    use crate::pagepool::{PageMeta, ProviderConfig, attach_frag};
-
-    #[test]
-    fn a_filled_batch_carries_fragments_and_gives_them_back() {
-        let provider = BlockProvider::new(ProviderConfig {
-            name: "rxf".into(),
-            size: 1 << 20,
-            hugepages: HugepagePolicy::Never,
-        })
-        .unwrap();
-        let headers = MbufPool::new(MbufPoolConfig {
-            size: 63,
-            cache_size: 0,
-            data_room: 64,
-            ..Default::default()
-        })
-        .unwrap();
-        let layout = FragLayout::for_mtu(1500);
-        let mut rf = RxFrags::new(&provider, "soft:test", 0, layout).unwrap();
-        let pool = rf.alloc.pool().clone();
-        let mut slots = [Elem::DANGLING; 32];
-        let descs = stale_descs(40);
-        assert!(rf.fill(&headers, &mut slots, &descs[..32]));
-        assert_eq!(headers.available(), 31);
-        for (&e, d) in slots.iter().zip(&descs) {
-            // SAFETY: an armed header, read only.
-            let h = unsafe { &*e.as_ptr().cast::<MbufHeader>() };
-            assert!(provider.contains(h.buf_addr));
-            assert_eq!(rf.dma_addr(e), h.buf_addr as u64 + 256);
-            assert_eq!(d.q0.load(Ordering::Relaxed), rf.dma_addr(e));
-            assert_eq!(d.q1.load(Ordering::Relaxed), 0, "DD cleared");
-            assert_eq!(h.buf_iova, provider.inner().iova(h.buf_addr as usize));
-            assert_eq!(h.buf_len as usize, 256 + 1518);
-            assert!(!h.shinfo.is_null());
-        }
-        // 32 fragments of 1792 bytes: one 64 KiB page (36 fit).
-        assert_eq!(pool.stats().alloc_slow, 1);
-        // More than the headers left: nothing taken, nothing lost.
-        let mut many = [Elem::DANGLING; 40];
-        assert!(!rf.fill(&headers, &mut many, &descs));
-        assert_eq!(headers.available(), 31);
-        for &e in &slots {
-            // SAFETY: each header once, given up by `fill` with `into_raw`.
-            drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
-        }
-        assert!(headers.is_full());
-        drop(rf); // the page being cut goes home too
-        assert!(pool.all_home(), "{:?}", pool.stats());
-        drop(pool);
-        assert!(provider.is_full());
-    }
-
-    /// `n` descriptors as the device leaves them: written back, DD set.
-    fn stale_descs(n: usize) -> Vec<Desc> {
-        (0..n)
-            .map(|_| {
-                let d = Desc::default();
-                d.q0.store(0xdead_beef, Ordering::Relaxed);
-                d.q1.store(u64::MAX, Ordering::Relaxed);
-                d
-            })
-            .collect()
-    }
+    use crate::mbuf::{Mbuf, MbufHeader, MbufPool, MbufPoolConfig, ol};
+    use crate::mempool::{Elem, HugepagePolicy};
+    use crate::pagepool::{PageMeta, ProviderConfig, attach_armed, attach_frag};
+    use std::sync::atomic::Ordering;
 
     fn provider(name: &str, size: usize) -> BlockProvider {
         BlockProvider::new(ProviderConfig {
@@ -295,52 +215,124 @@ mod tests {
         .unwrap()
     }
 
+    /// `n` descriptors as the device leaves them: written back, DD set.
+    fn stale_descs(n: usize) -> Vec<Desc> {
+        (0..n)
+            .map(|_| {
+                let d = Desc::default();
+                d.q0.store(0xdead_beef, Ordering::Relaxed);
+                d.q1.store(u64::MAX, Ordering::Relaxed);
+                d
+            })
+            .collect()
+    }
+
+    /// Delivers the armed fragment `a` as the receive does: a header from
+    /// `headers`, the fragment attached, the delivery's fields written.
+    fn deliver(rf: &RxFrags, headers: &MbufPool, a: &ArmedFrag, len: u16) -> Mbuf {
+        let mut e = [Elem::DANGLING];
+        headers.mempool().get_bulk(&mut e).unwrap();
+        // SAFETY: a fresh header of ours, given the fragment's reference
+        // once; the delivery's fields are written right after.
+        unsafe { attach_armed(e[0], a, rf.iova(a)) };
+        let mut rearm = headers.rearm_data(0);
+        rearm.data_off = rf.layout().headroom;
+        // SAFETY: as above: the header is ours alone.
+        let h = unsafe { &mut *e[0].as_ptr().cast::<MbufHeader>() };
+        h.rearm_word(rearm.word());
+        h.set_rx_attached(0, 0, len, 0, 0);
+        // SAFETY: the header, now an mbuf, rebuilt once.
+        unsafe { Mbuf::from_raw(e[0].as_non_null().cast()) }
+    }
+
+    #[test]
+    fn an_armed_batch_carries_fragments_and_gives_them_back() {
+        let provider = provider("rxf", 1 << 20);
+        let headers = header_pool(63);
+        let layout = FragLayout::for_mtu(1500);
+        let mut rf = RxFrags::new(&provider, "soft:test", 0, layout).unwrap();
+        let pool = rf.alloc.pool().clone();
+        let mut slots = [ArmedFrag::EMPTY; 32];
+        let descs = stale_descs(40);
+        assert!(rf.arm(&mut slots, &descs[..32]));
+        for (a, d) in slots.iter().zip(&descs) {
+            assert!(provider.contains(a.addr()));
+            assert_eq!(rf.dma_addr(a), a.addr() as u64 + 256);
+            assert_eq!(rf.iova(a), provider.inner().iova(a.addr() as usize));
+            assert_eq!(d.q0.load(Ordering::Relaxed), rf.dma_addr(a));
+            assert_eq!(d.q1.load(Ordering::Relaxed), 0, "DD cleared");
+        }
+        // 32 fragments of 1792 bytes: one 64 KiB page (36 fit).
+        assert_eq!(pool.stats().alloc_slow, 1);
+        // Half delivered as mbufs over their fragments, half released.
+        let mut delivered = Vec::new();
+        for a in &slots[..16] {
+            let m = deliver(&rf, &headers, a, 60);
+            assert_eq!(m.data_len(), 60);
+            assert_eq!(m.headroom(), 256);
+            assert_eq!(m.data().as_ptr(), a.addr().wrapping_add(256).cast_const());
+            assert_eq!(m.header().buf_iova, rf.iova(a));
+            assert_eq!(m.header().buf_len as usize, 256 + 1518);
+            assert_ne!(m.header().ol_flags & ol::EXTERNAL, 0);
+            delivered.push(m);
+        }
+        for a in &slots[16..] {
+            // SAFETY: each remaining armed fragment, once.
+            unsafe { a.release() };
+        }
+        assert!(!pool.all_home(), "the delivered fragments are out");
+        drop(delivered);
+        assert!(headers.is_full());
+        drop(rf); // the page being cut goes home too
+        assert!(pool.all_home(), "{:?}", pool.stats());
+        drop(pool);
+        assert!(provider.is_full());
+    }
+
     #[test]
     fn a_batch_cut_short_by_the_pages_gives_everything_back() {
         // One 64 KiB page: 36 fragments at MTU 1500 at most.
         let provider = provider("rxf-short", 64 << 10);
-        let headers = header_pool(63);
         let mut rf = RxFrags::new(&provider, "soft:short", 0, FragLayout::for_mtu(1500)).unwrap();
         let pool = rf.alloc.pool().clone();
         let descs = stale_descs(24);
-        let mut first = [Elem::DANGLING; 16];
-        assert!(rf.fill(&headers, &mut first, &descs[..16]));
-        // The second page runs out within the batch, and there is no third:
-        // the batch takes nothing, its headers and fragments go back.
-        let mut second = [Elem::DANGLING; 24];
-        assert!(!rf.fill(&headers, &mut second, &descs));
-        assert_eq!(headers.available(), 63 - 16);
-        for &e in &first {
-            // SAFETY: each armed header once.
-            drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+        let mut first = [ArmedFrag::EMPTY; 16];
+        assert!(rf.arm(&mut first, &descs[..16]));
+        // The second batch runs out of the page within it, and there is no
+        // second page: the batch arms nothing, its fragments go back.
+        let mut second = [ArmedFrag::EMPTY; 24];
+        assert!(!rf.arm(&mut second, &descs));
+        for a in &first {
+            // SAFETY: each armed fragment once.
+            unsafe { a.release() };
         }
-        // Both pages are free again: the batch fits now.
-        assert!(rf.fill(&headers, &mut second, &descs));
-        for &e in &second {
-            // SAFETY: each armed header once.
-            drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+        // The page is free again: the batch fits now.
+        assert!(rf.arm(&mut second, &descs));
+        for a in &second {
+            // SAFETY: each armed fragment once.
+            unsafe { a.release() };
         }
-        assert!(headers.is_full());
         drop(rf);
         assert!(pool.all_home(), "{:?}", pool.stats());
         drop(pool);
         assert!(provider.is_full());
     }
 
-    /// One step of a random sequence: arm a batch, or free some of the
-    /// armed mbufs (oldest first, or newest first).
+    /// One step of a random sequence: arm a batch, or give some of the
+    /// armed fragments up (delivered as mbufs and freed, or released),
+    /// oldest first or newest first.
     #[derive(Debug, Clone)]
     enum Step {
-        Fill(usize),
-        FreeOldest(usize),
-        FreeNewest(usize),
+        Arm(usize),
+        FreeOldest(usize, bool),
+        FreeNewest(usize, bool),
     }
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
-            (1usize..=48).prop_map(Step::Fill),
-            (1usize..=64).prop_map(Step::FreeOldest),
-            (1usize..=64).prop_map(Step::FreeNewest),
+            (1usize..=48).prop_map(Step::Arm),
+            (1usize..=64, any::<bool>()).prop_map(|(n, d)| Step::FreeOldest(n, d)),
+            (1usize..=64, any::<bool>()).prop_map(|(n, d)| Step::FreeNewest(n, d)),
         ]
     }
 
@@ -349,14 +341,14 @@ mod tests {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(48))]
 
-        /// The batched refill (`fill`: one bulk get, fragments cut a page's
-        /// run at a time, descriptors written as they are attached) against
-        /// the per-fragment path (`alloc_frag` and the checked
-        /// `attach_frag`, one mbuf at a time) over identical providers: the
-        /// same fragments (IO addresses), headers and descriptors, and
-        /// everything home at the end.
+        /// The batched arming (`arm`: fragments cut a page's run at a
+        /// time, descriptors written as they are cut; a header attached at
+        /// delivery) against the per-fragment path (`alloc_frag` and the
+        /// checked `attach_frag`, one mbuf at a time) over identical
+        /// providers: the same fragments (IO addresses) and header fields,
+        /// the same page references out, and everything home at the end.
         #[test]
-        fn fill_matches_the_per_fragment_path(
+        fn arm_matches_the_per_fragment_path(
             steps in proptest::collection::vec(step(), 1..40),
             mtu in prop_oneof![Just(1500u16), Just(3000), Just(9000)],
         ) {
@@ -373,14 +365,14 @@ mod tests {
             )
             .unwrap();
             let mut fa = PageFragAlloc::new(pool_b.clone());
-            let mut held_a: std::collections::VecDeque<Elem> = Default::default();
+            let mut held_a: std::collections::VecDeque<ArmedFrag> = Default::default();
             let mut held_b: std::collections::VecDeque<Mbuf> = Default::default();
             let descs = stale_descs(48);
             for s in steps {
                 match s {
-                    Step::Fill(n) => {
-                        let mut slots = vec![Elem::DANGLING; n];
-                        let ok = rf.fill(&ha, &mut slots, &descs[..n]);
+                    Step::Arm(n) => {
+                        let mut slots = vec![ArmedFrag::EMPTY; n];
+                        let ok = rf.arm(&mut slots, &descs[..n]);
                         // The reference: all or nothing too.
                         let mut batch = Vec::new();
                         let mut ok_b = true;
@@ -397,23 +389,9 @@ mod tests {
                         if !ok {
                             continue;
                         }
-                        for ((&e, m), d) in slots.iter().zip(&batch).zip(&descs) {
-                            // SAFETY: armed headers, read only.
-                            let (x, y) = unsafe {
-                                (&*e.as_ptr().cast::<MbufHeader>(), m.header())
-                            };
-                            prop_assert_eq!(x.buf_iova, y.buf_iova);
-                            prop_assert_eq!(x.buf_iova, pa.inner().iova(x.buf_addr as usize));
-                            prop_assert_eq!((x.buf_len, x.frag_target), (y.buf_len, y.frag_target));
-                            // The page reference: the tagged metadata of
-                            // the fragment's page.
-                            prop_assert_eq!(x.shinfo as usize & 1, 1);
-                            // SAFETY: the tagged word of an armed header is
-                            // its page's metadata, alive with the provider.
-                            let meta = unsafe { &*((x.shinfo as usize & !1) as *const PageMeta) };
-                            let addr = x.buf_addr as usize;
-                            prop_assert!(meta.addr <= addr && addr < meta.addr + RX_PAGE_BYTES);
-                            prop_assert_eq!(d.q0.load(Ordering::Relaxed), rf.dma_addr(e));
+                        for ((a, m), d) in slots.iter().zip(&batch).zip(&descs) {
+                            prop_assert_eq!(rf.iova(a), m.header().buf_iova);
+                            prop_assert_eq!(d.q0.load(Ordering::Relaxed), rf.dma_addr(a));
                             prop_assert_eq!(d.q1.load(Ordering::Relaxed), 0);
                         }
                         held_a.extend(slots);
@@ -422,25 +400,42 @@ mod tests {
                             d.q1.store(u64::MAX, Ordering::Relaxed);
                         }
                     }
-                    Step::FreeOldest(n) | Step::FreeNewest(n) => {
-                        let oldest = matches!(s, Step::FreeOldest(_));
+                    Step::FreeOldest(n, deliver_them) | Step::FreeNewest(n, deliver_them) => {
+                        let oldest = matches!(s, Step::FreeOldest(..));
                         for _ in 0..n.min(held_a.len()) {
-                            let (e, m) = if oldest {
-                                (held_a.pop_front(), held_b.pop_front())
+                            let (a, m) = if oldest {
+                                (held_a.pop_front().unwrap(), held_b.pop_front().unwrap())
                             } else {
-                                (held_a.pop_back(), held_b.pop_back())
+                                (held_a.pop_back().unwrap(), held_b.pop_back().unwrap())
                             };
-                            // SAFETY: an armed header, given back once.
-                            drop(unsafe { Mbuf::from_raw(e.unwrap().as_non_null().cast()) });
+                            if deliver_them {
+                                let x = deliver(&rf, &ha, &a, 64);
+                                let (x, y) = (x.header(), m.header());
+                                prop_assert_eq!(x.buf_iova, y.buf_iova);
+                                prop_assert_eq!((x.buf_len, x.frag_target), (y.buf_len, y.frag_target));
+                                prop_assert_eq!(x.data_off, y.data_off);
+                                // The page reference: the tagged metadata
+                                // of the fragment's page.
+                                prop_assert_eq!(x.shinfo as usize & 1, 1);
+                                // SAFETY: the tagged word of an attached
+                                // header is its page's metadata, alive with
+                                // the provider.
+                                let meta = unsafe { &*((x.shinfo as usize & !1) as *const PageMeta) };
+                                let addr = x.buf_addr as usize;
+                                prop_assert!(meta.addr <= addr && addr < meta.addr + RX_PAGE_BYTES);
+                            } else {
+                                // SAFETY: an armed fragment, given back once.
+                                unsafe { a.release() };
+                            }
                             drop(m);
                         }
                     }
                 }
                 prop_assert_eq!(pool_a.stats().in_flight, pool_b.stats().in_flight);
             }
-            for e in held_a {
-                // SAFETY: each armed header once.
-                drop(unsafe { Mbuf::from_raw(e.as_non_null().cast()) });
+            for a in held_a {
+                // SAFETY: each armed fragment once.
+                unsafe { a.release() };
             }
             drop((held_b, rf, fa));
             prop_assert!(ha.is_full() && hb.is_full());
@@ -452,12 +447,7 @@ mod tests {
 
     #[test]
     fn a_fragment_larger_than_the_page_is_refused() {
-        let provider = BlockProvider::new(ProviderConfig {
-            name: "rxf".into(),
-            size: 1 << 20,
-            hugepages: HugepagePolicy::Never,
-        })
-        .unwrap();
+        let provider = provider("rxf", 1 << 20);
         // The largest MTU's fragment fits a 64 KiB page; a tailroom can
         // take one past it.
         let layout = FragLayout {

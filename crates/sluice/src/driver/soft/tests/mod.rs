@@ -786,7 +786,7 @@ fn frag_forwarding(name: &str, mtu: u16, size: &str, count: u64, fc: &str) {
         let layout = crate::pagepool::FragLayout::for_mtu(mtu);
         assert_eq!(
             xstat(p, "rx_buf_bytes_per_desc") as usize,
-            super::driver::rx_frags::frag_bytes_per_desc(layout, headers.mempool().stride())
+            super::driver::rx_frags::frag_bytes_per_desc(layout)
         );
     }
     // Stop both before dropping either: a's fragments may sit in b's Tx
@@ -825,9 +825,9 @@ fn rx_buffer_memory_per_descriptor_is_reported_for_both_modes() {
         PortConfig::new(Some(small.clone())).nb_rxd(64),
     );
     // 1774-byte fragments take 1792 bytes, 36 to a 64 KiB page (1821 bytes
-    // each, the page's tail shared out), plus the header's element: 128 +
-    // 128 (headroom) + 64 bytes.
-    assert_eq!(xstat(&frag, "rx_buf_bytes_per_desc"), 1821 + 320);
+    // each, the page's tail shared out); a posted descriptor holds no
+    // header.
+    assert_eq!(xstat(&frag, "rx_buf_bytes_per_desc"), 1821);
     drop((mbuf, frag));
     assert!(big.is_full() && small.is_full());
 }
@@ -1358,4 +1358,51 @@ fn posted_and_waiting_gauges_count_every_buffer_out_and_read_0_after_stop() {
     assert!(pool.is_full());
     drop((a, b));
     assert!(pool.is_full());
+}
+
+/// `rxbuf=frag` with the header pool drained by the application: the ring
+/// stays armed (a posted descriptor holds a fragment, no header), a burst
+/// delivers only what it has headers for and counts `rx_nombuf` when a
+/// packet is left waiting; once headers come back every frame is delivered
+/// intact, and every header and fragment goes home.
+#[test]
+fn rxbuf_frag_short_of_headers_waits_counts_and_loses_nothing() {
+    const COUNT: u64 = 300;
+    // More headers than the rings and a burst hold, as a pool must have.
+    let headers = pool(255, 64);
+    let config = PortConfig::new(Some(headers.clone())).nb_rxd(64).nb_txd(64);
+    let name = "t-frag-short";
+    let mut p = port(
+        &format!("soft:tester={name},count={COUNT},flows=8,size=64,rxbuf=frag,fc=on"),
+        config,
+    );
+    let t = tester_of(name);
+    let mut held: Vec<Mbuf> = std::iter::from_fn(|| headers.alloc()).collect();
+    assert_eq!(held.len(), 255);
+    let mut burst: Burst<32> = Burst::new();
+    // No header to be had: nothing delivered, the wait counted.
+    for _ in 0..8 {
+        assert_eq!(p.rx_queue(0).unwrap().rx_burst(&mut burst), 0);
+    }
+    assert!(p.stats().rx_nombuf > 0, "{:?}", p.stats());
+    // Five headers back: a burst of 32 delivers five.
+    held.truncate(held.len() - 5);
+    assert_eq!(p.rx_queue(0).unwrap().rx_burst(&mut burst), 5);
+    // All back: the rest arrives; every frame goes back to the tester,
+    // which checks it.
+    drop(held);
+    for _ in 0..100_000 {
+        if t.report().received == COUNT {
+            break;
+        }
+        send_all(p.tx_queue(0).unwrap(), &mut burst);
+        p.rx_queue(0).unwrap().rx_burst(&mut burst);
+    }
+    let r = t.report();
+    assert_eq!((r.sent, r.received), (COUNT, COUNT), "{r}");
+    assert_eq!((r.lost, r.corrupt, r.duplicates), (0, 0, 0), "{r}");
+    let s = p.stats();
+    assert_eq!((s.rx_packets, s.rx_errors, s.rx_missed), (COUNT, 0, 0));
+    drop(p);
+    assert!(headers.is_full());
 }
