@@ -38,7 +38,7 @@
 //!
 //! # Fragments (`rxbuf=frag`)
 //! The descriptors carry page-pool fragments, kept beside them in `armed`
-//! (the software ring of headers goes unused): refill arms fragments
+//! (the software ring of buffers is empty): refill arms fragments
 //! (those of dropped frames first), and a delivered packet takes a header
 //! from a stash topped up once per burst from the mempool — headers a Tx
 //! queue freed moments before, still in the cache — whose first line the
@@ -191,8 +191,9 @@ impl SoftRx {
         let doorbell_bytes = counters.xstats.register("bus_doorbell_bytes");
         let rx_recycled = counters.xstats.register("rx_recycled");
         let check = RxFrameCheck::new(&counters.xstats, mtu);
-        let with_frags = frags.is_some();
-        let frag_slots = if with_frags { nb } else { 0 };
+        // With fragments the descriptors' slots are `armed`, and the
+        // software ring of buffers is empty; without, the other way round.
+        let (buffer_slots, frag_slots) = if frags.is_some() { (0, nb) } else { (nb, 0) };
         SoftRx {
             armed: vec![ArmedFrag::EMPTY; frag_slots].into_boxed_slice(),
             reuse_frags: Vec::with_capacity(frag_slots),
@@ -201,7 +202,7 @@ impl SoftRx {
             headers_end: 0,
             check,
             mask: nb as u32 - 1,
-            sw_ring: vec![Elem::DANGLING; nb].into_boxed_slice(),
+            sw_ring: vec![Elem::DANGLING; buffer_slots].into_boxed_slice(),
             regs,
             next: 0,
             tail: 0,
@@ -278,7 +279,7 @@ impl SoftRx {
     /// from the element's address; the header gets its rearm word when the
     /// packet is delivered, in the same cache line as the write-back fields.
     /// With fragments (`rxbuf=frag`) the descriptors were written as the
-    /// buffers were taken ([`RxFrags::fill`]): only the doorbell is left.
+    /// fragments were cut ([`RxFrags::arm`]): only the doorbell is left.
     #[inline]
     fn rearm(&mut self, n: u32) {
         // A run never crosses the wrap: refill batches divide the ring and
@@ -287,12 +288,12 @@ impl SoftRx {
         // per descriptor.
         let start = (self.tail & self.mask) as usize;
         let end = start + n as usize;
-        let slots = &self.sw_ring[start..end];
-        let descs = &self.regs.descs.as_slice()[start..end];
-        // With fragments the descriptors were written by `take_buffers` as
-        // the fragments were attached (a queue with fragments recycles
-        // nothing, so every run rearmed here comes from it).
+        // With fragments the descriptors were written by `take_frags` as
+        // the fragments were cut (a queue with fragments recycles nothing,
+        // so every run rearmed here comes from it).
         if self.frags.is_none() {
+            let slots = &self.sw_ring[start..end];
+            let descs = &self.regs.descs.as_slice()[start..end];
             let off = (HEADER_SIZE + self.rearm.data_off as usize) as u64;
             let done = refill_vector(self.vector, descs, slots, off);
             for (d, e) in descs[done..].iter().zip(&slots[done..]) {
@@ -505,8 +506,12 @@ impl SoftRx {
         let frags = self.frags.as_ref();
         let headers = &self.headers[..];
         let mut header = self.headers_next;
-        assert!(descs.len() == mask as usize + 1);
-        assert!(ring.len() == descs.len() || armed.len() == descs.len());
+        let slots_len = if frags.is_some() {
+            armed.len()
+        } else {
+            ring.len()
+        };
+        assert!(descs.len() == mask as usize + 1 && slots_len == descs.len());
         let rearm = self.rearm.word();
         let rss_hash = self.rss_hash;
         // Without fragments every armed buffer is plain (no external buffer
