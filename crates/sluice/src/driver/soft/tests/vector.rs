@@ -230,13 +230,24 @@ impl Queue {
             .collect()
     }
 
-    /// A delivered mbuf as its offset in the pool and its Rx words.
-    fn delivered(&self, m: &Mbuf) -> (u64, [u8; 32]) {
+    /// A delivered mbuf as its offset in the pool, its buffer's offset in
+    /// the pool (or the fragments' provider), its Rx words, and the page
+    /// target and buffer length beside them.
+    fn delivered(&self, m: &Mbuf) -> (u64, u64, [u8; 32], [u8; 8]) {
         let p = m.as_header_ptr().cast::<u8>();
         let mut words = [0u8; 32];
+        let mut tail = [0u8; 8];
         // SAFETY: the header is 128 bytes of a live mbuf we hold.
-        words.copy_from_slice(unsafe { std::slice::from_raw_parts(p.add(16), 32) });
-        (p as u64 - self.base(), words)
+        unsafe {
+            words.copy_from_slice(std::slice::from_raw_parts(p.add(16), 32));
+            tail.copy_from_slice(std::slice::from_raw_parts(p.add(48), 8));
+        }
+        let buf_base = match &self.frags {
+            Some((_, base)) => *base,
+            None => self.base(),
+        };
+        let buf = m.header().buf_addr as u64 - buf_base;
+        (p as u64 - self.base(), buf, words, tail)
     }
 }
 
