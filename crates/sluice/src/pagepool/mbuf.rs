@@ -10,8 +10,10 @@
 //! is the fragment's: freeing it gives the reference back (the page goes
 //! home if it was the page's last) and returns the header to its mempool
 //! with its own buffer, as any mbuf does. Neither the attach nor the free
-//! touches the fragment's memory: the lines an Rx refill and a Tx free
-//! write and read are the header's.
+//! touches the fragment's memory: the lines an Rx delivery and a Tx free
+//! write and read are the header's. An Rx queue arms its descriptors with
+//! fragments alone ([`ArmedFrag`]) and attaches each to a header when its
+//! packet is delivered ([`attach_armed`]).
 
 use std::ptr::NonNull;
 

@@ -1,8 +1,8 @@
 //! Rx buffers from page-pool fragments (`rxbuf=frag`): each descriptor is
-//! armed with an mbuf header from the queue's mempool whose data is a
-//! fragment of a 64 KiB page-pool page, sized to the port's MTU (headroom +
-//! largest frame + tailroom, see [`FragLayout`]), instead of the header's
-//! own fixed-size data room.
+//! armed with a fragment of a 64 KiB page-pool page, sized to the port's
+//! MTU (headroom + largest frame + tailroom, see [`FragLayout`]), instead
+//! of an mbuf's own fixed-size data room; the packet gets an mbuf header
+//! from the queue's mempool when it is delivered.
 //!
 //! Per queue: one [`PagePool`] of 64 KiB pages over the port's
 //! [`BlockProvider`] and one [`PageFragAlloc`]. The pool's owner is the
@@ -11,10 +11,12 @@
 //! whose last fragment is freed there recycle through the direct cache and
 //! the others through the pool's ring.
 //!
-//! Ownership: a header armed on the ring has its fragment attached (the
-//! header holds the fragment's page reference); freeing the mbuf —
-//! wherever that happens — detaches it, which gives the fragment back, and
-//! returns the header to its mempool.
+//! Ownership: an armed fragment ([`ArmedFrag`], in the queue's slot beside
+//! its descriptor) holds a reference on its page until it is delivered —
+//! handed to the packet's header, which holds it from then on — or
+//! released (the queue stopped); freeing the mbuf, wherever that happens,
+//! detaches it, which gives the fragment back, and returns the header to
+//! its mempool.
 
 use crate::driver::soft::hw::desc::Desc;
 use crate::pagepool::{
