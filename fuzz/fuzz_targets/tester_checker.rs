@@ -34,8 +34,9 @@ impl Rig {
             flows: 4,
             ..TesterConfig::default()
         });
-        tester.add_stream();
-        tester.add_stream();
+        // One tester is alive at a time: two of the 4096 stream tags.
+        tester.add_stream().expect("a free stream tag");
+        tester.add_stream().expect("a free stream tag");
         let checker = tester.checker();
         Rig {
             pick,

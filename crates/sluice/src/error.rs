@@ -25,6 +25,7 @@ use crate::net::routes::RoutesError;
 use crate::pagepool::PagePoolError;
 use crate::port::{PortError, SpecError};
 use crate::ring::RingError;
+use crate::tester::TesterError;
 use crate::vhost_user::VhostUserError;
 use crate::virtio::VirtioError;
 
@@ -103,6 +104,8 @@ pub enum Error {
     /// A memif message, handshake, region or ring was refused.
     #[cfg(not(loom))]
     Memif(MemifError),
+    /// The tester refused a call.
+    Tester(TesterError),
     /// A system call failed.
     Io(io::Error),
 }
@@ -130,6 +133,7 @@ impl Error {
             Error::VhostUser(e) => e,
             #[cfg(not(loom))]
             Error::Memif(e) => e,
+            Error::Tester(e) => e,
             Error::Io(e) => e,
         }
     }
@@ -181,6 +185,7 @@ from_module_error! {
     VhostUserError => VhostUser,
     #[cfg(not(loom))]
     MemifError => Memif,
+    TesterError => Tester,
     io::Error => Io,
 }
 
@@ -271,6 +276,9 @@ mod tests {
         });
         converts(MemifError::BadCookie(1), |e| {
             matches!(e, Error::Memif(MemifError::BadCookie(1)))
+        });
+        converts(crate::tester::TesterError::TooManyStreams, |e| {
+            matches!(e, Error::Tester(TesterError::TooManyStreams))
         });
         converts(
             io::Error::from_raw_os_error(libc::EPERM),

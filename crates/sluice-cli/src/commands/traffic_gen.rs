@@ -226,7 +226,13 @@ pub fn run(args: &GenArgs) -> Result<bool, String> {
             args.port, args.duration
         ));
     }
-    let stream = tester.add_stream();
+    let stream = match tester.add_stream() {
+        Ok(stream) => stream,
+        Err(e) => {
+            port.stop();
+            return Err(e.to_string());
+        }
+    };
     let flows = tester.config().flows;
     let mut generator = tester.generator(stream, (0..flows).collect());
     let measure = args.latency.enabled();

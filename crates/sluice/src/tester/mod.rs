@@ -31,7 +31,7 @@
 //! use sluice::tester::{Tester, TesterConfig};
 //!
 //! let t = Tester::new(TesterConfig { count: Some(4), ..TesterConfig::default() });
-//! let stream = t.add_stream();
+//! let stream = t.add_stream()?; // at most MAX_STREAMS alive in a process
 //! let mut generator = t.generator(stream, (0..16).collect());
 //! let mut checker = t.checker();
 //! let mut buf = [0u8; 2048];
@@ -41,6 +41,7 @@
 //! let r = t.report();
 //! assert_eq!((r.sent, r.received, r.lost), (4, 4, 0));
 //! assert!(r.is_clean(), "{r}");
+//! # Ok::<(), sluice::tester::TesterError>(())
 //! ```
 //!
 //! Testers can be named and found again through a registry of weak
@@ -68,6 +69,28 @@ pub use config::{
     MIN_FRAME, MIN_RATE, TESTER_KEYS, TesterConfig,
 };
 pub use frame::{FlowTuple, MAX_FLOWS, MAX_STREAMS};
+
+/// Why the tester refused a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum TesterError {
+    /// [`MAX_STREAMS`] streams are alive in the process: a frame's stamp
+    /// has room for no more stream tags.
+    TooManyStreams,
+}
+
+impl std::fmt::Display for TesterError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TesterError::TooManyStreams => write!(
+                f,
+                "tester: a process has at most {MAX_STREAMS} tester streams alive at once"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for TesterError {}
 pub use generator::{Generator, IMIX_ORDER};
 pub use latency::{LATENCY_MAX_NS, LatencySummary, PUBLISH_MS, PortLatency};
 pub use registry::{attach, registered};
@@ -156,17 +179,15 @@ impl Tester {
     /// frames of another tester's streams as foreign, while both number
     /// their streams (and so their addresses) from 0.
     ///
-    /// # Panics
-    /// When [`MAX_STREAMS`] streams are alive in the process (over all its
-    /// testers).
-    pub fn add_stream(&self) -> u16 {
+    /// # Errors
+    /// [`TesterError::TooManyStreams`] when [`MAX_STREAMS`] streams are
+    /// alive in the process (over all its testers); nothing is added then.
+    pub fn add_stream(&self) -> Result<u16, TesterError> {
         let flows = self.config.flows as usize;
         let order = (0..flows).map(|_| FlowOrder::default()).collect();
         let next_seq = (0..flows).map(|_| AtomicU64::new(0)).collect();
         let mut streams = self.streams.write().unwrap_or_else(PoisonError::into_inner);
-        let tag = tags::take().unwrap_or_else(|| {
-            panic!("a process has at most {MAX_STREAMS} tester streams alive at once")
-        });
+        let tag = tags::take().ok_or(TesterError::TooManyStreams)?;
         // From here the state owns the tag: its drop gives it back.
         let number = streams.len() as u16;
         streams.push(Arc::new(StreamState {
@@ -175,7 +196,7 @@ impl Tester {
             next_seq,
         }));
         self.added.store(number + 1, Ordering::Release);
-        number
+        Ok(number)
     }
 
     /// How many streams have been added (read without the lock: checkers

@@ -41,7 +41,7 @@ fn frames(g: &mut Generator, n: usize) -> Vec<Vec<u8>> {
 /// One tester, one stream over all flows: (tester, generator, checker).
 fn setup(c: TesterConfig) -> (Arc<Tester>, Generator, Checker) {
     let t = Tester::new(c);
-    let s = t.add_stream();
+    let s = t.add_stream().unwrap();
     let flows = (0..t.config().flows).collect();
     let g = t.generator(s, flows);
     let ch = t.checker();
@@ -196,8 +196,8 @@ fn a_clean_round_trip_reports_exact_counts() {
         flows: 8,
         ..TesterConfig::default()
     });
-    let s0 = t.add_stream();
-    let s1 = t.add_stream();
+    let s0 = t.add_stream().unwrap();
+    let s1 = t.add_stream().unwrap();
     assert_eq!((s0, s1, t.streams()), (0, 1, 2));
     let mut gens = [
         t.generator(s0, vec![0, 1, 2]),
@@ -244,7 +244,7 @@ fn the_count_is_split_over_flows_and_generators() {
         flows: 4,
         ..TesterConfig::default()
     });
-    let s = t.add_stream();
+    let s = t.add_stream().unwrap();
     let mut a = t.generator(s, vec![1, 0, 1]);
     let mut b = t.generator(s, vec![3, 2]);
     assert_eq!(a.flows(), &[0, 1]);
@@ -463,7 +463,7 @@ fn rate_limit_lets_through_exactly_what_the_tsc_advance_allows() {
         flows: 4,
         ..TesterConfig::default()
     });
-    let s = t.add_stream();
+    let s = t.add_stream().unwrap();
     // Half the flows: half the rate, 1000 frames/s.
     let mut g = t.generator(s, vec![0, 1]);
     let mut buf = [0u8; 64];
@@ -511,7 +511,7 @@ fn a_rate_out_of_range_is_brought_into_range_and_paces_without_overflow() {
         flows: 1,
         ..TesterConfig::default()
     });
-    let s = t.add_stream();
+    let s = t.add_stream().unwrap();
     let mut g = t.generator(s, vec![0]);
     let mut buf = [0u8; 64];
     assert!(g.fill(&mut buf, 0).is_some());
@@ -538,7 +538,7 @@ fn cancel_takes_the_frame_back_and_leaves_lost_at_zero() {
         rate_pps: Some(1.0),
         ..TesterConfig::default()
     });
-    let s = t.add_stream();
+    let s = t.add_stream().unwrap();
     let mut g = t.generator(s, vec![0, 1]);
     let mut ch = t.checker();
     let mut buf = [0u8; 2048];
@@ -562,7 +562,7 @@ fn cancel_takes_the_frame_back_and_leaves_lost_at_zero() {
         flows: 3,
         ..TesterConfig::default()
     });
-    let s = t.add_stream();
+    let s = t.add_stream().unwrap();
     let mut g = t.generator(s, vec![0, 1, 2]);
     let mut ch = t.checker();
     let mut i = 0;
@@ -599,7 +599,7 @@ fn per_stream_destinations_are_valid_and_checked() {
         });
         let mut ch = t.checker();
         for stream in 0..3u16 {
-            assert_eq!(t.add_stream(), stream);
+            assert_eq!(t.add_stream().unwrap(), stream);
             let mut g = t.generator(stream, vec![0, 1, 2]);
             for (i, f) in frames(&mut g, 6).iter().enumerate() {
                 let (src, dst, ..) = parse_valid(f);
@@ -913,7 +913,7 @@ fn testers_are_shared_and_their_parts_move_between_threads() {
 #[test]
 fn a_paused_tester_generates_nothing_until_resumed() {
     let t = Tester::new(TesterConfig::default());
-    let s = t.add_stream();
+    let s = t.add_stream().unwrap();
     let mut g = t.generator(s, (0..4).collect());
     let mut buf = [0u8; 2048];
     assert!(g.fill(&mut buf, 0).is_some());
@@ -1026,7 +1026,7 @@ fn the_checker_records_now_minus_the_send_time_in_nanoseconds() {
 #[test]
 fn latency_is_merged_per_port_over_its_checkers() {
     let t = Tester::new(config(L3::Ipv4, L4::Udp, 8, FrameSize::Fixed(64)));
-    let s = t.add_stream();
+    let s = t.add_stream().unwrap();
     let mut g = t.generator(s, (0..8).collect());
     let mut checkers = [t.checker_for(3), t.checker_for(1), t.checker_for(3)];
     assert_eq!(checkers.each_ref().map(|c| c.port()), [3, 1, 3]);
@@ -1082,7 +1082,7 @@ fn two_testers_count_each_others_frames_as_foreign() {
     };
     let (a, b) = (Tester::new(c.clone()), Tester::new(c));
     // Each tester numbers its own streams: both send stream 0.
-    let (sa, sb) = (a.add_stream(), b.add_stream());
+    let (sa, sb) = (a.add_stream().unwrap(), b.add_stream().unwrap());
     assert_eq!((sa, sb), (0, 0));
     // Their stamps tell them apart.
     let tag = |t: &Tester| t.stream(0).unwrap().ids.tag;
@@ -1109,7 +1109,7 @@ fn two_testers_count_each_others_frames_as_foreign() {
         Tester::new(TesterConfig::default()),
         Tester::new(TesterConfig::default()),
     );
-    let (st, su) = (t.add_stream(), u.add_stream());
+    let (st, su) = (t.add_stream().unwrap(), u.add_stream().unwrap());
     let (mut gt, mut gu) = (t.generator(st, vec![0]), u.generator(su, vec![0]));
     let mut ct = t.checker();
     for (own, other) in frames(&mut gt, 8)

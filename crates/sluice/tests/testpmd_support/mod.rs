@@ -288,7 +288,7 @@ pub fn echo(
         flows: 16,
         ..TesterConfig::default()
     });
-    let stream = tester.add_stream();
+    let stream = tester.add_stream().unwrap();
     let mut generator = tester.generator(stream, (0..16).collect());
     let mut checker = tester.checker();
     let (mut sent, mut received) = (0u64, 0u64);

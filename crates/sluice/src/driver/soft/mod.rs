@@ -462,7 +462,9 @@ impl PortDriver for SoftDriver {
         let mut sources: Vec<RxSource> = Vec::with_capacity(nrx);
         match &self.source {
             Source::Tester(tester) => {
-                let stream = tester.add_stream();
+                let stream = tester
+                    .add_stream()
+                    .map_err(|e| PortError::config(format!("port '{}': {e}", self.spec)))?;
                 let reta = Reta::new(nrx);
                 let mut flows: Vec<Vec<u32>> = vec![Vec::new(); nrx];
                 for f in 0..tester.config().flows {
