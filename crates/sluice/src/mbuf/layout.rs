@@ -212,10 +212,10 @@ impl BufTail {
     pub(crate) fn target_and_word(&self) -> (u32, usize) {
         #[cfg(target_arch = "x86_64")]
         {
+            use std::arch::x86_64::__m128i;
             // SAFETY: an `__m128i` is 16 plain bytes, any of which are a
             // `[u64; 2]`.
-            let [low, high] =
-                unsafe { std::mem::transmute::<std::arch::x86_64::__m128i, [u64; 2]>(self.bytes) };
+            let [low, high] = unsafe { std::mem::transmute::<__m128i, [u64; 2]>(self.bytes) };
             (low as u32, high as usize)
         }
         #[cfg(not(target_arch = "x86_64"))]

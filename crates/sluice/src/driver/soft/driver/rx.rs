@@ -67,7 +67,7 @@ use super::vector::{RxTemplate, VectorLevel};
 use crate::driver::soft::device::{QueueEngine, RxEngine};
 use crate::driver::soft::hw::desc::{Desc, rx};
 use crate::driver::soft::hw::regs::RxRegs;
-use crate::pagepool::{ArmedFrag, attach_armed};
+use crate::pagepool::ArmedFrag;
 
 /// What an Rx queue is made of.
 pub struct RxQueueParts {
@@ -559,12 +559,12 @@ impl SoftRx {
                         // delivered: `max - n >= W` are left.
                         let h = &headers[header..header + W];
                         header += W;
+                        // Fresh headers from our pool, ours alone, and the
+                        // fragments armed on descriptors now done: each
+                        // slot is due for refill, never released.
                         for (&e, a) in h.iter().zip(&armed[i..i + W]) {
-                            // SAFETY: a fresh header from our pool, ours
-                            // alone; the fragment armed on a descriptor now
-                            // done, its reference handed to the header (the
-                            // slot is due for refill, never released).
-                            unsafe { attach_armed(e, a, f.iova(a)) };
+                            // SAFETY: as just said.
+                            unsafe { f.attach(e, a) };
                         }
                         h
                     }
@@ -600,9 +600,8 @@ impl SoftRx {
                 } else {
                     // Recycling has kept the ring full while frames were
                     // dropped: the list is full, the buffer goes home.
-                    // SAFETY: a plain buffer of our pool we own and no
-                    // longer use, once.
-                    unsafe { self.pool.mempool().put_bulk(&[ring[i]]) };
+                    // SAFETY: a buffer we own and no longer use, once.
+                    unsafe { self.give_back(ring[i]) };
                 }
                 continue;
             }
@@ -614,7 +613,7 @@ impl SoftRx {
                     let e = headers[header];
                     header += 1;
                     // SAFETY: as in the groups above.
-                    unsafe { attach_armed(e, &armed[i], f.iova(&armed[i])) };
+                    unsafe { f.attach(e, &armed[i]) };
                     e
                 }
             };

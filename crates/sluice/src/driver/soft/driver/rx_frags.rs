@@ -19,8 +19,9 @@
 //! its mempool.
 
 use crate::driver::soft::hw::desc::Desc;
+use crate::mempool::Elem;
 use crate::pagepool::{
-    ArmedFrag, BlockProvider, FragLayout, PageFragAlloc, PagePool, PagePoolConfig,
+    ArmedFrag, BlockProvider, FragLayout, PageFragAlloc, PagePool, PagePoolConfig, attach_armed,
 };
 use crate::port::PortError;
 #[cfg(not(target_arch = "x86_64"))]
@@ -173,6 +174,19 @@ impl RxFrags {
             return false;
         }
         true
+    }
+
+    /// Hands the armed fragment `frag` to the header `e` at delivery
+    /// ([`attach_armed`], with the fragment's IO address).
+    ///
+    /// # Safety
+    /// As [`attach_armed`]: `e` is a fresh header of the queue's pool, ours
+    /// alone; `frag` was armed by this source on a descriptor now done, and
+    /// its reference goes to the header (its slot is not released after).
+    #[inline(always)]
+    pub unsafe fn attach(&self, e: Elem, frag: &ArmedFrag) {
+        // SAFETY: the caller's contract.
+        unsafe { attach_armed(e, frag, self.iova(frag)) };
     }
 
     /// The IO address of an armed fragment.
