@@ -6,7 +6,7 @@
 //! On one core Sluice is also measured with the bulk size a compile-time
 //! constant (`get_array::<N>` and `put_array`), beside DPDK's constant form.
 //! Cache sizes 0 (no cache: every call goes to the pool's ring), 32, 256 and
-//! 512 × bulk 1, 4 and 32, on one core and on two cores at once.
+//! 512 × bulk 1, 2, 4, 8 and 32, on one core and on two cores at once.
 //!
 //! cycles/op is per core (the mean of the workers' own figures); Mops is the
 //! total of all cores: every element moved divided by the time from the first
@@ -44,7 +44,7 @@ const KEEP: usize = 32;
 /// Per-lcore cache sizes measured.
 const CACHES: [u32; 4] = [0, 32, 256, 512];
 /// Bulk sizes measured.
-const BULKS: [usize; 3] = [1, 4, 32];
+const BULKS: [usize; 5] = [1, 2, 4, 8, 32];
 /// Elements per core per case by default.
 const DEFAULT_OPS: u64 = 1 << 23;
 /// Elements per core per case in the summary of `sluice` with no arguments.
@@ -615,6 +615,7 @@ fn run_rounds(
     match (form, bulk) {
         (BulkForm::Variable, _) => get_put_rounds(pool, black_box(bulk), rounds, table),
         (BulkForm::Constant, 1) => get_put_rounds_const::<1>(pool, rounds, table),
+        (BulkForm::Constant, 2) => get_put_rounds_const::<2>(pool, rounds, table),
         (BulkForm::Constant, 4) => get_put_rounds_const::<4>(pool, rounds, table),
         (BulkForm::Constant, 8) => get_put_rounds_const::<8>(pool, rounds, table),
         (BulkForm::Constant, 32) => get_put_rounds_const::<32>(pool, rounds, table),

@@ -129,7 +129,8 @@ get_put_variable(struct rte_mempool *mp, struct rte_mempool_cache *cache,
 static int
 has_constant_form(unsigned int n_bulk)
 {
-	return n_bulk == 1 || n_bulk == 4 || n_bulk == 8 || n_bulk == 32;
+	return n_bulk == 1 || n_bulk == 2 || n_bulk == 4 || n_bulk == 8 ||
+	       n_bulk == 32;
 }
 
 /*
@@ -143,6 +144,8 @@ get_put_constant(struct rte_mempool *mp, struct rte_mempool_cache *cache,
 	switch (n_bulk) {
 	case 1:
 		return get_put_loop(mp, cache, n_keep, 1, rounds);
+	case 2:
+		return get_put_loop(mp, cache, n_keep, 2, rounds);
 	case 4:
 		return get_put_loop(mp, cache, n_keep, 4, rounds);
 	case 8:

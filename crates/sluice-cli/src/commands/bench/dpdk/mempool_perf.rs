@@ -129,7 +129,7 @@ impl BulkForm {
     pub fn fits(self, bulk: usize) -> bool {
         match self {
             BulkForm::Variable => true,
-            BulkForm::Constant => matches!(bulk, 1 | 4 | 8 | 32),
+            BulkForm::Constant => matches!(bulk, 1 | 2 | 4 | 8 | 32),
         }
     }
 }
@@ -321,18 +321,18 @@ mod tests {
         if !toolchain_here() {
             return;
         }
-        assert!(BulkForm::Constant.fits(32) && !BulkForm::Constant.fits(2));
-        assert!(BulkForm::Variable.fits(2));
+        assert!(BulkForm::Constant.fits(2) && !BulkForm::Constant.fits(16));
+        assert!(BulkForm::Variable.fits(16));
         let program = build().unwrap();
         let c = Case {
-            bulk: 2,
+            bulk: 16,
             cpus: vec![sluice::lcore::available_cpus()[0]],
             ..case(Backing::Anonymous, vec![])
         };
         let mut perf = MempoolPerf::spawn(program.path(), &c).unwrap();
         assert_eq!(perf.slice(1, 3, BulkForm::Variable).unwrap()[0].ops, 96);
         let err = perf.slice(1, 1, BulkForm::Constant).unwrap_err();
-        assert!(err.contains("no compile-time form for bulk 2"), "{err}");
+        assert!(err.contains("no compile-time form for bulk 16"), "{err}");
     }
 
     #[test]
