@@ -48,8 +48,12 @@ unsafe fn copy_words_upto_8<T: Copy>(src: *const T, dst: *mut T, n: usize) {
     debug_assert!(std::mem::size_of::<T>() == 8 && n <= 8);
     // One 16-byte move of the two values at `i` (a copy of constant size,
     // which the compiler emits as one vector load and store).
-    // SAFETY (of each call below): `i + 2 <= n`, within both ranges.
-    let pair = |i: usize| unsafe { std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), 2) };
+    let pair = |i: usize| {
+        debug_assert!(i + 2 <= n);
+        // SAFETY: every call below passes `i + 2 <= n`, so both runs of two
+        // lie within the caller's ranges of `n`.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), 2) }
+    };
     match n {
         0 => {}
         // SAFETY: one value, within both ranges.
