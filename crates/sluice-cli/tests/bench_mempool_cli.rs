@@ -38,9 +38,9 @@ fn bench_mempool_reports_every_case_with_dpdk_measured_beside_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     let rows = json_lines(&out);
     let cores = sluice::lcore::available_cpus().len();
-    // Cache 0, 32, 256, 512 × bulk 1, 4, 32, on one core, and on two when
-    // there are two CPUs.
-    let expected = if cores >= 2 { 24 } else { 12 };
+    // Cache 0, 32, 256, 512 × bulk 1, 2, 4, 8, 32, on one core, and on two
+    // when there are two CPUs.
+    let expected = if cores >= 2 { 40 } else { 20 };
     assert_eq!(rows.len(), expected, "{stderr}");
     for r in &rows {
         assert_eq!(r["bench"], "mempool", "{r}");
@@ -73,7 +73,7 @@ fn bench_mempool_reports_every_case_with_dpdk_measured_beside_it() {
         );
         assert!(r["dpdk_here_cycles_per_op"].as_f64().unwrap() > 0.0, "{r}");
         assert!(r["vs_dpdk_here"].as_f64().unwrap() > 0.0, "{r}");
-        // On one core, bulk 1, 4 and 32 all have DPDK's compile-time form
+        // On one core, bulk 1, 2, 4, 8 and 32 all have DPDK's compile-time form
         // too; two-core cases measure the run-time form only.
         if r["cores"] == 1 {
             assert!(r["dpdk_here_const_mops"].as_f64().unwrap() > 0.0, "{r}");
@@ -89,7 +89,9 @@ fn bench_mempool_reports_every_case_with_dpdk_measured_beside_it() {
         .collect();
     for case in [
         "cache 512 bulk 1",
+        "cache 512 bulk 2",
         "cache 512 bulk 4",
+        "cache 512 bulk 8",
         "cache 512 bulk 32",
         "cache 0 bulk 1",
     ] {
