@@ -91,7 +91,7 @@ mod tests {
     #[test]
     fn copy_run_copies_exactly_the_run() {
         const GUARD: u64 = 0xdead_beef_dead_beef;
-        for n in 0..=20usize {
+        for n in 0..=40usize {
             let src: Vec<u64> = (1..=n as u64).collect();
             let mut dst = vec![GUARD; n + 6];
             // SAFETY: `src` holds `n`, `dst[3..]` holds `n + 3`; distinct
