@@ -296,6 +296,8 @@ mod tests {
             "tester",
             "--preload",
             "128",
+            "--path",
+            "recycle",
         ])
         .unwrap();
         match cli.command {
@@ -305,6 +307,7 @@ mod tests {
                 assert_eq!((r.rxd, r.txd, r.cache), (Some(512), Some(256), Some(64)));
                 assert_eq!(r.source, Some(bench::recycle::Source::Tester));
                 assert_eq!(r.preload, Some(128));
+                assert_eq!(r.path, Some(bench::recycle::Path::Recycle));
             }
             other => panic!("parsed as {other:?}"),
         }
@@ -314,6 +317,7 @@ mod tests {
             &["sluice", "bench", "recycle", "--cache", "513"],
             &["sluice", "bench", "recycle", "--source", "pair"],
             &["sluice", "bench", "recycle", "--preload", "8"],
+            &["sluice", "bench", "recycle", "--path", "fast"],
         ] {
             assert!(Cli::try_parse_from(bad).is_err(), "{bad:?}");
         }
@@ -324,7 +328,7 @@ mod tests {
         };
         assert_eq!(
             bench::run(&a).unwrap_err(),
-            "--rxd, --txd, --cache, --source and --preload apply to `sluice bench recycle` only"
+            "--rxd, --txd, --cache, --source, --preload and --path apply to `sluice bench recycle` only"
         );
     }
 }

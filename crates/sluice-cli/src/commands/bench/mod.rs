@@ -129,7 +129,7 @@ pub enum Selection {
 pub fn run(args: &BenchArgs) -> Result<(), String> {
     if args.recycle.any() && !matches!(args.part, Part::Recycle | Part::All) {
         return Err(
-            "--rxd, --txd, --cache, --source and --preload apply to `sluice bench recycle` only"
+            "--rxd, --txd, --cache, --source, --preload and --path apply to `sluice bench recycle` only"
                 .into(),
         );
     }

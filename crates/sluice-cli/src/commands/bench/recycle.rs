@@ -122,6 +122,11 @@ pub struct RecycleArgs {
     /// most half a ring [default: 256].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(32..=2048))]
     pub preload: Option<u16>,
+    /// `recycle` only: measure just this path of each group, to profile it
+    /// alone (under `perf record`, say); 'x normal' is then empty unless
+    /// it is `normal` [default: all three, interleaved].
+    #[arg(long, value_enum)]
+    pub path: Option<Path>,
 }
 
 impl RecycleArgs {
@@ -132,6 +137,7 @@ impl RecycleArgs {
             || self.cache.is_some()
             || self.source.is_some()
             || self.preload.is_some()
+            || self.path.is_some()
     }
 }
 
@@ -167,6 +173,8 @@ pub struct Opts {
     /// Wire traffic: frames preloaded per direction (capped at half a
     /// ring).
     pub preload: usize,
+    /// The one path measured, or `None` for all of [`PATHS`].
+    pub path: Option<Path>,
 }
 
 impl Opts {
@@ -178,6 +186,15 @@ impl Opts {
             cache: a.cache.unwrap_or(256),
             source: a.source.unwrap_or(Source::Wire),
             preload: a.preload.map_or(PRELOAD, usize::from),
+            path: a.path,
+        }
+    }
+
+    /// The paths measured, `normal` first when it is one of them.
+    fn paths(&self) -> Vec<Path> {
+        match self.path {
+            Some(p) => vec![p],
+            None => PATHS.to_vec(),
         }
     }
 
@@ -193,7 +210,7 @@ impl Opts {
 }
 
 /// How buffers go back to the Rx ring.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Path {
     /// Free to the mempool cache, refill from it.
     Normal,
@@ -271,8 +288,9 @@ pub struct RecycleResult {
     /// Timed Tx bursts that carried a full 32.
     pub tx_full_share: f64,
     /// Median over rounds of this path's cycles per packet over `normal`'s
-    /// in the same round.
-    pub ratio_vs_normal: f64,
+    /// in the same round (absent when `normal` was not measured: `--path`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ratio_vs_normal: Option<f64>,
     /// Rounds (slices per path).
     pub rounds: usize,
     /// The best round's cycles per packet.
@@ -340,6 +358,13 @@ pub fn run(ctx: &mut Ctx, sel: Selection, opts: Opts) {
     if opts.cache == 0 {
         notes.push("With no cache, zc falls back to a normal put.".to_owned());
     }
+    if let Some(path) = opts.path {
+        notes.push(format!(
+            "--path {}: only that path of each group runs, in the same rounds and slices, \
+             with nothing to interleave it with ('x normal' is empty unless it is normal).",
+            path.name()
+        ));
+    }
     ctx.title(
         "recycle (Tx→Rx buffer recycling: normal vs zero-copy put vs recycle)",
         &notes,
@@ -405,14 +430,17 @@ fn print_row(ctx: &Ctx, r: &RecycleResult) {
     {
         detail.push_str(&format!(", pool on {b}"));
     }
+    let ratio = r
+        .ratio_vs_normal
+        .map_or_else(|| "-".to_owned(), |x| format!("{x:.3}"));
     emit(&format!(
-        "{:<30} {:>10.1} {:>7.2} {:>7.1}% {:>7.1}% {:>9.3}  {detail}",
+        "{:<30} {:>10.1} {:>7.2} {:>7.1}% {:>7.1}% {:>9}  {detail}",
         r.base.case,
         r.base.cycles_per_op,
         r.base.mops,
         100.0 * r.rx_full_share,
         100.0 * r.tx_full_share,
-        r.ratio_vs_normal,
+        ratio,
     ));
 }
 
@@ -560,7 +588,7 @@ fn bursts(counters: &[Arc<PortCounters>]) -> [u64; 4] {
 }
 
 /// Per-path running totals kept by the lcore.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 struct PathSlices {
     slices: Vec<Slice>,
     drops: u64,
@@ -573,8 +601,9 @@ fn measure_group(
     rounds: usize,
     slice: u64,
 ) -> Result<Vec<RecycleResult>, String> {
-    let mut path_ports = Vec::with_capacity(PATHS.len());
-    for path in PATHS {
+    let paths = opts.paths();
+    let mut path_ports = Vec::with_capacity(paths.len());
+    for &path in &paths {
         path_ports
             .push(PathPorts::open(path, g, opts).map_err(|e| format!("{}: {e}", path.name()))?);
     }
@@ -585,7 +614,7 @@ fn measure_group(
         .iter()
         .map(|b| (b.tester.clone(), b.preloaded))
         .collect();
-    let mut slices_of: Vec<PathSlices> = PATHS.iter().map(|_| PathSlices::default()).collect();
+    let mut slices_of: Vec<PathSlices> = paths.iter().map(|_| PathSlices::default()).collect();
     {
         let mut streams = path_ports
             .iter_mut()
@@ -597,19 +626,19 @@ fn measure_group(
         let warm = (per_stream * 2 * g.pairs as u64).max(8192);
         // The first warm-up, longer, with every iteration kept, also sets
         // the cut.
-        let mut cuts = Vec::with_capacity(PATHS.len());
+        let mut cuts = Vec::with_capacity(paths.len());
         for (i, s) in streams.iter_mut().enumerate() {
             let first = (slice / 4).max(warm);
-            let r = run_path(PATHS[i], s, &mut burst, first, &clocks[i], u64::MAX)?;
+            let r = run_path(paths[i], s, &mut burst, first, &clocks[i], u64::MAX)?;
             slices_of[i].drops += r.drops;
             cuts.push(r.times.cut(CUT));
         }
-        interleave(rounds, PATHS.len(), |_, i| {
+        interleave(rounds, paths.len(), |_, i| {
             let s = &mut streams[i];
-            let r = run_path(PATHS[i], s, &mut burst, warm, &clocks[i], cuts[i])?;
+            let r = run_path(paths[i], s, &mut burst, warm, &clocks[i], cuts[i])?;
             slices_of[i].drops += r.drops;
             let before = bursts(&counters[i]);
-            let r = run_path(PATHS[i], s, &mut burst, slice, &clocks[i], cuts[i])?;
+            let r = run_path(paths[i], s, &mut burst, slice, &clocks[i], cuts[i])?;
             let after = bursts(&counters[i]);
             slices_of[i].drops += r.drops;
             let diff = |k: usize| after[k].saturating_sub(before[k]);
@@ -626,7 +655,7 @@ fn measure_group(
             Ok::<(), String>(())
         })?;
         for (i, s) in streams.iter_mut().enumerate() {
-            let name = PATHS[i].name();
+            let name = paths[i].name();
             let errors: u64 = s.iter().map(|s| s.recycle_errors).sum();
             if errors != 0 {
                 return Err(format!("{name}: {errors} recycle steps failed"));
@@ -635,9 +664,9 @@ fn measure_group(
             let left = match tester {
                 Some(t) => {
                     t.pause(true);
-                    drain(PATHS[i], s, &mut burst, true)?
+                    drain(paths[i], s, &mut burst, true)?
                 }
-                None => drain(PATHS[i], s, &mut burst, false)?,
+                None => drain(paths[i], s, &mut burst, false)?,
             };
             account(
                 name,
@@ -653,7 +682,7 @@ fn measure_group(
         .map(|b| b.pool.mempool().backing())
         .collect();
     for (i, mut opened) in path_ports.into_iter().enumerate() {
-        let name = PATHS[i].name();
+        let name = paths[i].name();
         for (port, c) in opened.counters.iter().enumerate() {
             let s = c.stats();
             if s.rx_missed != 0 || s.rx_errors != 0 || s.tx_errors != 0 {
@@ -668,7 +697,7 @@ fn measure_group(
             .iter()
             .filter_map(|c| c.xstats.get("rx_recycled"))
             .sum();
-        if (PATHS[i] == Path::Recycle) != (recycled > 0) {
+        if (paths[i] == Path::Recycle) != (recycled > 0) {
             return Err(format!("{name}: {recycled} buffers recycled"));
         }
         opened.ports.iter_mut().for_each(Port::stop);
@@ -678,7 +707,7 @@ fn measure_group(
             return Err(format!("{name}: the mbuf pool is not full after the run"));
         }
     }
-    let mut rows = results(g, opts, &slices_of);
+    let mut rows = results(g, opts, &paths, &slices_of);
     for (row, b) in rows.iter_mut().zip(backings) {
         row.base.backing = Some(b.to_string());
         row.hugepages = b == Backing::Hugepages;
@@ -716,14 +745,17 @@ fn account(
     Ok(())
 }
 
-/// The rows of a group from each path's slices.
-fn results(g: Group, opts: Opts, slices_of: &[PathSlices]) -> Vec<RecycleResult> {
-    let normal: Vec<f64> = slices_of[0]
-        .slices
-        .iter()
-        .map(Slice::cycles_per_packet)
-        .collect();
-    PATHS
+/// The rows of a group from the slices of each of `paths` (`normal`, when
+/// measured, first: the others' reference).
+fn results(g: Group, opts: Opts, paths: &[Path], slices_of: &[PathSlices]) -> Vec<RecycleResult> {
+    let normal: Option<Vec<f64>> = (paths.first() == Some(&Path::Normal)).then(|| {
+        slices_of[0]
+            .slices
+            .iter()
+            .map(Slice::cycles_per_packet)
+            .collect()
+    });
+    paths
         .iter()
         .zip(slices_of)
         .map(|(&path, t)| {
@@ -748,7 +780,7 @@ fn results(g: Group, opts: Opts, slices_of: &[PathSlices]) -> Vec<RecycleResult>
                 preload: opts.preload(),
                 rx_full_share: share(sum(|s| s.rx_full), sum(|s| s.rx_bursts)),
                 tx_full_share: share(sum(|s| s.tx_full), sum(|s| s.tx_bursts)),
-                ratio_vs_normal: median(&ratios(&cycles, &normal)),
+                ratio_vs_normal: normal.as_ref().map(|n| median(&ratios(&cycles, n))),
                 rounds: cycles.len(),
                 cycles_min: spread.min,
                 cycles_max: spread.max,
@@ -908,6 +940,7 @@ mod tests {
                 cache: 64,
                 source,
                 preload: PRELOAD,
+                path: None,
             };
             for g in [
                 Group {
@@ -965,7 +998,7 @@ mod tests {
             device: 800,
             ..t.slices[0]
         });
-        let rows = results(g, opts, &[t, PathSlices::default(), half]);
+        let rows = results(g, opts, &PATHS, &[t.clone(), PathSlices::default(), half]);
         let v: serde_json::Value =
             serde_json::from_str(&serde_json::to_string(&rows[2]).unwrap()).unwrap();
         assert_eq!(v["bench"], "recycle");
@@ -994,6 +1027,44 @@ mod tests {
         assert_eq!(v["tx_full_share"], 1.0);
         assert_eq!(v["ratio_vs_normal"], 1.0);
         assert_eq!(v["excluded_share"], 0.5);
+        // One path alone (`--path recycle`): its row, and no ratio.
+        let rows = results(g, opts, &[Path::Recycle], &[t]);
+        assert_eq!(rows.len(), 1);
+        let v: serde_json::Value =
+            serde_json::from_str(&serde_json::to_string(&rows[0]).unwrap()).unwrap();
+        assert_eq!(v["path"], "recycle");
+        assert_eq!(v["cycles_per_op"], 40.0);
+        assert!(v.get("ratio_vs_normal").is_none(), "{v}");
+    }
+
+    #[test]
+    fn one_path_alone_forwards_and_accounts_for_every_frame() {
+        for path in PATHS {
+            let opts = Opts {
+                rxd: 128,
+                txd: 128,
+                cache: 64,
+                source: Source::Wire,
+                preload: PRELOAD,
+                path: Some(path),
+            };
+            let g = Group {
+                fast_free: true,
+                pairs: 1,
+            };
+            let cpu = sluice::lcore::available_cpus()[0];
+            let r = on_lcore(cpu, move || measure_group(g, opts, 2, 4096))
+                .unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            assert_eq!(r.len(), 1);
+            assert_eq!(r[0].path, path.name());
+            assert_eq!(r[0].rounds, 2);
+            assert!(r[0].base.ops > 0);
+            assert_eq!(
+                r[0].ratio_vs_normal,
+                (path == Path::Normal).then_some(1.0),
+                "{path:?}"
+            );
+        }
     }
 
     #[test]

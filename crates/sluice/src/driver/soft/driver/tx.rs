@@ -1550,8 +1550,6 @@ unsafe fn zc_put(pool: *const PoolInner, batch: &[Elem]) -> bool {
     true
 }
 
-impl SoftTx {}
-
 impl Drop for SoftTx {
     fn drop(&mut self) {
         // Port::stop has normally run. If not (the queue taken out of a
