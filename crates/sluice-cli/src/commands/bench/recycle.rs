@@ -931,17 +931,29 @@ fn drain(
 mod tests {
     use super::*;
 
+    /// Small rings and a small pool cache, for quick runs.
+    fn small(source: Source, path: Option<Path>) -> Opts {
+        Opts {
+            rxd: 128,
+            txd: 128,
+            cache: 64,
+            source,
+            preload: PRELOAD,
+            path,
+        }
+    }
+
+    /// `g` measured with `opts` in two rounds of 4096 packets, on an lcore.
+    fn measure_small(g: Group, opts: Opts) -> Vec<RecycleResult> {
+        let cpu = sluice::lcore::available_cpus()[0];
+        on_lcore(cpu, move || measure_group(g, opts, 2, 4096))
+            .unwrap_or_else(|e| panic!("{opts:?} {g:?}: {e}"))
+    }
+
     #[test]
     fn every_path_forwards_and_accounts_for_every_frame() {
         for source in [Source::Wire, Source::Tester] {
-            let opts = Opts {
-                rxd: 128,
-                txd: 128,
-                cache: 64,
-                source,
-                preload: PRELOAD,
-                path: None,
-            };
+            let opts = small(source, None);
             for g in [
                 Group {
                     fast_free: false,
@@ -952,9 +964,7 @@ mod tests {
                     pairs: 2,
                 },
             ] {
-                let cpu = sluice::lcore::available_cpus()[0];
-                let r = on_lcore(cpu, move || measure_group(g, opts, 2, 4096))
-                    .unwrap_or_else(|e| panic!("{source:?} {g:?}: {e}"));
+                let r = measure_small(g, opts);
                 assert_eq!(r.len(), 3);
                 for (row, path) in r.iter().zip(PATHS) {
                     assert_eq!(row.path, path.name());
@@ -1040,21 +1050,11 @@ mod tests {
     #[test]
     fn one_path_alone_forwards_and_accounts_for_every_frame() {
         for path in PATHS {
-            let opts = Opts {
-                rxd: 128,
-                txd: 128,
-                cache: 64,
-                source: Source::Wire,
-                preload: PRELOAD,
-                path: Some(path),
-            };
             let g = Group {
                 fast_free: true,
                 pairs: 1,
             };
-            let cpu = sluice::lcore::available_cpus()[0];
-            let r = on_lcore(cpu, move || measure_group(g, opts, 2, 4096))
-                .unwrap_or_else(|e| panic!("{path:?}: {e}"));
+            let r = measure_small(g, small(Source::Wire, Some(path)));
             assert_eq!(r.len(), 1);
             assert_eq!(r[0].path, path.name());
             assert_eq!(r[0].rounds, 2);
