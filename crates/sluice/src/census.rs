@@ -32,7 +32,8 @@
 //! What the drivers count: `soft` posts its armed Rx descriptors (and the
 //! buffers of dropped frames it keeps for reuse) — with `rxbuf=frag`, whose
 //! descriptors hold fragments, the headers it has taken for the next
-//! deliveries — and counts the Tx packets not yet freed after completion; `pair` counts what waits on each link as
+//! deliveries — and counts the Tx packets not yet freed after completion;
+//! `pair` counts what waits on each link as
 //! the receiving queue's posted buffers; `afxdp` counts the frames the
 //! kernel holds on each side (fill ring, Rx ring; Tx ring, completion
 //! ring); `tap` its one spare buffer; `null`, `pcap` and `afpacket` hold no

@@ -43,7 +43,8 @@ fn a_stream_past_the_limit_is_an_error_and_a_dropped_tester_frees_its_tags() {
     .unwrap_err();
     assert!(matches!(err, PortError::Config(_)), "{err:?}");
     assert!(
-        err.to_string().contains("at most 4096 tester streams"),
+        err.to_string()
+            .contains(&format!("at most {MAX_STREAMS} tester streams")),
         "{err}"
     );
     assert!(pool.is_full());

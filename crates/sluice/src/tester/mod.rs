@@ -69,6 +69,14 @@ pub use config::{
     MIN_FRAME, MIN_RATE, TESTER_KEYS, TesterConfig,
 };
 pub use frame::{FlowTuple, MAX_FLOWS, MAX_STREAMS};
+pub use generator::{Generator, IMIX_ORDER};
+pub use latency::{LATENCY_MAX_NS, LatencySummary, PUBLISH_MS, PortLatency};
+pub use registry::{attach, registered};
+pub use report::TesterReport;
+
+use checker::{CheckStats, FlowOrder};
+use frame::{Layout, StreamIds};
+use generator::GenStats;
 
 /// Why the tester refused a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,14 +99,6 @@ impl std::fmt::Display for TesterError {
 }
 
 impl std::error::Error for TesterError {}
-pub use generator::{Generator, IMIX_ORDER};
-pub use latency::{LATENCY_MAX_NS, LatencySummary, PUBLISH_MS, PortLatency};
-pub use registry::{attach, registered};
-pub use report::TesterReport;
-
-use checker::{CheckStats, FlowOrder};
-use frame::{Layout, StreamIds};
-use generator::GenStats;
 
 /// One stream's state shared by its generators and all checkers.
 #[derive(Debug)]
